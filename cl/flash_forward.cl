@@ -1,0 +1,145 @@
+/*
+ * flash_forward.cl - the portable FlashAttention forward kernel: exact attention by tiles and an
+ * online softmax, in plain OpenCL C 1.2, for any device. The host prepends common.cl.
+ *
+ * One work-group computes BLOCK query rows of one (batch, head). TPR work-items share each row
+ * (work-item lid owns row lid / TPR, lane t = lid % TPR), so the work-group has BLOCK*TPR items.
+ * Local tiles:
+ *   qt[BLOCK][LDS_STRIDE]  the Q block, storage bits, loaded once;
+ *   kt, vt[BLOCK][LDS_STRIDE]  the current K and V blocks, storage bits;
+ *   pt[BLOCK][P_STRIDE]   the current block of probabilities, fp32;
+ *   rowmax[BLOCK][TPR]    each lane's partial maximum of its row's scores.
+ * LDS_STRIDE and P_STRIDE are padded by the host so that rows fall in different memory banks.
+ *
+ * Per K/V tile, with the barrier that protects each step:
+ *   B1  every read of kt, vt, pt, rowmax of the previous tile (and the qt stores) is finished;
+ *       the work-group loads kt and vt.
+ *   B2  kt and vt are complete; each lane scores keys lane, lane+TPR, ... of its row into
+ *       registers and publishes its partial maximum in rowmax.
+ *   B3  rowmax is complete; each lane folds it into the running max m, writes exp2(s - m) for its
+ *       keys into pt.
+ *   B4  pt is complete; each lane rescales its output columns (lane, lane+TPR, ...) and adds
+ *       P V for them; every lane of a row sums the same pt row in the same order, so the running
+ *       sum l is identical in all of them.
+ * Scores are kept in the log2 domain (scale_log2 = scale * log2(e)) so that exp2 does the work.
+ * The running max starts at -INFINITY; a row that has seen no visible key yet uses 0 as its
+ * reference so that no exp2(-inf - -inf) is ever formed. A row that sees no key at all ends with
+ * l = 0 and writes O = 0 and lse = -INFINITY.
+ */
+#define WG_SIZE (BLOCK * TPR)
+#define KEYS_PER_LANE (BLOCK / TPR)
+#define COLS_PER_LANE ((HEAD_DIM + TPR - 1) / TPR)
+
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
+flash_forward(__global const bits_t *q, __global const bits_t *k, __global const bits_t *v,
+              __global bits_t *o, __global float *lse, uint seq_q, uint seq_k, uint heads_q,
+              uint group, float scale_log2, ulong q_off, ulong q_bs, ulong q_hs, ulong q_ss,
+              ulong k_off, ulong k_bs, ulong k_hs, ulong k_ss, ulong v_off, ulong v_bs, ulong v_hs,
+              ulong v_ss, ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss)
+{
+    __local bits_t qt[BLOCK * LDS_STRIDE];
+    __local bits_t kt[BLOCK * LDS_STRIDE];
+    __local bits_t vt[BLOCK * LDS_STRIDE];
+    __local float pt[BLOCK * P_STRIDE];
+    __local float rowmax[BLOCK * TPR];
+
+    const uint lid = get_local_id(0);
+    const uint row = lid / TPR;
+    const uint lane = lid % TPR;
+    const uint q0 = get_group_id(0) * BLOCK;
+    const uint bh = get_group_id(1);
+    const uint b = bh / heads_q;
+    const uint h = bh % heads_q;
+    const uint hk = h / group;
+    const uint qi = q0 + row; /* this row's query index; may be >= seq_q in the last block */
+
+    const ulong qbase = tensor_index(q_off, q_bs, q_hs, q_ss, b, h, 0);
+    const ulong kbase = tensor_index(k_off, k_bs, k_hs, k_ss, b, hk, 0);
+    const ulong vbase = tensor_index(v_off, v_bs, v_hs, v_ss, b, hk, 0);
+
+    for (uint idx = lid; idx < BLOCK * HEAD_DIM; idx += WG_SIZE) {
+        const uint r = idx / HEAD_DIM, c = idx % HEAD_DIM;
+        qt[r * LDS_STRIDE + c] = (q0 + r < seq_q) ? q[qbase + (ulong)(q0 + r) * q_ss + c] : zero_bits;
+    }
+
+    /* Keys past key_end are invisible to every row of this block (causal), so their tiles are
+     * skipped, not computed and masked. */
+    const uint q_last = min(q0 + BLOCK, seq_q) - 1;
+#if CAUSAL
+    const long causal_end = (long)q_last + (long)seq_k - (long)seq_q + 1;
+    const uint key_end = causal_end <= 0 ? 0u : (uint)min((long)seq_k, causal_end);
+#else
+    const uint key_end = seq_k;
+#endif
+
+    float m = -INFINITY; /* running max of this row's scores, log2 domain */
+    float l = 0.0f;      /* running sum of exp2(score - m) */
+    float acc[COLS_PER_LANE];
+    for (uint cc = 0; cc < COLS_PER_LANE; cc++)
+        acc[cc] = 0.0f;
+
+    for (uint k0 = 0; k0 < key_end; k0 += BLOCK) {
+        barrier(CLK_LOCAL_MEM_FENCE); /* B1 */
+        for (uint idx = lid; idx < BLOCK * HEAD_DIM; idx += WG_SIZE) {
+            const uint r = idx / HEAD_DIM, c = idx % HEAD_DIM;
+            const bool in = k0 + r < seq_k;
+            kt[r * LDS_STRIDE + c] = in ? k[kbase + (ulong)(k0 + r) * k_ss + c] : zero_bits;
+            vt[r * LDS_STRIDE + c] = in ? v[vbase + (ulong)(k0 + r) * v_ss + c] : zero_bits;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE); /* B2 */
+
+        float s[KEYS_PER_LANE];
+        float lane_max = -INFINITY;
+        for (uint kk = 0; kk < KEYS_PER_LANE; kk++) {
+            const uint j = lane + kk * TPR;
+            float dot = 0.0f;
+            for (uint c = 0; c < HEAD_DIM; c++)
+                dot = fma(load_l(qt, row * LDS_STRIDE + c), load_l(kt, j * LDS_STRIDE + c), dot);
+            const uint key = k0 + j;
+            const bool visible = key < seq_k && qi < seq_q && key_visible(qi, key, seq_q, seq_k);
+            s[kk] = visible ? dot * scale_log2 : -INFINITY;
+            lane_max = fmax(lane_max, s[kk]);
+        }
+        rowmax[row * TPR + lane] = lane_max;
+        barrier(CLK_LOCAL_MEM_FENCE); /* B3 */
+
+        float tile_max = -INFINITY;
+        for (uint u = 0; u < TPR; u++)
+            tile_max = fmax(tile_max, rowmax[row * TPR + u]);
+        const float m_new = fmax(m, tile_max);
+        const float ref = (m_new == -INFINITY) ? 0.0f : m_new;
+        const float alpha = exp2(m - ref); /* 0 while nothing was seen: l and acc are 0 then */
+        for (uint kk = 0; kk < KEYS_PER_LANE; kk++)
+            pt[row * P_STRIDE + lane + kk * TPR] = exp2(s[kk] - ref);
+        m = m_new;
+        barrier(CLK_LOCAL_MEM_FENCE); /* B4 */
+
+        float tile_sum = 0.0f;
+        for (uint cc = 0; cc < COLS_PER_LANE; cc++)
+            acc[cc] *= alpha;
+        for (uint j = 0; j < BLOCK; j++) {
+            const float p = pt[row * P_STRIDE + j];
+            tile_sum += p;
+            for (uint cc = 0; cc < COLS_PER_LANE; cc++) {
+                const uint c = lane + cc * TPR;
+                if (c < HEAD_DIM)
+                    acc[cc] = fma(p, load_l(vt, j * LDS_STRIDE + c), acc[cc]);
+            }
+        }
+        l = l * alpha + tile_sum;
+    }
+
+    if (qi < seq_q) {
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        const ulong obase = tensor_index(o_off, o_bs, o_hs, o_ss, b, h, qi);
+        for (uint cc = 0; cc < COLS_PER_LANE; cc++) {
+            const uint c = lane + cc * TPR;
+            if (c < HEAD_DIM)
+                store_g(o, obase + c, acc[cc] * inv);
+        }
+#if WITH_LSE
+        if (lane == 0)
+            lse[(ulong)bh * seq_q + qi] = l > 0.0f ? (m + log2(l)) * M_LN2_F : -INFINITY;
+#endif
+    }
+}

@@ -1,0 +1,113 @@
+/*
+ * naive_attention.cl - the seeds' baseline: attention that materializes the score matrix.
+ * The host prepends common.cl and enqueues three kernels per group of heads:
+ *   naive_scores   S = scale * Q K^T (causal-masked entries -INFINITY), stored in the storage dtype
+ *                  in a temporary [heads][seq_q][seq_k] buffer: the O(n^2) bytes flash never writes;
+ *   naive_softmax  reads each S row twice (max and sum, then normalise) and writes P over it;
+ *   naive_pv       O = P V.
+ * The two products are 16x16 tiled matrix products through local memory (TS = 16): every
+ * work-item loads one element of each tile, B1 makes the tiles complete before they are read, and
+ * B2 keeps the next load from overwriting a tile that is still being read.
+ */
+#define TS 16
+
+__kernel __attribute__((reqd_work_group_size(TS, TS, 1))) void
+naive_scores(__global const bits_t *q, __global const bits_t *k, __global bits_t *s, uint seq_q,
+             uint seq_k, uint heads_q, uint group, uint bh0, float scale, ulong q_off, ulong q_bs,
+             ulong q_hs, ulong q_ss, ulong k_off, ulong k_bs, ulong k_hs, ulong k_ss)
+{
+    __local float qs[TS][TS + 1];
+    __local float ks[TS][TS + 1];
+    const uint tx = get_local_id(0), ty = get_local_id(1);
+    const uint j0 = get_group_id(0) * TS, i0 = get_group_id(1) * TS;
+    const uint hb = get_group_id(2), bh = bh0 + hb;
+    const uint b = bh / heads_q, h = bh % heads_q, hk = h / group;
+    const ulong qbase = tensor_index(q_off, q_bs, q_hs, q_ss, b, h, 0);
+    const ulong kbase = tensor_index(k_off, k_bs, k_hs, k_ss, b, hk, 0);
+
+    float acc = 0.0f;
+    for (uint c0 = 0; c0 < HEAD_DIM; c0 += TS) {
+        const uint c = c0 + tx;
+        qs[ty][tx] = (i0 + ty < seq_q && c < HEAD_DIM) ? load_g(q, qbase + (ulong)(i0 + ty) * q_ss + c) : 0.0f;
+        ks[ty][tx] = (j0 + ty < seq_k && c < HEAD_DIM) ? load_g(k, kbase + (ulong)(j0 + ty) * k_ss + c) : 0.0f;
+        barrier(CLK_LOCAL_MEM_FENCE); /* B1 */
+        for (uint cc = 0; cc < TS; cc++)
+            acc = fma(qs[ty][cc], ks[tx][cc], acc);
+        barrier(CLK_LOCAL_MEM_FENCE); /* B2 */
+    }
+    const uint i = i0 + ty, j = j0 + tx;
+    if (i < seq_q && j < seq_k)
+        store_g(s, ((ulong)hb * seq_q + i) * seq_k + j, key_visible(i, j, seq_q, seq_k) ? acc * scale : -INFINITY);
+}
+
+/* One work-group per row. Each work-item keeps a running (max, sum) over its strided share of the
+ * row; a tree in local memory combines them (a barrier after every level); then the row is
+ * normalised in place. A row with no visible key gets P = 0 and lse = -INFINITY. */
+__kernel __attribute__((reqd_work_group_size(SOFTMAX_WG, 1, 1))) void
+naive_softmax(__global bits_t *s, __global float *lse, uint seq_q, uint seq_k, uint bh0)
+{
+    __local float red_m[SOFTMAX_WG];
+    __local float red_l[SOFTMAX_WG];
+    const uint lid = get_local_id(0);
+    const uint i = get_group_id(1), hb = get_group_id(2);
+    __global bits_t *row = s + ((ulong)hb * seq_q + i) * seq_k;
+
+    float m = -INFINITY, l = 0.0f;
+    for (uint j = lid; j < seq_k; j += SOFTMAX_WG) {
+        const float x = load_g(row, j);
+        if (x > m) {
+            l = l * exp(m - x) + 1.0f;
+            m = x;
+        } else if (x != -INFINITY) {
+            l += exp(x - m);
+        }
+    }
+    red_m[lid] = m;
+    red_l[lid] = l;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint stride = SOFTMAX_WG / 2; stride > 0; stride >>= 1) {
+        if (lid < stride) {
+            const float m1 = red_m[lid], m2 = red_m[lid + stride];
+            const float mm = fmax(m1, m2);
+            red_l[lid] = mm == -INFINITY ? 0.0f : red_l[lid] * exp(m1 - mm) + red_l[lid + stride] * exp(m2 - mm);
+            red_m[lid] = mm;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    const float row_max = red_m[0], row_sum = red_l[0];
+    const float inv = row_sum > 0.0f ? 1.0f / row_sum : 0.0f;
+    for (uint j = lid; j < seq_k; j += SOFTMAX_WG)
+        store_g(row, j, row_sum > 0.0f ? exp(load_g(row, j) - row_max) * inv : 0.0f);
+#if WITH_LSE
+    if (lid == 0)
+        lse[(ulong)(bh0 + hb) * seq_q + i] = row_sum > 0.0f ? row_max + log(row_sum) : -INFINITY;
+#endif
+}
+
+__kernel __attribute__((reqd_work_group_size(TS, TS, 1))) void
+naive_pv(__global const bits_t *p, __global const bits_t *v, __global bits_t *o, uint seq_q,
+         uint seq_k, uint heads_q, uint group, uint bh0, ulong v_off, ulong v_bs, ulong v_hs,
+         ulong v_ss, ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss)
+{
+    __local float ps[TS][TS + 1];
+    __local float vs[TS][TS + 1];
+    const uint tx = get_local_id(0), ty = get_local_id(1);
+    const uint c0 = get_group_id(0) * TS, i0 = get_group_id(1) * TS;
+    const uint hb = get_group_id(2), bh = bh0 + hb;
+    const uint b = bh / heads_q, h = bh % heads_q, hk = h / group;
+    const ulong vbase = tensor_index(v_off, v_bs, v_hs, v_ss, b, hk, 0);
+    const ulong prow = ((ulong)hb * seq_q + i0 + ty) * seq_k;
+
+    float acc = 0.0f;
+    for (uint j0 = 0; j0 < seq_k; j0 += TS) {
+        ps[ty][tx] = (i0 + ty < seq_q && j0 + tx < seq_k) ? load_g(p, prow + j0 + tx) : 0.0f;
+        vs[ty][tx] = (j0 + ty < seq_k && c0 + tx < HEAD_DIM) ? load_g(v, vbase + (ulong)(j0 + ty) * v_ss + c0 + tx) : 0.0f;
+        barrier(CLK_LOCAL_MEM_FENCE); /* B1 */
+        for (uint jj = 0; jj < TS; jj++)
+            acc = fma(ps[ty][jj], vs[jj][tx], acc);
+        barrier(CLK_LOCAL_MEM_FENCE); /* B2 */
+    }
+    const uint i = i0 + ty, c = c0 + tx;
+    if (i < seq_q && c < HEAD_DIM)
+        store_g(o, tensor_index(o_off, o_bs, o_hs, o_ss, b, h, i) + c, acc);
+}

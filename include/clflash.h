@@ -1,0 +1,314 @@
+/*
+ * clflash.h - the whole public API of clflash, a portable OpenCL library for exact, tiled,
+ * online-softmax attention (FlashAttention) on any OpenCL device.
+ *
+ * Why this header exists: a C application includes only this file, hands clflash its own OpenCL
+ * buffers, and gets attention without the seq_q x seq_k score matrix ever being written to device
+ * memory. Everything a caller can rely on is declared and documented here; nothing else is exported.
+ *
+ * Conventions used throughout:
+ *  - Every function that can fail returns a clflash_status. 0 is success, negative OpenCL error
+ *    codes pass through unchanged, and clflash's own codes start at -2000 and go down.
+ *  - On any error nothing is enqueued and no caller buffer is touched. clflash_last_error_detail()
+ *    then says, in one sentence, what was wrong (for example "seq_q is 0").
+ *  - Handles come in create/free pairs; every free function accepts NULL as a no-op.
+ *  - Shapes and strides count elements, never bytes, unless a name ends in _bytes.
+ *
+ * Thread rule: a clflash_context may be used by several threads at once, each with its own command
+ * queue (or the context's own queue, which OpenCL makes thread-safe). Freeing a context while another
+ * thread still uses it is the caller's error.
+ */
+#ifndef CLFLASH_H
+#define CLFLASH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 120
+#endif
+#ifdef __APPLE__
+#include <OpenCL/cl.h>
+#else
+#include <CL/cl.h>
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32) && defined(CLFLASH_BUILDING_SHARED)
+#define CLFLASH_API __declspec(dllexport)
+#elif defined(_WIN32) && !defined(CLFLASH_STATIC)
+#define CLFLASH_API __declspec(dllimport)
+#elif defined(__GNUC__)
+#define CLFLASH_API __attribute__((visibility("default")))
+#else
+#define CLFLASH_API
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * Versions. The macros describe the header you compiled against; the functions describe the
+ * library you linked. A careful caller checks that the two agree:
+ *     if (clflash_version_number() != CLFLASH_VERSION_NUMBER) ...
+ * ------------------------------------------------------------------------------------------- */
+#define CLFLASH_VERSION_MAJOR 0
+#define CLFLASH_VERSION_MINOR 1
+#define CLFLASH_VERSION_PATCH 0
+#define CLFLASH_VERSION_NUMBER \
+    (CLFLASH_VERSION_MAJOR * 10000 + CLFLASH_VERSION_MINOR * 100 + CLFLASH_VERSION_PATCH)
+
+/* The linked library's version as major*10000 + minor*100 + patch. Thread-safe. */
+CLFLASH_API unsigned clflash_version_number(void);
+/* The linked library's version as "major.minor.patch"; a static string. Thread-safe. */
+CLFLASH_API const char *clflash_version_string(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Status codes. One list (an X-macro) produces both the constants and their messages, so the two
+ * can never drift apart. OpenCL's own negative codes (CL_OUT_OF_RESOURCES = -5, ...) are returned
+ * unchanged whenever OpenCL reported the failure.
+ * ------------------------------------------------------------------------------------------- */
+#define CLFLASH_STATUS_LIST(X)                                                                     \
+    X(CLFLASH_SUCCESS, 0, "success")                                                               \
+    X(CLFLASH_ERROR_INVALID_ARGUMENT, -2000, "invalid argument (a NULL handle, pointer or buffer)") \
+    X(CLFLASH_ERROR_UNSUPPORTED, -2001, "not supported by this version of clflash or this device") \
+    X(CLFLASH_ERROR_TILE_TOO_LARGE, -2002,                                                         \
+      "the requested tile does not fit the device's local memory or work-group limits")           \
+    X(CLFLASH_ERROR_BUILD_FAILED, -2003,                                                           \
+      "an OpenCL program failed to build; see clflash_context_build_log()")                        \
+    X(CLFLASH_ERROR_NO_DEVICE, -2004, "no OpenCL device found (or none matches CLFLASH_DEVICE)")   \
+    X(CLFLASH_ERROR_OUT_OF_HOST_MEMORY, -2005, "a host memory allocation failed")                  \
+    X(CLFLASH_ERROR_INVALID_DTYPE, -2006, "the dtype is unset or unknown")                         \
+    X(CLFLASH_ERROR_INVALID_SHAPE, -2007,                                                          \
+      "a dimension is zero, too large, or heads_kv does not divide heads_q")                       \
+    X(CLFLASH_ERROR_INVALID_FLAGS, -2008, "unknown bits are set in flags")                         \
+    X(CLFLASH_ERROR_INVALID_SCALE, -2009, "the scale is NaN or infinite")                          \
+    X(CLFLASH_ERROR_INVALID_LAYOUT, -2010,                                                         \
+      "a layout is invalid: output rows or heads overlap, or an index overflows")                  \
+    X(CLFLASH_ERROR_BUFFER_TOO_SMALL, -2011,                                                       \
+      "a buffer is smaller than its shape and layout need")                                        \
+    X(CLFLASH_ERROR_SCORE_MATRIX_TOO_LARGE, -2012,                                                 \
+      "the naive path's score matrix exceeds the device's maximum allocation")                     \
+    X(CLFLASH_ERROR_HEAD_DIM_UNSUPPORTED, -2013,                                                   \
+      "head_dim is larger than clflash supports (CLFLASH_MAX_HEAD_DIM)")                            \
+    X(CLFLASH_ERROR_INVALID_OPTIONS, -2014, "a context option is invalid")
+
+typedef int clflash_status;
+
+enum {
+#define CLFLASH_STATUS_ENUM_(name, value, message) name = value,
+    CLFLASH_STATUS_LIST(CLFLASH_STATUS_ENUM_)
+#undef CLFLASH_STATUS_ENUM_
+    CLFLASH_STATUS_LIST_END_ = 1
+};
+
+/* A static, human-readable message for any status: clflash's own, OpenCL's ("CL_OUT_OF_RESOURCES:
+ * ..."), or "unknown status" for anything else. Never NULL. Thread-safe. */
+CLFLASH_API const char *clflash_status_string(clflash_status s);
+
+/* One sentence about the last failure of a clflash call made by the calling thread, naming the
+ * argument or value at fault; "" if the thread's last call succeeded or none was made. The pointer
+ * stays valid until the thread's next clflash call. Thread-safe (the text is per thread). */
+CLFLASH_API const char *clflash_last_error_detail(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Storage types and the tile rule (pure functions: no device, no allocation, thread-safe).
+ * ------------------------------------------------------------------------------------------- */
+typedef enum { CLFLASH_F32 = 1, CLFLASH_F16 = 2, CLFLASH_BF16 = 3, CLFLASH_I8 = 4 } clflash_dtype;
+
+/* The largest head_dim any kernel accepts. */
+#define CLFLASH_MAX_HEAD_DIM 256u
+
+/* Bytes per element: 4, 2, 2, 1 for F32, F16, BF16, I8; 0 for an unknown value. */
+CLFLASH_API size_t clflash_dtype_size(clflash_dtype t);
+
+/* Bytes of one dense score matrix for one head: seq_q * seq_k * bytes_per_score.
+ * UINT64_MAX if the product overflows. Seed check: (4096, 4096, 2) = 33,554,432 (32 MiB). */
+CLFLASH_API uint64_t clflash_score_matrix_bytes(uint64_t seq_q, uint64_t seq_k, uint64_t bytes_per_score);
+
+/* Bytes of one flash tile, the users' rule: (3*B*d + B*B) * s, a Q block, a K block, a V block and
+ * the B x B score block. UINT64_MAX on overflow. Seed check: (64, 128, 2) = 57,344 (56 KiB);
+ * (256, 128, 2) = 327,680 does not fit 192 KiB, (256, 128, 1) = 163,840 does. */
+CLFLASH_API uint64_t clflash_tile_bytes(uint64_t block, uint64_t head_dim, uint64_t bytes_per_elem);
+
+/* The largest B whose tile fits local_mem_bytes: the largest multiple of 16 that fits; if none,
+ * the largest of 8, 4, 2, 1 that fits; 0 if none fits (or head_dim or bytes_per_elem is 0).
+ * Seed check: (196608, 128, 2) = 160. */
+CLFLASH_API uint64_t clflash_max_block(uint64_t local_mem_bytes, uint64_t head_dim, uint64_t bytes_per_elem);
+
+/* ---------------------------------------------------------------------------------------------
+ * Contexts: one OpenCL context and device, their facts, an in-order queue, and the cache of built
+ * programs. Create once, use from any number of threads, free once.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct clflash_context clflash_context;
+
+typedef struct {
+    /* 0: use the device's CL_DEVICE_LOCAL_MEM_SIZE. Else a cap on the local memory the planner may
+     * plan for; a value above the device's size is treated as the device's size. Useful to plan as
+     * a smaller GPU would (49152 plans as a 48 KiB device does). */
+    uint64_t local_mem_budget;
+    /* Extra options appended to every clBuildProgram call (for example "-cl-nv-verbose"); NULL or
+     * "" for none. The string is copied. Never pass -cl-finite-math-only: clflash relies on -inf. */
+    const char *build_options;
+} clflash_context_options; /* zero-initialised = defaults; fields added later keep that rule */
+
+/* Wraps a caller's context and device. clflash retains ctx (and releases it on free), creates its
+ * own in-order queue on dev, and copies opt (NULL = defaults). *out is set only on success.
+ * Returns: CLFLASH_SUCCESS; CLFLASH_ERROR_INVALID_ARGUMENT (NULL ctx, dev or out);
+ * CLFLASH_ERROR_OUT_OF_HOST_MEMORY; or the OpenCL error from querying the device or creating the
+ * queue (for example CL_INVALID_CONTEXT, CL_INVALID_DEVICE). */
+CLFLASH_API clflash_status clflash_context_create(cl_context ctx, cl_device_id dev,
+                                                  const clflash_context_options *opt,
+                                                  clflash_context **out);
+
+/* Creates an OpenCL context and queue on a device chosen this way: if the environment variable
+ * CLFLASH_DEVICE is set, it is either an index "P:D" (platform P, device D, from 0, as
+ * `clflash-query` lists them) or a case-insensitive substring of the platform or device name;
+ * otherwise the first GPU of any platform, else the first device of any type.
+ * Returns: as clflash_context_create, plus CLFLASH_ERROR_NO_DEVICE when no device exists or none
+ * matches CLFLASH_DEVICE. */
+CLFLASH_API clflash_status clflash_context_create_default(const clflash_context_options *opt,
+                                                          clflash_context **out);
+
+/* Waits for the context's queue, releases everything it created or retained. NULL is a no-op.
+ * Buffers, queues and events the caller passed in stay the caller's. */
+CLFLASH_API void clflash_context_free(clflash_context *c);
+
+/* Accessors; each returns NULL for a NULL context. The objects stay owned by the context (retain
+ * them if you need them past clflash_context_free). */
+CLFLASH_API cl_context clflash_context_cl(const clflash_context *c);
+CLFLASH_API cl_device_id clflash_context_device(const clflash_context *c);
+CLFLASH_API cl_command_queue clflash_context_queue(const clflash_context *c); /* in-order, owned */
+
+/* The build log of the last program that failed to build in this context, "" if none did (or c is
+ * NULL). The text stays valid until clflash_context_free. */
+CLFLASH_API const char *clflash_context_build_log(const clflash_context *c);
+
+/* ---------------------------------------------------------------------------------------------
+ * Describing an attention call.
+ * ------------------------------------------------------------------------------------------- */
+
+/* Causal masking, aligned bottom-right: query i sees key j iff j <= i + seq_k - seq_q. When
+ * seq_q > seq_k the first seq_q - seq_k queries see no key: their O rows are 0 and lse is -inf. */
+#define CLFLASH_CAUSAL (1u << 0)
+#define CLFLASH_KNOWN_FLAGS (CLFLASH_CAUSAL)
+
+/* Where a tensor's elements are, in elements of its dtype. Element (b, h, i, c) of a
+ * [batch][heads][seq][head_dim] tensor lives at
+ *     offset + b*batch_stride + h*head_stride + i*seq_stride + c
+ * head_dim is always contiguous. A stride of 0 means its contiguous default:
+ *     seq_stride = head_dim, head_stride = seq * seq_stride, batch_stride = heads * head_stride,
+ * so an all-zero layout is the contiguous [batch][heads][seq][head_dim] tensor, and e.g.
+ * [batch][seq][heads][head_dim] is {0, seq*heads*d, d, heads*d}. */
+typedef struct {
+    uint64_t offset, batch_stride, head_stride, seq_stride;
+} clflash_layout;
+
+typedef struct {
+    uint32_t batch;    /* >= 1 */
+    uint32_t heads_q;  /* >= 1 */
+    uint32_t heads_kv; /* 0 = heads_q; else must divide heads_q (GQA/MQA): query head h reads K/V
+                          head h / (heads_q / heads_kv) */
+    uint32_t seq_q;    /* >= 1 */
+    uint32_t seq_k;    /* >= 1 (seq_q != seq_k is fine) */
+    uint32_t head_dim; /* 1 .. CLFLASH_MAX_HEAD_DIM */
+    clflash_dtype dtype; /* storage type of Q, K, V and O; all math is fp32. F32 and F16 are
+                            supported; BF16 and I8 return CLFLASH_ERROR_UNSUPPORTED for now */
+    float scale;       /* 0 = 1/sqrt(head_dim); must be finite */
+    uint32_t flags;    /* CLFLASH_CAUSAL, ...; unknown bits are an error */
+    uint32_t block;    /* 0 = the planner chooses B; else exactly this B or
+                          CLFLASH_ERROR_TILE_TOO_LARGE */
+    clflash_layout q, k, v, o;
+} clflash_attention_desc;
+
+/* What the planner chose for a descriptor on a context's device. */
+typedef struct {
+    uint32_t block;              /* B: query rows per work-group and keys per K/V tile */
+    uint64_t tile_bytes;         /* the users' rule, (3*B*d + B*B) * dtype size */
+    uint64_t local_mem_budget;   /* what B was planned against: the device's local memory, or the
+                                    context's smaller local_mem_budget */
+    uint64_t kernel_local_bytes; /* CL_KERNEL_LOCAL_MEM_SIZE of the built kernel. The portable
+                                    kernel keeps Q, K, V in the storage type plus padding, and the
+                                    B x B probability block in fp32, so this can differ from
+                                    tile_bytes; it never exceeds local_mem_budget */
+    uint64_t score_matrix_bytes; /* seq_q * seq_k * dtype size: what naive attention writes per head */
+    uint64_t tiles_q, tiles_k;   /* ceil(seq_q / B), ceil(seq_k / B) */
+    uint64_t kv_passes;          /* K and V are streamed once per Q block: tiles_q */
+    const char *kernel;          /* the kernel variant chosen, a static string */
+    /* Added after the contract above (zero-initialised readers may ignore them): */
+    uint32_t threads_per_row;    /* work-items that share one query row */
+    uint32_t work_group_size;    /* block * threads_per_row */
+} clflash_plan;
+
+/* Plans a forward call: reads the device's local memory (or the context's smaller budget), takes
+ * the largest B that fits the tile rule, caps it by work-group limits and the tuned preference for
+ * the device class, builds the kernel (cached), checks CL_KERNEL_LOCAL_MEM_SIZE and
+ * CL_KERNEL_WORK_GROUP_SIZE, and steps B down until the real kernel fits. A forced d->block is used
+ * exactly or refused. Buffers are not looked at. Thread-safe.
+ * Returns: CLFLASH_SUCCESS; CLFLASH_ERROR_INVALID_ARGUMENT; the descriptor errors
+ * (CLFLASH_ERROR_INVALID_DTYPE, _INVALID_SHAPE, _INVALID_FLAGS, _INVALID_SCALE, _INVALID_LAYOUT,
+ * _HEAD_DIM_UNSUPPORTED, _UNSUPPORTED); CLFLASH_ERROR_TILE_TOO_LARGE; CLFLASH_ERROR_BUILD_FAILED;
+ * or an OpenCL error. */
+CLFLASH_API clflash_status clflash_plan_attention(clflash_context *c, const clflash_attention_desc *d,
+                                                  clflash_plan *out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Running attention on device buffers. Commands go to `queue` (NULL = the context's own queue; a
+ * caller's queue must belong to the context's cl_context and device). They wait for `wait`
+ * (num_wait events, as in OpenCL) and, if `done` is not NULL, *done receives an event that
+ * completes when everything the call enqueued has finished (release it with clReleaseEvent).
+ * The call returns once the work is enqueued; it does not wait for it.
+ *
+ * q, k, v, o are buffers of the descriptor's dtype laid out as d->q, d->k, d->v, d->o say. Each
+ * must be at least as large (CL_MEM_SIZE) as its layout's last element needs. `lse` may be NULL,
+ * else it is a float buffer [batch][heads_q][seq_q] that receives, per query row, the natural log of
+ * the sum of exp(scaled scores) over the keys it sees. A query row that sees no key gets O = 0 and
+ * lse = -INFINITY, never NaN. O's gaps (elements outside its layout) are never written.
+ *
+ * Returns: CLFLASH_SUCCESS; CLFLASH_ERROR_INVALID_ARGUMENT (NULL context, descriptor or required
+ * buffer); the descriptor errors listed at clflash_plan_attention; CLFLASH_ERROR_BUFFER_TOO_SMALL;
+ * CLFLASH_ERROR_TILE_TOO_LARGE; CLFLASH_ERROR_BUILD_FAILED; or an OpenCL error. If the device
+ * refuses a planned tile at enqueue (CL_OUT_OF_RESOURCES) and B was not forced, B is stepped down
+ * and the enqueue retried a few times before the error is returned.
+ * ------------------------------------------------------------------------------------------- */
+CLFLASH_API clflash_status clflash_forward(clflash_context *c, const clflash_attention_desc *d,
+                                           cl_command_queue queue, cl_mem q, cl_mem k, cl_mem v,
+                                           cl_mem o, cl_mem lse, cl_uint num_wait,
+                                           const cl_event *wait, cl_event *done);
+
+/* The seeds' baseline, with the same arguments and results as clflash_forward: it materializes
+ * S = scale * Q K^T in a device buffer of the storage dtype (seq_q * seq_k * dtype size bytes per
+ * head, as many heads at a time as fit the device's maximum allocation), applies a row softmax in
+ * place, then computes P V, each step a tiled kernel. The temporary is released once the work is
+ * done. Additional status: CLFLASH_ERROR_SCORE_MATRIX_TOO_LARGE when one head's S exceeds
+ * CL_DEVICE_MAX_MEM_ALLOC_SIZE. */
+CLFLASH_API clflash_status clflash_forward_naive(clflash_context *c, const clflash_attention_desc *d,
+                                                 cl_command_queue queue, cl_mem q, cl_mem k, cl_mem v,
+                                                 cl_mem o, cl_mem lse, cl_uint num_wait,
+                                                 const cl_event *wait, cl_event *done);
+
+/* Gradients of attention by recomputation from the saved lse (the FlashAttention backward).
+ * NOT YET IMPLEMENTED in this version: it validates its arguments like clflash_forward and then
+ * returns CLFLASH_ERROR_UNSUPPORTED without enqueueing anything. */
+CLFLASH_API clflash_status clflash_backward(clflash_context *c, const clflash_attention_desc *d,
+                                            cl_command_queue queue, cl_mem q, cl_mem k, cl_mem v,
+                                            cl_mem o, cl_mem d_o, cl_mem lse, cl_mem dq, cl_mem dk,
+                                            cl_mem dv, cl_uint num_wait, const cl_event *wait,
+                                            cl_event *done);
+
+/* Host convenience: copies q, k, v (host arrays laid out as the descriptor says, each at least as
+ * long as its layout's extent) to the device, runs clflash_forward on the context's queue, copies
+ * O's elements (and lse, if not NULL: float[batch][heads_q][seq_q]) back, and waits. Only O's own
+ * elements are written in `o`; its gaps are left as they were. Device memory is allocated for the
+ * call and released before it returns.
+ * Returns: as clflash_forward (CLFLASH_ERROR_INVALID_ARGUMENT for NULL q, k, v or o), plus OpenCL
+ * allocation and transfer errors. On an error `o` and `lse` are not written. */
+CLFLASH_API clflash_status clflash_forward_host(clflash_context *c, const clflash_attention_desc *d,
+                                                const void *q, const void *k, const void *v, void *o,
+                                                float *lse);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CLFLASH_H */

@@ -1,0 +1,138 @@
+/*
+ * internal.h - what the library's C files share and callers never see: the context structure,
+ * the resolved form of a descriptor, and the functions one part of lib/ offers another.
+ *
+ * Data flows one way: clflash.h -> validate (desc -> clflash_problem) -> planner (device facts +
+ * tile rule) -> program cache -> enqueue. Each step lives in its own file.
+ */
+#ifndef CLFLASH_INTERNAL_H
+#define CLFLASH_INTERNAL_H
+
+#include "clflash.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+
+#define CLFLASH_INTERNAL __attribute__((visibility("hidden")))
+
+/* ---- status.c: the per-thread detail message ------------------------------------------------ */
+/* Sets the calling thread's detail message (printf format) and returns `status` unchanged, so a
+ * failure reads `return fail(CLFLASH_ERROR_INVALID_SHAPE, "seq_q is 0");`. */
+CLFLASH_INTERNAL clflash_status clflash_fail(clflash_status status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Clears the calling thread's detail message; every public entry point calls it first. */
+CLFLASH_INTERNAL void clflash_clear_detail(void);
+
+/* ---- device facts, read once when a context is created (device_info.c) ----------------------- */
+typedef enum { CLFLASH_CLASS_CPU, CLFLASH_CLASS_NVIDIA_GPU, CLFLASH_CLASS_AMD_GPU,
+               CLFLASH_CLASS_INTEL_GPU, CLFLASH_CLASS_OTHER_GPU, CLFLASH_CLASS_OTHER } clflash_device_class;
+
+typedef struct {
+    char name[256], vendor[256], version[256], driver[256];
+    cl_device_type type;
+    clflash_device_class device_class;
+    cl_ulong local_mem_size, max_alloc_size, global_mem_size;
+    size_t max_work_group_size;
+    cl_uint compute_units;
+    int nv_cc_major, nv_cc_minor; /* 0 when not an NVIDIA device */
+} clflash_device_info;
+
+CLFLASH_INTERNAL cl_int clflash_read_device_info(cl_device_id dev, clflash_device_info *out);
+
+/* ---- the context (context.c) ----------------------------------------------------------------- */
+typedef struct clflash_program_entry clflash_program_entry;
+typedef struct clflash_log_entry clflash_log_entry;
+
+struct clflash_context {
+    uint32_t magic;           /* CLFLASH_CONTEXT_MAGIC while alive; cleared on free */
+    cl_context ctx;           /* retained */
+    cl_device_id dev;
+    cl_command_queue queue;   /* created and owned by the context, in-order */
+    clflash_device_info info;
+    uint64_t local_mem_budget; /* min(device, option) */
+    char *build_options;       /* the caller's extra options, "" if none */
+
+    pthread_mutex_t lock;      /* guards programs and logs */
+    clflash_program_entry *programs;
+    clflash_log_entry *logs;   /* newest first; old texts stay valid until free */
+};
+#define CLFLASH_CONTEXT_MAGIC 0x434c464cu /* "CLFL" */
+
+/* Returns CLFLASH_ERROR_INVALID_ARGUMENT (with a detail) unless c is a live context. */
+CLFLASH_INTERNAL clflash_status clflash_check_context(const clflash_context *c);
+
+/* ---- program_cache.c ------------------------------------------------------------------------- */
+/* The kernel sources embedded from cl/ (see cmake/embed_cl.cmake). */
+typedef enum { CLFLASH_SOURCE_FLASH_FORWARD, CLFLASH_SOURCE_NAIVE_ATTENTION } clflash_source_id;
+
+/* Returns a built program for (source, options) on the context's device, building it the first
+ * time; the program stays owned by the cache (do not release it). On a build failure the log is
+ * kept for clflash_context_build_log and CLFLASH_ERROR_BUILD_FAILED is returned. Thread-safe. */
+CLFLASH_INTERNAL clflash_status clflash_get_program(clflash_context *c, clflash_source_id source,
+                                                    const char *defines, cl_program *out);
+
+/* ---- validate.c: the descriptor resolved into what kernels need ------------------------------ */
+typedef struct {
+    uint64_t offset, batch_stride, head_stride, seq_stride; /* elements, defaults filled in */
+} clflash_strides;
+
+typedef struct {
+    uint32_t batch, heads_q, heads_kv, group, seq_q, seq_k, head_dim;
+    clflash_dtype dtype;
+    size_t elem_size;
+    float scale;
+    uint32_t flags;
+    uint32_t block;            /* as given: 0 = planner */
+    clflash_strides q, k, v, o;
+} clflash_problem;
+
+/* Checks every field of d and resolves defaults (heads_kv, scale, strides). */
+CLFLASH_INTERNAL clflash_status clflash_resolve_desc(const clflash_attention_desc *d, clflash_problem *p);
+
+/* Bytes a tensor's buffer must hold: (last element index + 1) * elem_size; UINT64_MAX on overflow. */
+CLFLASH_INTERNAL uint64_t clflash_tensor_extent_bytes(const clflash_strides *s, uint32_t batch,
+                                                      uint32_t heads, uint32_t seq, uint32_t head_dim,
+                                                      size_t elem_size);
+
+/* Checks that `buf` is a buffer of at least `need` bytes; `what` names it in the detail. */
+CLFLASH_INTERNAL clflash_status clflash_check_buffer(cl_mem buf, uint64_t need, const char *what);
+
+/* The checks every enqueueing entry point shares: context, descriptor, queue, wait list, and the
+ * sizes of q, k, v, o and (if not NULL) lse. Fills *p and *queue_out (the queue to use). */
+CLFLASH_INTERNAL clflash_status clflash_validate_call(clflash_context *c, const clflash_attention_desc *d,
+                                                      cl_command_queue queue, cl_mem q, cl_mem k,
+                                                      cl_mem v, cl_mem o, cl_mem lse, cl_uint num_wait,
+                                                      const cl_event *wait, clflash_problem *p,
+                                                      cl_command_queue *queue_out);
+
+/* ---- tuning.c: per-device-class preferences --------------------------------------------------- */
+typedef struct {
+    uint32_t max_block;        /* cap on B even if a larger tile fits */
+    uint32_t threads_per_row;  /* work-items per query row in the portable kernel */
+    uint32_t max_work_group;   /* cap on B * threads_per_row */
+} clflash_tuning;
+
+CLFLASH_INTERNAL clflash_tuning clflash_tuning_for(const clflash_device_info *info, uint32_t head_dim,
+                                                   size_t elem_size);
+
+/* ---- planner.c ------------------------------------------------------------------------------ */
+typedef struct {
+    clflash_plan plan;
+    cl_program program;        /* owned by the cache */
+    char defines[512];         /* the -D options the program was built with */
+} clflash_flash_kernel;
+
+/* Plans and builds the portable flash kernel for p. If `below_block` is not 0, only blocks smaller
+ * than it are considered (used to step down after CL_OUT_OF_RESOURCES at enqueue). */
+CLFLASH_INTERNAL clflash_status clflash_plan_flash(clflash_context *c, const clflash_problem *p,
+                                                   int with_lse, uint32_t below_block,
+                                                   clflash_flash_kernel *out);
+
+/* ---- kernel-argument helpers shared by the dispatchers (dispatch_util.c) ---------------------- */
+/* Sets consecutive kernel arguments from a list; stops at the first error. */
+typedef struct { size_t size; const void *value; } clflash_arg;
+CLFLASH_INTERNAL cl_int clflash_set_args(cl_kernel k, cl_uint first, const clflash_arg *args, size_t n);
+/* Appends " -D NAME=value" for the dtype and the storage-type macros both kernel files use. */
+CLFLASH_INTERNAL const char *clflash_dtype_define(clflash_dtype t);
+
+#endif /* CLFLASH_INTERNAL_H */

@@ -1,0 +1,76 @@
+/*
+ * tile_math.c - the users' tile rule as pure functions: dtype sizes, the score matrix a naive
+ * implementation materializes, one flash tile's bytes, and the largest B that fits a budget.
+ *
+ * Why separate: these are the seeds' calculator. They need no device, are exact in 64-bit integer
+ * arithmetic, saturate to UINT64_MAX instead of wrapping, and are what clflash-query prints.
+ */
+#include "clflash.h"
+
+#include <math.h>
+
+size_t clflash_dtype_size(clflash_dtype t)
+{
+    switch (t) {
+    case CLFLASH_F32: return 4;
+    case CLFLASH_F16: return 2;
+    case CLFLASH_BF16: return 2;
+    case CLFLASH_I8: return 1;
+    default: return 0;
+    }
+}
+
+/* a * b, or UINT64_MAX if it does not fit. */
+static uint64_t mul_sat(uint64_t a, uint64_t b)
+{
+    if (a != 0 && b > UINT64_MAX / a)
+        return UINT64_MAX;
+    return a * b;
+}
+
+static uint64_t add_sat(uint64_t a, uint64_t b)
+{
+    return (b > UINT64_MAX - a) ? UINT64_MAX : a + b;
+}
+
+uint64_t clflash_score_matrix_bytes(uint64_t seq_q, uint64_t seq_k, uint64_t bytes_per_score)
+{
+    return mul_sat(mul_sat(seq_q, seq_k), bytes_per_score);
+}
+
+uint64_t clflash_tile_bytes(uint64_t block, uint64_t head_dim, uint64_t bytes_per_elem)
+{
+    uint64_t qkv = mul_sat(mul_sat(3, block), head_dim);
+    uint64_t scores = mul_sat(block, block);
+    return mul_sat(add_sat(qkv, scores), bytes_per_elem);
+}
+
+/* Whether B's tile fits the budget, in exact saturating arithmetic. */
+static int fits(uint64_t block, uint64_t head_dim, uint64_t bytes_per_elem, uint64_t budget)
+{
+    uint64_t t = clflash_tile_bytes(block, head_dim, bytes_per_elem);
+    return t != UINT64_MAX && t <= budget; /* a tile too large to count never fits */
+}
+
+uint64_t clflash_max_block(uint64_t local_mem_bytes, uint64_t head_dim, uint64_t bytes_per_elem)
+{
+    static const uint64_t small[] = {8, 4, 2, 1};
+    if (head_dim == 0 || bytes_per_elem == 0)
+        return 0;
+    /* The largest B with B*B + 3*d*B <= budget/s is the positive root of the quadratic. Estimate it
+     * in long double (no overflow for any input), then correct it with exact integer checks. */
+    long double x = (long double)(local_mem_bytes / bytes_per_elem);
+    long double d3 = 3.0L * (long double)head_dim;
+    long double root = (sqrtl(d3 * d3 + 4.0L * x) - d3) / 2.0L;
+    uint64_t b = root >= 18446744073709551615.0L ? UINT64_MAX : (uint64_t)root;
+    while (b > 0 && !fits(b, head_dim, bytes_per_elem, local_mem_bytes))
+        b--;
+    while (b < UINT64_MAX && fits(b + 1, head_dim, bytes_per_elem, local_mem_bytes))
+        b++;
+    if (b >= 16)
+        return b - b % 16;
+    for (size_t i = 0; i < sizeof small / sizeof small[0]; i++)
+        if (small[i] <= b)
+            return small[i];
+    return 0;
+}
