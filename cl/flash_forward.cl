@@ -2,7 +2,8 @@
  * flash_forward.cl - the portable FlashAttention forward kernel: exact attention by tiles and an
  * online softmax, in plain OpenCL C 1.2, for any device. The host prepends common.cl.
  *
- * One work-group computes BLOCK query rows of one (batch, head). TPR work-items share each row
+ * One work-group computes BLOCK query rows of one (batch, head): the grid is (query blocks x
+ * BLOCK*TPR, heads_q, batch), so the blocks of one head run side by side and share K/V in cache. TPR work-items share each row
  * (work-item lid owns row lid / TPR, lane t = lid % TPR), so the work-group has BLOCK*TPR items.
  * Local tiles:
  *   qt[BLOCK][LDS_STRIDE]  the Q block, storage bits, loaded once;
@@ -47,9 +48,9 @@ flash_forward(__global const bits_t *q, __global const bits_t *k, __global const
     const uint row = lid / TPR;
     const uint lane = lid % TPR;
     const uint q0 = get_group_id(0) * BLOCK;
-    const uint bh = get_group_id(1);
-    const uint b = bh / heads_q;
-    const uint h = bh % heads_q;
+    const uint h = get_group_id(1);
+    const uint b = get_group_id(2);
+    const uint bh = b * heads_q + h;
     const uint hk = h / group;
     const uint qi = q0 + row; /* this row's query index; may be >= seq_q in the last block */
 

@@ -40,7 +40,7 @@ naive_scores(__global const bits_t *q, __global const bits_t *k, __global bits_t
         store_g(s, ((ulong)hb * seq_q + i) * seq_k + j, key_visible(i, j, seq_q, seq_k) ? acc * scale : -INFINITY);
 }
 
-/* One work-group per row. Each work-item keeps a running (max, sum) over its strided share of the
+/* One work-group per row; the grid is (SOFTMAX_WG * seq_q, heads). Each work-item keeps a running (max, sum) over its strided share of the
  * row; a tree in local memory combines them (a barrier after every level); then the row is
  * normalised in place. A row with no visible key gets P = 0 and lse = -INFINITY. */
 __kernel __attribute__((reqd_work_group_size(SOFTMAX_WG, 1, 1))) void
@@ -49,7 +49,7 @@ naive_softmax(__global bits_t *s, __global float *lse, uint seq_q, uint seq_k, u
     __local float red_m[SOFTMAX_WG];
     __local float red_l[SOFTMAX_WG];
     const uint lid = get_local_id(0);
-    const uint i = get_group_id(1), hb = get_group_id(2);
+    const uint i = get_group_id(0), hb = get_group_id(1);
     __global bits_t *row = s + ((ulong)hb * seq_q + i) * seq_k;
 
     float m = -INFINITY, l = 0.0f;

@@ -150,6 +150,10 @@ typedef struct {
     /* Extra options appended to every clBuildProgram call (for example "-cl-nv-verbose"); NULL or
      * "" for none. The string is copied. Never pass -cl-finite-math-only: clflash relies on -inf. */
     const char *build_options;
+    /* Added after the contract above. 0: the device class's tuned value. Else the number of
+     * work-items that share one query row in the portable kernel (rounded down to a power of two
+     * that divides B, at most 64): lets tests and tuning force what the device would decide. */
+    uint32_t threads_per_row;
 } clflash_context_options; /* zero-initialised = defaults; fields added later keep that rule */
 
 /* Wraps a caller's context and device. clflash retains ctx (and releases it on free), creates its

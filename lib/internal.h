@@ -38,6 +38,8 @@ typedef struct {
 } clflash_device_info;
 
 CLFLASH_INTERNAL cl_int clflash_read_device_info(cl_device_id dev, clflash_device_info *out);
+/* 1 if `needle` occurs in `hay`, ignoring ASCII case. */
+CLFLASH_INTERNAL int clflash_contains_nocase(const char *hay, const char *needle);
 
 /* ---- the context (context.c) ----------------------------------------------------------------- */
 typedef struct clflash_program_entry clflash_program_entry;
@@ -51,6 +53,7 @@ struct clflash_context {
     clflash_device_info info;
     uint64_t local_mem_budget; /* min(device, option) */
     char *build_options;       /* the caller's extra options, "" if none */
+    uint32_t threads_per_row;  /* 0 = tuned; else the caller's choice */
 
     pthread_mutex_t lock;      /* guards programs and logs */
     clflash_program_entry *programs;
@@ -70,6 +73,12 @@ typedef enum { CLFLASH_SOURCE_FLASH_FORWARD, CLFLASH_SOURCE_NAIVE_ATTENTION } cl
  * kept for clflash_context_build_log and CLFLASH_ERROR_BUILD_FAILED is returned. Thread-safe. */
 CLFLASH_INTERNAL clflash_status clflash_get_program(clflash_context *c, clflash_source_id source,
                                                     const char *defines, cl_program *out);
+
+/* Releases every cached program and kept build log (called by clflash_context_free). */
+CLFLASH_INTERNAL void clflash_program_cache_free(clflash_context *c);
+
+/* Grid dimensions other than the first stay below 65536 (CUDA-class devices limit them). */
+#define CLFLASH_MAX_GRID_DIM 65535u
 
 /* ---- validate.c: the descriptor resolved into what kernels need ------------------------------ */
 typedef struct {
@@ -118,12 +127,12 @@ CLFLASH_INTERNAL clflash_tuning clflash_tuning_for(const clflash_device_info *in
 /* ---- planner.c ------------------------------------------------------------------------------ */
 typedef struct {
     clflash_plan plan;
-    cl_program program;        /* owned by the cache */
-    char defines[512];         /* the -D options the program was built with */
+    cl_kernel kernel;          /* created for this call; the caller releases it */
 } clflash_flash_kernel;
 
-/* Plans and builds the portable flash kernel for p. If `below_block` is not 0, only blocks smaller
- * than it are considered (used to step down after CL_OUT_OF_RESOURCES at enqueue). */
+/* Plans and builds the portable flash kernel for p and creates a kernel object from it. If
+ * `below_block` is not 0, only blocks smaller than it are considered (used to step down after
+ * CL_OUT_OF_RESOURCES at enqueue). */
 CLFLASH_INTERNAL clflash_status clflash_plan_flash(clflash_context *c, const clflash_problem *p,
                                                    int with_lse, uint32_t below_block,
                                                    clflash_flash_kernel *out);

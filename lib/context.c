@@ -1,0 +1,102 @@
+/*
+ * context.c - creating, inspecting and freeing a clflash_context around a caller's OpenCL context
+ * and device: the device facts, an owned in-order queue, the options, and the program cache's lock.
+ *
+ * Why separate: the context's lifetime rules (what is retained, what is owned, what a free
+ * releases) are the library's ownership contract; they live in one place.
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+
+clflash_status clflash_check_context(const clflash_context *c)
+{
+    if (c == NULL)
+        return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "the context is NULL");
+    if (c->magic != CLFLASH_CONTEXT_MAGIC)
+        return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "the context is not a live clflash context");
+    return CLFLASH_SUCCESS;
+}
+
+clflash_status clflash_context_create(cl_context ctx, cl_device_id dev, const clflash_context_options *opt,
+                                      clflash_context **out)
+{
+    clflash_context *c;
+    cl_int err;
+    const char *extra = (opt && opt->build_options) ? opt->build_options : "";
+
+    clflash_clear_detail();
+    if (out == NULL)
+        return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "out is NULL");
+    if (ctx == NULL || dev == NULL)
+        return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "%s is NULL", ctx == NULL ? "ctx" : "dev");
+    if (opt && opt->threads_per_row > 64)
+        return clflash_fail(CLFLASH_ERROR_INVALID_OPTIONS, "threads_per_row %u is above 64", opt->threads_per_row);
+    if (strlen(extra) > 4096)
+        return clflash_fail(CLFLASH_ERROR_INVALID_OPTIONS, "build_options is longer than 4096 characters");
+
+    if ((c = calloc(1, sizeof *c)) == NULL)
+        return clflash_fail(CLFLASH_ERROR_OUT_OF_HOST_MEMORY, "allocating the context failed");
+    if ((c->build_options = strdup(extra)) == NULL) {
+        free(c);
+        return clflash_fail(CLFLASH_ERROR_OUT_OF_HOST_MEMORY, "copying build_options failed");
+    }
+    if ((err = clflash_read_device_info(dev, &c->info)) != CL_SUCCESS) {
+        free(c->build_options);
+        free(c);
+        return clflash_fail(err, "reading the device's properties failed");
+    }
+    c->queue = clCreateCommandQueue(ctx, dev, 0, &err);
+    if (err != CL_SUCCESS) {
+        free(c->build_options);
+        free(c);
+        return clflash_fail(err, "creating the command queue failed (is dev a device of ctx?)");
+    }
+    if (pthread_mutex_init(&c->lock, NULL) != 0) {
+        clReleaseCommandQueue(c->queue);
+        free(c->build_options);
+        free(c);
+        return clflash_fail(CLFLASH_ERROR_OUT_OF_HOST_MEMORY, "creating the context's lock failed");
+    }
+    clRetainContext(ctx);
+    c->ctx = ctx;
+    c->dev = dev;
+    c->local_mem_budget = c->info.local_mem_size;
+    if (opt && opt->local_mem_budget && opt->local_mem_budget < c->local_mem_budget)
+        c->local_mem_budget = opt->local_mem_budget;
+    c->threads_per_row = opt ? opt->threads_per_row : 0;
+    c->magic = CLFLASH_CONTEXT_MAGIC;
+    *out = c;
+    return CLFLASH_SUCCESS;
+}
+
+void clflash_context_free(clflash_context *c)
+{
+    if (c == NULL || c->magic != CLFLASH_CONTEXT_MAGIC)
+        return;
+    c->magic = 0;
+    clFinish(c->queue);
+    clflash_program_cache_free(c);
+    clReleaseCommandQueue(c->queue);
+    clReleaseContext(c->ctx);
+    pthread_mutex_destroy(&c->lock);
+    free(c->build_options);
+    free(c);
+}
+
+cl_context clflash_context_cl(const clflash_context *c)
+{
+    return c ? c->ctx : NULL;
+}
+
+cl_device_id clflash_context_device(const clflash_context *c)
+{
+    return c ? c->dev : NULL;
+}
+
+cl_command_queue clflash_context_queue(const clflash_context *c)
+{
+    return c ? c->queue : NULL;
+}

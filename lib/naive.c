@@ -1,0 +1,167 @@
+/*
+ * naive.c - clflash_forward_naive: the seeds' baseline. It materializes S = scale * Q K^T for as
+ * many heads at a time as one allocation allows, softmaxes it in place, and multiplies by V.
+ *
+ * Why keep it: it is what naive attention does (the O(n^2) bytes written and read back that flash
+ * avoids), and so the honest comparison for clflash-bench and a second opinion for the tests.
+ * Each step is a tiled kernel (cl/naive_attention.cl); the steps are chained by events so the
+ * order also holds on out-of-order queues.
+ */
+#include "internal.h"
+
+#include <stdio.h>
+
+#define TILE 16
+
+typedef struct {
+    cl_kernel scores, softmax, pv;
+} naive_kernels;
+
+static void release_kernels(naive_kernels *nk)
+{
+    if (nk->scores) clReleaseKernel(nk->scores);
+    if (nk->softmax) clReleaseKernel(nk->softmax);
+    if (nk->pv) clReleaseKernel(nk->pv);
+}
+
+static clflash_status make_kernels(clflash_context *c, const clflash_problem *p, int with_lse, naive_kernels *nk,
+                                   size_t *softmax_wg)
+{
+    char defines[256];
+    cl_program prog;
+    cl_int e1, e2, e3;
+    clflash_status st;
+    size_t wg = 256, kernel_wg = 0;
+    if (c->info.max_work_group_size < TILE * TILE)
+        return clflash_fail(CLFLASH_ERROR_UNSUPPORTED, "the naive path needs work-groups of %d items; the device allows %zu",
+                            TILE * TILE, c->info.max_work_group_size);
+    for (;;) {
+        snprintf(defines, sizeof defines, "%s -D HEAD_DIM=%u -D CAUSAL=%d -D WITH_LSE=%d -D SOFTMAX_WG=%zu",
+                 clflash_dtype_define(p->dtype), p->head_dim, (p->flags & CLFLASH_CAUSAL) ? 1 : 0, with_lse ? 1 : 0, wg);
+        if ((st = clflash_get_program(c, CLFLASH_SOURCE_NAIVE_ATTENTION, defines, &prog)) != CLFLASH_SUCCESS)
+            return st;
+        nk->scores = clCreateKernel(prog, "naive_scores", &e1);
+        nk->softmax = clCreateKernel(prog, "naive_softmax", &e2);
+        nk->pv = clCreateKernel(prog, "naive_pv", &e3);
+        if (e1 || e2 || e3) {
+            release_kernels(nk);
+            return clflash_fail(e1 ? e1 : e2 ? e2 : e3, "creating the naive kernels failed");
+        }
+        if ((e1 = clGetKernelWorkGroupInfo(nk->softmax, c->dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof kernel_wg,
+                                           &kernel_wg, NULL)) != CL_SUCCESS) {
+            release_kernels(nk);
+            return clflash_fail(e1, "clGetKernelWorkGroupInfo failed");
+        }
+        if (kernel_wg >= wg || wg == 1)
+            break;
+        release_kernels(nk); /* the softmax kernel runs fewer items here: rebuild it narrower */
+        nk->scores = nk->softmax = nk->pv = NULL;
+        wg /= 2;
+    }
+    *softmax_wg = wg;
+    return CLFLASH_SUCCESS;
+}
+
+/* Enqueues one kernel that waits on `after` (or on the caller's list the first time) and leaves its
+ * event in *event. */
+static cl_int enqueue(cl_command_queue qu, cl_kernel k, const size_t *global, const size_t *local, cl_uint nwait,
+                      const cl_event *wait, cl_event *event)
+{
+    return clEnqueueNDRangeKernel(qu, k, 3, NULL, global, local, nwait, wait, event);
+}
+
+clflash_status clflash_forward_naive(clflash_context *c, const clflash_attention_desc *d, cl_command_queue queue,
+                                     cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_uint num_wait,
+                                     const cl_event *wait, cl_event *done)
+{
+    clflash_problem p;
+    cl_command_queue qu;
+    clflash_status st;
+    naive_kernels nk = {0};
+    size_t softmax_wg = 0;
+    uint64_t per_head, total, chunk;
+    cl_mem s = NULL;
+    cl_int err = CL_SUCCESS;
+    cl_event prev = NULL;
+
+    clflash_clear_detail();
+    if ((st = clflash_validate_call(c, d, queue, q, k, v, o, lse, num_wait, wait, &p, &qu)) != CLFLASH_SUCCESS)
+        return st;
+    per_head = clflash_score_matrix_bytes(p.seq_q, p.seq_k, p.elem_size);
+    if (per_head > c->info.max_alloc_size)
+        return clflash_fail(CLFLASH_ERROR_SCORE_MATRIX_TOO_LARGE,
+                            "one head's score matrix needs %llu bytes; the device's largest allocation is %llu",
+                            (unsigned long long)per_head, (unsigned long long)c->info.max_alloc_size);
+    total = (uint64_t)p.batch * p.heads_q;
+    chunk = c->info.max_alloc_size / per_head;
+    if (chunk > total) chunk = total;
+    if (chunk > CLFLASH_MAX_GRID_DIM) chunk = CLFLASH_MAX_GRID_DIM;
+
+    if ((st = make_kernels(c, &p, lse != NULL, &nk, &softmax_wg)) != CLFLASH_SUCCESS)
+        return st;
+    s = clCreateBuffer(c->ctx, CL_MEM_READ_WRITE, (size_t)(chunk * per_head), NULL, &err);
+    if (err != CL_SUCCESS) {
+        release_kernels(&nk);
+        return clflash_fail(err, "allocating the %llu-byte score matrix failed", (unsigned long long)(chunk * per_head));
+    }
+
+    {
+        const cl_uint seq_q = p.seq_q, seq_k = p.seq_k, heads_q = p.heads_q, group = p.group;
+        const cl_ulong ql[4] = {p.q.offset, p.q.batch_stride, p.q.head_stride, p.q.seq_stride};
+        const cl_ulong kl[4] = {p.k.offset, p.k.batch_stride, p.k.head_stride, p.k.seq_stride};
+        const cl_ulong vl[4] = {p.v.offset, p.v.batch_stride, p.v.head_stride, p.v.seq_stride};
+        const cl_ulong ol[4] = {p.o.offset, p.o.batch_stride, p.o.head_stride, p.o.seq_stride};
+        const clflash_arg score_args[] = {
+            {sizeof(cl_mem), &q}, {sizeof(cl_mem), &k}, {sizeof(cl_mem), &s}, {sizeof(cl_uint), &seq_q},
+            {sizeof(cl_uint), &seq_k}, {sizeof(cl_uint), &heads_q}, {sizeof(cl_uint), &group}};
+        const clflash_arg softmax_args[] = {
+            {sizeof(cl_mem), &s}, {sizeof(cl_mem), lse ? &lse : NULL}, {sizeof(cl_uint), &seq_q},
+            {sizeof(cl_uint), &seq_k}};
+        const clflash_arg pv_args[] = {
+            {sizeof(cl_mem), &s}, {sizeof(cl_mem), &v}, {sizeof(cl_mem), &o}, {sizeof(cl_uint), &seq_q},
+            {sizeof(cl_uint), &seq_k}, {sizeof(cl_uint), &heads_q}, {sizeof(cl_uint), &group}};
+        const size_t tile_local[3] = {TILE, TILE, 1}, softmax_local[3] = {softmax_wg, 1, 1};
+
+        err = clflash_set_args(nk.scores, 0, score_args, 7);
+        if (!err) err = clSetKernelArg(nk.scores, 8, sizeof(float), &p.scale);
+        for (cl_uint i = 0; !err && i < 4; i++) {
+            err = clSetKernelArg(nk.scores, 9 + i, sizeof(cl_ulong), &ql[i]);
+            if (!err) err = clSetKernelArg(nk.scores, 13 + i, sizeof(cl_ulong), &kl[i]);
+            if (!err) err = clSetKernelArg(nk.pv, 8 + i, sizeof(cl_ulong), &vl[i]);
+            if (!err) err = clSetKernelArg(nk.pv, 12 + i, sizeof(cl_ulong), &ol[i]);
+        }
+        if (!err) err = clflash_set_args(nk.softmax, 0, softmax_args, 4);
+        if (!err) err = clflash_set_args(nk.pv, 0, pv_args, 7);
+
+        for (uint64_t bh0 = 0; !err && bh0 < total; bh0 += chunk) {
+            const cl_uint first = (cl_uint)bh0;
+            const size_t heads = (size_t)(total - bh0 < chunk ? total - bh0 : chunk);
+            const size_t g_scores[3] = {(p.seq_k + TILE - 1) / TILE * TILE, (p.seq_q + TILE - 1) / TILE * TILE, heads};
+            const size_t g_softmax[3] = {softmax_wg * p.seq_q, heads, 1};
+            const size_t g_pv[3] = {(p.head_dim + TILE - 1) / TILE * TILE, (p.seq_q + TILE - 1) / TILE * TILE, heads};
+            cl_event e1 = NULL, e2 = NULL, e3 = NULL;
+            err = clSetKernelArg(nk.scores, 7, sizeof(cl_uint), &first);
+            if (!err) err = clSetKernelArg(nk.softmax, 4, sizeof(cl_uint), &first);
+            if (!err) err = clSetKernelArg(nk.pv, 7, sizeof(cl_uint), &first);
+            if (!err) err = prev ? enqueue(qu, nk.scores, g_scores, tile_local, 1, &prev, &e1)
+                                 : enqueue(qu, nk.scores, g_scores, tile_local, num_wait, wait, &e1);
+            if (!err) err = enqueue(qu, nk.softmax, g_softmax, softmax_local, 1, &e1, &e2);
+            if (!err) err = enqueue(qu, nk.pv, g_pv, tile_local, 1, &e2, &e3);
+            if (prev) clReleaseEvent(prev);
+            if (e1) clReleaseEvent(e1);
+            if (e2) clReleaseEvent(e2);
+            prev = e3;
+        }
+    }
+    release_kernels(&nk);
+    clReleaseMemObject(s); /* freed by OpenCL once the enqueued kernels are done with it */
+    if (err != CL_SUCCESS) {
+        if (prev) clReleaseEvent(prev);
+        return clflash_fail(err, "enqueueing the naive attention kernels failed");
+    }
+    if (done)
+        *done = prev;
+    else if (prev)
+        clReleaseEvent(prev);
+    return CLFLASH_SUCCESS;
+}

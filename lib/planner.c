@@ -1,0 +1,199 @@
+/*
+ * planner.c - chooses the tile size B for a call, by the users' rule and then by the real kernel.
+ *
+ * The rule: one tile holds a Q block, a K block, a V block and the B x B score block,
+ * (3*B*d + B*B) * s bytes, and must fit the local memory (the device's, or the context's smaller
+ * budget). The planner takes the largest B that fits, caps it by the device class's preference and
+ * by the sequence lengths, builds the kernel for it, and then asks the built kernel what it really
+ * uses (CL_KERNEL_LOCAL_MEM_SIZE includes padding and the driver's own bytes, 4 on NVIDIA) and how
+ * many work-items it can run (CL_KERNEL_WORK_GROUP_SIZE). If the kernel does not fit, it first
+ * halves the lanes per row, then steps B down. A forced B is used exactly or refused.
+ */
+#include "internal.h"
+
+#include <stdio.h>
+
+#define KERNEL_NAME "flash_forward"
+static const char variant_name[] = "flash_forward_portable";
+
+/* The next smaller block the rule allows: multiples of 16, then 8, 4, 2, 1; 0 after 1. */
+static uint32_t step_down(uint32_t b)
+{
+    if (b > 16)
+        return (b - 1) / 16 * 16;
+    return b / 2;
+}
+
+/* Largest valid block <= b. */
+static uint32_t round_block(uint64_t b)
+{
+    if (b >= 16)
+        return (uint32_t)(b > 4096 ? 4096 : b / 16 * 16);
+    if (b >= 8) return 8;
+    if (b >= 4) return 4;
+    if (b >= 2) return 2;
+    return (uint32_t)b;
+}
+
+/* Lanes per row: a power of two <= want that divides B, with B * lanes <= max_wg. */
+static uint32_t choose_lanes(uint32_t block, uint32_t want, uint32_t max_wg)
+{
+    uint32_t t = 1;
+    while (t * 2 <= want && block % (t * 2) == 0 && (uint64_t)block * t * 2 <= max_wg)
+        t *= 2;
+    return t;
+}
+
+/* Row stride of a local tile, in elements: padded so that it is an odd number of 32-bit words,
+ * which puts consecutive rows in different banks. */
+static uint32_t lds_stride(uint32_t head_dim, size_t elem_size)
+{
+    uint32_t per_word = (uint32_t)(4 / elem_size);
+    uint32_t words = (uint32_t)((head_dim * elem_size + 3) / 4);
+    if (words % 2 == 0)
+        words++;
+    return words * per_word;
+}
+
+/* Builds the kernel for (B, lanes) and reads what it really needs. */
+static clflash_status build_variant(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t block,
+                                    uint32_t lanes, cl_kernel *kernel, cl_ulong *local_bytes, size_t *max_wg)
+{
+    char defines[512];
+    cl_program prog;
+    cl_int err;
+    clflash_status st;
+    snprintf(defines, sizeof defines,
+             "%s -D HEAD_DIM=%u -D BLOCK=%u -D TPR=%u -D LDS_STRIDE=%u -D P_STRIDE=%u -D CAUSAL=%d -D WITH_LSE=%d",
+             clflash_dtype_define(p->dtype), p->head_dim, block, lanes, lds_stride(p->head_dim, p->elem_size),
+             block | 1u, (p->flags & CLFLASH_CAUSAL) ? 1 : 0, with_lse ? 1 : 0);
+    if ((st = clflash_get_program(c, CLFLASH_SOURCE_FLASH_FORWARD, defines, &prog)) != CLFLASH_SUCCESS)
+        return st;
+    *kernel = clCreateKernel(prog, KERNEL_NAME, &err);
+    if (err != CL_SUCCESS)
+        return clflash_fail(err, "clCreateKernel(%s) failed", KERNEL_NAME);
+    if ((err = clGetKernelWorkGroupInfo(*kernel, c->dev, CL_KERNEL_LOCAL_MEM_SIZE, sizeof *local_bytes,
+                                        local_bytes, NULL)) != CL_SUCCESS ||
+        (err = clGetKernelWorkGroupInfo(*kernel, c->dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof *max_wg, max_wg,
+                                        NULL)) != CL_SUCCESS) {
+        clReleaseKernel(*kernel);
+        *kernel = NULL;
+        return clflash_fail(err, "clGetKernelWorkGroupInfo failed");
+    }
+    return CLFLASH_SUCCESS;
+}
+
+static void fill_plan(const clflash_problem *p, uint64_t budget, uint32_t block, uint32_t lanes,
+                      cl_ulong local_bytes, clflash_plan *plan)
+{
+    plan->block = block;
+    plan->tile_bytes = clflash_tile_bytes(block, p->head_dim, p->elem_size);
+    plan->local_mem_budget = budget;
+    plan->kernel_local_bytes = local_bytes;
+    plan->score_matrix_bytes = clflash_score_matrix_bytes(p->seq_q, p->seq_k, p->elem_size);
+    plan->tiles_q = ((uint64_t)p->seq_q + block - 1) / block;
+    plan->tiles_k = ((uint64_t)p->seq_k + block - 1) / block;
+    plan->kv_passes = plan->tiles_q;
+    plan->kernel = variant_name;
+    plan->threads_per_row = lanes;
+    plan->work_group_size = block * lanes;
+}
+
+clflash_status clflash_plan_flash(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t below_block,
+                                  clflash_flash_kernel *out)
+{
+    const uint64_t budget = c->local_mem_budget;
+    clflash_tuning tune = clflash_tuning_for(&c->info, p->head_dim, p->elem_size);
+    const int forced = p->block != 0;
+    uint32_t block;
+
+    if (c->threads_per_row) { /* the caller's override wins over the class's preference */
+        tune.threads_per_row = c->threads_per_row;
+        if (tune.max_work_group < 64u * c->threads_per_row)
+            tune.max_work_group = (uint32_t)(c->info.max_work_group_size < 64u * c->threads_per_row
+                                                 ? c->info.max_work_group_size
+                                                 : 64u * c->threads_per_row);
+    }
+
+    if (forced) {
+        uint64_t tile = clflash_tile_bytes(p->block, p->head_dim, p->elem_size);
+        if (tile > budget)
+            return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE,
+                                "block %u needs a %llu-byte tile; the local memory budget is %llu bytes", p->block,
+                                (unsigned long long)tile, (unsigned long long)budget);
+        if (p->block > c->info.max_work_group_size)
+            return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE,
+                                "block %u needs %u work-items; the device allows %zu per group", p->block, p->block,
+                                c->info.max_work_group_size);
+        if (below_block && p->block >= below_block)
+            return clflash_fail(CL_OUT_OF_RESOURCES, "the device refused the forced block %u at enqueue", p->block);
+        block = p->block;
+    } else {
+        uint64_t b = clflash_max_block(budget, p->head_dim, p->elem_size);
+        uint64_t longest = p->seq_q > p->seq_k ? p->seq_q : p->seq_k;
+        if (b > tune.max_block)
+            b = tune.max_block;
+        if (b > tune.max_work_group)
+            b = tune.max_work_group;
+        if (b > (longest + 15) / 16 * 16) /* a block beyond the sequences only computes padding */
+            b = (longest + 15) / 16 * 16;
+        if (below_block && b >= below_block)
+            b = below_block - 1;
+        block = round_block(b);
+        if (block == 0)
+            return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE,
+                                "even a 1-row tile of head_dim %u does not fit the %llu-byte local memory budget",
+                                p->head_dim, (unsigned long long)budget);
+    }
+
+    for (;;) {
+        /* The class's work-group cap is a preference; a forced block may exceed it (one lane). */
+        uint32_t lanes = choose_lanes(block, tune.threads_per_row,
+                                      tune.max_work_group > block ? tune.max_work_group : block);
+        for (;;) {
+            cl_kernel kernel = NULL;
+            cl_ulong local_bytes = 0;
+            size_t max_wg = 0;
+            clflash_status st = build_variant(c, p, with_lse, block, lanes, &kernel, &local_bytes, &max_wg);
+            if (st != CLFLASH_SUCCESS)
+                return st;
+            if (local_bytes <= budget && (size_t)block * lanes <= max_wg) {
+                fill_plan(p, budget, block, lanes, local_bytes, &out->plan);
+                out->kernel = kernel;
+                return CLFLASH_SUCCESS;
+            }
+            clReleaseKernel(kernel);
+            if (local_bytes <= budget && lanes > 1) {
+                lanes /= 2; /* too many work-items for this kernel: fewer lanes per row */
+                continue;
+            }
+            if (forced)
+                return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE,
+                                    "block %u: the built kernel needs %llu bytes of local memory (budget %llu) "
+                                    "and %u work-items (kernel allows %zu)",
+                                    block, (unsigned long long)local_bytes, (unsigned long long)budget,
+                                    block * lanes, max_wg);
+            break;
+        }
+        block = step_down(block);
+        if (block == 0)
+            return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE, "no block size fits the device's kernel limits");
+    }
+}
+
+clflash_status clflash_plan_attention(clflash_context *c, const clflash_attention_desc *d, clflash_plan *out)
+{
+    clflash_problem p;
+    clflash_flash_kernel fk;
+    clflash_status st;
+    clflash_clear_detail();
+    if ((st = clflash_check_context(c)) != CLFLASH_SUCCESS || (st = clflash_resolve_desc(d, &p)) != CLFLASH_SUCCESS)
+        return st;
+    if (out == NULL)
+        return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "out is NULL");
+    if ((st = clflash_plan_flash(c, &p, 0, 0, &fk)) != CLFLASH_SUCCESS)
+        return st;
+    clReleaseKernel(fk.kernel);
+    *out = fk.plan;
+    return CLFLASH_SUCCESS;
+}

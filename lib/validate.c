@@ -1,0 +1,241 @@
+/*
+ * validate.c - checks a call's arguments before anything is enqueued, and resolves the
+ * descriptor's defaults (heads_kv, scale, strides) into the clflash_problem the kernels use.
+ *
+ * Why: the library's promise is that a failed call enqueues nothing and touches no caller buffer,
+ * and that its status and detail say exactly what was wrong. Every check lives here, in 64-bit
+ * arithmetic that cannot overflow, so no dispatcher has to repeat one.
+ */
+#include "internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+static const char *dtype_name(clflash_dtype t)
+{
+    switch (t) {
+    case CLFLASH_F32: return "f32";
+    case CLFLASH_F16: return "f16";
+    case CLFLASH_BF16: return "bf16";
+    case CLFLASH_I8: return "i8";
+    default: return "unknown";
+    }
+}
+
+/* a*b+c without wrapping; returns 0 on overflow. */
+static int mul_add(uint64_t a, uint64_t b, uint64_t c, uint64_t *out)
+{
+    if (a != 0 && b > UINT64_MAX / a)
+        return 0;
+    if (c > UINT64_MAX - a * b)
+        return 0;
+    *out = a * b + c;
+    return 1;
+}
+
+/* Fills each zero stride with its contiguous default; 0 if a default overflows. */
+static int resolve_strides(const clflash_layout *in, uint32_t heads, uint32_t seq, uint32_t head_dim,
+                           clflash_strides *out)
+{
+    out->offset = in->offset;
+    out->seq_stride = in->seq_stride ? in->seq_stride : head_dim;
+    if (in->head_stride)
+        out->head_stride = in->head_stride;
+    else if (!mul_add(seq, out->seq_stride, 0, &out->head_stride))
+        return 0;
+    if (in->batch_stride)
+        out->batch_stride = in->batch_stride;
+    else if (!mul_add(heads, out->head_stride, 0, &out->batch_stride))
+        return 0;
+    return 1;
+}
+
+/* Index one past the tensor's last element, or UINT64_MAX on overflow. */
+static uint64_t extent_elems(const clflash_strides *s, uint32_t batch, uint32_t heads, uint32_t seq,
+                             uint32_t head_dim)
+{
+    uint64_t e = s->offset;
+    if (!mul_add(batch - 1u, s->batch_stride, e, &e) || !mul_add(heads - 1u, s->head_stride, e, &e) ||
+        !mul_add(seq - 1u, s->seq_stride, e, &e) || !mul_add(1, head_dim, e, &e))
+        return UINT64_MAX;
+    return e;
+}
+
+uint64_t clflash_tensor_extent_bytes(const clflash_strides *s, uint32_t batch, uint32_t heads,
+                                     uint32_t seq, uint32_t head_dim, size_t elem_size)
+{
+    uint64_t e = extent_elems(s, batch, heads, seq, head_dim), bytes;
+    if (e == UINT64_MAX || !mul_add(e, elem_size, 0, &bytes))
+        return UINT64_MAX;
+    return bytes;
+}
+
+/* 1 if no two elements of O share an address: with the dimensions sorted by stride, each stride
+ * must step over everything the smaller ones span. (Layouts that interleave in other ways are
+ * rejected as not provably disjoint.) */
+static int output_disjoint(const clflash_strides *s, uint32_t batch, uint32_t heads, uint32_t seq,
+                           uint32_t head_dim)
+{
+    struct { uint64_t stride, count; } dims[3] = {
+        {s->seq_stride, seq}, {s->head_stride, heads}, {s->batch_stride, batch}};
+    uint64_t span = head_dim; /* elements covered so far, from the first */
+    for (int i = 0; i < 3; i++) /* sort by stride (three elements) */
+        for (int j = i + 1; j < 3; j++)
+            if (dims[j].stride < dims[i].stride) {
+                uint64_t ts = dims[i].stride, tc = dims[i].count;
+                dims[i] = dims[j];
+                dims[j].stride = ts;
+                dims[j].count = tc;
+            }
+    for (int i = 0; i < 3; i++) {
+        if (dims[i].count <= 1)
+            continue;
+        if (dims[i].stride < span || !mul_add(dims[i].count - 1, dims[i].stride, span, &span))
+            return 0;
+    }
+    return 1;
+}
+
+clflash_status clflash_resolve_desc(const clflash_attention_desc *d, clflash_problem *p)
+{
+    if (d == NULL)
+        return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "the descriptor is NULL");
+    p->elem_size = clflash_dtype_size(d->dtype);
+    if (p->elem_size == 0)
+        return clflash_fail(CLFLASH_ERROR_INVALID_DTYPE, "dtype %d is not a clflash_dtype", (int)d->dtype);
+    if (d->dtype != CLFLASH_F32 && d->dtype != CLFLASH_F16)
+        return clflash_fail(CLFLASH_ERROR_UNSUPPORTED, "dtype %s is not supported yet (f32 and f16 are)",
+                            dtype_name(d->dtype));
+    if (d->batch == 0 || d->heads_q == 0 || d->seq_q == 0 || d->seq_k == 0 || d->head_dim == 0)
+        return clflash_fail(CLFLASH_ERROR_INVALID_SHAPE, "%s is 0; every dimension must be at least 1",
+                            d->batch == 0     ? "batch"
+                            : d->heads_q == 0 ? "heads_q"
+                            : d->seq_q == 0   ? "seq_q"
+                            : d->seq_k == 0   ? "seq_k"
+                                              : "head_dim");
+    if (d->head_dim > CLFLASH_MAX_HEAD_DIM)
+        return clflash_fail(CLFLASH_ERROR_HEAD_DIM_UNSUPPORTED, "head_dim %u is above the maximum %u",
+                            d->head_dim, CLFLASH_MAX_HEAD_DIM);
+    if (d->batch > CLFLASH_MAX_GRID_DIM || d->heads_q > CLFLASH_MAX_GRID_DIM)
+        return clflash_fail(CLFLASH_ERROR_INVALID_SHAPE, "%s %u is above the maximum %u (a grid dimension)",
+                            d->batch > CLFLASH_MAX_GRID_DIM ? "batch" : "heads_q",
+                            d->batch > CLFLASH_MAX_GRID_DIM ? d->batch : d->heads_q, CLFLASH_MAX_GRID_DIM);
+    if (((uint64_t)d->seq_q + 15u) / 16u > CLFLASH_MAX_GRID_DIM)
+        return clflash_fail(CLFLASH_ERROR_INVALID_SHAPE, "seq_q %u is above the maximum %u", d->seq_q,
+                            CLFLASH_MAX_GRID_DIM * 16u);
+    p->heads_kv = d->heads_kv ? d->heads_kv : d->heads_q;
+    if (p->heads_kv > d->heads_q || d->heads_q % p->heads_kv != 0)
+        return clflash_fail(CLFLASH_ERROR_INVALID_SHAPE, "heads_kv %u does not divide heads_q %u",
+                            p->heads_kv, d->heads_q);
+    if (d->flags & ~(uint32_t)CLFLASH_KNOWN_FLAGS)
+        return clflash_fail(CLFLASH_ERROR_INVALID_FLAGS, "flags 0x%x has unknown bits 0x%x", d->flags,
+                            d->flags & ~(uint32_t)CLFLASH_KNOWN_FLAGS);
+    if (!isfinite(d->scale))
+        return clflash_fail(CLFLASH_ERROR_INVALID_SCALE, "scale is %s", isnan(d->scale) ? "NaN" : "infinite");
+
+    p->batch = d->batch;
+    p->heads_q = d->heads_q;
+    p->group = d->heads_q / p->heads_kv;
+    p->seq_q = d->seq_q;
+    p->seq_k = d->seq_k;
+    p->head_dim = d->head_dim;
+    p->dtype = d->dtype;
+    p->scale = d->scale != 0.0f ? d->scale : (float)(1.0 / sqrt((double)d->head_dim));
+    p->flags = d->flags;
+    p->block = d->block;
+
+    {
+        const struct { const clflash_layout *in; clflash_strides *out; uint32_t heads, seq; const char *name; }
+            t[4] = {{&d->q, &p->q, p->heads_q, p->seq_q, "q"},
+                    {&d->k, &p->k, p->heads_kv, p->seq_k, "k"},
+                    {&d->v, &p->v, p->heads_kv, p->seq_k, "v"},
+                    {&d->o, &p->o, p->heads_q, p->seq_q, "o"}};
+        for (int i = 0; i < 4; i++)
+            if (!resolve_strides(t[i].in, t[i].heads, t[i].seq, p->head_dim, t[i].out) ||
+                clflash_tensor_extent_bytes(t[i].out, p->batch, t[i].heads, t[i].seq, p->head_dim,
+                                            p->elem_size) == UINT64_MAX)
+                return clflash_fail(CLFLASH_ERROR_INVALID_LAYOUT,
+                                    "the layout of %s addresses more than 2^64 bytes", t[i].name);
+    }
+    if (!output_disjoint(&p->o, p->batch, p->heads_q, p->seq_q, p->head_dim))
+        return clflash_fail(CLFLASH_ERROR_INVALID_LAYOUT,
+                            "the layout of o makes rows or heads overlap (seq_stride %llu, head_stride %llu, "
+                            "batch_stride %llu, head_dim %u)",
+                            (unsigned long long)p->o.seq_stride, (unsigned long long)p->o.head_stride,
+                            (unsigned long long)p->o.batch_stride, p->head_dim);
+    return CLFLASH_SUCCESS;
+}
+
+clflash_status clflash_check_buffer(cl_mem buf, uint64_t need, const char *what)
+{
+    size_t size = 0;
+    cl_mem_object_type type = 0;
+    if (buf == NULL)
+        return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "%s is NULL", what);
+    if (clGetMemObjectInfo(buf, CL_MEM_TYPE, sizeof type, &type, NULL) != CL_SUCCESS ||
+        type != CL_MEM_OBJECT_BUFFER ||
+        clGetMemObjectInfo(buf, CL_MEM_SIZE, sizeof size, &size, NULL) != CL_SUCCESS)
+        return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "%s is not a valid OpenCL buffer", what);
+    if ((uint64_t)size < need)
+        return clflash_fail(CLFLASH_ERROR_BUFFER_TOO_SMALL, "%s holds %llu bytes but its shape and layout need %llu",
+                            what, (unsigned long long)size, (unsigned long long)need);
+    return CLFLASH_SUCCESS;
+}
+
+/* The byte range [first, end) a tensor's elements can touch. */
+static void byte_range(const clflash_strides *s, uint32_t batch, uint32_t heads, uint32_t seq,
+                       const clflash_problem *p, uint64_t *first, uint64_t *end)
+{
+    *first = s->offset * p->elem_size;
+    *end = clflash_tensor_extent_bytes(s, batch, heads, seq, p->head_dim, p->elem_size);
+}
+
+clflash_status clflash_validate_call(clflash_context *c, const clflash_attention_desc *d,
+                                     cl_command_queue queue, cl_mem q, cl_mem k, cl_mem v, cl_mem o,
+                                     cl_mem lse, cl_uint num_wait, const cl_event *wait, clflash_problem *p,
+                                     cl_command_queue *queue_out)
+{
+    clflash_status st;
+    if ((st = clflash_check_context(c)) != CLFLASH_SUCCESS || (st = clflash_resolve_desc(d, p)) != CLFLASH_SUCCESS)
+        return st;
+    if ((num_wait > 0) != (wait != NULL))
+        return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "num_wait is %u but wait is %s", num_wait,
+                            wait ? "not NULL" : "NULL");
+    if (queue) {
+        cl_context qctx = NULL;
+        cl_device_id qdev = NULL;
+        if (clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof qctx, &qctx, NULL) != CL_SUCCESS ||
+            clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof qdev, &qdev, NULL) != CL_SUCCESS)
+            return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "queue is not a valid command queue");
+        if (qctx != c->ctx || qdev != c->dev)
+            return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT,
+                                "queue belongs to another OpenCL context or device than the clflash context");
+    }
+    *queue_out = queue ? queue : c->queue;
+
+    if ((st = clflash_check_buffer(q, clflash_tensor_extent_bytes(&p->q, p->batch, p->heads_q, p->seq_q, p->head_dim, p->elem_size), "q")) ||
+        (st = clflash_check_buffer(k, clflash_tensor_extent_bytes(&p->k, p->batch, p->heads_kv, p->seq_k, p->head_dim, p->elem_size), "k")) ||
+        (st = clflash_check_buffer(v, clflash_tensor_extent_bytes(&p->v, p->batch, p->heads_kv, p->seq_k, p->head_dim, p->elem_size), "v")) ||
+        (st = clflash_check_buffer(o, clflash_tensor_extent_bytes(&p->o, p->batch, p->heads_q, p->seq_q, p->head_dim, p->elem_size), "o")))
+        return st;
+    if (lse && (st = clflash_check_buffer(lse, (uint64_t)p->batch * p->heads_q * p->seq_q * sizeof(float), "lse")))
+        return st;
+
+    {   /* O must not overlap an input that shares its buffer. */
+        uint64_t of, oe, f, e;
+        const struct { cl_mem buf; const clflash_strides *s; uint32_t heads, seq; const char *name; } in[3] = {
+            {q, &p->q, p->heads_q, p->seq_q, "q"}, {k, &p->k, p->heads_kv, p->seq_k, "k"},
+            {v, &p->v, p->heads_kv, p->seq_k, "v"}};
+        byte_range(&p->o, p->batch, p->heads_q, p->seq_q, p, &of, &oe);
+        for (int i = 0; i < 3; i++) {
+            if (in[i].buf != o)
+                continue;
+            byte_range(in[i].s, p->batch, in[i].heads, in[i].seq, p, &f, &e);
+            if (f < oe && of < e)
+                return clflash_fail(CLFLASH_ERROR_INVALID_LAYOUT, "o overlaps %s in the same buffer", in[i].name);
+        }
+        if (lse && (lse == q || lse == k || lse == v || lse == o))
+            return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "lse must be a buffer of its own");
+    }
+    return CLFLASH_SUCCESS;
+}
