@@ -300,6 +300,25 @@ CLFLASH_API clflash_status clflash_backward(clflash_context *c, const clflash_at
                                             cl_mem dv, cl_uint num_wait, const cl_event *wait,
                                             cl_event *done);
 
+/* ---------------------------------------------------------------------------------------------
+ * Models of what a call costs, for benchmarks and capacity planning (thread-safe; no device work).
+ * ------------------------------------------------------------------------------------------- */
+typedef enum { CLFLASH_ALGO_FLASH = 1, CLFLASH_ALGO_NAIVE = 2 } clflash_algo;
+
+/* Global-memory bytes the algorithm must read and write for descriptor d (its dtype's size s):
+ *  - FLASH with tile size `block`: Q read and O written once, K and V read once per Q block (the
+ *    seeds' kv_passes; with CLFLASH_CAUSAL only the key tiles each Q block sees), lse not counted;
+ *  - NAIVE (`block` ignored): Q, K, V read and O written once, plus the score matrix as
+ *    clflash_forward_naive moves it: S written, read twice by the softmax (max and sum, then
+ *    normalise), P written over it, and read once by P V: 5 * batch * heads_q * seq_q * seq_k * s.
+ * Returns 0 for an invalid descriptor, algorithm or block, UINT64_MAX on overflow. */
+CLFLASH_API uint64_t clflash_traffic_bytes(const clflash_attention_desc *d, clflash_algo algo, uint32_t block);
+
+/* Device bytes clflash_forward_naive allocates for its score matrix on this context's device: one
+ * head's seq_q * seq_k * s times the number of heads it processes at once. 0 for an invalid
+ * context or descriptor, or when one head's matrix exceeds the device's maximum allocation. */
+CLFLASH_API uint64_t clflash_naive_workspace_bytes(const clflash_context *c, const clflash_attention_desc *d);
+
 /* Host convenience: copies q, k, v (host arrays laid out as the descriptor says, each at least as
  * long as its layout's extent) to the device, runs clflash_forward on the context's queue, copies
  * O's elements (and lse, if not NULL: float[batch][heads_q][seq_q]) back, and waits. Only O's own

@@ -114,6 +114,11 @@ CLFLASH_INTERNAL clflash_status clflash_validate_call(clflash_context *c, const 
                                                       const cl_event *wait, clflash_problem *p,
                                                       cl_command_queue *queue_out);
 
+/* ---- traffic.c ------------------------------------------------------------------------------ */
+/* How many heads clflash_forward_naive processes per score-matrix allocation (0 if one head's
+ * matrix exceeds max_alloc). */
+CLFLASH_INTERNAL uint64_t clflash_naive_heads_per_chunk(const clflash_problem *p, uint64_t max_alloc);
+
 /* ---- tuning.c: per-device-class preferences --------------------------------------------------- */
 typedef struct {
     uint32_t max_block;        /* cap on B even if a larger tile fits */

@@ -88,14 +88,12 @@ clflash_status clflash_forward_naive(clflash_context *c, const clflash_attention
     if ((st = clflash_validate_call(c, d, queue, q, k, v, o, lse, num_wait, wait, &p, &qu)) != CLFLASH_SUCCESS)
         return st;
     per_head = clflash_score_matrix_bytes(p.seq_q, p.seq_k, p.elem_size);
-    if (per_head > c->info.max_alloc_size)
+    total = (uint64_t)p.batch * p.heads_q;
+    chunk = clflash_naive_heads_per_chunk(&p, c->info.max_alloc_size);
+    if (chunk == 0)
         return clflash_fail(CLFLASH_ERROR_SCORE_MATRIX_TOO_LARGE,
                             "one head's score matrix needs %llu bytes; the device's largest allocation is %llu",
                             (unsigned long long)per_head, (unsigned long long)c->info.max_alloc_size);
-    total = (uint64_t)p.batch * p.heads_q;
-    chunk = c->info.max_alloc_size / per_head;
-    if (chunk > total) chunk = total;
-    if (chunk > CLFLASH_MAX_GRID_DIM) chunk = CLFLASH_MAX_GRID_DIM;
 
     if ((st = make_kernels(c, &p, lse != NULL, &nk, &softmax_wg)) != CLFLASH_SUCCESS)
         return st;

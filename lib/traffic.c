@@ -1,0 +1,87 @@
+/*
+ * traffic.c - the cost models: the global-memory bytes flash and naive attention must move for a
+ * descriptor, and the device memory the naive path allocates for its score matrix.
+ *
+ * Why: the seeds' claim is about memory movement, and clflash-bench prints these figures next to
+ * the measured time so the claim can be checked against the device's bandwidth. The models count
+ * what our kernels are designed to move from and to global memory, not what caches absorb.
+ */
+#include "internal.h"
+
+/* a*b saturating at UINT64_MAX. */
+static uint64_t mul(uint64_t a, uint64_t b)
+{
+    return (a != 0 && b > UINT64_MAX / a) ? UINT64_MAX : a * b;
+}
+
+static uint64_t add(uint64_t a, uint64_t b)
+{
+    return b > UINT64_MAX - a ? UINT64_MAX : a + b;
+}
+
+/* Key rows the flash kernel loads for one (batch, head): every K/V tile for every Q block, or
+ * with causal masking only the tiles up to each block's last visible key. */
+static uint64_t flash_key_rows(const clflash_problem *p, uint32_t block)
+{
+    const uint64_t tiles_q = ((uint64_t)p->seq_q + block - 1) / block;
+    uint64_t rows = 0;
+    if (!(p->flags & CLFLASH_CAUSAL))
+        return mul(tiles_q, ((uint64_t)p->seq_k + block - 1) / block * block);
+    for (uint64_t t = 0; t < tiles_q; t++) {
+        uint64_t q_last = (t + 1) * block < p->seq_q ? (t + 1) * block - 1 : p->seq_q - 1;
+        int64_t end = (int64_t)q_last + (int64_t)p->seq_k - (int64_t)p->seq_q + 1;
+        uint64_t keys = end <= 0 ? 0 : (uint64_t)end < p->seq_k ? (uint64_t)end : p->seq_k;
+        rows += (keys + block - 1) / block * block;
+    }
+    return rows;
+}
+
+uint64_t clflash_traffic_bytes(const clflash_attention_desc *d, clflash_algo algo, uint32_t block)
+{
+    clflash_problem p;
+    uint64_t bh, q_o, kv, total;
+    clflash_status st = clflash_resolve_desc(d, &p);
+    clflash_clear_detail(); /* a model query is not a failed call */
+    if (st != CLFLASH_SUCCESS)
+        return 0;
+    bh = (uint64_t)p.batch * p.heads_q;
+    q_o = mul(mul(mul(bh, p.seq_q), p.head_dim), 2 * p.elem_size); /* Q read, O written */
+    if (algo == CLFLASH_ALGO_FLASH) {
+        if (block == 0)
+            return 0;
+        kv = mul(mul(mul(bh, flash_key_rows(&p, block)), p.head_dim), 2 * p.elem_size);
+        return add(q_o, kv);
+    }
+    if (algo == CLFLASH_ALGO_NAIVE) {
+        kv = mul(mul(mul((uint64_t)p.batch * p.heads_kv, p.seq_k), p.head_dim), 2 * p.elem_size);
+        total = add(q_o, kv);
+        return add(total, mul(5, mul(bh, clflash_score_matrix_bytes(p.seq_q, p.seq_k, p.elem_size))));
+    }
+    return 0;
+}
+
+uint64_t clflash_naive_heads_per_chunk(const clflash_problem *p, uint64_t max_alloc)
+{
+    const uint64_t per_head = clflash_score_matrix_bytes(p->seq_q, p->seq_k, p->elem_size);
+    const uint64_t total = (uint64_t)p->batch * p->heads_q;
+    uint64_t chunk;
+    if (per_head == 0 || per_head > max_alloc)
+        return 0;
+    chunk = max_alloc / per_head;
+    if (chunk > total)
+        chunk = total;
+    if (chunk > CLFLASH_MAX_GRID_DIM)
+        chunk = CLFLASH_MAX_GRID_DIM;
+    return chunk;
+}
+
+uint64_t clflash_naive_workspace_bytes(const clflash_context *c, const clflash_attention_desc *d)
+{
+    clflash_problem p;
+    uint64_t ok = clflash_check_context(c) == CLFLASH_SUCCESS && clflash_resolve_desc(d, &p) == CLFLASH_SUCCESS;
+    clflash_clear_detail();
+    if (!ok)
+        return 0;
+    return clflash_naive_heads_per_chunk(&p, c->info.max_alloc_size) *
+           clflash_score_matrix_bytes(p.seq_q, p.seq_k, p.elem_size);
+}

@@ -1,0 +1,1341 @@
+/*
+ * clflash_query.c - the `clflash-query` tool: what OpenCL devices are here, how much local memory
+ * each has, which tile size B clflash's planner picks on each, and the seeds' tile arithmetic.
+ *
+ * Why it exists: users arrive with the seed texts in mind ("the 32 MiB score matrix becomes a
+ * 56 KiB tile", "B = 256 does not fit 192 KiB in fp16 but fits in int8") and need a way to check
+ * those figures, and to see what the library will actually do on their own hardware, without
+ * writing code. It lists every device with the "P:D" index that CLFLASH_DEVICE accepts, plans a
+ * forward call on each exactly as an application would (clflash_plan_attention), and, with
+ * --local-mem, is a pure calculator of the tile rule that needs no device at all. Tables are for
+ * people; --json is for scripts. It uses only clflash.h and plain OpenCL 1.2 calls.
+ */
+#include "clflash.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef CL_PLATFORM_NOT_FOUND_KHR
+#define CL_PLATFORM_NOT_FOUND_KHR -1001
+#endif
+
+#define PROG "clflash-query"
+#define EXIT_USAGE 2
+#define DEFAULT_HEAD_DIM 128u
+#define DEFAULT_PLAN_SEQ 4096u
+
+/* The seeds' table rows, used when --local-mem is given without --seq. */
+static const uint64_t seed_seqs[] = {1024, 4096, 8192, 16384};
+
+/* ============================================================================================
+ * Small helpers: allocation that never returns NULL, formatted heap strings.
+ * ========================================================================================== */
+
+static void die_oom(void)
+{
+    fputs(PROG ": out of host memory\n", stderr);
+    exit(1);
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (p == NULL)
+        die_oom();
+    return p;
+}
+
+static void *xrealloc(void *p, size_t n)
+{
+    void *q = realloc(p, n ? n : 1);
+    if (q == NULL)
+        die_oom();
+    return q;
+}
+
+static char *xstrdup(const char *s)
+{
+    size_t n;
+    char *d;
+    if (s == NULL)
+        s = "";
+    n = strlen(s);
+    d = xmalloc(n + 1);
+    memcpy(d, s, n + 1);
+    return d;
+}
+
+/* printf into a freshly allocated string of exactly the right size. */
+static char *xasprintf(const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+    char *s;
+    va_start(ap, fmt);
+    n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        fputs(PROG ": internal formatting error\n", stderr);
+        exit(1);
+    }
+    s = xmalloc((size_t)n + 1);
+    va_start(ap, fmt);
+    vsnprintf(s, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+/* Removes leading and trailing white space in place (drivers pad names). */
+static void trim(char *s)
+{
+    size_t len = strlen(s), start = 0;
+    while (len > 0 && isspace((unsigned char)s[len - 1]))
+        s[--len] = '\0';
+    while (start < len && isspace((unsigned char)s[start]))
+        start++;
+    if (start > 0)
+        memmove(s, s + start, len - start + 1);
+}
+
+/* Whether the space-separated list `list` contains exactly the token `tok`. */
+static int has_token(const char *list, const char *tok)
+{
+    size_t tlen = strlen(tok);
+    const char *p = list;
+    while (*p) {
+        size_t n;
+        while (*p && isspace((unsigned char)*p))
+            p++;
+        n = 0;
+        while (p[n] && !isspace((unsigned char)p[n]))
+            n++;
+        if (n == tlen && strncmp(p, tok, n) == 0)
+            return 1;
+        p += n;
+    }
+    return 0;
+}
+
+/* ============================================================================================
+ * Number formatting: exact human sizes and the reduction factor.
+ * ========================================================================================== */
+
+/* "56 KiB", "1.5 KiB", "512 B": the value in the largest binary unit it reaches. Exact whenever the
+ * quotient has at most three decimals (trailing zeros dropped); otherwise rounded, marked "~". */
+static void format_unit(uint64_t bytes, char *out, size_t cap)
+{
+    static const char *const names[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+    uint64_t unit = 1024;
+    size_t k = 0;
+    uint64_t whole, rem;
+
+    if (bytes < 1024) {
+        snprintf(out, cap, "%" PRIu64 " B", bytes);
+        return;
+    }
+    while (k + 1 < sizeof names / sizeof names[0] && bytes / unit >= 1024) {
+        unit *= 1024;
+        k++;
+    }
+    whole = bytes / unit;
+    rem = bytes % unit; /* < 2^50, so rem * 1000 cannot overflow */
+    if (rem == 0) {
+        snprintf(out, cap, "%" PRIu64 " %s", whole, names[k]);
+    } else if (rem * 1000 % unit == 0) {
+        char frac[8];
+        size_t n;
+        snprintf(frac, sizeof frac, "%03u", (unsigned)(rem * 1000 / unit));
+        n = strlen(frac);
+        while (n > 1 && frac[n - 1] == '0')
+            frac[--n] = '\0';
+        snprintf(out, cap, "%" PRIu64 ".%s %s", whole, frac, names[k]);
+    } else {
+        snprintf(out, cap, "~%.2f %s", (double)bytes / (double)unit, names[k]);
+    }
+}
+
+/* "57344 B (56 KiB)", or just "512 B" below one KiB; "overflow" for a saturated count. */
+static void format_bytes(uint64_t bytes, char *out, size_t cap)
+{
+    char unit[48];
+    if (bytes == UINT64_MAX) {
+        snprintf(out, cap, "overflow (more than 2^64-1 B)");
+        return;
+    }
+    if (bytes < 1024) {
+        snprintf(out, cap, "%" PRIu64 " B", bytes);
+        return;
+    }
+    format_unit(bytes, unit, sizeof unit);
+    snprintf(out, cap, "%" PRIu64 " B (%s)", bytes, unit);
+}
+
+/* The shortest %g form of v that reads back as the same double (valid JSON for finite v). */
+static void format_double(double v, char *out, size_t cap)
+{
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(out, cap, "%.*g", prec, v);
+        if (strtod(out, NULL) == v)
+            return;
+    }
+}
+
+/* ============================================================================================
+ * The seeds' table: one row per sequence length.
+ * ========================================================================================== */
+
+typedef struct {
+    uint64_t local_mem, head_dim, elem, block, max_block;
+    clflash_dtype dtype;
+} calc_params;
+
+typedef struct {
+    uint64_t seq, score_bytes, tile_bytes, tiles, pairs, kv_passes;
+    int fits;
+    char reduction[48];       /* an exact integer when B divides n, else the shortest double */
+    char reduction_human[48]; /* the same, or rounded to two decimals and marked "~" */
+} seed_row;
+
+static void compute_row(const calc_params *p, uint64_t n, seed_row *r)
+{
+    uint64_t b = p->block; /* 1 .. 2^32-1, and n is 1 .. 2^32-1: no product below overflows */
+    r->seq = n;
+    r->score_bytes = clflash_score_matrix_bytes(n, n, p->elem);
+    r->tile_bytes = clflash_tile_bytes(b, p->head_dim, p->elem);
+    r->fits = r->tile_bytes != UINT64_MAX && r->tile_bytes <= p->local_mem;
+    r->tiles = n / b + (n % b != 0);
+    r->pairs = r->tiles * r->tiles;
+    r->kv_passes = r->tiles;
+    if (n % b == 0) {
+        uint64_t q = n / b;
+        snprintf(r->reduction, sizeof r->reduction, "%" PRIu64, q * q);
+        memcpy(r->reduction_human, r->reduction, sizeof r->reduction);
+    } else {
+        double v = ((double)n * (double)n) / ((double)b * (double)b);
+        const char *dot;
+        format_double(v, r->reduction, sizeof r->reduction);
+        dot = strchr(r->reduction, '.');
+        if (dot && strlen(dot + 1) <= 3 && strchr(r->reduction, 'e') == NULL)
+            memcpy(r->reduction_human, r->reduction, sizeof r->reduction);
+        else
+            snprintf(r->reduction_human, sizeof r->reduction_human, "~%.2f", v);
+    }
+}
+
+static const char *dtype_name(clflash_dtype t)
+{
+    switch (t) {
+    case CLFLASH_F32: return "f32";
+    case CLFLASH_F16: return "f16";
+    case CLFLASH_BF16: return "bf16";
+    case CLFLASH_I8: return "i8";
+    default: return "unknown";
+    }
+}
+
+/* ---- a text table whose columns size themselves ------------------------------------------ */
+
+typedef struct {
+    size_t ncols;
+    const char *const *headers;
+    const int *right; /* 1 = right-aligned column */
+    char **cells;     /* row-major, ncols per row */
+    size_t ncells, cap;
+} text_table;
+
+static void table_cell(text_table *t, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+    char *s;
+    va_start(ap, fmt);
+    n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        fputs(PROG ": internal formatting error\n", stderr);
+        exit(1);
+    }
+    s = xmalloc((size_t)n + 1);
+    va_start(ap, fmt);
+    vsnprintf(s, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    if (t->ncells == t->cap) {
+        t->cap = t->cap ? 2 * t->cap : 16;
+        t->cells = xrealloc(t->cells, t->cap * sizeof *t->cells);
+    }
+    t->cells[t->ncells++] = s;
+}
+
+static void print_padded(FILE *f, const char *s, size_t width, int right)
+{
+    size_t n = strlen(s);
+    if (right)
+        for (size_t i = n; i < width; i++)
+            fputc(' ', f);
+    fputs(s, f);
+    if (!right)
+        for (size_t i = n; i < width; i++)
+            fputc(' ', f);
+}
+
+/* Prints a Markdown-compatible table (it renders as the seeds' tables do) and frees the cells. */
+static void table_print_free(text_table *t, FILE *f, const char *indent)
+{
+    size_t *w = xmalloc(t->ncols * sizeof *w);
+    for (size_t c = 0; c < t->ncols; c++)
+        w[c] = strlen(t->headers[c]);
+    for (size_t i = 0; i < t->ncells; i++)
+        if (strlen(t->cells[i]) > w[i % t->ncols])
+            w[i % t->ncols] = strlen(t->cells[i]);
+
+    fputs(indent, f);
+    for (size_t c = 0; c < t->ncols; c++) {
+        fputs("| ", f);
+        print_padded(f, t->headers[c], w[c], t->right[c]);
+        fputc(' ', f);
+    }
+    fputs("|\n", f);
+    fputs(indent, f);
+    for (size_t c = 0; c < t->ncols; c++) {
+        fputc('|', f);
+        for (size_t i = 0; i < w[c] + 1; i++)
+            fputc('-', f);
+        fputc(t->right[c] ? ':' : '-', f);
+    }
+    fputs("|\n", f);
+    for (size_t i = 0; i < t->ncells; i++) {
+        if (i % t->ncols == 0)
+            fputs(indent, f);
+        fputs("| ", f);
+        print_padded(f, t->cells[i], w[i % t->ncols], t->right[i % t->ncols]);
+        fputc(' ', f);
+        if (i % t->ncols == t->ncols - 1)
+            fputs("|\n", f);
+    }
+    for (size_t i = 0; i < t->ncells; i++)
+        free(t->cells[i]);
+    free(t->cells);
+    free(w);
+    t->cells = NULL;
+    t->ncells = t->cap = 0;
+}
+
+/* The human seed table for p over the given sequence lengths. */
+static void print_seed_table(const calc_params *p, const uint64_t *seqs, size_t nseq, const char *indent)
+{
+    static const int right[] = {1, 0, 0, 0, 1, 1, 1, 1};
+    char *tile_header = xasprintf("one tile (B=%" PRIu64 ")", p->block);
+    const char *headers[8];
+    text_table t = {8, headers, right, NULL, 0, 0};
+    headers[0] = "n";
+    headers[1] = "score matrix per head";
+    headers[2] = tile_header;
+    headers[3] = "fits";
+    headers[4] = "tiles/axis";
+    headers[5] = "tile pairs";
+    headers[6] = "K/V passes";
+    headers[7] = "reduction (n/B)^2";
+    for (size_t i = 0; i < nseq; i++) {
+        seed_row r;
+        char score[96], tile[96];
+        compute_row(p, seqs[i], &r);
+        format_bytes(r.score_bytes, score, sizeof score);
+        format_bytes(r.tile_bytes, tile, sizeof tile);
+        table_cell(&t, "%" PRIu64, r.seq);
+        table_cell(&t, "%s", score);
+        table_cell(&t, "%s", tile);
+        table_cell(&t, "%s", r.fits ? "yes" : "NO");
+        table_cell(&t, "%" PRIu64, r.tiles);
+        table_cell(&t, "%" PRIu64, r.pairs);
+        table_cell(&t, "%" PRIu64, r.kv_passes);
+        table_cell(&t, "%sx", r.reduction_human);
+    }
+    table_print_free(&t, stdout, indent);
+    free(tile_header);
+}
+
+/* ============================================================================================
+ * A small JSON writer: pretty-printed, strings escaped, invalid UTF-8 replaced by U+FFFD.
+ * ========================================================================================== */
+
+#define JSON_MAX_DEPTH 16
+
+typedef struct {
+    FILE *f;
+    int depth;
+    int has_items[JSON_MAX_DEPTH];
+} json_writer;
+
+/* Length of the valid UTF-8 sequence at p (2..4), or 0 if it is not one. */
+static size_t utf8_seq_len(const unsigned char *p)
+{
+    unsigned c = p[0];
+    size_t n;
+    unsigned lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF)
+        n = 2;
+    else if (c >= 0xE0 && c <= 0xEF)
+        n = 3;
+    else if (c >= 0xF0 && c <= 0xF4)
+        n = 4;
+    else
+        return 0;
+    if (c == 0xE0)
+        lo = 0xA0; /* no overlong forms */
+    else if (c == 0xED)
+        hi = 0x9F; /* no surrogates */
+    else if (c == 0xF0)
+        lo = 0x90;
+    else if (c == 0xF4)
+        hi = 0x8F; /* nothing above U+10FFFF */
+    if (p[1] < lo || p[1] > hi)
+        return 0;
+    for (size_t i = 2; i < n; i++)
+        if (p[i] < 0x80 || p[i] > 0xBF)
+            return 0;
+    return n;
+}
+
+static void json_string(FILE *f, const char *s)
+{
+    const unsigned char *p = (const unsigned char *)(s ? s : "");
+    fputc('"', f);
+    while (*p) {
+        unsigned c = *p;
+        if (c == '"' || c == '\\') {
+            fputc('\\', f);
+            fputc((int)c, f);
+            p++;
+        } else if (c < 0x20) {
+            switch (c) {
+            case '\n': fputs("\\n", f); break;
+            case '\r': fputs("\\r", f); break;
+            case '\t': fputs("\\t", f); break;
+            case '\b': fputs("\\b", f); break;
+            case '\f': fputs("\\f", f); break;
+            default: fprintf(f, "\\u%04x", c); break;
+            }
+            p++;
+        } else if (c < 0x80) {
+            fputc((int)c, f);
+            p++;
+        } else {
+            size_t n = utf8_seq_len(p);
+            if (n) {
+                fwrite(p, 1, n, f);
+                p += n;
+            } else {
+                fputs("\\ufffd", f);
+                p++;
+            }
+        }
+    }
+    fputc('"', f);
+}
+
+/* Separator, newline and indentation before a value, then its key inside an object. */
+static void jw_prefix(json_writer *w, const char *key)
+{
+    if (w->depth > 0) {
+        if (w->has_items[w->depth])
+            fputc(',', w->f);
+        w->has_items[w->depth] = 1;
+        fputc('\n', w->f);
+        for (int i = 0; i < w->depth; i++)
+            fputs("  ", w->f);
+    }
+    if (key) {
+        json_string(w->f, key);
+        fputs(": ", w->f);
+    }
+}
+
+static void jw_open(json_writer *w, const char *key, char bracket)
+{
+    jw_prefix(w, key);
+    fputc(bracket, w->f);
+    if (w->depth + 1 >= JSON_MAX_DEPTH) {
+        fputs(PROG ": internal error: JSON nested too deeply\n", stderr);
+        exit(1);
+    }
+    w->depth++;
+    w->has_items[w->depth] = 0;
+}
+
+static void jw_close(json_writer *w, char bracket)
+{
+    if (w->has_items[w->depth]) {
+        fputc('\n', w->f);
+        for (int i = 0; i < w->depth - 1; i++)
+            fputs("  ", w->f);
+    }
+    fputc(bracket, w->f);
+    w->depth--;
+    if (w->depth == 0)
+        fputc('\n', w->f);
+}
+
+static void jw_str(json_writer *w, const char *key, const char *s)
+{
+    jw_prefix(w, key);
+    if (s)
+        json_string(w->f, s);
+    else
+        fputs("null", w->f);
+}
+
+static void jw_u64(json_writer *w, const char *key, uint64_t v)
+{
+    jw_prefix(w, key);
+    fprintf(w->f, "%" PRIu64, v);
+}
+
+/* A byte count the library saturated to UINT64_MAX is written as null: it is not a real size. */
+static void jw_bytes(json_writer *w, const char *key, uint64_t v)
+{
+    jw_prefix(w, key);
+    if (v == UINT64_MAX)
+        fputs("null", w->f);
+    else
+        fprintf(w->f, "%" PRIu64, v);
+}
+
+static void jw_i64(json_writer *w, const char *key, int64_t v)
+{
+    jw_prefix(w, key);
+    fprintf(w->f, "%" PRId64, v);
+}
+
+static void jw_bool(json_writer *w, const char *key, int b)
+{
+    jw_prefix(w, key);
+    fputs(b ? "true" : "false", w->f);
+}
+
+/* A number already formatted as valid JSON text. */
+static void jw_raw(json_writer *w, const char *key, const char *text)
+{
+    jw_prefix(w, key);
+    fputs(text, w->f);
+}
+
+/* One seed row as a JSON object with every key the issue tracker promises. */
+static void json_seed_row(json_writer *w, const char *key, const calc_params *p, uint64_t n)
+{
+    seed_row r;
+    compute_row(p, n, &r);
+    jw_open(w, key, '{');
+    jw_u64(w, "local_mem_bytes", p->local_mem);
+    jw_u64(w, "head_dim", p->head_dim);
+    jw_str(w, "dtype", dtype_name(p->dtype));
+    jw_u64(w, "bytes_per_elem", p->elem);
+    jw_u64(w, "block", p->block);
+    jw_bytes(w, "tile_bytes", r.tile_bytes);
+    jw_bool(w, "fits", r.fits);
+    jw_u64(w, "seq", r.seq);
+    jw_bytes(w, "score_matrix_bytes", r.score_bytes);
+    jw_u64(w, "tiles_per_axis", r.tiles);
+    jw_u64(w, "tile_pairs", r.pairs);
+    jw_u64(w, "kv_passes", r.kv_passes);
+    jw_raw(w, "reduction", r.reduction);
+    jw_u64(w, "max_block", p->max_block);
+    jw_close(w, '}');
+}
+
+/* ============================================================================================
+ * Command line.
+ * ========================================================================================== */
+
+typedef struct {
+    int json, no_plan;
+    int have_block, have_local_mem, have_budget, have_seq;
+    uint64_t head_dim, block, local_mem, budget;
+    clflash_dtype dtype;
+    uint64_t *seqs;
+    size_t nseq, seq_cap;
+} options;
+
+static void print_help(FILE *f)
+{
+    fputs("Usage: " PROG " [options]\n"
+          "\n"
+          "Lists every OpenCL platform and device with the P:D index that CLFLASH_DEVICE accepts,\n"
+          "its local memory, work-group and allocation limits and fp16/fp64/subgroup support, and\n"
+          "the tile size B that clflash's planner picks on it for a forward call (this builds the\n"
+          "kernel). With --local-mem it is instead a calculator of the tile rule and needs no\n"
+          "device:\n"
+          "  score matrix per head = n * n * s      one tile = (3*B*d + B*B) * s\n"
+          "  tiles per axis = ceil(n / B)           tile pairs = tiles^2\n"
+          "  K/V passes = tiles per axis            reduction = (n/B)^2\n"
+          "where s is the dtype's bytes per element and d the head dimension.\n"
+          "\n",
+          f);
+    fputs("Options:\n"
+          "  --head-dim D       head dimension d (default 128; at most 256 when planning)\n"
+          "  --dtype T          storage type: f32, f16, bf16 or i8 (default f16)\n"
+          "  --seq N[,N...]     sequence lengths n (seq_q = seq_k); may be repeated. The first one\n"
+          "                     is what devices plan for (default 4096). With --local-mem the\n"
+          "                     default is the seeds' 1024,4096,8192,16384\n"
+          "  --block B          B for the table rows (default: the largest B that fits);\n"
+          "                     the planner still chooses its own B\n"
+          "  --local-mem BYTES  calculator mode: plan against BYTES of local memory, no OpenCL\n"
+          "  --budget BYTES     device mode: cap the local memory the planner may use\n"
+          "                     (clflash_context_options.local_mem_budget; 0 = the device's)\n"
+          "  --no-plan          device mode: only list devices, do not plan or build kernels\n"
+          "  --json             print JSON instead of tables\n"
+          "  --version          print the tool's and library's versions\n"
+          "  -h, --help         print this help\n"
+          "In device mode --seq or --block also print the table for each device's local memory\n"
+          "(capped by --budget). Options take their value as the next argument or after '='.\n"
+          "\n"
+          "Exit status: 0 on success, 1 if no OpenCL platform is found or an OpenCL query fails,\n"
+          "2 on a usage error.\n"
+          "\n"
+          "Examples:\n"
+          "  " PROG "\n"
+          "  " PROG " --head-dim 64 --dtype f32 --budget 49152\n"
+          "  " PROG " --local-mem 196608 --head-dim 128 --dtype f16 --block 64 --seq 1024,4096\n"
+          "  " PROG " --json --local-mem 196608 --block 256 --dtype i8 --seq 4096\n",
+          f);
+}
+
+static int usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    fputs(PROG ": ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputs("\nTry '" PROG " --help' for more information.\n", stderr);
+    return EXIT_USAGE;
+}
+
+/* A decimal number: digits only (no sign, space or suffix), no overflow, at most `max`. */
+static int parse_u64(const char *s, uint64_t max, uint64_t *out)
+{
+    char *end = NULL;
+    unsigned long long v;
+    if (s == NULL || *s == '\0')
+        return 0;
+    for (const char *p = s; *p; p++)
+        if (!isdigit((unsigned char)*p))
+            return 0;
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (errno == ERANGE || end == s || *end != '\0' || v > max)
+        return 0;
+    *out = (uint64_t)v;
+    return 1;
+}
+
+/* If arg is --name or --name=value, returns 1 and sets *inline_value (NULL for the first form). */
+static int match_option(const char *arg, const char *name, const char **inline_value)
+{
+    size_t n = strlen(name);
+    if (strncmp(arg, name, n) != 0)
+        return 0;
+    if (arg[n] == '\0') {
+        *inline_value = NULL;
+        return 1;
+    }
+    if (arg[n] == '=') {
+        *inline_value = arg + n + 1;
+        return 1;
+    }
+    return 0;
+}
+
+/* Adds the comma-separated lengths in s; returns 0 on a bad item. */
+static int add_seqs(options *o, const char *s)
+{
+    const char *p = s;
+    if (*p == '\0')
+        return 0;
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char *item = xmalloc(len + 1);
+        uint64_t v;
+        int ok;
+        memcpy(item, p, len);
+        item[len] = '\0';
+        ok = parse_u64(item, UINT32_MAX, &v) && v > 0;
+        free(item);
+        if (!ok)
+            return 0;
+        if (o->nseq == o->seq_cap) {
+            o->seq_cap = o->seq_cap ? 2 * o->seq_cap : 8;
+            o->seqs = xrealloc(o->seqs, o->seq_cap * sizeof *o->seqs);
+        }
+        o->seqs[o->nseq++] = v;
+        if (comma == NULL)
+            return 1;
+        p = comma + 1;
+    }
+}
+
+static int parse_dtype(const char *s, clflash_dtype *out)
+{
+    static const clflash_dtype all[] = {CLFLASH_F32, CLFLASH_F16, CLFLASH_BF16, CLFLASH_I8};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (strcmp(s, dtype_name(all[i])) == 0) {
+            *out = all[i];
+            return 1;
+        }
+    return 0;
+}
+
+/* Returns -1 to go on, or an exit status (0 after --help/--version, 2 on a usage error). */
+static int parse_args(int argc, char **argv, options *o)
+{
+    static const char *const valued[] = {"--head-dim", "--dtype", "--seq", "--block",
+                                         "--local-mem", "--budget"};
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i], *val = NULL, *name = NULL;
+
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+            print_help(stdout);
+            return 0;
+        }
+        if (strcmp(arg, "--version") == 0) {
+            printf(PROG " %d.%d.%d (clflash library %s)\n", CLFLASH_VERSION_MAJOR,
+                   CLFLASH_VERSION_MINOR, CLFLASH_VERSION_PATCH, clflash_version_string());
+            return 0;
+        }
+        if (strcmp(arg, "--json") == 0) {
+            o->json = 1;
+            continue;
+        }
+        if (strcmp(arg, "--no-plan") == 0) {
+            o->no_plan = 1;
+            continue;
+        }
+        for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
+            if (match_option(arg, valued[k], &val)) {
+                name = valued[k];
+                break;
+            }
+        if (name == NULL) {
+            if (arg[0] == '-')
+                return usage_error("unknown option '%s'", arg);
+            return usage_error("unexpected argument '%s'", arg);
+        }
+        if (val == NULL) {
+            if (i + 1 >= argc)
+                return usage_error("option '%s' needs a value", name);
+            val = argv[++i];
+        }
+
+        if (strcmp(name, "--head-dim") == 0) {
+            if (!parse_u64(val, UINT32_MAX, &o->head_dim) || o->head_dim == 0)
+                return usage_error("--head-dim wants a whole number from 1 to %" PRIu32 ", not '%s'",
+                                   UINT32_MAX, val);
+        } else if (strcmp(name, "--dtype") == 0) {
+            if (!parse_dtype(val, &o->dtype))
+                return usage_error("--dtype wants f32, f16, bf16 or i8, not '%s'", val);
+        } else if (strcmp(name, "--seq") == 0) {
+            if (!add_seqs(o, val))
+                return usage_error("--seq wants comma-separated whole numbers from 1 to %" PRIu32
+                                   ", not '%s'", UINT32_MAX, val);
+            o->have_seq = 1;
+        } else if (strcmp(name, "--block") == 0) {
+            if (!parse_u64(val, UINT32_MAX, &o->block) || o->block == 0)
+                return usage_error("--block wants a whole number from 1 to %" PRIu32 ", not '%s'",
+                                   UINT32_MAX, val);
+            o->have_block = 1;
+        } else if (strcmp(name, "--local-mem") == 0) {
+            if (!parse_u64(val, UINT64_MAX, &o->local_mem))
+                return usage_error("--local-mem wants a number of bytes, not '%s'", val);
+            o->have_local_mem = 1;
+        } else { /* --budget */
+            if (!parse_u64(val, UINT64_MAX, &o->budget))
+                return usage_error("--budget wants a number of bytes, not '%s'", val);
+            o->have_budget = 1;
+        }
+    }
+
+    if (o->have_local_mem && o->have_budget)
+        return usage_error("--budget applies to devices; with --local-mem the budget is that value");
+    if (o->have_local_mem && o->no_plan)
+        return usage_error("--no-plan applies to devices; --local-mem never plans on a device");
+    if (!o->have_local_mem && !o->no_plan && o->head_dim > CLFLASH_MAX_HEAD_DIM)
+        return usage_error("--head-dim %" PRIu64 " is larger than clflash supports (%u); use "
+                           "--local-mem for the pure calculation or --no-plan to only list devices",
+                           o->head_dim, CLFLASH_MAX_HEAD_DIM);
+    return -1;
+}
+
+/* ============================================================================================
+ * Calculator mode (--local-mem): pure functions only, no OpenCL.
+ * ========================================================================================== */
+
+static int run_calculator(const options *o)
+{
+    calc_params p;
+    const uint64_t *seqs = o->nseq ? o->seqs : seed_seqs;
+    size_t nseq = o->nseq ? o->nseq : sizeof seed_seqs / sizeof seed_seqs[0];
+
+    p.local_mem = o->local_mem;
+    p.head_dim = o->head_dim;
+    p.dtype = o->dtype;
+    p.elem = clflash_dtype_size(o->dtype);
+    p.max_block = clflash_max_block(o->local_mem, o->head_dim, p.elem);
+    p.block = o->have_block ? o->block : p.max_block;
+    if (p.elem == 0) {
+        fprintf(stderr, PROG ": the library reports no size for dtype %s\n", dtype_name(o->dtype));
+        return 1;
+    }
+    if (p.block == 0) {
+        fprintf(stderr,
+                PROG ": no block size B fits %" PRIu64 " bytes of local memory with head_dim %" PRIu64
+                     " and %s (even B = 1 needs %" PRIu64 " bytes); pass --block to print the table "
+                     "anyway\n",
+                o->local_mem, o->head_dim, dtype_name(o->dtype),
+                clflash_tile_bytes(1, o->head_dim, p.elem));
+        return 1;
+    }
+
+    if (o->json) {
+        json_writer w = {stdout, 0, {0}};
+        if (nseq == 1) {
+            json_seed_row(&w, NULL, &p, seqs[0]);
+        } else {
+            jw_open(&w, NULL, '{');
+            jw_open(&w, "rows", '[');
+            for (size_t i = 0; i < nseq; i++)
+                json_seed_row(&w, NULL, &p, seqs[i]);
+            jw_close(&w, ']');
+            jw_close(&w, '}');
+        }
+        return 0;
+    }
+
+    {
+        char lm[96], tile[96];
+        uint64_t tb = clflash_tile_bytes(p.block, p.head_dim, p.elem);
+        int fits = tb != UINT64_MAX && tb <= p.local_mem;
+        format_bytes(p.local_mem, lm, sizeof lm);
+        format_bytes(tb, tile, sizeof tile);
+        printf("clflash tile calculator (no device)\n");
+        printf("  local memory   %s\n", lm);
+        printf("  head_dim d     %" PRIu64 "\n", p.head_dim);
+        printf("  dtype          %s (s = %" PRIu64 " byte%s per element)\n", dtype_name(p.dtype),
+               p.elem, p.elem == 1 ? "" : "s");
+        printf("  max_block      %" PRIu64 " (the largest B whose tile fits)\n", p.max_block);
+        printf("  block B        %" PRIu64 "%s\n", p.block,
+               o->have_block ? " (from --block)" : " (max_block)");
+        printf("  one tile       (3*%" PRIu64 "*%" PRIu64 " + %" PRIu64 "^2) * %" PRIu64 " = %s: %s\n",
+               p.block, p.head_dim, p.block, p.elem, tile,
+               fits ? "fits" : "does NOT fit");
+        printf("\n");
+        print_seed_table(&p, seqs, nseq, "");
+    }
+    return 0;
+}
+
+/* ============================================================================================
+ * Device mode: list platforms and devices, plan on each.
+ * ========================================================================================== */
+
+typedef struct {
+    char *name, *vendor, *version;
+} platform_report;
+
+typedef struct {
+    char *name, *vendor, *driver, *version, *extensions;
+    cl_device_type type;
+    cl_uint compute_units;
+    cl_ulong local_mem, max_alloc, global_mem;
+    cl_device_local_mem_type local_type;
+    size_t max_wg;
+    int fp16, fp64, subgroups;
+    char *error; /* the first failed query, NULL if none */
+
+    int planned;
+    clflash_status plan_status;
+    clflash_plan plan;
+    char *plan_detail;    /* the failure's detail ("" if none) */
+    char *plan_build_log; /* a failed build's log, NULL otherwise */
+} device_report;
+
+static char *cl_error_text(const char *call, cl_int err)
+{
+    return xasprintf("%s failed with %d (%s)", call, (int)err, clflash_status_string(err));
+}
+
+/* A string property of a platform (is_platform) or device, trimmed, in a new allocation. */
+static cl_int query_string(int is_platform, void *handle, cl_uint param, char **out)
+{
+    size_t n = 0;
+    char *s;
+    cl_int err;
+    *out = NULL;
+    err = is_platform ? clGetPlatformInfo((cl_platform_id)handle, param, 0, NULL, &n)
+                      : clGetDeviceInfo((cl_device_id)handle, param, 0, NULL, &n);
+    if (err != CL_SUCCESS)
+        return err;
+    s = xmalloc(n + 1);
+    if (n > 0) {
+        err = is_platform ? clGetPlatformInfo((cl_platform_id)handle, param, n, s, NULL)
+                          : clGetDeviceInfo((cl_device_id)handle, param, n, s, NULL);
+        if (err != CL_SUCCESS) {
+            free(s);
+            return err;
+        }
+    }
+    s[n] = '\0';
+    trim(s);
+    *out = s;
+    return CL_SUCCESS;
+}
+
+/* Keeps the first error of a device's queries; a failed string becomes "". */
+static void note(device_report *r, const char *what, cl_int err)
+{
+    if (err != CL_SUCCESS && r->error == NULL)
+        r->error = cl_error_text(what, err);
+}
+
+static void dev_string(device_report *r, cl_device_id dev, cl_uint param, const char *what, char **out)
+{
+    cl_int err = query_string(0, dev, param, out);
+    note(r, what, err);
+    if (*out == NULL)
+        *out = xstrdup("");
+}
+
+#define DEV_SCALAR(r, dev, param, var) \
+    note((r), "clGetDeviceInfo(" #param ")", clGetDeviceInfo((dev), (param), sizeof(var), &(var), NULL))
+
+static void read_device(cl_device_id dev, device_report *r)
+{
+    dev_string(r, dev, CL_DEVICE_NAME, "clGetDeviceInfo(CL_DEVICE_NAME)", &r->name);
+    dev_string(r, dev, CL_DEVICE_VENDOR, "clGetDeviceInfo(CL_DEVICE_VENDOR)", &r->vendor);
+    dev_string(r, dev, CL_DRIVER_VERSION, "clGetDeviceInfo(CL_DRIVER_VERSION)", &r->driver);
+    dev_string(r, dev, CL_DEVICE_VERSION, "clGetDeviceInfo(CL_DEVICE_VERSION)", &r->version);
+    dev_string(r, dev, CL_DEVICE_EXTENSIONS, "clGetDeviceInfo(CL_DEVICE_EXTENSIONS)", &r->extensions);
+    DEV_SCALAR(r, dev, CL_DEVICE_TYPE, r->type);
+    DEV_SCALAR(r, dev, CL_DEVICE_MAX_COMPUTE_UNITS, r->compute_units);
+    DEV_SCALAR(r, dev, CL_DEVICE_LOCAL_MEM_SIZE, r->local_mem);
+    DEV_SCALAR(r, dev, CL_DEVICE_LOCAL_MEM_TYPE, r->local_type);
+    DEV_SCALAR(r, dev, CL_DEVICE_MAX_WORK_GROUP_SIZE, r->max_wg);
+    DEV_SCALAR(r, dev, CL_DEVICE_MAX_MEM_ALLOC_SIZE, r->max_alloc);
+    DEV_SCALAR(r, dev, CL_DEVICE_GLOBAL_MEM_SIZE, r->global_mem);
+    r->fp16 = has_token(r->extensions, "cl_khr_fp16");
+    r->fp64 = has_token(r->extensions, "cl_khr_fp64");
+    r->subgroups = has_token(r->extensions, "cl_khr_subgroups") ||
+                   has_token(r->extensions, "cl_intel_subgroups");
+}
+
+/* Plans a forward call on the device the way an application would. */
+static void plan_device(cl_platform_id platform, cl_device_id dev, const options *o, device_report *r)
+{
+    cl_context_properties props[3];
+    cl_context ctx;
+    cl_int err = CL_SUCCESS;
+    clflash_context_options copt;
+    clflash_context *c = NULL;
+    clflash_attention_desc desc;
+    clflash_status st;
+
+    r->planned = 1;
+    props[0] = CL_CONTEXT_PLATFORM;
+    props[1] = (cl_context_properties)platform;
+    props[2] = 0;
+    ctx = clCreateContext(props, 1, &dev, NULL, NULL, &err);
+    if (err != CL_SUCCESS || ctx == NULL) {
+        r->plan_status = err != CL_SUCCESS ? err : CL_INVALID_CONTEXT;
+        r->plan_detail = xstrdup("clCreateContext failed for this device");
+        return;
+    }
+
+    memset(&copt, 0, sizeof copt);
+    copt.local_mem_budget = o->budget;
+    st = clflash_context_create(ctx, dev, o->have_budget ? &copt : NULL, &c);
+    if (st == CLFLASH_SUCCESS) {
+        memset(&desc, 0, sizeof desc);
+        desc.batch = 1;
+        desc.heads_q = 1;
+        desc.seq_q = desc.seq_k = (uint32_t)(o->nseq ? o->seqs[0] : DEFAULT_PLAN_SEQ);
+        desc.head_dim = (uint32_t)o->head_dim;
+        desc.dtype = o->dtype;
+        memset(&r->plan, 0, sizeof r->plan);
+        st = clflash_plan_attention(c, &desc, &r->plan);
+    }
+    r->plan_status = st;
+    if (st != CLFLASH_SUCCESS) {
+        /* copy the detail before any other clflash call replaces it */
+        r->plan_detail = xstrdup(clflash_last_error_detail());
+        if (st == CLFLASH_ERROR_BUILD_FAILED && c != NULL)
+            r->plan_build_log = xstrdup(clflash_context_build_log(c));
+    }
+    clflash_context_free(c);
+    err = clReleaseContext(ctx);
+    if (err != CL_SUCCESS)
+        note(r, "clReleaseContext", err);
+}
+
+static void free_device(device_report *r)
+{
+    free(r->name);
+    free(r->vendor);
+    free(r->driver);
+    free(r->version);
+    free(r->extensions);
+    free(r->error);
+    free(r->plan_detail);
+    free(r->plan_build_log);
+}
+
+/* "CPU", "GPU|DEFAULT", ...: every bit of a cl_device_type. */
+static char *type_text(cl_device_type t)
+{
+    static const struct {
+        cl_device_type bit;
+        const char *name;
+    } bits[] = {{CL_DEVICE_TYPE_CPU, "CPU"},
+                {CL_DEVICE_TYPE_GPU, "GPU"},
+                {CL_DEVICE_TYPE_ACCELERATOR, "ACCELERATOR"},
+                {CL_DEVICE_TYPE_CUSTOM, "CUSTOM"},
+                {CL_DEVICE_TYPE_DEFAULT, "DEFAULT"}};
+    char *s = xstrdup("");
+    cl_device_type rest = t;
+    for (size_t i = 0; i < sizeof bits / sizeof bits[0]; i++)
+        if (t & bits[i].bit) {
+            char *n = xasprintf("%s%s%s", s, *s ? "|" : "", bits[i].name);
+            free(s);
+            s = n;
+            rest &= ~bits[i].bit;
+        }
+    if (rest != 0 || *s == '\0') {
+        char *n = xasprintf("%s%s0x%" PRIx64, s, *s ? "|" : "", (uint64_t)rest);
+        free(s);
+        s = n;
+    }
+    return s;
+}
+
+static const char *local_type_text(cl_device_local_mem_type t)
+{
+    switch (t) {
+    case CL_LOCAL: return "local";
+    case CL_GLOBAL: return "global";
+    case CL_NONE: return "none";
+    default: return "unknown";
+    }
+}
+
+static char *plan_error_text(const device_report *r)
+{
+    if (r->plan_detail && r->plan_detail[0])
+        return xasprintf("%s (%d): %s", clflash_status_string(r->plan_status), (int)r->plan_status,
+                         r->plan_detail);
+    return xasprintf("%s (%d)", clflash_status_string(r->plan_status), (int)r->plan_status);
+}
+
+/* The local memory a device's seed table is computed against: the device's, capped by --budget. */
+static calc_params device_calc(const options *o, const device_report *r)
+{
+    calc_params p;
+    p.local_mem = (uint64_t)r->local_mem;
+    if (o->have_budget && o->budget != 0 && o->budget < p.local_mem)
+        p.local_mem = o->budget;
+    p.head_dim = o->head_dim;
+    p.dtype = o->dtype;
+    p.elem = clflash_dtype_size(o->dtype);
+    p.max_block = clflash_max_block(p.local_mem, p.head_dim, p.elem);
+    p.block = o->have_block ? o->block : p.max_block;
+    return p;
+}
+
+static void print_device_human(const options *o, cl_uint pi, cl_uint di, const device_report *r)
+{
+    char buf[96];
+    char *type = type_text(r->type);
+    printf("\n  Device %u:%u  %s\n", (unsigned)pi, (unsigned)di, r->name);
+    if (r->error)
+        printf("    error                %s\n", r->error);
+    printf("    vendor               %s\n", r->vendor);
+    printf("    type                 %s\n", type);
+    printf("    driver version       %s\n", r->driver);
+    printf("    device version       %s\n", r->version);
+    printf("    compute units        %u\n", (unsigned)r->compute_units);
+    format_bytes((uint64_t)r->local_mem, buf, sizeof buf);
+    printf("    local memory         %s, type %s\n", buf, local_type_text(r->local_type));
+    printf("    max work-group size  %zu\n", r->max_wg);
+    format_bytes((uint64_t)r->max_alloc, buf, sizeof buf);
+    printf("    max mem alloc        %s\n", buf);
+    format_bytes((uint64_t)r->global_mem, buf, sizeof buf);
+    printf("    global memory        %s\n", buf);
+    printf("    cl_khr_fp16          %s\n", r->fp16 ? "yes" : "no");
+    printf("    cl_khr_fp64          %s\n", r->fp64 ? "yes" : "no");
+    printf("    subgroups            %s\n", r->subgroups ? "yes" : "no");
+    free(type);
+
+    if (r->planned) {
+        printf("    plan (head_dim %" PRIu64 ", %s, seq_q = seq_k = %" PRIu64 ", budget: %s):\n",
+               o->head_dim, dtype_name(o->dtype), o->nseq ? o->seqs[0] : (uint64_t)DEFAULT_PLAN_SEQ,
+               (o->have_budget && o->budget) ? "--budget" : "device");
+        if (r->plan_status == CLFLASH_SUCCESS) {
+            const clflash_plan *pl = &r->plan;
+            printf("      block (B)          %u\n", (unsigned)pl->block);
+            format_bytes(pl->tile_bytes, buf, sizeof buf);
+            printf("      tile bytes         %s\n", buf);
+            format_bytes(pl->kernel_local_bytes, buf, sizeof buf);
+            printf("      kernel local bytes %s\n", buf);
+            format_bytes(pl->local_mem_budget, buf, sizeof buf);
+            printf("      local mem budget   %s\n", buf);
+            printf("      threads per row    %u\n", (unsigned)pl->threads_per_row);
+            printf("      work-group size    %u\n", (unsigned)pl->work_group_size);
+            printf("      kernel             %s\n", pl->kernel ? pl->kernel : "(none)");
+        } else {
+            char *e = plan_error_text(r);
+            printf("      failed: %s\n", e);
+            free(e);
+            if (r->plan_build_log && r->plan_build_log[0])
+                printf("      build log:\n%s\n", r->plan_build_log);
+        }
+    }
+
+    if (o->have_seq || o->have_block) {
+        calc_params p = device_calc(o, r);
+        const uint64_t *seqs = o->nseq ? o->seqs : seed_seqs;
+        size_t nseq = o->nseq ? o->nseq : sizeof seed_seqs / sizeof seed_seqs[0];
+        format_bytes(p.local_mem, buf, sizeof buf);
+        printf("    tile table (local memory %s, max_block %" PRIu64 "):\n", buf, p.max_block);
+        if (p.block == 0 || p.elem == 0)
+            printf("      no block size fits\n");
+        else
+            print_seed_table(&p, seqs, nseq, "      ");
+    }
+}
+
+static void print_device_json(json_writer *w, const options *o, cl_uint pi, cl_uint di,
+                              const platform_report *pr, const device_report *r)
+{
+    char *type = type_text(r->type);
+    char *id = xasprintf("%u:%u", (unsigned)pi, (unsigned)di);
+    jw_open(w, NULL, '{');
+    jw_u64(w, "platform_index", pi);
+    jw_u64(w, "device_index", di);
+    jw_str(w, "id", id);
+    jw_str(w, "platform", pr->name);
+    jw_str(w, "platform_vendor", pr->vendor);
+    jw_str(w, "platform_version", pr->version);
+    jw_str(w, "name", r->name);
+    jw_str(w, "vendor", r->vendor);
+    jw_str(w, "type", type);
+    jw_str(w, "driver", r->driver);
+    jw_str(w, "device_version", r->version);
+    jw_u64(w, "compute_units", r->compute_units);
+    jw_u64(w, "local_mem_bytes", (uint64_t)r->local_mem);
+    jw_str(w, "local_mem_type", local_type_text(r->local_type));
+    jw_u64(w, "max_work_group_size", (uint64_t)r->max_wg);
+    jw_u64(w, "max_alloc_bytes", (uint64_t)r->max_alloc);
+    jw_u64(w, "global_mem_bytes", (uint64_t)r->global_mem);
+    jw_bool(w, "fp16", r->fp16);
+    jw_bool(w, "fp64", r->fp64);
+    jw_bool(w, "subgroups", r->subgroups);
+    if (r->error)
+        jw_str(w, "error", r->error);
+    free(type);
+    free(id);
+
+    if (r->planned) {
+        if (r->plan_status == CLFLASH_SUCCESS) {
+            const clflash_plan *pl = &r->plan;
+            jw_open(w, "plan", '{');
+            jw_u64(w, "block", pl->block);
+            jw_bytes(w, "tile_bytes", pl->tile_bytes);
+            jw_u64(w, "kernel_local_bytes", pl->kernel_local_bytes);
+            jw_u64(w, "local_mem_budget", pl->local_mem_budget);
+            jw_str(w, "kernel", pl->kernel);
+            jw_u64(w, "threads_per_row", pl->threads_per_row);
+            jw_u64(w, "work_group_size", pl->work_group_size);
+            jw_bytes(w, "score_matrix_bytes", pl->score_matrix_bytes);
+            jw_u64(w, "tiles_q", pl->tiles_q);
+            jw_u64(w, "tiles_k", pl->tiles_k);
+            jw_u64(w, "kv_passes", pl->kv_passes);
+            jw_close(w, '}');
+        } else {
+            char *e = plan_error_text(r);
+            jw_str(w, "plan_error", e);
+            jw_i64(w, "plan_status", r->plan_status);
+            if (r->plan_build_log)
+                jw_str(w, "plan_build_log", r->plan_build_log);
+            free(e);
+        }
+    }
+
+    if (o->have_seq || o->have_block) {
+        calc_params p = device_calc(o, r);
+        const uint64_t *seqs = o->nseq ? o->seqs : seed_seqs;
+        size_t nseq = o->nseq ? o->nseq : sizeof seed_seqs / sizeof seed_seqs[0];
+        if (p.block == 0 || p.elem == 0) {
+            jw_str(w, "rows_error", "no block size fits");
+        } else {
+            jw_open(w, "rows", '[');
+            for (size_t i = 0; i < nseq; i++)
+                json_seed_row(w, NULL, &p, seqs[i]);
+            jw_close(w, ']');
+        }
+    }
+    jw_close(w, '}');
+}
+
+static int run_devices(const options *o)
+{
+    cl_uint np = 0;
+    cl_platform_id *platforms;
+    cl_int err;
+    int failed = 0;
+    json_writer w = {stdout, 0, {0}};
+
+    err = clGetPlatformIDs(0, NULL, &np);
+    if (err == CL_PLATFORM_NOT_FOUND_KHR || (err == CL_SUCCESS && np == 0)) {
+        fputs(PROG ": no OpenCL platform found (is an OpenCL driver / ICD installed? On Debian, "
+              "pocl-opencl-icd provides a CPU device)\n",
+              stderr);
+        return 1;
+    }
+    if (err != CL_SUCCESS) {
+        fprintf(stderr, PROG ": clGetPlatformIDs failed with %d (%s)\n", (int)err,
+                clflash_status_string(err));
+        return 1;
+    }
+    platforms = xmalloc(np * sizeof *platforms);
+    err = clGetPlatformIDs(np, platforms, NULL);
+    if (err != CL_SUCCESS) {
+        fprintf(stderr, PROG ": clGetPlatformIDs failed with %d (%s)\n", (int)err,
+                clflash_status_string(err));
+        free(platforms);
+        return 1;
+    }
+
+    if (o->json) {
+        jw_open(&w, NULL, '{');
+        jw_str(&w, "clflash_version", clflash_version_string());
+        if (!o->no_plan) {
+            jw_open(&w, "plan_request", '{');
+            jw_u64(&w, "head_dim", o->head_dim);
+            jw_str(&w, "dtype", dtype_name(o->dtype));
+            jw_u64(&w, "seq", o->nseq ? o->seqs[0] : (uint64_t)DEFAULT_PLAN_SEQ);
+            jw_u64(&w, "local_mem_budget", o->have_budget ? o->budget : 0);
+            jw_close(&w, '}');
+        }
+        jw_open(&w, "devices", '[');
+    } else {
+        printf("clflash %s: %u OpenCL platform%s (P:D below is the index CLFLASH_DEVICE accepts)\n",
+               clflash_version_string(), (unsigned)np, np == 1 ? "" : "s");
+    }
+
+    for (cl_uint p = 0; p < np; p++) {
+        platform_report pr = {NULL, NULL, NULL};
+        cl_uint nd = 0;
+        cl_device_id *devs = NULL;
+        char *perr = NULL;
+
+        err = query_string(1, platforms[p], CL_PLATFORM_NAME, &pr.name);
+        if (err != CL_SUCCESS && perr == NULL)
+            perr = cl_error_text("clGetPlatformInfo(CL_PLATFORM_NAME)", err);
+        err = query_string(1, platforms[p], CL_PLATFORM_VENDOR, &pr.vendor);
+        if (err != CL_SUCCESS && perr == NULL)
+            perr = cl_error_text("clGetPlatformInfo(CL_PLATFORM_VENDOR)", err);
+        err = query_string(1, platforms[p], CL_PLATFORM_VERSION, &pr.version);
+        if (err != CL_SUCCESS && perr == NULL)
+            perr = cl_error_text("clGetPlatformInfo(CL_PLATFORM_VERSION)", err);
+        if (pr.name == NULL)
+            pr.name = xstrdup("");
+        if (pr.vendor == NULL)
+            pr.vendor = xstrdup("");
+        if (pr.version == NULL)
+            pr.version = xstrdup("");
+
+        err = clGetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, 0, NULL, &nd);
+        if (err == CL_DEVICE_NOT_FOUND) {
+            nd = 0;
+        } else if (err != CL_SUCCESS) {
+            if (perr == NULL)
+                perr = cl_error_text("clGetDeviceIDs", err);
+            nd = 0;
+        } else if (nd > 0) {
+            devs = xmalloc(nd * sizeof *devs);
+            err = clGetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, nd, devs, NULL);
+            if (err != CL_SUCCESS) {
+                if (perr == NULL)
+                    perr = cl_error_text("clGetDeviceIDs", err);
+                nd = 0;
+            }
+        }
+        if (perr) {
+            failed = 1;
+            fprintf(stderr, PROG ": platform %u: %s\n", (unsigned)p, perr);
+        }
+
+        if (!o->json) {
+            printf("\nPlatform %u: %s\n", (unsigned)p, pr.name);
+            printf("  vendor   %s\n", pr.vendor);
+            printf("  version  %s\n", pr.version);
+            if (perr)
+                printf("  error    %s\n", perr);
+            if (nd == 0)
+                printf("  (no devices)\n");
+        }
+
+        for (cl_uint d = 0; d < nd; d++) {
+            device_report r;
+            memset(&r, 0, sizeof r);
+            read_device(devs[d], &r);
+            if (!o->no_plan)
+                plan_device(platforms[p], devs[d], o, &r);
+            if (r.error) {
+                failed = 1;
+                fprintf(stderr, PROG ": device %u:%u: %s\n", (unsigned)p, (unsigned)d, r.error);
+            }
+            if (o->json)
+                print_device_json(&w, o, p, d, &pr, &r);
+            else
+                print_device_human(o, p, d, &r);
+            fflush(stdout);
+            free_device(&r);
+        }
+        free(devs);
+        free(perr);
+        free(pr.name);
+        free(pr.vendor);
+        free(pr.version);
+    }
+
+    if (o->json) {
+        jw_close(&w, ']');
+        jw_close(&w, '}');
+    }
+    free(platforms);
+    return failed ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    options o;
+    int rc;
+
+    memset(&o, 0, sizeof o);
+    o.head_dim = DEFAULT_HEAD_DIM;
+    o.dtype = CLFLASH_F16;
+
+    rc = parse_args(argc, argv, &o);
+    if (rc < 0)
+        rc = o.have_local_mem ? run_calculator(&o) : run_devices(&o);
+    free(o.seqs);
+
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fputs(PROG ": error writing to standard output\n", stderr);
+        return rc == EXIT_USAGE ? rc : 1;
+    }
+    return rc;
+}
