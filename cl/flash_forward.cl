@@ -6,12 +6,14 @@
  * BLOCK*TPR, heads_q, batch), so the blocks of one head run side by side and share K/V in cache. TPR work-items share each row
  * (work-item lid owns row lid / TPR, lane t = lid % TPR), so the work-group has BLOCK*TPR items.
  * Local tiles:
- *   qt[BLOCK][LDS_STRIDE]  the Q block, storage bits, loaded once;
- *   kt, vt[BLOCK][LDS_STRIDE]  the current K and V blocks, storage bits;
- *   pt[BLOCK][P_STRIDE]   the current block of probabilities, fp32;
- *   rowmax[BLOCK][TPR]    each lane's partial maximum of its row's scores.
- * LDS_STRIDE and P_STRIDE are padded by the host so that rows fall in different memory banks.
- *
+ *   qt[BLOCK][LDS_STRIDE]   the Q block, storage bits, loaded once;
+ *   kt[HEAD_DIM][KT_STRIDE] the current K block, transposed, so a lane's keys are consecutive;
+ *   vt[BLOCK][LDS_STRIDE]   the current V block, storage bits;
+ *   pt[BLOCK][P_STRIDE]     the current block of probabilities, fp32, key-major (pt[j][row]);
+ *   rowmax[BLOCK][TPR]      each lane's partial maximum of its row's scores.
+ * The strides are padded by the host so that neighbouring rows fall in different memory banks.
+ * The score loop runs over head_dim outside and keys inside: each Q element is loaded once for
+ * BLOCK/TPR independent accumulators, which a GPU keeps in registers and PoCL vectorizes.
  * Per K/V tile, with the barrier that protects each step:
  *   B1  every read of kt, vt, pt, rowmax of the previous tile (and the qt stores) is finished;
  *       the work-group loads kt and vt.
@@ -39,7 +41,7 @@ flash_forward(__global const bits_t *q, __global const bits_t *k, __global const
               ulong v_ss, ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss)
 {
     __local bits_t qt[BLOCK * LDS_STRIDE];
-    __local bits_t kt[BLOCK * LDS_STRIDE];
+    __local bits_t kt[HEAD_DIM * KT_STRIDE]; /* transposed: kt[c][j] */
     __local bits_t vt[BLOCK * LDS_STRIDE];
     __local float pt[BLOCK * P_STRIDE];
     __local float rowmax[BLOCK * TPR];
@@ -84,21 +86,26 @@ flash_forward(__global const bits_t *q, __global const bits_t *k, __global const
         for (uint idx = lid; idx < BLOCK * HEAD_DIM; idx += WG_SIZE) {
             const uint r = idx / HEAD_DIM, c = idx % HEAD_DIM;
             const bool in = k0 + r < seq_k;
-            kt[r * LDS_STRIDE + c] = in ? k[kbase + (ulong)(k0 + r) * k_ss + c] : zero_bits;
+            kt[c * KT_STRIDE + r] = in ? k[kbase + (ulong)(k0 + r) * k_ss + c] : zero_bits;
             vt[r * LDS_STRIDE + c] = in ? v[vbase + (ulong)(k0 + r) * v_ss + c] : zero_bits;
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* B2 */
 
         float s[KEYS_PER_LANE];
+        for (uint kk = 0; kk < KEYS_PER_LANE; kk++)
+            s[kk] = 0.0f;
+        /* c outer, keys inner: one Q element serves KEYS_PER_LANE independent accumulators, and
+         * the inner loop reads consecutive keys of the transposed K tile. */
+        for (uint c = 0; c < HEAD_DIM; c++) {
+            const float qc = load_l(qt, row * LDS_STRIDE + c);
+            for (uint kk = 0; kk < KEYS_PER_LANE; kk++)
+                s[kk] = fma(qc, load_l(kt, c * KT_STRIDE + lane + kk * TPR), s[kk]);
+        }
         float lane_max = -INFINITY;
         for (uint kk = 0; kk < KEYS_PER_LANE; kk++) {
-            const uint j = lane + kk * TPR;
-            float dot = 0.0f;
-            for (uint c = 0; c < HEAD_DIM; c++)
-                dot = fma(load_l(qt, row * LDS_STRIDE + c), load_l(kt, j * LDS_STRIDE + c), dot);
-            const uint key = k0 + j;
+            const uint key = k0 + lane + kk * TPR;
             const bool visible = key < seq_k && qi < seq_q && key_visible(qi, key, seq_q, seq_k);
-            s[kk] = visible ? dot * scale_log2 : -INFINITY;
+            s[kk] = visible ? s[kk] * scale_log2 : -INFINITY;
             lane_max = fmax(lane_max, s[kk]);
         }
         rowmax[row * TPR + lane] = lane_max;
@@ -111,7 +118,7 @@ flash_forward(__global const bits_t *q, __global const bits_t *k, __global const
         const float ref = (m_new == -INFINITY) ? 0.0f : m_new;
         const float alpha = exp2(m - ref); /* 0 while nothing was seen: l and acc are 0 then */
         for (uint kk = 0; kk < KEYS_PER_LANE; kk++)
-            pt[row * P_STRIDE + lane + kk * TPR] = exp2(s[kk] - ref);
+            pt[(lane + kk * TPR) * P_STRIDE + row] = exp2(s[kk] - ref);
         m = m_new;
         barrier(CLK_LOCAL_MEM_FENCE); /* B4 */
 
@@ -119,7 +126,7 @@ flash_forward(__global const bits_t *q, __global const bits_t *k, __global const
         for (uint cc = 0; cc < COLS_PER_LANE; cc++)
             acc[cc] *= alpha;
         for (uint j = 0; j < BLOCK; j++) {
-            const float p = pt[row * P_STRIDE + j];
+            const float p = pt[j * P_STRIDE + row];
             tile_sum += p;
             for (uint cc = 0; cc < COLS_PER_LANE; cc++) {
                 const uint c = lane + cc * TPR;

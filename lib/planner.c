@@ -64,9 +64,9 @@ static clflash_status build_variant(clflash_context *c, const clflash_problem *p
     cl_int err;
     clflash_status st;
     snprintf(defines, sizeof defines,
-             "%s -D HEAD_DIM=%u -D BLOCK=%u -D TPR=%u -D LDS_STRIDE=%u -D P_STRIDE=%u -D CAUSAL=%d -D WITH_LSE=%d",
+             "%s -D HEAD_DIM=%u -D BLOCK=%u -D TPR=%u -D LDS_STRIDE=%u -D KT_STRIDE=%u -D P_STRIDE=%u -D CAUSAL=%d -D WITH_LSE=%d",
              clflash_dtype_define(p->dtype), p->head_dim, block, lanes, lds_stride(p->head_dim, p->elem_size),
-             block | 1u, (p->flags & CLFLASH_CAUSAL) ? 1 : 0, with_lse ? 1 : 0);
+             block | 1u, block | 1u, (p->flags & CLFLASH_CAUSAL) ? 1 : 0, with_lse ? 1 : 0);
     if ((st = clflash_get_program(c, CLFLASH_SOURCE_FLASH_FORWARD, defines, &prog)) != CLFLASH_SUCCESS)
         return st;
     *kernel = clCreateKernel(prog, KERNEL_NAME, &err);
