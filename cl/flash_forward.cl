@@ -2,9 +2,10 @@
  * flash_forward.cl - the portable FlashAttention forward kernel: exact attention by tiles and an
  * online softmax, in plain OpenCL C 1.2, for any device. The host prepends common.cl.
  *
- * One work-group computes BLOCK query rows of one (batch, head): the grid is (query blocks x
- * BLOCK*TPR, heads_q, batch), so the blocks of one head run side by side and share K/V in cache. TPR work-items share each row
+ * One work-group computes BLOCK query rows of one (batch, head). TPR work-items share each row
  * (work-item lid owns row lid / TPR, lane t = lid % TPR), so the work-group has BLOCK*TPR items.
+ * The grid is (query blocks * BLOCK*TPR, heads_q, batch): the blocks of one head run side by side
+ * and share its K and V in cache.
  * Local tiles:
  *   qt[BLOCK][LDS_STRIDE]   the Q block, storage bits, loaded once;
  *   kt[HEAD_DIM][KT_STRIDE] the current K block, transposed, so a lane's keys are consecutive;
