@@ -1,0 +1,101 @@
+/*
+ * oclgrind_driver.c - runs the flash and naive kernels at small shapes and checks them against the
+ * fp64 reference; meant to run under `oclgrind --data-races --uninitialized` (run_oclgrind.cmake),
+ * which then reports races, out-of-bounds accesses and uses of uninitialised values that PoCL
+ * silently tolerates.
+ *
+ * Forced blocks of 8 and 16 give several K/V tiles per row at these sizes, so the loop that reloads
+ * the local tiles runs more than once: that is where a missing barrier shows. Exit status 0 only if
+ * every case ran and matched. Prints no word that the wrapper treats as an Oclgrind report.
+ * With a case index it runs only that case (the wrapper runs each case in its own process).
+ */
+#include "harness.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    th_algo algo;
+    uint32_t batch, heads_q, heads_kv, seq_q, seq_k, head_dim;
+    clflash_dtype dtype;
+    uint32_t flags, block;
+    int strided_o;
+} driver_case;
+
+static const driver_case cases[] = {
+    {TH_FLASH, 1, 2, 1, 37, 29, 16, CLFLASH_F32, 0, 0, 0},
+    {TH_FLASH, 1, 1, 0, 37, 29, 16, CLFLASH_F32, CLFLASH_CAUSAL, 16, 1},
+    {TH_FLASH, 1, 1, 0, 5, 37, 7, CLFLASH_F32, CLFLASH_CAUSAL, 8, 0},
+    {TH_FLASH, 2, 2, 2, 29, 37, 16, CLFLASH_F16, CLFLASH_CAUSAL, 16, 0},
+    {TH_FLASH, 1, 1, 0, 37, 5, 7, CLFLASH_F16, 0, 0, 1},
+    {TH_FLASH, 1, 1, 0, 37, 11, 16, CLFLASH_F16, CLFLASH_CAUSAL, 0, 0},
+    {TH_NAIVE, 1, 2, 1, 37, 29, 16, CLFLASH_F32, CLFLASH_CAUSAL, 0, 1},
+    {TH_NAIVE, 1, 1, 0, 5, 37, 7, CLFLASH_F16, 0, 0, 0},
+    {TH_NAIVE, 1, 1, 0, 13, 13, 7, CLFLASH_F32, 0, 0, 0},
+    {TH_NAIVE, 1, 1, 0, 37, 11, 16, CLFLASH_F16, CLFLASH_CAUSAL, 0, 0},
+};
+
+#define N_CASES (sizeof cases / sizeof cases[0])
+
+/* No argument: every case. "--count": print how many there are. A number: only that case. */
+int main(int argc, char **argv)
+{
+    size_t first = 0, last = N_CASES;
+    if (argc > 1 && strcmp(argv[1], "--count") == 0) {
+        printf("%zu\n", N_CASES);
+        return 0;
+    }
+    if (argc > 1) {
+        char *end;
+        const unsigned long i = strtoul(argv[1], &end, 10);
+        if (*end || i >= N_CASES) {
+            printf("usage: %s [--count | case index below %zu]\n", argv[0], N_CASES);
+            return 2;
+        }
+        first = i;
+        last = i + 1;
+    }
+    clflash_context *c = NULL;
+    clflash_status st = th_context(NULL, &c);
+    if (st != CLFLASH_SUCCESS) {
+        printf("FAILED: no context: %s (%s)\n", clflash_status_string(st), clflash_last_error_detail());
+        return 1;
+    }
+    char name[256] = "";
+    clGetDeviceInfo(clflash_context_device(c), CL_DEVICE_NAME, sizeof name - 1, name, NULL);
+    printf("device: %s\n", name);
+    int failures = 0;
+    for (size_t n = first; n < last; n++) {
+        const driver_case *k = &cases[n];
+        clflash_attention_desc d =
+            th_desc(k->batch, k->heads_q, k->heads_kv, k->seq_q, k->seq_k, k->head_dim, k->dtype, k->flags);
+        d.block = k->block;
+        if (k->strided_o) /* two-element gaps after every O row, three before the first */
+            d.o = (clflash_layout){3, 0, 0, k->head_dim + 2};
+        char what[200], msg[2400];
+        th_desc_str(&d, what, sizeof what);
+        th_case t;
+        if (th_case_init(&t, &d, 9000 + n) != 0) {
+            printf("FAILED: out of host memory\n");
+            return 1;
+        }
+        th_case_reference(&t);
+        st = th_run_device(c, &t, k->algo, 1, NULL);
+        const char *algo = k->algo == TH_FLASH ? "flash" : "naive";
+        if (st != CLFLASH_SUCCESS) {
+            printf("FAILED %s %s: %s (%s)\n", algo, what, clflash_status_string(st), clflash_last_error_detail());
+            failures++;
+        } else if (th_check(&t, 1, k->algo == TH_FLASH ? REF_PATH_FLASH : REF_PATH_NAIVE, msg, sizeof msg)) {
+            printf("MISMATCH %s %s: %s\n", algo, what, msg);
+            failures++;
+        } else {
+            printf("ok %s %s\n", algo, what);
+        }
+        fflush(stdout);
+        th_case_free(&t);
+    }
+    clflash_context_free(c);
+    printf("%d of %zu cases failed\n", failures, last - first);
+    return failures ? 1 : 0;
+}
