@@ -231,10 +231,11 @@ typedef struct {
     uint64_t tile_bytes;         /* the users' rule, (3*B*d + B*B) * dtype size */
     uint64_t local_mem_budget;   /* what B was planned against: the device's local memory, or the
                                     context's smaller local_mem_budget */
-    uint64_t kernel_local_bytes; /* CL_KERNEL_LOCAL_MEM_SIZE of the built kernel. The portable
-                                    kernel keeps Q, K, V in the storage type plus padding, and the
-                                    B x B probability block in fp32, so this can differ from
-                                    tile_bytes; it never exceeds local_mem_budget */
+    uint64_t kernel_local_bytes; /* CL_KERNEL_LOCAL_MEM_SIZE of the built kernel (or clflash's
+                                    own count of its local arrays, if the driver reports less).
+                                    The portable kernel keeps Q, K, V in the storage type plus
+                                    padding, and the B x B probability block in fp32, so this can
+                                    differ from tile_bytes; it never exceeds local_mem_budget */
     uint64_t score_matrix_bytes; /* seq_q * seq_k * dtype size: what naive attention writes per head */
     uint64_t tiles_q, tiles_k;   /* ceil(seq_q / B), ceil(seq_k / B) */
     uint64_t kv_passes;          /* K and V are streamed once per Q block: tiles_q */

@@ -55,6 +55,15 @@ static uint32_t lds_stride(uint32_t head_dim, size_t elem_size)
     return words * per_word;
 }
 
+/* clflash's own count of the flash kernel's __local arrays (qt, kt, vt, pt, rowmax), used when a
+ * driver reports less (PoCL 5.0 reports 0 for static local arrays). */
+static cl_ulong counted_local_bytes(const clflash_problem *p, uint32_t block, uint32_t lanes)
+{
+    const uint64_t tiles = (2ull * block * lds_stride(p->head_dim, p->elem_size) + (uint64_t)p->head_dim * (block | 1u)) *
+                           p->elem_size;
+    return tiles + 4ull * block * (block | 1u) + 4ull * block * lanes;
+}
+
 /* Builds the kernel for (B, lanes) and reads what it really needs. */
 static clflash_status build_variant(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t block,
                                     uint32_t lanes, cl_kernel *kernel, cl_ulong *local_bytes, size_t *max_wg)
@@ -80,6 +89,8 @@ static clflash_status build_variant(clflash_context *c, const clflash_problem *p
         *kernel = NULL;
         return clflash_fail(err, "clGetKernelWorkGroupInfo failed");
     }
+    if (*local_bytes < counted_local_bytes(p, block, lanes))
+        *local_bytes = counted_local_bytes(p, block, lanes);
     return CLFLASH_SUCCESS;
 }
 
