@@ -1,27 +1,20 @@
 /*
- * common.cl - the storage-type helpers every clflash kernel uses, prepended to each kernel file.
+ * common.cl - the storage-type helpers and masking rules every clflash kernel uses, prepended to
+ * each kernel file.
  *
- * Why one file: Q, K, V and O are stored as fp32, fp16 or bf16 but all math is fp32, and the
- * conversions must be identical in every kernel. The host defines exactly one of
- * CLFLASH_DTYPE_F32, CLFLASH_DTYPE_F16, CLFLASH_DTYPE_BF16. fp16 goes through vload_half /
- * vstore_half, which need no cl_khr_fp16 (PoCL and NVIDIA report none); buffers and local tiles hold
- * the raw bits (`bits_t`), so copying a tile into local memory converts nothing.
+ * Why one file: Q, K, V and O are stored as fp32, fp16, bf16 or int8 but all math is fp32, and the
+ * conversions and the visibility rules must be identical in every kernel.
+ *
+ * Input storage (Q, K, V, and any tensor of the same type): the host defines exactly one of
+ * CLFLASH_DTYPE_F32, _F16, _BF16, _I8. Buffers and local tiles hold the raw bits (`bits_t`), so
+ * copying a tile into local memory converts nothing; load_g / load_l convert one element to float
+ * from global / local memory; store_g writes one (not for int8). fp16 goes through vload_half /
+ * vstore_half, which need no cl_khr_fp16 (PoCL and NVIDIA report none). int8 loads the stored
+ * integer; the host folds the per-tensor scales into the score scale and the output scale.
+ *
+ * Output storage (O, and the naive path's score matrix): CLFLASH_OUT_F32, _F16 or _BF16; when none
+ * is defined it is the input type. store_o / load_o write and read one element.
  */
-#if defined(CLFLASH_DTYPE_F32)
-#define bits_t float
-#define zero_bits 0.0f
-#define load_g(p, i) ((p)[i])
-#define load_l(p, i) ((p)[i])
-#define store_g(p, i, x) ((p)[i] = (x))
-#elif defined(CLFLASH_DTYPE_F16)
-#define bits_t ushort
-#define zero_bits ((ushort)0)
-#define load_g(p, i) vload_half((i), (__global const half *)(p))
-#define load_l(p, i) vload_half((i), (__local const half *)(p))
-#define store_g(p, i, x) vstore_half_rte((x), (i), (__global half *)(p))
-#elif defined(CLFLASH_DTYPE_BF16)
-#define bits_t ushort
-#define zero_bits ((ushort)0)
 inline float bf16_to_float(ushort u)
 {
     return as_float((uint)u << 16);
@@ -35,11 +28,78 @@ inline ushort float_to_bf16(float f)
     u += 0x7fffu + ((u >> 16) & 1u);
     return (ushort)(u >> 16);
 }
+
+#if defined(CLFLASH_DTYPE_F32)
+#define bits_t float
+#define zero_bits 0.0f
+#define load_g(p, i) ((p)[i])
+#define load_l(p, i) ((p)[i])
+#define store_g(p, i, x) ((p)[i] = (x))
+#define CLFLASH_IN_KIND 1
+#elif defined(CLFLASH_DTYPE_F16)
+#define bits_t ushort
+#define zero_bits ((ushort)0)
+#define load_g(p, i) vload_half((i), (__global const half *)(p))
+#define load_l(p, i) vload_half((i), (__local const half *)(p))
+#define store_g(p, i, x) vstore_half_rte((x), (i), (__global half *)(p))
+#define CLFLASH_IN_KIND 2
+#elif defined(CLFLASH_DTYPE_BF16)
+#define bits_t ushort
+#define zero_bits ((ushort)0)
 #define load_g(p, i) bf16_to_float((p)[i])
 #define load_l(p, i) bf16_to_float((p)[i])
 #define store_g(p, i, x) ((p)[i] = float_to_bf16(x))
+#define CLFLASH_IN_KIND 3
+#elif defined(CLFLASH_DTYPE_I8)
+#define bits_t char
+#define zero_bits ((char)0)
+#define load_g(p, i) ((float)(p)[i])
+#define load_l(p, i) ((float)(p)[i])
+#define CLFLASH_IN_KIND 4
 #else
-#error "define one of CLFLASH_DTYPE_F32, CLFLASH_DTYPE_F16, CLFLASH_DTYPE_BF16"
+#error "define one of CLFLASH_DTYPE_F32, CLFLASH_DTYPE_F16, CLFLASH_DTYPE_BF16, CLFLASH_DTYPE_I8"
+#endif
+
+#if !defined(CLFLASH_OUT_F32) && !defined(CLFLASH_OUT_F16) && !defined(CLFLASH_OUT_BF16)
+#if CLFLASH_IN_KIND == 1
+#define CLFLASH_OUT_F32
+#elif CLFLASH_IN_KIND == 2
+#define CLFLASH_OUT_F16
+#elif CLFLASH_IN_KIND == 3
+#define CLFLASH_OUT_BF16
+#else
+#error "int8 input needs an output type: define CLFLASH_OUT_F32, CLFLASH_OUT_F16 or CLFLASH_OUT_BF16"
+#endif
+#endif
+#if defined(CLFLASH_OUT_F32)
+#define out_t float
+#define load_o(p, i) ((p)[i])
+#define store_o(p, i, x) ((p)[i] = (x))
+#elif defined(CLFLASH_OUT_F16)
+#define out_t ushort
+#define load_o(p, i) vload_half((i), (__global const half *)(p))
+#define store_o(p, i, x) vstore_half_rte((x), (i), (__global half *)(p))
+#else
+#define out_t ushort
+#define load_o(p, i) bf16_to_float((p)[i])
+#define store_o(p, i, x) ((p)[i] = float_to_bf16(x))
+#endif
+
+/* Feature switches the host sets with -D; a kernel built without them has the feature off. */
+#ifndef CAUSAL
+#define CAUSAL 0
+#endif
+#ifndef WINDOW
+#define WINDOW 0
+#endif
+#ifndef SOFTCAP
+#define SOFTCAP 0
+#endif
+#ifndef BIAS
+#define BIAS 0
+#endif
+#ifndef ALIBI
+#define ALIBI 0
 #endif
 
 /* Element (b, h, i, c) of a tensor with the given strides (in elements). */
@@ -49,7 +109,7 @@ inline ulong tensor_index(ulong offset, ulong batch_stride, ulong head_stride, u
     return offset + (ulong)b * batch_stride + (ulong)h * head_stride + (ulong)i * seq_stride;
 }
 
-/* Causal visibility, bottom-right aligned: query i sees key j iff j <= i + seq_k - seq_q. */
+/* Causal visibility alone, bottom-right aligned: query i sees key j iff j <= i + seq_k - seq_q. */
 inline bool key_visible(uint i, uint j, uint seq_q, uint seq_k)
 {
 #if CAUSAL
@@ -57,4 +117,55 @@ inline bool key_visible(uint i, uint j, uint seq_q, uint seq_k)
 #else
     return true;
 #endif
+}
+
+/* Which keys query i sees, as the half-open range [*lo, *hi). Every rule is aligned bottom-right:
+ * the query's diagonal key is d = i + seq_k - seq_q.
+ *   CAUSAL:  keys j <= d;
+ *   WINDOW:  d - window_left <= j <= d + window_right (set by the host through WIN_LEFT and
+ *            WIN_RIGHT, runtime arguments, so one build serves every width);
+ *   key_len: keys j < key_len (key padding; the host passes seq_k when there is none).
+ * The range is empty when hi <= lo. Both ends grow with i, which lets a block of queries skip
+ * whole key tiles. */
+inline void visible_keys(uint i, uint seq_q, uint seq_k, uint key_len, uint win_left, uint win_right,
+                         long *lo, long *hi)
+{
+    const long d = (long)i + (long)seq_k - (long)seq_q;
+    long l = 0, h = (long)min(seq_k, key_len);
+#if CAUSAL
+    h = min(h, d + 1);
+#endif
+#if WINDOW
+    l = max(l, d - (long)win_left);
+    h = min(h, d + (long)win_right + 1);
+#endif
+    (void)d;
+    (void)win_left;
+    (void)win_right;
+    *lo = l;
+    *hi = h;
+}
+
+/* The score of (query i, key j) after the optional transforms, in natural-log units:
+ * softcap (cap * tanh(s / cap)), then the additive bias, then ALiBi (-slope * |d - j|). */
+inline float transform_score(float s, float softcap, float bias, float alibi_slope, uint i, uint j,
+                             uint seq_q, uint seq_k)
+{
+#if SOFTCAP
+    s = softcap * tanh(s / softcap);
+#endif
+#if BIAS
+    s += bias;
+#endif
+#if ALIBI
+    s -= alibi_slope * fabs((float)((long)i + (long)seq_k - (long)seq_q - (long)j));
+#endif
+    (void)softcap;
+    (void)bias;
+    (void)alibi_slope;
+    (void)i;
+    (void)j;
+    (void)seq_q;
+    (void)seq_k;
+    return s;
 }

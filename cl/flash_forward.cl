@@ -25,7 +25,12 @@
  *   B4  pt is complete; each lane rescales its output columns (lane, lane+TPR, ...) and adds
  *       P V for them; every lane of a row sums the same pt row in the same order, so the running
  *       sum l is identical in all of them.
- * Scores are kept in the log2 domain (scale_log2 = scale * log2(e)) so that exp2 does the work.
+ * Scores are kept in the log2 domain so that exp2 does the work: without softcap, bias or ALiBi
+ * the host passes score_scale = scale * log2(e) (times the int8 scales); with them it passes the
+ * natural scale, and the transformed score is multiplied by log2(e) here. The visible keys of a
+ * row (causal, sliding window, key padding) are a range [lo, hi) from common.cl's visible_keys;
+ * key tiles outside the block's union of ranges are never loaded. O is scaled by out_scale (the
+ * int8 V scale, else 1) and stored in the output type.
  * The running max starts at -INFINITY; a row that has seen no visible key yet uses 0 as its
  * reference so that no exp2(-inf - -inf) is ever formed. A row that sees no key at all ends with
  * l = 0 and writes O = 0 and lse = -INFINITY.
@@ -36,10 +41,13 @@
 
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 flash_forward(__global const bits_t *q, __global const bits_t *k, __global const bits_t *v,
-              __global bits_t *o, __global float *lse, uint seq_q, uint seq_k, uint heads_q,
-              uint group, float scale_log2, ulong q_off, ulong q_bs, ulong q_hs, ulong q_ss,
+              __global out_t *o, __global float *lse, uint seq_q, uint seq_k, uint heads_q,
+              uint group, float score_scale, ulong q_off, ulong q_bs, ulong q_hs, ulong q_ss,
               ulong k_off, ulong k_bs, ulong k_hs, ulong k_ss, ulong v_off, ulong v_bs, ulong v_hs,
-              ulong v_ss, ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss)
+              ulong v_ss, ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss, uint win_left,
+              uint win_right, float softcap, float out_scale, __global const float *bias,
+              ulong bias_off, ulong bias_bs, ulong bias_hs, ulong bias_rs,
+              __global const float *alibi, __global const int *key_lens)
 {
     __local bits_t qt[BLOCK * LDS_STRIDE];
     __local bits_t kt[HEAD_DIM * KT_STRIDE]; /* transposed: kt[c][j] */
@@ -66,14 +74,27 @@ flash_forward(__global const bits_t *q, __global const bits_t *k, __global const
         qt[r * LDS_STRIDE + c] = (q0 + r < seq_q) ? q[qbase + (ulong)(q0 + r) * q_ss + c] : zero_bits;
     }
 
-    /* Keys past key_end are invisible to every row of this block (causal), so their tiles are
+    /* The keys this row sees, [lo, hi). Both ends grow with the query index, so the tiles before
+     * the first row's lo and from the last row's hi on are invisible to the whole block: they are
      * skipped, not computed and masked. */
-    const uint q_last = min(q0 + BLOCK, seq_q) - 1;
-#if CAUSAL
-    const long causal_end = (long)q_last + (long)seq_k - (long)seq_q + 1;
-    const uint key_end = causal_end <= 0 ? 0u : (uint)min((long)seq_k, causal_end);
+#if KEYLEN
+    const uint key_len = (uint)clamp(key_lens[b], 0, (int)seq_k);
 #else
-    const uint key_end = seq_k;
+    const uint key_len = seq_k;
+#endif
+    long lo, hi, first_lo, first_hi, last_lo, last_hi;
+    visible_keys(q0, seq_q, seq_k, key_len, win_left, win_right, &first_lo, &first_hi);
+    visible_keys(min(q0 + BLOCK, seq_q) - 1, seq_q, seq_k, key_len, win_left, win_right, &last_lo, &last_hi);
+    visible_keys(min(qi, seq_q - 1), seq_q, seq_k, key_len, win_left, win_right, &lo, &hi);
+    const uint key_begin = first_lo <= 0 ? 0u : (uint)first_lo / BLOCK * BLOCK;
+    const uint key_end = last_hi <= (long)key_begin ? key_begin : (uint)last_hi;
+#if ALIBI
+    const float slope = alibi[h];
+#else
+    const float slope = 0.0f;
+#endif
+#if BIAS
+    const ulong bias_row = bias_off + (ulong)b * bias_bs + (ulong)h * bias_hs + (ulong)min(qi, seq_q - 1) * bias_rs;
 #endif
 
     float m = -INFINITY; /* running max of this row's scores, log2 domain */
@@ -82,7 +103,7 @@ flash_forward(__global const bits_t *q, __global const bits_t *k, __global const
     for (uint cc = 0; cc < COLS_PER_LANE; cc++)
         acc[cc] = 0.0f;
 
-    for (uint k0 = 0; k0 < key_end; k0 += BLOCK) {
+    for (uint k0 = key_begin; k0 < key_end; k0 += BLOCK) {
         barrier(CLK_LOCAL_MEM_FENCE); /* B1 */
         for (uint idx = lid; idx < BLOCK * HEAD_DIM; idx += WG_SIZE) {
             const uint r = idx / HEAD_DIM, c = idx % HEAD_DIM;
@@ -105,8 +126,18 @@ flash_forward(__global const bits_t *q, __global const bits_t *k, __global const
         float lane_max = -INFINITY;
         for (uint kk = 0; kk < KEYS_PER_LANE; kk++) {
             const uint key = k0 + lane + kk * TPR;
-            const bool visible = key < seq_k && qi < seq_q && key_visible(qi, key, seq_q, seq_k);
-            s[kk] = visible ? s[kk] * scale_log2 : -INFINITY;
+            const bool visible = qi < seq_q && (long)key >= lo && (long)key < hi;
+#if SOFTCAP || BIAS || ALIBI
+#if BIAS
+            const float bias_v = visible ? bias[bias_row + key] : 0.0f;
+#else
+            const float bias_v = 0.0f;
+#endif
+            const float x = transform_score(s[kk] * score_scale, softcap, bias_v, slope, qi, key, seq_q, seq_k) * M_LOG2E_F;
+#else
+            const float x = s[kk] * score_scale; /* score_scale includes log2(e) */
+#endif
+            s[kk] = visible ? x : -INFINITY;
             lane_max = fmax(lane_max, s[kk]);
         }
         rowmax[row * TPR + lane] = lane_max;
@@ -129,6 +160,8 @@ flash_forward(__global const bits_t *q, __global const bits_t *k, __global const
         for (uint j = 0; j < BLOCK; j++) {
             const float p = pt[j * P_STRIDE + row];
             tile_sum += p;
+            if (p == 0.0f)
+                continue; /* a key this row does not see adds nothing, not even a NaN of its V */
             for (uint cc = 0; cc < COLS_PER_LANE; cc++) {
                 const uint c = lane + cc * TPR;
                 if (c < HEAD_DIM)
@@ -139,16 +172,18 @@ flash_forward(__global const bits_t *q, __global const bits_t *k, __global const
     }
 
     if (qi < seq_q) {
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        /* l == 0: the row saw no key (O = 0, lse = -inf). A NaN in an input the row sees makes l
+         * NaN, and the NaN reaches O and lse. */
+        const float inv = l == 0.0f ? 0.0f : out_scale / l;
         const ulong obase = tensor_index(o_off, o_bs, o_hs, o_ss, b, h, qi);
         for (uint cc = 0; cc < COLS_PER_LANE; cc++) {
             const uint c = lane + cc * TPR;
             if (c < HEAD_DIM)
-                store_g(o, obase + c, acc[cc] * inv);
+                store_o(o, obase + c, acc[cc] * inv);
         }
 #if WITH_LSE
         if (lane == 0)
-            lse[(ulong)bh * seq_q + qi] = l > 0.0f ? (m + log2(l)) * M_LN2_F : -INFINITY;
+            lse[(ulong)bh * seq_q + qi] = l == 0.0f ? -INFINITY : (m + log2(l)) * M_LN2_F;
 #endif
     }
 }

@@ -53,7 +53,7 @@ extern "C" {
  *     if (clflash_version_number() != CLFLASH_VERSION_NUMBER) ...
  * ------------------------------------------------------------------------------------------- */
 #define CLFLASH_VERSION_MAJOR 0
-#define CLFLASH_VERSION_MINOR 1
+#define CLFLASH_VERSION_MINOR 2
 #define CLFLASH_VERSION_PATCH 0
 #define CLFLASH_VERSION_NUMBER \
     (CLFLASH_VERSION_MAJOR * 10000 + CLFLASH_VERSION_MINOR * 100 + CLFLASH_VERSION_PATCH)
@@ -118,6 +118,10 @@ typedef enum { CLFLASH_F32 = 1, CLFLASH_F16 = 2, CLFLASH_BF16 = 3, CLFLASH_I8 = 
 
 /* The largest head_dim any kernel accepts. */
 #define CLFLASH_MAX_HEAD_DIM 256u
+/* The largest seq_k (kernels index keys in 32-bit signed arithmetic) and seq_q (65535 blocks of 16
+ * rows, a grid limit of CUDA-class devices). Larger values are CLFLASH_ERROR_INVALID_SHAPE. */
+#define CLFLASH_MAX_SEQ_K (1u << 30)
+#define CLFLASH_MAX_SEQ_Q (65535u * 16u)
 
 /* Bytes per element: 4, 2, 2, 1 for F32, F16, BF16, I8; 0 for an unknown value. */
 CLFLASH_API size_t clflash_dtype_size(clflash_dtype t);
@@ -195,7 +199,17 @@ CLFLASH_API const char *clflash_context_build_log(const clflash_context *c);
 /* Causal masking, aligned bottom-right: query i sees key j iff j <= i + seq_k - seq_q. When
  * seq_q > seq_k the first seq_q - seq_k queries see no key: their O rows are 0 and lse is -inf. */
 #define CLFLASH_CAUSAL (1u << 0)
-#define CLFLASH_KNOWN_FLAGS (CLFLASH_CAUSAL)
+/* Sliding window (added after the contract): with d = i + seq_k - seq_q, query i sees key j iff
+ * d - window_left <= j <= d + window_right (the descriptor's fields). With CLFLASH_CAUSAL as well,
+ * both rules hold. */
+#define CLFLASH_WINDOW (1u << 1)
+#define CLFLASH_KNOWN_FLAGS (CLFLASH_CAUSAL | CLFLASH_WINDOW)
+
+/* Bits of clflash_attention_desc.bias_broadcast: that dimension of the bias has stride 0, so one
+ * bias is shared by every batch entry / head / query row. */
+#define CLFLASH_BROADCAST_BATCH (1u << 0)
+#define CLFLASH_BROADCAST_HEADS (1u << 1)
+#define CLFLASH_BROADCAST_ROWS (1u << 2)
 
 /* Where a tensor's elements are, in elements of its dtype. Element (b, h, i, c) of a
  * [batch][heads][seq][head_dim] tensor lives at
@@ -213,16 +227,39 @@ typedef struct {
     uint32_t heads_q;  /* >= 1 */
     uint32_t heads_kv; /* 0 = heads_q; else must divide heads_q (GQA/MQA): query head h reads K/V
                           head h / (heads_q / heads_kv) */
-    uint32_t seq_q;    /* >= 1 */
-    uint32_t seq_k;    /* >= 1 (seq_q != seq_k is fine) */
+    uint32_t seq_q;    /* 1 .. CLFLASH_MAX_SEQ_Q */
+    uint32_t seq_k;    /* 1 .. CLFLASH_MAX_SEQ_K (seq_q != seq_k is fine) */
     uint32_t head_dim; /* 1 .. CLFLASH_MAX_HEAD_DIM */
-    clflash_dtype dtype; /* storage type of Q, K, V and O; all math is fp32. F32 and F16 are
-                            supported; BF16 and I8 return CLFLASH_ERROR_UNSUPPORTED for now */
+    clflash_dtype dtype; /* storage type of Q, K, V and (unless out_dtype says otherwise) O; all
+                            math is fp32. BF16 is stored with round-to-nearest-even. I8 holds
+                            quantised values (see q_scale) and writes O as out_dtype */
     float scale;       /* 0 = 1/sqrt(head_dim); must be finite */
     uint32_t flags;    /* CLFLASH_CAUSAL, ...; unknown bits are an error */
     uint32_t block;    /* 0 = the planner chooses B; else exactly this B or
                           CLFLASH_ERROR_TILE_TOO_LARGE */
     clflash_layout q, k, v, o;
+
+    /* ---- Added after the contract above. Zero keeps each one off or at its default. ---------- */
+    clflash_dtype out_dtype; /* O's storage type: 0 = dtype (F32 when dtype is I8). F32, F16 or BF16
+                                with I8 input; otherwise 0 or dtype itself */
+    float q_scale, k_scale, v_scale; /* I8 only (must be 0 otherwise): real value = scale * stored
+                                integer, per tensor; 0 = 1. Must be finite */
+    uint32_t window_left, window_right; /* with CLFLASH_WINDOW in flags (an error without it) */
+    float softcap;        /* 0 = off; else each scaled score s becomes softcap * tanh(s / softcap)
+                             before bias and ALiBi are added. Finite and >= 0 */
+    cl_mem bias;          /* NULL = none; else a float buffer of the context added to the scores;
+                             -INFINITY masks. Element (b, h, i, j) (query i, key j) is at
+                             offset + b*batch_stride + h*head_stride + i*seq_stride + j of
+                             bias_layout; zero strides take the defaults seq_stride = seq_k,
+                             head_stride = seq_q * seq_stride, batch_stride = heads_q * head_stride,
+                             except those bias_broadcast sets to 0 */
+    clflash_layout bias_layout;
+    uint32_t bias_broadcast; /* CLFLASH_BROADCAST_BATCH | _HEADS | _ROWS */
+    cl_mem alibi_slopes;  /* NULL = none; else float[heads_q] of the context: the score of query i
+                             and key j gets -slope[h] * |i + seq_k - seq_q - j| (after softcap) */
+    cl_mem key_lengths;   /* NULL = none; else int32[batch] of the context: keys j >= key_lengths[b]
+                             are invisible to batch entry b (values are clamped to [0, seq_k]); a
+                             row left with no visible key gets O = 0 and lse = -INFINITY */
 } clflash_attention_desc;
 
 /* What the planner chose for a descriptor on a context's device. */
@@ -236,7 +273,8 @@ typedef struct {
                                     The portable kernel keeps Q, K, V in the storage type plus
                                     padding, and the B x B probability block in fp32, so this can
                                     differ from tile_bytes; it never exceeds local_mem_budget */
-    uint64_t score_matrix_bytes; /* seq_q * seq_k * dtype size: what naive attention writes per head */
+    uint64_t score_matrix_bytes; /* seq_q * seq_k * s, what naive attention writes per head, with s
+                                    the size of O's storage type (the dtype's, except for I8) */
     uint64_t tiles_q, tiles_k;   /* ceil(seq_q / B), ceil(seq_k / B) */
     uint64_t kv_passes;          /* K and V are streamed once per Q block: tiles_q */
     const char *kernel;          /* the kernel variant chosen, a static string */
@@ -292,14 +330,84 @@ CLFLASH_API clflash_status clflash_forward_naive(clflash_context *c, const clfla
                                                  cl_mem o, cl_mem lse, cl_uint num_wait,
                                                  const cl_event *wait, cl_event *done);
 
-/* Gradients of attention by recomputation from the saved lse (the FlashAttention backward).
- * NOT YET IMPLEMENTED in this version: it validates its arguments like clflash_forward and then
- * returns CLFLASH_ERROR_UNSUPPORTED without enqueueing anything. */
+/* ---------------------------------------------------------------------------------------------
+ * The backward pass: gradients of attention by recomputation from the saved statistics.
+ * ------------------------------------------------------------------------------------------- */
+
+/* Gradients of attention (the FlashAttention backward). Inputs: q, k, v as for clflash_forward,
+ * o the forward's output and d_o the gradient of the loss with respect to O (both laid out as
+ * d->o says, in the dtype), and lse, required: the forward's float[batch][heads_q][seq_q] natural-log
+ * row statistics. Outputs: dq, dk, dv, in the dtype, laid out as d->q, d->k, d->v say (each
+ * must be at least as large as that layout needs; gaps are never written). With GQA/MQA, dk and dv
+ * sum over the query heads of each group.
+ *
+ * How: a first kernel computes D_i = sum_c dO[i][c] * O[i][c] per query row (fp32, into a
+ * temporary of batch * heads_q * seq_q floats that clflash allocates and releases); then one launch
+ * whose work-groups over K/V blocks write dK and dV (each looping over the query heads of its
+ * group and the query blocks) and whose work-groups over Q blocks write dQ, each recomputing
+ * P = exp(scale * q.k - lse) block by block (with CLFLASH_CAUSAL a block pair no query of it sees
+ * is skipped). No seq_q x seq_k matrix is stored; all sums are fp32. Deterministic: no atomics,
+ * every gradient element is summed by one work-item in a fixed order, so the same inputs give the
+ * same bits on every run (for the same plan). A row whose lse is -INFINITY (it sees no key) gets
+ * dQ = 0 and adds nothing; a key no query sees gets dK = dV = 0.
+ *
+ * Supported: F32, F16, BF16 storage; CLFLASH_CAUSAL; GQA/MQA; any layouts; seq_q, seq_k >= 1;
+ * head_dim 1 .. CLFLASH_MAX_HEAD_DIM. Anything else the descriptor can ask for (I8, out_dtype other
+ * than dtype, CLFLASH_WINDOW, softcap, bias, ALiBi, key_lengths) returns CLFLASH_ERROR_UNSUPPORTED
+ * before anything is enqueued.
+ * Returns: as clflash_forward, plus CLFLASH_ERROR_INVALID_ARGUMENT for a NULL lse, d_o, dq, dk or
+ * dv, lse sharing a buffer with an output, or an output sharing a buffer with another output;
+ * CLFLASH_ERROR_INVALID_LAYOUT when an output overlaps an input in the same buffer or its layout
+ * makes two of its elements share an address; CLFLASH_ERROR_UNSUPPORTED as above. On any error
+ * nothing is enqueued and no caller buffer is touched. */
 CLFLASH_API clflash_status clflash_backward(clflash_context *c, const clflash_attention_desc *d,
                                             cl_command_queue queue, cl_mem q, cl_mem k, cl_mem v,
                                             cl_mem o, cl_mem d_o, cl_mem lse, cl_mem dq, cl_mem dk,
                                             cl_mem dv, cl_uint num_wait, const cl_event *wait,
                                             cl_event *done);
+
+/* The materialized baseline for the backward, with the same arguments, checks and results as
+ * clflash_backward (up to rounding): for as many query heads at a time as one allocation allows it
+ * writes P = exp(scale * Q K^T - lse) and dP = dO V^T as two fp32 matrices
+ * (seq_q * seq_k * 4 bytes each per head), turns dP into dS = P * (dP - rowsum(P * dP)) in place,
+ * and forms dQ = scale dS K, dK = scale dS^T Q and dV = P^T dO with tiled kernels into fp32
+ * accumulators (one float per element of dq, dk and dv), which a last kernel writes out. It reads O
+ * not at all: D comes from the matrices. Deterministic as well. Additional status:
+ * CLFLASH_ERROR_SCORE_MATRIX_TOO_LARGE when one head's fp32 matrix exceeds
+ * CL_DEVICE_MAX_MEM_ALLOC_SIZE. */
+CLFLASH_API clflash_status clflash_backward_naive(clflash_context *c, const clflash_attention_desc *d,
+                                                  cl_command_queue queue, cl_mem q, cl_mem k, cl_mem v,
+                                                  cl_mem o, cl_mem d_o, cl_mem lse, cl_mem dq, cl_mem dk,
+                                                  cl_mem dv, cl_uint num_wait, const cl_event *wait,
+                                                  cl_event *done);
+
+/* Bytes of one backward tile by the same kind of rule as the forward's: the backward kernels hold a
+ * Q block, a K block, a V block and a dO block, and the B x B probability and dS blocks:
+ * (4*B*d + 2*B*B) * s. UINT64_MAX on overflow. Example: (64, 128, 2) = 81,920 (80 KiB);
+ * (32, 128, 2) = 36,864 fits a 48 KiB device. (The kernels keep P and dS in fp32 and pad rows, so
+ * the built kernel's CL_KERNEL_LOCAL_MEM_SIZE, which the planner checks, can be larger.) */
+CLFLASH_API uint64_t clflash_backward_tile_bytes(uint64_t block, uint64_t head_dim, uint64_t bytes_per_elem);
+
+/* The largest B whose backward tile fits local_mem_bytes, rounded like clflash_max_block: the
+ * largest multiple of 16 that fits; if none, the largest of 8, 4, 2, 1; 0 if none fits.
+ * Example: (49152, 128, 2) = 32; (196608, 128, 2) = 96. */
+CLFLASH_API uint64_t clflash_backward_max_block(uint64_t local_mem_bytes, uint64_t head_dim,
+                                                uint64_t bytes_per_elem);
+
+/* Plans a backward call as clflash_plan_attention plans a forward one: the largest B whose backward
+ * tile fits the local memory (or the context's smaller budget), capped by the device class's
+ * preference, the work-group limits and the sequence lengths; builds the kernels (cached); checks
+ * the gradient kernel's CL_KERNEL_LOCAL_MEM_SIZE and CL_KERNEL_WORK_GROUP_SIZE and steps the lanes
+ * per row, then B, down until it fits. A forced d->block is used exactly or refused with
+ * CLFLASH_ERROR_TILE_TOO_LARGE. The fields of *out mean: block = keys per dK/dV work-group and
+ * queries per dQ work-group (the same B); tile_bytes = clflash_backward_tile_bytes; kernel_local_bytes
+ * = the gradient kernel's; kv_passes = tiles_q (the dQ work-groups stream K and V once per Q block;
+ * the dK/dV work-groups stream Q and dO once per K/V block and query head of their group);
+ * threads_per_row = work-items per block row; kernel = "flash_backward_portable".
+ * Returns: as clflash_plan_attention, plus CLFLASH_ERROR_UNSUPPORTED for features the backward
+ * does not support (see clflash_backward). */
+CLFLASH_API clflash_status clflash_plan_backward(clflash_context *c, const clflash_attention_desc *d,
+                                                 clflash_plan *out);
 
 /* ---------------------------------------------------------------------------------------------
  * Models of what a call costs, for benchmarks and capacity planning (thread-safe; no device work).
@@ -308,7 +416,9 @@ typedef enum { CLFLASH_ALGO_FLASH = 1, CLFLASH_ALGO_NAIVE = 2 } clflash_algo;
 
 /* Global-memory bytes the algorithm must read and write for descriptor d (its dtype's size s):
  *  - FLASH with tile size `block`: Q read and O written once, K and V read once per Q block (the
- *    seeds' kv_passes; with CLFLASH_CAUSAL only the key tiles each Q block sees), lse not counted;
+ *    seeds' kv_passes; with CLFLASH_CAUSAL or CLFLASH_WINDOW only the key tiles each Q block sees;
+ *    key_lengths are not known on the host and count as seq_k), a bias read once per score, lse
+ *    not counted;
  *  - NAIVE (`block` ignored): Q, K, V read and O written once, plus the score matrix as
  *    clflash_forward_naive moves it: S written, read twice by the softmax (max and sum, then
  *    normalise), P written over it, and read once by P V: 5 * batch * heads_q * seq_q * seq_k * s.

@@ -1,10 +1,148 @@
 /*
- * backward.c - clflash_backward. The gradient kernels are not written yet (issue "Backward pass"),
- * so this validates every argument exactly as the finished function will (the forward's checks,
- * plus d_o like o, dq/dk/dv like q/k/v, and a required lse) and then reports
- * CLFLASH_ERROR_UNSUPPORTED without enqueueing anything, as the header documents.
+ * backward.c - clflash_backward: the checks every backward entry point shares, and the dispatch of
+ * the flash backward (cl/flash_backward.cl): the D = rowsum(dO * O) kernel into a temporary, then
+ * one launch of the gradient kernel whose work-groups over K/V blocks write dK and dV and whose
+ * work-groups over Q blocks write dQ, chained by an event.
+ *
+ * Why this shape: each gradient element has exactly one writer, so the result is deterministic
+ * without atomics; the price is that P and dS are recomputed by both kinds of work-group (each
+ * scores every visible block pair once). The first kernel writes only clflash's temporary and the
+ * second is a single enqueue, so a call that fails at enqueue has written no caller buffer. If the
+ * device refuses the planned tile at enqueue (CL_OUT_OF_RESOURCES) and B was not forced, the
+ * gradient kernel is planned again below that B, a bounded number of times, as clflash_forward does.
  */
 #include "internal.h"
+
+#define MAX_ENQUEUE_RETRIES 3
+
+/* 1 if no two elements of a tensor with these strides share an address (the dimensions sorted by
+ * stride, each stride steps over everything the smaller ones span; other interleavings are
+ * rejected as not provably disjoint). */
+static int layout_disjoint(const clflash_strides *s, uint32_t batch, uint32_t heads, uint32_t seq, uint32_t head_dim)
+{
+    struct { uint64_t stride, count; } dims[3] = {{s->seq_stride, seq}, {s->head_stride, heads}, {s->batch_stride, batch}};
+    uint64_t span = head_dim;
+    for (int i = 0; i < 3; i++)
+        for (int j = i + 1; j < 3; j++)
+            if (dims[j].stride < dims[i].stride) {
+                const uint64_t ts = dims[i].stride, tc = dims[i].count;
+                dims[i].stride = dims[j].stride;
+                dims[i].count = dims[j].count;
+                dims[j].stride = ts;
+                dims[j].count = tc;
+            }
+    for (int i = 0; i < 3; i++) {
+        if (dims[i].count <= 1)
+            continue;
+        if (dims[i].stride < span)
+            return 0;
+        const uint64_t step = dims[i].count - 1;
+        if (step > (UINT64_MAX - span) / dims[i].stride)
+            return 0;
+        span += step * dims[i].stride;
+    }
+    return 1;
+}
+
+typedef struct {
+    cl_mem buf;
+    const clflash_strides *s;
+    uint32_t heads, seq;
+    const char *name;
+} tensor_ref;
+
+clflash_status clflash_validate_backward_call(clflash_context *c, const clflash_attention_desc *d, cl_command_queue queue,
+                                              cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem d_o, cl_mem lse, cl_mem dq,
+                                              cl_mem dk, cl_mem dv, cl_uint num_wait, const cl_event *wait,
+                                              clflash_problem *p, cl_command_queue *queue_out)
+{
+    clflash_status st;
+    if ((st = clflash_validate_call(c, d, queue, q, k, v, o, NULL, num_wait, wait, p, queue_out)) != CLFLASH_SUCCESS ||
+        (st = clflash_check_backward_features(p)) != CLFLASH_SUCCESS)
+        return st;
+    if (lse == NULL)
+        return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "lse is NULL; the backward pass needs the forward's lse");
+
+    const tensor_ref in[5] = {{q, &p->q, p->heads_q, p->seq_q, "q"},
+                              {k, &p->k, p->heads_kv, p->seq_k, "k"},
+                              {v, &p->v, p->heads_kv, p->seq_k, "v"},
+                              {o, &p->o, p->heads_q, p->seq_q, "o"},
+                              {d_o, &p->o, p->heads_q, p->seq_q, "d_o"}};
+    const tensor_ref out[3] = {{dq, &p->q, p->heads_q, p->seq_q, "dq"},
+                               {dk, &p->k, p->heads_kv, p->seq_k, "dk"},
+                               {dv, &p->v, p->heads_kv, p->seq_k, "dv"}};
+    if ((st = clflash_check_buffer(d_o, clflash_tensor_extent_bytes(&p->o, p->batch, p->heads_q, p->seq_q, p->head_dim,
+                                                                    p->elem_size), "d_o")) ||
+        (st = clflash_check_buffer(lse, (uint64_t)p->batch * p->heads_q * p->seq_q * sizeof(float), "lse")))
+        return st;
+    for (int i = 0; i < 3; i++)
+        if ((st = clflash_check_buffer(out[i].buf, clflash_tensor_extent_bytes(out[i].s, p->batch, out[i].heads,
+                                                                               out[i].seq, p->head_dim, p->elem_size),
+                                       out[i].name)))
+            return st;
+    for (int i = 0; i < 3; i++) {
+        if (!layout_disjoint(out[i].s, p->batch, out[i].heads, out[i].seq, p->head_dim))
+            return clflash_fail(CLFLASH_ERROR_INVALID_LAYOUT,
+                                "the layout of %s (as %s's) makes rows or heads overlap; an output needs a layout "
+                                "whose elements are distinct",
+                                out[i].name, out[i].name + 1);
+        if (lse == out[i].buf)
+            return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "lse and %s are the same buffer", out[i].name);
+    }
+    /* An output must not overlap an input or another output that shares its buffer (byte ranges
+     * from the first to one past the last element; interleaved layouts count as overlapping). */
+    for (int i = 0; i < 3; i++) {
+        const uint64_t of = out[i].s->offset * p->elem_size;
+        const uint64_t oe = clflash_tensor_extent_bytes(out[i].s, p->batch, out[i].heads, out[i].seq, p->head_dim,
+                                                        p->elem_size);
+        for (int j = 0; j < 5 + i; j++) {
+            const tensor_ref *t = j < 5 ? &in[j] : &out[j - 5];
+            if (t->buf != out[i].buf)
+                continue;
+            const uint64_t f = t->s->offset * p->elem_size;
+            const uint64_t e = clflash_tensor_extent_bytes(t->s, p->batch, t->heads, t->seq, p->head_dim, p->elem_size);
+            if (f < oe && of < e)
+                return clflash_fail(CLFLASH_ERROR_INVALID_LAYOUT, "%s overlaps %s in the same buffer", out[i].name,
+                                    t->name);
+        }
+    }
+    return CLFLASH_SUCCESS;
+}
+
+/* The gradient kernel's arguments: nine buffers, the shape, the scales and the q, k, v and o
+ * layouts. */
+static cl_int set_grad_args(cl_kernel kernel, const cl_mem *bufs, const clflash_problem *p, uint64_t tiles_k)
+{
+    const cl_uint nbuf = 9, seq_q = p->seq_q, seq_k = p->seq_k, heads_q = p->heads_q, heads_kv = p->heads_kv,
+                  group = p->group, tk = (cl_uint)tiles_k;
+    const float scale_log2 = (float)((double)p->scale * 1.4426950408889634);
+    const cl_ulong lay[16] = {p->q.offset, p->q.batch_stride, p->q.head_stride, p->q.seq_stride,
+                              p->k.offset, p->k.batch_stride, p->k.head_stride, p->k.seq_stride,
+                              p->v.offset, p->v.batch_stride, p->v.head_stride, p->v.seq_stride,
+                              p->o.offset, p->o.batch_stride, p->o.head_stride, p->o.seq_stride};
+    const clflash_arg args[] = {{sizeof(cl_uint), &seq_q},   {sizeof(cl_uint), &seq_k},
+                                {sizeof(cl_uint), &heads_q}, {sizeof(cl_uint), &heads_kv},
+                                {sizeof(cl_uint), &group},   {sizeof(cl_uint), &tk},
+                                {sizeof(float), &scale_log2}, {sizeof(float), &p->scale}};
+    cl_int err = CL_SUCCESS;
+    for (cl_uint i = 0; err == CL_SUCCESS && i < nbuf; i++)
+        err = clSetKernelArg(kernel, i, sizeof(cl_mem), &bufs[i]);
+    if (err == CL_SUCCESS)
+        err = clflash_set_args(kernel, nbuf, args, sizeof args / sizeof args[0]);
+    for (cl_uint i = 0; err == CL_SUCCESS && i < 16; i++)
+        err = clSetKernelArg(kernel, nbuf + 8 + i, sizeof(cl_ulong), &lay[i]);
+    return err;
+}
+
+static cl_int set_rowdot_args(cl_kernel kernel, cl_mem o, cl_mem d_o, cl_mem dvec, const clflash_problem *p)
+{
+    const cl_uint seq_q = p->seq_q, heads_q = p->heads_q;
+    const cl_ulong lay[4] = {p->o.offset, p->o.batch_stride, p->o.head_stride, p->o.seq_stride};
+    const clflash_arg args[] = {{sizeof(cl_mem), &o},      {sizeof(cl_mem), &d_o},        {sizeof(cl_mem), &dvec},
+                                {sizeof(cl_uint), &seq_q}, {sizeof(cl_uint), &heads_q},   {sizeof(cl_ulong), &lay[0]},
+                                {sizeof(cl_ulong), &lay[1]}, {sizeof(cl_ulong), &lay[2]}, {sizeof(cl_ulong), &lay[3]}};
+    return clflash_set_args(kernel, 0, args, sizeof args / sizeof args[0]);
+}
 
 clflash_status clflash_backward(clflash_context *c, const clflash_attention_desc *d, cl_command_queue queue,
                                 cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem d_o, cl_mem lse, cl_mem dq,
@@ -13,18 +151,71 @@ clflash_status clflash_backward(clflash_context *c, const clflash_attention_desc
     clflash_problem p;
     cl_command_queue qu;
     clflash_status st;
-    (void)done;
+    cl_int err = CL_SUCCESS;
+    cl_mem dvec;
+    cl_event pre = NULL, last = NULL;
+    uint32_t below = 0;
+
     clflash_clear_detail();
-    if ((st = clflash_validate_call(c, d, queue, q, k, v, o, NULL, num_wait, wait, &p, &qu)) != CLFLASH_SUCCESS)
+    if ((st = clflash_validate_backward_call(c, d, queue, q, k, v, o, d_o, lse, dq, dk, dv, num_wait, wait, &p,
+                                             &qu)) != CLFLASH_SUCCESS)
         return st;
-    if (lse == NULL)
-        return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "lse is NULL; the backward pass needs the forward's lse");
-    if ((st = clflash_check_buffer(d_o, clflash_tensor_extent_bytes(&p.o, p.batch, p.heads_q, p.seq_q, p.head_dim, p.elem_size), "d_o")) ||
-        (st = clflash_check_buffer(lse, (uint64_t)p.batch * p.heads_q * p.seq_q * sizeof(float), "lse")) ||
-        (st = clflash_check_buffer(dq, clflash_tensor_extent_bytes(&p.q, p.batch, p.heads_q, p.seq_q, p.head_dim, p.elem_size), "dq")) ||
-        (st = clflash_check_buffer(dk, clflash_tensor_extent_bytes(&p.k, p.batch, p.heads_kv, p.seq_k, p.head_dim, p.elem_size), "dk")) ||
-        (st = clflash_check_buffer(dv, clflash_tensor_extent_bytes(&p.v, p.batch, p.heads_kv, p.seq_k, p.head_dim, p.elem_size), "dv")))
+
+    /* Plan (and build) before allocating, so that a planning error leaves nothing behind. */
+    clflash_backward_kernels bk;
+    if ((st = clflash_plan_backward_kernels(c, &p, 0, &bk)) != CLFLASH_SUCCESS)
         return st;
-    return clflash_fail(CLFLASH_ERROR_UNSUPPORTED, "clflash_backward is not implemented in clflash %s",
-                        clflash_version_string());
+    const uint64_t rows = (uint64_t)p.batch * p.heads_q * p.seq_q;
+    dvec = clCreateBuffer(c->ctx, CL_MEM_READ_WRITE, (size_t)(rows * sizeof(float)), NULL, &err);
+    if (err != CL_SUCCESS) {
+        clflash_backward_kernels_release(&bk);
+        return clflash_fail(err, "allocating the %llu-byte D buffer failed", (unsigned long long)(rows * sizeof(float)));
+    }
+
+    {
+        const size_t wg = bk.rowdot_wg;
+        const size_t global[3] = {((size_t)p.seq_q + wg - 1) / wg * wg, p.heads_q, p.batch}, local[3] = {wg, 1, 1};
+        err = set_rowdot_args(bk.rowdot, o, d_o, dvec, &p);
+        if (err == CL_SUCCESS)
+            err = clEnqueueNDRangeKernel(qu, bk.rowdot, 3, NULL, global, local, num_wait, wait, &pre);
+        if (err != CL_SUCCESS) {
+            clflash_backward_kernels_release(&bk);
+            clReleaseMemObject(dvec);
+            return clflash_fail(err, "enqueueing the backward's D kernel failed");
+        }
+    }
+
+    for (int attempt = 0;; attempt++) {
+        const size_t wgs = bk.plan.work_group_size;
+        const size_t global[3] = {(size_t)(bk.plan.tiles_k + bk.plan.tiles_q) * wgs, p.heads_q, p.batch};
+        const size_t local[3] = {wgs, 1, 1};
+        const cl_mem bufs[9] = {q, k, v, d_o, lse, dvec, dq, dk, dv};
+        cl_event e = NULL;
+        err = set_grad_args(bk.grads, bufs, &p, bk.plan.tiles_k);
+        if (err == CL_SUCCESS)
+            err = clEnqueueNDRangeKernel(qu, bk.grads, 3, NULL, global, local, 1, &pre, &e);
+        const clflash_plan plan = bk.plan;
+        clflash_backward_kernels_release(&bk);
+        if (err == CL_SUCCESS) {
+            last = e;
+            break;
+        }
+        if (err == CL_OUT_OF_RESOURCES && p.block == 0 && attempt < MAX_ENQUEUE_RETRIES && plan.block > 1) {
+            below = plan.block; /* the device refused this tile: plan a smaller one */
+            if ((st = clflash_plan_backward_kernels(c, &p, below, &bk)) == CLFLASH_SUCCESS)
+                continue;
+        } else {
+            st = clflash_fail(err, "enqueueing the backward's gradient kernel (B = %u) failed", plan.block);
+        }
+        clReleaseEvent(pre);
+        clReleaseMemObject(dvec);
+        return st;
+    }
+    clReleaseEvent(pre);
+    clReleaseMemObject(dvec); /* freed by OpenCL once the enqueued kernels are done with it */
+    if (done)
+        *done = last;
+    else
+        clReleaseEvent(last);
+    return CLFLASH_SUCCESS;
 }

@@ -23,12 +23,14 @@ static cl_int read_string(cl_device_id dev, cl_device_info what, char *buf, size
         char *tmp = NULL;
         size_t need = 0;
         err = clGetDeviceInfo(dev, what, 0, NULL, &need);
-        if (err == CL_SUCCESS && (tmp = malloc(need + 1)) != NULL) {
+        if (err == CL_SUCCESS && (tmp = malloc(need + 1)) == NULL)
+            err = CLFLASH_ERROR_OUT_OF_HOST_MEMORY;
+        if (err == CL_SUCCESS && tmp) {
             err = clGetDeviceInfo(dev, what, need, tmp, NULL);
             if (err == CL_SUCCESS)
                 memcpy(buf, tmp, size - 1);
-            free(tmp);
         }
+        free(tmp);
     }
     buf[size - 1] = '\0';
     return err;
@@ -47,6 +49,7 @@ int clflash_contains_nocase(const char *hay, const char *needle)
     return 0;
 }
 
+/* 1 if the device lists `ext`, 0 if not, -1 if the list could not be read into memory. */
 static int has_extension(cl_device_id dev, const char *ext)
 {
     size_t need = 0;
@@ -55,7 +58,7 @@ static int has_extension(cl_device_id dev, const char *ext)
     if (clGetDeviceInfo(dev, CL_DEVICE_EXTENSIONS, 0, NULL, &need) != CL_SUCCESS || need == 0)
         return 0;
     if ((all = malloc(need + 1)) == NULL)
-        return 0;
+        return -1;
     if (clGetDeviceInfo(dev, CL_DEVICE_EXTENSIONS, need, all, NULL) == CL_SUCCESS) {
         all[need] = '\0';
         found = strstr(all, ext) != NULL;
@@ -99,7 +102,12 @@ cl_int clflash_read_device_info(cl_device_id dev, clflash_device_info *out)
     else
         out->device_class = CLFLASH_CLASS_OTHER_GPU;
 
-    if (has_extension(dev, "cl_nv_device_attribute_query")) {
+    switch (has_extension(dev, "cl_nv_device_attribute_query")) {
+    case -1:
+        return CLFLASH_ERROR_OUT_OF_HOST_MEMORY;
+    case 0:
+        break;
+    default: {
         cl_uint major = 0, minor = 0;
         if (clGetDeviceInfo(dev, CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV, sizeof major, &major, NULL) ==
                 CL_SUCCESS &&
@@ -108,6 +116,7 @@ cl_int clflash_read_device_info(cl_device_id dev, clflash_device_info *out)
             out->nv_cc_major = (int)major;
             out->nv_cc_minor = (int)minor;
         }
+    }
     }
     return CL_SUCCESS;
 }

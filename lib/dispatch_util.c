@@ -1,8 +1,10 @@
 /*
  * dispatch_util.c - small helpers the dispatchers share: setting a list of kernel arguments and
- * the dtype's -D define.
+ * the dtype and feature -D defines, and the feature arguments the flash and naive kernels share.
  */
 #include "internal.h"
+
+#include <stdio.h>
 
 cl_int clflash_set_args(cl_kernel k, cl_uint first, const clflash_arg *args, size_t n)
 {
@@ -20,6 +22,45 @@ const char *clflash_dtype_define(clflash_dtype t)
     case CLFLASH_F32: return "-D CLFLASH_DTYPE_F32";
     case CLFLASH_F16: return "-D CLFLASH_DTYPE_F16";
     case CLFLASH_BF16: return "-D CLFLASH_DTYPE_BF16";
+    case CLFLASH_I8: return "-D CLFLASH_DTYPE_I8";
     default: return "";
     }
+}
+
+static const char *out_define(clflash_dtype t)
+{
+    switch (t) {
+    case CLFLASH_F16: return "-D CLFLASH_OUT_F16";
+    case CLFLASH_BF16: return "-D CLFLASH_OUT_BF16";
+    default: return "-D CLFLASH_OUT_F32";
+    }
+}
+
+void clflash_feature_defines(const clflash_problem *p, int with_lse, char *buf, size_t size)
+{
+    snprintf(buf, size, "%s %s -D CAUSAL=%d -D WINDOW=%d -D SOFTCAP=%d -D BIAS=%d -D ALIBI=%d -D KEYLEN=%d -D WITH_LSE=%d",
+             clflash_dtype_define(p->dtype), out_define(p->out_dtype), (p->flags & CLFLASH_CAUSAL) ? 1 : 0,
+             (p->flags & CLFLASH_WINDOW) ? 1 : 0, p->softcap != 0.0f, p->bias != NULL, p->alibi_slopes != NULL,
+             p->key_lengths != NULL, with_lse ? 1 : 0);
+}
+
+cl_int clflash_set_feature_args(cl_kernel k, cl_uint first, const clflash_problem *p, int include_out_scale)
+{
+    const cl_uint wl = p->window_left, wr = p->window_right;
+    const cl_ulong bl[4] = {p->bias_strides.offset, p->bias_strides.batch_stride, p->bias_strides.head_stride,
+                            p->bias_strides.seq_stride};
+    const clflash_arg head[] = {{sizeof(cl_uint), &wl}, {sizeof(cl_uint), &wr}, {sizeof(float), &p->softcap},
+                                {sizeof(float), &p->v_scale}};
+    const size_t n_head = include_out_scale ? 4 : 3;
+    const clflash_arg tail[] = {{sizeof(cl_mem), p->bias ? &p->bias : NULL},
+                                {sizeof(cl_ulong), &bl[0]},
+                                {sizeof(cl_ulong), &bl[1]},
+                                {sizeof(cl_ulong), &bl[2]},
+                                {sizeof(cl_ulong), &bl[3]},
+                                {sizeof(cl_mem), p->alibi_slopes ? &p->alibi_slopes : NULL},
+                                {sizeof(cl_mem), p->key_lengths ? &p->key_lengths : NULL}};
+    cl_int err = clflash_set_args(k, first, head, n_head);
+    if (err == CL_SUCCESS)
+        err = clflash_set_args(k, first + (cl_uint)n_head, tail, sizeof tail / sizeof tail[0]);
+    return err;
 }

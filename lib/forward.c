@@ -15,7 +15,9 @@ static cl_int set_flash_args(cl_kernel kernel, const clflash_problem *p, cl_mem 
                              cl_mem lse)
 {
     const cl_uint seq_q = p->seq_q, seq_k = p->seq_k, heads_q = p->heads_q, group = p->group;
-    const float scale_log2 = (float)((double)p->scale * 1.4426950408889634);
+    /* Without score transforms the log2(e) of exp2 is folded into the scale (see the kernel). */
+    const int transforms = p->softcap != 0.0f || p->bias != NULL || p->alibi_slopes != NULL;
+    const float score_scale = (float)((double)p->scale * p->qk_scale * (transforms ? 1.0 : 1.4426950408889634));
     const cl_ulong lay[16] = {p->q.offset, p->q.batch_stride, p->q.head_stride, p->q.seq_stride,
                               p->k.offset, p->k.batch_stride, p->k.head_stride, p->k.seq_stride,
                               p->v.offset, p->v.batch_stride, p->v.head_stride, p->v.seq_stride,
@@ -24,10 +26,12 @@ static cl_int set_flash_args(cl_kernel kernel, const clflash_problem *p, cl_mem 
         {sizeof(cl_mem), &q},        {sizeof(cl_mem), &k},     {sizeof(cl_mem), &v},
         {sizeof(cl_mem), &o},        {sizeof(cl_mem), lse ? &lse : NULL},
         {sizeof(cl_uint), &seq_q},   {sizeof(cl_uint), &seq_k}, {sizeof(cl_uint), &heads_q},
-        {sizeof(cl_uint), &group},   {sizeof(float), &scale_log2}};
+        {sizeof(cl_uint), &group},   {sizeof(float), &score_scale}};
     cl_int err = clflash_set_args(kernel, 0, args, sizeof args / sizeof args[0]);
     for (cl_uint i = 0; err == CL_SUCCESS && i < 16; i++)
         err = clSetKernelArg(kernel, 10 + i, sizeof(cl_ulong), &lay[i]);
+    if (err == CL_SUCCESS)
+        err = clflash_set_feature_args(kernel, 26, p, 1);
     return err;
 }
 

@@ -1,10 +1,12 @@
 /*
  * host.c - clflash_forward_host: attention on host arrays for callers who do not manage OpenCL
- * buffers. It copies Q, K, V in, runs clflash_forward on the context's queue, and copies back only
- * O's own elements (row by row for a strided O, so its gaps are never written) and lse.
+ * buffers. It copies Q, K, V in, runs clflash_forward on the context's queue, reads O and lse into
+ * staging memory, and only when all of that succeeded copies O's own elements (never its gaps) and
+ * lse into the caller's arrays.
  */
 #include "internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* 1 if the tensor's elements fill its extent with no gaps. */
@@ -14,14 +16,15 @@ static int dense(const clflash_strides *s, uint32_t heads, uint32_t seq, uint32_
            (batch == 1 || s->batch_stride == (uint64_t)heads * seq * head_dim);
 }
 
-static cl_int read_output(cl_command_queue qu, cl_mem buf, const clflash_problem *p, void *o)
+/* Reads O's elements from the device into `dst`, a host array with O's layout. */
+static cl_int read_output(cl_command_queue qu, cl_mem buf, const clflash_problem *p, void *dst)
 {
     const clflash_strides *s = &p->o;
-    const size_t es = p->elem_size;
+    const size_t es = p->out_elem_size;
     if (dense(s, p->heads_q, p->seq_q, p->head_dim, p->batch)) {
         size_t first = (size_t)(s->offset * es);
         size_t bytes = (size_t)((uint64_t)p->batch * p->heads_q * p->seq_q * p->head_dim * es);
-        return clEnqueueReadBuffer(qu, buf, CL_FALSE, first, bytes, (char *)o + first, 0, NULL, NULL);
+        return clEnqueueReadBuffer(qu, buf, CL_FALSE, first, bytes, (char *)dst + first, 0, NULL, NULL);
     }
     for (uint32_t b = 0; b < p->batch; b++)
         for (uint32_t h = 0; h < p->heads_q; h++) {
@@ -29,11 +32,24 @@ static cl_int read_output(cl_command_queue qu, cl_mem buf, const clflash_problem
             const size_t pitch = (size_t)((p->seq_q > 1 ? s->seq_stride : p->head_dim) * es);
             const size_t buf_origin[3] = {origin, 0, 0}, region[3] = {p->head_dim * es, p->seq_q, 1};
             cl_int err = clEnqueueReadBufferRect(qu, buf, CL_FALSE, buf_origin, buf_origin, region, pitch, 0, pitch,
-                                                 0, o, 0, NULL, NULL);
+                                                 0, dst, 0, NULL, NULL);
             if (err != CL_SUCCESS)
                 return err;
         }
     return CL_SUCCESS;
+}
+
+/* Copies O's elements (and nothing between them) from the staging array to the caller's. */
+static void copy_output(const clflash_problem *p, const void *stage, void *o)
+{
+    const clflash_strides *s = &p->o;
+    const size_t es = p->out_elem_size, row = p->head_dim * es;
+    for (uint32_t b = 0; b < p->batch; b++)
+        for (uint32_t h = 0; h < p->heads_q; h++)
+            for (uint32_t i = 0; i < p->seq_q; i++) {
+                const size_t at = (size_t)((s->offset + b * s->batch_stride + h * s->head_stride + i * s->seq_stride) * es);
+                memcpy((char *)o + at, (const char *)stage + at, row);
+            }
 }
 
 clflash_status clflash_forward_host(clflash_context *c, const clflash_attention_desc *d, const void *q,
@@ -53,7 +69,7 @@ clflash_status clflash_forward_host(clflash_context *c, const clflash_attention_
     nq = clflash_tensor_extent_bytes(&p.q, p.batch, p.heads_q, p.seq_q, p.head_dim, p.elem_size);
     nk = clflash_tensor_extent_bytes(&p.k, p.batch, p.heads_kv, p.seq_k, p.head_dim, p.elem_size);
     nv = clflash_tensor_extent_bytes(&p.v, p.batch, p.heads_kv, p.seq_k, p.head_dim, p.elem_size);
-    no = clflash_tensor_extent_bytes(&p.o, p.batch, p.heads_q, p.seq_q, p.head_dim, p.elem_size);
+    no = clflash_tensor_extent_bytes(&p.o, p.batch, p.heads_q, p.seq_q, p.head_dim, p.out_elem_size);
     nlse = (uint64_t)p.batch * p.heads_q * p.seq_q * sizeof(float);
     if (nq > SIZE_MAX || nk > SIZE_MAX || nv > SIZE_MAX || no > SIZE_MAX)
         return clflash_fail(CLFLASH_ERROR_INVALID_LAYOUT, "a tensor is larger than this host can address");
@@ -66,14 +82,33 @@ clflash_status clflash_forward_host(clflash_context *c, const clflash_attention_
     if (err != CL_SUCCESS) {
         st = clflash_fail(err, "allocating device buffers for clflash_forward_host failed");
     } else if ((st = clflash_forward(c, d, NULL, bq, bk, bv, bo, blse, 0, NULL, NULL)) == CLFLASH_SUCCESS) {
-        /* Wait for the kernel first, so that a failure leaves o and lse untouched. */
-        if ((err = clFinish(c->queue)) == CL_SUCCESS && (err = read_output(c->queue, bo, &p, o)) == CL_SUCCESS &&
-            lse)
-            err = clEnqueueReadBuffer(c->queue, blse, CL_FALSE, 0, (size_t)nlse, lse, 0, NULL, NULL);
-        if (err == CL_SUCCESS)
-            err = clFinish(c->queue);
-        if (err != CL_SUCCESS)
-            st = clflash_fail(err, "running or reading back clflash_forward_host failed");
+        /* Everything is read into staging memory first and copied into o and lse only when every
+         * step succeeded, so a failure leaves the caller's arrays untouched. */
+        void *stage_o = malloc((size_t)no);
+        float *stage_lse = lse ? malloc((size_t)nlse) : NULL;
+        if (stage_o == NULL || (lse && stage_lse == NULL)) {
+            st = clflash_fail(CLFLASH_ERROR_OUT_OF_HOST_MEMORY, "allocating host staging memory failed");
+        } else {
+            err = read_output(c->queue, bo, &p, stage_o);
+            if (err == CL_SUCCESS && lse)
+                err = clEnqueueReadBuffer(c->queue, blse, CL_FALSE, 0, (size_t)nlse, stage_lse, 0, NULL, NULL);
+            /* Wait even after a failed enqueue: reads already enqueued must finish before the
+             * staging memory is freed. */
+            {
+                const cl_int fin = clFinish(c->queue);
+                if (err == CL_SUCCESS)
+                    err = fin;
+            }
+            if (err != CL_SUCCESS) {
+                st = clflash_fail(err, "running or reading back clflash_forward_host failed");
+            } else {
+                copy_output(&p, stage_o, o);
+                if (lse)
+                    memcpy(lse, stage_lse, (size_t)nlse);
+            }
+        }
+        free(stage_o);
+        free(stage_lse);
     }
     if (bq) clReleaseMemObject(bq);
     if (bk) clReleaseMemObject(bk);

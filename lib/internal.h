@@ -37,6 +37,7 @@ typedef struct {
     int nv_cc_major, nv_cc_minor; /* 0 when not an NVIDIA device */
 } clflash_device_info;
 
+/* Returns CL_SUCCESS, an OpenCL error, or CLFLASH_ERROR_OUT_OF_HOST_MEMORY. */
 CLFLASH_INTERNAL cl_int clflash_read_device_info(cl_device_id dev, clflash_device_info *out);
 /* 1 if `needle` occurs in `hay`, ignoring ASCII case. */
 CLFLASH_INTERNAL int clflash_contains_nocase(const char *hay, const char *needle);
@@ -66,7 +67,8 @@ CLFLASH_INTERNAL clflash_status clflash_check_context(const clflash_context *c);
 
 /* ---- program_cache.c ------------------------------------------------------------------------- */
 /* The kernel sources embedded from cl/ (see cmake/embed_cl.cmake). */
-typedef enum { CLFLASH_SOURCE_FLASH_FORWARD, CLFLASH_SOURCE_NAIVE_ATTENTION } clflash_source_id;
+typedef enum { CLFLASH_SOURCE_FLASH_FORWARD, CLFLASH_SOURCE_NAIVE_ATTENTION, CLFLASH_SOURCE_FLASH_BACKWARD,
+               CLFLASH_SOURCE_NAIVE_BACKWARD } clflash_source_id;
 
 /* Returns a built program for (source, options) on the context's device, building it the first
  * time; the program stays owned by the cache (do not release it). On a build failure the log is
@@ -87,12 +89,19 @@ typedef struct {
 
 typedef struct {
     uint32_t batch, heads_q, heads_kv, group, seq_q, seq_k, head_dim;
-    clflash_dtype dtype;
+    clflash_dtype dtype;       /* Q, K, V */
     size_t elem_size;
-    float scale;
+    clflash_dtype out_dtype;   /* O (and the naive path's scores) */
+    size_t out_elem_size;
+    float scale;               /* resolved: 1/sqrt(d) when 0 */
+    float qk_scale, v_scale;   /* int8: q_scale * k_scale and v_scale; 1 otherwise */
     uint32_t flags;
     uint32_t block;            /* as given: 0 = planner */
     clflash_strides q, k, v, o;
+    uint32_t window_left, window_right;
+    float softcap;
+    cl_mem bias, alibi_slopes, key_lengths;
+    clflash_strides bias_strides; /* elements; broadcast dimensions have stride 0 */
 } clflash_problem;
 
 /* Checks every field of d and resolves defaults (heads_kv, scale, strides). */
@@ -146,7 +155,41 @@ CLFLASH_INTERNAL clflash_status clflash_plan_flash(clflash_context *c, const clf
 /* Sets consecutive kernel arguments from a list; stops at the first error. */
 typedef struct { size_t size; const void *value; } clflash_arg;
 CLFLASH_INTERNAL cl_int clflash_set_args(cl_kernel k, cl_uint first, const clflash_arg *args, size_t n);
-/* Appends " -D NAME=value" for the dtype and the storage-type macros both kernel files use. */
+/* " -D CLFLASH_DTYPE_x" for a dtype (the input storage type in cl/common.cl). */
 CLFLASH_INTERNAL const char *clflash_dtype_define(clflash_dtype t);
+/* Writes the -D options that select p's storage types and features (dtype, output type, CAUSAL,
+ * WINDOW, SOFTCAP, BIAS, ALIBI, KEYLEN, WITH_LSE) into buf. */
+CLFLASH_INTERNAL void clflash_feature_defines(const clflash_problem *p, int with_lse, char *buf, size_t size);
+/* The kernel arguments both the flash and the naive scores kernel take after their own: window
+ * widths, softcap, bias (buffer, offset, three strides), ALiBi slopes and key lengths. Sets
+ * CLFLASH_FEATURE_ARGS arguments from index `first`. `include_out_scale` puts v_scale after
+ * softcap (the flash kernel's order). */
+CLFLASH_INTERNAL cl_int clflash_set_feature_args(cl_kernel k, cl_uint first, const clflash_problem *p,
+                                                 int include_out_scale);
+
+/* ---- the backward pass (backward_planner.c, backward.c, backward_naive.c) ---------------------- */
+/* CLFLASH_ERROR_UNSUPPORTED (with a detail naming it) if p asks for anything the backward kernels
+ * do not implement yet; the forward-only features are listed at clflash_backward in clflash.h. */
+CLFLASH_INTERNAL clflash_status clflash_check_backward_features(const clflash_problem *p);
+
+/* Every check clflash_backward and clflash_backward_naive make before enqueueing anything: the
+ * forward's (clflash_validate_call without lse), the features, lse, d_o and the three outputs'
+ * sizes, and that no output overlaps an input or another output. Fills *p and *queue_out. */
+CLFLASH_INTERNAL clflash_status clflash_validate_backward_call(
+    clflash_context *c, const clflash_attention_desc *d, cl_command_queue queue, cl_mem q, cl_mem k, cl_mem v,
+    cl_mem o, cl_mem d_o, cl_mem lse, cl_mem dq, cl_mem dk, cl_mem dv, cl_uint num_wait, const cl_event *wait,
+    clflash_problem *p, cl_command_queue *queue_out);
+
+typedef struct {
+    clflash_plan plan;
+    cl_kernel rowdot, grads;    /* created for this call; clflash_backward_kernels_release frees them */
+    uint32_t rowdot_wg;         /* the D kernel's work-group size */
+} clflash_backward_kernels;
+
+/* Plans and builds the flash backward kernels for p (see clflash_plan_backward). If below_block is
+ * not 0, only blocks smaller than it are considered (a step down after CL_OUT_OF_RESOURCES). */
+CLFLASH_INTERNAL clflash_status clflash_plan_backward_kernels(clflash_context *c, const clflash_problem *p,
+                                                              uint32_t below_block, clflash_backward_kernels *out);
+CLFLASH_INTERNAL void clflash_backward_kernels_release(clflash_backward_kernels *k);
 
 #endif /* CLFLASH_INTERNAL_H */

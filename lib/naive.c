@@ -5,11 +5,13 @@
  * Why keep it: it is what naive attention does (the O(n^2) bytes written and read back that flash
  * avoids), and so the honest comparison for clflash-bench and a second opinion for the tests.
  * Each step is a tiled kernel (cl/naive_attention.cl); the steps are chained by events so the
- * order also holds on out-of-order queues.
+ * order also holds on out-of-order queues, and all of them wait on one user event that is released
+ * only when every enqueue succeeded.
  */
 #include "internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 #define TILE 16
 
@@ -27,7 +29,7 @@ static void release_kernels(naive_kernels *nk)
 static clflash_status make_kernels(clflash_context *c, const clflash_problem *p, int with_lse, naive_kernels *nk,
                                    size_t *softmax_wg)
 {
-    char defines[256];
+    char defines[512], features[256];
     cl_program prog;
     cl_int e1, e2, e3;
     clflash_status st;
@@ -36,8 +38,8 @@ static clflash_status make_kernels(clflash_context *c, const clflash_problem *p,
         return clflash_fail(CLFLASH_ERROR_UNSUPPORTED, "the naive path needs work-groups of %d items; the device allows %zu",
                             TILE * TILE, c->info.max_work_group_size);
     for (;;) {
-        snprintf(defines, sizeof defines, "%s -D HEAD_DIM=%u -D CAUSAL=%d -D WITH_LSE=%d -D SOFTMAX_WG=%zu",
-                 clflash_dtype_define(p->dtype), p->head_dim, (p->flags & CLFLASH_CAUSAL) ? 1 : 0, with_lse ? 1 : 0, wg);
+        clflash_feature_defines(p, with_lse, features, sizeof features);
+        snprintf(defines, sizeof defines, "%s -D HEAD_DIM=%u -D SOFTMAX_WG=%zu", features, p->head_dim, wg);
         if ((st = clflash_get_program(c, CLFLASH_SOURCE_NAIVE_ATTENTION, defines, &prog)) != CLFLASH_SUCCESS)
             return st;
         nk->scores = clCreateKernel(prog, "naive_scores", &e1);
@@ -82,12 +84,13 @@ clflash_status clflash_forward_naive(clflash_context *c, const clflash_attention
     uint64_t per_head, total, chunk;
     cl_mem s = NULL;
     cl_int err = CL_SUCCESS;
-    cl_event prev = NULL;
+    cl_event prev = NULL, gate = NULL;
+    cl_event *first_wait = NULL;
 
     clflash_clear_detail();
     if ((st = clflash_validate_call(c, d, queue, q, k, v, o, lse, num_wait, wait, &p, &qu)) != CLFLASH_SUCCESS)
         return st;
-    per_head = clflash_score_matrix_bytes(p.seq_q, p.seq_k, p.elem_size);
+    per_head = clflash_score_matrix_bytes(p.seq_q, p.seq_k, p.out_elem_size);
     total = (uint64_t)p.batch * p.heads_q;
     chunk = clflash_naive_heads_per_chunk(&p, c->info.max_alloc_size);
     if (chunk == 0)
@@ -102,9 +105,25 @@ clflash_status clflash_forward_naive(clflash_context *c, const clflash_attention
         release_kernels(&nk);
         return clflash_fail(err, "allocating the %llu-byte score matrix failed", (unsigned long long)(chunk * per_head));
     }
+    /* The kernels wait on a user event that is completed only once every one of them is enqueued;
+     * if an enqueue fails, the event is set to an error and the ones already enqueued never run,
+     * so a failed call writes nothing. */
+    gate = clCreateUserEvent(c->ctx, &err);
+    if (err == CL_SUCCESS && (first_wait = malloc(sizeof(cl_event) * (num_wait + 1))) == NULL)
+        err = CLFLASH_ERROR_OUT_OF_HOST_MEMORY;
+    if (err != CL_SUCCESS) {
+        if (gate) clReleaseEvent(gate);
+        clReleaseMemObject(s);
+        release_kernels(&nk);
+        return clflash_fail(err, "creating the naive path's start event failed");
+    }
+    for (cl_uint i = 0; i < num_wait; i++)
+        first_wait[i] = wait[i];
+    first_wait[num_wait] = gate;
 
     {
         const cl_uint seq_q = p.seq_q, seq_k = p.seq_k, heads_q = p.heads_q, group = p.group;
+        const float score_scale = p.scale * p.qk_scale;
         const cl_ulong ql[4] = {p.q.offset, p.q.batch_stride, p.q.head_stride, p.q.seq_stride};
         const cl_ulong kl[4] = {p.k.offset, p.k.batch_stride, p.k.head_stride, p.k.seq_stride};
         const cl_ulong vl[4] = {p.v.offset, p.v.batch_stride, p.v.head_stride, p.v.seq_stride};
@@ -121,7 +140,9 @@ clflash_status clflash_forward_naive(clflash_context *c, const clflash_attention
         const size_t tile_local[3] = {TILE, TILE, 1}, softmax_local[3] = {softmax_wg, 1, 1};
 
         err = clflash_set_args(nk.scores, 0, score_args, 7);
-        if (!err) err = clSetKernelArg(nk.scores, 8, sizeof(float), &p.scale);
+        if (!err) err = clSetKernelArg(nk.scores, 8, sizeof(float), &score_scale);
+        if (!err) err = clflash_set_feature_args(nk.scores, 17, &p, 0);
+        if (!err) err = clSetKernelArg(nk.pv, 16, sizeof(float), &p.v_scale);
         for (cl_uint i = 0; !err && i < 4; i++) {
             err = clSetKernelArg(nk.scores, 9 + i, sizeof(cl_ulong), &ql[i]);
             if (!err) err = clSetKernelArg(nk.scores, 13 + i, sizeof(cl_ulong), &kl[i]);
@@ -142,7 +163,7 @@ clflash_status clflash_forward_naive(clflash_context *c, const clflash_attention
             if (!err) err = clSetKernelArg(nk.softmax, 4, sizeof(cl_uint), &first);
             if (!err) err = clSetKernelArg(nk.pv, 7, sizeof(cl_uint), &first);
             if (!err) err = prev ? enqueue(qu, nk.scores, g_scores, tile_local, 1, &prev, &e1)
-                                 : enqueue(qu, nk.scores, g_scores, tile_local, num_wait, wait, &e1);
+                                 : enqueue(qu, nk.scores, g_scores, tile_local, num_wait + 1, first_wait, &e1);
             if (!err) err = enqueue(qu, nk.softmax, g_softmax, softmax_local, 1, &e1, &e2);
             if (!err) err = enqueue(qu, nk.pv, g_pv, tile_local, 1, &e2, &e3);
             if (prev) clReleaseEvent(prev);
@@ -151,6 +172,9 @@ clflash_status clflash_forward_naive(clflash_context *c, const clflash_attention
             prev = e3;
         }
     }
+    clSetUserEventStatus(gate, err == CL_SUCCESS ? CL_COMPLETE : -1); /* -1: abort what was enqueued */
+    clReleaseEvent(gate);
+    free(first_wait);
     release_kernels(&nk);
     clReleaseMemObject(s); /* freed by OpenCL once the enqueued kernels are done with it */
     if (err != CL_SUCCESS) {

@@ -68,14 +68,13 @@ static cl_ulong counted_local_bytes(const clflash_problem *p, uint32_t block, ui
 static clflash_status build_variant(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t block,
                                     uint32_t lanes, cl_kernel *kernel, cl_ulong *local_bytes, size_t *max_wg)
 {
-    char defines[512];
+    char defines[512], features[256];
     cl_program prog;
     cl_int err;
     clflash_status st;
-    snprintf(defines, sizeof defines,
-             "%s -D HEAD_DIM=%u -D BLOCK=%u -D TPR=%u -D LDS_STRIDE=%u -D KT_STRIDE=%u -D P_STRIDE=%u -D CAUSAL=%d -D WITH_LSE=%d",
-             clflash_dtype_define(p->dtype), p->head_dim, block, lanes, lds_stride(p->head_dim, p->elem_size),
-             block | 1u, block | 1u, (p->flags & CLFLASH_CAUSAL) ? 1 : 0, with_lse ? 1 : 0);
+    clflash_feature_defines(p, with_lse, features, sizeof features);
+    snprintf(defines, sizeof defines, "%s -D HEAD_DIM=%u -D BLOCK=%u -D TPR=%u -D LDS_STRIDE=%u -D KT_STRIDE=%u -D P_STRIDE=%u",
+             features, p->head_dim, block, lanes, lds_stride(p->head_dim, p->elem_size), block | 1u, block | 1u);
     if ((st = clflash_get_program(c, CLFLASH_SOURCE_FLASH_FORWARD, defines, &prog)) != CLFLASH_SUCCESS)
         return st;
     *kernel = clCreateKernel(prog, KERNEL_NAME, &err);
@@ -101,7 +100,7 @@ static void fill_plan(const clflash_problem *p, uint64_t budget, uint32_t block,
     plan->tile_bytes = clflash_tile_bytes(block, p->head_dim, p->elem_size);
     plan->local_mem_budget = budget;
     plan->kernel_local_bytes = local_bytes;
-    plan->score_matrix_bytes = clflash_score_matrix_bytes(p->seq_q, p->seq_k, p->elem_size);
+    plan->score_matrix_bytes = clflash_score_matrix_bytes(p->seq_q, p->seq_k, p->out_elem_size);
     plan->tiles_q = ((uint64_t)p->seq_q + block - 1) / block;
     plan->tiles_k = ((uint64_t)p->seq_k + block - 1) / block;
     plan->kv_passes = plan->tiles_q;

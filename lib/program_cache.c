@@ -20,6 +20,21 @@ extern const char clflash_cl_flash_forward[];
 extern const size_t clflash_cl_flash_forward_size;
 extern const char clflash_cl_naive_attention[];
 extern const size_t clflash_cl_naive_attention_size;
+extern const char clflash_cl_flash_backward[];
+extern const size_t clflash_cl_flash_backward_size;
+extern const char clflash_cl_naive_backward[];
+extern const size_t clflash_cl_naive_backward_size;
+
+/* Each clflash_source_id's file name, text and length, in the enum's order. */
+static const struct {
+    const char *name, *text;
+    const size_t *size;
+} sources[] = {
+    {"flash_forward.cl", clflash_cl_flash_forward, &clflash_cl_flash_forward_size},
+    {"naive_attention.cl", clflash_cl_naive_attention, &clflash_cl_naive_attention_size},
+    {"flash_backward.cl", clflash_cl_flash_backward, &clflash_cl_flash_backward_size},
+    {"naive_backward.cl", clflash_cl_naive_backward, &clflash_cl_naive_backward_size},
+};
 
 struct clflash_program_entry {
     clflash_program_entry *next;
@@ -35,7 +50,7 @@ struct clflash_log_entry {
 
 static const char *source_name(clflash_source_id id)
 {
-    return id == CLFLASH_SOURCE_FLASH_FORWARD ? "flash_forward.cl" : "naive_attention.cl";
+    return sources[id].name;
 }
 
 /* Keeps `text` as the context's newest build log. Called with the lock held. */
@@ -75,12 +90,8 @@ static void keep_build_log(clflash_context *c, cl_program prog, clflash_source_i
 static clflash_status build(clflash_context *c, clflash_source_id source, const char *options,
                             cl_program *out)
 {
-    const char *texts[2] = {clflash_cl_common,
-                            source == CLFLASH_SOURCE_FLASH_FORWARD ? clflash_cl_flash_forward
-                                                                   : clflash_cl_naive_attention};
-    size_t sizes[2] = {clflash_cl_common_size, source == CLFLASH_SOURCE_FLASH_FORWARD
-                                                     ? clflash_cl_flash_forward_size
-                                                     : clflash_cl_naive_attention_size};
+    const char *texts[2] = {clflash_cl_common, sources[source].text};
+    size_t sizes[2] = {clflash_cl_common_size, *sources[source].size};
     cl_int err;
     cl_program prog = clCreateProgramWithSource(c->ctx, 2, texts, sizes, &err);
     if (err != CL_SUCCESS)

@@ -19,19 +19,38 @@ static uint64_t add(uint64_t a, uint64_t b)
     return b > UINT64_MAX - a ? UINT64_MAX : a + b;
 }
 
-/* Key rows the flash kernel loads for one (batch, head): every K/V tile for every Q block, or
- * with causal masking only the tiles up to each block's last visible key. */
+/* The keys query i sees, [lo, hi), by the same rules as cl/common.cl's visible_keys (causal and
+ * window; key lengths live on the device and are taken as seq_k here). */
+static void visible_keys(const clflash_problem *p, uint64_t i, int64_t *lo, int64_t *hi)
+{
+    const int64_t d = (int64_t)i + (int64_t)p->seq_k - (int64_t)p->seq_q;
+    int64_t l = 0, h = p->seq_k;
+    if ((p->flags & CLFLASH_CAUSAL) && d + 1 < h)
+        h = d + 1;
+    if (p->flags & CLFLASH_WINDOW) {
+        if (d - (int64_t)p->window_left > l)
+            l = d - (int64_t)p->window_left;
+        if (d + (int64_t)p->window_right + 1 < h)
+            h = d + (int64_t)p->window_right + 1;
+    }
+    *lo = l;
+    *hi = h;
+}
+
+/* Key rows the flash kernel loads for one (batch, head): for each Q block, the whole tiles from
+ * the one holding its first row's first visible key to its last row's last visible key. */
 static uint64_t flash_key_rows(const clflash_problem *p, uint32_t block)
 {
     const uint64_t tiles_q = ((uint64_t)p->seq_q + block - 1) / block;
     uint64_t rows = 0;
-    if (!(p->flags & CLFLASH_CAUSAL))
-        return mul(tiles_q, ((uint64_t)p->seq_k + block - 1) / block * block);
     for (uint64_t t = 0; t < tiles_q; t++) {
-        uint64_t q_last = (t + 1) * block < p->seq_q ? (t + 1) * block - 1 : p->seq_q - 1;
-        int64_t end = (int64_t)q_last + (int64_t)p->seq_k - (int64_t)p->seq_q + 1;
-        uint64_t keys = end <= 0 ? 0 : (uint64_t)end < p->seq_k ? (uint64_t)end : p->seq_k;
-        rows += (keys + block - 1) / block * block;
+        const uint64_t q_last = (t + 1) * block < p->seq_q ? (t + 1) * block - 1 : p->seq_q - 1;
+        int64_t first_lo, first_hi, last_lo, last_hi;
+        visible_keys(p, t * block, &first_lo, &first_hi);
+        visible_keys(p, q_last, &last_lo, &last_hi);
+        const uint64_t begin = first_lo <= 0 ? 0 : (uint64_t)first_lo / block * block;
+        if (last_hi > (int64_t)begin)
+            rows += ((uint64_t)last_hi - begin + block - 1) / block * block;
     }
     return rows;
 }
@@ -45,7 +64,10 @@ uint64_t clflash_traffic_bytes(const clflash_attention_desc *d, clflash_algo alg
     if (st != CLFLASH_SUCCESS)
         return 0;
     bh = (uint64_t)p.batch * p.heads_q;
-    q_o = mul(mul(mul(bh, p.seq_q), p.head_dim), 2 * p.elem_size); /* Q read, O written */
+    q_o = add(mul(mul(mul(bh, p.seq_q), p.head_dim), p.elem_size),       /* Q read */
+              mul(mul(mul(bh, p.seq_q), p.head_dim), p.out_elem_size)); /* O written */
+    if (p.bias) /* the bias: one float read per score */
+        q_o = add(q_o, mul(bh, clflash_score_matrix_bytes(p.seq_q, p.seq_k, sizeof(float))));
     if (algo == CLFLASH_ALGO_FLASH) {
         if (block == 0)
             return 0;
@@ -55,14 +77,14 @@ uint64_t clflash_traffic_bytes(const clflash_attention_desc *d, clflash_algo alg
     if (algo == CLFLASH_ALGO_NAIVE) {
         kv = mul(mul(mul((uint64_t)p.batch * p.heads_kv, p.seq_k), p.head_dim), 2 * p.elem_size);
         total = add(q_o, kv);
-        return add(total, mul(5, mul(bh, clflash_score_matrix_bytes(p.seq_q, p.seq_k, p.elem_size))));
+        return add(total, mul(5, mul(bh, clflash_score_matrix_bytes(p.seq_q, p.seq_k, p.out_elem_size))));
     }
     return 0;
 }
 
 uint64_t clflash_naive_heads_per_chunk(const clflash_problem *p, uint64_t max_alloc)
 {
-    const uint64_t per_head = clflash_score_matrix_bytes(p->seq_q, p->seq_k, p->elem_size);
+    const uint64_t per_head = clflash_score_matrix_bytes(p->seq_q, p->seq_k, p->out_elem_size);
     const uint64_t total = (uint64_t)p->batch * p->heads_q;
     uint64_t chunk;
     if (per_head == 0 || per_head > max_alloc)
@@ -83,5 +105,5 @@ uint64_t clflash_naive_workspace_bytes(const clflash_context *c, const clflash_a
     if (!ok)
         return 0;
     return clflash_naive_heads_per_chunk(&p, c->info.max_alloc_size) *
-           clflash_score_matrix_bytes(p.seq_q, p.seq_k, p.elem_size);
+           clflash_score_matrix_bytes(p.seq_q, p.seq_k, p.out_elem_size);
 }

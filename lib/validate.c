@@ -103,9 +103,19 @@ clflash_status clflash_resolve_desc(const clflash_attention_desc *d, clflash_pro
     p->elem_size = clflash_dtype_size(d->dtype);
     if (p->elem_size == 0)
         return clflash_fail(CLFLASH_ERROR_INVALID_DTYPE, "dtype %d is not a clflash_dtype", (int)d->dtype);
-    if (d->dtype != CLFLASH_F32 && d->dtype != CLFLASH_F16)
-        return clflash_fail(CLFLASH_ERROR_UNSUPPORTED, "dtype %s is not supported yet (f32 and f16 are)",
-                            dtype_name(d->dtype));
+    if (d->dtype == CLFLASH_I8) {
+        p->out_dtype = d->out_dtype ? d->out_dtype : CLFLASH_F32;
+        if (p->out_dtype != CLFLASH_F32 && p->out_dtype != CLFLASH_F16 && p->out_dtype != CLFLASH_BF16)
+            return clflash_fail(CLFLASH_ERROR_INVALID_DTYPE, "out_dtype %d is not f32, f16 or bf16", (int)d->out_dtype);
+    } else {
+        if (d->out_dtype != 0 && d->out_dtype != d->dtype)
+            return clflash_fail(CLFLASH_ERROR_INVALID_DTYPE, "out_dtype %s differs from dtype %s (only i8 input may choose)",
+                                dtype_name(d->out_dtype), dtype_name(d->dtype));
+        p->out_dtype = d->dtype;
+        if (d->q_scale != 0.0f || d->k_scale != 0.0f || d->v_scale != 0.0f)
+            return clflash_fail(CLFLASH_ERROR_INVALID_SCALE, "q_scale, k_scale and v_scale are for i8 input only");
+    }
+    p->out_elem_size = clflash_dtype_size(p->out_dtype);
     if (d->batch == 0 || d->heads_q == 0 || d->seq_q == 0 || d->seq_k == 0 || d->head_dim == 0)
         return clflash_fail(CLFLASH_ERROR_INVALID_SHAPE, "%s is 0; every dimension must be at least 1",
                             d->batch == 0     ? "batch"
@@ -120,6 +130,9 @@ clflash_status clflash_resolve_desc(const clflash_attention_desc *d, clflash_pro
         return clflash_fail(CLFLASH_ERROR_INVALID_SHAPE, "%s %u is above the maximum %u (a grid dimension)",
                             d->batch > CLFLASH_MAX_GRID_DIM ? "batch" : "heads_q",
                             d->batch > CLFLASH_MAX_GRID_DIM ? d->batch : d->heads_q, CLFLASH_MAX_GRID_DIM);
+    if (d->seq_k > CLFLASH_MAX_SEQ_K)
+        return clflash_fail(CLFLASH_ERROR_INVALID_SHAPE, "seq_k %u is above the maximum %u", d->seq_k,
+                            CLFLASH_MAX_SEQ_K);
     if (((uint64_t)d->seq_q + 15u) / 16u > CLFLASH_MAX_GRID_DIM)
         return clflash_fail(CLFLASH_ERROR_INVALID_SHAPE, "seq_q %u is above the maximum %u", d->seq_q,
                             CLFLASH_MAX_GRID_DIM * 16u);
@@ -132,6 +145,18 @@ clflash_status clflash_resolve_desc(const clflash_attention_desc *d, clflash_pro
                             d->flags & ~(uint32_t)CLFLASH_KNOWN_FLAGS);
     if (!isfinite(d->scale))
         return clflash_fail(CLFLASH_ERROR_INVALID_SCALE, "scale is %s", isnan(d->scale) ? "NaN" : "infinite");
+    if (!isfinite(d->q_scale) || !isfinite(d->k_scale) || !isfinite(d->v_scale))
+        return clflash_fail(CLFLASH_ERROR_INVALID_SCALE, "%s is not finite",
+                            !isfinite(d->q_scale) ? "q_scale" : !isfinite(d->k_scale) ? "k_scale" : "v_scale");
+    if (!isfinite(d->softcap) || d->softcap < 0.0f)
+        return clflash_fail(CLFLASH_ERROR_INVALID_SCALE, "softcap must be finite and >= 0");
+    if (!(d->flags & CLFLASH_WINDOW) && (d->window_left || d->window_right))
+        return clflash_fail(CLFLASH_ERROR_INVALID_FLAGS, "window_left/window_right are set but flags lack CLFLASH_WINDOW");
+    if (d->bias_broadcast & ~(uint32_t)(CLFLASH_BROADCAST_BATCH | CLFLASH_BROADCAST_HEADS | CLFLASH_BROADCAST_ROWS))
+        return clflash_fail(CLFLASH_ERROR_INVALID_FLAGS, "bias_broadcast 0x%x has unknown bits", d->bias_broadcast);
+    if (d->bias == NULL && (d->bias_broadcast || d->bias_layout.offset || d->bias_layout.batch_stride ||
+                            d->bias_layout.head_stride || d->bias_layout.seq_stride))
+        return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "bias_layout or bias_broadcast is set but bias is NULL");
 
     p->batch = d->batch;
     p->heads_q = d->heads_q;
@@ -143,6 +168,15 @@ clflash_status clflash_resolve_desc(const clflash_attention_desc *d, clflash_pro
     p->scale = d->scale != 0.0f ? d->scale : (float)(1.0 / sqrt((double)d->head_dim));
     p->flags = d->flags;
     p->block = d->block;
+    p->qk_scale = d->dtype == CLFLASH_I8 ? (d->q_scale != 0.0f ? d->q_scale : 1.0f) * (d->k_scale != 0.0f ? d->k_scale : 1.0f)
+                                         : 1.0f;
+    p->v_scale = d->dtype == CLFLASH_I8 && d->v_scale != 0.0f ? d->v_scale : 1.0f;
+    p->window_left = d->window_left;
+    p->window_right = d->window_right;
+    p->softcap = d->softcap;
+    p->bias = d->bias;
+    p->alibi_slopes = d->alibi_slopes;
+    p->key_lengths = d->key_lengths;
 
     {
         const struct { const clflash_layout *in; clflash_strides *out; uint32_t heads, seq; const char *name; }
@@ -153,9 +187,20 @@ clflash_status clflash_resolve_desc(const clflash_attention_desc *d, clflash_pro
         for (int i = 0; i < 4; i++)
             if (!resolve_strides(t[i].in, t[i].heads, t[i].seq, p->head_dim, t[i].out) ||
                 clflash_tensor_extent_bytes(t[i].out, p->batch, t[i].heads, t[i].seq, p->head_dim,
-                                            p->elem_size) == UINT64_MAX)
+                                            i == 3 ? p->out_elem_size : p->elem_size) == UINT64_MAX)
                 return clflash_fail(CLFLASH_ERROR_INVALID_LAYOUT,
                                     "the layout of %s addresses more than 2^64 bytes", t[i].name);
+    }
+    if (p->bias) {
+        if (!resolve_strides(&d->bias_layout, p->heads_q, p->seq_q, p->seq_k, &p->bias_strides) ||
+            clflash_tensor_extent_bytes(&p->bias_strides, p->batch, p->heads_q, p->seq_q, p->seq_k, sizeof(float)) ==
+                UINT64_MAX)
+            return clflash_fail(CLFLASH_ERROR_INVALID_LAYOUT, "the layout of bias addresses more than 2^64 bytes");
+        if (d->bias_broadcast & CLFLASH_BROADCAST_BATCH) p->bias_strides.batch_stride = 0;
+        if (d->bias_broadcast & CLFLASH_BROADCAST_HEADS) p->bias_strides.head_stride = 0;
+        if (d->bias_broadcast & CLFLASH_BROADCAST_ROWS) p->bias_strides.seq_stride = 0;
+    } else {
+        p->bias_strides = (clflash_strides){0, 0, 0, 0};
     }
     if (!output_disjoint(&p->o, p->batch, p->heads_q, p->seq_q, p->head_dim))
         return clflash_fail(CLFLASH_ERROR_INVALID_LAYOUT,
@@ -184,10 +229,10 @@ clflash_status clflash_check_buffer(cl_mem buf, uint64_t need, const char *what)
 
 /* The byte range [first, end) a tensor's elements can touch. */
 static void byte_range(const clflash_strides *s, uint32_t batch, uint32_t heads, uint32_t seq,
-                       const clflash_problem *p, uint64_t *first, uint64_t *end)
+                       const clflash_problem *p, size_t elem_size, uint64_t *first, uint64_t *end)
 {
-    *first = s->offset * p->elem_size;
-    *end = clflash_tensor_extent_bytes(s, batch, heads, seq, p->head_dim, p->elem_size);
+    *first = s->offset * elem_size;
+    *end = clflash_tensor_extent_bytes(s, batch, heads, seq, p->head_dim, elem_size);
 }
 
 clflash_status clflash_validate_call(clflash_context *c, const clflash_attention_desc *d,
@@ -216,21 +261,32 @@ clflash_status clflash_validate_call(clflash_context *c, const clflash_attention
     if ((st = clflash_check_buffer(q, clflash_tensor_extent_bytes(&p->q, p->batch, p->heads_q, p->seq_q, p->head_dim, p->elem_size), "q")) ||
         (st = clflash_check_buffer(k, clflash_tensor_extent_bytes(&p->k, p->batch, p->heads_kv, p->seq_k, p->head_dim, p->elem_size), "k")) ||
         (st = clflash_check_buffer(v, clflash_tensor_extent_bytes(&p->v, p->batch, p->heads_kv, p->seq_k, p->head_dim, p->elem_size), "v")) ||
-        (st = clflash_check_buffer(o, clflash_tensor_extent_bytes(&p->o, p->batch, p->heads_q, p->seq_q, p->head_dim, p->elem_size), "o")))
+        (st = clflash_check_buffer(o, clflash_tensor_extent_bytes(&p->o, p->batch, p->heads_q, p->seq_q, p->head_dim, p->out_elem_size), "o")))
         return st;
     if (lse && (st = clflash_check_buffer(lse, (uint64_t)p->batch * p->heads_q * p->seq_q * sizeof(float), "lse")))
         return st;
+    if ((p->bias && (st = clflash_check_buffer(p->bias, clflash_tensor_extent_bytes(&p->bias_strides, p->batch, p->heads_q, p->seq_q, p->seq_k, sizeof(float)), "bias"))) ||
+        (p->alibi_slopes && (st = clflash_check_buffer(p->alibi_slopes, (uint64_t)p->heads_q * sizeof(float), "alibi_slopes"))) ||
+        (p->key_lengths && (st = clflash_check_buffer(p->key_lengths, (uint64_t)p->batch * sizeof(cl_int), "key_lengths"))))
+        return st;
+    {
+        const cl_mem extra[3] = {p->bias, p->alibi_slopes, p->key_lengths};
+        for (int i = 0; i < 3; i++)
+            if (extra[i] && (extra[i] == o || extra[i] == lse))
+                return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "an input of the descriptor (bias, alibi_slopes or "
+                                                                    "key_lengths) is the same buffer as o or lse");
+    }
 
     {   /* O must not overlap an input that shares its buffer. */
         uint64_t of, oe, f, e;
         const struct { cl_mem buf; const clflash_strides *s; uint32_t heads, seq; const char *name; } in[3] = {
             {q, &p->q, p->heads_q, p->seq_q, "q"}, {k, &p->k, p->heads_kv, p->seq_k, "k"},
             {v, &p->v, p->heads_kv, p->seq_k, "v"}};
-        byte_range(&p->o, p->batch, p->heads_q, p->seq_q, p, &of, &oe);
+        byte_range(&p->o, p->batch, p->heads_q, p->seq_q, p, p->out_elem_size, &of, &oe);
         for (int i = 0; i < 3; i++) {
             if (in[i].buf != o)
                 continue;
-            byte_range(in[i].s, p->batch, in[i].heads, in[i].seq, p, &f, &e);
+            byte_range(in[i].s, p->batch, in[i].heads, in[i].seq, p, p->elem_size, &f, &e);
             if (f < oe && of < e)
                 return clflash_fail(CLFLASH_ERROR_INVALID_LAYOUT, "o overlaps %s in the same buffer", in[i].name);
         }

@@ -9,6 +9,7 @@
  * every case ran and matched. Prints no word that the wrapper treats as an Oclgrind report.
  * With a case index it runs only that case (the wrapper runs each case in its own process).
  */
+#include "backward_harness.h"
 #include "harness.h"
 
 #include <stdio.h>
@@ -36,7 +37,80 @@ static const driver_case cases[] = {
     {TH_NAIVE, 1, 1, 0, 37, 11, 16, CLFLASH_F16, CLFLASH_CAUSAL, 0, 0},
 };
 
-#define N_CASES (sizeof cases / sizeof cases[0])
+#define N_FORWARD_CASES (sizeof cases / sizeof cases[0])
+
+/* Backward cases (cl/flash_backward.cl, cl/naive_backward.cl): forced blocks of 8 and 16 give
+ * several K/V blocks and query blocks per work-group, so both gradient kernels reload their tiles
+ * many times; `lanes` > 0 forces that many work-items per block row (as GPUs use) in a context of
+ * its own. */
+typedef struct {
+    tb_algo algo;
+    uint32_t batch, heads_q, heads_kv, seq_q, seq_k, head_dim;
+    clflash_dtype dtype;
+    uint32_t flags, block, lanes;
+    int strided;
+} backward_case;
+
+static const backward_case bcases[] = {
+    {TB_FLASH, 1, 2, 1, 19, 23, 16, CLFLASH_F32, CLFLASH_CAUSAL, 8, 0, 1},
+    {TB_FLASH, 1, 1, 0, 23, 11, 7, CLFLASH_F16, CLFLASH_CAUSAL, 8, 0, 0},
+    {TB_FLASH, 2, 2, 2, 13, 29, 16, CLFLASH_F32, 0, 0, 0, 0},
+    {TB_FLASH, 1, 1, 0, 29, 17, 16, CLFLASH_F16, 0, 16, 0, 1},
+    {TB_FLASH, 1, 2, 1, 21, 19, 16, CLFLASH_F32, CLFLASH_CAUSAL, 8, 4, 0},
+    {TB_FLASH, 1, 1, 0, 17, 13, 7, CLFLASH_F16, 0, 8, 8, 0},
+    {TB_NAIVE, 1, 2, 1, 19, 23, 16, CLFLASH_F32, CLFLASH_CAUSAL, 0, 0, 1},
+    {TB_NAIVE, 1, 1, 0, 23, 11, 7, CLFLASH_F16, CLFLASH_CAUSAL, 0, 0, 0},
+};
+
+#define N_CASES (N_FORWARD_CASES + sizeof bcases / sizeof bcases[0])
+
+/* Runs backward case n; returns 1 on a failure (printed). */
+static int run_backward_case(clflash_context *shared, size_t n)
+{
+    const backward_case *k = &bcases[n];
+    clflash_context *c = shared;
+    clflash_status st;
+    if (k->lanes) {
+        clflash_context_options opt = {0};
+        opt.threads_per_row = k->lanes;
+        if ((st = th_context(&opt, &c)) != CLFLASH_SUCCESS) {
+            printf("FAILED: no context: %s (%s)\n", clflash_status_string(st), clflash_last_error_detail());
+            return 1;
+        }
+    }
+    clflash_attention_desc d =
+        th_desc(k->batch, k->heads_q, k->heads_kv, k->seq_q, k->seq_k, k->head_dim, k->dtype, k->flags);
+    d.block = k->block;
+    if (k->strided) { /* gaps after every row of dQ (and Q), dK and dV */
+        d.q = (clflash_layout){3, 0, 0, k->head_dim + 2};
+        d.k = (clflash_layout){1, 0, 0, k->head_dim + 1};
+        d.v = (clflash_layout){0, 0, 0, k->head_dim + 3};
+    }
+    char what[200], msg[3000];
+    th_desc_str(&d, what, sizeof what);
+    if (k->lanes)
+        snprintf(what + strlen(what), sizeof what - strlen(what), " lanes=%u", k->lanes);
+    const char *algo = k->algo == TB_FLASH ? "backward" : "naive backward";
+    tb_case t;
+    int failed = 0;
+    if (tb_case_init(&t, &d, 9500 + n) != 0) {
+        printf("FAILED: out of host memory\n");
+        failed = 1;
+    } else if ((st = tb_run(c, &t, k->algo, 0, NULL)) != CLFLASH_SUCCESS) {
+        printf("FAILED %s %s: %s (%s)\n", algo, what, clflash_status_string(st), clflash_last_error_detail());
+        failed = 1;
+    } else if (tb_check(&t, msg, sizeof msg)) {
+        printf("MISMATCH %s %s: %s\n", algo, what, msg);
+        failed = 1;
+    } else {
+        printf("ok %s %s\n", algo, what);
+    }
+    fflush(stdout);
+    tb_case_free(&t);
+    if (c != shared)
+        clflash_context_free(c);
+    return failed;
+}
 
 /* No argument: every case. "--count": print how many there are. A number: only that case. */
 int main(int argc, char **argv)
@@ -67,6 +141,10 @@ int main(int argc, char **argv)
     printf("device: %s\n", name);
     int failures = 0;
     for (size_t n = first; n < last; n++) {
+        if (n >= N_FORWARD_CASES) {
+            failures += run_backward_case(c, n - N_FORWARD_CASES);
+            continue;
+        }
         const driver_case *k = &cases[n];
         clflash_attention_desc d =
             th_desc(k->batch, k->heads_q, k->heads_kv, k->seq_q, k->seq_k, k->head_dim, k->dtype, k->flags);

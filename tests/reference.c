@@ -119,8 +119,23 @@ double ref_scale(const clflash_attention_desc *d)
 
 /* ---- the reference attention ------------------------------------------------------------------ */
 
+ref_strides ref_resolve_bias_layout(const clflash_attention_desc *d)
+{
+    ref_strides s = ref_resolve_layout(&d->bias_layout, d->heads_q, d->seq_q, d->seq_k);
+    if (d->bias_broadcast & CLFLASH_BROADCAST_BATCH) s.batch_stride = 0;
+    if (d->bias_broadcast & CLFLASH_BROADCAST_HEADS) s.head_stride = 0;
+    if (d->bias_broadcast & CLFLASH_BROADCAST_ROWS) s.seq_stride = 0;
+    return s;
+}
+
 void ref_attention(const clflash_attention_desc *d, const float *q, const float *k, const float *v,
                    double *o, double *lse)
+{
+    ref_attention_ex(d, q, k, v, NULL, o, lse);
+}
+
+void ref_attention_ex(const clflash_attention_desc *d, const float *q, const float *k, const float *v,
+                      const ref_extras *x, double *o, double *lse)
 {
     const uint32_t hkv = ref_heads_kv(d);
     const uint32_t group = d->heads_q / hkv;
@@ -128,8 +143,8 @@ void ref_attention(const clflash_attention_desc *d, const float *q, const float 
     const ref_strides qs = ref_resolve_layout(&d->q, d->heads_q, d->seq_q, D);
     const ref_strides ks = ref_resolve_layout(&d->k, hkv, d->seq_k, D);
     const ref_strides vs = ref_resolve_layout(&d->v, hkv, d->seq_k, D);
+    const ref_strides bs = ref_resolve_bias_layout(d);
     const double scale = ref_scale(d);
-    const int causal = (d->flags & CLFLASH_CAUSAL) != 0;
     double *s = malloc(sizeof(double) * d->seq_k);
     if (!s) {
         fprintf(stderr, "reference: out of memory\n");
@@ -142,31 +157,48 @@ void ref_attention(const clflash_attention_desc *d, const float *q, const float 
             for (uint32_t i = 0; i < d->seq_q; i++) {
                 const size_t row = ((size_t)b * d->heads_q + h) * d->seq_q + i;
                 double *orow = o + row * D;
-                /* keys j < visible are seen: all of them, or j <= i + seq_k - seq_q */
-                int64_t visible = d->seq_k;
-                if (causal) {
-                    const int64_t last = (int64_t)i + (int64_t)d->seq_k - (int64_t)d->seq_q;
-                    visible = last < 0 ? 0 : (last + 1 < (int64_t)d->seq_k ? last + 1 : (int64_t)d->seq_k);
+                /* Visible keys [lo, hi), every rule aligned bottom-right at diag. */
+                const int64_t diag = (int64_t)i + (int64_t)d->seq_k - (int64_t)d->seq_q;
+                int64_t lo = 0, hi = d->seq_k;
+                if (x && x->key_lengths) {
+                    const int64_t len = x->key_lengths[b];
+                    hi = len < 0 ? 0 : len < hi ? len : hi;
+                }
+                if ((d->flags & CLFLASH_CAUSAL) && diag + 1 < hi)
+                    hi = diag + 1;
+                if (d->flags & CLFLASH_WINDOW) {
+                    if (diag - (int64_t)d->window_left > lo)
+                        lo = diag - (int64_t)d->window_left;
+                    if (diag + (int64_t)d->window_right + 1 < hi)
+                        hi = diag + (int64_t)d->window_right + 1;
                 }
                 double m = -INFINITY;
-                for (int64_t j = 0; j < visible; j++) {
+                for (int64_t j = lo; j < hi; j++) {
                     double dot = 0.0;
                     for (uint32_t c = 0; c < D; c++)
                         dot += (double)q[ref_index(&qs, b, h, i, c)] *
                                (double)k[ref_index(&ks, b, hk, (uint32_t)j, c)];
-                    s[j] = dot * scale;
-                    if (s[j] > m)
-                        m = s[j];
+                    double sc = dot * scale;
+                    if (d->softcap != 0.0f)
+                        sc = (double)d->softcap * tanh(sc / (double)d->softcap);
+                    if (x && x->bias)
+                        sc += (double)x->bias[bs.offset + b * bs.batch_stride + h * bs.head_stride +
+                                              i * bs.seq_stride + (uint64_t)j];
+                    if (x && x->alibi_slopes)
+                        sc -= (double)x->alibi_slopes[h] * fabs((double)(diag - j));
+                    s[j] = sc;
+                    if (sc > m)
+                        m = sc;
                 }
                 for (uint32_t c = 0; c < D; c++)
                     orow[c] = 0.0;
-                if (visible == 0) {
+                if (m == -INFINITY) { /* no key, or every visible score is -inf */
                     if (lse)
                         lse[row] = -INFINITY;
                     continue;
                 }
                 double sum = 0.0;
-                for (int64_t j = 0; j < visible; j++) {
+                for (int64_t j = lo; j < hi; j++) {
                     const double p = exp(s[j] - m);
                     sum += p;
                     for (uint32_t c = 0; c < D; c++)

@@ -59,6 +59,25 @@ double ref_scale(const clflash_attention_desc *d);
 void ref_attention(const clflash_attention_desc *d, const float *q, const float *k, const float *v,
                    double *o, double *lse);
 
+/* Host copies of the descriptor's optional inputs (the descriptor holds them as cl_mem). NULL
+ * members are absent. The bias is indexed with ref_resolve_bias_layout(d). */
+typedef struct {
+    const float *bias;
+    const float *alibi_slopes;  /* [heads_q] */
+    const int32_t *key_lengths; /* [batch] */
+} ref_extras;
+
+/* The bias layout's strides: zero strides take their defaults (row = seq_k, head = seq_q rows,
+ * batch = heads_q heads), then the dimensions d->bias_broadcast names get stride 0. */
+ref_strides ref_resolve_bias_layout(const clflash_attention_desc *d);
+
+/* ref_attention with every feature of the descriptor: causal, window, softcap, and, from x, the
+ * bias, ALiBi slopes and key lengths (x may be NULL). Scores are scale * q.k of the dequantised
+ * inputs, then softcap, + bias, - slope * |diag - j|; a row whose visible scores are all -inf (or
+ * that sees no key) gets O = 0 and lse = -inf. */
+void ref_attention_ex(const clflash_attention_desc *d, const float *q, const float *k, const float *v,
+                      const ref_extras *x, double *o, double *lse);
+
 /* ---- tolerances ------------------------------------------------------------------------------- */
 /* A value passes when |got - ref| <= atol + rtol * |ref|. Infinities must match exactly, and a
  * NaN never passes. The chosen values and why are in reference.c. */

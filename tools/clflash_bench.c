@@ -195,14 +195,33 @@ static float half_to_float(uint16_t h)
     return (h & 0x8000u) ? -f : f;
 }
 
+/* float -> bf16 bits, round to nearest even (NaN stays NaN). */
+static uint16_t float_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static float bf16_to_float(uint16_t h)
+{
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
 /* count values in [-1, 1] from `seed`, stored as dtype t. */
 static void fill_random(void *dst, size_t count, clflash_dtype t, uint64_t seed)
 {
     uint64_t state = seed;
-    if (t == CLFLASH_F16) {
+    if (t == CLFLASH_F16 || t == CLFLASH_BF16) {
         uint16_t *p = dst;
         for (size_t i = 0; i < count; i++)
-            p[i] = float_to_half(random_unit(&state));
+            p[i] = t == CLFLASH_F16 ? float_to_half(random_unit(&state)) : float_to_bf16(random_unit(&state));
     } else {
         float *p = dst;
         for (size_t i = 0; i < count; i++)
@@ -214,6 +233,8 @@ static double element_value(const void *src, size_t i, clflash_dtype t)
 {
     if (t == CLFLASH_F16)
         return (double)half_to_float(((const uint16_t *)src)[i]);
+    if (t == CLFLASH_BF16)
+        return (double)bf16_to_float(((const uint16_t *)src)[i]);
     return (double)((const float *)src)[i];
 }
 
@@ -223,7 +244,7 @@ static double element_value(const void *src, size_t i, clflash_dtype t)
 
 static const char *dtype_name(clflash_dtype t)
 {
-    return t == CLFLASH_F16 ? "f16" : t == CLFLASH_F32 ? "f32" : "unknown";
+    return t == CLFLASH_F16 ? "f16" : t == CLFLASH_F32 ? "f32" : t == CLFLASH_BF16 ? "bf16" : "unknown";
 }
 
 static const char *algo_name(clflash_algo a)
@@ -325,7 +346,7 @@ static void print_help(FILE *f)
           "  --algo A[,A]       flash, naive or both (default flash,naive)\n"
           "  --seq N[,N...]     sequence lengths n (default 4096); may be repeated\n"
           "  --head-dim D       head dimension, 1 to 256 (default 64)\n"
-          "  --dtype T          storage type: f32 or f16 (default f32); the math is fp32\n"
+          "  --dtype T          storage type: f32, f16 or bf16 (default f32); the math is fp32\n"
           "  --batch B          batch size (default 1)\n"
           "  --heads H          heads (default 2)\n"
           "  --causal           causal masking\n"
@@ -563,8 +584,10 @@ static int parse_args(int argc, char **argv, options *o)
                 o->dtype = CLFLASH_F32;
             else if (strcmp(val, "f16") == 0)
                 o->dtype = CLFLASH_F16;
+            else if (strcmp(val, "bf16") == 0)
+                o->dtype = CLFLASH_BF16;
             else
-                return usage_error("--dtype wants f32 or f16, not '%s'", val);
+                return usage_error("--dtype wants f32, f16 or bf16, not '%s'", val);
         } else if (strcmp(name, "--batch") == 0) {
             if (!parse_uint(val, 1, UINT32_MAX, &v))
                 return usage_error("--batch wants a whole number from 1 to %" PRIu32 ", not '%s'",

@@ -7,7 +7,8 @@
  * those figures, and to see what the library will actually do on their own hardware, without
  * writing code. It lists every device with the "P:D" index that CLFLASH_DEVICE accepts, plans a
  * forward call on each exactly as an application would (clflash_plan_attention), and, with
- * --local-mem, is a pure calculator of the tile rule that needs no device at all. Tables are for
+ * --local-mem, is a pure calculator of the tile rule that needs no device at all. --backward adds
+ * the backward pass: its tile rule in the calculator and clflash_plan_backward's plan per device. Tables are for
  * people; --json is for scripts. It uses only clflash.h and plain OpenCL 1.2 calls.
  */
 #include "clflash.h"
@@ -192,6 +193,7 @@ static void format_double(double v, char *out, size_t cap)
 typedef struct {
     uint64_t local_mem, head_dim, elem, block, max_block;
     clflash_dtype dtype;
+    int backward; /* --backward: the backward rule (4*B*d + 2*B*B) * s instead of the forward's */
 } calc_params;
 
 typedef struct {
@@ -206,7 +208,8 @@ static void compute_row(const calc_params *p, uint64_t n, seed_row *r)
     uint64_t b = p->block; /* 1 .. 2^32-1, and n is 1 .. 2^32-1: no product below overflows */
     r->seq = n;
     r->score_bytes = clflash_score_matrix_bytes(n, n, p->elem);
-    r->tile_bytes = clflash_tile_bytes(b, p->head_dim, p->elem);
+    r->tile_bytes = p->backward ? clflash_backward_tile_bytes(b, p->head_dim, p->elem)
+                                : clflash_tile_bytes(b, p->head_dim, p->elem);
     r->fits = r->tile_bytes != UINT64_MAX && r->tile_bytes <= p->local_mem;
     r->tiles = n / b + (n % b != 0);
     r->pairs = r->tiles * r->tiles;
@@ -530,6 +533,8 @@ static void json_seed_row(json_writer *w, const char *key, const calc_params *p,
     seed_row r;
     compute_row(p, n, &r);
     jw_open(w, key, '{');
+    if (p->backward)
+        jw_str(w, "pass", "backward");
     jw_u64(w, "local_mem_bytes", p->local_mem);
     jw_u64(w, "head_dim", p->head_dim);
     jw_str(w, "dtype", dtype_name(p->dtype));
@@ -552,7 +557,7 @@ static void json_seed_row(json_writer *w, const char *key, const calc_params *p,
  * ========================================================================================== */
 
 typedef struct {
-    int json, no_plan;
+    int json, no_plan, backward;
     int have_block, have_local_mem, have_budget, have_seq;
     uint64_t head_dim, block, local_mem, budget;
     clflash_dtype dtype;
@@ -587,6 +592,9 @@ static void print_help(FILE *f)
           "  --budget BYTES     device mode: cap the local memory the planner may use\n"
           "                     (clflash_context_options.local_mem_budget; 0 = the device's)\n"
           "  --no-plan          device mode: only list devices, do not plan or build kernels\n"
+          "  --backward         the backward pass too: its tile rule (4*B*d + 2*B*B) * s (a Q, K,\n"
+          "                     V and dO block and the B x B P and dS blocks) in the calculator and\n"
+          "                     the table, and clflash_plan_backward's plan beside the forward's\n"
           "  --json             print JSON instead of tables\n"
           "  --version          print the tool's and library's versions\n"
           "  -h, --help         print this help\n"
@@ -600,7 +608,8 @@ static void print_help(FILE *f)
           "  " PROG "\n"
           "  " PROG " --head-dim 64 --dtype f32 --budget 49152\n"
           "  " PROG " --local-mem 196608 --head-dim 128 --dtype f16 --block 64 --seq 1024,4096\n"
-          "  " PROG " --json --local-mem 196608 --block 256 --dtype i8 --seq 4096\n",
+          "  " PROG " --json --local-mem 196608 --block 256 --dtype i8 --seq 4096\n"
+          "  " PROG " --backward --local-mem 49152 --head-dim 128 --dtype f16 --seq 4096\n",
           f);
 }
 
@@ -715,6 +724,10 @@ static int parse_args(int argc, char **argv, options *o)
             o->no_plan = 1;
             continue;
         }
+        if (strcmp(arg, "--backward") == 0) {
+            o->backward = 1;
+            continue;
+        }
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
             if (match_option(arg, valued[k], &val)) {
                 name = valued[k];
@@ -784,7 +797,9 @@ static int run_calculator(const options *o)
     p.head_dim = o->head_dim;
     p.dtype = o->dtype;
     p.elem = clflash_dtype_size(o->dtype);
-    p.max_block = clflash_max_block(o->local_mem, o->head_dim, p.elem);
+    p.backward = o->backward;
+    p.max_block = o->backward ? clflash_backward_max_block(o->local_mem, o->head_dim, p.elem)
+                              : clflash_max_block(o->local_mem, o->head_dim, p.elem);
     p.block = o->have_block ? o->block : p.max_block;
     if (p.elem == 0) {
         fprintf(stderr, PROG ": the library reports no size for dtype %s\n", dtype_name(o->dtype));
@@ -796,7 +811,8 @@ static int run_calculator(const options *o)
                      " and %s (even B = 1 needs %" PRIu64 " bytes); pass --block to print the table "
                      "anyway\n",
                 o->local_mem, o->head_dim, dtype_name(o->dtype),
-                clflash_tile_bytes(1, o->head_dim, p.elem));
+                o->backward ? clflash_backward_tile_bytes(1, o->head_dim, p.elem)
+                            : clflash_tile_bytes(1, o->head_dim, p.elem));
         return 1;
     }
 
@@ -817,7 +833,8 @@ static int run_calculator(const options *o)
 
     {
         char lm[96], tile[96];
-        uint64_t tb = clflash_tile_bytes(p.block, p.head_dim, p.elem);
+        uint64_t tb = p.backward ? clflash_backward_tile_bytes(p.block, p.head_dim, p.elem)
+                                 : clflash_tile_bytes(p.block, p.head_dim, p.elem);
         int fits = tb != UINT64_MAX && tb <= p.local_mem;
         format_bytes(p.local_mem, lm, sizeof lm);
         format_bytes(tb, tile, sizeof tile);
@@ -829,9 +846,13 @@ static int run_calculator(const options *o)
         printf("  max_block      %" PRIu64 " (the largest B whose tile fits)\n", p.max_block);
         printf("  block B        %" PRIu64 "%s\n", p.block,
                o->have_block ? " (from --block)" : " (max_block)");
-        printf("  one tile       (3*%" PRIu64 "*%" PRIu64 " + %" PRIu64 "^2) * %" PRIu64 " = %s: %s\n",
-               p.block, p.head_dim, p.block, p.elem, tile,
-               fits ? "fits" : "does NOT fit");
+        if (p.backward)
+            printf("  backward tile  (4*%" PRIu64 "*%" PRIu64 " + 2*%" PRIu64 "^2) * %" PRIu64 " = %s: %s\n",
+                   p.block, p.head_dim, p.block, p.elem, tile, fits ? "fits" : "does NOT fit");
+        else
+            printf("  one tile       (3*%" PRIu64 "*%" PRIu64 " + %" PRIu64 "^2) * %" PRIu64 " = %s: %s\n",
+                   p.block, p.head_dim, p.block, p.elem, tile,
+                   fits ? "fits" : "does NOT fit");
         printf("\n");
         print_seed_table(&p, seqs, nseq, "");
     }
@@ -861,6 +882,11 @@ typedef struct {
     clflash_plan plan;
     char *plan_detail;    /* the failure's detail ("" if none) */
     char *plan_build_log; /* a failed build's log, NULL otherwise */
+
+    int bw_planned; /* --backward: clflash_plan_backward's result, as above */
+    clflash_status bw_status;
+    clflash_plan bw_plan;
+    char *bw_detail, *bw_build_log;
 } device_report;
 
 static char *cl_error_text(const char *call, cl_int err)
@@ -966,6 +992,16 @@ static void plan_device(cl_platform_id platform, cl_device_id dev, const options
         desc.dtype = o->dtype;
         memset(&r->plan, 0, sizeof r->plan);
         st = clflash_plan_attention(c, &desc, &r->plan);
+        if (o->backward) {
+            r->bw_planned = 1;
+            memset(&r->bw_plan, 0, sizeof r->bw_plan);
+            r->bw_status = clflash_plan_backward(c, &desc, &r->bw_plan);
+            if (r->bw_status != CLFLASH_SUCCESS) {
+                r->bw_detail = xstrdup(clflash_last_error_detail());
+                if (r->bw_status == CLFLASH_ERROR_BUILD_FAILED)
+                    r->bw_build_log = xstrdup(clflash_context_build_log(c));
+            }
+        }
     }
     r->plan_status = st;
     if (st != CLFLASH_SUCCESS) {
@@ -990,6 +1026,8 @@ static void free_device(device_report *r)
     free(r->error);
     free(r->plan_detail);
     free(r->plan_build_log);
+    free(r->bw_detail);
+    free(r->bw_build_log);
 }
 
 /* "CPU", "GPU|DEFAULT", ...: every bit of a cl_device_type. */
@@ -1048,7 +1086,9 @@ static calc_params device_calc(const options *o, const device_report *r)
     p.head_dim = o->head_dim;
     p.dtype = o->dtype;
     p.elem = clflash_dtype_size(o->dtype);
-    p.max_block = clflash_max_block(p.local_mem, p.head_dim, p.elem);
+    p.backward = o->backward;
+    p.max_block = o->backward ? clflash_backward_max_block(p.local_mem, p.head_dim, p.elem)
+                              : clflash_max_block(p.local_mem, p.head_dim, p.elem);
     p.block = o->have_block ? o->block : p.max_block;
     return p;
 }
@@ -1099,6 +1139,25 @@ static void print_device_human(const options *o, cl_uint pi, cl_uint di, const d
             free(e);
             if (r->plan_build_log && r->plan_build_log[0])
                 printf("      build log:\n%s\n", r->plan_build_log);
+        }
+    }
+    if (r->bw_planned) {
+        printf("    backward plan (clflash_plan_backward, same shape):\n");
+        if (r->bw_status == CLFLASH_SUCCESS) {
+            const clflash_plan *pl = &r->bw_plan;
+            printf("      block (B)          %u\n", (unsigned)pl->block);
+            format_bytes(pl->tile_bytes, buf, sizeof buf);
+            printf("      backward tile      %s  (4*B*d + 2*B*B) * s\n", buf);
+            format_bytes(pl->kernel_local_bytes, buf, sizeof buf);
+            printf("      kernel local bytes %s\n", buf);
+            printf("      threads per row    %u\n", (unsigned)pl->threads_per_row);
+            printf("      work-group size    %u\n", (unsigned)pl->work_group_size);
+            printf("      kernel             %s\n", pl->kernel ? pl->kernel : "(none)");
+        } else {
+            printf("      failed: %s (%d): %s\n", clflash_status_string(r->bw_status), (int)r->bw_status,
+                   r->bw_detail ? r->bw_detail : "");
+            if (r->bw_build_log && r->bw_build_log[0])
+                printf("      build log:\n%s\n", r->bw_build_log);
         }
     }
 
@@ -1169,6 +1228,28 @@ static void print_device_json(json_writer *w, const options *o, cl_uint pi, cl_u
             if (r->plan_build_log)
                 jw_str(w, "plan_build_log", r->plan_build_log);
             free(e);
+        }
+    }
+    if (r->bw_planned) {
+        if (r->bw_status == CLFLASH_SUCCESS) {
+            const clflash_plan *pl = &r->bw_plan;
+            jw_open(w, "backward_plan", '{');
+            jw_u64(w, "block", pl->block);
+            jw_bytes(w, "tile_bytes", pl->tile_bytes);
+            jw_u64(w, "kernel_local_bytes", pl->kernel_local_bytes);
+            jw_u64(w, "local_mem_budget", pl->local_mem_budget);
+            jw_str(w, "kernel", pl->kernel);
+            jw_u64(w, "threads_per_row", pl->threads_per_row);
+            jw_u64(w, "work_group_size", pl->work_group_size);
+            jw_u64(w, "tiles_q", pl->tiles_q);
+            jw_u64(w, "tiles_k", pl->tiles_k);
+            jw_u64(w, "kv_passes", pl->kv_passes);
+            jw_close(w, '}');
+        } else {
+            jw_str(w, "backward_plan_error", r->bw_detail ? r->bw_detail : "");
+            jw_i64(w, "backward_plan_status", r->bw_status);
+            if (r->bw_build_log)
+                jw_str(w, "backward_plan_build_log", r->bw_build_log);
         }
     }
 

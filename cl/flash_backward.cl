@@ -1,0 +1,316 @@
+/*
+ * flash_backward.cl - the portable FlashAttention backward pass: dQ, dK and dV by recomputing the
+ * probabilities tile by tile from Q, K and the forward's lse, never storing a seq_q x seq_k matrix.
+ * The host prepends common.cl and enqueues two kernels on one queue:
+ *   flash_backward_rowdot  D_i = sum_c dO[i][c] * O[i][c] in fp32, one work-item per query row,
+ *                          into a [batch][heads_q][seq_q] float buffer the host owns;
+ *   flash_backward_grads   one launch with two kinds of work-group:
+ *     dK/dV groups (group id 0 < tiles_k, id 1 < heads_kv): one K/V block of one kv head; it loops
+ *       over the query heads of the head's group and, for each, over the query blocks that see any
+ *       of its keys, and writes that block of dK and dV;
+ *     dQ groups (group id 0 >= tiles_k): one Q block of one query head; it loops over the key
+ *       blocks its rows see and writes that block of dQ.
+ *   The two kinds are independent (both only read Q, K, V, dO, lse and D), so one launch holds
+ *   both: it keeps the GPU busy through the other kind's tail, and a call whose enqueue fails has
+ *   written nothing (two launches could fail between them).
+ * Each gradient element has exactly one writer that sums its terms in a fixed order, so the
+ * results are the same bits on every run (no atomics). Both kinds recompute, for a key j and a
+ * query i the row sees,
+ *   P = exp(scale * q_i.k_j - lse_i),  dP = dO_i.v_j,  dS = P * (dP - D_i)
+ * and accumulate dV_j += P dO_i, dK_j += scale dS q_i, or dQ_i += scale dS k_j, in fp32.
+ * Probabilities are formed in the log2 domain, exp2(s * scale*log2(e) - lse_i*log2(e)). A row
+ * whose lse is -INFINITY sees no key: its P is 0 without ever forming exp2(-inf - -inf), its dQ is
+ * 0, and it adds nothing to dK and dV. Keys no query sees get dK = dV = 0.
+ *
+ * Work-groups have BLOCK*TPR work-items: work-item lid owns block row lid / TPR (a key in a dK/dV
+ * group, a query in a dQ group), and its lane t = lid % TPR owns the head_dim columns t, t+TPR, ...
+ * of that row's accumulators and, while scoring, the partner rows t, t+TPR, ... of the other block.
+ *
+ * Local tiles (one set, used differently by the two kinds):
+ *   rows_a[BLOCK][LDS_STRIDE], rows_b[BLOCK][LDS_STRIDE]  storage bits, row-major, loaded once:
+ *                                        dK/dV: the K and V block;  dQ: the Q and dO block;
+ *   cols_a[HEAD_DIM][T_STRIDE], cols_b[HEAD_DIM][T_STRIDE]  storage bits, transposed (so a lane's
+ *                                        partner rows are consecutive), reloaded per partner block:
+ *                                        dK/dV: the Q and dO block;  dQ: the K and V block;
+ *   pt[BLOCK][P_STRIDE], dst[BLOCK][P_STRIDE]  P and dS of the block pair, fp32, key-major
+ *                                        (pt[j][i]); dQ groups use only dst;
+ *   row_lse[BLOCK], row_d[BLOCK]         dK/dV: lse (log2 domain) and D of the current query rows.
+ * Per partner block, with the barrier that protects each step:
+ *   B1  every read of cols_a, cols_b, pt, dst, row_lse, row_d for the previous block (and the
+ *       rows_a, rows_b stores) is finished; the work-group loads cols_a, cols_b (and row_lse, row_d).
+ *   B2  they are complete; each lane scores its row against its partner rows (S and dP together)
+ *       and writes P and dS (dQ: dS only) into pt and dst.
+ *   B3  pt and dst are complete; each lane adds P^T dO and dS^T Q into its dV and dK columns
+ *       (dQ: dS K into its dQ columns).
+ * Every barrier is reached by all work-items of a group the same number of times: the branch on
+ * the kind and every loop bound depend only on the group ids and the kernel arguments.
+ *
+ * Measuring aid: built with -D CLFLASH_BWD_SKIP_DQ=1 (or _SKIP_DKDV=1) through a context's build
+ * options, the groups of that kind return at once, so each kind can be timed alone.
+ */
+#define WG_SIZE (BLOCK * TPR)
+#define PARTNERS_PER_LANE (BLOCK / TPR)
+#define COLS_PER_LANE ((HEAD_DIM + TPR - 1) / TPR)
+#ifndef CLFLASH_BWD_SKIP_DQ
+#define CLFLASH_BWD_SKIP_DQ 0
+#endif
+#ifndef CLFLASH_BWD_SKIP_DKDV
+#define CLFLASH_BWD_SKIP_DKDV 0
+#endif
+
+__kernel __attribute__((reqd_work_group_size(ROWDOT_WG, 1, 1))) void
+flash_backward_rowdot(__global const bits_t *o, __global const bits_t *d_o, __global float *dvec,
+                      uint seq_q, uint heads_q, ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss)
+{
+    const uint i = get_global_id(0);
+    const uint h = get_group_id(1);
+    const uint b = get_group_id(2);
+    if (i >= seq_q)
+        return;
+    const ulong base = tensor_index(o_off, o_bs, o_hs, o_ss, b, h, i);
+    float acc = 0.0f;
+    for (uint c = 0; c < HEAD_DIM; c++)
+        acc = fma(load_g(d_o, base + c), load_g(o, base + c), acc);
+    dvec[((ulong)b * heads_q + h) * seq_q + i] = acc;
+}
+
+/* The shape and layout arguments both kinds of group read. */
+typedef struct {
+    uint seq_q, seq_k, heads_q, group;
+    float scale_log2, scale;
+    ulong q_off, q_bs, q_hs, q_ss, k_off, k_bs, k_hs, k_ss, v_off, v_bs, v_hs, v_ss, o_off, o_bs, o_hs, o_ss;
+} bwd_args;
+
+/* dK and dV for keys k0 .. k0+BLOCK-1 of kv head hk of batch entry b. */
+inline void dkdv_block(__global const bits_t *q, __global const bits_t *k, __global const bits_t *v,
+                       __global const bits_t *d_o, __global const float *lse, __global const float *dvec,
+                       __global bits_t *dk, __global bits_t *dv, const bwd_args *a, uint k0, uint hk, uint b,
+                       __local bits_t *kt, __local bits_t *vt, __local bits_t *qT, __local bits_t *doT,
+                       __local float *pt, __local float *dst, __local float *row_lse, __local float *row_d)
+{
+    const uint lid = get_local_id(0);
+    const uint jr = lid / TPR; /* this work-item's key within the block */
+    const uint lane = lid % TPR;
+    const uint kj = k0 + jr;
+    const uint seq_q = a->seq_q, seq_k = a->seq_k;
+
+    const ulong kbase = tensor_index(a->k_off, a->k_bs, a->k_hs, a->k_ss, b, hk, 0);
+    const ulong vbase = tensor_index(a->v_off, a->v_bs, a->v_hs, a->v_ss, b, hk, 0);
+    for (uint idx = lid; idx < BLOCK * HEAD_DIM; idx += WG_SIZE) {
+        const uint r = idx / HEAD_DIM, c = idx % HEAD_DIM;
+        const bool in = k0 + r < seq_k;
+        kt[r * LDS_STRIDE + c] = in ? k[kbase + (ulong)(k0 + r) * a->k_ss + c] : zero_bits;
+        vt[r * LDS_STRIDE + c] = in ? v[vbase + (ulong)(k0 + r) * a->v_ss + c] : zero_bits;
+    }
+
+    /* The first query that sees key k0 (causal: i >= j - (seq_k - seq_q)); earlier ones see none
+     * of this block's keys, so their blocks are skipped rather than computed and masked. */
+#if CAUSAL
+    const long first = (long)k0 - ((long)seq_k - (long)seq_q);
+    const uint q_start = first <= 0 ? 0u : (first >= (long)seq_q ? seq_q : (uint)first);
+#else
+    const uint q_start = 0;
+#endif
+
+    float acc_k[COLS_PER_LANE], acc_v[COLS_PER_LANE];
+    for (uint cc = 0; cc < COLS_PER_LANE; cc++)
+        acc_k[cc] = acc_v[cc] = 0.0f;
+
+    for (uint g = 0; g < a->group; g++) {
+        const uint h = hk * a->group + g;
+        const ulong bh = (ulong)b * a->heads_q + h;
+        const ulong qbase = tensor_index(a->q_off, a->q_bs, a->q_hs, a->q_ss, b, h, 0);
+        const ulong obase = tensor_index(a->o_off, a->o_bs, a->o_hs, a->o_ss, b, h, 0);
+        for (uint q0 = q_start; q0 < seq_q; q0 += BLOCK) {
+            barrier(CLK_LOCAL_MEM_FENCE); /* B1 */
+            for (uint idx = lid; idx < BLOCK * HEAD_DIM; idx += WG_SIZE) {
+                const uint r = idx / HEAD_DIM, c = idx % HEAD_DIM;
+                const bool in = q0 + r < seq_q;
+                qT[c * T_STRIDE + r] = in ? q[qbase + (ulong)(q0 + r) * a->q_ss + c] : zero_bits;
+                doT[c * T_STRIDE + r] = in ? d_o[obase + (ulong)(q0 + r) * a->o_ss + c] : zero_bits;
+            }
+            for (uint r = lid; r < BLOCK; r += WG_SIZE) {
+                const bool in = q0 + r < seq_q;
+                row_lse[r] = in ? lse[bh * seq_q + q0 + r] * M_LOG2E_F : -INFINITY;
+                row_d[r] = in ? dvec[bh * seq_q + q0 + r] : 0.0f;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE); /* B2 */
+
+            float s[PARTNERS_PER_LANE], dp[PARTNERS_PER_LANE];
+            for (uint rr = 0; rr < PARTNERS_PER_LANE; rr++)
+                s[rr] = dp[rr] = 0.0f;
+            /* c outer, query rows inner: one K and one V element serve all of the lane's rows. */
+            for (uint c = 0; c < HEAD_DIM; c++) {
+                const float kc = load_l(kt, jr * LDS_STRIDE + c);
+                const float vc = load_l(vt, jr * LDS_STRIDE + c);
+                for (uint rr = 0; rr < PARTNERS_PER_LANE; rr++) {
+                    const uint i = lane + rr * TPR;
+                    s[rr] = fma(load_l(qT, c * T_STRIDE + i), kc, s[rr]);
+                    dp[rr] = fma(load_l(doT, c * T_STRIDE + i), vc, dp[rr]);
+                }
+            }
+            for (uint rr = 0; rr < PARTNERS_PER_LANE; rr++) {
+                const uint i = lane + rr * TPR;
+                const uint qi = q0 + i;
+                const float l2 = row_lse[i];
+                const bool seen = kj < seq_k && qi < seq_q && l2 != -INFINITY && key_visible(qi, kj, seq_q, seq_k);
+                const float p = seen ? exp2(fma(s[rr], a->scale_log2, -l2)) : 0.0f;
+                pt[jr * P_STRIDE + i] = p;
+                dst[jr * P_STRIDE + i] = p * (dp[rr] - row_d[i]);
+            }
+            barrier(CLK_LOCAL_MEM_FENCE); /* B3 */
+
+            const uint rows = min((uint)BLOCK, seq_q - q0); /* rows past seq_q add only zeros */
+            for (uint i = 0; i < rows; i++) {
+                const float p = pt[jr * P_STRIDE + i];
+                const float ds = dst[jr * P_STRIDE + i];
+                for (uint cc = 0; cc < COLS_PER_LANE; cc++) {
+                    const uint c = lane + cc * TPR;
+                    if (c < HEAD_DIM) {
+                        acc_v[cc] = fma(p, load_l(doT, c * T_STRIDE + i), acc_v[cc]);
+                        acc_k[cc] = fma(ds, load_l(qT, c * T_STRIDE + i), acc_k[cc]);
+                    }
+                }
+            }
+        }
+    }
+
+    if (kj < seq_k) {
+        const ulong dkrow = kbase + (ulong)kj * a->k_ss;
+        const ulong dvrow = vbase + (ulong)kj * a->v_ss;
+        for (uint cc = 0; cc < COLS_PER_LANE; cc++) {
+            const uint c = lane + cc * TPR;
+            if (c < HEAD_DIM) {
+                store_g(dk, dkrow + c, acc_k[cc] * a->scale);
+                store_g(dv, dvrow + c, acc_v[cc]);
+            }
+        }
+    }
+}
+
+/* dQ for queries q0 .. q0+BLOCK-1 of query head h of batch entry b. */
+inline void dq_block(__global const bits_t *q, __global const bits_t *k, __global const bits_t *v,
+                     __global const bits_t *d_o, __global const float *lse, __global const float *dvec,
+                     __global bits_t *dq, const bwd_args *a, uint q0, uint h, uint b, __local bits_t *qt,
+                     __local bits_t *dorow, __local bits_t *kT, __local bits_t *vT, __local float *dst)
+{
+    const uint lid = get_local_id(0);
+    const uint row = lid / TPR;
+    const uint lane = lid % TPR;
+    const uint hk = h / a->group;
+    const uint qi = q0 + row;
+    const uint seq_q = a->seq_q, seq_k = a->seq_k;
+    const ulong bh = (ulong)b * a->heads_q + h;
+
+    const ulong qbase = tensor_index(a->q_off, a->q_bs, a->q_hs, a->q_ss, b, h, 0);
+    const ulong obase = tensor_index(a->o_off, a->o_bs, a->o_hs, a->o_ss, b, h, 0);
+    const ulong kbase = tensor_index(a->k_off, a->k_bs, a->k_hs, a->k_ss, b, hk, 0);
+    const ulong vbase = tensor_index(a->v_off, a->v_bs, a->v_hs, a->v_ss, b, hk, 0);
+    for (uint idx = lid; idx < BLOCK * HEAD_DIM; idx += WG_SIZE) {
+        const uint r = idx / HEAD_DIM, c = idx % HEAD_DIM;
+        const bool in = q0 + r < seq_q;
+        qt[r * LDS_STRIDE + c] = in ? q[qbase + (ulong)(q0 + r) * a->q_ss + c] : zero_bits;
+        dorow[r * LDS_STRIDE + c] = in ? d_o[obase + (ulong)(q0 + r) * a->o_ss + c] : zero_bits;
+    }
+    const float l2 = qi < seq_q ? lse[bh * seq_q + qi] * M_LOG2E_F : -INFINITY;
+    const float d_row = qi < seq_q ? dvec[bh * seq_q + qi] : 0.0f;
+
+    /* Keys past key_end are invisible to every row of this block (causal): skipped. */
+    const uint q_last = min(q0 + BLOCK, seq_q) - 1;
+#if CAUSAL
+    const long causal_end = (long)q_last + (long)seq_k - (long)seq_q + 1;
+    const uint key_end = causal_end <= 0 ? 0u : (uint)min((long)seq_k, causal_end);
+#else
+    const uint key_end = seq_k;
+#endif
+
+    float acc[COLS_PER_LANE];
+    for (uint cc = 0; cc < COLS_PER_LANE; cc++)
+        acc[cc] = 0.0f;
+
+    for (uint k0 = 0; k0 < key_end; k0 += BLOCK) {
+        barrier(CLK_LOCAL_MEM_FENCE); /* B1 */
+        for (uint idx = lid; idx < BLOCK * HEAD_DIM; idx += WG_SIZE) {
+            const uint r = idx / HEAD_DIM, c = idx % HEAD_DIM;
+            const bool in = k0 + r < seq_k;
+            kT[c * T_STRIDE + r] = in ? k[kbase + (ulong)(k0 + r) * a->k_ss + c] : zero_bits;
+            vT[c * T_STRIDE + r] = in ? v[vbase + (ulong)(k0 + r) * a->v_ss + c] : zero_bits;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE); /* B2 */
+
+        float s[PARTNERS_PER_LANE], dp[PARTNERS_PER_LANE];
+        for (uint kk = 0; kk < PARTNERS_PER_LANE; kk++)
+            s[kk] = dp[kk] = 0.0f;
+        for (uint c = 0; c < HEAD_DIM; c++) {
+            const float qc = load_l(qt, row * LDS_STRIDE + c);
+            const float oc = load_l(dorow, row * LDS_STRIDE + c);
+            for (uint kk = 0; kk < PARTNERS_PER_LANE; kk++) {
+                const uint j = lane + kk * TPR;
+                s[kk] = fma(qc, load_l(kT, c * T_STRIDE + j), s[kk]);
+                dp[kk] = fma(oc, load_l(vT, c * T_STRIDE + j), dp[kk]);
+            }
+        }
+        for (uint kk = 0; kk < PARTNERS_PER_LANE; kk++) {
+            const uint j = lane + kk * TPR;
+            const uint key = k0 + j;
+            const bool seen = key < seq_k && qi < seq_q && l2 != -INFINITY && key_visible(qi, key, seq_q, seq_k);
+            const float p = seen ? exp2(fma(s[kk], a->scale_log2, -l2)) : 0.0f;
+            dst[j * P_STRIDE + row] = p * (dp[kk] - d_row);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE); /* B3 */
+
+        const uint keys = min((uint)BLOCK, seq_k - k0); /* keys past seq_k add only zeros */
+        for (uint j = 0; j < keys; j++) {
+            const float ds = dst[j * P_STRIDE + row];
+            for (uint cc = 0; cc < COLS_PER_LANE; cc++) {
+                const uint c = lane + cc * TPR;
+                if (c < HEAD_DIM)
+                    acc[cc] = fma(ds, load_l(kT, c * T_STRIDE + j), acc[cc]);
+            }
+        }
+    }
+
+    if (qi < seq_q) {
+        const ulong dqrow = qbase + (ulong)qi * a->q_ss;
+        for (uint cc = 0; cc < COLS_PER_LANE; cc++) {
+            const uint c = lane + cc * TPR;
+            if (c < HEAD_DIM)
+                store_g(dq, dqrow + c, acc[cc] * a->scale);
+        }
+    }
+}
+
+/* The grid is ((tiles_k + tiles_q) * WG_SIZE, heads_q, batch). */
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
+flash_backward_grads(__global const bits_t *q, __global const bits_t *k, __global const bits_t *v,
+                     __global const bits_t *d_o, __global const float *lse, __global const float *dvec,
+                     __global bits_t *dq, __global bits_t *dk, __global bits_t *dv, uint seq_q, uint seq_k,
+                     uint heads_q, uint heads_kv, uint group, uint tiles_k, float scale_log2, float scale,
+                     ulong q_off, ulong q_bs, ulong q_hs, ulong q_ss, ulong k_off, ulong k_bs, ulong k_hs,
+                     ulong k_ss, ulong v_off, ulong v_bs, ulong v_hs, ulong v_ss, ulong o_off, ulong o_bs,
+                     ulong o_hs, ulong o_ss)
+{
+    __local bits_t rows_a[BLOCK * LDS_STRIDE];
+    __local bits_t rows_b[BLOCK * LDS_STRIDE];
+    __local bits_t cols_a[HEAD_DIM * T_STRIDE];
+    __local bits_t cols_b[HEAD_DIM * T_STRIDE];
+    __local float pt[BLOCK * P_STRIDE];
+    __local float dst[BLOCK * P_STRIDE];
+    __local float row_lse[BLOCK];
+    __local float row_d[BLOCK];
+
+    const bwd_args a = {seq_q, seq_k, heads_q, group, scale_log2, scale, q_off, q_bs, q_hs, q_ss, k_off, k_bs,
+                        k_hs, k_ss, v_off, v_bs, v_hs, v_ss, o_off, o_bs, o_hs, o_ss};
+    const uint blk = get_group_id(0), h = get_group_id(1), b = get_group_id(2);
+    if (blk < tiles_k) {
+        if (h >= heads_kv || CLFLASH_BWD_SKIP_DKDV) /* dK/dV groups exist per kv head */
+            return;
+        dkdv_block(q, k, v, d_o, lse, dvec, dk, dv, &a, blk * BLOCK, h, b, rows_a, rows_b, cols_a, cols_b, pt, dst,
+                   row_lse, row_d);
+    } else {
+        if (CLFLASH_BWD_SKIP_DQ)
+            return;
+        dq_block(q, k, v, d_o, lse, dvec, dq, &a, (blk - tiles_k) * BLOCK, h, b, rows_a, rows_b, cols_a, cols_b,
+                 dst);
+    }
+}

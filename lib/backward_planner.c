@@ -1,0 +1,314 @@
+/*
+ * backward_planner.c - the backward tile rule and the choice of B for the backward kernels.
+ *
+ * The rule: the backward kernels hold a Q, a K, a V and a dO block and the B x B probability and
+ * dS blocks, (4*B*d + 2*B*B) * s bytes, the same kind of count as the forward's (3*B*d + B*B) * s.
+ * The planner takes the largest B that fits the local memory (the device's, or the context's
+ * smaller budget), caps it by the device class's preference, the work-group limits and the
+ * sequence lengths, builds the kernels, and then asks the gradient kernel what it really uses
+ * (CL_KERNEL_LOCAL_MEM_SIZE: P and dS are fp32 and rows are padded, so more than the rule) and how
+ * many work-items it can run (CL_KERNEL_WORK_GROUP_SIZE). If either does not fit it first halves
+ * the lanes per row, then steps B down. A forced B is used exactly or refused.
+ */
+#include "internal.h"
+
+#include <math.h>
+#include <stdio.h>
+
+static const char variant_name[] = "flash_backward_portable";
+
+/* a * b and a + b, saturating at UINT64_MAX. */
+static uint64_t mul_sat(uint64_t a, uint64_t b)
+{
+    return (a != 0 && b > UINT64_MAX / a) ? UINT64_MAX : a * b;
+}
+
+static uint64_t add_sat(uint64_t a, uint64_t b)
+{
+    return b > UINT64_MAX - a ? UINT64_MAX : a + b;
+}
+
+uint64_t clflash_backward_tile_bytes(uint64_t block, uint64_t head_dim, uint64_t bytes_per_elem)
+{
+    const uint64_t blocks = mul_sat(mul_sat(4, block), head_dim);
+    const uint64_t squares = mul_sat(2, mul_sat(block, block));
+    return mul_sat(add_sat(blocks, squares), bytes_per_elem);
+}
+
+static int fits(uint64_t block, uint64_t head_dim, uint64_t bytes_per_elem, uint64_t budget)
+{
+    const uint64_t t = clflash_backward_tile_bytes(block, head_dim, bytes_per_elem);
+    return t != UINT64_MAX && t <= budget;
+}
+
+uint64_t clflash_backward_max_block(uint64_t local_mem_bytes, uint64_t head_dim, uint64_t bytes_per_elem)
+{
+    static const uint64_t small[] = {8, 4, 2, 1};
+    if (head_dim == 0 || bytes_per_elem == 0)
+        return 0;
+    /* 2*B*B + 4*d*B <= budget/s: B = (sqrt(4d^2 + 2x) - 2d) / 2, estimated in long double and then
+     * corrected by exact integer checks. */
+    const long double x = (long double)(local_mem_bytes / bytes_per_elem);
+    const long double d2 = 2.0L * (long double)head_dim;
+    const long double root = (sqrtl(d2 * d2 + 2.0L * x) - d2) / 2.0L;
+    uint64_t b = root >= 18446744073709551615.0L ? UINT64_MAX : (uint64_t)root;
+    while (b > 0 && !fits(b, head_dim, bytes_per_elem, local_mem_bytes))
+        b--;
+    while (b < UINT64_MAX && fits(b + 1, head_dim, bytes_per_elem, local_mem_bytes))
+        b++;
+    if (b >= 16)
+        return b - b % 16;
+    for (size_t i = 0; i < sizeof small / sizeof small[0]; i++)
+        if (small[i] <= b)
+            return small[i];
+    return 0;
+}
+
+clflash_status clflash_check_backward_features(const clflash_problem *p)
+{
+    const char *what = NULL;
+    if (p->dtype == CLFLASH_I8)
+        what = "i8 storage";
+    else if (p->out_dtype != p->dtype)
+        what = "an out_dtype other than dtype";
+    else if (p->flags & CLFLASH_WINDOW)
+        what = "CLFLASH_WINDOW";
+    else if (p->flags & ~(uint32_t)CLFLASH_CAUSAL)
+        what = "a flag other than CLFLASH_CAUSAL";
+    else if (p->softcap != 0.0f)
+        what = "softcap";
+    else if (p->bias)
+        what = "a bias";
+    else if (p->alibi_slopes)
+        what = "ALiBi slopes";
+    else if (p->key_lengths)
+        what = "key_lengths";
+    if (what)
+        return clflash_fail(CLFLASH_ERROR_UNSUPPORTED,
+                            "the backward pass does not support %s yet (f32, f16 and bf16 with CLFLASH_CAUSAL, "
+                            "GQA and any layout are supported)", what);
+    return CLFLASH_SUCCESS;
+}
+
+/* The next smaller block: multiples of 16, then 8, 4, 2, 1; 0 after 1. */
+static uint32_t step_down(uint32_t b)
+{
+    return b > 16 ? (b - 1) / 16 * 16 : b / 2;
+}
+
+/* Largest valid block <= b. */
+static uint32_t round_block(uint64_t b)
+{
+    if (b >= 16)
+        return (uint32_t)(b > 4096 ? 4096 : b / 16 * 16);
+    return b >= 8 ? 8 : b >= 4 ? 4 : b >= 2 ? 2 : (uint32_t)b;
+}
+
+/* Lanes per row: a power of two <= want that divides B, with B * lanes <= max_wg. */
+static uint32_t choose_lanes(uint32_t block, uint32_t want, uint32_t max_wg)
+{
+    uint32_t t = 1;
+    while (t * 2 <= want && block % (t * 2) == 0 && (uint64_t)block * t * 2 <= max_wg)
+        t *= 2;
+    return t;
+}
+
+/* Row stride of a row-major local tile, in elements: an odd number of 32-bit words, so that
+ * consecutive rows fall in different banks. */
+static uint32_t lds_stride(uint32_t head_dim, size_t elem_size)
+{
+    const uint32_t per_word = (uint32_t)(4 / elem_size);
+    uint32_t words = (uint32_t)((head_dim * elem_size + 3) / 4);
+    if (words % 2 == 0)
+        words++;
+    return words * per_word;
+}
+
+/* clflash's own count of the gradient kernel's __local arrays (flash_backward.cl: rows_a, rows_b,
+ * cols_a, cols_b, pt, dst, row_lse, row_d), used when a driver reports less (PoCL 5.0 reports 0 for
+ * static local arrays). */
+static cl_ulong counted_local_bytes(const clflash_problem *p, uint32_t block)
+{
+    const uint64_t padded = block | 1u;
+    const uint64_t tiles = (2ull * block * lds_stride(p->head_dim, p->elem_size) + 2ull * p->head_dim * padded) *
+                           p->elem_size;
+    return tiles + 2ull * 4 * block * padded + 2ull * 4 * block;
+}
+
+static void release_kernels(clflash_backward_kernels *k)
+{
+    if (k->rowdot) clReleaseKernel(k->rowdot);
+    if (k->grads) clReleaseKernel(k->grads);
+    k->rowdot = k->grads = NULL;
+}
+
+void clflash_backward_kernels_release(clflash_backward_kernels *k)
+{
+    if (k)
+        release_kernels(k);
+}
+
+/* Builds the kernels for (B, lanes) and reads what the gradient kernel really needs. */
+static clflash_status build_variant(clflash_context *c, const clflash_problem *p, uint32_t block, uint32_t lanes,
+                                    uint32_t rowdot_wg, clflash_backward_kernels *out, cl_ulong *local_bytes,
+                                    size_t *max_wg)
+{
+    char defines[512];
+    cl_program prog;
+    cl_int e1, e2;
+    clflash_status st;
+    snprintf(defines, sizeof defines,
+             "%s -D HEAD_DIM=%u -D BLOCK=%u -D TPR=%u -D LDS_STRIDE=%u -D T_STRIDE=%u -D P_STRIDE=%u -D CAUSAL=%d "
+             "-D ROWDOT_WG=%u",
+             clflash_dtype_define(p->dtype), p->head_dim, block, lanes, lds_stride(p->head_dim, p->elem_size),
+             block | 1u, block | 1u, (p->flags & CLFLASH_CAUSAL) ? 1 : 0, rowdot_wg);
+    if ((st = clflash_get_program(c, CLFLASH_SOURCE_FLASH_BACKWARD, defines, &prog)) != CLFLASH_SUCCESS)
+        return st;
+    out->rowdot = clCreateKernel(prog, "flash_backward_rowdot", &e1);
+    out->grads = clCreateKernel(prog, "flash_backward_grads", &e2);
+    if (e1 || e2) {
+        release_kernels(out);
+        return clflash_fail(e1 ? e1 : e2, "creating the backward kernels failed");
+    }
+    if ((e1 = clGetKernelWorkGroupInfo(out->grads, c->dev, CL_KERNEL_LOCAL_MEM_SIZE, sizeof *local_bytes, local_bytes,
+                                       NULL)) != CL_SUCCESS ||
+        (e1 = clGetKernelWorkGroupInfo(out->grads, c->dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof *max_wg, max_wg, NULL)) !=
+            CL_SUCCESS) {
+        release_kernels(out);
+        return clflash_fail(e1, "clGetKernelWorkGroupInfo failed for the backward kernel");
+    }
+    if (*local_bytes < counted_local_bytes(p, block))
+        *local_bytes = counted_local_bytes(p, block);
+    return CLFLASH_SUCCESS;
+}
+
+static void fill_plan(const clflash_problem *p, uint64_t budget, uint32_t block, uint32_t lanes,
+                      cl_ulong local_bytes, clflash_plan *plan)
+{
+    plan->block = block;
+    plan->tile_bytes = clflash_backward_tile_bytes(block, p->head_dim, p->elem_size);
+    plan->local_mem_budget = budget;
+    plan->kernel_local_bytes = local_bytes;
+    plan->score_matrix_bytes = clflash_score_matrix_bytes(p->seq_q, p->seq_k, p->elem_size);
+    plan->tiles_q = ((uint64_t)p->seq_q + block - 1) / block;
+    plan->tiles_k = ((uint64_t)p->seq_k + block - 1) / block;
+    plan->kv_passes = plan->tiles_q;
+    plan->kernel = variant_name;
+    plan->threads_per_row = lanes;
+    plan->work_group_size = block * lanes;
+}
+
+clflash_status clflash_plan_backward_kernels(clflash_context *c, const clflash_problem *p, uint32_t below_block,
+                                             clflash_backward_kernels *out)
+{
+    const uint64_t budget = c->local_mem_budget;
+    clflash_tuning tune = clflash_tuning_for(&c->info, p->head_dim, p->elem_size);
+    const int forced = p->block != 0;
+    uint32_t block, rowdot_wg = 64;
+    clflash_status st;
+
+    if ((st = clflash_check_backward_features(p)) != CLFLASH_SUCCESS)
+        return st;
+    while (rowdot_wg > 1 && rowdot_wg > c->info.max_work_group_size)
+        rowdot_wg /= 2;
+    if (c->threads_per_row) { /* the caller's override wins over the class's preference */
+        tune.threads_per_row = c->threads_per_row;
+        if (tune.max_work_group < 64u * c->threads_per_row)
+            tune.max_work_group = (uint32_t)(c->info.max_work_group_size < 64u * c->threads_per_row
+                                                 ? c->info.max_work_group_size
+                                                 : 64u * c->threads_per_row);
+    }
+
+    if (forced) {
+        const uint64_t tile = clflash_backward_tile_bytes(p->block, p->head_dim, p->elem_size);
+        if (tile > budget)
+            return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE,
+                                "block %u needs a %llu-byte backward tile; the local memory budget is %llu bytes",
+                                p->block, (unsigned long long)tile, (unsigned long long)budget);
+        if (p->block > c->info.max_work_group_size)
+            return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE,
+                                "block %u needs %u work-items; the device allows %zu per group", p->block, p->block,
+                                c->info.max_work_group_size);
+        if (below_block && p->block >= below_block)
+            return clflash_fail(CL_OUT_OF_RESOURCES, "the device refused the forced block %u at enqueue", p->block);
+        if (counted_local_bytes(p, p->block) > budget)
+            return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE,
+                                "block %u: the backward kernel's local arrays need %llu bytes; the local memory "
+                                "budget is %llu bytes",
+                                p->block, (unsigned long long)counted_local_bytes(p, p->block),
+                                (unsigned long long)budget);
+        block = p->block;
+    } else {
+        uint64_t b = clflash_backward_max_block(budget, p->head_dim, p->elem_size);
+        const uint64_t longest = p->seq_q > p->seq_k ? p->seq_q : p->seq_k;
+        if (b > tune.max_block)
+            b = tune.max_block;
+        if (b > tune.max_work_group)
+            b = tune.max_work_group;
+        if (b > (longest + 15) / 16 * 16) /* a block beyond the sequences only computes padding */
+            b = (longest + 15) / 16 * 16;
+        if (below_block && b >= below_block)
+            b = below_block - 1;
+        block = round_block(b);
+        /* The kernel's own arrays (P and dS in fp32, padded rows) exceed the rule: step down before
+         * building, since a driver may refuse to build a kernel whose static local arrays do not fit
+         * (NVIDIA's does) rather than report their size. */
+        while (block > 0 && counted_local_bytes(p, block) > budget)
+            block = step_down(block);
+        if (block == 0)
+            return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE,
+                                "even a 1-row backward tile of head_dim %u does not fit the %llu-byte local memory "
+                                "budget",
+                                p->head_dim, (unsigned long long)budget);
+    }
+
+    for (;;) {
+        uint32_t lanes = choose_lanes(block, tune.threads_per_row,
+                                      tune.max_work_group > block ? tune.max_work_group : block);
+        for (;;) {
+            clflash_backward_kernels k = {0};
+            cl_ulong local_bytes = 0;
+            size_t max_wg = 0;
+            if ((st = build_variant(c, p, block, lanes, rowdot_wg, &k, &local_bytes, &max_wg)) != CLFLASH_SUCCESS)
+                return st;
+            if (local_bytes <= budget && (size_t)block * lanes <= max_wg) {
+                *out = k;
+                out->rowdot_wg = rowdot_wg;
+                fill_plan(p, budget, block, lanes, local_bytes, &out->plan);
+                return CLFLASH_SUCCESS;
+            }
+            release_kernels(&k);
+            if (local_bytes <= budget && lanes > 1) {
+                lanes /= 2; /* too many work-items for these kernels: fewer lanes per row */
+                continue;
+            }
+            if (forced)
+                return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE,
+                                    "block %u: the built backward kernel needs %llu bytes of local memory (budget "
+                                    "%llu) and %u work-items (it allows %zu)",
+                                    block, (unsigned long long)local_bytes, (unsigned long long)budget,
+                                    block * lanes, max_wg);
+            break;
+        }
+        block = step_down(block);
+        if (block == 0)
+            return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE, "no block size fits the device's backward kernel limits");
+    }
+}
+
+clflash_status clflash_plan_backward(clflash_context *c, const clflash_attention_desc *d, clflash_plan *out)
+{
+    clflash_problem p;
+    clflash_backward_kernels k;
+    clflash_status st;
+    clflash_clear_detail();
+    if ((st = clflash_check_context(c)) != CLFLASH_SUCCESS || (st = clflash_resolve_desc(d, &p)) != CLFLASH_SUCCESS)
+        return st;
+    if (out == NULL)
+        return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "out is NULL");
+    if ((st = clflash_plan_backward_kernels(c, &p, 0, &k)) != CLFLASH_SUCCESS)
+        return st;
+    release_kernels(&k);
+    *out = k.plan;
+    return CLFLASH_SUCCESS;
+}

@@ -1,0 +1,81 @@
+/*
+ * backward_harness.h - one backward test case from start to finish: inputs (Q, K, V, dO) laid out as
+ * a descriptor says, the forward's O and lse, outputs pre-filled with a sentinel, the library run
+ * through device buffers (flash or naive backward), the fp64 reference gradients, and the checks
+ * (values within tolerance, exact zeros where nothing is seen, the outputs' gaps untouched).
+ *
+ * Independent of Check so that the Oclgrind driver can use it too. F32, F16 and BF16 storage.
+ */
+#ifndef CLFLASH_TEST_BACKWARD_HARNESS_H
+#define CLFLASH_TEST_BACKWARD_HARNESS_H
+
+#include "reference.h"
+
+#include <stddef.h>
+
+/* ---- the fp64 reference gradients -------------------------------------------------------------- */
+/* q, k, v, d_o hold the values the device sees, at the positions d->q, d->k, d->v, d->o describe.
+ * Writes the gradients of attention (dO = d_o) as dense [batch][heads][seq][head_dim] arrays:
+ * dq for the query heads, dk and dv for the kv heads (summed over each group's query heads). Per
+ * row: P_j = exp(s_j - lse) over the keys it sees, dP_j = dO.v_j, D = sum_j P_j dP_j,
+ * dS_j = P_j (dP_j - D); dq += scale dS_j k_j, dk_j += scale dS_j q, dv_j += P_j dO. A row that sees
+ * no key contributes nothing. If key_seen is not NULL it receives, per [batch][heads_kv][seq_k] key,
+ * 1 if some query sees it. */
+void ref_attention_backward(const clflash_attention_desc *d, const float *q, const float *k, const float *v,
+                            const float *d_o, double *dq, double *dk, double *dv, unsigned char *key_seen);
+
+/* ---- one case ------------------------------------------------------------------------------------ */
+typedef struct {
+    clflash_attention_desc d;
+    size_t esize;
+    uint32_t heads_kv;
+    uint64_t nq, nk, nv, no;         /* elements of each host array: its layout's extent (dO like O) */
+    size_t nrows;                    /* batch * heads_q * seq_q */
+    float *qf, *kf, *vf, *dof;       /* values as the device sees them, at layout positions; NaN in gaps */
+    void *q, *k, *v, *d_o;           /* the same in the storage type */
+    void *o;                         /* the reference O rounded to the storage type, NaN in gaps */
+    float *lse;                      /* the reference lse as float */
+    void *dq, *dk, *dv;              /* outputs (storage type), pre-filled with the sentinel */
+    double *ref_o, *ref_lse;         /* dense fp64 forward */
+    double *ref_dq, *ref_dk, *ref_dv; /* dense fp64 gradients */
+    unsigned char *key_seen;         /* [batch][heads_kv][seq_k] */
+} tb_case;
+
+/* Allocates and fills a case (Q uniform in [-2, 2), K, V and dO in [-1, 1)) and computes the
+ * reference forward and gradients. Returns 0, or -1 if memory ran out or the dtype is not
+ * F32, F16 or BF16. */
+int tb_case_init(tb_case *t, const clflash_attention_desc *d, uint64_t seed);
+void tb_case_free(tb_case *t);
+/* Refills dq, dk, dv with the sentinel. */
+void tb_reset_outputs(tb_case *t);
+
+typedef enum { TB_FLASH, TB_NAIVE } tb_algo;
+
+/* Creates device buffers from the host arrays and calls clflash_backward (TB_FLASH) or
+ * clflash_backward_naive on `queue` (NULL = the context's), waits for the returned event and reads
+ * the whole dq, dk, dv buffers back. With device_forward, O and lse are first computed by
+ * clflash_forward on the device (the realistic pipeline) instead of taken from the reference.
+ * On a library error the buffers are still read back, so untouched checks work. Returns the
+ * library's status, or the OpenCL error of the harness's own calls. */
+clflash_status tb_run(clflash_context *c, tb_case *t, tb_algo algo, int device_forward, cl_command_queue queue);
+
+/* Tolerance for the gradients, by storage type: |got - ref| <= atol * max(1, max|ref|) + rtol * |ref|,
+ * with max|ref| taken over the tensor. The values and why are in backward_harness.c. */
+ref_tol tb_tol(clflash_dtype t);
+
+/* Checks dq, dk, dv against the reference (values within tb_tol, exact zeros for rows that see no
+ * key and keys no row sees, gaps untouched). Returns 0 if all hold, else describes the failures in
+ * msg and returns their number. */
+int tb_check(const tb_case *t, char *msg, size_t msg_len);
+
+/* Compares the outputs of two runs of the same case bit for bit (exact = 1) or within twice
+ * tb_tol (exact = 0). Returns 0 if they agree. */
+int tb_compare_runs(const tb_case *a, const tb_case *b, int exact, char *msg, size_t msg_len);
+
+/* 1 if every element of dq, dk and dv still holds the sentinel. */
+int tb_outputs_untouched(const tb_case *t);
+
+/* Element idx of a host array in the case's storage type, as float. */
+float tb_load(const tb_case *t, const void *base, uint64_t idx);
+
+#endif /* CLFLASH_TEST_BACKWARD_HARNESS_H */
