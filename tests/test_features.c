@@ -448,6 +448,43 @@ START_TEST(everything_at_once)
 }
 END_TEST
 
+/* Each feature alone in each storage type (small shapes: the point is the type's load, store and
+ * conversion paths around the feature). */
+static const clflash_dtype all_types[] = {CLFLASH_F32, CLFLASH_F16, CLFLASH_BF16, CLFLASH_I8};
+static const char *const feature_names[] = {"window", "softcap", "bias", "alibi", "key padding"};
+
+START_TEST(each_feature_in_each_dtype)
+{
+    static const int32_t lens[] = {17, 6};
+    const int feature = _i / 4;
+    const clflash_dtype t = all_types[_i % 4];
+    feature_case fc = make(2, 2, 1, 19, 23, 16, t, feature == 0 ? CLFLASH_WINDOW : 0);
+    if (t == CLFLASH_I8) {
+        fc.d.q_scale = 1.0f / 64;
+        fc.d.k_scale = 1.0f / 64;
+        fc.d.v_scale = 1.0f / 127;
+    }
+    switch (feature) {
+    case 0: fc.d.window_left = 6; fc.d.window_right = 2; break;
+    case 1: fc.d.softcap = 2.5f; fc.d.scale = 1.0f; break;
+    case 2: add_bias(&fc, 9, 31); break;
+    case 3:
+        fc.slopes = malloc(2 * sizeof(float));
+        REQUIRE(fc.slopes);
+        fc.slopes[0] = 0.3f;
+        fc.slopes[1] = 0.1f;
+        break;
+    default:
+        fc.lens = malloc(sizeof lens);
+        REQUIRE(fc.lens);
+        memcpy(fc.lens, lens, sizeof lens);
+        break;
+    }
+    check_both(&fc, feature_names[feature]);
+    free_case(&fc);
+}
+END_TEST
+
 /* ---- validation of the new fields --------------------------------------------------------------- */
 static clflash_status plan_status(const clflash_attention_desc *d)
 {
@@ -557,6 +594,7 @@ static Suite *features_suite(void)
     tcase_add_loop_test(tm, alibi, 0, 2);
     tcase_add_loop_test(tm, key_padding, 0, 2);
     tcase_add_test(tm, everything_at_once);
+    tcase_add_loop_test(tm, each_feature_in_each_dtype, 0, 5 * 4);
     tcase_add_test(tv, validation_of_new_fields);
     tcase_add_test(tv, small_feature_buffers_refused);
     tcase_add_test(tv, window_skips_tiles_in_the_traffic_model);
