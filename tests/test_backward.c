@@ -130,8 +130,10 @@ START_TEST(backward_lanes)
     const clflash_attention_desc d = shape_desc(&s[_i]);
     clflash_plan p;
     ck_assert_int_eq(clflash_plan_backward(c, &d, &p), CLFLASH_SUCCESS);
-    ck_assert_msg(p.threads_per_row == opt.threads_per_row, "plan has %u lanes, forced %u", p.threads_per_row,
-                  opt.threads_per_row);
+    /* the planner may halve the lanes when the built kernel runs fewer work-items (NVIDIA: 64 x 8 is
+     * above this kernel's CL_KERNEL_WORK_GROUP_SIZE), but several lanes per row must remain */
+    ck_assert_msg(p.threads_per_row > 1 && p.threads_per_row <= opt.threads_per_row,
+                  "plan has %u lanes, forced %u", p.threads_per_row, opt.threads_per_row);
     run_case(c, &d, TB_FLASH, 0, 400 + (uint64_t)_i);
     clflash_context_free(c);
 }
@@ -618,7 +620,12 @@ START_TEST(backward_bad_arguments)
         case 16: name = "window"; d.flags |= CLFLASH_WINDOW; d.window_left = 3; want = CLFLASH_ERROR_UNSUPPORTED; break;
         case 17: name = "softcap"; d.softcap = 30.0f; want = CLFLASH_ERROR_UNSUPPORTED; break;
         case 18: name = "ALiBi"; d.alibi_slopes = e.k; want = CLFLASH_ERROR_UNSUPPORTED; break;
-        case 19: name = "bias"; d.bias = e.k; d.bias_broadcast = CLFLASH_BROADCAST_BATCH | CLFLASH_BROADCAST_HEADS | CLFLASH_BROADCAST_ROWS; want = CLFLASH_ERROR_UNSUPPORTED; break;
+        case 19:
+            name = "bias";
+            d.bias = e.k;
+            d.bias_broadcast = CLFLASH_BROADCAST_BATCH | CLFLASH_BROADCAST_HEADS | CLFLASH_BROADCAST_ROWS;
+            want = CLFLASH_ERROR_UNSUPPORTED;
+            break;
         case 20: name = "key_lengths"; d.key_lengths = e.k; want = CLFLASH_ERROR_UNSUPPORTED; break;
         case 21: name = "forced block 4096"; d.block = 4096; want = CLFLASH_ERROR_TILE_TOO_LARGE; break;
         case 22: name = "num_wait 1 without a list"; want = CLFLASH_ERROR_INVALID_ARGUMENT; break;

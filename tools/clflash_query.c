@@ -8,8 +8,8 @@
  * writing code. It lists every device with the "P:D" index that CLFLASH_DEVICE accepts, plans a
  * forward call on each exactly as an application would (clflash_plan_attention), and, with
  * --local-mem, is a pure calculator of the tile rule that needs no device at all. --backward adds
- * the backward pass: its tile rule in the calculator and clflash_plan_backward's plan per device. Tables are for
- * people; --json is for scripts. It uses only clflash.h and plain OpenCL 1.2 calls.
+ * the backward pass: its tile rule in the calculator and clflash_plan_backward's plan per device.
+ * Tables are for people; --json is for scripts. It uses only clflash.h and plain OpenCL 1.2 calls.
  */
 #include "clflash.h"
 
