@@ -92,30 +92,12 @@ void ref_attention_backward(const clflash_attention_desc *d, const float *q, con
 
 /* ---- storage types -------------------------------------------------------------------------------- */
 
-static uint16_t f32_to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static float bf16_to_f32(uint16_t h)
-{
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 float tb_load(const tb_case *t, const void *base, uint64_t idx)
 {
     switch (t->d.dtype) {
     case CLFLASH_F32: return ((const float *)base)[idx];
     case CLFLASH_F16: return ref_f16_to_f32(((const uint16_t *)base)[idx]);
-    default: return bf16_to_f32(((const uint16_t *)base)[idx]);
+    default: return ref_bf16_to_f32(((const uint16_t *)base)[idx]);
     }
 }
 
@@ -124,7 +106,7 @@ static void store(const tb_case *t, void *base, uint64_t idx, float x)
     switch (t->d.dtype) {
     case CLFLASH_F32: ((float *)base)[idx] = x; break;
     case CLFLASH_F16: ((uint16_t *)base)[idx] = ref_f32_to_f16(x); break;
-    default: ((uint16_t *)base)[idx] = f32_to_bf16(x); break;
+    default: ((uint16_t *)base)[idx] = ref_f32_to_bf16(x); break;
     }
 }
 

@@ -61,6 +61,24 @@ float ref_f16_to_f32(uint16_t h)
     return (float)((h & 0x8000u) ? -v : v);
 }
 
+uint16_t ref_f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+float ref_bf16_to_f32(uint16_t h)
+{
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
 /* ---- PRNG ------------------------------------------------------------------------------------ */
 
 void ref_rng_seed(ref_rng *r, uint64_t seed)

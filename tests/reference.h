@@ -21,6 +21,10 @@
 uint16_t ref_f32_to_f16(float f);
 /* IEEE binary16 bits -> float (exact). */
 float ref_f16_to_f32(uint16_t h);
+/* float -> bfloat16 bits, round to nearest, ties to even; NaN stays NaN. */
+uint16_t ref_f32_to_bf16(float f);
+/* bfloat16 bits -> float (exact). */
+float ref_bf16_to_f32(uint16_t h);
 
 /* ---- deterministic inputs -------------------------------------------------------------------- */
 typedef struct {

@@ -50,24 +50,6 @@ static void teardown(void)
 #endif
 
 /* ---- storage types on the host ------------------------------------------------------------- */
-static uint16_t f32_to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static float bf16_to_f32(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 /* Stores x as type t at element i of buf and returns the value the device will see. For I8, x is
  * the quantised integer and the returned value is that integer (the caller applies the scale). */
 static float store_elem(clflash_dtype t, void *buf, uint64_t i, float x)
@@ -75,7 +57,7 @@ static float store_elem(clflash_dtype t, void *buf, uint64_t i, float x)
     switch (t) {
     case CLFLASH_F32: ((float *)buf)[i] = x; return x;
     case CLFLASH_F16: ((uint16_t *)buf)[i] = ref_f32_to_f16(x); return ref_f16_to_f32(((uint16_t *)buf)[i]);
-    case CLFLASH_BF16: ((uint16_t *)buf)[i] = f32_to_bf16(x); return bf16_to_f32(((uint16_t *)buf)[i]);
+    case CLFLASH_BF16: ((uint16_t *)buf)[i] = ref_f32_to_bf16(x); return ref_bf16_to_f32(((uint16_t *)buf)[i]);
     default: {
         const float r = nearbyintf(x);
         ((int8_t *)buf)[i] = (int8_t)r;
@@ -89,7 +71,7 @@ static float load_elem(clflash_dtype t, const void *buf, uint64_t i)
     switch (t) {
     case CLFLASH_F32: return ((const float *)buf)[i];
     case CLFLASH_F16: return ref_f16_to_f32(((const uint16_t *)buf)[i]);
-    case CLFLASH_BF16: return bf16_to_f32(((const uint16_t *)buf)[i]);
+    case CLFLASH_BF16: return ref_bf16_to_f32(((const uint16_t *)buf)[i]);
     default: return (float)((const int8_t *)buf)[i];
     }
 }
