@@ -53,7 +53,7 @@ extern "C" {
  *     if (clflash_version_number() != CLFLASH_VERSION_NUMBER) ...
  * ------------------------------------------------------------------------------------------- */
 #define CLFLASH_VERSION_MAJOR 0
-#define CLFLASH_VERSION_MINOR 2
+#define CLFLASH_VERSION_MINOR 3
 #define CLFLASH_VERSION_PATCH 0
 #define CLFLASH_VERSION_NUMBER \
     (CLFLASH_VERSION_MAJOR * 10000 + CLFLASH_VERSION_MINOR * 100 + CLFLASH_VERSION_PATCH)
@@ -158,6 +158,10 @@ typedef struct {
      * work-items that share one query row in the portable kernel (rounded down to a power of two
      * that divides B, at most 64): lets tests and tuning force what the device would decide. */
     uint32_t threads_per_row;
+    /* Added in 0.3. 0: vendor kernels are used where they apply (today the NVIDIA tensor-core
+     * forward, see clflash_plan_attention). Nonzero: always the portable kernels. Setting the
+     * environment variable CLFLASH_PORTABLE=1 when the context is created does the same. */
+    uint32_t portable_only;
 } clflash_context_options; /* zero-initialised = defaults; fields added later keep that rule */
 
 /* Wraps a caller's context and device. clflash retains ctx (and releases it on free), creates its

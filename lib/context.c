@@ -67,6 +67,7 @@ clflash_status clflash_context_create(cl_context ctx, cl_device_id dev, const cl
     if (opt && opt->local_mem_budget && opt->local_mem_budget < c->local_mem_budget)
         c->local_mem_budget = opt->local_mem_budget;
     c->threads_per_row = opt ? opt->threads_per_row : 0;
+    c->portable_only = (opt && opt->portable_only) || clflash_env_portable_only();
     c->magic = CLFLASH_CONTEXT_MAGIC;
     *out = c;
     return CLFLASH_SUCCESS;

@@ -11,8 +11,8 @@
 
 #define MAX_ENQUEUE_RETRIES 3
 
-static cl_int set_flash_args(cl_kernel kernel, const clflash_problem *p, cl_mem q, cl_mem k, cl_mem v, cl_mem o,
-                             cl_mem lse)
+static cl_int set_flash_args(cl_kernel kernel, int feature_args, const clflash_problem *p, cl_mem q, cl_mem k,
+                             cl_mem v, cl_mem o, cl_mem lse)
 {
     const cl_uint seq_q = p->seq_q, seq_k = p->seq_k, heads_q = p->heads_q, group = p->group;
     /* Without score transforms the log2(e) of exp2 is folded into the scale (see the kernel). */
@@ -30,7 +30,7 @@ static cl_int set_flash_args(cl_kernel kernel, const clflash_problem *p, cl_mem 
     cl_int err = clflash_set_args(kernel, 0, args, sizeof args / sizeof args[0]);
     for (cl_uint i = 0; err == CL_SUCCESS && i < 16; i++)
         err = clSetKernelArg(kernel, 10 + i, sizeof(cl_ulong), &lay[i]);
-    if (err == CL_SUCCESS)
+    if (err == CL_SUCCESS && feature_args)
         err = clflash_set_feature_args(kernel, 26, p, 1);
     return err;
 }
@@ -59,7 +59,7 @@ clflash_status clflash_forward(clflash_context *c, const clflash_attention_desc 
         global[0] = (size_t)fk.plan.tiles_q * fk.plan.work_group_size;
         global[1] = p.heads_q;
         global[2] = p.batch;
-        err = set_flash_args(fk.kernel, &p, q, k, v, o, lse);
+        err = set_flash_args(fk.kernel, fk.feature_args, &p, q, k, v, o, lse);
         if (err == CL_SUCCESS)
             err = clEnqueueNDRangeKernel(qu, fk.kernel, 3, NULL, global, local, num_wait, wait, done);
         clReleaseKernel(fk.kernel);

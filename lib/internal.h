@@ -55,6 +55,7 @@ struct clflash_context {
     uint64_t local_mem_budget; /* min(device, option) */
     char *build_options;       /* the caller's extra options, "" if none */
     uint32_t threads_per_row;  /* 0 = tuned; else the caller's choice */
+    int portable_only;         /* never a vendor kernel (option portable_only or CLFLASH_PORTABLE=1) */
 
     pthread_mutex_t lock;      /* guards programs and logs */
     clflash_program_entry *programs;
@@ -68,7 +69,7 @@ CLFLASH_INTERNAL clflash_status clflash_check_context(const clflash_context *c);
 /* ---- program_cache.c ------------------------------------------------------------------------- */
 /* The kernel sources embedded from cl/ (see cmake/embed_cl.cmake). */
 typedef enum { CLFLASH_SOURCE_FLASH_FORWARD, CLFLASH_SOURCE_NAIVE_ATTENTION, CLFLASH_SOURCE_FLASH_BACKWARD,
-               CLFLASH_SOURCE_NAIVE_BACKWARD } clflash_source_id;
+               CLFLASH_SOURCE_NAIVE_BACKWARD, CLFLASH_SOURCE_NV_MMA_FORWARD } clflash_source_id;
 
 /* Returns a built program for (source, options) on the context's device, building it the first
  * time; the program stays owned by the cache (do not release it). On a build failure the log is
@@ -142,6 +143,8 @@ CLFLASH_INTERNAL clflash_tuning clflash_tuning_for(const clflash_device_info *in
 typedef struct {
     clflash_plan plan;
     cl_kernel kernel;          /* created for this call; the caller releases it */
+    int feature_args;          /* 1: the kernel takes the feature arguments after the layouts
+                                  (the portable kernel); 0: it stops after the layouts */
 } clflash_flash_kernel;
 
 /* Plans and builds the portable flash kernel for p and creates a kernel object from it. If
@@ -150,6 +153,16 @@ typedef struct {
 CLFLASH_INTERNAL clflash_status clflash_plan_flash(clflash_context *c, const clflash_problem *p,
                                                    int with_lse, uint32_t below_block,
                                                    clflash_flash_kernel *out);
+
+/* ---- nv_mma_plan.c: the NVIDIA tensor-core forward (cl/nv_mma_forward.cl) ----------------------- */
+/* 1 if CLFLASH_PORTABLE is set to a value other than "" and "0". */
+CLFLASH_INTERNAL int clflash_env_portable_only(void);
+/* Why the tensor-core kernel cannot run p on c's device (a static string), or NULL if it can. */
+CLFLASH_INTERNAL const char *clflash_nv_mma_refusal(const clflash_context *c, const clflash_problem *p);
+/* Plans and builds the tensor-core kernel for p (call only when clflash_nv_mma_refusal is NULL).
+ * Same contract as clflash_plan_flash; CLFLASH_ERROR_TILE_TOO_LARGE if no block fits. */
+CLFLASH_INTERNAL clflash_status clflash_plan_nv_mma(clflash_context *c, const clflash_problem *p, int with_lse,
+                                                    uint32_t below_block, clflash_flash_kernel *out);
 
 /* ---- kernel-argument helpers shared by the dispatchers (dispatch_util.c) ---------------------- */
 /* Sets consecutive kernel arguments from a list; stops at the first error. */

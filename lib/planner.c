@@ -117,6 +117,13 @@ clflash_status clflash_plan_flash(clflash_context *c, const clflash_problem *p, 
     const int forced = p->block != 0;
     uint32_t block;
 
+    if (clflash_nv_mma_refusal(c, p) == NULL) {
+        clflash_status st = clflash_plan_nv_mma(c, p, with_lse, below_block, out);
+        if (st != CLFLASH_ERROR_TILE_TOO_LARGE && st != CLFLASH_ERROR_BUILD_FAILED)
+            return st;
+        clflash_clear_detail(); /* the portable kernel is the fallback (a failed build's log is kept) */
+    }
+
     if (c->threads_per_row) { /* the caller's override wins over the class's preference */
         tune.threads_per_row = c->threads_per_row;
         if (tune.max_work_group < 64u * c->threads_per_row)
@@ -170,6 +177,7 @@ clflash_status clflash_plan_flash(clflash_context *c, const clflash_problem *p, 
             if (local_bytes <= budget && (size_t)block * lanes <= max_wg) {
                 fill_plan(p, budget, block, lanes, local_bytes, &out->plan);
                 out->kernel = kernel;
+                out->feature_args = 1;
                 return CLFLASH_SUCCESS;
             }
             clReleaseKernel(kernel);

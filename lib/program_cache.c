@@ -24,6 +24,8 @@ extern const char clflash_cl_flash_backward[];
 extern const size_t clflash_cl_flash_backward_size;
 extern const char clflash_cl_naive_backward[];
 extern const size_t clflash_cl_naive_backward_size;
+extern const char clflash_cl_nv_mma_forward[];
+extern const size_t clflash_cl_nv_mma_forward_size;
 
 /* Each clflash_source_id's file name, text and length, in the enum's order. */
 static const struct {
@@ -34,6 +36,7 @@ static const struct {
     {"naive_attention.cl", clflash_cl_naive_attention, &clflash_cl_naive_attention_size},
     {"flash_backward.cl", clflash_cl_flash_backward, &clflash_cl_flash_backward_size},
     {"naive_backward.cl", clflash_cl_naive_backward, &clflash_cl_naive_backward_size},
+    {"nv_mma_forward.cl", clflash_cl_nv_mma_forward, &clflash_cl_nv_mma_forward_size},
 };
 
 struct clflash_program_entry {

@@ -1,0 +1,348 @@
+/*
+ * nv_mma_forward.cl - the forward pass on NVIDIA tensor cores, through inline PTX (mma.sync,
+ * ldmatrix, cp.async, shfl.sync), in FlashAttention-2's manner. Chosen by the planner only on
+ * NVIDIA devices of compute capability >= 8.0, for fp16 and bf16 storage, head_dim a multiple of 16
+ * up to 128, causal or not, GQA, lse, any seq_q and seq_k; everything else runs the portable kernel
+ * (cl/flash_forward.cl), which stays the reference.
+ *
+ * Why a separate file: the portable kernel does one local-memory load per FMA and stays near the
+ * CUDA-core rate; the tensor cores are an order of magnitude faster and OpenCL reaches them only
+ * through PTX, which only NVIDIA's compiler accepts.
+ *
+ * The work-group owns BLOCK_Q = 16 * WARPS query rows of one (batch, head); warp w owns rows
+ * 16w .. 16w + 15 and keeps them in registers as mma A fragments for the whole call. For each tile
+ * of BLOCK keys:
+ *   S = Q K^T        mma.sync m16n8k16, fp32 accumulators in registers (K read with ldmatrix);
+ *   online softmax   each row's 2 x BLOCK / 8 values live in the 4 lanes of a quad: shfl.sync
+ *                    reduces the row maximum, the row sum stays per lane until the end;
+ *   O += P V         P is packed to f16/bf16 pairs in registers (the S accumulator layout is the
+ *                    A fragment layout), V read with ldmatrix.trans; O stays in fp32 registers.
+ * Local memory holds one K tile and one V tile, each BLOCK x HEAD_DIM in the storage type with
+ * rows padded by 16 bytes so the 8 rows of an ldmatrix fall in distinct banks. They are filled by
+ * cp.async: V of tile j streams in while S of tile j is computed, K of tile j + 1 while P V of
+ * tile j is. Q is staged through the same memory once at the start, and O through it at the end so
+ * that the stores are 16-byte and coalesced.
+ *
+ * Scores are in log2 units: the host folds log2(e) into score_scale, and exp2 is ex2.approx.
+ * A row with no visible key ends with l = 0 and gets O = 0, lse = -inf. Unlike the portable kernel,
+ * a masked key's P (0) is still multiplied with its V row inside a tile, so a NaN in V row j reaches
+ * every row of the same query block that shares j's key tile (see clflash.h).
+ *
+ * Defines: HEAD_DIM (multiple of 16), BLOCK (keys per tile, multiple of 16), WARPS, CAUSAL,
+ * WITH_LSE, CLFLASH_DTYPE_F16 or CLFLASH_DTYPE_BF16.
+ */
+
+#define THREADS (32 * WARPS)
+#define BLOCK_Q (16 * WARPS)
+#define ROW_STRIDE (HEAD_DIM + 8)     /* halves per local row: 16 bytes of padding */
+#define CHUNKS (HEAD_DIM / 8)         /* 16-byte pieces of one row */
+#define K_STEPS (HEAD_DIM / 16)       /* k16 steps of S = Q K^T */
+#define S_TILES (BLOCK / 8)           /* n8 tiles of S (keys) */
+#define O_TILES (HEAD_DIM / 8)        /* n8 tiles of O (columns) */
+#define LOCAL_ROWS (BLOCK_Q > 2 * BLOCK ? BLOCK_Q : 2 * BLOCK)
+
+#if defined(CLFLASH_DTYPE_F16)
+#define MMA_OP "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+#define CVT_PAIR "cvt.rn.f16x2.f32"
+#elif defined(CLFLASH_DTYPE_BF16)
+#define MMA_OP "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+#define CVT_PAIR "cvt.rn.bf16x2.f32"
+#else
+#error "nv_mma_forward.cl needs CLFLASH_DTYPE_F16 or CLFLASH_DTYPE_BF16"
+#endif
+
+/* The shared-window address of a local pointer, as PTX's .shared instructions take it. */
+inline uint shared_addr(__local const ushort *p)
+{
+    return (uint)(size_t)p;
+}
+
+/* Copies 16 bytes from global to local without passing through registers; `bytes` < 16 fills the
+ * rest with zeros (0 reads nothing). */
+inline void copy16_async(__local ushort *dst, __global const ushort *src, uint bytes)
+{
+    __asm__ __volatile__("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                         :
+                         : "r"(shared_addr(dst)), "l"((ulong)src), "r"(bytes)
+                         : "memory");
+}
+
+inline void async_commit(void)
+{
+    __asm__ __volatile__("cp.async.commit_group;\n" ::: "memory");
+}
+
+/* Waits for every copy this work-item issued; a barrier then makes all of them visible. */
+inline void async_wait_all(void)
+{
+    __asm__ __volatile__("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+/* Four 8x8 matrices of 16-bit elements; lanes 8j..8j+7 give the row addresses of matrix j, and
+ * word j of lane l receives row l / 4, elements 2 (l % 4) and 2 (l % 4) + 1 of matrix j. */
+inline uint4 load_matrix_x4(__local const ushort *row)
+{
+    uint a, b, c, d;
+    __asm__ __volatile__("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                         : "=r"(a), "=r"(b), "=r"(c), "=r"(d)
+                         : "r"(shared_addr(row)));
+    return (uint4)(a, b, c, d);
+}
+
+/* The same, transposed: word j of lane l receives rows 2 (l % 4) and 2 (l % 4) + 1 of column
+ * l / 4 of matrix j. */
+inline uint4 load_matrix_x4_trans(__local const ushort *row)
+{
+    uint a, b, c, d;
+    __asm__ __volatile__("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                         : "=r"(a), "=r"(b), "=r"(c), "=r"(d)
+                         : "r"(shared_addr(row)));
+    return (uint4)(a, b, c, d);
+}
+
+/* acc += A (16x16, row) * B (16x8, col), one warp. A fragment: words 0 and 2 hold row g, 1 and 3
+ * row g + 8; words 0 and 1 columns 2t, 2t + 1, words 2 and 3 the same + 8 (g = lane / 4,
+ * t = lane % 4). B: k = 2t, 2t + 1 in word 0, + 8 in word 1, column g. acc: rows g (x, y) and
+ * g + 8 (z, w), columns 2t and 2t + 1. */
+inline float4 mma_16x8x16(uint4 a, uint b0, uint b1, float4 acc)
+{
+    float d0 = acc.x, d1 = acc.y, d2 = acc.z, d3 = acc.w;
+    __asm__ __volatile__(MMA_OP " {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                         : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
+                         : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+    return (float4)(d0, d1, d2, d3);
+}
+
+/* Two floats as one word of the storage type, `lo` in the low half (rounded to nearest even). */
+inline uint pack_pair(float lo, float hi)
+{
+    uint r;
+    __asm__(CVT_PAIR " %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+/* x combined with the value of lane (lane ^ mask) of the same warp. */
+inline float lane_xor(float x, uint mask)
+{
+    float r;
+    __asm__ __volatile__("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;\n" : "=f"(r) : "f"(x), "r"(mask));
+    return r;
+}
+
+/* Issues the copies of `rows` rows (from `row0`) of one (batch, head) of a tensor into `dst`; rows
+ * at or past `limit` become zeros. Every work-item takes every THREADS-th 16-byte chunk. */
+inline void stage_rows(__local ushort *dst, __global const ushort *src, ulong base, ulong seq_stride, uint row0,
+                       uint rows, uint limit)
+{
+    for (uint c = get_local_id(0); c < rows * CHUNKS; c += THREADS) {
+        const uint r = c / CHUNKS, piece = c % CHUNKS;
+        const int inside = row0 + r < limit;
+        const ulong at = base + (ulong)(inside ? row0 + r : 0) * seq_stride + piece * 8;
+        copy16_async(dst + r * ROW_STRIDE + piece * 8, src + at, inside ? 16u : 0u);
+    }
+}
+
+__kernel __attribute__((reqd_work_group_size(THREADS, 1, 1)))
+void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global const ushort *v,
+                    __global ushort *o, __global float *lse, uint seq_q, uint seq_k, uint heads_q, uint group,
+                    float score_scale,
+                    ulong q_off, ulong q_bs, ulong q_hs, ulong q_ss,
+                    ulong k_off, ulong k_bs, ulong k_hs, ulong k_ss,
+                    ulong v_off, ulong v_bs, ulong v_hs, ulong v_ss,
+                    ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss)
+{
+    /* uint4 elements: cp.async and ldmatrix need 16-byte aligned rows */
+    __local uint4 tiles_words[LOCAL_ROWS * ROW_STRIDE / 8];
+    __local ushort *const tiles = (__local ushort *)tiles_words;
+    __local ushort *const kt = tiles;                       /* BLOCK key rows */
+    __local ushort *const vt = tiles + BLOCK * ROW_STRIDE;  /* BLOCK value rows */
+
+    const uint lane = get_local_id(0) % 32, warp = get_local_id(0) / 32;
+    const uint g = lane / 4, t = lane % 4;
+    const uint h = get_group_id(1), b = get_group_id(2), hk = h / group;
+    const uint row0 = get_group_id(0) * BLOCK_Q;
+    const ulong q_base = q_off + (ulong)b * q_bs + (ulong)h * q_hs;
+    const ulong k_base = k_off + (ulong)b * k_bs + (ulong)hk * k_hs;
+    const ulong v_base = v_off + (ulong)b * v_bs + (ulong)hk * v_hs;
+    const long shift = (long)seq_k - (long)seq_q; /* query i's diagonal key is i + shift */
+
+    /* Q: global -> local -> this warp's A fragments, kept for the whole call. */
+    stage_rows(tiles, q, q_base, q_ss, row0, BLOCK_Q, seq_q);
+    async_commit();
+    async_wait_all();
+    barrier(CLK_LOCAL_MEM_FENCE);
+    uint4 qf[K_STEPS];
+    {
+        /* matrix j = lane / 8: rows + 8 for j = 1, 3; columns + 8 for j = 2, 3 */
+        __local const ushort *src = tiles + (warp * 16 + lane % 8 + (lane / 8) % 2 * 8) * ROW_STRIDE + lane / 16 * 8;
+#pragma unroll
+        for (uint kk = 0; kk < K_STEPS; kk++)
+            qf[kk] = load_matrix_x4(src + kk * 16);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE); /* Q's staging area becomes the K and V tiles */
+
+    /* The keys this block sees: all, or with CAUSAL up to its last row's diagonal. */
+    uint key_end = seq_k;
+#if CAUSAL
+    {
+        const long last_row = (long)min(row0 + BLOCK_Q, seq_q) - 1;
+        const long end = last_row + shift + 1;
+        key_end = end <= 0 ? 0u : (uint)min(end, (long)seq_k);
+    }
+#endif
+    const uint n_tiles = (key_end + BLOCK - 1) / BLOCK;
+
+    const uint my_row = row0 + warp * 16 + g; /* this lane's rows: my_row and my_row + 8 */
+    float4 acc[O_TILES];
+#pragma unroll
+    for (uint dt = 0; dt < O_TILES; dt++)
+        acc[dt] = (float4)(0.0f);
+    float m_lo = -INFINITY, m_hi = -INFINITY; /* running maxima of rows my_row, my_row + 8 */
+    float l_lo = 0.0f, l_hi = 0.0f;           /* this lane's part of their sums */
+
+    __local const ushort *k_src = kt + (lane / 16 * 8 + lane % 8) * ROW_STRIDE + (lane / 8) % 2 * 8;
+    __local const ushort *v_src = vt + ((lane / 8) % 2 * 8 + lane % 8) * ROW_STRIDE + lane / 16 * 8;
+
+    if (n_tiles > 0) {
+        stage_rows(kt, k, k_base, k_ss, 0, BLOCK, seq_k);
+        async_commit();
+    }
+    for (uint j = 0; j < n_tiles; j++) {
+        const uint key0 = j * BLOCK;
+        async_wait_all();
+        barrier(CLK_LOCAL_MEM_FENCE); /* K_j is in; every warp is done with V_{j-1} */
+        stage_rows(vt, v, v_base, v_ss, key0, BLOCK, seq_k);
+        async_commit();
+
+        /* S = Q K_j^T: s[n] holds keys key0 + 8n + 2t (+1) of rows my_row (x, y), my_row + 8 (z, w). */
+        float4 s[S_TILES];
+#pragma unroll
+        for (uint n = 0; n < S_TILES; n++)
+            s[n] = (float4)(0.0f);
+#pragma unroll
+        for (uint kk = 0; kk < K_STEPS; kk++) {
+#pragma unroll
+            for (uint n = 0; n < S_TILES; n += 2) {
+                const uint4 kf = load_matrix_x4(k_src + n * 8 * ROW_STRIDE + kk * 16);
+                s[n] = mma_16x8x16(qf[kk], kf.x, kf.y, s[n]);
+                s[n + 1] = mma_16x8x16(qf[kk], kf.z, kf.w, s[n + 1]);
+            }
+        }
+
+        /* Scale, mask the keys past seq_k and (CAUSAL) past each row's diagonal. */
+        int masked = key0 + BLOCK > seq_k;
+#if CAUSAL
+        masked |= (long)(key0 + BLOCK - 1) > (long)row0 + shift;
+#endif
+        float max_lo = m_lo, max_hi = m_hi;
+#pragma unroll
+        for (uint n = 0; n < S_TILES; n++) {
+            s[n] *= score_scale;
+            if (masked) {
+                const long key = (long)(key0 + n * 8 + 2 * t);
+                const long lim = (long)seq_k - 1;
+#if CAUSAL
+                const long d_lo = min((long)my_row + shift, lim), d_hi = min((long)my_row + 8 + shift, lim);
+#else
+                const long d_lo = lim, d_hi = lim;
+#endif
+                s[n].x = key <= d_lo ? s[n].x : -INFINITY;
+                s[n].y = key + 1 <= d_lo ? s[n].y : -INFINITY;
+                s[n].z = key <= d_hi ? s[n].z : -INFINITY;
+                s[n].w = key + 1 <= d_hi ? s[n].w : -INFINITY;
+            }
+            max_lo = fmax(max_lo, fmax(s[n].x, s[n].y));
+            max_hi = fmax(max_hi, fmax(s[n].z, s[n].w));
+        }
+        max_lo = fmax(max_lo, lane_xor(max_lo, 1));
+        max_lo = fmax(max_lo, lane_xor(max_lo, 2));
+        max_hi = fmax(max_hi, lane_xor(max_hi, 1));
+        max_hi = fmax(max_hi, lane_xor(max_hi, 2));
+
+        /* Online softmax; a row that has seen no key keeps reference 0, so exp2(-inf) = 0. */
+        const float ref_lo = max_lo == -INFINITY ? 0.0f : max_lo;
+        const float ref_hi = max_hi == -INFINITY ? 0.0f : max_hi;
+        const float alpha_lo = native_exp2(m_lo - ref_lo), alpha_hi = native_exp2(m_hi - ref_hi);
+        m_lo = max_lo;
+        m_hi = max_hi;
+        float sum_lo = 0.0f, sum_hi = 0.0f;
+#pragma unroll
+        for (uint n = 0; n < S_TILES; n++) {
+            s[n].x = native_exp2(s[n].x - ref_lo);
+            s[n].y = native_exp2(s[n].y - ref_lo);
+            s[n].z = native_exp2(s[n].z - ref_hi);
+            s[n].w = native_exp2(s[n].w - ref_hi);
+            sum_lo += s[n].x + s[n].y;
+            sum_hi += s[n].z + s[n].w;
+        }
+        l_lo = l_lo * alpha_lo + sum_lo;
+        l_hi = l_hi * alpha_hi + sum_hi;
+#pragma unroll
+        for (uint dt = 0; dt < O_TILES; dt++) {
+            acc[dt].x *= alpha_lo;
+            acc[dt].y *= alpha_lo;
+            acc[dt].z *= alpha_hi;
+            acc[dt].w *= alpha_hi;
+        }
+
+        async_wait_all();
+        barrier(CLK_LOCAL_MEM_FENCE); /* V_j is in; every warp is done with K_j */
+        if (j + 1 < n_tiles) {
+            stage_rows(kt, k, k_base, k_ss, key0 + BLOCK, BLOCK, seq_k);
+            async_commit();
+        }
+
+        /* O += P V_j, 16 keys at a time: S tiles 2u and 2u + 1 form P's A fragment. */
+#pragma unroll
+        for (uint u = 0; u < BLOCK / 16; u++) {
+            const uint4 pa = (uint4)(pack_pair(s[2 * u].x, s[2 * u].y), pack_pair(s[2 * u].z, s[2 * u].w),
+                                     pack_pair(s[2 * u + 1].x, s[2 * u + 1].y),
+                                     pack_pair(s[2 * u + 1].z, s[2 * u + 1].w));
+#pragma unroll
+            for (uint dt = 0; dt < O_TILES; dt += 2) {
+                const uint4 vf = load_matrix_x4_trans(v_src + u * 16 * ROW_STRIDE + dt * 8);
+                acc[dt] = mma_16x8x16(pa, vf.x, vf.y, acc[dt]);
+                acc[dt + 1] = mma_16x8x16(pa, vf.z, vf.w, acc[dt + 1]);
+            }
+        }
+    }
+
+    /* The four lanes of a quad hold parts of the same rows' sums. */
+    l_lo += lane_xor(l_lo, 1);
+    l_lo += lane_xor(l_lo, 2);
+    l_hi += lane_xor(l_hi, 1);
+    l_hi += lane_xor(l_hi, 2);
+    const float inv_lo = l_lo == 0.0f ? 0.0f : 1.0f / l_lo;
+    const float inv_hi = l_hi == 0.0f ? 0.0f : 1.0f / l_hi;
+
+    /* O: registers -> local (rows of this warp) -> 16-byte coalesced stores. */
+    barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the last V tile */
+    {
+        __local uint *dst = (__local uint *)(tiles + (warp * 16 + g) * ROW_STRIDE + 2 * t);
+#pragma unroll
+        for (uint dt = 0; dt < O_TILES; dt++) {
+            dst[dt * 4] = pack_pair(acc[dt].x * inv_lo, acc[dt].y * inv_lo);
+            dst[dt * 4 + 8 * ROW_STRIDE / 2] = pack_pair(acc[dt].z * inv_hi, acc[dt].w * inv_hi);
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const ulong o_base = o_off + (ulong)b * o_bs + (ulong)h * o_hs;
+    for (uint c = get_local_id(0); c < BLOCK_Q * CHUNKS; c += THREADS) {
+        const uint r = c / CHUNKS, piece = c % CHUNKS;
+        if (row0 + r < seq_q)
+            *(__global uint4 *)(o + o_base + (ulong)(row0 + r) * o_ss + piece * 8) =
+                *(__local const uint4 *)(tiles + r * ROW_STRIDE + piece * 8);
+    }
+#if WITH_LSE
+    if (t == 0) {
+        const ulong bh = (ulong)b * heads_q + h;
+        if (my_row < seq_q)
+            lse[bh * seq_q + my_row] = l_lo == 0.0f ? -INFINITY : (m_lo + log2(l_lo)) * M_LN2_F;
+        if (my_row + 8 < seq_q)
+            lse[bh * seq_q + my_row + 8] = l_hi == 0.0f ? -INFINITY : (m_hi + log2(l_hi)) * M_LN2_F;
+    }
+#else
+    (void)lse;
+    (void)heads_q;
+#endif
+}

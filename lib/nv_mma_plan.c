@@ -1,0 +1,146 @@
+/*
+ * nv_mma_plan.c - decides whether a forward call can run on NVIDIA's tensor cores
+ * (cl/nv_mma_forward.cl), and plans and builds that kernel.
+ *
+ * Why separate from planner.c: the tensor-core kernel has its own eligibility rules (device,
+ * dtype, head_dim, 16-byte aligned layouts, no score transforms) and its own shape constraints (B a
+ * multiple of 16, one warp per 16 query rows), while the tile rule is the same. planner.c asks
+ * here first and falls back to the portable kernel whenever this file says no.
+ *
+ * B obeys the users' rule, (3*B*d + B*B) * s <= budget, exactly like the portable kernel's. The
+ * kernel itself keeps Q and the score block in registers and only a K and a V tile in local
+ * memory, so its real local bytes (2 * B * (d + 8) * s) are below the rule's count.
+ */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KERNEL_NAME "nv_mma_forward"
+static const char variant_name[] = "nv_mma_forward";
+
+/* Largest B the kernel takes: S lives in registers (B / 2 floats per lane). */
+#define NV_MAX_BLOCK 64u
+#define NV_MAX_HEAD_DIM 128u
+
+int clflash_env_portable_only(void)
+{
+    const char *e = getenv("CLFLASH_PORTABLE");
+    return e != NULL && e[0] != '\0' && strcmp(e, "0") != 0;
+}
+
+static int aligned16(const clflash_strides *s)
+{
+    return s->offset % 8 == 0 && s->batch_stride % 8 == 0 && s->head_stride % 8 == 0 && s->seq_stride % 8 == 0;
+}
+
+const char *clflash_nv_mma_refusal(const clflash_context *c, const clflash_problem *p)
+{
+    if (c->portable_only)
+        return "the portable kernel was asked for";
+    if (c->info.device_class != CLFLASH_CLASS_NVIDIA_GPU || c->info.nv_cc_major < 8)
+        return "not an NVIDIA device of compute capability 8.0 or later";
+    if (p->dtype != CLFLASH_F16 && p->dtype != CLFLASH_BF16)
+        return "the dtype is not F16 or BF16";
+    if (p->out_dtype != p->dtype)
+        return "O's type differs from the input type";
+    if (p->head_dim % 16 != 0 || p->head_dim > NV_MAX_HEAD_DIM)
+        return "head_dim is not a multiple of 16 up to 128";
+    if ((p->flags & ~(uint32_t)CLFLASH_CAUSAL) != 0 || p->softcap != 0.0f || p->bias != NULL ||
+        p->alibi_slopes != NULL || p->key_lengths != NULL)
+        return "a window, softcap, bias, ALiBi or key lengths is set";
+    if (!aligned16(&p->q) || !aligned16(&p->k) || !aligned16(&p->v) || !aligned16(&p->o))
+        return "a layout's offset or stride is not a multiple of 8 elements";
+    if (p->block != 0 && (p->block % 16 != 0 || p->block > NV_MAX_BLOCK))
+        return "the forced block is not a multiple of 16 up to 64";
+    return NULL;
+}
+
+/* Bytes of the kernel's local array: a K and a V tile of B rows, each padded by 16 bytes (Q and O
+ * are staged through the same array; with B query rows per group they need half of it). */
+static cl_ulong counted_local_bytes(const clflash_problem *p, uint32_t block)
+{
+    return 2ull * block * (p->head_dim + 8) * p->elem_size;
+}
+
+static clflash_status build(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t block,
+                            cl_kernel *kernel, cl_ulong *local_bytes, size_t *max_wg)
+{
+    char defines[512], features[256];
+    cl_program prog;
+    cl_int err;
+    clflash_status st;
+    clflash_feature_defines(p, with_lse, features, sizeof features);
+    snprintf(defines, sizeof defines, "%s -D HEAD_DIM=%u -D BLOCK=%u -D WARPS=%u", features, p->head_dim, block,
+             block / 16);
+    if ((st = clflash_get_program(c, CLFLASH_SOURCE_NV_MMA_FORWARD, defines, &prog)) != CLFLASH_SUCCESS)
+        return st;
+    *kernel = clCreateKernel(prog, KERNEL_NAME, &err);
+    if (err != CL_SUCCESS)
+        return clflash_fail(err, "clCreateKernel(%s) failed", KERNEL_NAME);
+    if ((err = clGetKernelWorkGroupInfo(*kernel, c->dev, CL_KERNEL_LOCAL_MEM_SIZE, sizeof *local_bytes,
+                                        local_bytes, NULL)) != CL_SUCCESS ||
+        (err = clGetKernelWorkGroupInfo(*kernel, c->dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof *max_wg, max_wg,
+                                        NULL)) != CL_SUCCESS) {
+        clReleaseKernel(*kernel);
+        *kernel = NULL;
+        return clflash_fail(err, "clGetKernelWorkGroupInfo failed");
+    }
+    if (*local_bytes < counted_local_bytes(p, block))
+        *local_bytes = counted_local_bytes(p, block);
+    return CLFLASH_SUCCESS;
+}
+
+clflash_status clflash_plan_nv_mma(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t below_block,
+                                   clflash_flash_kernel *out)
+{
+    const uint64_t budget = c->local_mem_budget;
+    uint64_t b;
+    if (p->block != 0) {
+        if (clflash_tile_bytes(p->block, p->head_dim, p->elem_size) > budget || (below_block && p->block >= below_block))
+            return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE, "the forced block %u does not fit", p->block);
+        b = p->block;
+    } else {
+        const uint64_t longest = p->seq_q > p->seq_k ? p->seq_q : p->seq_k;
+        b = clflash_max_block(budget, p->head_dim, p->elem_size);
+        if (b > NV_MAX_BLOCK)
+            b = NV_MAX_BLOCK;
+        if (b > (longest + 15) / 16 * 16) /* a block beyond the sequences only computes padding */
+            b = (longest + 15) / 16 * 16;
+        if (below_block && b >= below_block)
+            b = below_block - 1;
+        b = b / 16 * 16;
+    }
+    for (uint32_t block = (uint32_t)b; block >= 16; block -= 16) {
+        cl_kernel kernel = NULL;
+        cl_ulong local_bytes = 0;
+        size_t max_wg = 0;
+        const uint32_t threads = 2 * block; /* one warp per 16 query rows */
+        clflash_status st = build(c, p, with_lse, block, &kernel, &local_bytes, &max_wg);
+        if (st != CLFLASH_SUCCESS)
+            return st;
+        if (local_bytes <= budget && threads <= max_wg) {
+            clflash_plan *plan = &out->plan;
+            memset(plan, 0, sizeof *plan);
+            plan->block = block;
+            plan->tile_bytes = clflash_tile_bytes(block, p->head_dim, p->elem_size);
+            plan->local_mem_budget = budget;
+            plan->kernel_local_bytes = local_bytes;
+            plan->score_matrix_bytes = clflash_score_matrix_bytes(p->seq_q, p->seq_k, p->out_elem_size);
+            plan->tiles_q = ((uint64_t)p->seq_q + block - 1) / block;
+            plan->tiles_k = ((uint64_t)p->seq_k + block - 1) / block;
+            plan->kv_passes = plan->tiles_q;
+            plan->kernel = variant_name;
+            plan->threads_per_row = 2; /* a warp's 32 lanes share its 16 rows */
+            plan->work_group_size = threads;
+            out->kernel = kernel;
+            out->feature_args = 0;
+            return CLFLASH_SUCCESS;
+        }
+        clReleaseKernel(kernel);
+        if (p->block != 0)
+            break;
+    }
+    return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE, "no block fits the tensor-core kernel's limits");
+}

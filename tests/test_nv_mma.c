@@ -1,0 +1,346 @@
+/*
+ * test_nv_mma.c - the NVIDIA tensor-core forward (cl/nv_mma_forward.cl): when the planner picks
+ * it, and what it computes.
+ *
+ *   test_nv_mma select    runs everywhere: on a device without tensor cores (PoCL in CI) every
+ *                         descriptor plans the portable kernel; on an NVIDIA device of compute
+ *                         capability >= 8 the eligible ones plan nv_mma_forward and each reason
+ *                         for refusal (dtype, O type, head_dim, alignment, features, forced block,
+ *                         portable_only) sends the call to the portable kernel.
+ *   test_nv_mma numerics  on a tensor-core device only (exit code 77, "skipped", elsewhere): f16
+ *                         and bf16, head_dim 16..128, odd, prime and size-1 shapes, seq_q != seq_k
+ *                         both ways, causal in all three alignments (rows that see no key), GQA
+ *                         and MQA, forced blocks of 16 and 32 (many tiles and partial tiles), an
+ *                         interleaved strided layout with an offset, against the fp64 reference,
+ *                         with O's gaps checked untouched.
+ *
+ * Own small harness: the shared one stores only f32 and f16.
+ */
+#include "check_common.h"
+
+#include <math.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define SKIP_CODE 77
+#define SENTINEL 0xf7a9u
+
+static clflash_context *ctx;
+
+static void setup(void)
+{
+    ctx = test_context(NULL);
+}
+
+static void teardown(void)
+{
+    clflash_context_free(ctx);
+    ctx = NULL;
+}
+
+static const char *plan_kernel(clflash_context *c, const clflash_attention_desc *d)
+{
+    clflash_plan p;
+    const clflash_status st = clflash_plan_attention(c, d, &p);
+    ck_assert_msg(st == CLFLASH_SUCCESS, "plan: %s (%s)", clflash_status_string(st), clflash_last_error_detail());
+    return p.kernel;
+}
+
+/* 1 if the context's device gets the tensor-core kernel for a plain f16 d = 64 call. */
+static int tensor_cores(clflash_context *c)
+{
+    const clflash_attention_desc d = th_desc(1, 1, 0, 64, 64, 64, CLFLASH_F16, 0);
+    return strcmp(plan_kernel(c, &d), "nv_mma_forward") == 0;
+}
+
+static int device_is_nvidia_sm80(clflash_context *c)
+{
+    char vendor[256] = "";
+    cl_uint major = 0;
+    clGetDeviceInfo(clflash_context_device(c), CL_DEVICE_VENDOR, sizeof vendor, vendor, NULL);
+    if (strstr(vendor, "NVIDIA") == NULL)
+        return 0;
+    /* CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV */
+    if (clGetDeviceInfo(clflash_context_device(c), 0x4000, sizeof major, &major, NULL) != CL_SUCCESS)
+        return 0;
+    return major >= 8;
+}
+
+/* ---- selection -------------------------------------------------------------------------------- */
+
+START_TEST(selection)
+{
+    const int nv = device_is_nvidia_sm80(ctx) && getenv("CLFLASH_PORTABLE") == NULL;
+    const char *const mma = "nv_mma_forward", *const portable = "flash_forward_portable";
+    struct {
+        const char *what;
+        clflash_attention_desc d;
+        int eligible;
+    } cases[11];
+    int n = 0;
+#define CASE(w, desc, el) (cases[n].what = (w), cases[n].d = (desc), cases[n].eligible = (el), n++)
+    CASE("f16 d64", th_desc(1, 2, 0, 100, 100, 64, CLFLASH_F16, 0), 1);
+    CASE("bf16 d128 causal GQA", th_desc(2, 4, 2, 33, 77, 128, CLFLASH_BF16, CLFLASH_CAUSAL), 1);
+    CASE("f16 d16", th_desc(1, 1, 0, 5, 5, 16, CLFLASH_F16, 0), 1);
+    CASE("f32", th_desc(1, 1, 0, 64, 64, 64, CLFLASH_F32, 0), 0);
+    CASE("f16 d72 (not a multiple of 16)", th_desc(1, 1, 0, 64, 64, 72, CLFLASH_F16, 0), 0);
+    CASE("f16 d256 (above 128)", th_desc(1, 1, 0, 64, 64, 256, CLFLASH_F16, 0), 0);
+    clflash_attention_desc w = th_desc(1, 1, 0, 64, 64, 64, CLFLASH_F16, CLFLASH_WINDOW);
+    w.window_left = 4;
+    CASE("window", w, 0);
+    clflash_attention_desc sc = th_desc(1, 1, 0, 64, 64, 64, CLFLASH_F16, 0);
+    sc.softcap = 30.0f;
+    CASE("softcap", sc, 0);
+    clflash_attention_desc off = th_desc(1, 1, 0, 64, 64, 64, CLFLASH_F16, 0);
+    off.q.offset = 3;
+    CASE("q offset 3 (not 16-byte aligned)", off, 0);
+    clflash_attention_desc fb = th_desc(1, 1, 0, 64, 64, 64, CLFLASH_F16, 0);
+    fb.block = 8;
+    CASE("forced block 8", fb, 0);
+    fb.block = 32;
+    CASE("forced block 32", fb, 1);
+#undef CASE
+    for (int i = 0; i < n; i++) {
+        const char *got = plan_kernel(ctx, &cases[i].d);
+        const char *want = nv && cases[i].eligible ? mma : portable;
+        ck_assert_msg(strcmp(got, want) == 0, "%s: planned %s, expected %s", cases[i].what, got, want);
+    }
+
+    /* portable_only wins everywhere */
+    clflash_context_options opt = {0};
+    opt.portable_only = 1;
+    clflash_context *pc = test_context(&opt);
+    ck_assert_str_eq(plan_kernel(pc, &cases[0].d), portable);
+    clflash_context_free(pc);
+}
+END_TEST
+
+/* The plan of the tensor-core kernel reports the rule's tile and its real, smaller local use. */
+START_TEST(plan_fields)
+{
+    if (!tensor_cores(ctx))
+        return;
+    clflash_attention_desc d = th_desc(1, 1, 0, 4096, 4096, 128, CLFLASH_F16, 0);
+    clflash_plan p;
+    ck_assert_int_eq(clflash_plan_attention(ctx, &d, &p), CLFLASH_SUCCESS);
+    ck_assert_uint_eq(p.block % 16, 0);
+    ck_assert_uint_eq(p.tile_bytes, clflash_tile_bytes(p.block, 128, 2));
+    ck_assert_uint_le(p.tile_bytes, p.local_mem_budget);
+    ck_assert_uint_le(p.kernel_local_bytes, p.local_mem_budget);
+    ck_assert_uint_ge(p.kernel_local_bytes, 2ull * p.block * (128 + 8) * 2);
+    ck_assert_uint_eq(p.work_group_size, 2 * p.block);
+    ck_assert_uint_eq(p.tiles_q, (4096 + p.block - 1) / p.block);
+}
+END_TEST
+
+/* ---- numerics --------------------------------------------------------------------------------- */
+
+typedef struct {
+    uint32_t batch, hq, hkv, sq, sk, d, flags, block;
+    int interleaved; /* [batch][seq][heads][d] layouts with an offset of 8 and gaps */
+} mma_shape;
+
+static const mma_shape shapes[] = {
+    {1, 1, 0, 1, 1, 64, 0, 0, 0},
+    {1, 1, 0, 1, 301, 64, 0, 0, 0},   /* decode */
+    {1, 1, 0, 17, 31, 64, 0, 0, 0},
+    {1, 1, 0, 64, 64, 64, 0, 0, 0},
+    {1, 2, 0, 127, 129, 64, 0, 0, 0},
+    {1, 1, 0, 300, 77, 64, 0, 0, 0},  /* seq_q > seq_k */
+    {1, 1, 0, 77, 300, 128, 0, 0, 0}, /* seq_q < seq_k */
+    {2, 4, 2, 131, 97, 128, 0, 0, 0}, /* GQA */
+    {1, 4, 1, 61, 257, 96, 0, 0, 0},  /* MQA */
+    {1, 1, 0, 67, 67, 16, 0, 0, 0},
+    {1, 1, 0, 67, 83, 48, 0, 0, 0},
+    {1, 1, 0, 513, 1001, 128, 0, 0, 0},
+    {1, 1, 0, 1, 1, 64, CLFLASH_CAUSAL, 0, 0},
+    {1, 1, 0, 37, 37, 64, CLFLASH_CAUSAL, 0, 0},
+    {1, 1, 0, 13, 97, 64, CLFLASH_CAUSAL, 0, 0},   /* seq_q < seq_k */
+    {1, 1, 0, 97, 13, 64, CLFLASH_CAUSAL, 0, 0},   /* the first 84 rows see no key */
+    {2, 4, 2, 131, 131, 128, CLFLASH_CAUSAL, 0, 0},
+    {1, 2, 1, 300, 301, 96, CLFLASH_CAUSAL, 0, 0},
+    {1, 1, 0, 97, 131, 64, 0, 16, 0},           /* forced blocks: many tiles, partial ones */
+    {1, 1, 0, 131, 97, 128, CLFLASH_CAUSAL, 16, 0},
+    {1, 2, 1, 101, 103, 64, CLFLASH_CAUSAL, 32, 0},
+    {2, 3, 0, 45, 53, 64, 0, 0, 1},             /* interleaved, offset, gaps */
+    {1, 4, 2, 70, 70, 128, CLFLASH_CAUSAL, 0, 1},
+};
+#define N_SHAPES N_OF(shapes)
+
+static float put(clflash_dtype t, uint16_t *buf, uint64_t i, float x)
+{
+    if (t == CLFLASH_F16) {
+        buf[i] = ref_f32_to_f16(x);
+        return ref_f16_to_f32(buf[i]);
+    }
+    buf[i] = ref_f32_to_bf16(x);
+    return ref_bf16_to_f32(buf[i]);
+}
+
+static float get(clflash_dtype t, const uint16_t *buf, uint64_t i)
+{
+    return t == CLFLASH_F16 ? ref_f16_to_f32(buf[i]) : ref_bf16_to_f32(buf[i]);
+}
+
+/* Interleaved layout of a tensor with `heads` heads: row stride heads*d + 8 (a gap), offset 8. */
+static clflash_layout interleaved(uint32_t heads, uint32_t seq, uint32_t d)
+{
+    clflash_layout l;
+    l.offset = 8;
+    l.seq_stride = (uint64_t)heads * d + 8;
+    l.head_stride = d;
+    l.batch_stride = l.seq_stride * seq + 8;
+    return l;
+}
+
+static cl_mem upload(const void *host, size_t bytes)
+{
+    cl_int err;
+    cl_mem m = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bytes,
+                              (void *)host, &err);
+    ck_assert_msg(err == CL_SUCCESS, "clCreateBuffer: %d", err);
+    return m;
+}
+
+static void run_shape(const mma_shape *s, clflash_dtype t)
+{
+    clflash_attention_desc d = th_desc(s->batch, s->hq, s->hkv, s->sq, s->sk, s->d, t, s->flags);
+    d.block = s->block;
+    const uint32_t hkv = s->hkv ? s->hkv : s->hq;
+    if (s->interleaved) {
+        d.q = interleaved(s->hq, s->sq, s->d);
+        d.k = interleaved(hkv, s->sk, s->d);
+        d.v = interleaved(hkv, s->sk, s->d);
+        d.o = interleaved(s->hq, s->sq, s->d);
+    }
+    char what[200];
+    th_desc_str(&d, what, sizeof what);
+    ck_assert_msg(strcmp(plan_kernel(ctx, &d), "nv_mma_forward") == 0, "%s: not planned on tensor cores", what);
+
+    const uint64_t nq = ref_extent(&d.q, s->batch, s->hq, s->sq, s->d);
+    const uint64_t nk = ref_extent(&d.k, s->batch, hkv, s->sk, s->d);
+    const uint64_t nv = ref_extent(&d.v, s->batch, hkv, s->sk, s->d);
+    const uint64_t no = ref_extent(&d.o, s->batch, s->hq, s->sq, s->d);
+    const size_t rows = (size_t)s->batch * s->hq * s->sq;
+    uint16_t *q = calloc(nq, 2), *k = calloc(nk, 2), *v = calloc(nv, 2), *o = malloc(no * 2);
+    float *qf = calloc(nq, 4), *kf = calloc(nk, 4), *vf = calloc(nv, 4), *lse = malloc(rows * 4);
+    double *ref_o = malloc(rows * s->d * sizeof(double)), *ref_lse = malloc(rows * sizeof(double));
+    ck_assert(q && k && v && o && qf && kf && vf && lse && ref_o && ref_lse);
+    ref_rng r;
+    ref_rng_seed(&r, 7000 + s->sq * 31 + s->sk + s->d + t);
+    for (uint64_t i = 0; i < nq; i++) qf[i] = put(t, q, i, (float)(2.0 * ref_rng_uniform(&r)));
+    for (uint64_t i = 0; i < nk; i++) kf[i] = put(t, k, i, (float)ref_rng_uniform(&r));
+    for (uint64_t i = 0; i < nv; i++) vf[i] = put(t, v, i, (float)ref_rng_uniform(&r));
+    for (uint64_t i = 0; i < no; i++) o[i] = SENTINEL;
+    for (size_t i = 0; i < rows; i++) lse[i] = -777.0f;
+    ref_attention(&d, qf, kf, vf, ref_o, ref_lse);
+
+    cl_mem bq = upload(q, nq * 2), bk = upload(k, nk * 2), bv = upload(v, nv * 2), bo = upload(o, no * 2),
+           bl = upload(lse, rows * 4);
+    cl_command_queue qu = clflash_context_queue(ctx);
+    const clflash_status st = clflash_forward(ctx, &d, NULL, bq, bk, bv, bo, bl, 0, NULL, NULL);
+    ck_assert_msg(st == CLFLASH_SUCCESS, "%s: %s (%s)", what, clflash_status_string(st), clflash_last_error_detail());
+    ck_assert_int_eq(clEnqueueReadBuffer(qu, bo, CL_TRUE, 0, no * 2, o, 0, NULL, NULL), CL_SUCCESS);
+    ck_assert_int_eq(clEnqueueReadBuffer(qu, bl, CL_TRUE, 0, rows * 4, lse, 0, NULL, NULL), CL_SUCCESS);
+
+    /* f16: as the main suites. bf16: O keeps 8 bits of mantissa and P is rounded to bf16 on the
+     * way into the P V product. lse comes from fp32 scores, as exact as the inputs. */
+    const ref_tol to = t == CLFLASH_F16 ? ref_tol_o(CLFLASH_F16, REF_PATH_FLASH) : (ref_tol){4e-3, 1.2e-2};
+    const ref_tol tl = {2e-5, 2e-5};
+    const ref_strides os = ref_resolve_layout(&d.o, s->hq, s->sq, s->d);
+    size_t bad = 0;
+    char first[300] = "";
+    unsigned char *in_layout = calloc(no, 1);
+    ck_assert(in_layout);
+    for (uint32_t b = 0; b < s->batch; b++)
+        for (uint32_t h = 0; h < s->hq; h++)
+            for (uint32_t i = 0; i < s->sq; i++) {
+                const size_t row = ((size_t)b * s->hq + h) * s->sq + i;
+                for (uint32_t c = 0; c < s->d; c++) {
+                    const uint64_t at = ref_index(&os, b, h, i, c);
+                    in_layout[at] = 1;
+                    const double got = get(t, o, at), want = ref_o[row * s->d + c];
+                    if (!ref_close(got, want, to) && bad++ == 0)
+                        snprintf(first, sizeof first, "O[b%u h%u i%u c%u] = %.6g, reference %.6g", b, h, i, c, got, want);
+                }
+                if (!ref_close(lse[row], ref_lse[row], tl) && bad++ == 0)
+                    snprintf(first, sizeof first, "lse[b%u h%u i%u] = %.8g, reference %.8g", b, h, i, lse[row],
+                             ref_lse[row]);
+            }
+    for (uint64_t i = 0; i < no; i++)
+        if (!in_layout[i] && o[i] != SENTINEL && bad++ == 0)
+            snprintf(first, sizeof first, "O's gap element %llu was written", (unsigned long long)i);
+    ck_assert_msg(bad == 0, "%s: %zu wrong, first: %s", what, bad, first);
+
+    clReleaseMemObject(bq);
+    clReleaseMemObject(bk);
+    clReleaseMemObject(bv);
+    clReleaseMemObject(bo);
+    clReleaseMemObject(bl);
+    free(in_layout);
+    free(q), free(k), free(v), free(o), free(qf), free(kf), free(vf), free(lse), free(ref_o), free(ref_lse);
+}
+
+START_TEST(against_reference)
+{
+    run_shape(&shapes[_i % N_SHAPES], _i < (int)N_SHAPES ? CLFLASH_F16 : CLFLASH_BF16);
+}
+END_TEST
+
+/* Same inputs, same bits: no atomics, a fixed order of every sum. */
+START_TEST(repeatable)
+{
+    clflash_attention_desc d = th_desc(1, 2, 1, 200, 333, 64, CLFLASH_F16, CLFLASH_CAUSAL);
+    const size_t nq = 2 * 200 * 64, nk = 333 * 64;
+    uint16_t *q = malloc(nq * 2), *k = malloc(nk * 2), *v = malloc(nk * 2), *o1 = malloc(nq * 2), *o2 = malloc(nq * 2);
+    ck_assert(q && k && v && o1 && o2);
+    ref_rng r;
+    ref_rng_seed(&r, 99);
+    for (size_t i = 0; i < nq; i++) q[i] = ref_f32_to_f16((float)ref_rng_uniform(&r));
+    for (size_t i = 0; i < nk; i++) k[i] = ref_f32_to_f16((float)ref_rng_uniform(&r));
+    for (size_t i = 0; i < nk; i++) v[i] = ref_f32_to_f16((float)ref_rng_uniform(&r));
+    ck_assert_int_eq(clflash_forward_host(ctx, &d, q, k, v, o1, NULL), CLFLASH_SUCCESS);
+    ck_assert_int_eq(clflash_forward_host(ctx, &d, q, k, v, o2, NULL), CLFLASH_SUCCESS);
+    ck_assert_int_eq(memcmp(o1, o2, nq * 2), 0);
+    free(q), free(k), free(v), free(o1), free(o2);
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+    const int numerics = argc > 1 && strcmp(argv[1], "numerics") == 0;
+    if (numerics) {
+        /* Probe in a child: OpenCL state must not exist in the process Check forks from. */
+        const pid_t pid = fork();
+        if (pid == 0) {
+            clflash_context *c = NULL;
+            const clflash_attention_desc d = th_desc(1, 1, 0, 64, 64, 64, CLFLASH_F16, 0);
+            clflash_plan p;
+            const int available = th_context(NULL, &c) == CLFLASH_SUCCESS &&
+                                  clflash_plan_attention(c, &d, &p) == CLFLASH_SUCCESS &&
+                                  strcmp(p.kernel, "nv_mma_forward") == 0;
+            clflash_context_free(c);
+            _exit(available ? 0 : 1);
+        }
+        int status = 0;
+        if (pid < 0 || waitpid(pid, &status, 0) != pid)
+            return EXIT_FAILURE;
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            printf("no tensor-core device here (NVIDIA, compute capability >= 8.0): skipped\n");
+            return SKIP_CODE;
+        }
+    }
+    Suite *s = suite_create("nv_mma");
+    TCase *tc = tcase_create(numerics ? "numerics" : "select");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, TEST_TIMEOUT_S);
+    if (numerics) {
+        tcase_add_loop_test(tc, against_reference, 0, 2 * (int)N_SHAPES);
+        tcase_add_test(tc, repeatable);
+    } else {
+        tcase_add_test(tc, selection);
+        tcase_add_test(tc, plan_fields);
+    }
+    suite_add_tcase(s, tc);
+    return run_suite(s);
+}
