@@ -9,37 +9,41 @@
  * CUDA-core rate; the tensor cores are an order of magnitude faster and OpenCL reaches them only
  * through PTX, which only NVIDIA's compiler accepts.
  *
- * The work-group owns BLOCK_Q = 16 * WARPS query rows of one (batch, head); warp w owns rows
- * 16w .. 16w + 15 and keeps them in registers as mma A fragments for the whole call. For each tile
- * of BLOCK keys:
- *   S = Q K^T        mma.sync m16n8k16, fp32 accumulators in registers (K read with ldmatrix);
- *   online softmax   each row's 2 x BLOCK / 8 values live in the 4 lanes of a quad: shfl.sync
- *                    reduces the row maximum, the row sum stays per lane until the end;
+ * The work-group owns BLOCK_Q = 16 * M_TILES * WARPS query rows of one (batch, head); warp w owns
+ * M_TILES slices of 16 rows and keeps them in registers as mma A fragments for the whole call. For
+ * each tile of BLOCK keys:
+ *   S = Q K^T        mma.sync m16n8k16, fp32 accumulators in registers; each K fragment read with
+ *                    ldmatrix feeds the warp's M_TILES slices;
+ *   online softmax   each row's values live in the 4 lanes of a quad: shfl.sync reduces the row
+ *                    maximum, the row sum stays per lane until the end;
  *   O += P V         P is packed to f16/bf16 pairs in registers (the S accumulator layout is the
  *                    A fragment layout), V read with ldmatrix.trans; O stays in fp32 registers.
- * Local memory holds one K tile and one V tile, each BLOCK x HEAD_DIM in the storage type with
- * rows padded by 16 bytes so the 8 rows of an ldmatrix fall in distinct banks. They are filled by
- * cp.async: V of tile j streams in while S of tile j is computed, K of tile j + 1 while P V of
- * tile j is. Q is staged through the same memory once at the start, and O through it at the end so
- * that the stores are 16-byte and coalesced.
+ * Local memory holds two K and two V tiles, each BLOCK x HEAD_DIM in the storage type with rows
+ * padded by 16 bytes so that the 8 rows of an ldmatrix fall in distinct banks. cp.async fills
+ * them: tile j + 1 streams in while tile j is computed, with one barrier per tile. Q is staged
+ * through the same memory once at the start, and O through it at the end so that the stores are
+ * 16-byte and coalesced.
  *
  * Scores are in log2 units: the host folds log2(e) into score_scale, and exp2 is ex2.approx.
  * A row with no visible key ends with l = 0 and gets O = 0, lse = -inf. Unlike the portable kernel,
  * a masked key's P (0) is still multiplied with its V row inside a tile, so a NaN in V row j reaches
  * every row of the same query block that shares j's key tile (see clflash.h).
  *
- * Defines: HEAD_DIM (multiple of 16), BLOCK (keys per tile, multiple of 16), WARPS, CAUSAL,
- * WITH_LSE, CLFLASH_DTYPE_F16 or CLFLASH_DTYPE_BF16.
+ * Defines: HEAD_DIM (multiple of 16), BLOCK (keys per tile, multiple of 16), WARPS, M_TILES,
+ * CAUSAL, WITH_LSE, CLFLASH_DTYPE_F16 or CLFLASH_DTYPE_BF16.
  */
 
 #define THREADS (32 * WARPS)
-#define BLOCK_Q (16 * WARPS)
+#ifndef M_TILES
+#define M_TILES 1
+#endif
+#define BLOCK_Q (16 * M_TILES * WARPS)
 #define ROW_STRIDE (HEAD_DIM + 8)     /* halves per local row: 16 bytes of padding */
 #define CHUNKS (HEAD_DIM / 8)         /* 16-byte pieces of one row */
 #define K_STEPS (HEAD_DIM / 16)       /* k16 steps of S = Q K^T */
 #define S_TILES (BLOCK / 8)           /* n8 tiles of S (keys) */
 #define O_TILES (HEAD_DIM / 8)        /* n8 tiles of O (columns) */
-#define LOCAL_ROWS (BLOCK_Q > 2 * BLOCK ? BLOCK_Q : 2 * BLOCK)
+#define LOCAL_ROWS (BLOCK_Q > 4 * BLOCK ? BLOCK_Q : 4 * BLOCK) /* two K and two V tiles */
 
 #if defined(CLFLASH_DTYPE_F16)
 #define MMA_OP "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
@@ -154,13 +158,13 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
     /* uint4 elements: cp.async and ldmatrix need 16-byte aligned rows */
     __local uint4 tiles_words[LOCAL_ROWS * ROW_STRIDE / 8];
     __local ushort *const tiles = (__local ushort *)tiles_words;
-    __local ushort *const kt = tiles;                       /* BLOCK key rows */
-    __local ushort *const vt = tiles + BLOCK * ROW_STRIDE;  /* BLOCK value rows */
+    /* Buffer u (0 or 1) holds a K tile at rows 2u BLOCK and its V tile at rows (2u + 1) BLOCK. */
 
     const uint lane = get_local_id(0) % 32, warp = get_local_id(0) / 32;
     const uint g = lane / 4, t = lane % 4;
     const uint h = get_group_id(1), b = get_group_id(2), hk = h / group;
     const uint row0 = get_group_id(0) * BLOCK_Q;
+    const uint warp_row0 = warp * 16 * M_TILES; /* this warp's first row within the block */
     const ulong q_base = q_off + (ulong)b * q_bs + (ulong)h * q_hs;
     const ulong k_base = k_off + (ulong)b * k_bs + (ulong)hk * k_hs;
     const ulong v_base = v_off + (ulong)b * v_bs + (ulong)hk * v_hs;
@@ -171,13 +175,15 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
     async_commit();
     async_wait_all();
     barrier(CLK_LOCAL_MEM_FENCE);
-    uint4 qf[K_STEPS];
-    {
+    uint4 qf[M_TILES][K_STEPS];
+#pragma unroll
+    for (uint mt = 0; mt < M_TILES; mt++) {
         /* matrix j = lane / 8: rows + 8 for j = 1, 3; columns + 8 for j = 2, 3 */
-        __local const ushort *src = tiles + (warp * 16 + lane % 8 + (lane / 8) % 2 * 8) * ROW_STRIDE + lane / 16 * 8;
+        __local const ushort *src =
+            tiles + (warp_row0 + mt * 16 + lane % 8 + (lane / 8) % 2 * 8) * ROW_STRIDE + lane / 16 * 8;
 #pragma unroll
         for (uint kk = 0; kk < K_STEPS; kk++)
-            qf[kk] = load_matrix_x4(src + kk * 16);
+            qf[mt][kk] = load_matrix_x4(src + kk * 16);
     }
     barrier(CLK_LOCAL_MEM_FENCE); /* Q's staging area becomes the K and V tiles */
 
@@ -192,139 +198,179 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
 #endif
     const uint n_tiles = (key_end + BLOCK - 1) / BLOCK;
 
-    const uint my_row = row0 + warp * 16 + g; /* this lane's rows: my_row and my_row + 8 */
-    float4 acc[O_TILES];
+    /* Lane rows: slice mt holds rows row0 + warp_row0 + 16 mt + g ("lo") and that + 8 ("hi"). */
+    float4 acc[M_TILES][O_TILES];
+    float m_lo[M_TILES], m_hi[M_TILES]; /* running maxima */
+    float l_lo[M_TILES], l_hi[M_TILES]; /* this lane's part of the row sums */
 #pragma unroll
-    for (uint dt = 0; dt < O_TILES; dt++)
-        acc[dt] = (float4)(0.0f);
-    float m_lo = -INFINITY, m_hi = -INFINITY; /* running maxima of rows my_row, my_row + 8 */
-    float l_lo = 0.0f, l_hi = 0.0f;           /* this lane's part of their sums */
+    for (uint mt = 0; mt < M_TILES; mt++) {
+#pragma unroll
+        for (uint dt = 0; dt < O_TILES; dt++)
+            acc[mt][dt] = (float4)(0.0f);
+        m_lo[mt] = m_hi[mt] = -INFINITY;
+        l_lo[mt] = l_hi[mt] = 0.0f;
+    }
 
-    __local const ushort *k_src = kt + (lane / 16 * 8 + lane % 8) * ROW_STRIDE + (lane / 8) % 2 * 8;
-    __local const ushort *v_src = vt + ((lane / 8) % 2 * 8 + lane % 8) * ROW_STRIDE + lane / 16 * 8;
+    /* This lane's ldmatrix row addresses within buffer 0 (matrix j = lane / 8): for K, keys + 8
+     * for j = 2, 3 and columns + 8 for j = 1, 3; for V (transposed), keys + 8 for j = 1, 3 and
+     * columns + 8 for j = 2, 3. */
+    __local const ushort *k_src0 = tiles + (lane / 16 * 8 + lane % 8) * ROW_STRIDE + (lane / 8) % 2 * 8;
+    __local const ushort *v_src0 = tiles + (BLOCK + (lane / 8) % 2 * 8 + lane % 8) * ROW_STRIDE + lane / 16 * 8;
 
     if (n_tiles > 0) {
-        stage_rows(kt, k, k_base, k_ss, 0, BLOCK, seq_k);
+        stage_rows(tiles, k, k_base, k_ss, 0, BLOCK, seq_k);
+        stage_rows(tiles + BLOCK * ROW_STRIDE, v, v_base, v_ss, 0, BLOCK, seq_k);
         async_commit();
     }
     for (uint j = 0; j < n_tiles; j++) {
         const uint key0 = j * BLOCK;
         async_wait_all();
-        barrier(CLK_LOCAL_MEM_FENCE); /* K_j is in; every warp is done with V_{j-1} */
-        stage_rows(vt, v, v_base, v_ss, key0, BLOCK, seq_k);
-        async_commit();
+        barrier(CLK_LOCAL_MEM_FENCE); /* tile j is in; every warp is done with tile j - 1 */
+        if (j + 1 < n_tiles) {        /* tile j + 1 streams in while tile j is computed */
+            __local ushort *next = tiles + ((j + 1) % 2) * 2 * BLOCK * ROW_STRIDE;
+            stage_rows(next, k, k_base, k_ss, key0 + BLOCK, BLOCK, seq_k);
+            stage_rows(next + BLOCK * ROW_STRIDE, v, v_base, v_ss, key0 + BLOCK, BLOCK, seq_k);
+            async_commit();
+        }
+        __local const ushort *k_src = k_src0 + (j % 2) * 2 * BLOCK * ROW_STRIDE;
+        __local const ushort *v_src = v_src0 + (j % 2) * 2 * BLOCK * ROW_STRIDE;
 
-        /* S = Q K_j^T: s[n] holds keys key0 + 8n + 2t (+1) of rows my_row (x, y), my_row + 8 (z, w). */
-        float4 s[S_TILES];
+        /* S = Q K_j^T: s[mt][n] holds keys key0 + 8n + 2t (+1) of the lane's lo (x, y) and hi
+         * (z, w) rows. One K fragment feeds every slice. */
+        float4 s[M_TILES][S_TILES];
 #pragma unroll
-        for (uint n = 0; n < S_TILES; n++)
-            s[n] = (float4)(0.0f);
+        for (uint mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+            for (uint n = 0; n < S_TILES; n++)
+                s[mt][n] = (float4)(0.0f);
 #pragma unroll
         for (uint kk = 0; kk < K_STEPS; kk++) {
 #pragma unroll
             for (uint n = 0; n < S_TILES; n += 2) {
                 const uint4 kf = load_matrix_x4(k_src + n * 8 * ROW_STRIDE + kk * 16);
-                s[n] = mma_16x8x16(qf[kk], kf.x, kf.y, s[n]);
-                s[n + 1] = mma_16x8x16(qf[kk], kf.z, kf.w, s[n + 1]);
+#pragma unroll
+                for (uint mt = 0; mt < M_TILES; mt++) {
+                    s[mt][n] = mma_16x8x16(qf[mt][kk], kf.x, kf.y, s[mt][n]);
+                    s[mt][n + 1] = mma_16x8x16(qf[mt][kk], kf.z, kf.w, s[mt][n + 1]);
+                }
             }
         }
 
-        /* Scale, mask the keys past seq_k and (CAUSAL) past each row's diagonal. */
+        /* Scale, mask the keys past seq_k and (CAUSAL) past each row's diagonal, online softmax. */
         int masked = key0 + BLOCK > seq_k;
 #if CAUSAL
         masked |= (long)(key0 + BLOCK - 1) > (long)row0 + shift;
 #endif
-        float max_lo = m_lo, max_hi = m_hi;
 #pragma unroll
-        for (uint n = 0; n < S_TILES; n++) {
-            s[n] *= score_scale;
-            if (masked) {
-                const long key = (long)(key0 + n * 8 + 2 * t);
-                const long lim = (long)seq_k - 1;
+        for (uint mt = 0; mt < M_TILES; mt++) {
+            const long row_lo = (long)(row0 + warp_row0 + mt * 16 + g);
+            float max_lo = m_lo[mt], max_hi = m_hi[mt];
+#pragma unroll
+            for (uint n = 0; n < S_TILES; n++) {
+                s[mt][n] *= score_scale;
+                if (masked) {
+                    const long key = (long)(key0 + n * 8 + 2 * t);
+                    const long lim = (long)seq_k - 1;
 #if CAUSAL
-                const long d_lo = min((long)my_row + shift, lim), d_hi = min((long)my_row + 8 + shift, lim);
+                    const long d_lo = min(row_lo + shift, lim), d_hi = min(row_lo + 8 + shift, lim);
 #else
-                const long d_lo = lim, d_hi = lim;
+                    const long d_lo = lim, d_hi = lim;
 #endif
-                s[n].x = key <= d_lo ? s[n].x : -INFINITY;
-                s[n].y = key + 1 <= d_lo ? s[n].y : -INFINITY;
-                s[n].z = key <= d_hi ? s[n].z : -INFINITY;
-                s[n].w = key + 1 <= d_hi ? s[n].w : -INFINITY;
+                    s[mt][n].x = key <= d_lo ? s[mt][n].x : -INFINITY;
+                    s[mt][n].y = key + 1 <= d_lo ? s[mt][n].y : -INFINITY;
+                    s[mt][n].z = key <= d_hi ? s[mt][n].z : -INFINITY;
+                    s[mt][n].w = key + 1 <= d_hi ? s[mt][n].w : -INFINITY;
+                }
+                max_lo = fmax(max_lo, fmax(s[mt][n].x, s[mt][n].y));
+                max_hi = fmax(max_hi, fmax(s[mt][n].z, s[mt][n].w));
             }
-            max_lo = fmax(max_lo, fmax(s[n].x, s[n].y));
-            max_hi = fmax(max_hi, fmax(s[n].z, s[n].w));
-        }
-        max_lo = fmax(max_lo, lane_xor(max_lo, 1));
-        max_lo = fmax(max_lo, lane_xor(max_lo, 2));
-        max_hi = fmax(max_hi, lane_xor(max_hi, 1));
-        max_hi = fmax(max_hi, lane_xor(max_hi, 2));
+            max_lo = fmax(max_lo, lane_xor(max_lo, 1));
+            max_lo = fmax(max_lo, lane_xor(max_lo, 2));
+            max_hi = fmax(max_hi, lane_xor(max_hi, 1));
+            max_hi = fmax(max_hi, lane_xor(max_hi, 2));
 
-        /* Online softmax; a row that has seen no key keeps reference 0, so exp2(-inf) = 0. */
-        const float ref_lo = max_lo == -INFINITY ? 0.0f : max_lo;
-        const float ref_hi = max_hi == -INFINITY ? 0.0f : max_hi;
-        const float alpha_lo = native_exp2(m_lo - ref_lo), alpha_hi = native_exp2(m_hi - ref_hi);
-        m_lo = max_lo;
-        m_hi = max_hi;
-        float sum_lo = 0.0f, sum_hi = 0.0f;
+            /* A row that has seen no key keeps reference 0, so exp2(-inf) = 0. */
+            const float ref_lo = max_lo == -INFINITY ? 0.0f : max_lo;
+            const float ref_hi = max_hi == -INFINITY ? 0.0f : max_hi;
+            const float alpha_lo = native_exp2(m_lo[mt] - ref_lo), alpha_hi = native_exp2(m_hi[mt] - ref_hi);
+            m_lo[mt] = max_lo;
+            m_hi[mt] = max_hi;
+            float sum_lo = 0.0f, sum_hi = 0.0f;
 #pragma unroll
-        for (uint n = 0; n < S_TILES; n++) {
-            s[n].x = native_exp2(s[n].x - ref_lo);
-            s[n].y = native_exp2(s[n].y - ref_lo);
-            s[n].z = native_exp2(s[n].z - ref_hi);
-            s[n].w = native_exp2(s[n].w - ref_hi);
-            sum_lo += s[n].x + s[n].y;
-            sum_hi += s[n].z + s[n].w;
-        }
-        l_lo = l_lo * alpha_lo + sum_lo;
-        l_hi = l_hi * alpha_hi + sum_hi;
+            for (uint n = 0; n < S_TILES; n++) {
+                s[mt][n].x = native_exp2(s[mt][n].x - ref_lo);
+                s[mt][n].y = native_exp2(s[mt][n].y - ref_lo);
+                s[mt][n].z = native_exp2(s[mt][n].z - ref_hi);
+                s[mt][n].w = native_exp2(s[mt][n].w - ref_hi);
+                sum_lo += s[mt][n].x + s[mt][n].y;
+                sum_hi += s[mt][n].z + s[mt][n].w;
+            }
+            l_lo[mt] = l_lo[mt] * alpha_lo + sum_lo;
+            l_hi[mt] = l_hi[mt] * alpha_hi + sum_hi;
 #pragma unroll
-        for (uint dt = 0; dt < O_TILES; dt++) {
-            acc[dt].x *= alpha_lo;
-            acc[dt].y *= alpha_lo;
-            acc[dt].z *= alpha_hi;
-            acc[dt].w *= alpha_hi;
+            for (uint dt = 0; dt < O_TILES; dt++) {
+                acc[mt][dt].x *= alpha_lo;
+                acc[mt][dt].y *= alpha_lo;
+                acc[mt][dt].z *= alpha_hi;
+                acc[mt][dt].w *= alpha_hi;
+            }
         }
 
-        async_wait_all();
-        barrier(CLK_LOCAL_MEM_FENCE); /* V_j is in; every warp is done with K_j */
-        if (j + 1 < n_tiles) {
-            stage_rows(kt, k, k_base, k_ss, key0 + BLOCK, BLOCK, seq_k);
-            async_commit();
-        }
 
         /* O += P V_j, 16 keys at a time: S tiles 2u and 2u + 1 form P's A fragment. */
 #pragma unroll
         for (uint u = 0; u < BLOCK / 16; u++) {
-            const uint4 pa = (uint4)(pack_pair(s[2 * u].x, s[2 * u].y), pack_pair(s[2 * u].z, s[2 * u].w),
-                                     pack_pair(s[2 * u + 1].x, s[2 * u + 1].y),
-                                     pack_pair(s[2 * u + 1].z, s[2 * u + 1].w));
+            uint4 pa[M_TILES];
+#pragma unroll
+            for (uint mt = 0; mt < M_TILES; mt++)
+                pa[mt] = (uint4)(pack_pair(s[mt][2 * u].x, s[mt][2 * u].y), pack_pair(s[mt][2 * u].z, s[mt][2 * u].w),
+                                 pack_pair(s[mt][2 * u + 1].x, s[mt][2 * u + 1].y),
+                                 pack_pair(s[mt][2 * u + 1].z, s[mt][2 * u + 1].w));
 #pragma unroll
             for (uint dt = 0; dt < O_TILES; dt += 2) {
                 const uint4 vf = load_matrix_x4_trans(v_src + u * 16 * ROW_STRIDE + dt * 8);
-                acc[dt] = mma_16x8x16(pa, vf.x, vf.y, acc[dt]);
-                acc[dt + 1] = mma_16x8x16(pa, vf.z, vf.w, acc[dt + 1]);
+#pragma unroll
+                for (uint mt = 0; mt < M_TILES; mt++) {
+                    acc[mt][dt] = mma_16x8x16(pa[mt], vf.x, vf.y, acc[mt][dt]);
+                    acc[mt][dt + 1] = mma_16x8x16(pa[mt], vf.z, vf.w, acc[mt][dt + 1]);
+                }
             }
         }
     }
 
-    /* The four lanes of a quad hold parts of the same rows' sums. */
-    l_lo += lane_xor(l_lo, 1);
-    l_lo += lane_xor(l_lo, 2);
-    l_hi += lane_xor(l_hi, 1);
-    l_hi += lane_xor(l_hi, 2);
-    const float inv_lo = l_lo == 0.0f ? 0.0f : 1.0f / l_lo;
-    const float inv_hi = l_hi == 0.0f ? 0.0f : 1.0f / l_hi;
-
-    /* O: registers -> local (rows of this warp) -> 16-byte coalesced stores. */
-    barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the last V tile */
-    {
-        __local uint *dst = (__local uint *)(tiles + (warp * 16 + g) * ROW_STRIDE + 2 * t);
+    /* O: registers -> local (this warp's rows) -> 16-byte coalesced stores. The four lanes of a
+     * quad hold parts of the same rows' sums. */
+    barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the last tile */
+    const ulong bh = (ulong)b * heads_q + h;
+#pragma unroll
+    for (uint mt = 0; mt < M_TILES; mt++) {
+        float sl = l_lo[mt], sh = l_hi[mt];
+        sl += lane_xor(sl, 1);
+        sl += lane_xor(sl, 2);
+        sh += lane_xor(sh, 1);
+        sh += lane_xor(sh, 2);
+        const float inv_lo = sl == 0.0f ? 0.0f : 1.0f / sl;
+        const float inv_hi = sh == 0.0f ? 0.0f : 1.0f / sh;
+        const uint r = warp_row0 + mt * 16 + g;
+        __local uint *dst = (__local uint *)(tiles + r * ROW_STRIDE + 2 * t);
 #pragma unroll
         for (uint dt = 0; dt < O_TILES; dt++) {
-            dst[dt * 4] = pack_pair(acc[dt].x * inv_lo, acc[dt].y * inv_lo);
-            dst[dt * 4 + 8 * ROW_STRIDE / 2] = pack_pair(acc[dt].z * inv_hi, acc[dt].w * inv_hi);
+            dst[dt * 4] = pack_pair(acc[mt][dt].x * inv_lo, acc[mt][dt].y * inv_lo);
+            dst[dt * 4 + 8 * ROW_STRIDE / 2] = pack_pair(acc[mt][dt].z * inv_hi, acc[mt][dt].w * inv_hi);
         }
+#if WITH_LSE
+        if (t == 0) {
+            if (row0 + r < seq_q)
+                lse[bh * seq_q + row0 + r] = sl == 0.0f ? -INFINITY : (m_lo[mt] + log2(sl)) * M_LN2_F;
+            if (row0 + r + 8 < seq_q)
+                lse[bh * seq_q + row0 + r + 8] = sh == 0.0f ? -INFINITY : (m_hi[mt] + log2(sh)) * M_LN2_F;
+        }
+#endif
     }
+#if !WITH_LSE
+    (void)lse;
+    (void)bh;
+#endif
     barrier(CLK_LOCAL_MEM_FENCE);
     const ulong o_base = o_off + (ulong)b * o_bs + (ulong)h * o_hs;
     for (uint c = get_local_id(0); c < BLOCK_Q * CHUNKS; c += THREADS) {
@@ -333,16 +379,4 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
             *(__global uint4 *)(o + o_base + (ulong)(row0 + r) * o_ss + piece * 8) =
                 *(__local const uint4 *)(tiles + r * ROW_STRIDE + piece * 8);
     }
-#if WITH_LSE
-    if (t == 0) {
-        const ulong bh = (ulong)b * heads_q + h;
-        if (my_row < seq_q)
-            lse[bh * seq_q + my_row] = l_lo == 0.0f ? -INFINITY : (m_lo + log2(l_lo)) * M_LN2_F;
-        if (my_row + 8 < seq_q)
-            lse[bh * seq_q + my_row + 8] = l_hi == 0.0f ? -INFINITY : (m_hi + log2(l_hi)) * M_LN2_F;
-    }
-#else
-    (void)lse;
-    (void)heads_q;
-#endif
 }

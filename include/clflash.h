@@ -280,14 +280,43 @@ typedef struct {
     uint64_t score_matrix_bytes; /* seq_q * seq_k * s, what naive attention writes per head, with s
                                     the size of O's storage type (the dtype's, except for I8) */
     uint64_t tiles_q, tiles_k;   /* ceil(seq_q / B), ceil(seq_k / B) */
-    uint64_t kv_passes;          /* K and V are streamed once per Q block: tiles_q */
-    const char *kernel;          /* the kernel variant chosen, a static string */
+    uint64_t kv_passes;          /* K and V are streamed once per query block:
+                                    ceil(seq_q / block_q), which is tiles_q for the portable
+                                    kernel */
+    const char *kernel;          /* the kernel variant chosen, a static string:
+                                    "flash_forward_portable" or "nv_mma_forward" */
     /* Added after the contract above (zero-initialised readers may ignore them): */
     uint32_t threads_per_row;    /* work-items that share one query row */
     uint32_t work_group_size;    /* block * threads_per_row */
+    /* Added in 0.3: */
+    uint32_t block_q;            /* query rows per work-group: B for the portable kernel; for
+                                    nv_mma_forward a multiple of 16 that may exceed B (those rows
+                                    are held in registers, not in the tile rule's local memory) */
 } clflash_plan;
 
-/* Plans a forward call: reads the device's local memory (or the context's smaller budget), takes
+/* Kernel variants. The portable kernel (cl/flash_forward.cl) runs everywhere and implements every
+ * feature. On NVIDIA devices of compute capability >= 8.0 (read through cl_nv_device_attribute_query)
+ * the planner picks the tensor-core kernel "nv_mma_forward" (cl/nv_mma_forward.cl: inline PTX
+ * mma.sync, ldmatrix, cp.async) when all of these hold: dtype F16 or BF16 with O of the same type;
+ * head_dim a multiple of 16 up to 128; no window, softcap, bias, ALiBi or key lengths (causal, GQA
+ * and lse are fine); every layout's offset and strides multiples of 8 elements (16 bytes); and a
+ * forced block, if any, a multiple of 16 up to 64. Anything else, or the context option
+ * portable_only, or CLFLASH_PORTABLE=1, gives the portable kernel. What differs in the tensor-core
+ * kernel:
+ *  - B obeys the same tile rule, but the kernel keeps the query block and the B x B scores in
+ *    registers, not local memory. Its local memory holds two K and two V tiles (double-buffered,
+ *    4*B*(d+8)*s bytes), which is what kernel_local_bytes reports and what must fit the budget;
+ *    B steps down by 16 until it does (fp16, d = 128, 48 KiB: the rule allows B = 48, the kernel
+ *    runs B = 32). block_q, its query rows per work-group (up to 128), is independent of B.
+ *  - P is rounded to the storage type (f16 or bf16) before the P V product, as in
+ *    FlashAttention-2; row sums, O and lse accumulate in fp32.
+ *  - A NaN in V row j reaches every row of the same query block whose key tile holds j, even rows
+ *    that do not see key j (their P of 0 still multiplies V on the tensor core). The portable
+ *    kernel confines it to the rows that see key j.
+ * For tuning, CLFLASH_NV_BLOCK (a cap on B), CLFLASH_NV_WARPS and CLFLASH_NV_MTILES (warps per
+ * work-group and 16-row slices per warp) override the planner's choices when set.
+ *
+ * Plans a forward call: reads the device's local memory (or the context's smaller budget), takes
  * the largest B that fits the tile rule, caps it by work-group limits and the tuned preference for
  * the device class, builds the kernel (cached), checks CL_KERNEL_LOCAL_MEM_SIZE and
  * CL_KERNEL_WORK_GROUP_SIZE, and steps B down until the real kernel fits. A forced d->block is used

@@ -1,6 +1,7 @@
 /*
- * forward.c - clflash_forward: validates, plans, sets the portable flash kernel's arguments and
- * enqueues it over a (query blocks, heads_q, batch) grid.
+ * forward.c - clflash_forward: validates, plans, sets the flash kernel's arguments (the portable
+ * kernel or the NVIDIA tensor-core one share the leading arguments) and enqueues it over a
+ * (query blocks, heads_q, batch) grid.
  *
  * Why separate: this is the hot entry point; it holds only dispatch. If the device refuses the
  * planned tile at enqueue (CL_OUT_OF_RESOURCES) and B was not forced, it plans again below that B,
@@ -56,7 +57,7 @@ clflash_status clflash_forward(clflash_context *c, const clflash_attention_desc 
             return st;
         local[0] = fk.plan.work_group_size;
         local[1] = local[2] = 1;
-        global[0] = (size_t)fk.plan.tiles_q * fk.plan.work_group_size;
+        global[0] = (size_t)((p.seq_q + fk.plan.block_q - 1) / fk.plan.block_q) * fk.plan.work_group_size;
         global[1] = p.heads_q;
         global[2] = p.batch;
         err = set_flash_args(fk.kernel, fk.feature_args, &p, q, k, v, o, lse);

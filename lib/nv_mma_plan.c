@@ -7,9 +7,12 @@
  * multiple of 16, one warp per 16 query rows), while the tile rule is the same. planner.c asks
  * here first and falls back to the portable kernel whenever this file says no.
  *
- * B obeys the users' rule, (3*B*d + B*B) * s <= budget, exactly like the portable kernel's. The
- * kernel itself keeps Q and the score block in registers and only a K and a V tile in local
- * memory, so its real local bytes (2 * B * (d + 8) * s) are below the rule's count.
+ * B obeys the users' rule, (3*B*d + B*B) * s <= budget, exactly like the portable kernel's, and
+ * the built kernel's real local bytes must fit the budget too. The kernel keeps Q and the score
+ * block in registers and double-buffers K and V in local memory (4 * B * (d + 8) * s bytes), so
+ * its real bytes differ from the rule's count; where they do not fit, B steps down by 16 (at
+ * d = 128 in fp16 the rule allows 48 and the kernel runs 32 against 48 KiB). Its query block
+ * (block_q) is separate from B: up to 128 rows, held in registers.
  */
 #include "internal.h"
 
@@ -57,23 +60,46 @@ const char *clflash_nv_mma_refusal(const clflash_context *c, const clflash_probl
     return NULL;
 }
 
-/* Bytes of the kernel's local array: a K and a V tile of B rows, each padded by 16 bytes (Q and O
- * are staged through the same array; with B query rows per group they need half of it). */
-static cl_ulong counted_local_bytes(const clflash_problem *p, uint32_t block)
+/* How the work-group's query rows are laid out: `warps` warps of `m_tiles` 16-row slices each.
+ * Measured on the H200 (n = 4096, f16; see README): 4 warps of 2 slices (128 rows) beat 3 to 8
+ * warps of one slice at d = 64 and 128, because each K or V fragment read from local memory then
+ * feeds two mma instead of one. Short query sequences get fewer rows, so that decoding (seq_q = 1)
+ * does not compute 127 rows of padding. CLFLASH_NV_WARPS and CLFLASH_NV_MTILES override both
+ * (developer tuning; see clflash.h). */
+static void rows_for(const clflash_problem *p, uint32_t *warps, uint32_t *m_tiles)
 {
-    return 2ull * block * (p->head_dim + 8) * p->elem_size;
+    const char *ew = getenv("CLFLASH_NV_WARPS"), *em = getenv("CLFLASH_NV_MTILES");
+    if (p->seq_q <= 16) {
+        *warps = 1;
+        *m_tiles = 1;
+    } else {
+        *m_tiles = 2;
+        *warps = p->seq_q >= 128 ? 4 : (p->seq_q + 31) / 32;
+    }
+    if (ew && atoi(ew) >= 1 && atoi(ew) <= 16)
+        *warps = (uint32_t)atoi(ew);
+    if (em && atoi(em) >= 1 && atoi(em) <= 4)
+        *m_tiles = (uint32_t)atoi(em);
+}
+
+/* Bytes of the kernel's local array: a K and a V tile of B rows, each row padded by 16 bytes; Q
+ * and O are staged through the same array, which grows if the work-group's query rows need more. */
+static cl_ulong counted_local_bytes(const clflash_problem *p, uint32_t block, uint32_t block_q)
+{
+    const uint64_t rows = block_q > 4ull * block ? block_q : 4ull * block;
+    return rows * (p->head_dim + 8) * p->elem_size;
 }
 
 static clflash_status build(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t block,
-                            cl_kernel *kernel, cl_ulong *local_bytes, size_t *max_wg)
+                            uint32_t warps, uint32_t m_tiles, cl_kernel *kernel, cl_ulong *local_bytes, size_t *max_wg)
 {
     char defines[512], features[256];
     cl_program prog;
     cl_int err;
     clflash_status st;
     clflash_feature_defines(p, with_lse, features, sizeof features);
-    snprintf(defines, sizeof defines, "%s -D HEAD_DIM=%u -D BLOCK=%u -D WARPS=%u", features, p->head_dim, block,
-             block / 16);
+    snprintf(defines, sizeof defines, "%s -D HEAD_DIM=%u -D BLOCK=%u -D WARPS=%u -D M_TILES=%u", features,
+             p->head_dim, block, warps, m_tiles);
     if ((st = clflash_get_program(c, CLFLASH_SOURCE_NV_MMA_FORWARD, defines, &prog)) != CLFLASH_SUCCESS)
         return st;
     *kernel = clCreateKernel(prog, KERNEL_NAME, &err);
@@ -87,8 +113,8 @@ static clflash_status build(clflash_context *c, const clflash_problem *p, int wi
         *kernel = NULL;
         return clflash_fail(err, "clGetKernelWorkGroupInfo failed");
     }
-    if (*local_bytes < counted_local_bytes(p, block))
-        *local_bytes = counted_local_bytes(p, block);
+    if (*local_bytes < counted_local_bytes(p, block, 16 * warps * m_tiles))
+        *local_bytes = counted_local_bytes(p, block, 16 * warps * m_tiles);
     return CLFLASH_SUCCESS;
 }
 
@@ -103,9 +129,10 @@ clflash_status clflash_plan_nv_mma(clflash_context *c, const clflash_problem *p,
         b = p->block;
     } else {
         const uint64_t longest = p->seq_q > p->seq_k ? p->seq_q : p->seq_k;
+        const char *cap = getenv("CLFLASH_NV_BLOCK"); /* developer tuning knob */
         b = clflash_max_block(budget, p->head_dim, p->elem_size);
-        if (b > NV_MAX_BLOCK)
-            b = NV_MAX_BLOCK;
+        if (b > (cap ? (uint64_t)atoi(cap) : NV_MAX_BLOCK))
+            b = cap ? (uint64_t)atoi(cap) : NV_MAX_BLOCK;
         if (b > (longest + 15) / 16 * 16) /* a block beyond the sequences only computes padding */
             b = (longest + 15) / 16 * 16;
         if (below_block && b >= below_block)
@@ -116,8 +143,10 @@ clflash_status clflash_plan_nv_mma(clflash_context *c, const clflash_problem *p,
         cl_kernel kernel = NULL;
         cl_ulong local_bytes = 0;
         size_t max_wg = 0;
-        const uint32_t threads = 2 * block; /* one warp per 16 query rows */
-        clflash_status st = build(c, p, with_lse, block, &kernel, &local_bytes, &max_wg);
+        uint32_t warps, m_tiles;
+        rows_for(p, &warps, &m_tiles);
+        const uint32_t threads = 32 * warps; /* one warp per 16 query rows */
+        clflash_status st = build(c, p, with_lse, block, warps, m_tiles, &kernel, &local_bytes, &max_wg);
         if (st != CLFLASH_SUCCESS)
             return st;
         if (local_bytes <= budget && threads <= max_wg) {
@@ -130,10 +159,11 @@ clflash_status clflash_plan_nv_mma(clflash_context *c, const clflash_problem *p,
             plan->score_matrix_bytes = clflash_score_matrix_bytes(p->seq_q, p->seq_k, p->out_elem_size);
             plan->tiles_q = ((uint64_t)p->seq_q + block - 1) / block;
             plan->tiles_k = ((uint64_t)p->seq_k + block - 1) / block;
-            plan->kv_passes = plan->tiles_q;
+            plan->kv_passes = ((uint64_t)p->seq_q + 16 * warps * m_tiles - 1) / (16 * warps * m_tiles);
             plan->kernel = variant_name;
             plan->threads_per_row = 2; /* a warp's 32 lanes share its 16 rows */
             plan->work_group_size = threads;
+            plan->block_q = 16 * warps * m_tiles;
             out->kernel = kernel;
             out->feature_args = 0;
             return CLFLASH_SUCCESS;

@@ -127,9 +127,16 @@ START_TEST(plan_fields)
     ck_assert_uint_eq(p.tile_bytes, clflash_tile_bytes(p.block, 128, 2));
     ck_assert_uint_le(p.tile_bytes, p.local_mem_budget);
     ck_assert_uint_le(p.kernel_local_bytes, p.local_mem_budget);
-    ck_assert_uint_ge(p.kernel_local_bytes, 2ull * p.block * (128 + 8) * 2);
-    ck_assert_uint_eq(p.work_group_size, 2 * p.block);
+    ck_assert_uint_ge(p.kernel_local_bytes, 4ull * p.block * (128 + 8) * 2); /* two K and two V tiles */
+    ck_assert_uint_eq(p.block_q % 16, 0);
+    ck_assert_uint_eq(p.work_group_size % 32, 0);
     ck_assert_uint_eq(p.tiles_q, (4096 + p.block - 1) / p.block);
+    ck_assert_uint_eq(p.kv_passes, (4096 + p.block_q - 1) / p.block_q);
+    /* decoding gets a single warp, not 128 rows of padding */
+    d.seq_q = 1;
+    ck_assert_int_eq(clflash_plan_attention(ctx, &d, &p), CLFLASH_SUCCESS);
+    ck_assert_uint_eq(p.block_q, 16);
+    ck_assert_uint_eq(p.work_group_size, 32);
 }
 END_TEST
 

@@ -51,12 +51,19 @@ static void check_plan_fields(clflash_context *c, const clflash_attention_desc *
                   (unsigned long long)p->tiles_q, p->block);
     ck_assert_msg(p->tiles_k == ceil_div(d->seq_k, p->block), "%s: tiles_k %llu for B=%u", what,
                   (unsigned long long)p->tiles_k, p->block);
-    ck_assert_msg(p->kv_passes == p->tiles_q, "%s: kv_passes %llu != tiles_q %llu", what,
-                  (unsigned long long)p->kv_passes, (unsigned long long)p->tiles_q);
     ck_assert_msg(p->kernel != NULL && p->kernel[0] != '\0', "%s: no kernel name", what);
     ck_assert_msg(p->threads_per_row >= 1, "%s: threads_per_row %u", what, p->threads_per_row);
-    ck_assert_msg(p->work_group_size == p->block * p->threads_per_row, "%s: work_group_size %u != %u * %u", what,
-                  p->work_group_size, p->block, p->threads_per_row);
+    ck_assert_msg(p->kv_passes == ceil_div(d->seq_q, p->block_q), "%s: kv_passes %llu for block_q %u", what,
+                  (unsigned long long)p->kv_passes, p->block_q);
+    if (strcmp(p->kernel, "nv_mma_forward") == 0) { /* whole warps, query rows in 16-row slices */
+        ck_assert_msg(p->block_q % 16 == 0 && p->work_group_size % 32 == 0, "%s: block_q %u, work group %u", what,
+                      p->block_q, p->work_group_size);
+    } else {
+        ck_assert_msg(p->block_q == p->block && p->kv_passes == p->tiles_q, "%s: block_q %u for B=%u", what,
+                      p->block_q, p->block);
+        ck_assert_msg(p->work_group_size == p->block * p->threads_per_row, "%s: work_group_size %u != %u * %u",
+                      what, p->work_group_size, p->block, p->threads_per_row);
+    }
     ck_assert_msg(p->work_group_size <= device_max_wg(c), "%s: work group %u above the device's %zu", what,
                   p->work_group_size, device_max_wg(c));
 }
