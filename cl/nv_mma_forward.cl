@@ -2,7 +2,7 @@
  * nv_mma_forward.cl - the forward pass on NVIDIA tensor cores, through inline PTX (mma.sync,
  * ldmatrix, cp.async, shfl.sync), in FlashAttention-2's manner. Chosen by the planner only on
  * NVIDIA devices of compute capability >= 8.0, for fp16 and bf16 storage, head_dim a multiple of 16
- * up to 128, causal or not, GQA, lse, any seq_q and seq_k; everything else runs the portable kernel
+ * up to 256, causal or not, GQA, lse, any seq_q and seq_k; everything else runs the portable kernel
  * (cl/flash_forward.cl), which stays the reference.
  *
  * Why a separate file: the portable kernel does one local-memory load per FMA and stays near the

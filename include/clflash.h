@@ -298,7 +298,7 @@ typedef struct {
  * feature. On NVIDIA devices of compute capability >= 8.0 (read through cl_nv_device_attribute_query)
  * the planner picks the tensor-core kernel "nv_mma_forward" (cl/nv_mma_forward.cl: inline PTX
  * mma.sync, ldmatrix, cp.async) when all of these hold: dtype F16 or BF16 with O of the same type;
- * head_dim a multiple of 16 up to 128; no window, softcap, bias, ALiBi or key lengths (causal, GQA
+ * head_dim a multiple of 16 up to 256; no window, softcap, bias, ALiBi or key lengths (causal, GQA
  * and lse are fine); every layout's offset and strides multiples of 8 elements (16 bytes); and a
  * forced block, if any, a multiple of 16 up to 64. Anything else, or the context option
  * portable_only, or CLFLASH_PORTABLE=1, gives the portable kernel. What differs in the tensor-core

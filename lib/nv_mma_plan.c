@@ -25,7 +25,7 @@ static const char variant_name[] = "nv_mma_forward";
 
 /* Largest B the kernel takes: S lives in registers (B / 2 floats per lane). */
 #define NV_MAX_BLOCK 64u
-#define NV_MAX_HEAD_DIM 128u
+#define NV_MAX_HEAD_DIM 256u
 
 int clflash_env_portable_only(void)
 {
@@ -49,7 +49,7 @@ const char *clflash_nv_mma_refusal(const clflash_context *c, const clflash_probl
     if (p->out_dtype != p->dtype)
         return "O's type differs from the input type";
     if (p->head_dim % 16 != 0 || p->head_dim > NV_MAX_HEAD_DIM)
-        return "head_dim is not a multiple of 16 up to 128";
+        return "head_dim is not a multiple of 16 up to 256";
     if ((p->flags & ~(uint32_t)CLFLASH_CAUSAL) != 0 || p->softcap != 0.0f || p->bias != NULL ||
         p->alibi_slopes != NULL || p->key_lengths != NULL)
         return "a window, softcap, bias, ALiBi or key lengths is set";
@@ -73,7 +73,7 @@ static void rows_for(const clflash_problem *p, uint32_t *warps, uint32_t *m_tile
         *warps = 1;
         *m_tiles = 1;
     } else {
-        *m_tiles = 2;
+        *m_tiles = p->head_dim > 128 ? 1 : 2; /* at d = 256 one slice already holds 200 registers */
         *warps = p->seq_q >= 128 ? 4 : (p->seq_q + 31) / 32;
     }
     if (ew && atoi(ew) >= 1 && atoi(ew) <= 16)

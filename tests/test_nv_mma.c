@@ -8,7 +8,7 @@
  *                         for refusal (dtype, O type, head_dim, alignment, features, forced block,
  *                         portable_only) sends the call to the portable kernel.
  *   test_nv_mma numerics  on a tensor-core device only (exit code 77, "skipped", elsewhere): f16
- *                         and bf16, head_dim 16..128, odd, prime and size-1 shapes, seq_q != seq_k
+ *                         and bf16, head_dim 16..256, odd, prime and size-1 shapes, seq_q != seq_k
  *                         both ways, causal in all three alignments (rows that see no key), GQA
  *                         and MQA, forced blocks of 16 and 32 (many tiles and partial tiles), an
  *                         interleaved strided layout with an offset, against the fp64 reference,
@@ -84,7 +84,7 @@ START_TEST(selection)
     CASE("f16 d16", th_desc(1, 1, 0, 5, 5, 16, CLFLASH_F16, 0), 1);
     CASE("f32", th_desc(1, 1, 0, 64, 64, 64, CLFLASH_F32, 0), 0);
     CASE("f16 d72 (not a multiple of 16)", th_desc(1, 1, 0, 64, 64, 72, CLFLASH_F16, 0), 0);
-    CASE("f16 d256 (above 128)", th_desc(1, 1, 0, 64, 64, 256, CLFLASH_F16, 0), 0);
+    CASE("f16 d256", th_desc(1, 1, 0, 64, 64, 256, CLFLASH_F16, 0), 1);
     clflash_attention_desc w = th_desc(1, 1, 0, 64, 64, 64, CLFLASH_F16, CLFLASH_WINDOW);
     w.window_left = 4;
     CASE("window", w, 0);
@@ -160,6 +160,8 @@ static const mma_shape shapes[] = {
     {1, 1, 0, 67, 67, 16, 0, 0, 0},
     {1, 1, 0, 67, 83, 48, 0, 0, 0},
     {1, 1, 0, 513, 1001, 128, 0, 0, 0},
+    {1, 2, 1, 77, 131, 256, 0, 0, 0},
+    {1, 1, 0, 131, 77, 256, CLFLASH_CAUSAL, 0, 0},
     {1, 1, 0, 1, 1, 64, CLFLASH_CAUSAL, 0, 0},
     {1, 1, 0, 37, 37, 64, CLFLASH_CAUSAL, 0, 0},
     {1, 1, 0, 13, 97, 64, CLFLASH_CAUSAL, 0, 0},   /* seq_q < seq_k */
