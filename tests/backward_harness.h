@@ -24,6 +24,16 @@
 void ref_attention_backward(const clflash_attention_desc *d, const float *q, const float *k, const float *v,
                             const float *d_o, double *dq, double *dk, double *dv, unsigned char *key_seen);
 
+/* The same with every feature of the descriptor (window, softcap) and of x (bias, ALiBi slopes, key
+ * lengths; x may be NULL), as ref_attention_ex defines them. With f the score transform
+ * (ref_transform_score) of s = scale * q.k: P_j = exp(f(s_j) - lse), dS_j = P_j (dP_j - D) f'(s_j),
+ * and the products as above (scale dS_j k_j, scale dS_j q, P_j dO). The bias and the slopes get no
+ * gradient. A row whose visible scores are all -inf contributes nothing; key_seen counts a key as
+ * seen only through a pair whose score is not -inf (a -inf bias gives P = 0 exactly). */
+void ref_attention_backward_ex(const clflash_attention_desc *d, const float *q, const float *k, const float *v,
+                               const float *d_o, const ref_extras *x, double *dq, double *dk, double *dv,
+                               unsigned char *key_seen);
+
 /* ---- one case ------------------------------------------------------------------------------------ */
 typedef struct {
     clflash_attention_desc d;
@@ -39,12 +49,26 @@ typedef struct {
     double *ref_o, *ref_lse;         /* dense fp64 forward */
     double *ref_dq, *ref_dk, *ref_dv; /* dense fp64 gradients */
     unsigned char *key_seen;         /* [batch][heads_kv][seq_k] */
+    /* The descriptor's optional inputs as host copies (NULL = absent); d's cl_mem members stay NULL
+     * and tb_run creates the buffers. */
+    float *bias;                     /* tb_bias_extent(&d) floats */
+    uint64_t bias_n;
+    float *slopes;                   /* [heads_q] */
+    int32_t *lens;                   /* [batch] */
 } tb_case;
 
 /* Allocates and fills a case (Q uniform in [-2, 2), K, V and dO in [-1, 1)) and computes the
  * reference forward and gradients. Returns 0, or -1 if memory ran out or the dtype is not
  * F32, F16 or BF16. */
 int tb_case_init(tb_case *t, const clflash_attention_desc *d, uint64_t seed);
+/* The same with the optional inputs of x (bias over d's bias_layout and bias_broadcast, ALiBi slopes,
+ * key lengths; x may be NULL), which are copied; d's own bias, alibi_slopes and key_lengths are
+ * ignored. The reference forward and gradients honour every feature. */
+int tb_case_init_ex(tb_case *t, const clflash_attention_desc *d, const ref_extras *x, uint64_t seed);
+/* Floats a host bias for d's bias layout must hold (its last element + 1). */
+uint64_t tb_bias_extent(const clflash_attention_desc *d);
+/* The case's optional inputs as the reference takes them. */
+ref_extras tb_extras(const tb_case *t);
 void tb_case_free(tb_case *t);
 /* Refills dq, dk, dv with the sentinel. */
 void tb_reset_outputs(tb_case *t);
