@@ -279,6 +279,66 @@ int tb_case_init_ex(tb_case *t, const clflash_attention_desc *d, const ref_extra
     return 0;
 }
 
+int tb_case_init_features(tb_case *t, const clflash_attention_desc *d_in, tb_bias_kind bias_kind, int alibi,
+                          tb_lens_kind lens_kind, uint64_t seed)
+{
+    clflash_attention_desc d = *d_in;
+    float *bias = NULL, *slopes = NULL;
+    int32_t *lens = NULL;
+    int ret = -1;
+    memset(t, 0, sizeof *t);
+    d.bias_layout = (clflash_layout){0, 0, 0, 0};
+    d.bias_broadcast = 0;
+    if (bias_kind == TB_BIAS_FULL)
+        d.bias_layout.offset = 3;
+    else if (bias_kind == TB_BIAS_BCAST)
+        d.bias_broadcast = CLFLASH_BROADCAST_BATCH | CLFLASH_BROADCAST_HEADS;
+    else if (bias_kind == TB_BIAS_KEYS)
+        d.bias_broadcast = CLFLASH_BROADCAST_HEADS | CLFLASH_BROADCAST_ROWS;
+    if (bias_kind != TB_NO_BIAS) {
+        const uint64_t n = tb_bias_extent(&d);
+        const ref_strides bs = ref_resolve_bias_layout(&d);
+        ref_rng r;
+        ref_rng_seed(&r, seed ^ 0xb1a5);
+        if (!(bias = malloc(n * sizeof(float))))
+            goto out;
+        for (uint64_t i = 0; i < n; i++) {
+            bias[i] = 2.0f * (float)ref_rng_uniform(&r);
+            if ((bias_kind == TB_BIAS_FULL && i % 7 == 3) || (bias_kind == TB_BIAS_BCAST && i % 5 == 2))
+                bias[i] = -INFINITY;
+        }
+        for (uint32_t b = 0; b < d.batch; b++)
+            for (uint32_t h = 0; h < d.heads_q; h++)
+                for (uint32_t i = 0; i < d.seq_q; i++)
+                    for (uint32_t j = 0; j < d.seq_k; j++)
+                        if ((bias_kind == TB_BIAS_KEYS && j % 6 == 5) || (bias_kind == TB_BIAS_DEAD_ROWS && i % 4 == 1))
+                            bias[bs.offset + b * bs.batch_stride + h * bs.head_stride + i * bs.seq_stride + j] =
+                                -INFINITY;
+    }
+    if (alibi) {
+        if (!(slopes = malloc(d.heads_q * sizeof(float))))
+            goto out;
+        for (uint32_t h = 0; h < d.heads_q; h++)
+            slopes[h] = ldexpf(1.0f, -(int)h - 1);
+    }
+    if (lens_kind != TB_NO_LENS) {
+        const int32_t ragged[4] = {(int32_t)(d.seq_k + 1) / 2, 0, (int32_t)d.seq_k + 5, 1};
+        if (!(lens = malloc(d.batch * sizeof(int32_t))))
+            goto out;
+        for (uint32_t b = 0; b < d.batch; b++)
+            lens[b] = lens_kind == TB_LENS_ZERO ? 0 : ragged[b % 4];
+    }
+    {
+        const ref_extras x = {bias, slopes, lens};
+        ret = tb_case_init_ex(t, &d, &x, seed);
+    }
+out:
+    free(bias);
+    free(slopes);
+    free(lens);
+    return ret;
+}
+
 void tb_case_free(tb_case *t)
 {
     void *all[] = {t->qf, t->kf, t->vf, t->dof, t->q, t->k, t->v, t->d_o, t->o, t->lse, t->dq, t->dk, t->dv,

@@ -437,8 +437,14 @@ END_TEST
  * backward against ref_attention_backward_ex; a finite-difference check of that reference with
  * softcap (the tanh derivative) and with everything at once. */
 
-enum { NO_BIAS, BIAS_FULL, BIAS_BCAST, BIAS_KEYS, BIAS_DEAD_ROWS };
-enum { NO_LENS, LENS_RAGGED, LENS_ZERO };
+#define NO_BIAS TB_NO_BIAS
+#define BIAS_FULL TB_BIAS_FULL
+#define BIAS_BCAST TB_BIAS_BCAST
+#define BIAS_KEYS TB_BIAS_KEYS
+#define BIAS_DEAD_ROWS TB_BIAS_DEAD_ROWS
+#define NO_LENS TB_NO_LENS
+#define LENS_RAGGED TB_LENS_RAGGED
+#define LENS_ZERO TB_LENS_ZERO
 #define WIN CLFLASH_WINDOW
 
 typedef struct {
@@ -446,77 +452,23 @@ typedef struct {
     clflash_dtype dtype;
     uint32_t flags, window_left, window_right;
     float scale, softcap;
-    int bias;  /* NO_BIAS ... */
+    tb_bias_kind bias;
     int alibi; /* 1: slopes 0.5, 0.25, ... */
-    int lens;  /* NO_LENS ... */
+    tb_lens_kind lens;
     uint32_t block;
 } feat_t;
 
-/* Builds case t for f. Biases are uniform in [-2, 2) with -inf entries:
- *   BIAS_FULL       one per (b, h, i, j), offset 3, every 7th entry -inf;
- *   BIAS_BCAST      shared by batch entries and heads (a [seq_q][seq_k] mask), every 5th -inf;
- *   BIAS_KEYS       one per (b, j), shared by heads and rows (a padding-style mask), keys j % 6 == 5
- *                   are -inf: they get dK = dV = 0;
- *   BIAS_DEAD_ROWS  one per (b, h, i, j), rows i % 4 == 1 all -inf: lse = -inf and dQ = 0 there.
- * Key lengths: LENS_RAGGED cycles (seq_k + 1) / 2, seq_k + 5 (clamped to seq_k), 1, 0 over the
- * batch; LENS_ZERO is 0 everywhere (no row sees a key: every gradient is 0). */
+/* Builds case t for f (the bias, slopes and lengths as tb_case_init_features makes them). */
 static void feat_init(tb_case *t, const feat_t *f, uint64_t seed)
 {
     clflash_attention_desc d =
         th_desc(f->batch, f->heads_q, f->heads_kv, f->seq_q, f->seq_k, f->head_dim, f->dtype, f->flags);
-    float *bias = NULL, *slopes = NULL;
-    int32_t *lens = NULL;
     d.scale = f->scale;
     d.softcap = f->softcap;
     d.window_left = f->window_left;
     d.window_right = f->window_right;
     d.block = f->block;
-    if (f->bias == BIAS_FULL)
-        d.bias_layout.offset = 3;
-    else if (f->bias == BIAS_BCAST)
-        d.bias_broadcast = CLFLASH_BROADCAST_BATCH | CLFLASH_BROADCAST_HEADS;
-    else if (f->bias == BIAS_KEYS)
-        d.bias_broadcast = CLFLASH_BROADCAST_HEADS | CLFLASH_BROADCAST_ROWS;
-    if (f->bias != NO_BIAS) {
-        const uint64_t n = tb_bias_extent(&d);
-        const ref_strides bs = ref_resolve_bias_layout(&d);
-        ref_rng r;
-        ref_rng_seed(&r, seed ^ 0xb1a5);
-        bias = malloc(n * sizeof(float));
-        ck_assert_ptr_nonnull(bias);
-        for (uint64_t i = 0; i < n; i++) {
-            bias[i] = 2.0f * (float)ref_rng_uniform(&r);
-            if ((f->bias == BIAS_FULL && i % 7 == 3) || (f->bias == BIAS_BCAST && i % 5 == 2))
-                bias[i] = -INFINITY;
-        }
-        for (uint32_t b = 0; b < d.batch; b++)
-            for (uint32_t h = 0; h < d.heads_q; h++)
-                for (uint32_t i = 0; i < d.seq_q; i++)
-                    for (uint32_t j = 0; j < d.seq_k; j++) {
-                        const uint64_t at = bs.offset + b * bs.batch_stride + h * bs.head_stride + i * bs.seq_stride + j;
-                        if ((f->bias == BIAS_KEYS && j % 6 == 5) || (f->bias == BIAS_DEAD_ROWS && i % 4 == 1))
-                            bias[at] = -INFINITY;
-                    }
-    }
-    if (f->alibi) {
-        slopes = malloc(d.heads_q * sizeof(float));
-        ck_assert_ptr_nonnull(slopes);
-        for (uint32_t h = 0; h < d.heads_q; h++)
-            slopes[h] = ldexpf(1.0f, -(int)h - 1);
-    }
-    if (f->lens != NO_LENS) {
-        lens = malloc(d.batch * sizeof(int32_t));
-        ck_assert_ptr_nonnull(lens);
-        for (uint32_t b = 0; b < d.batch; b++) {
-            const int32_t ragged[4] = {(int32_t)(d.seq_k + 1) / 2, (int32_t)d.seq_k + 5, 1, 0};
-            lens[b] = f->lens == LENS_ZERO ? 0 : ragged[b % 4];
-        }
-    }
-    const ref_extras x = {bias, slopes, lens};
-    ck_assert_msg(tb_case_init_ex(t, &d, &x, seed) == 0, "out of host memory");
-    free(bias);
-    free(slopes);
-    free(lens);
+    ck_assert_msg(tb_case_init_features(t, &d, f->bias, f->alibi, f->lens, seed) == 0, "out of host memory");
 }
 
 /* A description of f for failure messages. */
@@ -526,8 +478,8 @@ static void feat_str(const feat_t *f, const tb_case *t, char *buf, size_t len)
     static const char *const lens[] = {"", " lens=ragged", " lens=0"};
     char what[200];
     th_desc_str(&t->d, what, sizeof what);
-    snprintf(buf, len, "%s window=%u,%u softcap=%g%s%s%s block=%u", what, f->window_left, f->window_right,
-             (double)f->softcap, biases[f->bias], f->alibi ? " alibi" : "", lens[f->lens], f->block);
+    snprintf(buf, len, "%s window=%u,%u softcap=%g%s%s%s", what, f->window_left, f->window_right,
+             (double)f->softcap, biases[f->bias], f->alibi ? " alibi" : "", lens[f->lens]);
 }
 
 /* Runs f through one path and checks it against the reference. */
@@ -581,6 +533,9 @@ static const feat_t feats[] = {
     {2, 2, 1, 53, 61, 16, F32, CAUSAL | WIN, 9, 4, 0.0f, 0.0f, NO_BIAS, 0, LENS_RAGGED, 8},
     {2, 2, 1, 61, 53, 16, F16, WIN, 5, 13, 1.0f, 3.0f, BIAS_BCAST, 1, LENS_RAGGED, 16},
     {1, 2, 1, 40, 40, 16, BF16, WIN, 0, 20, 0.0f, 0.0f, BIAS_KEYS, 0, NO_LENS, 8},
+    /* block boundaries: the first row of query block m sees keys from 8m - 8 (the first key of a key
+     * block), the last row up to 8m + 8 (the first key of the next key block) */
+    {1, 2, 1, 40, 40, 16, F32, WIN, 8, 1, 0.0f, 0.0f, NO_BIAS, 0, NO_LENS, 8},
 };
 
 /* _i: row of feats; both paths against the reference. */
@@ -597,7 +552,7 @@ END_TEST
  * same bits on a second run of either path. */
 START_TEST(backward_features_pipeline)
 {
-    const feat_t *f = &feats[22];
+    const feat_t *f = &feats[22]; /* everything at once, f32 */
     char what[400], msg[3000];
     clflash_context_options opt = {0};
     opt.threads_per_row = 4;
