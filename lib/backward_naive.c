@@ -6,9 +6,10 @@
  * for dS, read again for dQ, dK and dV), and it forms D from the matrices (rowsum(P * dP)) instead
  * of from O, so it is also an independent second opinion. Per chunk of query heads (as many as one
  * allocation of an fp32 seq_q x seq_k matrix per head allows) it enqueues the four kernels of
- * cl/naive_backward.cl (with softcap a third matrix holds the transform's derivative); dQ, dK and dV are gathered in fp32 accumulators (dK and dV summed over the
- * chunks in a fixed order) and written by one last kernel, so a call that fails part-way through its
- * enqueues has written no caller buffer. Steps are chained by events, so the order also holds on
+ * cl/naive_backward.cl (with softcap a third matrix holds the transform's derivative); dQ, dK and
+ * dV are gathered in fp32 accumulators (dK and dV summed over the chunks in a fixed order) and
+ * written by one last kernel, so a call that fails part-way through its enqueues has written no
+ * caller buffer. Steps are chained by events, so the order also holds on
  * out-of-order queues.
  */
 #include "internal.h"
