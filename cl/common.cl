@@ -169,3 +169,32 @@ inline float transform_score(float s, float softcap, float bias, float alibi_slo
     (void)seq_k;
     return s;
 }
+
+/* For the backward pass: transform_score, computed by the same operations (so P recomputed from
+ * it matches the forward's lse), and in *slope its derivative with respect to s. Bias and ALiBi are
+ * additive, so only softcap bends it: d(cap * tanh(s / cap))/ds = 1 - tanh^2(s / cap). */
+inline float transform_score_grad(float s, float softcap, float bias, float alibi_slope, uint i, uint j,
+                                  uint seq_q, uint seq_k, float *slope)
+{
+#if SOFTCAP
+    const float t = tanh(s / softcap);
+    s = softcap * t;
+    *slope = fma(-t, t, 1.0f);
+#else
+    *slope = 1.0f;
+#endif
+#if BIAS
+    s += bias;
+#endif
+#if ALIBI
+    s -= alibi_slope * fabs((float)((long)i + (long)seq_k - (long)seq_q - (long)j));
+#endif
+    (void)softcap;
+    (void)bias;
+    (void)alibi_slope;
+    (void)i;
+    (void)j;
+    (void)seq_q;
+    (void)seq_k;
+    return s;
+}

@@ -15,12 +15,22 @@
  *   written nothing (two launches could fail between them).
  * Each gradient element has exactly one writer that sums its terms in a fixed order, so the
  * results are the same bits on every run (no atomics). Both kinds recompute, for a key j and a
- * query i the row sees,
- *   P = exp(scale * q_i.k_j - lse_i),  dP = dO_i.v_j,  dS = P * (dP - D_i)
- * and accumulate dV_j += P dO_i, dK_j += scale dS q_i, or dQ_i += scale dS k_j, in fp32.
- * Probabilities are formed in the log2 domain, exp2(s * scale*log2(e) - lse_i*log2(e)). A row
+ * query i the row sees, with x = q_i.k_j and f the forward's score transform (common.cl's
+ * transform_score: softcap, then bias and ALiBi; the identity without them),
+ *   P = exp(f(scale * x) - lse_i),  dP = dO_i.v_j,  dS = P * (dP - D_i) * f'(scale * x)
+ * and accumulate dV_j += P dO_i, dK_j += scale dS q_i, or dQ_i += scale dS k_j, in fp32: dS is the
+ * gradient with respect to the scaled score before the transform, and the scale of
+ * s = scale * x enters once, when dK and dQ are stored. f' is 1 - tanh^2(s / softcap) with softcap
+ * and 1 otherwise (bias and ALiBi are additive; neither gets a gradient).
+ * Probabilities are formed in the log2 domain, exp2(f(s) * log2(e) - lse_i*log2(e)). A row
  * whose lse is -INFINITY sees no key: its P is 0 without ever forming exp2(-inf - -inf), its dQ is
- * 0, and it adds nothing to dK and dV. Keys no query sees get dK = dV = 0.
+ * 0, and it adds nothing to dK and dV. Keys no query sees get dK = dV = 0; so do keys every
+ * query sees only through a -INFINITY bias (their P is exactly 0).
+ * Which keys a query sees is common.cl's visible_keys (causal, sliding window, key lengths), as in
+ * the forward. Both ends of a query's range grow with the query index, so a dQ group loops only
+ * over the key blocks between its first row's first key and its last row's last key, and a dK/dV
+ * group only over the query blocks from the first query that can see its first key to the last
+ * that can see its last key (visible_queries); the rest are skipped, not computed and masked.
  *
  * Work-groups have BLOCK*TPR work-items: work-item lid owns block row lid / TPR (a key in a dK/dV
  * group, a query in a dQ group), and its lane t = lid % TPR owns the head_dim columns t, t+TPR, ...
@@ -74,17 +84,72 @@ flash_backward_rowdot(__global const bits_t *o, __global const bits_t *d_o, __gl
     dvec[((ulong)b * heads_q + h) * seq_q + i] = acc;
 }
 
-/* The shape and layout arguments both kinds of group read. */
+/* The shape, layout and feature arguments both kinds of group read; key_len is this batch
+ * entry's (seq_k without key lengths). */
 typedef struct {
     uint seq_q, seq_k, heads_q, group;
     float scale_log2, scale;
     ulong q_off, q_bs, q_hs, q_ss, k_off, k_bs, k_hs, k_ss, v_off, v_bs, v_hs, v_ss, o_off, o_bs, o_hs, o_ss;
+    uint key_len, win_left, win_right;
+    float softcap;
+    ulong bias_off, bias_bs, bias_hs, bias_rs;
 } bwd_args;
+
+/* P of a (query qi, key kj) pair the row sees, from the raw dot product x = q.k and the row's lse
+ * in the log2 domain (l2); *slope receives f'(scale * x) (see the top of the file). bias_row is
+ * the row's first bias element, slope_h the head's ALiBi slope (both unused without them). */
+inline float pair_prob(float x, float l2, const bwd_args *a, __global const float *bias, ulong bias_row,
+                       float slope_h, uint qi, uint kj, float *slope)
+{
+#if SOFTCAP || BIAS || ALIBI
+#if BIAS
+    const float bias_v = bias[bias_row + kj];
+#else
+    const float bias_v = 0.0f;
+#endif
+    const float f = transform_score_grad(x * a->scale, a->softcap, bias_v, slope_h, qi, kj, a->seq_q, a->seq_k, slope);
+    return exp2(fma(f, M_LOG2E_F, -l2));
+#else
+    (void)bias;
+    (void)bias_row;
+    (void)slope_h;
+    (void)qi;
+    (void)kj;
+    *slope = 1.0f;
+    return exp2(fma(x, a->scale_log2, -l2));
+#endif
+}
+
+/* The queries that can see a key of [k0, k_end) (k0 < k_end <= seq_k): [*q_begin, *q_end), empty
+ * when equal. With d = i + seq_k - seq_q, query i sees key j only if j <= d (causal),
+ * d - win_left <= j <= d + win_right (window) and j < key_len; so the first query is bounded by
+ * the block's first key and the last query by its last key. A superset is harmless (every pair is
+ * still tested with visible_keys); a subset would drop terms. */
+inline void visible_queries(uint k0, uint k_end, const bwd_args *a, uint *q_begin, uint *q_end)
+{
+    const long shift = (long)a->seq_k - (long)a->seq_q;
+    long qb = 0, qe = (long)a->seq_q;
+    if (k0 >= a->key_len)
+        qe = 0; /* every key of the block is padding */
+#if CAUSAL
+    qb = max(qb, (long)k0 - shift);
+#endif
+#if WINDOW
+    qb = max(qb, (long)k0 - shift - (long)a->win_right);
+    qe = min(qe, (long)k_end + (long)a->win_left - shift);
+#endif
+    (void)k_end;
+    (void)shift;
+    qb = min(qb, (long)a->seq_q);
+    *q_begin = (uint)qb;
+    *q_end = (uint)max(qb, qe);
+}
 
 /* dK and dV for keys k0 .. k0+BLOCK-1 of kv head hk of batch entry b. */
 inline void dkdv_block(__global const bits_t *q, __global const bits_t *k, __global const bits_t *v,
                        __global const bits_t *d_o, __global const float *lse, __global const float *dvec,
-                       __global bits_t *dk, __global bits_t *dv, const bwd_args *a, uint k0, uint hk, uint b,
+                       __global bits_t *dk, __global bits_t *dv, __global const float *bias,
+                       __global const float *alibi, const bwd_args *a, uint k0, uint hk, uint b,
                        __local bits_t *kt, __local bits_t *vt, __local bits_t *qT, __local bits_t *doT,
                        __local float *pt, __local float *dst, __local float *row_lse, __local float *row_d)
 {
@@ -103,14 +168,10 @@ inline void dkdv_block(__global const bits_t *q, __global const bits_t *k, __glo
         vt[r * LDS_STRIDE + c] = in ? v[vbase + (ulong)(k0 + r) * a->v_ss + c] : zero_bits;
     }
 
-    /* The first query that sees key k0 (causal: i >= j - (seq_k - seq_q)); earlier ones see none
-     * of this block's keys, so their blocks are skipped rather than computed and masked. */
-#if CAUSAL
-    const long first = (long)k0 - ((long)seq_k - (long)seq_q);
-    const uint q_start = first <= 0 ? 0u : (first >= (long)seq_q ? seq_q : (uint)first);
-#else
-    const uint q_start = 0;
-#endif
+    /* Queries outside [q_start, q_end) see none of this block's keys: their blocks are skipped
+     * rather than computed and masked. */
+    uint q_start, q_end;
+    visible_queries(k0, min(k0 + BLOCK, seq_k), a, &q_start, &q_end);
 
     float acc_k[COLS_PER_LANE], acc_v[COLS_PER_LANE];
     for (uint cc = 0; cc < COLS_PER_LANE; cc++)
@@ -121,7 +182,13 @@ inline void dkdv_block(__global const bits_t *q, __global const bits_t *k, __glo
         const ulong bh = (ulong)b * a->heads_q + h;
         const ulong qbase = tensor_index(a->q_off, a->q_bs, a->q_hs, a->q_ss, b, h, 0);
         const ulong obase = tensor_index(a->o_off, a->o_bs, a->o_hs, a->o_ss, b, h, 0);
-        for (uint q0 = q_start; q0 < seq_q; q0 += BLOCK) {
+        const ulong bias_head = a->bias_off + (ulong)b * a->bias_bs + (ulong)h * a->bias_hs;
+#if ALIBI
+        const float slope_h = alibi[h];
+#else
+        const float slope_h = 0.0f;
+#endif
+        for (uint q0 = q_start; q0 < q_end; q0 += BLOCK) {
             barrier(CLK_LOCAL_MEM_FENCE); /* B1 */
             for (uint idx = lid; idx < BLOCK * HEAD_DIM; idx += WG_SIZE) {
                 const uint r = idx / HEAD_DIM, c = idx % HEAD_DIM;
@@ -153,10 +220,14 @@ inline void dkdv_block(__global const bits_t *q, __global const bits_t *k, __glo
                 const uint i = lane + rr * TPR;
                 const uint qi = q0 + i;
                 const float l2 = row_lse[i];
-                const bool seen = kj < seq_k && qi < seq_q && l2 != -INFINITY && key_visible(qi, kj, seq_q, seq_k);
-                const float p = seen ? exp2(fma(s[rr], a->scale_log2, -l2)) : 0.0f;
+                long lo, hi;
+                visible_keys(min(qi, seq_q - 1), seq_q, seq_k, a->key_len, a->win_left, a->win_right, &lo, &hi);
+                const bool seen = qi < seq_q && l2 != -INFINITY && (long)kj >= lo && (long)kj < hi;
+                float slope = 1.0f, p = 0.0f;
+                if (seen)
+                    p = pair_prob(s[rr], l2, a, bias, bias_head + (ulong)qi * a->bias_rs, slope_h, qi, kj, &slope);
                 pt[jr * P_STRIDE + i] = p;
-                dst[jr * P_STRIDE + i] = p * (dp[rr] - row_d[i]);
+                dst[jr * P_STRIDE + i] = p * (dp[rr] - row_d[i]) * slope;
             }
             barrier(CLK_LOCAL_MEM_FENCE); /* B3 */
 
@@ -191,7 +262,8 @@ inline void dkdv_block(__global const bits_t *q, __global const bits_t *k, __glo
 /* dQ for queries q0 .. q0+BLOCK-1 of query head h of batch entry b. */
 inline void dq_block(__global const bits_t *q, __global const bits_t *k, __global const bits_t *v,
                      __global const bits_t *d_o, __global const float *lse, __global const float *dvec,
-                     __global bits_t *dq, const bwd_args *a, uint q0, uint h, uint b, __local bits_t *qt,
+                     __global bits_t *dq, __global const float *bias, __global const float *alibi,
+                     const bwd_args *a, uint q0, uint h, uint b, __local bits_t *qt,
                      __local bits_t *dorow, __local bits_t *kT, __local bits_t *vT, __local float *dst)
 {
     const uint lid = get_local_id(0);
@@ -215,20 +287,28 @@ inline void dq_block(__global const bits_t *q, __global const bits_t *k, __globa
     const float l2 = qi < seq_q ? lse[bh * seq_q + qi] * M_LOG2E_F : -INFINITY;
     const float d_row = qi < seq_q ? dvec[bh * seq_q + qi] : 0.0f;
 
-    /* Keys past key_end are invisible to every row of this block (causal): skipped. */
-    const uint q_last = min(q0 + BLOCK, seq_q) - 1;
-#if CAUSAL
-    const long causal_end = (long)q_last + (long)seq_k - (long)seq_q + 1;
-    const uint key_end = causal_end <= 0 ? 0u : (uint)min((long)seq_k, causal_end);
+    /* The keys this row sees, [lo, hi). Both ends grow with the query index, so the key blocks
+     * before the first row's lo and from the last row's hi on are invisible to the whole block:
+     * skipped. */
+    long lo, hi, first_lo, first_hi, last_lo, last_hi;
+    visible_keys(q0, seq_q, seq_k, a->key_len, a->win_left, a->win_right, &first_lo, &first_hi);
+    visible_keys(min(q0 + BLOCK, seq_q) - 1, seq_q, seq_k, a->key_len, a->win_left, a->win_right, &last_lo, &last_hi);
+    visible_keys(min(qi, seq_q - 1), seq_q, seq_k, a->key_len, a->win_left, a->win_right, &lo, &hi);
+    const uint key_begin = first_lo <= 0 ? 0u : (uint)first_lo / BLOCK * BLOCK;
+    const uint key_end = last_hi <= (long)key_begin ? key_begin : (uint)last_hi;
+    const ulong bias_row = a->bias_off + (ulong)b * a->bias_bs + (ulong)h * a->bias_hs +
+                           (ulong)min(qi, seq_q - 1) * a->bias_rs;
+#if ALIBI
+    const float slope_h = alibi[h];
 #else
-    const uint key_end = seq_k;
+    const float slope_h = 0.0f;
 #endif
 
     float acc[COLS_PER_LANE];
     for (uint cc = 0; cc < COLS_PER_LANE; cc++)
         acc[cc] = 0.0f;
 
-    for (uint k0 = 0; k0 < key_end; k0 += BLOCK) {
+    for (uint k0 = key_begin; k0 < key_end; k0 += BLOCK) {
         barrier(CLK_LOCAL_MEM_FENCE); /* B1 */
         for (uint idx = lid; idx < BLOCK * HEAD_DIM; idx += WG_SIZE) {
             const uint r = idx / HEAD_DIM, c = idx % HEAD_DIM;
@@ -253,9 +333,11 @@ inline void dq_block(__global const bits_t *q, __global const bits_t *k, __globa
         for (uint kk = 0; kk < PARTNERS_PER_LANE; kk++) {
             const uint j = lane + kk * TPR;
             const uint key = k0 + j;
-            const bool seen = key < seq_k && qi < seq_q && l2 != -INFINITY && key_visible(qi, key, seq_q, seq_k);
-            const float p = seen ? exp2(fma(s[kk], a->scale_log2, -l2)) : 0.0f;
-            dst[j * P_STRIDE + row] = p * (dp[kk] - d_row);
+            const bool seen = qi < seq_q && l2 != -INFINITY && (long)key >= lo && (long)key < hi;
+            float slope = 1.0f, p = 0.0f;
+            if (seen)
+                p = pair_prob(s[kk], l2, a, bias, bias_row, slope_h, qi, key, &slope);
+            dst[j * P_STRIDE + row] = p * (dp[kk] - d_row) * slope;
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* B3 */
 
@@ -288,7 +370,9 @@ flash_backward_grads(__global const bits_t *q, __global const bits_t *k, __globa
                      uint heads_q, uint heads_kv, uint group, uint tiles_k, float scale_log2, float scale,
                      ulong q_off, ulong q_bs, ulong q_hs, ulong q_ss, ulong k_off, ulong k_bs, ulong k_hs,
                      ulong k_ss, ulong v_off, ulong v_bs, ulong v_hs, ulong v_ss, ulong o_off, ulong o_bs,
-                     ulong o_hs, ulong o_ss)
+                     ulong o_hs, ulong o_ss, uint win_left, uint win_right, float softcap,
+                     __global const float *bias, ulong bias_off, ulong bias_bs, ulong bias_hs, ulong bias_rs,
+                     __global const float *alibi, __global const int *key_lens)
 {
     __local bits_t rows_a[BLOCK * LDS_STRIDE];
     __local bits_t rows_b[BLOCK * LDS_STRIDE];
@@ -299,18 +383,25 @@ flash_backward_grads(__global const bits_t *q, __global const bits_t *k, __globa
     __local float row_lse[BLOCK];
     __local float row_d[BLOCK];
 
-    const bwd_args a = {seq_q, seq_k, heads_q, group, scale_log2, scale, q_off, q_bs, q_hs, q_ss, k_off, k_bs,
-                        k_hs, k_ss, v_off, v_bs, v_hs, v_ss, o_off, o_bs, o_hs, o_ss};
     const uint blk = get_group_id(0), h = get_group_id(1), b = get_group_id(2);
+#if KEYLEN
+    const uint key_len = (uint)clamp(key_lens[b], 0, (int)seq_k);
+#else
+    const uint key_len = seq_k;
+    (void)key_lens;
+#endif
+    const bwd_args a = {seq_q, seq_k, heads_q, group, scale_log2, scale, q_off, q_bs, q_hs, q_ss, k_off, k_bs,
+                        k_hs, k_ss, v_off, v_bs, v_hs, v_ss, o_off, o_bs, o_hs, o_ss, key_len, win_left,
+                        win_right, softcap, bias_off, bias_bs, bias_hs, bias_rs};
     if (blk < tiles_k) {
         if (h >= heads_kv || CLFLASH_BWD_SKIP_DKDV) /* dK/dV groups exist per kv head */
             return;
-        dkdv_block(q, k, v, d_o, lse, dvec, dk, dv, &a, blk * BLOCK, h, b, rows_a, rows_b, cols_a, cols_b, pt, dst,
-                   row_lse, row_d);
+        dkdv_block(q, k, v, d_o, lse, dvec, dk, dv, bias, alibi, &a, blk * BLOCK, h, b, rows_a, rows_b, cols_a,
+                   cols_b, pt, dst, row_lse, row_d);
     } else {
         if (CLFLASH_BWD_SKIP_DQ)
             return;
-        dq_block(q, k, v, d_o, lse, dvec, dq, &a, (blk - tiles_k) * BLOCK, h, b, rows_a, rows_b, cols_a, cols_b,
-                 dst);
+        dq_block(q, k, v, d_o, lse, dvec, dq, bias, alibi, &a, (blk - tiles_k) * BLOCK, h, b, rows_a, rows_b, cols_a,
+                 cols_b, dst);
     }
 }

@@ -2,9 +2,12 @@
  * naive_backward.cl - the textbook attention backward on the materialized path, the baseline the
  * flash backward is measured against. The host prepends common.cl and, per chunk of query heads
  * (as many as one allocation of each matrix allows), enqueues:
- *   naive_bwd_products  P = exp(scale * Q K^T - lse) (0 where masked or lse = -inf) and
- *                       dP = dO V^T, both fp32, into two [heads][seq_q][seq_k] buffers;
- *   naive_bwd_softmax   per row D = sum_j P*dP, then dS = P * (dP - D) written over dP;
+ *   naive_bwd_products  P = exp(f(scale * Q K^T) - lse) (0 where masked or lse = -inf), with f the
+ *                       forward's score transform (softcap, bias, ALiBi: common.cl), and
+ *                       dP = dO V^T, both fp32, into two [heads][seq_q][seq_k] buffers; with
+ *                       softcap also f' = 1 - tanh^2(s / softcap) into a third;
+ *   naive_bwd_softmax   per row D = sum_j P*dP, then dS = P * (dP - D) (times f' with softcap)
+ *                       written over dP: the gradient with respect to the scaled score;
  *   naive_bwd_dq        dS K into an fp32 accumulator [batch*heads_q][seq_q][head_dim];
  *   naive_bwd_dkdv      for each kv head whose group has query heads in the chunk:
  *                       dS^T Q and P^T dO over those heads, into fp32 accumulators
@@ -15,6 +18,8 @@
  * part-way through its enqueues has written none of them.
  * D is formed from the matrices themselves (the softmax Jacobian), so this path reads O only
  * through the caller's contract, not at all: a second opinion on the flash path's D = rowsum(dO*O).
+ * Which keys a query sees is common.cl's visible_keys (causal, window, key lengths), as in the
+ * forward; unseen pairs get P = 0 and so add nothing. Bias and ALiBi get no gradient.
  *
  * The products are 16x16 tiled through local memory (TS = 16): every work-item loads one element
  * of each tile, B1 makes the tiles complete before they are read, and B2 keeps the next load from
@@ -29,7 +34,10 @@ naive_bwd_products(__global const bits_t *q, __global const bits_t *k, __global 
                    __global float *dpm, uint seq_q, uint seq_k, uint heads_q, uint group, uint bh0,
                    float scale, ulong q_off, ulong q_bs, ulong q_hs, ulong q_ss, ulong k_off,
                    ulong k_bs, ulong k_hs, ulong k_ss, ulong v_off, ulong v_bs, ulong v_hs,
-                   ulong v_ss, ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss)
+                   ulong v_ss, ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss, uint win_left,
+                   uint win_right, float softcap, __global const float *bias, ulong bias_off,
+                   ulong bias_bs, ulong bias_hs, ulong bias_rs, __global const float *alibi,
+                   __global const int *key_lens, __global float *gm)
 {
     __local float qs[TS][TS + 1];
     __local float ks[TS][TS + 1];
@@ -62,18 +70,58 @@ naive_bwd_products(__global const bits_t *q, __global const bits_t *k, __global 
     const uint i = i0 + ty, j = j0 + tx;
     if (i < seq_q && j < seq_k) {
         const float l = lse[(ulong)bh * seq_q + i];
-        const bool seen = l != -INFINITY && key_visible(i, j, seq_q, seq_k);
+#if KEYLEN
+        const uint key_len = (uint)clamp(key_lens[b], 0, (int)seq_k);
+#else
+        const uint key_len = seq_k;
+#endif
+        long lo, hi;
+        visible_keys(i, seq_q, seq_k, key_len, win_left, win_right, &lo, &hi);
+        const bool seen = l != -INFINITY && (long)j >= lo && (long)j < hi;
         const ulong at = ((ulong)hb * seq_q + i) * seq_k + j;
-        pm[at] = seen ? exp(s * scale - l) : 0.0f;
+        float p = 0.0f, slope = 1.0f;
+        if (seen) {
+#if SOFTCAP || BIAS || ALIBI
+#if BIAS
+            const float bias_v = bias[bias_off + (ulong)b * bias_bs + (ulong)h * bias_hs + (ulong)i * bias_rs + j];
+#else
+            const float bias_v = 0.0f;
+#endif
+#if ALIBI
+            const float slope_h = alibi[h];
+#else
+            const float slope_h = 0.0f;
+#endif
+            p = exp(transform_score_grad(s * scale, softcap, bias_v, slope_h, i, j, seq_q, seq_k, &slope) - l);
+#else
+            p = exp(s * scale - l);
+#endif
+        }
+        pm[at] = p;
         dpm[at] = dp;
+#if SOFTCAP
+        gm[at] = slope;
+#endif
     }
+    (void)win_left;
+    (void)win_right;
+    (void)softcap;
+    (void)bias;
+    (void)bias_off;
+    (void)bias_bs;
+    (void)bias_hs;
+    (void)bias_rs;
+    (void)alibi;
+    (void)key_lens;
+    (void)gm;
 }
 
 /* One work-group per row; the grid is (SOFTMAX_WG * seq_q, heads). Each work-item sums its
  * strided share of P*dP, a tree in local memory adds the shares (a barrier after every level),
- * and the row's dS is written over dP. */
+ * and the row's dS is written over dP (times the softcap derivative gm when SOFTCAP). */
 __kernel __attribute__((reqd_work_group_size(SOFTMAX_WG, 1, 1))) void
-naive_bwd_softmax(__global const float *pm, __global float *dpm, uint seq_q, uint seq_k)
+naive_bwd_softmax(__global const float *pm, __global float *dpm, uint seq_q, uint seq_k,
+                  __global const float *gm)
 {
     __local float red[SOFTMAX_WG];
     const uint lid = get_local_id(0);
@@ -91,8 +139,14 @@ naive_bwd_softmax(__global const float *pm, __global float *dpm, uint seq_q, uin
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     const float d = red[0];
-    for (uint j = lid; j < seq_k; j += SOFTMAX_WG)
+    for (uint j = lid; j < seq_k; j += SOFTMAX_WG) {
+#if SOFTCAP
+        dpm[row + j] = pm[row + j] * (dpm[row + j] - d) * gm[row + j];
+#else
         dpm[row + j] = pm[row + j] * (dpm[row + j] - d);
+#endif
+    }
+    (void)gm;
 }
 
 /* acc_q[bh][i][c] = sum_j dS[i][j] K[j][c]; grid (head_dim, seq_q, heads) rounded up to TS. */

@@ -378,18 +378,30 @@ CLFLASH_API clflash_status clflash_forward_naive(clflash_context *c, const clfla
  * temporary of batch * heads_q * seq_q floats that clflash allocates and releases); then one launch
  * whose work-groups over K/V blocks write dK and dV (each looping over the query heads of its
  * group and the query blocks) and whose work-groups over Q blocks write dQ, each recomputing
- * P = exp(scale * q.k - lse) block by block (with CLFLASH_CAUSAL a block pair no query of it sees
- * is skipped). No seq_q x seq_k matrix is stored; all sums are fp32. Deterministic: no atomics,
- * every gradient element is summed by one work-item in a fixed order, so the same inputs give the
- * same bits on every run (for the same plan). A row whose lse is -INFINITY (it sees no key) gets
- * dQ = 0 and adds nothing; a key no query sees gets dK = dV = 0.
+ * P = exp(f(scale * q.k) - lse) block by block, with f the forward's score transform (softcap,
+ * then bias and ALiBi; the identity without them). A block pair no query of it sees (causal,
+ * window, key lengths) is skipped. No seq_q x seq_k matrix is stored; all sums are fp32.
+ * Deterministic: no atomics, every gradient element is summed by one work-item in a fixed order,
+ * so the same inputs give the same bits on every run (for the same plan). A row whose lse is
+ * -INFINITY (it sees no key, or only -INFINITY biases) gets dQ = 0 and adds nothing; a key no
+ * query sees (or sees only through a -INFINITY bias) gets dK = dV = 0.
  *
- * Supported: F32, F16, BF16 storage; CLFLASH_CAUSAL; GQA/MQA; any layouts; seq_q, seq_k >= 1;
- * head_dim 1 .. CLFLASH_MAX_HEAD_DIM. Anything else the descriptor can ask for (I8, out_dtype other
- * than dtype, CLFLASH_WINDOW, softcap, bias, ALiBi, key_lengths) returns CLFLASH_ERROR_UNSUPPORTED
- * before anything is enqueued.
+ * The features, added after the contract, mean what they mean for clflash_forward (pass the same
+ * descriptor, bias, slopes and key lengths as the forward that produced O and lse):
+ *  - CLFLASH_WINDOW and key_lengths: the same visibility rule; invisible pairs add nothing.
+ *  - softcap: the score is s' = softcap * tanh(s / softcap) of the scaled score s = scale * q.k,
+ *    so dS = P * (dP - D) * (1 - tanh^2(s / softcap)) is the gradient with respect to s, and
+ *    dQ = scale * dS K, dK = scale * dS^T Q (dV = P^T dO is unchanged).
+ *  - bias and alibi_slopes: added to the scores when P is recomputed. Neither gets a gradient:
+ *    clflash computes no dBias and no gradient for the slopes.
+ *
+ * Supported: F32, F16, BF16 storage; CLFLASH_CAUSAL, CLFLASH_WINDOW, softcap, bias (any layout and
+ * broadcast, -INFINITY entries mask), ALiBi, key_lengths, in any combination; GQA/MQA; any
+ * layouts; seq_q, seq_k >= 1; head_dim 1 .. CLFLASH_MAX_HEAD_DIM. I8 storage and an out_dtype
+ * other than dtype return CLFLASH_ERROR_UNSUPPORTED before anything is enqueued.
  * Returns: as clflash_forward, plus CLFLASH_ERROR_INVALID_ARGUMENT for a NULL lse, d_o, dq, dk or
- * dv, lse sharing a buffer with an output, or an output sharing a buffer with another output;
+ * dv, lse sharing a buffer with an output, an output sharing a buffer with another output or with
+ * the descriptor's bias, alibi_slopes or key_lengths;
  * CLFLASH_ERROR_INVALID_LAYOUT when an output overlaps an input in the same buffer or its layout
  * makes two of its elements share an address; CLFLASH_ERROR_UNSUPPORTED as above. On any error
  * nothing is enqueued and no caller buffer is touched. */
@@ -399,11 +411,12 @@ CLFLASH_API clflash_status clflash_backward(clflash_context *c, const clflash_at
                                             cl_mem dv, cl_uint num_wait, const cl_event *wait,
                                             cl_event *done);
 
-/* The materialized baseline for the backward, with the same arguments, checks and results as
- * clflash_backward (up to rounding): for as many query heads at a time as one allocation allows it
- * writes P = exp(scale * Q K^T - lse) and dP = dO V^T as two fp32 matrices
- * (seq_q * seq_k * 4 bytes each per head), turns dP into dS = P * (dP - rowsum(P * dP)) in place,
- * and forms dQ = scale dS K, dK = scale dS^T Q and dV = P^T dO with tiled kernels into fp32
+/* The materialized baseline for the backward, with the same arguments, checks, features and results
+ * as clflash_backward (up to rounding): for as many query heads at a time as one allocation allows it
+ * writes P = exp(f(scale * Q K^T) - lse) and dP = dO V^T as two fp32 matrices
+ * (seq_q * seq_k * 4 bytes each per head; with softcap a third holds the derivative
+ * 1 - tanh^2(s / softcap)), turns dP into dS = P * (dP - rowsum(P * dP)) (times that derivative)
+ * in place, and forms dQ = scale dS K, dK = scale dS^T Q and dV = P^T dO with tiled kernels into fp32
  * accumulators (one float per element of dq, dk and dv), which a last kernel writes out. It reads O
  * not at all: D comes from the matrices. Deterministic as well. Additional status:
  * CLFLASH_ERROR_SCORE_MATRIX_TOO_LARGE when one head's fp32 matrix exceeds
@@ -437,8 +450,8 @@ CLFLASH_API uint64_t clflash_backward_max_block(uint64_t local_mem_bytes, uint64
  * = the gradient kernel's; kv_passes = tiles_q (the dQ work-groups stream K and V once per Q block;
  * the dK/dV work-groups stream Q and dO once per K/V block and query head of their group);
  * threads_per_row = work-items per block row; kernel = "flash_backward_portable".
- * Returns: as clflash_plan_attention, plus CLFLASH_ERROR_UNSUPPORTED for features the backward
- * does not support (see clflash_backward). */
+ * Returns: as clflash_plan_attention, plus CLFLASH_ERROR_UNSUPPORTED for what the backward does
+ * not support (I8, an out_dtype other than dtype; see clflash_backward). */
 CLFLASH_API clflash_status clflash_plan_backward(clflash_context *c, const clflash_attention_desc *d,
                                                  clflash_plan *out);
 

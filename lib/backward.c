@@ -88,6 +88,12 @@ clflash_status clflash_validate_backward_call(clflash_context *c, const clflash_
                                 out[i].name, out[i].name + 1);
         if (lse == out[i].buf)
             return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "lse and %s are the same buffer", out[i].name);
+        /* The descriptor's own inputs are read while the outputs are written. */
+        if (out[i].buf == p->bias || out[i].buf == p->alibi_slopes || out[i].buf == p->key_lengths)
+            return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "%s is the same buffer as the descriptor's %s",
+                                out[i].name,
+                                out[i].buf == p->bias ? "bias" : out[i].buf == p->alibi_slopes ? "alibi_slopes"
+                                                                                              : "key_lengths");
     }
     /* An output must not overlap an input or another output that shares its buffer (byte ranges
      * from the first to one past the last element; interleaved layouts count as overlapping). */
@@ -109,8 +115,9 @@ clflash_status clflash_validate_backward_call(clflash_context *c, const clflash_
     return CLFLASH_SUCCESS;
 }
 
-/* The gradient kernel's arguments: nine buffers, the shape, the scales and the q, k, v and o
- * layouts. */
+/* The gradient kernel's arguments: nine buffers, the shape, the scales, the q, k, v and o
+ * layouts, and the feature arguments the forward kernels take too (window, softcap, bias, ALiBi,
+ * key lengths; clflash_set_feature_args without the output scale). */
 static cl_int set_grad_args(cl_kernel kernel, const cl_mem *bufs, const clflash_problem *p, uint64_t tiles_k)
 {
     const cl_uint nbuf = 9, seq_q = p->seq_q, seq_k = p->seq_k, heads_q = p->heads_q, heads_kv = p->heads_kv,
@@ -131,6 +138,8 @@ static cl_int set_grad_args(cl_kernel kernel, const cl_mem *bufs, const clflash_
         err = clflash_set_args(kernel, nbuf, args, sizeof args / sizeof args[0]);
     for (cl_uint i = 0; err == CL_SUCCESS && i < 16; i++)
         err = clSetKernelArg(kernel, nbuf + 8 + i, sizeof(cl_ulong), &lay[i]);
+    if (err == CL_SUCCESS)
+        err = clflash_set_feature_args(kernel, nbuf + 8 + 16, p, 0);
     return err;
 }
 

@@ -6,9 +6,10 @@
  * for dS, read again for dQ, dK and dV), and it forms D from the matrices (rowsum(P * dP)) instead
  * of from O, so it is also an independent second opinion. Per chunk of query heads (as many as one
  * allocation of an fp32 seq_q x seq_k matrix per head allows) it enqueues the four kernels of
- * cl/naive_backward.cl; dQ, dK and dV are gathered in fp32 accumulators (dK and dV summed over the
- * chunks in a fixed order) and written by one last kernel, so a call that fails part-way through its
- * enqueues has written no caller buffer. Steps are chained by events, so the order also holds on
+ * cl/naive_backward.cl (with softcap a third matrix holds the transform's derivative); dQ, dK and
+ * dV are gathered in fp32 accumulators (dK and dV summed over the chunks in a fixed order) and
+ * written by one last kernel, so a call that fails part-way through its enqueues has written no
+ * caller buffer. Steps are chained by events, so the order also holds on
  * out-of-order queues.
  */
 #include "internal.h"
@@ -36,7 +37,7 @@ static clflash_status make_kernels(clflash_context *c, const clflash_problem *p,
 {
     static const char *const names[5] = {"naive_bwd_products", "naive_bwd_softmax", "naive_bwd_dq",
                                          "naive_bwd_dkdv", "naive_bwd_store"};
-    char defines[256];
+    char defines[512], features[256];
     cl_program prog;
     clflash_status st;
     size_t wg = 256, kernel_wg = 0;
@@ -47,8 +48,8 @@ static clflash_status make_kernels(clflash_context *c, const clflash_problem *p,
     for (;;) {
         cl_kernel *all[5] = {&nk->products, &nk->softmax, &nk->dq, &nk->dkdv, &nk->store};
         cl_int err = CL_SUCCESS;
-        snprintf(defines, sizeof defines, "%s -D HEAD_DIM=%u -D CAUSAL=%d -D SOFTMAX_WG=%zu",
-                 clflash_dtype_define(p->dtype), p->head_dim, (p->flags & CLFLASH_CAUSAL) ? 1 : 0, wg);
+        clflash_feature_defines(p, 0, features, sizeof features);
+        snprintf(defines, sizeof defines, "%s -D HEAD_DIM=%u -D SOFTMAX_WG=%zu", features, p->head_dim, wg);
         if ((st = clflash_get_program(c, CLFLASH_SOURCE_NAIVE_BACKWARD, defines, &prog)) != CLFLASH_SUCCESS)
             return st;
         for (int i = 0; i < 5 && err == CL_SUCCESS; i++)
@@ -83,7 +84,7 @@ clflash_status clflash_backward_naive(clflash_context *c, const clflash_attentio
     clflash_status st;
     naive_bwd_kernels nk = {0};
     size_t softmax_wg = 0;
-    cl_mem pm = NULL, dpm = NULL, acc_q = NULL, acc_k = NULL, acc_v = NULL;
+    cl_mem pm = NULL, dpm = NULL, gm = NULL, acc_q = NULL, acc_k = NULL, acc_v = NULL;
     cl_int err = CL_SUCCESS;
     cl_event prev = NULL;
 
@@ -93,13 +94,14 @@ clflash_status clflash_backward_naive(clflash_context *c, const clflash_attentio
         return st;
     const uint64_t per_head = clflash_score_matrix_bytes(p.seq_q, p.seq_k, sizeof(float));
     const uint64_t total = (uint64_t)p.batch * p.heads_q;
+    const uint64_t matrices = p.softcap != 0.0f ? 3 : 2; /* P, dP and, with softcap, f' */
     if (per_head > c->info.max_alloc_size)
         return clflash_fail(CLFLASH_ERROR_SCORE_MATRIX_TOO_LARGE,
                             "one head's fp32 P matrix needs %llu bytes; the device's largest allocation is %llu",
                             (unsigned long long)per_head, (unsigned long long)c->info.max_alloc_size);
     uint64_t chunk = c->info.max_alloc_size / per_head;
-    if (c->info.global_mem_size / 4 / per_head < chunk) /* P and dP together within half the memory */
-        chunk = c->info.global_mem_size / 4 / per_head;
+    if (c->info.global_mem_size / (2 * matrices) / per_head < chunk) /* the matrices within half the memory */
+        chunk = c->info.global_mem_size / (2 * matrices) / per_head;
     if (chunk > total)
         chunk = total;
     if (chunk > CLFLASH_MAX_GRID_DIM)
@@ -114,6 +116,8 @@ clflash_status clflash_backward_naive(clflash_context *c, const clflash_attentio
     pm = clCreateBuffer(c->ctx, CL_MEM_READ_WRITE, (size_t)(chunk * per_head), NULL, &err);
     if (err == CL_SUCCESS)
         dpm = clCreateBuffer(c->ctx, CL_MEM_READ_WRITE, (size_t)(chunk * per_head), NULL, &err);
+    if (err == CL_SUCCESS && matrices == 3)
+        gm = clCreateBuffer(c->ctx, CL_MEM_READ_WRITE, (size_t)(chunk * per_head), NULL, &err);
     if (err == CL_SUCCESS)
         acc_q = clCreateBuffer(c->ctx, CL_MEM_READ_WRITE, (size_t)accq_bytes, NULL, &err);
     if (err == CL_SUCCESS)
@@ -121,8 +125,8 @@ clflash_status clflash_backward_naive(clflash_context *c, const clflash_attentio
     if (err == CL_SUCCESS)
         acc_v = clCreateBuffer(c->ctx, CL_MEM_READ_WRITE, (size_t)acc_bytes, NULL, &err);
     if (err != CL_SUCCESS) {
-        st = clflash_fail(err, "allocating the naive backward's matrices (2 x %llu bytes) or accumulators failed",
-                          (unsigned long long)(chunk * per_head));
+        st = clflash_fail(err, "allocating the naive backward's matrices (%llu x %llu bytes) or accumulators failed",
+                          (unsigned long long)matrices, (unsigned long long)(chunk * per_head));
         goto out;
     }
 
@@ -159,7 +163,10 @@ clflash_status clflash_backward_naive(clflash_context *c, const clflash_attentio
         /* Arguments that do not change between chunks. */
         err = clflash_set_args(nk.products, 0, products_args, 11);
         if (!err) err = clSetKernelArg(nk.products, 12, sizeof(float), &p.scale);
+        if (!err) err = clflash_set_feature_args(nk.products, 29, &p, 0);
+        if (!err) err = clSetKernelArg(nk.products, 39, sizeof(cl_mem), gm ? &gm : NULL);
         if (!err) err = clflash_set_args(nk.softmax, 0, softmax_args, 4);
+        if (!err) err = clSetKernelArg(nk.softmax, 4, sizeof(cl_mem), gm ? &gm : NULL);
         if (!err) err = clflash_set_args(nk.dq, 0, dq_args, 7);
         if (!err) err = clflash_set_args(nk.dkdv, 0, dkdv_args, 10);
         if (!err) err = clflash_set_args(nk.store, 0, store_args, 12);
@@ -221,6 +228,7 @@ out:
     /* Released now, freed by OpenCL once the enqueued kernels are done with them. */
     if (pm) clReleaseMemObject(pm);
     if (dpm) clReleaseMemObject(dpm);
+    if (gm) clReleaseMemObject(gm);
     if (acc_q) clReleaseMemObject(acc_q);
     if (acc_k) clReleaseMemObject(acc_k);
     if (acc_v) clReleaseMemObject(acc_v);

@@ -71,22 +71,10 @@ clflash_status clflash_check_backward_features(const clflash_problem *p)
         what = "i8 storage";
     else if (p->out_dtype != p->dtype)
         what = "an out_dtype other than dtype";
-    else if (p->flags & CLFLASH_WINDOW)
-        what = "CLFLASH_WINDOW";
-    else if (p->flags & ~(uint32_t)CLFLASH_CAUSAL)
-        what = "a flag other than CLFLASH_CAUSAL";
-    else if (p->softcap != 0.0f)
-        what = "softcap";
-    else if (p->bias)
-        what = "a bias";
-    else if (p->alibi_slopes)
-        what = "ALiBi slopes";
-    else if (p->key_lengths)
-        what = "key_lengths";
     if (what)
         return clflash_fail(CLFLASH_ERROR_UNSUPPORTED,
-                            "the backward pass does not support %s yet (f32, f16 and bf16 with CLFLASH_CAUSAL, "
-                            "GQA and any layout are supported)", what);
+                            "the backward pass does not support %s (f32, f16 and bf16 storage with every mask and "
+                            "score transform are supported)", what);
     return CLFLASH_SUCCESS;
 }
 
@@ -153,15 +141,15 @@ static clflash_status build_variant(clflash_context *c, const clflash_problem *p
                                     uint32_t rowdot_wg, clflash_backward_kernels *out, cl_ulong *local_bytes,
                                     size_t *max_wg)
 {
-    char defines[512];
+    char defines[512], features[256];
     cl_program prog;
     cl_int e1, e2;
     clflash_status st;
+    clflash_feature_defines(p, 0, features, sizeof features);
     snprintf(defines, sizeof defines,
-             "%s -D HEAD_DIM=%u -D BLOCK=%u -D TPR=%u -D LDS_STRIDE=%u -D T_STRIDE=%u -D P_STRIDE=%u -D CAUSAL=%d "
-             "-D ROWDOT_WG=%u",
-             clflash_dtype_define(p->dtype), p->head_dim, block, lanes, lds_stride(p->head_dim, p->elem_size),
-             block | 1u, block | 1u, (p->flags & CLFLASH_CAUSAL) ? 1 : 0, rowdot_wg);
+             "%s -D HEAD_DIM=%u -D BLOCK=%u -D TPR=%u -D LDS_STRIDE=%u -D T_STRIDE=%u -D P_STRIDE=%u -D ROWDOT_WG=%u",
+             features, p->head_dim, block, lanes, lds_stride(p->head_dim, p->elem_size), block | 1u, block | 1u,
+             rowdot_wg);
     if ((st = clflash_get_program(c, CLFLASH_SOURCE_FLASH_BACKWARD, defines, &prog)) != CLFLASH_SUCCESS)
         return st;
     out->rowdot = clCreateKernel(prog, "flash_backward_rowdot", &e1);

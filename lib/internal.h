@@ -182,12 +182,13 @@ CLFLASH_INTERNAL cl_int clflash_set_feature_args(cl_kernel k, cl_uint first, con
 
 /* ---- the backward pass (backward_planner.c, backward.c, backward_naive.c) ---------------------- */
 /* CLFLASH_ERROR_UNSUPPORTED (with a detail naming it) if p asks for anything the backward kernels
- * do not implement yet; the forward-only features are listed at clflash_backward in clflash.h. */
+ * do not implement (i8 storage, an out_dtype other than dtype; see clflash_backward in clflash.h). */
 CLFLASH_INTERNAL clflash_status clflash_check_backward_features(const clflash_problem *p);
 
 /* Every check clflash_backward and clflash_backward_naive make before enqueueing anything: the
  * forward's (clflash_validate_call without lse), the features, lse, d_o and the three outputs'
- * sizes, and that no output overlaps an input or another output. Fills *p and *queue_out. */
+ * sizes, that no output overlaps an input or another output, and that no output is the bias, ALiBi
+ * or key-lengths buffer. Fills *p and *queue_out. */
 CLFLASH_INTERNAL clflash_status clflash_validate_backward_call(
     clflash_context *c, const clflash_attention_desc *d, cl_command_queue queue, cl_mem q, cl_mem k, cl_mem v,
     cl_mem o, cl_mem d_o, cl_mem lse, cl_mem dq, cl_mem dk, cl_mem dv, cl_uint num_wait, const cl_event *wait,

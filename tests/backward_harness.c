@@ -24,15 +24,23 @@
 void ref_attention_backward(const clflash_attention_desc *d, const float *q, const float *k, const float *v,
                             const float *d_o, double *dq, double *dk, double *dv, unsigned char *key_seen)
 {
+    ref_attention_backward_ex(d, q, k, v, d_o, NULL, dq, dk, dv, key_seen);
+}
+
+void ref_attention_backward_ex(const clflash_attention_desc *d, const float *q, const float *k, const float *v,
+                               const float *d_o, const ref_extras *x, double *dq, double *dk, double *dv,
+                               unsigned char *key_seen)
+{
     const uint32_t hkv = ref_heads_kv(d), group = d->heads_q / hkv, D = d->head_dim;
     const ref_strides qs = ref_resolve_layout(&d->q, d->heads_q, d->seq_q, D);
     const ref_strides ks = ref_resolve_layout(&d->k, hkv, d->seq_k, D);
     const ref_strides vs = ref_resolve_layout(&d->v, hkv, d->seq_k, D);
     const ref_strides os = ref_resolve_layout(&d->o, d->heads_q, d->seq_q, D);
+    const ref_strides bs = ref_resolve_bias_layout(d);
     const double scale = ref_scale(d);
-    const int causal = (d->flags & CLFLASH_CAUSAL) != 0;
     double *s = malloc(sizeof(double) * d->seq_k), *dp = malloc(sizeof(double) * d->seq_k);
-    if (!s || !dp) {
+    double *g = malloc(sizeof(double) * d->seq_k);
+    if (!s || !dp || !g) {
         fprintf(stderr, "reference backward: out of memory\n");
         abort();
     }
@@ -46,35 +54,34 @@ void ref_attention_backward(const clflash_attention_desc *d, const float *q, con
         for (uint32_t h = 0; h < d->heads_q; h++) {
             const uint32_t hk = h / group;
             for (uint32_t i = 0; i < d->seq_q; i++) {
-                int64_t visible = d->seq_k;
-                if (causal) {
-                    const int64_t last = (int64_t)i + (int64_t)d->seq_k - (int64_t)d->seq_q;
-                    visible = last < 0 ? 0 : (last + 1 < (int64_t)d->seq_k ? last + 1 : (int64_t)d->seq_k);
-                }
-                if (visible == 0)
-                    continue;
+                int64_t lo, hi;
+                ref_visible_keys(d, x, b, i, &lo, &hi);
                 double m = -INFINITY, sum = 0.0, dsum = 0.0;
-                for (int64_t j = 0; j < visible; j++) {
+                for (int64_t j = lo; j < hi; j++) {
                     double dot = 0.0, dpo = 0.0;
                     for (uint32_t c = 0; c < D; c++) {
                         dot += (double)q[ref_index(&qs, b, h, i, c)] * (double)k[ref_index(&ks, b, hk, (uint32_t)j, c)];
                         dpo += (double)d_o[ref_index(&os, b, h, i, c)] * (double)v[ref_index(&vs, b, hk, (uint32_t)j, c)];
                     }
-                    s[j] = dot * scale;
+                    s[j] = ref_transform_score(d, x, &bs, b, h, i, (uint32_t)j, dot * scale, &g[j]);
                     dp[j] = dpo;
                     if (s[j] > m)
                         m = s[j];
                 }
-                for (int64_t j = 0; j < visible; j++)
+                if (m == -INFINITY)
+                    continue; /* the row sees no key (or only -inf scores): lse = -inf, no gradient */
+                for (int64_t j = lo; j < hi; j++)
                     sum += exp(s[j] - m);
                 const double lse = m + log(sum);
-                for (int64_t j = 0; j < visible; j++) {
-                    s[j] = exp(s[j] - lse); /* now P */
-                    dsum += s[j] * dp[j];
-                }
+                for (int64_t j = lo; j < hi; j++)
+                    dsum += exp(s[j] - lse) * dp[j];
                 double *dqrow = dq + (((size_t)b * d->heads_q + h) * d->seq_q + i) * D;
-                for (int64_t j = 0; j < visible; j++) {
-                    const double p = s[j], ds = p * (dp[j] - dsum);
+                for (int64_t j = lo; j < hi; j++) {
+                    if (s[j] == -INFINITY)
+                        continue; /* P = 0 exactly (a -inf bias): no term, and the key is not seen here */
+                    /* dS is the gradient with respect to the scaled score scale * q.k (before the
+                     * softcap), so the chain rule through scale * q.k adds the scale once. */
+                    const double p = exp(s[j] - lse), ds = p * (dp[j] - dsum) * g[j];
                     const size_t krow = (((size_t)b * hkv + hk) * d->seq_k + (size_t)j);
                     if (key_seen)
                         key_seen[krow] = 1;
@@ -88,6 +95,7 @@ void ref_attention_backward(const clflash_attention_desc *d, const float *q, con
         }
     free(s);
     free(dp);
+    free(g);
 }
 
 /* ---- storage types -------------------------------------------------------------------------------- */
@@ -158,10 +166,56 @@ static void fill_input(const tb_case *t, ref_rng *r, const clflash_layout *l, ui
 
 int tb_case_init(tb_case *t, const clflash_attention_desc *d, uint64_t seed)
 {
+    return tb_case_init_ex(t, d, NULL, seed);
+}
+
+uint64_t tb_bias_extent(const clflash_attention_desc *d)
+{
+    const ref_strides s = ref_resolve_bias_layout(d);
+    return s.offset + (uint64_t)(d->batch - 1) * s.batch_stride + (uint64_t)(d->heads_q - 1) * s.head_stride +
+           (uint64_t)(d->seq_q - 1) * s.seq_stride + d->seq_k;
+}
+
+ref_extras tb_extras(const tb_case *t)
+{
+    const ref_extras x = {t->bias, t->slopes, t->lens};
+    return x;
+}
+
+/* Copies n elements of size `size` (NULL stays NULL); returns 0 or -1 when memory ran out. */
+static int copy_extra(void **dst, const void *src, uint64_t n, size_t size)
+{
+    *dst = NULL;
+    if (!src)
+        return 0;
+    *dst = malloc(n * size);
+    if (!*dst)
+        return -1;
+    memcpy(*dst, src, n * size);
+    return 0;
+}
+
+int tb_case_init_ex(tb_case *t, const clflash_attention_desc *d, const ref_extras *x, uint64_t seed)
+{
     memset(t, 0, sizeof *t);
     if (d->dtype != CLFLASH_F32 && d->dtype != CLFLASH_F16 && d->dtype != CLFLASH_BF16)
         return -1;
     t->d = *d;
+    t->d.bias = t->d.alibi_slopes = t->d.key_lengths = NULL; /* tb_run makes them from the host copies */
+    if (x) {
+        void *bias, *slopes, *lens;
+        t->bias_n = x->bias ? tb_bias_extent(d) : 0;
+        const int e1 = copy_extra(&bias, x->bias, t->bias_n, sizeof(float));
+        const int e2 = copy_extra(&slopes, x->alibi_slopes, d->heads_q, sizeof(float));
+        const int e3 = copy_extra(&lens, x->key_lengths, d->batch, sizeof(int32_t));
+        t->bias = bias;
+        t->slopes = slopes;
+        t->lens = lens;
+        if (e1 || e2 || e3) {
+            tb_case_free(t);
+            return -1;
+        }
+    }
     t->esize = clflash_dtype_size(d->dtype);
     t->heads_kv = ref_heads_kv(d);
     t->nq = ref_extent(&d->q, d->batch, d->heads_q, d->seq_q, d->head_dim);
@@ -204,7 +258,8 @@ int tb_case_init(tb_case *t, const clflash_attention_desc *d, uint64_t seed)
     fill_input(t, &r, &d->v, t->heads_kv, d->seq_k, t->nv, 1.0, t->vf, t->v);
     fill_input(t, &r, &d->o, d->heads_q, d->seq_q, t->no, 1.0, t->dof, t->d_o);
 
-    ref_attention(d, t->qf, t->kf, t->vf, t->ref_o, t->ref_lse);
+    const ref_extras xs = tb_extras(t);
+    ref_attention_ex(d, t->qf, t->kf, t->vf, &xs, t->ref_o, t->ref_lse);
     {   /* O as the forward would store it, NaN in its gaps */
         const ref_strides os = ref_resolve_layout(&d->o, d->heads_q, d->seq_q, d->head_dim);
         for (uint64_t i = 0; i < t->no; i++)
@@ -219,15 +274,75 @@ int tb_case_init(tb_case *t, const clflash_attention_desc *d, uint64_t seed)
         for (size_t i = 0; i < t->nrows; i++)
             t->lse[i] = (float)t->ref_lse[i];
     }
-    ref_attention_backward(d, t->qf, t->kf, t->vf, t->dof, t->ref_dq, t->ref_dk, t->ref_dv, t->key_seen);
+    ref_attention_backward_ex(d, t->qf, t->kf, t->vf, t->dof, &xs, t->ref_dq, t->ref_dk, t->ref_dv, t->key_seen);
     tb_reset_outputs(t);
     return 0;
+}
+
+int tb_case_init_features(tb_case *t, const clflash_attention_desc *d_in, tb_bias_kind bias_kind, int alibi,
+                          tb_lens_kind lens_kind, uint64_t seed)
+{
+    clflash_attention_desc d = *d_in;
+    float *bias = NULL, *slopes = NULL;
+    int32_t *lens = NULL;
+    int ret = -1;
+    memset(t, 0, sizeof *t);
+    d.bias_layout = (clflash_layout){0, 0, 0, 0};
+    d.bias_broadcast = 0;
+    if (bias_kind == TB_BIAS_FULL)
+        d.bias_layout.offset = 3;
+    else if (bias_kind == TB_BIAS_BCAST)
+        d.bias_broadcast = CLFLASH_BROADCAST_BATCH | CLFLASH_BROADCAST_HEADS;
+    else if (bias_kind == TB_BIAS_KEYS)
+        d.bias_broadcast = CLFLASH_BROADCAST_HEADS | CLFLASH_BROADCAST_ROWS;
+    if (bias_kind != TB_NO_BIAS) {
+        const uint64_t n = tb_bias_extent(&d);
+        const ref_strides bs = ref_resolve_bias_layout(&d);
+        ref_rng r;
+        ref_rng_seed(&r, seed ^ 0xb1a5);
+        if (!(bias = malloc(n * sizeof(float))))
+            goto out;
+        for (uint64_t i = 0; i < n; i++) {
+            bias[i] = 2.0f * (float)ref_rng_uniform(&r);
+            if ((bias_kind == TB_BIAS_FULL && i % 7 == 3) || (bias_kind == TB_BIAS_BCAST && i % 5 == 2))
+                bias[i] = -INFINITY;
+        }
+        for (uint32_t b = 0; b < d.batch; b++)
+            for (uint32_t h = 0; h < d.heads_q; h++)
+                for (uint32_t i = 0; i < d.seq_q; i++)
+                    for (uint32_t j = 0; j < d.seq_k; j++)
+                        if ((bias_kind == TB_BIAS_KEYS && j % 6 == 5) || (bias_kind == TB_BIAS_DEAD_ROWS && i % 4 == 1))
+                            bias[bs.offset + b * bs.batch_stride + h * bs.head_stride + i * bs.seq_stride + j] =
+                                -INFINITY;
+    }
+    if (alibi) {
+        if (!(slopes = malloc(d.heads_q * sizeof(float))))
+            goto out;
+        for (uint32_t h = 0; h < d.heads_q; h++)
+            slopes[h] = ldexpf(1.0f, -(int)h - 1);
+    }
+    if (lens_kind != TB_NO_LENS) {
+        const int32_t ragged[4] = {(int32_t)(d.seq_k + 1) / 2, 0, (int32_t)d.seq_k + 5, 1};
+        if (!(lens = malloc(d.batch * sizeof(int32_t))))
+            goto out;
+        for (uint32_t b = 0; b < d.batch; b++)
+            lens[b] = lens_kind == TB_LENS_ZERO ? 0 : ragged[b % 4];
+    }
+    {
+        const ref_extras x = {bias, slopes, lens};
+        ret = tb_case_init_ex(t, &d, &x, seed);
+    }
+out:
+    free(bias);
+    free(slopes);
+    free(lens);
+    return ret;
 }
 
 void tb_case_free(tb_case *t)
 {
     void *all[] = {t->qf, t->kf, t->vf, t->dof, t->q, t->k, t->v, t->d_o, t->o, t->lse, t->dq, t->dk, t->dv,
-                   t->ref_o, t->ref_lse, t->ref_dq, t->ref_dk, t->ref_dv, t->key_seen};
+                   t->ref_o, t->ref_lse, t->ref_dq, t->ref_dk, t->ref_dv, t->key_seen, t->bias, t->slopes, t->lens};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         free(all[i]);
     memset(t, 0, sizeof *t);
@@ -260,12 +375,21 @@ clflash_status tb_run(clflash_context *c, tb_case *t, tb_algo algo, int device_f
     cl_mem dq = make_buffer(ctx, CL_MEM_READ_WRITE, t->dq, t->nq * es, &e[6]);
     cl_mem dk = make_buffer(ctx, CL_MEM_READ_WRITE, t->dk, t->nk * es, &e[7]);
     cl_mem dv = make_buffer(ctx, CL_MEM_READ_WRITE, t->dv, t->nv * es, &e[8]);
+    /* the descriptor's optional inputs, from the case's host copies */
+    clflash_attention_desc d = t->d;
+    cl_mem extra[3] = {NULL, NULL, NULL};
+    if (t->bias)
+        d.bias = extra[0] = make_buffer(ctx, CL_MEM_READ_ONLY, t->bias, t->bias_n * sizeof(float), &e[9]);
+    if (t->slopes && e[9] == CL_SUCCESS)
+        d.alibi_slopes = extra[1] = make_buffer(ctx, CL_MEM_READ_ONLY, t->slopes, d.heads_q * sizeof(float), &e[9]);
+    if (t->lens && e[9] == CL_SUCCESS)
+        d.key_lengths = extra[2] = make_buffer(ctx, CL_MEM_READ_ONLY, t->lens, d.batch * sizeof(int32_t), &e[9]);
     clflash_status st = CL_SUCCESS;
-    for (int i = 0; i < 9 && st == CL_SUCCESS; i++)
+    for (int i = 0; i < 10 && st == CL_SUCCESS; i++)
         st = e[i];
     if (st == CL_SUCCESS && device_forward) {
         cl_event fwd = NULL;
-        st = clflash_forward(c, &t->d, queue, q, k, v, o, lse, 0, NULL, &fwd);
+        st = clflash_forward(c, &d, queue, q, k, v, o, lse, 0, NULL, &fwd);
         if (st == CLFLASH_SUCCESS) {
             st = clWaitForEvents(1, &fwd);
             clReleaseEvent(fwd);
@@ -274,9 +398,9 @@ clflash_status tb_run(clflash_context *c, tb_case *t, tb_algo algo, int device_f
     if (st == CL_SUCCESS) {
         cl_event done = NULL;
         if (algo == TB_FLASH)
-            st = clflash_backward(c, &t->d, queue, q, k, v, o, d_o, lse, dq, dk, dv, 0, NULL, &done);
+            st = clflash_backward(c, &d, queue, q, k, v, o, d_o, lse, dq, dk, dv, 0, NULL, &done);
         else
-            st = clflash_backward_naive(c, &t->d, queue, q, k, v, o, d_o, lse, dq, dk, dv, 0, NULL, &done);
+            st = clflash_backward_naive(c, &d, queue, q, k, v, o, d_o, lse, dq, dk, dv, 0, NULL, &done);
         if (st == CLFLASH_SUCCESS) {
             const cl_int we = done ? clWaitForEvents(1, &done) : CL_INVALID_EVENT;
             if (done)
@@ -297,6 +421,9 @@ clflash_status tb_run(clflash_context *c, tb_case *t, tb_algo algo, int device_f
     for (int i = 0; i < 9; i++)
         if (all[i])
             clReleaseMemObject(all[i]);
+    for (int i = 0; i < 3; i++)
+        if (extra[i])
+            clReleaseMemObject(extra[i]);
     return st;
 }
 
@@ -312,7 +439,11 @@ clflash_status tb_run(clflash_context *c, tb_case *t, tb_algo algo, int device_f
  * f16: the inputs are exact, but D is formed from O rounded to fp16 (each term off by 2^-11, so D by
  * up to ~2^-11 * sqrt(d) typically), which moves every dS of the row by P * dD; the outputs are
  * rounded to fp16 (2^-11 relative). atol 4e-3, rtol 4e-3.
- * bf16: the same with 8 mantissa bits (2^-9 per rounding): atol 3e-2, rtol 1.6e-2. */
+ * bf16: the same with 8 mantissa bits (2^-9 per rounding): atol 3e-2, rtol 1.6e-2.
+ * The features keep these bounds: a bias in [-2, 2) and ALiBi only shift scores (P stays <= 1, and
+ * a -inf entry gives P = 0 exactly); softcap adds one fp32 tanh (a few ulp) and a factor
+ * 1 - tanh^2 <= 1. A dropped or extra key, a wrong derivative or a missing bias still moves the
+ * gradients by 1e-2 or more (the mutations tried on the features cases all failed them). */
 ref_tol tb_tol(clflash_dtype t)
 {
     ref_tol r = {5e-5, 5e-4};

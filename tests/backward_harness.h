@@ -24,6 +24,16 @@
 void ref_attention_backward(const clflash_attention_desc *d, const float *q, const float *k, const float *v,
                             const float *d_o, double *dq, double *dk, double *dv, unsigned char *key_seen);
 
+/* The same with every feature of the descriptor (window, softcap) and of x (bias, ALiBi slopes, key
+ * lengths; x may be NULL), as ref_attention_ex defines them. With f the score transform
+ * (ref_transform_score) of s = scale * q.k: P_j = exp(f(s_j) - lse), dS_j = P_j (dP_j - D) f'(s_j),
+ * and the products as above (scale dS_j k_j, scale dS_j q, P_j dO). The bias and the slopes get no
+ * gradient. A row whose visible scores are all -inf contributes nothing; key_seen counts a key as
+ * seen only through a pair whose score is not -inf (a -inf bias gives P = 0 exactly). */
+void ref_attention_backward_ex(const clflash_attention_desc *d, const float *q, const float *k, const float *v,
+                               const float *d_o, const ref_extras *x, double *dq, double *dk, double *dv,
+                               unsigned char *key_seen);
+
 /* ---- one case ------------------------------------------------------------------------------------ */
 typedef struct {
     clflash_attention_desc d;
@@ -39,12 +49,45 @@ typedef struct {
     double *ref_o, *ref_lse;         /* dense fp64 forward */
     double *ref_dq, *ref_dk, *ref_dv; /* dense fp64 gradients */
     unsigned char *key_seen;         /* [batch][heads_kv][seq_k] */
+    /* The descriptor's optional inputs as host copies (NULL = absent); d's cl_mem members stay NULL
+     * and tb_run creates the buffers. */
+    float *bias;                     /* tb_bias_extent(&d) floats */
+    uint64_t bias_n;
+    float *slopes;                   /* [heads_q] */
+    int32_t *lens;                   /* [batch] */
 } tb_case;
 
 /* Allocates and fills a case (Q uniform in [-2, 2), K, V and dO in [-1, 1)) and computes the
  * reference forward and gradients. Returns 0, or -1 if memory ran out or the dtype is not
  * F32, F16 or BF16. */
 int tb_case_init(tb_case *t, const clflash_attention_desc *d, uint64_t seed);
+/* The same with the optional inputs of x (bias over d's bias_layout and bias_broadcast, ALiBi slopes,
+ * key lengths; x may be NULL), which are copied; d's own bias, alibi_slopes and key_lengths are
+ * ignored. The reference forward and gradients honour every feature. */
+int tb_case_init_ex(tb_case *t, const clflash_attention_desc *d, const ref_extras *x, uint64_t seed);
+/* Optional inputs a test asks for by kind (tb_case_init_features). Biases are uniform in [-2, 2)
+ * with -inf entries:
+ *   TB_BIAS_FULL       one per (b, h, i, j), offset 3, every 7th entry -inf;
+ *   TB_BIAS_BCAST      shared by batch entries and heads (a [seq_q][seq_k] mask), every 5th -inf;
+ *   TB_BIAS_KEYS       one per (b, j), shared by heads and rows (a padding-style mask); keys
+ *                      j % 6 == 5 are -inf, so they get dK = dV = 0;
+ *   TB_BIAS_DEAD_ROWS  one per (b, h, i, j); rows i % 4 == 1 are all -inf: lse = -inf, dQ = 0.
+ * Key lengths: TB_LENS_RAGGED cycles (seq_k + 1) / 2, 0, seq_k + 5 (clamped to seq_k by the
+ * library), 1 over the batch; TB_LENS_ZERO is 0 everywhere (every gradient is 0). ALiBi slopes are
+ * 2^-(h+1). */
+typedef enum { TB_NO_BIAS, TB_BIAS_FULL, TB_BIAS_BCAST, TB_BIAS_KEYS, TB_BIAS_DEAD_ROWS } tb_bias_kind;
+typedef enum { TB_NO_LENS, TB_LENS_RAGGED, TB_LENS_ZERO } tb_lens_kind;
+
+/* tb_case_init_ex with generated optional inputs: sets d's bias_layout offset (TB_BIAS_FULL) or
+ * bias_broadcast for the kind (replacing what d had), and makes the bias, slopes (alibi != 0) and
+ * key lengths. Returns 0, or -1 as tb_case_init. */
+int tb_case_init_features(tb_case *t, const clflash_attention_desc *d, tb_bias_kind bias, int alibi,
+                          tb_lens_kind lens, uint64_t seed);
+
+/* Floats a host bias for d's bias layout must hold (its last element + 1). */
+uint64_t tb_bias_extent(const clflash_attention_desc *d);
+/* The case's optional inputs as the reference takes them. */
+ref_extras tb_extras(const tb_case *t);
 void tb_case_free(tb_case *t);
 /* Refills dq, dk, dv with the sentinel. */
 void tb_reset_outputs(tb_case *t);

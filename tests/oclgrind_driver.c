@@ -42,24 +42,49 @@ static const driver_case cases[] = {
 /* Backward cases (cl/flash_backward.cl, cl/naive_backward.cl): forced blocks of 8 and 16 give
  * several K/V blocks and query blocks per work-group, so both gradient kernels reload their tiles
  * many times; `lanes` > 0 forces that many work-items per block row (as GPUs use) in a context of
- * its own. */
+ * its own. The feature fields (zero = off) add a sliding window, softcap (with its scale), a bias
+ * of a tb_bias_kind (TB_BIAS_BCAST: shared by batch and heads, with -inf entries), ALiBi and key
+ * lengths (TB_LENS_RAGGED: one batch entry of length 0); with forced B = 8 the skipped block
+ * ranges of both kinds of work-group begin and end inside the sequences. */
 typedef struct {
     tb_algo algo;
     uint32_t batch, heads_q, heads_kv, seq_q, seq_k, head_dim;
     clflash_dtype dtype;
     uint32_t flags, block, lanes;
     int strided;
+    uint32_t window_left, window_right;
+    float scale, softcap;
+    tb_bias_kind bias;
+    int alibi;
+    tb_lens_kind lens;
 } backward_case;
 
+#define WC (CLFLASH_WINDOW | CLFLASH_CAUSAL)
+#define NO_FEATURES 0, 0, 0.0f, 0.0f, TB_NO_BIAS, 0, TB_NO_LENS
+
 static const backward_case bcases[] = {
-    {TB_FLASH, 1, 2, 1, 19, 23, 16, CLFLASH_F32, CLFLASH_CAUSAL, 8, 0, 1},
-    {TB_FLASH, 1, 1, 0, 23, 11, 7, CLFLASH_F16, CLFLASH_CAUSAL, 8, 0, 0},
-    {TB_FLASH, 2, 2, 2, 13, 29, 16, CLFLASH_F32, 0, 0, 0, 0},
-    {TB_FLASH, 1, 1, 0, 29, 17, 16, CLFLASH_F16, 0, 16, 0, 1},
-    {TB_FLASH, 1, 2, 1, 21, 19, 16, CLFLASH_F32, CLFLASH_CAUSAL, 8, 4, 0},
-    {TB_FLASH, 1, 1, 0, 17, 13, 7, CLFLASH_F16, 0, 8, 8, 0},
-    {TB_NAIVE, 1, 2, 1, 19, 23, 16, CLFLASH_F32, CLFLASH_CAUSAL, 0, 0, 1},
-    {TB_NAIVE, 1, 1, 0, 23, 11, 7, CLFLASH_F16, CLFLASH_CAUSAL, 0, 0, 0},
+    {TB_FLASH, 1, 2, 1, 19, 23, 16, CLFLASH_F32, CLFLASH_CAUSAL, 8, 0, 1, NO_FEATURES},
+    {TB_FLASH, 1, 1, 0, 23, 11, 7, CLFLASH_F16, CLFLASH_CAUSAL, 8, 0, 0, NO_FEATURES},
+    {TB_FLASH, 2, 2, 2, 13, 29, 16, CLFLASH_F32, 0, 0, 0, 0, NO_FEATURES},
+    {TB_FLASH, 1, 1, 0, 29, 17, 16, CLFLASH_F16, 0, 16, 0, 1, NO_FEATURES},
+    {TB_FLASH, 1, 2, 1, 21, 19, 16, CLFLASH_F32, CLFLASH_CAUSAL, 8, 4, 0, NO_FEATURES},
+    {TB_FLASH, 1, 1, 0, 17, 13, 7, CLFLASH_F16, 0, 8, 8, 0, NO_FEATURES},
+    {TB_NAIVE, 1, 2, 1, 19, 23, 16, CLFLASH_F32, CLFLASH_CAUSAL, 0, 0, 1, NO_FEATURES},
+    {TB_NAIVE, 1, 1, 0, 23, 11, 7, CLFLASH_F16, CLFLASH_CAUSAL, 0, 0, 0, NO_FEATURES},
+    /* each feature through each path, in f32 and in f16 or bf16 */
+    {TB_FLASH, 1, 2, 1, 19, 23, 8, CLFLASH_F32, WC, 8, 0, 0, 5, 2, 0.0f, 0.0f, TB_NO_BIAS, 0, TB_NO_LENS},
+    {TB_NAIVE, 1, 2, 1, 19, 23, 8, CLFLASH_F16, WC, 0, 0, 0, 5, 2, 0.0f, 0.0f, TB_NO_BIAS, 0, TB_NO_LENS},
+    {TB_FLASH, 1, 2, 1, 17, 13, 8, CLFLASH_F16, 0, 8, 0, 0, 0, 0, 1.5f, 3.0f, TB_NO_BIAS, 0, TB_NO_LENS},
+    {TB_NAIVE, 1, 2, 1, 17, 13, 8, CLFLASH_F32, 0, 0, 0, 0, 0, 0, 1.5f, 3.0f, TB_NO_BIAS, 0, TB_NO_LENS},
+    {TB_FLASH, 2, 2, 1, 11, 19, 8, CLFLASH_BF16, 0, 8, 0, 0, 0, 0, 0.0f, 0.0f, TB_BIAS_BCAST, 0, TB_NO_LENS},
+    {TB_NAIVE, 2, 2, 1, 11, 19, 8, CLFLASH_F32, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, TB_BIAS_BCAST, 0, TB_NO_LENS},
+    {TB_FLASH, 1, 2, 1, 19, 17, 8, CLFLASH_F32, CLFLASH_CAUSAL, 8, 0, 0, 0, 0, 0.0f, 0.0f, TB_NO_BIAS, 1, TB_NO_LENS},
+    {TB_NAIVE, 1, 2, 1, 19, 17, 8, CLFLASH_BF16, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, TB_NO_BIAS, 1, TB_NO_LENS},
+    {TB_FLASH, 2, 2, 1, 13, 19, 8, CLFLASH_F16, 0, 8, 0, 0, 0, 0, 0.0f, 0.0f, TB_NO_BIAS, 0, TB_LENS_RAGGED},
+    {TB_NAIVE, 2, 2, 1, 13, 19, 8, CLFLASH_F32, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, TB_NO_BIAS, 0, TB_LENS_RAGGED},
+    /* everything at once */
+    {TB_FLASH, 2, 2, 1, 17, 19, 8, CLFLASH_BF16, WC, 8, 0, 0, 6, 1, 1.0f, 2.5f, TB_BIAS_BCAST, 1, TB_LENS_RAGGED},
+    {TB_NAIVE, 2, 2, 1, 17, 19, 8, CLFLASH_F16, WC, 0, 0, 0, 6, 1, 1.0f, 2.5f, TB_BIAS_BCAST, 1, TB_LENS_RAGGED},
 };
 
 #define N_CASES (N_FORWARD_CASES + sizeof bcases / sizeof bcases[0])
@@ -81,6 +106,10 @@ static int run_backward_case(clflash_context *shared, size_t n)
     clflash_attention_desc d =
         th_desc(k->batch, k->heads_q, k->heads_kv, k->seq_q, k->seq_k, k->head_dim, k->dtype, k->flags);
     d.block = k->block;
+    d.window_left = k->window_left;
+    d.window_right = k->window_right;
+    d.scale = k->scale;
+    d.softcap = k->softcap;
     if (k->strided) { /* gaps after every row of dQ (and Q), dK and dV */
         d.q = (clflash_layout){3, 0, 0, k->head_dim + 2};
         d.k = (clflash_layout){1, 0, 0, k->head_dim + 1};
@@ -90,10 +119,17 @@ static int run_backward_case(clflash_context *shared, size_t n)
     th_desc_str(&d, what, sizeof what);
     if (k->lanes)
         snprintf(what + strlen(what), sizeof what - strlen(what), " lanes=%u", k->lanes);
+    if (d.flags & CLFLASH_WINDOW)
+        snprintf(what + strlen(what), sizeof what - strlen(what), " window=%u,%u", k->window_left, k->window_right);
+    if (k->softcap != 0.0f)
+        snprintf(what + strlen(what), sizeof what - strlen(what), " softcap=%g", (double)k->softcap);
+    if (k->bias || k->alibi || k->lens)
+        snprintf(what + strlen(what), sizeof what - strlen(what), "%s%s%s", k->bias ? " bias" : "",
+                 k->alibi ? " alibi" : "", k->lens ? " key-lengths" : "");
     const char *algo = k->algo == TB_FLASH ? "backward" : "naive backward";
     tb_case t;
     int failed = 0;
-    if (tb_case_init(&t, &d, 9500 + n) != 0) {
+    if (tb_case_init_features(&t, &d, k->bias, k->alibi, k->lens, 9500 + n) != 0) {
         printf("FAILED: out of host memory\n");
         failed = 1;
     } else if ((st = tb_run(c, &t, k->algo, 0, NULL)) != CLFLASH_SUCCESS) {

@@ -152,6 +152,47 @@ void ref_attention(const clflash_attention_desc *d, const float *q, const float 
     ref_attention_ex(d, q, k, v, NULL, o, lse);
 }
 
+void ref_visible_keys(const clflash_attention_desc *d, const ref_extras *x, uint32_t b, uint32_t i, int64_t *lo,
+                      int64_t *hi)
+{
+    const int64_t diag = (int64_t)i + (int64_t)d->seq_k - (int64_t)d->seq_q;
+    int64_t l = 0, h = d->seq_k;
+    if (x && x->key_lengths) {
+        const int64_t len = x->key_lengths[b];
+        h = len < 0 ? 0 : len < h ? len : h;
+    }
+    if ((d->flags & CLFLASH_CAUSAL) && diag + 1 < h)
+        h = diag + 1;
+    if (d->flags & CLFLASH_WINDOW) {
+        if (diag - (int64_t)d->window_left > l)
+            l = diag - (int64_t)d->window_left;
+        if (diag + (int64_t)d->window_right + 1 < h)
+            h = diag + (int64_t)d->window_right + 1;
+    }
+    *lo = l;
+    *hi = h;
+}
+
+double ref_transform_score(const clflash_attention_desc *d, const ref_extras *x, const ref_strides *bs, uint32_t b,
+                           uint32_t h, uint32_t i, uint32_t j, double s, double *dfds)
+{
+    double g = 1.0;
+    if (d->softcap != 0.0f) {
+        const double t = tanh(s / (double)d->softcap);
+        s = (double)d->softcap * t;
+        g = 1.0 - t * t;
+    }
+    if (x && x->bias)
+        s += (double)x->bias[bs->offset + b * bs->batch_stride + h * bs->head_stride + i * bs->seq_stride + j];
+    if (x && x->alibi_slopes) {
+        const int64_t diag = (int64_t)i + (int64_t)d->seq_k - (int64_t)d->seq_q;
+        s -= (double)x->alibi_slopes[h] * fabs((double)(diag - (int64_t)j));
+    }
+    if (dfds)
+        *dfds = g;
+    return s;
+}
+
 void ref_attention_ex(const clflash_attention_desc *d, const float *q, const float *k, const float *v,
                       const ref_extras *x, double *o, double *lse)
 {
@@ -175,35 +216,15 @@ void ref_attention_ex(const clflash_attention_desc *d, const float *q, const flo
             for (uint32_t i = 0; i < d->seq_q; i++) {
                 const size_t row = ((size_t)b * d->heads_q + h) * d->seq_q + i;
                 double *orow = o + row * D;
-                /* Visible keys [lo, hi), every rule aligned bottom-right at diag. */
-                const int64_t diag = (int64_t)i + (int64_t)d->seq_k - (int64_t)d->seq_q;
-                int64_t lo = 0, hi = d->seq_k;
-                if (x && x->key_lengths) {
-                    const int64_t len = x->key_lengths[b];
-                    hi = len < 0 ? 0 : len < hi ? len : hi;
-                }
-                if ((d->flags & CLFLASH_CAUSAL) && diag + 1 < hi)
-                    hi = diag + 1;
-                if (d->flags & CLFLASH_WINDOW) {
-                    if (diag - (int64_t)d->window_left > lo)
-                        lo = diag - (int64_t)d->window_left;
-                    if (diag + (int64_t)d->window_right + 1 < hi)
-                        hi = diag + (int64_t)d->window_right + 1;
-                }
+                int64_t lo, hi;
+                ref_visible_keys(d, x, b, i, &lo, &hi);
                 double m = -INFINITY;
                 for (int64_t j = lo; j < hi; j++) {
                     double dot = 0.0;
                     for (uint32_t c = 0; c < D; c++)
                         dot += (double)q[ref_index(&qs, b, h, i, c)] *
                                (double)k[ref_index(&ks, b, hk, (uint32_t)j, c)];
-                    double sc = dot * scale;
-                    if (d->softcap != 0.0f)
-                        sc = (double)d->softcap * tanh(sc / (double)d->softcap);
-                    if (x && x->bias)
-                        sc += (double)x->bias[bs.offset + b * bs.batch_stride + h * bs.head_stride +
-                                              i * bs.seq_stride + (uint64_t)j];
-                    if (x && x->alibi_slopes)
-                        sc -= (double)x->alibi_slopes[h] * fabs((double)(diag - j));
+                    const double sc = ref_transform_score(d, x, &bs, b, h, i, (uint32_t)j, dot * scale, NULL);
                     s[j] = sc;
                     if (sc > m)
                         m = sc;

@@ -82,6 +82,17 @@ ref_strides ref_resolve_bias_layout(const clflash_attention_desc *d);
 void ref_attention_ex(const clflash_attention_desc *d, const float *q, const float *k, const float *v,
                       const ref_extras *x, double *o, double *lse);
 
+/* The keys query i of batch entry b sees, as [*lo, *hi) (empty when *hi <= *lo): key lengths (from
+ * x, which may be NULL), causal and window, every rule aligned bottom-right as in clflash.h. */
+void ref_visible_keys(const clflash_attention_desc *d, const ref_extras *x, uint32_t b, uint32_t i, int64_t *lo,
+                      int64_t *hi);
+
+/* The score of query i and key j of (b, h) from the scaled dot product s = scale * q.k: softcap,
+ * then + bias (bs = ref_resolve_bias_layout(d)), then - slope * |diag - j|. If dfds is not NULL it
+ * receives the derivative of the score with respect to s: 1 - tanh^2(s / softcap) with softcap, else 1. */
+double ref_transform_score(const clflash_attention_desc *d, const ref_extras *x, const ref_strides *bs, uint32_t b,
+                           uint32_t h, uint32_t i, uint32_t j, double s, double *dfds);
+
 /* ---- tolerances ------------------------------------------------------------------------------- */
 /* A value passes when |got - ref| <= atol + rtol * |ref|. Infinities must match exactly, and a
  * NaN never passes. The chosen values and why are in reference.c. */

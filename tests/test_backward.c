@@ -5,8 +5,10 @@
  * dims 1 .. 256; lanes per row and forced blocks that a GPU would choose; strided layouts with gaps
  * (never written); O and lse from the device's own forward; the naive backward against the flash
  * one; the same bits on two runs; events and a caller's queue; a finite-difference check of
- * L = sum(O * W) that validates the reference itself; the backward planner and its tile rule; and
- * every documented error with nothing written.
+ * L = sum(O * W) that validates the reference itself; sliding windows, softcap, bias (full,
+ * broadcast, -inf masks, fully masked rows), ALiBi and key padding (length 0 too), alone and
+ * together, through both paths, with finite differences through the softcap's derivative; the
+ * backward planner and its tile rule; and every documented error with nothing written.
  *
  * PoCL builds one program per (B, lanes, head_dim, dtype, causal) variant, so the tables use few
  * variants and many shapes within each (the planner's B is 64 once a sequence exceeds 48).
@@ -324,7 +326,8 @@ static double loss(const tb_case *t, const float *q, const float *k, const float
 {
     const clflash_attention_desc *d = &t->d;
     const ref_strides os = ref_resolve_layout(&d->o, d->heads_q, d->seq_q, d->head_dim);
-    ref_attention(d, q, k, v, o_dense, NULL);
+    const ref_extras x = tb_extras(t);
+    ref_attention_ex(d, q, k, v, &x, o_dense, NULL);
     double l = 0.0;
     size_t at = 0;
     for (uint32_t b = 0; b < d->batch; b++)
@@ -335,26 +338,17 @@ static double loss(const tb_case *t, const float *q, const float *k, const float
     return l;
 }
 
-static const shape_t shapes_fd[] = {
-    {1, 2, 1, 5, 7, 3, F32, 0, 0.0f},
-    {1, 2, 1, 6, 4, 3, F32, CAUSAL, 0.0f}, /* two rows see no key */
-    {2, 1, 0, 3, 5, 4, F32, CAUSAL, 1.0f},
-};
-
-START_TEST(backward_finite_differences)
+/* Runs case t through the flash backward and compares, for every input element, the reference's
+ * and the device's gradient with the central difference of the loss. */
+static void fd_check(clflash_context *c, tb_case *t, const char *what)
 {
     const double h = 1.0 / 1024.0;
     const ref_tol fd_tol = {2e-5, 1e-4};   /* the reference against the central difference */
     const ref_tol dev_tol = {5e-5, 5e-4};  /* the device's f32 gradient against it */
-    char what[200];
-    clflash_context *c = test_context(NULL);
-    const clflash_attention_desc d = shape_desc(&shapes_fd[_i]);
-    th_desc_str(&d, what, sizeof what);
-    tb_case t;
-    ck_assert_int_eq(tb_case_init(&t, &d, 1100 + (uint64_t)_i), 0);
-    const clflash_status st = tb_run(c, &t, TB_FLASH, 0, NULL);
+    const clflash_attention_desc d = t->d;
+    const clflash_status st = tb_run(c, t, TB_FLASH, 0, NULL);
     ck_assert_msg(st == CLFLASH_SUCCESS, "%s: %s (%s)", what, clflash_status_string(st), clflash_last_error_detail());
-    double *o_dense = malloc(sizeof(double) * t.nrows * d.head_dim);
+    double *o_dense = malloc(sizeof(double) * t->nrows * d.head_dim);
     ck_assert_ptr_nonnull(o_dense);
 
     const struct {
@@ -364,9 +358,9 @@ START_TEST(backward_finite_differences)
         const clflash_layout *l;
         uint32_t heads, seq;
         const double *ref;
-    } in[3] = {{"Q", t.qf, t.dq, &d.q, d.heads_q, d.seq_q, t.ref_dq},
-               {"K", t.kf, t.dk, &d.k, t.heads_kv, d.seq_k, t.ref_dk},
-               {"V", t.vf, t.dv, &d.v, t.heads_kv, d.seq_k, t.ref_dv}};
+    } in[3] = {{"Q", t->qf, t->dq, &d.q, d.heads_q, d.seq_q, t->ref_dq},
+               {"K", t->kf, t->dk, &d.k, t->heads_kv, d.seq_k, t->ref_dk},
+               {"V", t->vf, t->dv, &d.v, t->heads_kv, d.seq_k, t->ref_dv}};
     int checked = 0;
     for (int w = 0; w < 3; w++) {
         const ref_strides s = ref_resolve_layout(in[w].l, in[w].heads, in[w].seq, d.head_dim);
@@ -378,12 +372,12 @@ START_TEST(backward_finite_differences)
                         const uint64_t idx = ref_index(&s, b, hh, i, col);
                         const float x0 = in[w].x[idx], xp = (float)(x0 + h), xm = (float)(x0 - h);
                         in[w].x[idx] = xp;
-                        const double lp = loss(&t, t.qf, t.kf, t.vf, o_dense);
+                        const double lp = loss(t, t->qf, t->kf, t->vf, o_dense);
                         in[w].x[idx] = xm;
-                        const double lm = loss(&t, t.qf, t.kf, t.vf, o_dense);
+                        const double lm = loss(t, t->qf, t->kf, t->vf, o_dense);
                         in[w].x[idx] = x0;
                         const double fd = (lp - lm) / ((double)xp - (double)xm);
-                        const double ref = in[w].ref[at], dev = tb_load(&t, in[w].got, idx);
+                        const double ref = in[w].ref[at], dev = tb_load(t, in[w].got, idx);
                         ck_assert_msg(ref_close(ref, fd, fd_tol),
                                       "%s: d%s[%u][%u][%u][%u]: reference %.9g, finite difference %.9g", what,
                                       in[w].name, b, hh, i, col, ref, fd);
@@ -395,6 +389,23 @@ START_TEST(backward_finite_differences)
     }
     ck_assert_int_gt(checked, 0);
     free(o_dense);
+}
+
+static const shape_t shapes_fd[] = {
+    {1, 2, 1, 5, 7, 3, F32, 0, 0.0f},
+    {1, 2, 1, 6, 4, 3, F32, CAUSAL, 0.0f}, /* two rows see no key */
+    {2, 1, 0, 3, 5, 4, F32, CAUSAL, 1.0f},
+};
+
+START_TEST(backward_finite_differences)
+{
+    char what[200];
+    clflash_context *c = test_context(NULL);
+    const clflash_attention_desc d = shape_desc(&shapes_fd[_i]);
+    th_desc_str(&d, what, sizeof what);
+    tb_case t;
+    ck_assert_int_eq(tb_case_init(&t, &d, 1100 + (uint64_t)_i), 0);
+    fd_check(c, &t, what);
     tb_case_free(&t);
     clflash_context_free(c);
 }
@@ -417,6 +428,201 @@ START_TEST(backward_reference_sensitivity)
         mv = fmax(mv, fabs(t.ref_dv[i]));
     }
     ck_assert_msg(mq > 1e-2 && mk > 1e-2 && mv > 1e-2, "gradients too small to test: %g %g %g", mq, mk, mv);
+    tb_case_free(&t);
+}
+END_TEST
+
+/* ---- masks and score transforms ----------------------------------------------------------------------
+ * Window, softcap, bias, ALiBi and key lengths, alone and together, through the flash and the naive
+ * backward against ref_attention_backward_ex; a finite-difference check of that reference with
+ * softcap (the tanh derivative) and with everything at once. */
+
+#define NO_BIAS TB_NO_BIAS
+#define BIAS_FULL TB_BIAS_FULL
+#define BIAS_BCAST TB_BIAS_BCAST
+#define BIAS_KEYS TB_BIAS_KEYS
+#define BIAS_DEAD_ROWS TB_BIAS_DEAD_ROWS
+#define NO_LENS TB_NO_LENS
+#define LENS_RAGGED TB_LENS_RAGGED
+#define LENS_ZERO TB_LENS_ZERO
+#define WIN CLFLASH_WINDOW
+
+typedef struct {
+    uint32_t batch, heads_q, heads_kv, seq_q, seq_k, head_dim;
+    clflash_dtype dtype;
+    uint32_t flags, window_left, window_right;
+    float scale, softcap;
+    tb_bias_kind bias;
+    int alibi; /* 1: slopes 0.5, 0.25, ... */
+    tb_lens_kind lens;
+    uint32_t block;
+} feat_t;
+
+/* Builds case t for f (the bias, slopes and lengths as tb_case_init_features makes them). */
+static void feat_init(tb_case *t, const feat_t *f, uint64_t seed)
+{
+    clflash_attention_desc d =
+        th_desc(f->batch, f->heads_q, f->heads_kv, f->seq_q, f->seq_k, f->head_dim, f->dtype, f->flags);
+    d.scale = f->scale;
+    d.softcap = f->softcap;
+    d.window_left = f->window_left;
+    d.window_right = f->window_right;
+    d.block = f->block;
+    ck_assert_msg(tb_case_init_features(t, &d, f->bias, f->alibi, f->lens, seed) == 0, "out of host memory");
+}
+
+/* A description of f for failure messages. */
+static void feat_str(const feat_t *f, const tb_case *t, char *buf, size_t len)
+{
+    static const char *const biases[] = {"", " bias=full", " bias=bcast", " bias=keys", " bias=dead-rows"};
+    static const char *const lens[] = {"", " lens=ragged", " lens=0"};
+    char what[200];
+    th_desc_str(&t->d, what, sizeof what);
+    snprintf(buf, len, "%s window=%u,%u softcap=%g%s%s%s", what, f->window_left, f->window_right,
+             (double)f->softcap, biases[f->bias], f->alibi ? " alibi" : "", lens[f->lens]);
+}
+
+/* Runs f through one path and checks it against the reference. */
+static void run_feat(clflash_context *c, const feat_t *f, tb_algo algo, int device_forward, uint64_t seed)
+{
+    char what[400], msg[3000];
+    tb_case t;
+    feat_init(&t, f, seed);
+    feat_str(f, &t, what, sizeof what);
+    const clflash_status st = tb_run(c, &t, algo, device_forward, NULL);
+    ck_assert_msg(st == CLFLASH_SUCCESS, "%s%s: %s (%s)", algo == TB_NAIVE ? "naive " : "", what,
+                  clflash_status_string(st), clflash_last_error_detail());
+    ck_assert_msg(tb_check(&t, msg, sizeof msg) == 0, "%s%s%s: %s", algo == TB_NAIVE ? "naive " : "", what,
+                  device_forward ? " (O and lse from clflash_forward)" : "", msg);
+    tb_case_free(&t);
+}
+
+static const feat_t feats[] = {
+    /* sliding window: seq_q =, >, < seq_k; with causal; size 1; rows that see nothing */
+    {1, 2, 0, 37, 37, 16, F32, WIN, 5, 3, 0.0f, 0.0f, NO_BIAS, 0, NO_LENS, 0},
+    {1, 2, 1, 61, 29, 16, F16, WIN, 4, 0, 0.0f, 0.0f, NO_BIAS, 0, NO_LENS, 0},
+    {2, 2, 0, 29, 61, 16, BF16, WIN | CAUSAL, 7, 11, 0.0f, 0.0f, NO_BIAS, 0, NO_LENS, 0},
+    {1, 1, 0, 1, 1, 16, F32, WIN | CAUSAL, 0, 0, 0.0f, 0.0f, NO_BIAS, 0, NO_LENS, 0},
+    {1, 1, 0, 97, 13, 16, F32, WIN | CAUSAL, 3, 0, 0.0f, 0.0f, NO_BIAS, 0, NO_LENS, 0},
+    /* softcap: large scales so that the cap bends the scores */
+    {1, 2, 0, 45, 45, 32, F32, 0, 0, 0, 2.0f, 5.0f, NO_BIAS, 0, NO_LENS, 0},
+    {1, 2, 1, 37, 53, 32, F16, CAUSAL, 0, 0, 1.5f, 3.0f, NO_BIAS, 0, NO_LENS, 0},
+    {2, 2, 0, 53, 37, 16, BF16, 0, 0, 0, 1.0f, 2.5f, NO_BIAS, 0, NO_LENS, 0},
+    {1, 1, 0, 1, 7, 16, F32, 0, 0, 0, 2.0f, 1.0f, NO_BIAS, 0, NO_LENS, 0},
+    /* bias: full, broadcast, per key, fully masked rows, a single key */
+    {2, 2, 0, 33, 47, 16, F32, 0, 0, 0, 0.0f, 0.0f, BIAS_FULL, 0, NO_LENS, 0},
+    {3, 4, 2, 21, 30, 16, F16, 0, 0, 0, 0.0f, 0.0f, BIAS_BCAST, 0, NO_LENS, 0},
+    {2, 4, 2, 21, 30, 16, BF16, CAUSAL, 0, 0, 0.0f, 0.0f, BIAS_KEYS, 0, NO_LENS, 0},
+    {1, 2, 0, 9, 17, 16, F32, 0, 0, 0, 0.0f, 0.0f, BIAS_DEAD_ROWS, 0, NO_LENS, 0},
+    {1, 1, 0, 67, 1, 16, F32, 0, 0, 0, 0.0f, 0.0f, BIAS_FULL, 0, NO_LENS, 0},
+    /* ALiBi: GQA, MQA */
+    {1, 4, 2, 50, 50, 16, F32, 0, 0, 0, 0.0f, 0.0f, NO_BIAS, 1, NO_LENS, 0},
+    {1, 4, 1, 37, 59, 16, F16, CAUSAL, 0, 0, 0.0f, 0.0f, NO_BIAS, 1, NO_LENS, 0},
+    {1, 2, 0, 59, 37, 16, BF16, 0, 0, 0, 0.0f, 0.0f, NO_BIAS, 1, NO_LENS, 0},
+    /* key padding: ragged (one length 0), decode, causal; every length 0 */
+    {4, 2, 1, 23, 37, 16, F32, 0, 0, 0, 0.0f, 0.0f, NO_BIAS, 0, LENS_RAGGED, 0},
+    {4, 2, 1, 1, 37, 16, F16, 0, 0, 0, 0.0f, 0.0f, NO_BIAS, 0, LENS_RAGGED, 0},
+    {4, 2, 0, 41, 23, 16, BF16, CAUSAL, 0, 0, 0.0f, 0.0f, NO_BIAS, 0, LENS_RAGGED, 0},
+    {2, 1, 0, 13, 17, 16, F32, 0, 0, 0, 0.0f, 0.0f, NO_BIAS, 0, LENS_ZERO, 0},
+    /* everything at once */
+    {2, 4, 2, 67, 70, 32, BF16, CAUSAL | WIN, 20, 3, 0.0f, 8.0f, BIAS_BCAST, 1, LENS_RAGGED, 0},
+    {2, 4, 2, 43, 31, 16, F32, WIN, 6, 9, 1.0f, 4.0f, BIAS_FULL, 1, LENS_RAGGED, 0},
+    {2, 2, 1, 31, 43, 16, F16, CAUSAL | WIN, 9, 2, 1.0f, 3.0f, BIAS_DEAD_ROWS, 1, LENS_RAGGED, 0},
+    /* forced small blocks: several key and query blocks per work-group, so the skipped ranges of
+     * both kinds of work-group start and end inside the sequences */
+    {2, 2, 1, 53, 61, 16, F32, CAUSAL | WIN, 9, 4, 0.0f, 0.0f, NO_BIAS, 0, LENS_RAGGED, 8},
+    {2, 2, 1, 61, 53, 16, F16, WIN, 5, 13, 1.0f, 3.0f, BIAS_BCAST, 1, LENS_RAGGED, 16},
+    {1, 2, 1, 40, 40, 16, BF16, WIN, 0, 20, 0.0f, 0.0f, BIAS_KEYS, 0, NO_LENS, 8},
+    /* block boundaries: the first row of query block m sees keys from 8m - 8 (the first key of a key
+     * block), the last row up to 8m + 8 (the first key of the next key block) */
+    {1, 2, 1, 40, 40, 16, F32, WIN, 8, 1, 0.0f, 0.0f, NO_BIAS, 0, NO_LENS, 8},
+};
+
+/* _i: row of feats; both paths against the reference. */
+START_TEST(backward_features)
+{
+    clflash_context *c = test_context(NULL);
+    run_feat(c, &feats[_i], TB_FLASH, 0, 2000 + (uint64_t)_i);
+    run_feat(c, &feats[_i], TB_NAIVE, 0, 2000 + (uint64_t)_i);
+    clflash_context_free(c);
+}
+END_TEST
+
+/* Everything at once with the GPU's lanes per row (4), with O and lse from clflash_forward, and the
+ * same bits on a second run of either path. */
+START_TEST(backward_features_pipeline)
+{
+    const feat_t *f = &feats[22]; /* everything at once, f32 */
+    char what[400], msg[3000];
+    clflash_context_options opt = {0};
+    opt.threads_per_row = 4;
+    clflash_context *c = test_context(_i == 0 ? &opt : NULL);
+    if (_i == 0) {
+        run_feat(c, f, TB_FLASH, 0, 2100);
+    } else if (_i == 1) {
+        run_feat(c, f, TB_FLASH, 1, 2101);
+    } else {
+        for (int algo = 0; algo < 2; algo++) {
+            tb_case a, b;
+            feat_init(&a, f, 2102);
+            feat_init(&b, f, 2102);
+            feat_str(f, &a, what, sizeof what);
+            ck_assert_int_eq(tb_run(c, &a, algo ? TB_NAIVE : TB_FLASH, 0, NULL), CLFLASH_SUCCESS);
+            ck_assert_int_eq(tb_run(c, &b, algo ? TB_NAIVE : TB_FLASH, 0, NULL), CLFLASH_SUCCESS);
+            ck_assert_msg(tb_compare_runs(&a, &b, 1, msg, sizeof msg) == 0, "%s %s, two runs: %s",
+                          algo ? "naive" : "flash", what, msg);
+            tb_case_free(&a);
+            tb_case_free(&b);
+        }
+    }
+    clflash_context_free(c);
+}
+END_TEST
+
+/* The reference's softcap derivative and masks against finite differences of the loss (and the
+ * device's f32 gradient against them too). */
+static const feat_t feats_fd[] = {
+    {1, 2, 1, 5, 7, 3, F32, 0, 0, 0, 2.0f, 1.5f, NO_BIAS, 0, NO_LENS, 0},
+    {1, 1, 0, 4, 6, 3, F32, CAUSAL, 0, 0, 3.0f, 0.75f, NO_BIAS, 0, NO_LENS, 0},
+    {2, 2, 1, 6, 5, 4, F32, CAUSAL | WIN, 2, 1, 1.5f, 2.0f, BIAS_FULL, 1, LENS_RAGGED, 0},
+};
+
+START_TEST(backward_features_finite_differences)
+{
+    char what[400];
+    clflash_context *c = test_context(NULL);
+    tb_case t;
+    feat_init(&t, &feats_fd[_i], 2200 + (uint64_t)_i);
+    feat_str(&feats_fd[_i], &t, what, sizeof what);
+    fd_check(c, &t, what);
+    tb_case_free(&t);
+    clflash_context_free(c);
+}
+END_TEST
+
+/* The softcap case is one a wrong derivative fails: with f' = 1 (no softcap term) the reference
+ * gradients move by far more than the tolerance, so the finite-difference check above can tell. */
+START_TEST(backward_softcap_sensitivity)
+{
+    tb_case t;
+    feat_init(&t, &feats_fd[0], 2200);
+    const clflash_attention_desc d = t.d;
+    double *dq = malloc(sizeof(double) * t.nrows * d.head_dim);
+    double *dk = malloc(sizeof(double) * d.seq_k * t.heads_kv * d.head_dim);
+    double *dv = malloc(sizeof(double) * d.seq_k * t.heads_kv * d.head_dim);
+    ck_assert(dq && dk && dv);
+    /* a huge cap is the identity up to (s / cap)^2: the gradient without the tanh */
+    clflash_attention_desc flat = d;
+    flat.softcap = 1e6f;
+    const ref_extras x = tb_extras(&t);
+    ref_attention_backward_ex(&flat, t.qf, t.kf, t.vf, t.dof, &x, dq, dk, dv, NULL);
+    double diff = 0.0;
+    for (size_t i = 0; i < t.nrows * d.head_dim; i++)
+        diff = fmax(diff, fabs(dq[i] - t.ref_dq[i]));
+    ck_assert_msg(diff > 1e-2, "softcap changes dQ by only %g", diff);
+    free(dq);
+    free(dk);
+    free(dv);
     tb_case_free(&t);
 }
 END_TEST
@@ -617,16 +823,25 @@ START_TEST(backward_bad_arguments)
             want = CLFLASH_ERROR_INVALID_LAYOUT;
             break;
         case 15: name = "i8"; d.dtype = CLFLASH_I8; want = CLFLASH_ERROR_UNSUPPORTED; break;
-        case 16: name = "window"; d.flags |= CLFLASH_WINDOW; d.window_left = 3; want = CLFLASH_ERROR_UNSUPPORTED; break;
-        case 17: name = "softcap"; d.softcap = 30.0f; want = CLFLASH_ERROR_UNSUPPORTED; break;
-        case 18: name = "ALiBi"; d.alibi_slopes = e.k; want = CLFLASH_ERROR_UNSUPPORTED; break;
-        case 19:
-            name = "bias";
-            d.bias = e.k;
+        case 16: /* the descriptor's inputs are read while the outputs are written */
+            name = "bias is dk";
+            d.bias = e.dk;
             d.bias_broadcast = CLFLASH_BROADCAST_BATCH | CLFLASH_BROADCAST_HEADS | CLFLASH_BROADCAST_ROWS;
-            want = CLFLASH_ERROR_UNSUPPORTED;
             break;
-        case 20: name = "key_lengths"; d.key_lengths = e.k; want = CLFLASH_ERROR_UNSUPPORTED; break;
+        case 17: name = "key_lengths is dq"; d.key_lengths = e.dq; break;
+        case 18: name = "alibi_slopes is dv"; d.alibi_slopes = e.dv; break;
+        case 19:
+            name = "alibi_slopes one head short";
+            small = clCreateBuffer(clflash_context_cl(c), CL_MEM_READ_WRITE, (base.heads_q - 1) * 4, NULL, NULL);
+            d.alibi_slopes = small;
+            want = CLFLASH_ERROR_BUFFER_TOO_SMALL;
+            break;
+        case 20:
+            name = "key_lengths one entry short";
+            small = clCreateBuffer(clflash_context_cl(c), CL_MEM_READ_WRITE, (base.batch - 1) * 4, NULL, NULL);
+            d.key_lengths = small;
+            want = CLFLASH_ERROR_BUFFER_TOO_SMALL;
+            break;
         case 21: name = "forced block 4096"; d.block = 4096; want = CLFLASH_ERROR_TILE_TOO_LARGE; break;
         case 22: name = "num_wait 1 without a list"; want = CLFLASH_ERROR_INVALID_ARGUMENT; break;
         default: break;
@@ -706,6 +921,14 @@ static Suite *backward_suite(void)
     tcase_add_loop_test(tf, backward_finite_differences, 0, N_OF(shapes_fd));
     tcase_add_test(tf, backward_reference_sensitivity);
     suite_add_tcase(s, tf);
+
+    TCase *tx = tcase_create("features");
+    tcase_set_timeout(tx, TEST_TIMEOUT_S);
+    tcase_add_loop_test(tx, backward_features, 0, N_OF(feats));
+    tcase_add_loop_test(tx, backward_features_pipeline, 0, 3);
+    tcase_add_loop_test(tx, backward_features_finite_differences, 0, N_OF(feats_fd));
+    tcase_add_test(tx, backward_softcap_sensitivity);
+    suite_add_tcase(s, tx);
 
     TCase *tp = tcase_create("plan");
     tcase_set_timeout(tp, TEST_TIMEOUT_S);
