@@ -17,22 +17,11 @@
 
 static const char variant_name[] = "flash_backward_portable";
 
-/* a * b and a + b, saturating at UINT64_MAX. */
-static uint64_t mul_sat(uint64_t a, uint64_t b)
-{
-    return (a != 0 && b > UINT64_MAX / a) ? UINT64_MAX : a * b;
-}
-
-static uint64_t add_sat(uint64_t a, uint64_t b)
-{
-    return b > UINT64_MAX - a ? UINT64_MAX : a + b;
-}
-
 uint64_t clflash_backward_tile_bytes(uint64_t block, uint64_t head_dim, uint64_t bytes_per_elem)
 {
-    const uint64_t blocks = mul_sat(mul_sat(4, block), head_dim);
-    const uint64_t squares = mul_sat(2, mul_sat(block, block));
-    return mul_sat(add_sat(blocks, squares), bytes_per_elem);
+    const uint64_t blocks = clflash_mul_sat(clflash_mul_sat(4, block), head_dim);
+    const uint64_t squares = clflash_mul_sat(2, clflash_mul_sat(block, block));
+    return clflash_mul_sat(clflash_add_sat(blocks, squares), bytes_per_elem);
 }
 
 static int fits(uint64_t block, uint64_t head_dim, uint64_t bytes_per_elem, uint64_t budget)
@@ -78,47 +67,13 @@ clflash_status clflash_check_backward_features(const clflash_problem *p)
     return CLFLASH_SUCCESS;
 }
 
-/* The next smaller block: multiples of 16, then 8, 4, 2, 1; 0 after 1. */
-static uint32_t step_down(uint32_t b)
-{
-    return b > 16 ? (b - 1) / 16 * 16 : b / 2;
-}
-
-/* Largest valid block <= b. */
-static uint32_t round_block(uint64_t b)
-{
-    if (b >= 16)
-        return (uint32_t)(b > 4096 ? 4096 : b / 16 * 16);
-    return b >= 8 ? 8 : b >= 4 ? 4 : b >= 2 ? 2 : (uint32_t)b;
-}
-
-/* Lanes per row: a power of two <= want that divides B, with B * lanes <= max_wg. */
-static uint32_t choose_lanes(uint32_t block, uint32_t want, uint32_t max_wg)
-{
-    uint32_t t = 1;
-    while (t * 2 <= want && block % (t * 2) == 0 && (uint64_t)block * t * 2 <= max_wg)
-        t *= 2;
-    return t;
-}
-
-/* Row stride of a row-major local tile, in elements: an odd number of 32-bit words, so that
- * consecutive rows fall in different banks. */
-static uint32_t lds_stride(uint32_t head_dim, size_t elem_size)
-{
-    const uint32_t per_word = (uint32_t)(4 / elem_size);
-    uint32_t words = (uint32_t)((head_dim * elem_size + 3) / 4);
-    if (words % 2 == 0)
-        words++;
-    return words * per_word;
-}
-
 /* clflash's own count of the gradient kernel's __local arrays (flash_backward.cl: rows_a, rows_b,
  * cols_a, cols_b, pt, dst, row_lse, row_d), used when a driver reports less (PoCL 5.0 reports 0 for
  * static local arrays). */
 static cl_ulong counted_local_bytes(const clflash_problem *p, uint32_t block)
 {
     const uint64_t padded = block | 1u;
-    const uint64_t tiles = (2ull * block * lds_stride(p->head_dim, p->elem_size) + 2ull * p->head_dim * padded) *
+    const uint64_t tiles = (2ull * block * clflash_lds_stride(p->head_dim, p->elem_size) + 2ull * p->head_dim * padded) *
                            p->elem_size;
     return tiles + 2ull * 4 * block * padded + 2ull * 4 * block;
 }
@@ -148,7 +103,7 @@ static clflash_status build_variant(clflash_context *c, const clflash_problem *p
     clflash_feature_defines(p, 0, features, sizeof features);
     snprintf(defines, sizeof defines,
              "%s -D HEAD_DIM=%u -D BLOCK=%u -D TPR=%u -D LDS_STRIDE=%u -D T_STRIDE=%u -D P_STRIDE=%u -D ROWDOT_WG=%u",
-             features, p->head_dim, block, lanes, lds_stride(p->head_dim, p->elem_size), block | 1u, block | 1u,
+             features, p->head_dim, block, lanes, clflash_lds_stride(p->head_dim, p->elem_size), block | 1u, block | 1u,
              rowdot_wg);
     if ((st = clflash_get_program(c, CLFLASH_SOURCE_FLASH_BACKWARD, defines, &prog)) != CLFLASH_SUCCESS)
         return st;
@@ -158,16 +113,10 @@ static clflash_status build_variant(clflash_context *c, const clflash_problem *p
         release_kernels(out);
         return clflash_fail(e1 ? e1 : e2, "creating the backward kernels failed");
     }
-    if ((e1 = clGetKernelWorkGroupInfo(out->grads, c->dev, CL_KERNEL_LOCAL_MEM_SIZE, sizeof *local_bytes, local_bytes,
-                                       NULL)) != CL_SUCCESS ||
-        (e1 = clGetKernelWorkGroupInfo(out->grads, c->dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof *max_wg, max_wg, NULL)) !=
-            CL_SUCCESS) {
+    if ((st = clflash_read_kernel_limits(c, out->grads, counted_local_bytes(p, block), local_bytes, max_wg)) !=
+        CLFLASH_SUCCESS)
         release_kernels(out);
-        return clflash_fail(e1, "clGetKernelWorkGroupInfo failed for the backward kernel");
-    }
-    if (*local_bytes < counted_local_bytes(p, block))
-        *local_bytes = counted_local_bytes(p, block);
-    return CLFLASH_SUCCESS;
+    return st;
 }
 
 static void fill_plan(const clflash_problem *p, uint64_t budget, uint32_t block, uint32_t lanes,
@@ -237,12 +186,12 @@ clflash_status clflash_plan_backward_kernels(clflash_context *c, const clflash_p
             b = (longest + 15) / 16 * 16;
         if (below_block && b >= below_block)
             b = below_block - 1;
-        block = round_block(b);
+        block = clflash_block_round(b);
         /* The kernel's own arrays (P and dS in fp32, padded rows) exceed the rule: step down before
          * building, since a driver may refuse to build a kernel whose static local arrays do not fit
          * (NVIDIA's does) rather than report their size. */
         while (block > 0 && counted_local_bytes(p, block) > budget)
-            block = step_down(block);
+            block = clflash_block_step_down(block);
         if (block == 0)
             return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE,
                                 "even a 1-row backward tile of head_dim %u does not fit the %llu-byte local memory "
@@ -251,7 +200,7 @@ clflash_status clflash_plan_backward_kernels(clflash_context *c, const clflash_p
     }
 
     for (;;) {
-        uint32_t lanes = choose_lanes(block, tune.threads_per_row,
+        uint32_t lanes = clflash_block_lanes(block, tune.threads_per_row,
                                       tune.max_work_group > block ? tune.max_work_group : block);
         for (;;) {
             clflash_backward_kernels k = {0};
@@ -278,7 +227,7 @@ clflash_status clflash_plan_backward_kernels(clflash_context *c, const clflash_p
                                     block * lanes, max_wg);
             break;
         }
-        block = step_down(block);
+        block = clflash_block_step_down(block);
         if (block == 0)
             return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE, "no block size fits the device's backward kernel limits");
     }

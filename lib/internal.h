@@ -23,6 +23,27 @@ CLFLASH_INTERNAL clflash_status clflash_fail(clflash_status status, const char *
 /* Clears the calling thread's detail message; every public entry point calls it first. */
 CLFLASH_INTERNAL void clflash_clear_detail(void);
 
+/* ---- tile_math.c: saturating byte arithmetic ------------------------------------------------- */
+/* a * b and a + b, or UINT64_MAX when the result does not fit. */
+CLFLASH_INTERNAL uint64_t clflash_mul_sat(uint64_t a, uint64_t b);
+CLFLASH_INTERNAL uint64_t clflash_add_sat(uint64_t a, uint64_t b);
+
+/* ---- plan_common.c: what the planners share ------------------------------------------------- */
+/* The next smaller block the planners try: multiples of 16, then 8, 4, 2, 1; 0 after 1. */
+CLFLASH_INTERNAL uint32_t clflash_block_step_down(uint32_t b);
+/* The largest valid block <= b (a multiple of 16 up to 4096, or 8, 4, 2, 1, 0). */
+CLFLASH_INTERNAL uint32_t clflash_block_round(uint64_t b);
+/* Lanes per row: the largest power of two <= want that divides block, with block * lanes <= max_wg. */
+CLFLASH_INTERNAL uint32_t clflash_block_lanes(uint32_t block, uint32_t want, uint32_t max_wg);
+/* Row stride of a row-major local tile, in elements: an odd number of 32-bit words, so that
+ * consecutive rows fall in different banks. */
+CLFLASH_INTERNAL uint32_t clflash_lds_stride(uint32_t head_dim, size_t elem_size);
+struct clflash_context;
+/* Reads a built kernel's CL_KERNEL_LOCAL_MEM_SIZE (raised to `counted`, clflash's own count of its
+ * local arrays, when the driver reports less: PoCL 5.0 reports 0) and CL_KERNEL_WORK_GROUP_SIZE. */
+CLFLASH_INTERNAL clflash_status clflash_read_kernel_limits(struct clflash_context *c, cl_kernel kernel,
+                                                           cl_ulong counted, cl_ulong *local_bytes, size_t *max_wg);
+
 /* ---- device facts, read once when a context is created (device_info.c) ----------------------- */
 typedef enum { CLFLASH_CLASS_CPU, CLFLASH_CLASS_NVIDIA_GPU, CLFLASH_CLASS_AMD_GPU,
                CLFLASH_CLASS_INTEL_GPU, CLFLASH_CLASS_OTHER_GPU, CLFLASH_CLASS_OTHER } clflash_device_class;

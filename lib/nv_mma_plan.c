@@ -105,17 +105,12 @@ static clflash_status build(clflash_context *c, const clflash_problem *p, int wi
     *kernel = clCreateKernel(prog, KERNEL_NAME, &err);
     if (err != CL_SUCCESS)
         return clflash_fail(err, "clCreateKernel(%s) failed", KERNEL_NAME);
-    if ((err = clGetKernelWorkGroupInfo(*kernel, c->dev, CL_KERNEL_LOCAL_MEM_SIZE, sizeof *local_bytes,
-                                        local_bytes, NULL)) != CL_SUCCESS ||
-        (err = clGetKernelWorkGroupInfo(*kernel, c->dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof *max_wg, max_wg,
-                                        NULL)) != CL_SUCCESS) {
+    if ((st = clflash_read_kernel_limits(c, *kernel, counted_local_bytes(p, block, 16 * warps * m_tiles), local_bytes, max_wg)) !=
+        CLFLASH_SUCCESS) {
         clReleaseKernel(*kernel);
         *kernel = NULL;
-        return clflash_fail(err, "clGetKernelWorkGroupInfo failed");
     }
-    if (*local_bytes < counted_local_bytes(p, block, 16 * warps * m_tiles))
-        *local_bytes = counted_local_bytes(p, block, 16 * warps * m_tiles);
-    return CLFLASH_SUCCESS;
+    return st;
 }
 
 clflash_status clflash_plan_nv_mma(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t below_block,

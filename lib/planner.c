@@ -16,51 +16,12 @@
 #define KERNEL_NAME "flash_forward"
 static const char variant_name[] = "flash_forward_portable";
 
-/* The next smaller block the rule allows: multiples of 16, then 8, 4, 2, 1; 0 after 1. */
-static uint32_t step_down(uint32_t b)
-{
-    if (b > 16)
-        return (b - 1) / 16 * 16;
-    return b / 2;
-}
-
-/* Largest valid block <= b. */
-static uint32_t round_block(uint64_t b)
-{
-    if (b >= 16)
-        return (uint32_t)(b > 4096 ? 4096 : b / 16 * 16);
-    if (b >= 8) return 8;
-    if (b >= 4) return 4;
-    if (b >= 2) return 2;
-    return (uint32_t)b;
-}
-
-/* Lanes per row: a power of two <= want that divides B, with B * lanes <= max_wg. */
-static uint32_t choose_lanes(uint32_t block, uint32_t want, uint32_t max_wg)
-{
-    uint32_t t = 1;
-    while (t * 2 <= want && block % (t * 2) == 0 && (uint64_t)block * t * 2 <= max_wg)
-        t *= 2;
-    return t;
-}
-
-/* Row stride of a local tile, in elements: padded so that it is an odd number of 32-bit words,
- * which puts consecutive rows in different banks. */
-static uint32_t lds_stride(uint32_t head_dim, size_t elem_size)
-{
-    uint32_t per_word = (uint32_t)(4 / elem_size);
-    uint32_t words = (uint32_t)((head_dim * elem_size + 3) / 4);
-    if (words % 2 == 0)
-        words++;
-    return words * per_word;
-}
-
 /* clflash's own count of the flash kernel's __local arrays (qt, kt, vt, pt, rowmax), used when a
  * driver reports less (PoCL 5.0 reports 0 for static local arrays). */
 static cl_ulong counted_local_bytes(const clflash_problem *p, uint32_t block, uint32_t lanes)
 {
-    const uint64_t tiles = (2ull * block * lds_stride(p->head_dim, p->elem_size) + (uint64_t)p->head_dim * (block | 1u)) *
-                           p->elem_size;
+    const uint64_t rows = 2ull * block * clflash_lds_stride(p->head_dim, p->elem_size); /* qt, vt */
+    const uint64_t tiles = (rows + (uint64_t)p->head_dim * (block | 1u)) * p->elem_size;  /* + kt */
     return tiles + 4ull * block * (block | 1u) + 4ull * block * lanes;
 }
 
@@ -74,23 +35,18 @@ static clflash_status build_variant(clflash_context *c, const clflash_problem *p
     clflash_status st;
     clflash_feature_defines(p, with_lse, features, sizeof features);
     snprintf(defines, sizeof defines, "%s -D HEAD_DIM=%u -D BLOCK=%u -D TPR=%u -D LDS_STRIDE=%u -D KT_STRIDE=%u -D P_STRIDE=%u",
-             features, p->head_dim, block, lanes, lds_stride(p->head_dim, p->elem_size), block | 1u, block | 1u);
+             features, p->head_dim, block, lanes, clflash_lds_stride(p->head_dim, p->elem_size), block | 1u, block | 1u);
     if ((st = clflash_get_program(c, CLFLASH_SOURCE_FLASH_FORWARD, defines, &prog)) != CLFLASH_SUCCESS)
         return st;
     *kernel = clCreateKernel(prog, KERNEL_NAME, &err);
     if (err != CL_SUCCESS)
         return clflash_fail(err, "clCreateKernel(%s) failed", KERNEL_NAME);
-    if ((err = clGetKernelWorkGroupInfo(*kernel, c->dev, CL_KERNEL_LOCAL_MEM_SIZE, sizeof *local_bytes,
-                                        local_bytes, NULL)) != CL_SUCCESS ||
-        (err = clGetKernelWorkGroupInfo(*kernel, c->dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof *max_wg, max_wg,
-                                        NULL)) != CL_SUCCESS) {
+    if ((st = clflash_read_kernel_limits(c, *kernel, counted_local_bytes(p, block, lanes), local_bytes, max_wg)) !=
+        CLFLASH_SUCCESS) {
         clReleaseKernel(*kernel);
         *kernel = NULL;
-        return clflash_fail(err, "clGetKernelWorkGroupInfo failed");
     }
-    if (*local_bytes < counted_local_bytes(p, block, lanes))
-        *local_bytes = counted_local_bytes(p, block, lanes);
-    return CLFLASH_SUCCESS;
+    return st;
 }
 
 static void fill_plan(const clflash_problem *p, uint64_t budget, uint32_t block, uint32_t lanes,
@@ -157,7 +113,7 @@ clflash_status clflash_plan_flash(clflash_context *c, const clflash_problem *p, 
             b = (longest + 15) / 16 * 16;
         if (below_block && b >= below_block)
             b = below_block - 1;
-        block = round_block(b);
+        block = clflash_block_round(b);
         if (block == 0)
             return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE,
                                 "even a 1-row tile of head_dim %u does not fit the %llu-byte local memory budget",
@@ -166,7 +122,7 @@ clflash_status clflash_plan_flash(clflash_context *c, const clflash_problem *p, 
 
     for (;;) {
         /* The class's work-group cap is a preference; a forced block may exceed it (one lane). */
-        uint32_t lanes = choose_lanes(block, tune.threads_per_row,
+        uint32_t lanes = clflash_block_lanes(block, tune.threads_per_row,
                                       tune.max_work_group > block ? tune.max_work_group : block);
         for (;;) {
             cl_kernel kernel = NULL;
@@ -194,7 +150,7 @@ clflash_status clflash_plan_flash(clflash_context *c, const clflash_problem *p, 
                                     block * lanes, max_wg);
             break;
         }
-        block = step_down(block);
+        block = clflash_block_step_down(block);
         if (block == 0)
             return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE, "no block size fits the device's kernel limits");
     }

@@ -20,29 +20,28 @@ size_t clflash_dtype_size(clflash_dtype t)
     }
 }
 
-/* a * b, or UINT64_MAX if it does not fit. */
-static uint64_t mul_sat(uint64_t a, uint64_t b)
+uint64_t clflash_mul_sat(uint64_t a, uint64_t b)
 {
     if (a != 0 && b > UINT64_MAX / a)
         return UINT64_MAX;
     return a * b;
 }
 
-static uint64_t add_sat(uint64_t a, uint64_t b)
+uint64_t clflash_add_sat(uint64_t a, uint64_t b)
 {
     return (b > UINT64_MAX - a) ? UINT64_MAX : a + b;
 }
 
 uint64_t clflash_score_matrix_bytes(uint64_t seq_q, uint64_t seq_k, uint64_t bytes_per_score)
 {
-    return mul_sat(mul_sat(seq_q, seq_k), bytes_per_score);
+    return clflash_mul_sat(clflash_mul_sat(seq_q, seq_k), bytes_per_score);
 }
 
 uint64_t clflash_tile_bytes(uint64_t block, uint64_t head_dim, uint64_t bytes_per_elem)
 {
-    uint64_t qkv = mul_sat(mul_sat(3, block), head_dim);
-    uint64_t scores = mul_sat(block, block);
-    return mul_sat(add_sat(qkv, scores), bytes_per_elem);
+    uint64_t qkv = clflash_mul_sat(clflash_mul_sat(3, block), head_dim);
+    uint64_t scores = clflash_mul_sat(block, block);
+    return clflash_mul_sat(clflash_add_sat(qkv, scores), bytes_per_elem);
 }
 
 /* Whether B's tile fits the budget, in exact saturating arithmetic. */

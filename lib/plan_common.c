@@ -1,0 +1,54 @@
+/*
+ * plan_common.c - what the planners (planner.c and nv_mma_plan.c for the forward,
+ * backward_planner.c for the backward) share: the valid block sizes, how to step down after a
+ * refusal, how many lanes share a row, the bank-friendly row stride of a local tile, and reading
+ * what a built kernel really needs.
+ *
+ * Why one file: the forward and backward plans must round, step and pad B the same way, so that a
+ * block the seeds' calculator prints is one both passes accept, and must judge a built kernel by
+ * the same numbers.
+ */
+#include "internal.h"
+
+uint32_t clflash_block_step_down(uint32_t b)
+{
+    return b > 16 ? (b - 1) / 16 * 16 : b / 2;
+}
+
+uint32_t clflash_block_round(uint64_t b)
+{
+    if (b >= 16)
+        return (uint32_t)(b > 4096 ? 4096 : b / 16 * 16);
+    return b >= 8 ? 8 : b >= 4 ? 4 : b >= 2 ? 2 : (uint32_t)b;
+}
+
+uint32_t clflash_block_lanes(uint32_t block, uint32_t want, uint32_t max_wg)
+{
+    uint32_t t = 1;
+    while (t * 2 <= want && block % (t * 2) == 0 && (uint64_t)block * t * 2 <= max_wg)
+        t *= 2;
+    return t;
+}
+
+uint32_t clflash_lds_stride(uint32_t head_dim, size_t elem_size)
+{
+    const uint32_t per_word = (uint32_t)(4 / elem_size);
+    uint32_t words = (uint32_t)((head_dim * elem_size + 3) / 4);
+    if (words % 2 == 0)
+        words++;
+    return words * per_word;
+}
+
+clflash_status clflash_read_kernel_limits(clflash_context *c, cl_kernel kernel, cl_ulong counted,
+                                          cl_ulong *local_bytes, size_t *max_wg)
+{
+    cl_int err;
+    if ((err = clGetKernelWorkGroupInfo(kernel, c->dev, CL_KERNEL_LOCAL_MEM_SIZE, sizeof *local_bytes, local_bytes,
+                                        NULL)) != CL_SUCCESS ||
+        (err = clGetKernelWorkGroupInfo(kernel, c->dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof *max_wg, max_wg, NULL)) !=
+            CL_SUCCESS)
+        return clflash_fail(err, "clGetKernelWorkGroupInfo failed");
+    if (*local_bytes < counted)
+        *local_bytes = counted;
+    return CLFLASH_SUCCESS;
+}
