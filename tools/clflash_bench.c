@@ -17,7 +17,7 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, setenv */
 #endif
 
-#include "clflash.h"
+#include "tool_common.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -34,7 +34,6 @@
 #endif
 
 #define PROG "clflash-bench"
-#define EXIT_USAGE 2
 #define MIN_RUNS 3u
 #define MAX_RUNS 1000u
 #define MAX_WARMUP 1000000u
@@ -48,48 +47,6 @@
 /* ============================================================================================
  * Host helpers: memory, strings, clocks, the environment.
  * ========================================================================================== */
-
-_Noreturn static void die_oom(void)
-{
-    fputs(PROG ": out of host memory\n", stderr);
-    exit(1);
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    if (p == NULL)
-        die_oom();
-    return p;
-}
-
-static char *xstrdup(const char *s)
-{
-    size_t n = strlen(s ? s : "");
-    char *d = xmalloc(n + 1);
-    memcpy(d, s ? s : "", n + 1);
-    return d;
-}
-
-/* printf into a new allocation of exactly the right size. */
-static char *xprintf(const char *fmt, ...)
-{
-    va_list ap;
-    int n;
-    char *s;
-    va_start(ap, fmt);
-    n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-        fputs(PROG ": internal formatting error\n", stderr);
-        exit(1);
-    }
-    s = xmalloc((size_t)n + 1);
-    va_start(ap, fmt);
-    vsnprintf(s, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    return s;
-}
 
 /* Seconds on a monotonic clock (only differences mean anything). */
 static double now_seconds(void)
@@ -242,41 +199,9 @@ static double element_value(const void *src, size_t i, clflash_dtype t)
  * Formatting numbers for people, and exactly for scripts.
  * ========================================================================================== */
 
-static const char *dtype_name(clflash_dtype t)
-{
-    return t == CLFLASH_F16 ? "f16" : t == CLFLASH_F32 ? "f32" : t == CLFLASH_BF16 ? "bf16" : "unknown";
-}
-
 static const char *algo_name(clflash_algo a)
 {
     return a == CLFLASH_ALGO_FLASH ? "flash" : "naive";
-}
-
-/* "64 MiB", "56 KiB", "1.5 GiB", "300 B": the largest binary unit the value reaches, exact when
- * it divides, else two decimals with trailing zeros dropped. */
-static void format_size(uint64_t bytes, char *out, size_t cap)
-{
-    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-    unsigned u = 0;
-    if (bytes < 1024) {
-        snprintf(out, cap, "%" PRIu64 " B", bytes);
-        return;
-    }
-    while (u < 6 && (bytes >> (10u * (u + 1u))) >= 1024)
-        u++;
-    u++; /* bytes >= 1024^u and (u == 6 or bytes < 1024^(u+1)) */
-    if ((bytes & ((UINT64_C(1) << (10u * u)) - 1u)) == 0) {
-        snprintf(out, cap, "%" PRIu64 " %s", bytes >> (10u * u), units[u]);
-    } else {
-        size_t n;
-        snprintf(out, cap, "%.2f", (double)bytes / ldexp(1.0, 10 * (int)u));
-        n = strlen(out);
-        while (n > 0 && out[n - 1] == '0')
-            out[--n] = '\0';
-        if (n > 0 && out[n - 1] == '.')
-            out[--n] = '\0';
-        snprintf(out + n, cap > n ? cap - n : 0, " %s", units[u]);
-    }
 }
 
 /* Milliseconds with about four significant digits. */
@@ -290,16 +215,6 @@ static void format_ms(double ms, char *out, size_t cap)
         snprintf(out, cap, "%.3f", ms);
     else
         snprintf(out, cap, "%.4f", ms);
-}
-
-/* The shortest decimal that reads back as the same double (finite v only). */
-static void format_exact(double v, char *out, size_t cap)
-{
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(out, cap, "%.*g", prec, v);
-        if (strtod(out, NULL) == v)
-            return;
-    }
 }
 
 /* ============================================================================================
@@ -379,35 +294,6 @@ static void print_help(FILE *f)
           f);
 }
 
-static int usage_error(const char *fmt, ...)
-{
-    va_list ap;
-    fputs(PROG ": ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputs("\nTry '" PROG " --help' for more information.\n", stderr);
-    return EXIT_USAGE;
-}
-
-/* A decimal whole number: digits only (no sign, space or suffix), no overflow, in [lo, hi]. */
-static int parse_uint(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
-{
-    char *end = NULL;
-    unsigned long long v;
-    if (s == NULL || *s == '\0')
-        return 0;
-    for (const char *p = s; *p; p++)
-        if (!isdigit((unsigned char)*p))
-            return 0;
-    errno = 0;
-    v = strtoull(s, &end, 10);
-    if (errno == ERANGE || *end != '\0' || v < lo || v > hi)
-        return 0;
-    *out = (uint64_t)v;
-    return 1;
-}
-
 /* A plain decimal number of seconds: digits, at most one '.', an optional exponent
  * ("1", "0.25", ".5", "2e-1"); no sign, hex, inf or nan. */
 static int parse_seconds(const char *s, double *out)
@@ -448,59 +334,23 @@ static int parse_seconds(const char *s, double *out)
     return 1;
 }
 
-/* If arg is --name or --name=value, returns 1 and sets *inline_value (NULL for the first form). */
-static int option_is(const char *arg, const char *name, const char **inline_value)
+static int add_seq(void *ctx, const char *text)
 {
-    size_t n = strlen(name);
-    if (strncmp(arg, name, n) != 0 || (arg[n] != '\0' && arg[n] != '='))
-        return 0;
-    *inline_value = arg[n] == '=' ? arg + n + 1 : NULL;
-    return 1;
-}
-
-/* Calls item(o, text, len) for each comma-separated item of s; 0 if s or an item is empty or
- * item() refuses it. */
-static int each_item(options *o, const char *s, int (*item)(options *, const char *))
-{
-    const char *p = s;
-    if (*p == '\0')
-        return 0;
-    for (;;) {
-        const char *comma = strchr(p, ',');
-        size_t len = comma ? (size_t)(comma - p) : strlen(p);
-        char *text = xmalloc(len + 1);
-        int ok;
-        memcpy(text, p, len);
-        text[len] = '\0';
-        ok = len > 0 && item(o, text);
-        free(text);
-        if (!ok)
-            return 0;
-        if (comma == NULL)
-            return 1;
-        p = comma + 1;
-    }
-}
-
-static int add_seq(options *o, const char *text)
-{
+    options *o = ctx;
     uint64_t v;
     if (!parse_uint(text, 1, UINT32_MAX, &v))
         return 0;
     if (o->nseq == o->seq_cap) {
-        uint32_t *grown;
         o->seq_cap = o->seq_cap ? 2 * o->seq_cap : 8;
-        grown = realloc(o->seqs, o->seq_cap * sizeof *o->seqs);
-        if (grown == NULL)
-            die_oom();
-        o->seqs = grown;
+        o->seqs = xrealloc(o->seqs, o->seq_cap * sizeof *o->seqs);
     }
     o->seqs[o->nseq++] = (uint32_t)v;
     return 1;
 }
 
-static int add_algo(options *o, const char *text)
+static int add_algo(void *ctx, const char *text)
 {
+    options *o = ctx;
     clflash_algo a;
     if (strcmp(text, "flash") == 0)
         a = CLFLASH_ALGO_FLASH;
@@ -518,60 +368,31 @@ static int add_algo(options *o, const char *text)
 /* Returns -1 to go on, or an exit status (0 after --help/--version, 2 on a usage error). */
 static int parse_args(int argc, char **argv, options *o)
 {
+    static const char *const flags[] = {"--causal", "--csv", "--json", "--no-check", NULL};
     static const char *const valued[] = {"--algo",   "--seq",    "--head-dim", "--dtype",
                                          "--batch",  "--heads",  "--device",   "--warmup",
-                                         "--min-time", "--block"};
+                                         "--min-time", "--block", NULL};
     for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i], *val = NULL, *name = NULL;
+        const char *val, *name;
         uint64_t v;
 
-        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
-            print_help(stdout);
-            return 0;
-        }
-        if (strcmp(arg, "--version") == 0) {
-            printf(PROG " %d.%d.%d (clflash library %s)\n", CLFLASH_VERSION_MAJOR,
-                   CLFLASH_VERSION_MINOR, CLFLASH_VERSION_PATCH, clflash_version_string());
-            return 0;
-        }
-        if (strcmp(arg, "--causal") == 0) {
+        int rc = tool_next_option(argc, argv, &i, flags, valued, print_help, &name, &val);
+        if (rc >= 0)
+            return rc;
+        if (strcmp(name, "--causal") == 0) {
             o->causal = 1;
-            continue;
-        }
-        if (strcmp(arg, "--csv") == 0) {
+        } else if (strcmp(name, "--csv") == 0) {
             o->csv = 1;
-            continue;
-        }
-        if (strcmp(arg, "--json") == 0) {
+        } else if (strcmp(name, "--json") == 0) {
             o->json = 1;
-            continue;
-        }
-        if (strcmp(arg, "--no-check") == 0) {
+        } else if (strcmp(name, "--no-check") == 0) {
             o->no_check = 1;
-            continue;
-        }
-        for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
-            if (option_is(arg, valued[k], &val)) {
-                name = valued[k];
-                break;
-            }
-        if (name == NULL) {
-            if (arg[0] == '-')
-                return usage_error("unknown option '%s'", arg);
-            return usage_error("unexpected argument '%s'", arg);
-        }
-        if (val == NULL) {
-            if (i + 1 >= argc)
-                return usage_error("option '%s' needs a value", name);
-            val = argv[++i];
-        }
-
-        if (strcmp(name, "--algo") == 0) {
-            if (!each_item(o, val, add_algo))
+        } else if (strcmp(name, "--algo") == 0) {
+            if (!each_item(val, add_algo, o))
                 return usage_error("--algo wants flash, naive or flash,naive (each at most once), "
                                    "not '%s'", val);
         } else if (strcmp(name, "--seq") == 0) {
-            if (!each_item(o, val, add_seq))
+            if (!each_item(val, add_seq, o))
                 return usage_error("--seq wants comma-separated whole numbers from 1 to %" PRIu32
                                    ", not '%s'", UINT32_MAX, val);
         } else if (strcmp(name, "--head-dim") == 0) {
@@ -645,36 +466,12 @@ typedef struct {
     cl_ulong local_mem, max_alloc, global_mem;
 } device_facts;
 
-/* A device string property, trailing and leading blanks removed, in a new allocation. */
-static cl_int device_string(cl_device_id dev, cl_device_info param, char **out)
-{
-    size_t n = 0, start = 0;
-    char *s;
-    cl_int err = clGetDeviceInfo(dev, param, 0, NULL, &n);
-    if (err != CL_SUCCESS)
-        return err;
-    s = xmalloc(n + 1);
-    if (n > 0 && (err = clGetDeviceInfo(dev, param, n, s, NULL)) != CL_SUCCESS) {
-        free(s);
-        return err;
-    }
-    s[n] = '\0';
-    n = strlen(s);
-    while (n > 0 && isspace((unsigned char)s[n - 1]))
-        s[--n] = '\0';
-    while (isspace((unsigned char)s[start]))
-        start++;
-    memmove(s, s + start, n - start + 1);
-    *out = s;
-    return CL_SUCCESS;
-}
-
 /* Reads every fact; on failure names the query in *what and returns its error. */
 static cl_int read_facts(cl_device_id dev, device_facts *f, const char **what)
 {
     cl_int err;
 #define STRING_FACT(param, field)                                                                  \
-    if ((err = device_string(dev, param, &f->field)) != CL_SUCCESS) {                              \
+    if ((err = cl_info_string(0, dev, param, &f->field)) != CL_SUCCESS) {                              \
         *what = "clGetDeviceInfo(" #param ")";                                                     \
         return err;                                                                                \
     }
@@ -1109,17 +906,17 @@ static void print_plan(const clflash_plan *p)
     printf("  block (B)          %" PRIu32 "\n", p->block);
     printf("  threads per row    %" PRIu32 "\n", p->threads_per_row);
     printf("  work-group size    %" PRIu32 "\n", p->work_group_size);
-    format_size(p->tile_bytes, buf, sizeof buf);
+    format_unit(p->tile_bytes, buf, sizeof buf);
     printf("  tile bytes         %" PRIu64 " (%s)\n", p->tile_bytes, buf);
-    format_size(p->kernel_local_bytes, buf, sizeof buf);
+    format_unit(p->kernel_local_bytes, buf, sizeof buf);
     printf("  kernel local bytes %" PRIu64 " (%s)\n", p->kernel_local_bytes, buf);
-    format_size(p->local_mem_budget, buf, sizeof buf);
+    format_unit(p->local_mem_budget, buf, sizeof buf);
     printf("  local mem budget   %" PRIu64 " (%s)\n", p->local_mem_budget, buf);
     printf("  kernel             %s\n", p->kernel ? p->kernel : "(none)");
     printf("  tiles_q            %" PRIu64 "\n", p->tiles_q);
     printf("  kv_passes          %" PRIu64 "\n", p->kv_passes);
-    format_size(p->score_matrix_bytes, buf, sizeof buf);
-    format_size(p->tile_bytes, tile, sizeof tile);
+    format_unit(p->score_matrix_bytes, buf, sizeof buf);
+    format_unit(p->tile_bytes, tile, sizeof tile);
     printf("  score matrix/head  %s (what naive writes per head) vs one %s tile\n", buf, tile);
 }
 
@@ -1139,11 +936,11 @@ static void print_header(const bench *bn)
     printf("  driver             %s\n", f->driver);
     printf("  version            %s\n", f->version);
     printf("  compute units      %u\n", (unsigned)f->compute_units);
-    format_size(f->local_mem, buf, sizeof buf);
+    format_unit(f->local_mem, buf, sizeof buf);
     printf("  local memory       %s\n", buf);
-    format_size(f->max_alloc, buf, sizeof buf);
+    format_unit(f->max_alloc, buf, sizeof buf);
     printf("  max alloc          %s\n", buf);
-    format_size(f->global_mem, buf, sizeof buf);
+    format_unit(f->global_mem, buf, sizeof buf);
     printf("  global memory      %s\n", buf);
 
     describe_desc(o, o->seqs[0], &d);
@@ -1162,18 +959,6 @@ static void print_header(const bench *bn)
            "each is wall clock from enqueue to clFinish\n\n",
            (unsigned)o->warmup, o->warmup == 1 ? "" : "s", o->min_time, MIN_RUNS, MAX_RUNS);
     fflush(stdout);
-}
-
-static void print_padded(const char *s, size_t width, int right)
-{
-    size_t n = strlen(s);
-    if (right)
-        for (size_t i = n; i < width; i++)
-            putchar(' ');
-    fputs(s, stdout);
-    if (!right)
-        for (size_t i = n; i < width; i++)
-            putchar(' ');
 }
 
 static void print_table(const bench *bn)
@@ -1209,13 +994,13 @@ static void print_table(const bench *bn)
             snprintf(c[13], CELL, "failed (%zu)", nfail);
         }
         if (r->modeled_bytes)
-            format_size(r->modeled_bytes, c[7], CELL);
+            format_unit(r->modeled_bytes, c[7], CELL);
         if (r->have_plan)
             snprintf(c[9], CELL, "%" PRIu32, r->plan.block);
         if (r->have_temp)
-            format_size(r->temp_bytes, c[10], CELL);
+            format_unit(r->temp_bytes, c[10], CELL);
         if (r->score_matrix_bytes != UINT64_MAX)
-            format_size(r->score_matrix_bytes, c[11], CELL);
+            format_unit(r->score_matrix_bytes, c[11], CELL);
         if (r->checked)
             snprintf(c[12], CELL, "%.2g", r->max_abs_diff);
         else if (r->check_error)
@@ -1230,13 +1015,13 @@ static void print_table(const bench *bn)
     }
     for (int k = 0; k < NCOLS; k++) {
         fputs(k ? "  " : "", stdout);
-        print_padded(headers[k], k == NCOLS - 1 ? 0 : width[k], right[k]);
+        print_padded(stdout, headers[k], k == NCOLS - 1 ? 0 : width[k], right[k]);
     }
     putchar('\n');
     for (size_t i = 0; i < bn->nresults; i++) {
         for (int k = 0; k < NCOLS; k++) {
             fputs(k ? "  " : "", stdout);
-            print_padded(cells[i][k], k == NCOLS - 1 ? 0 : width[k], right[k]);
+            print_padded(stdout, cells[i][k], k == NCOLS - 1 ? 0 : width[k], right[k]);
         }
         putchar('\n');
     }
@@ -1298,17 +1083,17 @@ static void print_summary(const bench *bn)
         {
             const result *r = flash ? flash : naive;
             int have_io = r->io_bytes != UINT64_MAX, have_score = r->score_matrix_bytes != UINT64_MAX;
-            format_size(r->io_bytes, io, sizeof io);
-            format_size(r->score_matrix_bytes, per_head, sizeof per_head);
+            format_unit(r->io_bytes, io, sizeof io);
+            format_unit(r->score_matrix_bytes, per_head, sizeof per_head);
             printf("; memory: ");
             if (naive && naive->have_temp && have_score) {
-                format_size(naive->temp_bytes, temp, sizeof temp);
+                format_unit(naive->temp_bytes, temp, sizeof temp);
                 printf("naive %s %s of scores (%s per head)", naive->status == CLFLASH_SUCCESS
                        ? "needs" : "would need", temp, per_head);
             } else if (have_score) {
                 printf("naive would need %s of scores per head", per_head);
                 if (naive && naive->status == CLFLASH_ERROR_SCORE_MATRIX_TOO_LARGE) {
-                    format_size(bn->facts.max_alloc, temp, sizeof temp);
+                    format_unit(bn->facts.max_alloc, temp, sizeof temp);
                     printf(" (more than the device's %s max allocation)", temp);
                 }
             } else {
@@ -1336,156 +1121,11 @@ static void print_summary(const bench *bn)
  * JSON and CSV output.
  * ========================================================================================== */
 
-#define JSON_DEPTH 8
-
-typedef struct {
-    FILE *f;
-    int depth;
-    int count[JSON_DEPTH]; /* values written so far at each open level */
-} json_out;
-
-/* Bytes in the valid UTF-8 sequence starting at p (2 to 4), or 0 if it is not one. */
-static size_t utf8_length(const unsigned char *p)
-{
-    size_t n;
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (p[0] >= 0xC2 && p[0] <= 0xDF)
-        n = 2;
-    else if (p[0] >= 0xE0 && p[0] <= 0xEF)
-        n = 3;
-    else if (p[0] >= 0xF0 && p[0] <= 0xF4)
-        n = 4;
-    else
-        return 0;
-    if (p[0] == 0xE0)
-        lo = 0xA0; /* overlong */
-    else if (p[0] == 0xED)
-        hi = 0x9F; /* surrogates */
-    else if (p[0] == 0xF0)
-        lo = 0x90; /* overlong */
-    else if (p[0] == 0xF4)
-        hi = 0x8F; /* beyond U+10FFFF */
-    if (p[1] < lo || p[1] > hi)
-        return 0;
-    for (size_t i = 2; i < n; i++)
-        if (p[i] < 0x80 || p[i] > 0xBF)
-            return 0;
-    return n;
-}
-
-/* A JSON string: quotes and backslashes escaped, control characters as escapes, valid UTF-8 as is,
- * anything else as U+FFFD. */
-static void json_text(FILE *f, const char *s)
-{
-    const unsigned char *p = (const unsigned char *)(s ? s : "");
-    putc('"', f);
-    while (*p) {
-        size_t n;
-        if (*p == '"' || *p == '\\') {
-            putc('\\', f);
-            putc(*p++, f);
-        } else if (*p < 0x20) {
-            const char *esc = *p == '\n' ? "\\n" : *p == '\r' ? "\\r" : *p == '\t' ? "\\t"
-                            : *p == '\b' ? "\\b" : *p == '\f' ? "\\f" : NULL;
-            if (esc)
-                fputs(esc, f);
-            else
-                fprintf(f, "\\u%04x", (unsigned)*p);
-            p++;
-        } else if (*p < 0x80) {
-            putc(*p++, f);
-        } else if ((n = utf8_length(p)) != 0) {
-            fwrite(p, 1, n, f);
-            p += n;
-        } else {
-            fputs("\\ufffd", f);
-            p++;
-        }
-    }
-    putc('"', f);
-}
-
-/* Comma, newline, indentation and key before the next value at the current level. */
-static void json_key(json_out *j, const char *key)
-{
-    if (j->depth > 0) {
-        if (j->count[j->depth]++)
-            putc(',', j->f);
-        putc('\n', j->f);
-        for (int i = 0; i < j->depth; i++)
-            fputs("  ", j->f);
-    }
-    if (key) {
-        json_text(j->f, key);
-        fputs(": ", j->f);
-    }
-}
-
-static void json_open(json_out *j, const char *key, char bracket)
-{
-    json_key(j, key);
-    putc(bracket, j->f);
-    if (++j->depth >= JSON_DEPTH) {
-        fputs(PROG ": internal error: JSON nested too deeply\n", stderr);
-        exit(1);
-    }
-    j->count[j->depth] = 0;
-}
-
-static void json_close(json_out *j, char bracket)
-{
-    if (j->count[j->depth]) {
-        putc('\n', j->f);
-        for (int i = 1; i < j->depth; i++)
-            fputs("  ", j->f);
-    }
-    putc(bracket, j->f);
-    if (--j->depth == 0)
-        putc('\n', j->f);
-}
-
-static void json_str(json_out *j, const char *key, const char *s)
-{
-    json_key(j, key);
-    if (s)
-        json_text(j->f, s);
-    else
-        fputs("null", j->f);
-}
-
-/* have == 0 writes null. */
-static void json_u64(json_out *j, const char *key, int have, uint64_t v)
-{
-    json_key(j, key);
-    if (have)
-        fprintf(j->f, "%" PRIu64, v);
-    else
-        fputs("null", j->f);
-}
-
-static void json_num(json_out *j, const char *key, int have, double v)
-{
-    char buf[40];
-    json_key(j, key);
-    if (have && isfinite(v)) {
-        format_exact(v, buf, sizeof buf);
-        fputs(buf, j->f);
-    } else {
-        fputs("null", j->f);
-    }
-}
-
-static void json_bool(json_out *j, const char *key, int b)
-{
-    json_key(j, key);
-    fputs(b ? "true" : "false", j->f);
-}
-
 static void print_json(const bench *bn, const char *date)
 {
     const options *o = bn->opt;
     const device_facts *f = &bn->facts;
-    json_out j;
+    json_writer j;
     memset(&j, 0, sizeof j);
     j.f = stdout;
 
@@ -1497,18 +1137,18 @@ static void print_json(const bench *bn, const char *date)
     json_str(&j, "vendor", f->vendor);
     json_str(&j, "driver", f->driver);
     json_str(&j, "version", f->version);
-    json_u64(&j, "compute_units", 1, f->compute_units);
-    json_u64(&j, "local_mem_bytes", 1, f->local_mem);
-    json_u64(&j, "max_alloc_bytes", 1, f->max_alloc);
-    json_u64(&j, "global_mem_bytes", 1, f->global_mem);
+    json_u64(&j, "compute_units", f->compute_units);
+    json_u64(&j, "local_mem_bytes", f->local_mem);
+    json_u64(&j, "max_alloc_bytes", f->max_alloc);
+    json_u64(&j, "global_mem_bytes", f->global_mem);
     json_close(&j, '}');
     json_open(&j, "config", '{');
-    json_u64(&j, "warmup", 1, o->warmup);
+    json_u64(&j, "warmup", o->warmup);
     json_num(&j, "min_time_s", 1, o->min_time);
-    json_u64(&j, "min_runs", 1, MIN_RUNS);
-    json_u64(&j, "max_runs", 1, MAX_RUNS);
+    json_u64(&j, "min_runs", MIN_RUNS);
+    json_u64(&j, "max_runs", MAX_RUNS);
     json_bool(&j, "check", !o->no_check);
-    json_u64(&j, "forced_block", o->have_block, o->block);
+    json_opt_u64(&j, "forced_block", o->have_block, o->block);
     json_str(&j, "device_request", o->device);
     json_str(&j, "timing", "wall clock from enqueue to clFinish, one call per run");
     json_close(&j, '}');
@@ -1518,37 +1158,36 @@ static void print_json(const bench *bn, const char *date)
         const int ok = r->status == CLFLASH_SUCCESS;
         json_open(&j, NULL, '{');
         json_str(&j, "algo", algo_name(r->algo));
-        json_u64(&j, "seq", 1, r->seq);
-        json_u64(&j, "head_dim", 1, o->head_dim);
+        json_u64(&j, "seq", r->seq);
+        json_u64(&j, "head_dim", o->head_dim);
         json_str(&j, "dtype", dtype_name(o->dtype));
-        json_u64(&j, "batch", 1, o->batch);
-        json_u64(&j, "heads", 1, o->heads);
+        json_u64(&j, "batch", o->batch);
+        json_u64(&j, "heads", o->heads);
         json_bool(&j, "causal", o->causal);
         json_num(&j, "ms_median", ok, r->ms_median);
         json_num(&j, "ms_min", ok, r->ms_min);
         json_num(&j, "ms_max", ok, r->ms_max);
-        json_u64(&j, "runs", ok, r->runs);
+        json_opt_u64(&j, "runs", ok, r->runs);
         json_num(&j, "tflops", ok, r->tflops);
-        json_u64(&j, "modeled_bytes", r->modeled_bytes != 0, r->modeled_bytes);
+        json_opt_u64(&j, "modeled_bytes", r->modeled_bytes != 0, r->modeled_bytes);
         json_num(&j, "gbps", ok && r->modeled_bytes != 0, r->gbps);
-        json_u64(&j, "temp_bytes", r->have_temp, r->temp_bytes);
-        json_u64(&j, "io_bytes", r->io_bytes != UINT64_MAX, r->io_bytes);
-        json_u64(&j, "score_matrix_bytes", r->score_matrix_bytes != UINT64_MAX, r->score_matrix_bytes);
-        json_u64(&j, "block", r->have_plan, r->plan.block);
+        json_opt_u64(&j, "temp_bytes", r->have_temp, r->temp_bytes);
+        json_opt_u64(&j, "io_bytes", r->io_bytes != UINT64_MAX, r->io_bytes);
+        json_opt_u64(&j, "score_matrix_bytes", r->score_matrix_bytes != UINT64_MAX, r->score_matrix_bytes);
+        json_opt_u64(&j, "block", r->have_plan, r->plan.block);
         json_num(&j, "max_abs_diff", r->checked, r->max_abs_diff);
         json_str(&j, "status", ok ? "ok" : clflash_status_string(r->status));
-        json_key(&j, "status_code");
-        fprintf(j.f, "%d", (int)r->status);
+        json_i64(&j, "status_code", r->status);
         json_str(&j, "error_detail", ok ? NULL : r->detail);
         json_bool(&j, "expected_failure", r->expected);
         json_str(&j, "check_error", r->check_error);
         json_str(&j, "kernel", r->have_plan ? r->plan.kernel : NULL);
-        json_u64(&j, "threads_per_row", r->have_plan, r->plan.threads_per_row);
-        json_u64(&j, "work_group_size", r->have_plan, r->plan.work_group_size);
-        json_u64(&j, "tile_bytes", r->have_plan, r->plan.tile_bytes);
-        json_u64(&j, "kernel_local_bytes", r->have_plan, r->plan.kernel_local_bytes);
-        json_u64(&j, "tiles_q", r->have_plan, r->plan.tiles_q);
-        json_u64(&j, "kv_passes", r->have_plan, r->plan.kv_passes);
+        json_opt_u64(&j, "threads_per_row", r->have_plan, r->plan.threads_per_row);
+        json_opt_u64(&j, "work_group_size", r->have_plan, r->plan.work_group_size);
+        json_opt_u64(&j, "tile_bytes", r->have_plan, r->plan.tile_bytes);
+        json_opt_u64(&j, "kernel_local_bytes", r->have_plan, r->plan.kernel_local_bytes);
+        json_opt_u64(&j, "tiles_q", r->have_plan, r->plan.tiles_q);
+        json_opt_u64(&j, "kv_passes", r->have_plan, r->plan.kv_passes);
         json_close(&j, '}');
     }
     json_close(&j, ']');
@@ -1692,6 +1331,7 @@ int main(int argc, char **argv)
     options o;
     int rc;
 
+    tool_set_name(PROG);
     memset(&o, 0, sizeof o);
     o.head_dim = DEFAULT_HEAD_DIM;
     o.dtype = CLFLASH_F32;
@@ -1707,7 +1347,7 @@ int main(int argc, char **argv)
 
     if (fflush(stdout) != 0 || ferror(stdout)) {
         fputs(PROG ": error writing to standard output\n", stderr);
-        return rc == EXIT_USAGE ? rc : 1;
+        return rc == TOOL_EXIT_USAGE ? rc : 1;
     }
     return rc;
 }
