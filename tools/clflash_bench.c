@@ -245,6 +245,7 @@ typedef struct {
     clflash_dtype dtype;
     int causal, csv, json, no_check;
     const char *device;
+    const char *build_options; /* --build-options: extra clBuildProgram options, NULL for none */
     uint32_t warmup;
     double min_time;
 } options;
@@ -306,6 +307,9 @@ static void print_help(FILE *f)
           "  --warmup N         untimed runs before timing (default 2)\n"
           "  --min-time S       seconds of timed runs per measurement (default 1.0)\n"
           "  --block B          force the flash tile size B (the plan fails if B does not fit)\n"
+          "  --build-options S  extra OpenCL build options for clflash's kernels\n"
+          "                     (clflash_context_options.build_options), e.g. \"-D CLFLASH_CPU_PATH=0\"\n"
+          "                     to time the portable kernel instead of its CPU path on a CPU\n"
           "  --csv              print CSV: a header row and one row per result\n"
           "  --json             print one JSON object: device, config, results, date, version\n"
           "  --no-check         do not compare the outputs\n"
@@ -411,7 +415,7 @@ static int parse_args(int argc, char **argv, options *o)
     static const char *const flags[] = {"--causal", "--csv", "--json", "--no-check", "--backward", NULL};
     static const char *const valued[] = {"--algo",   "--seq",    "--head-dim", "--dtype",
                                          "--batch",  "--heads",  "--device",   "--warmup",
-                                         "--min-time", "--block", NULL};
+                                         "--min-time", "--block", "--build-options", NULL};
     for (int i = 1; i < argc; i++) {
         const char *val, *name;
         uint64_t v;
@@ -474,6 +478,8 @@ static int parse_args(int argc, char **argv, options *o)
             if (!parse_seconds(val, &o->min_time))
                 return usage_error("--min-time wants seconds as a plain decimal number from 0 to "
                                    "%.0f, not '%s'", MAX_MIN_TIME, val);
+        } else if (strcmp(name, "--build-options") == 0) {
+            o->build_options = val;
         } else { /* --block */
             if (!parse_uint(val, 1, UINT32_MAX, &v))
                 return usage_error("--block wants a whole number from 1 to %" PRIu32 ", not '%s'",
@@ -1505,6 +1511,7 @@ static void print_json(const bench *bn, const char *date)
     json_bool(&j, "check", !o->no_check);
     json_opt_u64(&j, "forced_block", o->have_block, o->block);
     json_str(&j, "device_request", o->device);
+    json_str(&j, "build_options", o->build_options);
     json_str(&j, "timing", "wall clock from enqueue to clFinish, one call per run");
     json_str(&j, "pass", o->backward ? "backward" : "forward");
     json_str(&j, "flops", o->backward ? "2.5 * 4*b*h*n*n*d (halved for causal)" : "4*b*h*n*n*d (halved for causal)");
@@ -1662,7 +1669,12 @@ static int run(const options *o)
         fprintf(stderr, PROG ": could not set CLFLASH_DEVICE for --device\n");
         return 1;
     }
-    st = clflash_context_create_default(NULL, &bn.ctx);
+    {
+        clflash_context_options copt;
+        memset(&copt, 0, sizeof copt);
+        copt.build_options = o->build_options;
+        st = clflash_context_create_default(&copt, &bn.ctx);
+    }
     if (st != CLFLASH_SUCCESS) {
         fprintf(stderr, PROG ": cannot open an OpenCL device: %s (%d): %s\n",
                 clflash_status_string(st), (int)st, clflash_last_error_detail());
