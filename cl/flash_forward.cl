@@ -137,11 +137,15 @@ flash_forward(__global const bits_t *q, __global const bits_t *k, __global const
 
     for (uint k0 = key_begin; k0 < key_end; k0 += BLOCK) {
         barrier(CLK_LOCAL_MEM_FENCE); /* C1 */
-        for (uint idx = lid; idx < BLOCK * HEAD_DIM; idx += WG_SIZE) {
-            const uint r = idx / HEAD_DIM, c = idx % HEAD_DIM;
-            const bool in = k0 + r < seq_k;
-            kf[c * BLOCK + r] = in ? load_g(k, kbase + (ulong)(k0 + r) * k_ss + c) : 0.0f;
-            vf[r * HD8 + c] = in ? load_g(v, vbase + (ulong)(k0 + r) * v_ss + c) : 0.0f;
+        {
+            /* work-item lid loads key row k0 + lid of K (into column lid of kf) and of V */
+            const bool in = k0 + lid < seq_k;
+            const ulong krow = kbase + (ulong)min(k0 + lid, seq_k - 1) * k_ss;
+            const ulong vrow = vbase + (ulong)min(k0 + lid, seq_k - 1) * v_ss;
+            for (uint c = 0; c < HEAD_DIM; c++) {
+                kf[c * BLOCK + lid] = in ? load_g(k, krow + c) : 0.0f;
+                vf[lid * HD8 + c] = in ? load_g(v, vrow + c) : 0.0f;
+            }
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* C2 */
 
