@@ -11,14 +11,16 @@
  * time, so the binary still runs on any x86-64.
  *
  * Threads: the sgemms use the BLAS's threads (OpenBLAS: every core, or OPENBLAS_NUM_THREADS); the
- * softmax runs on the calling thread.
+ * softmax splits the rows over as many POSIX threads (one per online processor with another BLAS).
  */
 #include "bench_blas.h"
 
 #include <cblas.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 #define SOFTMAX_CLONES __attribute__((target_clones("arch=haswell", "default")))
@@ -27,6 +29,7 @@
 #endif
 
 #define LANES 8
+#define MAX_SOFTMAX_THREADS 64
 
 const char *bench_blas_name(void)
 {
@@ -144,6 +147,61 @@ SOFTMAX_CLONES static void softmax_row(float *row, uint32_t len, uint32_t n)
         row[j] = 0.0f;
 }
 
+/* The rows [row0, row1) of one head's n x n score matrix, for one thread. */
+typedef struct {
+    float *s;
+    uint32_t n, row0, row1;
+    int causal;
+} softmax_job;
+
+static void *softmax_rows(void *arg)
+{
+    const softmax_job *job = arg;
+    for (uint32_t i = job->row0; i < job->row1; i++)
+        softmax_row(job->s + (size_t)i * job->n, job->causal ? i + 1 : job->n, job->n);
+    return NULL;
+}
+
+/* Threads for the softmax: as many as the BLAS uses, else one per online processor. */
+static int softmax_threads(void)
+{
+    int t = bench_blas_threads();
+    if (t <= 0) {
+        long online = sysconf(_SC_NPROCESSORS_ONLN);
+        t = online > 0 ? (int)online : 1;
+    }
+    return t > MAX_SOFTMAX_THREADS ? MAX_SOFTMAX_THREADS : t;
+}
+
+/* Every row of S, split over the threads; with causal masking row i has i + 1 keys, so the split
+ * points are at n * sqrt(k / threads), which gives each thread about the same number of scores. */
+static void softmax_all(float *s, uint32_t n, int causal)
+{
+    softmax_job jobs[MAX_SOFTMAX_THREADS];
+    pthread_t threads[MAX_SOFTMAX_THREADS];
+    int started[MAX_SOFTMAX_THREADS];
+    int t = softmax_threads();
+    if ((uint32_t)t > n / 16)
+        t = n / 16 > 0 ? (int)(n / 16) : 1;
+    for (int k = 0; k < t; k++) {
+        const double f0 = (double)k / t, f1 = (double)(k + 1) / t;
+        jobs[k].s = s;
+        jobs[k].n = n;
+        jobs[k].causal = causal;
+        jobs[k].row0 = (uint32_t)(n * (causal ? sqrt(f0) : f0));
+        jobs[k].row1 = k + 1 == t ? n : (uint32_t)(n * (causal ? sqrt(f1) : f1));
+    }
+    for (int k = 1; k < t; k++) /* a thread that cannot start leaves its rows to this one */
+        started[k] = pthread_create(&threads[k], NULL, softmax_rows, &jobs[k]) == 0;
+    softmax_rows(&jobs[0]);
+    for (int k = 1; k < t; k++) {
+        if (started[k])
+            pthread_join(threads[k], NULL);
+        else
+            softmax_rows(&jobs[k]);
+    }
+}
+
 void bench_blas_attention(const float *q, const float *k, const float *v, float *o, size_t heads,
                           uint32_t n, uint32_t d, float scale, int causal, float *s)
 {
@@ -154,8 +212,7 @@ void bench_blas_attention(const float *q, const float *k, const float *v, float 
         /* S[n][n] = scale * Q[n][d] K[n][d]^T */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)n, (int)d, scale, qh, (int)d, kh,
                     (int)d, 0.0f, s, (int)n);
-        for (uint32_t i = 0; i < n; i++)
-            softmax_row(s + (size_t)i * n, causal ? i + 1 : n, n);
+        softmax_all(s, n, causal);
         /* O[n][d] = P[n][n] V[n][d] */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)d, (int)n, 1.0f, s, (int)n, vh,
                     (int)d, 0.0f, oh, (int)d);

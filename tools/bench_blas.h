@@ -20,7 +20,8 @@ int bench_blas_threads(void);
 
 /* For each of `heads` independent heads (q, k, v, o each [heads][n][d], contiguous fp32):
  *   S = scale * Q K^T  (cblas_sgemm into s, n x n floats: the one matrix it allocates, reused per head)
- *   P = softmax of each row of S, over the keys j <= i when causal (the masked part is set to 0)
+ *   P = softmax of each row of S, over the keys j <= i when causal (the masked part is set to 0),
+ *       the rows split over as many threads as the BLAS uses
  *   O = P V            (cblas_sgemm), each row then divided by its softmax sum.
  * s must hold n * n floats. */
 void bench_blas_attention(const float *q, const float *k, const float *v, float *o, size_t heads,
