@@ -30,6 +30,7 @@ set key top left box opaque
 set xlabel "sequence length n"
 set format x "%.0f"
 set style data linespoints
+set offsets 0, 0, graph 0.05, graph 0.05   # keep the lowest and highest lines off the border
 
 algos = "flash naive blas"
 colour(a) = a eq "flash" ? "#1b9e77" : a eq "naive" ? "#d95f02" : "#7570b3"
