@@ -35,6 +35,38 @@
  * reference so that no exp2(-inf - -inf) is ever formed. A row that sees no key at all ends with
  * l = 0 and writes O = 0 and lse = -INFINITY.
  */
+/*
+ * The CPU path. PoCL runs a work-group as a loop over its work-items between barriers, with one
+ * work-item per row (TPR = 1, the CPU plan); there the steps above cost more in barriers, in
+ * per-work-item state kept across them, and in scalar loads than in arithmetic. When the compiler
+ * targets a CPU instruction set (PoCL defines the host's architecture macros; GPU compilers and
+ * Oclgrind define none of them) and TPR == 1 and BLOCK is a multiple of 8, the kernel below instead
+ * keeps its tiles as fp32, K transposed (kf[HEAD_DIM][BLOCK]) and V padded to a multiple of 8
+ * columns (vf[BLOCK][HD8]), and has two barriers per tile:
+ *   C1  every read of kf and vf of the previous tile is finished; the work-group loads them;
+ *   C2  kf and vf are complete; each work-item then does all of its row's work for the tile alone
+ *       (a row's scores, maximum and probabilities are its own when TPR == 1): scores on 8 keys at
+ *       a time (float8 fused multiply-adds down the transposed K tile), the online-softmax update,
+ *       and P V on 8 output columns at a time, the accumulator held in float8 registers.
+ * The rules (visibility, transforms, the -INFINITY guards, l == 0 rows) are those above. Define
+ * CLFLASH_CPU_PATH=1 or =0 (the context's build_options) to force the choice, e.g. to run this path
+ * under Oclgrind; on a GPU build nothing here is compiled.
+ */
+#ifndef CLFLASH_CPU_PATH
+#if defined(__x86_64__) || defined(__i386__) || defined(__aarch64__) || defined(__arm__) || \
+    defined(__powerpc64__) || defined(__riscv)
+#define CLFLASH_CPU_PATH 1
+#else
+#define CLFLASH_CPU_PATH 0
+#endif
+#endif
+#if CLFLASH_CPU_PATH && TPR == 1 && BLOCK % 8 == 0
+#define CLFLASH_USE_CPU_PATH 1
+#define HD8 ((HEAD_DIM + 7) / 8 * 8)
+#else
+#define CLFLASH_USE_CPU_PATH 0
+#endif
+
 #define WG_SIZE (BLOCK * TPR)
 #define KEYS_PER_LANE (BLOCK / TPR)
 #define COLS_PER_LANE ((HEAD_DIM + TPR - 1) / TPR)
@@ -49,6 +81,171 @@ flash_forward(__global const bits_t *q, __global const bits_t *k, __global const
               ulong bias_off, ulong bias_bs, ulong bias_hs, ulong bias_rs,
               __global const float *alibi, __global const int *key_lens)
 {
+#if CLFLASH_USE_CPU_PATH
+    __local float kf[HEAD_DIM * BLOCK]; /* transposed: kf[c][j] */
+    __local float vf[BLOCK * HD8];
+
+    const uint lid = get_local_id(0); /* = the row: one work-item per row */
+    const uint q0 = get_group_id(0) * BLOCK;
+    const uint h = get_group_id(1);
+    const uint b = get_group_id(2);
+    const uint bh = b * heads_q + h;
+    const uint hk = h / group;
+    const uint qi = q0 + lid;
+
+    const ulong kbase = tensor_index(k_off, k_bs, k_hs, k_ss, b, hk, 0);
+    const ulong vbase = tensor_index(v_off, v_bs, v_hs, v_ss, b, hk, 0);
+
+    /* This row of Q as fp32 (zeros past seq_q); the padding columns of vf are zero once and for all
+     * (no tile load writes them). C1 of the first tile orders these stores before any read. */
+    float qrow[HEAD_DIM];
+    {
+        const ulong qrow_at = tensor_index(q_off, q_bs, q_hs, q_ss, b, h, min(qi, seq_q - 1));
+        for (uint c = 0; c < HEAD_DIM; c++)
+            qrow[c] = qi < seq_q ? load_g(q, qrow_at + c) : 0.0f;
+    }
+#if HD8 > HEAD_DIM
+    for (uint idx = lid; idx < BLOCK * (HD8 - HEAD_DIM); idx += WG_SIZE)
+        vf[idx / (HD8 - HEAD_DIM) * HD8 + HEAD_DIM + idx % (HD8 - HEAD_DIM)] = 0.0f;
+#endif
+
+#if KEYLEN
+    const uint key_len = (uint)clamp(key_lens[b], 0, (int)seq_k);
+#else
+    const uint key_len = seq_k;
+#endif
+    long lo, hi, first_lo, first_hi, last_lo, last_hi;
+    visible_keys(q0, seq_q, seq_k, key_len, win_left, win_right, &first_lo, &first_hi);
+    visible_keys(min(q0 + BLOCK, seq_q) - 1, seq_q, seq_k, key_len, win_left, win_right, &last_lo, &last_hi);
+    visible_keys(min(qi, seq_q - 1), seq_q, seq_k, key_len, win_left, win_right, &lo, &hi);
+    const uint key_begin = first_lo <= 0 ? 0u : (uint)first_lo / BLOCK * BLOCK;
+    const uint key_end = last_hi <= (long)key_begin ? key_begin : (uint)last_hi;
+#if ALIBI
+    const float slope = alibi[h];
+#else
+    const float slope = 0.0f;
+#endif
+#if BIAS
+    const ulong bias_row = bias_off + (ulong)b * bias_bs + (ulong)h * bias_hs + (ulong)min(qi, seq_q - 1) * bias_rs;
+#endif
+
+    float m = -INFINITY; /* running max of this row's scores, log2 domain */
+    float l = 0.0f;      /* running sum of exp2(score - m) */
+    float8 acc[HD8 / 8];
+    for (uint d8 = 0; d8 < HD8 / 8; d8++)
+        acc[d8] = (float8)(0.0f);
+
+    for (uint k0 = key_begin; k0 < key_end; k0 += BLOCK) {
+        barrier(CLK_LOCAL_MEM_FENCE); /* C1 */
+        {
+            /* work-item lid loads key row k0 + lid of K (into column lid of kf) and of V */
+            const bool in = k0 + lid < seq_k;
+            const ulong krow = kbase + (ulong)min(k0 + lid, seq_k - 1) * k_ss;
+            const ulong vrow = vbase + (ulong)min(k0 + lid, seq_k - 1) * v_ss;
+            for (uint c = 0; c < HEAD_DIM; c++) {
+                kf[c * BLOCK + lid] = in ? load_g(k, krow + c) : 0.0f;
+                vf[lid * HD8 + c] = in ? load_g(v, vrow + c) : 0.0f;
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE); /* C2 */
+
+        /* scores of this row against the tile's keys, 8 keys per float8 */
+        float s[BLOCK];
+        {
+            float8 s8[BLOCK / 8];
+            for (uint k8 = 0; k8 < BLOCK / 8; k8++)
+                s8[k8] = (float8)(0.0f);
+            for (uint c = 0; c < HEAD_DIM; c++) {
+                const float8 qc = (float8)(qrow[c]);
+#pragma unroll
+                for (uint k8 = 0; k8 < BLOCK / 8; k8++) /* unrolled: s8 stays in registers */
+                    s8[k8] = fma(qc, vload8(k8, kf + c * BLOCK), s8[k8]);
+            }
+            for (uint k8 = 0; k8 < BLOCK / 8; k8++)
+                vstore8(s8[k8], k8, s);
+        }
+        float tile_max = -INFINITY;
+#if !(SOFTCAP || BIAS || ALIBI)
+        if (qi < seq_q && (long)k0 >= lo && (long)k0 + BLOCK <= hi) {
+            /* every key of the tile is visible and there is no transform: 8 at a time */
+            float8 mx = (float8)(-INFINITY);
+            for (uint k8 = 0; k8 < BLOCK / 8; k8++) {
+                const float8 x = vload8(k8, s) * score_scale; /* score_scale includes log2(e) */
+                vstore8(x, k8, s);
+                mx = fmax(mx, x);
+            }
+            const float4 m4 = fmax(mx.lo, mx.hi);
+            tile_max = fmax(fmax(m4.x, m4.y), fmax(m4.z, m4.w));
+        } else
+#endif
+        {
+            for (uint kk = 0; kk < BLOCK; kk++) {
+                const uint key = k0 + kk;
+                const bool visible = qi < seq_q && (long)key >= lo && (long)key < hi;
+#if SOFTCAP || BIAS || ALIBI
+#if BIAS
+                const float bias_v = visible ? bias[bias_row + key] : 0.0f;
+#else
+                const float bias_v = 0.0f;
+#endif
+                const float x = transform_score(s[kk] * score_scale, softcap, bias_v, slope, qi, key, seq_q, seq_k) * M_LOG2E_F;
+#else
+                const float x = s[kk] * score_scale;
+#endif
+                s[kk] = visible ? x : -INFINITY;
+                tile_max = fmax(tile_max, s[kk]);
+            }
+        }
+
+        const float m_new = fmax(m, tile_max);
+        const float ref = (m_new == -INFINITY) ? 0.0f : m_new;
+        const float alpha = exp2(m - ref); /* 0 while nothing was seen: l and acc are 0 then */
+        float8 sum8 = (float8)(0.0f);
+        for (uint k8 = 0; k8 < BLOCK / 8; k8++) {
+            const float8 p = exp2(vload8(k8, s) - ref);
+            vstore8(p, k8, s);
+            sum8 += p;
+        }
+        const float4 sum4 = sum8.lo + sum8.hi;
+        const float tile_sum = (sum4.x + sum4.y) + (sum4.z + sum4.w);
+        m = m_new;
+
+        {
+            /* a copy of the accumulator that does not outlive the tile, so that it can stay in
+             * registers through the key loop (acc itself is kept across the barriers) */
+            float8 a[HD8 / 8];
+#pragma unroll
+            for (uint d8 = 0; d8 < HD8 / 8; d8++)
+                a[d8] = acc[d8] * alpha;
+            for (uint j = 0; j < BLOCK; j++) {
+                const float p = s[j];
+                if (p == 0.0f)
+                    continue; /* a key this row does not see adds nothing, not even a NaN of its V */
+                const float8 pj = (float8)(p);
+#pragma unroll
+                for (uint d8 = 0; d8 < HD8 / 8; d8++)
+                    a[d8] = fma(pj, vload8(d8, vf + j * HD8), a[d8]);
+            }
+#pragma unroll
+            for (uint d8 = 0; d8 < HD8 / 8; d8++)
+                acc[d8] = a[d8];
+        }
+        l = l * alpha + tile_sum;
+    }
+
+    if (qi < seq_q) {
+        const float inv = l == 0.0f ? 0.0f : out_scale / l;
+        const ulong obase = tensor_index(o_off, o_bs, o_hs, o_ss, b, h, qi);
+        float out[HD8];
+        for (uint d8 = 0; d8 < HD8 / 8; d8++)
+            vstore8(acc[d8] * inv, d8, out);
+        for (uint c = 0; c < HEAD_DIM; c++)
+            store_o(o, obase + c, out[c]);
+#if WITH_LSE
+        lse[(ulong)bh * seq_q + qi] = l == 0.0f ? -INFINITY : (m + log2(l)) * M_LN2_F;
+#endif
+    }
+#else /* the portable path */
     __local bits_t qt[BLOCK * LDS_STRIDE];
     __local bits_t kt[HEAD_DIM * KT_STRIDE]; /* transposed: kt[c][j] */
     __local bits_t vt[BLOCK * LDS_STRIDE];
@@ -186,4 +383,5 @@ flash_forward(__global const bits_t *q, __global const bits_t *k, __global const
             lse[(ulong)bh * seq_q + qi] = l == 0.0f ? -INFINITY : (m + log2(l)) * M_LN2_F;
 #endif
     }
+#endif /* CLFLASH_USE_CPU_PATH */
 }

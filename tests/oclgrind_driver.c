@@ -8,6 +8,8 @@
  * the local tiles runs more than once: that is where a missing barrier shows. Exit status 0 only if
  * every case ran and matched. Prints no word that the wrapper treats as an Oclgrind report.
  * With a case index it runs only that case (the wrapper runs each case in its own process).
+ * Oclgrind's compiler defines no CPU architecture, so the flash kernel's CPU path (the one PoCL
+ * runs) is forced for the cases marked cpu_path.
  */
 #include "backward_harness.h"
 #include "harness.h"
@@ -22,19 +24,25 @@ typedef struct {
     clflash_dtype dtype;
     uint32_t flags, block;
     int strided_o;
+    int cpu_path; /* build with -D CLFLASH_CPU_PATH=1, one work-item per row: flash_forward.cl's CPU path */
 } driver_case;
 
 static const driver_case cases[] = {
-    {TH_FLASH, 1, 2, 1, 37, 29, 16, CLFLASH_F32, 0, 0, 0},
-    {TH_FLASH, 1, 1, 0, 37, 29, 16, CLFLASH_F32, CLFLASH_CAUSAL, 16, 1},
-    {TH_FLASH, 1, 1, 0, 5, 37, 7, CLFLASH_F32, CLFLASH_CAUSAL, 8, 0},
-    {TH_FLASH, 2, 2, 2, 29, 37, 16, CLFLASH_F16, CLFLASH_CAUSAL, 16, 0},
-    {TH_FLASH, 1, 1, 0, 37, 5, 7, CLFLASH_F16, 0, 0, 1},
-    {TH_FLASH, 1, 1, 0, 37, 11, 16, CLFLASH_F16, CLFLASH_CAUSAL, 0, 0},
-    {TH_NAIVE, 1, 2, 1, 37, 29, 16, CLFLASH_F32, CLFLASH_CAUSAL, 0, 1},
-    {TH_NAIVE, 1, 1, 0, 5, 37, 7, CLFLASH_F16, 0, 0, 0},
-    {TH_NAIVE, 1, 1, 0, 13, 13, 7, CLFLASH_F32, 0, 0, 0},
-    {TH_NAIVE, 1, 1, 0, 37, 11, 16, CLFLASH_F16, CLFLASH_CAUSAL, 0, 0},
+    {TH_FLASH, 1, 2, 1, 37, 29, 16, CLFLASH_F32, 0, 0, 0, 0},
+    {TH_FLASH, 1, 1, 0, 37, 29, 16, CLFLASH_F32, CLFLASH_CAUSAL, 16, 1, 0},
+    {TH_FLASH, 1, 1, 0, 5, 37, 7, CLFLASH_F32, CLFLASH_CAUSAL, 8, 0, 0},
+    {TH_FLASH, 2, 2, 2, 29, 37, 16, CLFLASH_F16, CLFLASH_CAUSAL, 16, 0, 0},
+    {TH_FLASH, 1, 1, 0, 37, 5, 7, CLFLASH_F16, 0, 0, 1, 0},
+    {TH_FLASH, 1, 1, 0, 37, 11, 16, CLFLASH_F16, CLFLASH_CAUSAL, 0, 0, 0},
+    {TH_NAIVE, 1, 2, 1, 37, 29, 16, CLFLASH_F32, CLFLASH_CAUSAL, 0, 1, 0},
+    {TH_NAIVE, 1, 1, 0, 5, 37, 7, CLFLASH_F16, 0, 0, 0, 0},
+    {TH_NAIVE, 1, 1, 0, 13, 13, 7, CLFLASH_F32, 0, 0, 0, 0},
+    {TH_NAIVE, 1, 1, 0, 37, 11, 16, CLFLASH_F16, CLFLASH_CAUSAL, 0, 0, 0},
+    /* the CPU path: several K/V tiles per row (B = 8, 16), an odd head_dim (padded V columns),
+     * f32 and f16 storage, a strided O, causal and fully visible tiles */
+    {TH_FLASH, 1, 2, 1, 37, 29, 16, CLFLASH_F32, CLFLASH_CAUSAL, 8, 0, 1},
+    {TH_FLASH, 1, 1, 0, 5, 37, 7, CLFLASH_F32, 0, 16, 1, 1},
+    {TH_FLASH, 2, 2, 2, 29, 37, 12, CLFLASH_F16, CLFLASH_CAUSAL, 16, 0, 1},
 };
 
 #define N_FORWARD_CASES (sizeof cases / sizeof cases[0])
@@ -189,13 +197,24 @@ int main(int argc, char **argv)
             d.o = (clflash_layout){3, 0, 0, k->head_dim + 2};
         char what[200], msg[2400];
         th_desc_str(&d, what, sizeof what);
+        clflash_context *cc = c;
+        if (k->cpu_path) {
+            clflash_context_options opt = {0};
+            opt.build_options = "-D CLFLASH_CPU_PATH=1";
+            opt.threads_per_row = 1;
+            if ((st = th_context(&opt, &cc)) != CLFLASH_SUCCESS) {
+                printf("FAILED: no context: %s (%s)\n", clflash_status_string(st), clflash_last_error_detail());
+                return 1;
+            }
+            snprintf(what + strlen(what), sizeof what - strlen(what), " cpu-path");
+        }
         th_case t;
         if (th_case_init(&t, &d, 9000 + n) != 0) {
             printf("FAILED: out of host memory\n");
             return 1;
         }
         th_case_reference(&t);
-        st = th_run_device(c, &t, k->algo, 1, NULL);
+        st = th_run_device(cc, &t, k->algo, 1, NULL);
         const char *algo = k->algo == TH_FLASH ? "flash" : "naive";
         if (st != CLFLASH_SUCCESS) {
             printf("FAILED %s %s: %s (%s)\n", algo, what, clflash_status_string(st), clflash_last_error_detail());
@@ -208,6 +227,8 @@ int main(int argc, char **argv)
         }
         fflush(stdout);
         th_case_free(&t);
+        if (cc != c)
+            clflash_context_free(cc);
     }
     clflash_context_free(c);
     printf("%d of %zu cases failed\n", failures, last - first);

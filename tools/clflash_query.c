@@ -11,7 +11,7 @@
  * the backward pass: its tile rule in the calculator and clflash_plan_backward's plan per device.
  * Tables are for people; --json is for scripts. It uses only clflash.h and plain OpenCL 1.2 calls.
  */
-#include "clflash.h"
+#include "tool_common.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -26,7 +26,6 @@
 #endif
 
 #define PROG "clflash-query"
-#define EXIT_USAGE 2
 #define DEFAULT_HEAD_DIM 128u
 #define DEFAULT_PLAN_SEQ 4096u
 
@@ -34,74 +33,8 @@
 static const uint64_t seed_seqs[] = {1024, 4096, 8192, 16384};
 
 /* ============================================================================================
- * Small helpers: allocation that never returns NULL, formatted heap strings.
+ * Small helpers.
  * ========================================================================================== */
-
-static void die_oom(void)
-{
-    fputs(PROG ": out of host memory\n", stderr);
-    exit(1);
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    if (p == NULL)
-        die_oom();
-    return p;
-}
-
-static void *xrealloc(void *p, size_t n)
-{
-    void *q = realloc(p, n ? n : 1);
-    if (q == NULL)
-        die_oom();
-    return q;
-}
-
-static char *xstrdup(const char *s)
-{
-    size_t n;
-    char *d;
-    if (s == NULL)
-        s = "";
-    n = strlen(s);
-    d = xmalloc(n + 1);
-    memcpy(d, s, n + 1);
-    return d;
-}
-
-/* printf into a freshly allocated string of exactly the right size. */
-static char *xasprintf(const char *fmt, ...)
-{
-    va_list ap;
-    int n;
-    char *s;
-    va_start(ap, fmt);
-    n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-        fputs(PROG ": internal formatting error\n", stderr);
-        exit(1);
-    }
-    s = xmalloc((size_t)n + 1);
-    va_start(ap, fmt);
-    vsnprintf(s, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    return s;
-}
-
-/* Removes leading and trailing white space in place (drivers pad names). */
-static void trim(char *s)
-{
-    size_t len = strlen(s), start = 0;
-    while (len > 0 && isspace((unsigned char)s[len - 1]))
-        s[--len] = '\0';
-    while (start < len && isspace((unsigned char)s[start]))
-        start++;
-    if (start > 0)
-        memmove(s, s + start, len - start + 1);
-}
 
 /* Whether the space-separated list `list` contains exactly the token `tok`. */
 static int has_token(const char *list, const char *tok)
@@ -126,40 +59,6 @@ static int has_token(const char *list, const char *tok)
  * Number formatting: exact human sizes and the reduction factor.
  * ========================================================================================== */
 
-/* "56 KiB", "1.5 KiB", "512 B": the value in the largest binary unit it reaches. Exact whenever the
- * quotient has at most three decimals (trailing zeros dropped); otherwise rounded, marked "~". */
-static void format_unit(uint64_t bytes, char *out, size_t cap)
-{
-    static const char *const names[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
-    uint64_t unit = 1024;
-    size_t k = 0;
-    uint64_t whole, rem;
-
-    if (bytes < 1024) {
-        snprintf(out, cap, "%" PRIu64 " B", bytes);
-        return;
-    }
-    while (k + 1 < sizeof names / sizeof names[0] && bytes / unit >= 1024) {
-        unit *= 1024;
-        k++;
-    }
-    whole = bytes / unit;
-    rem = bytes % unit; /* < 2^50, so rem * 1000 cannot overflow */
-    if (rem == 0) {
-        snprintf(out, cap, "%" PRIu64 " %s", whole, names[k]);
-    } else if (rem * 1000 % unit == 0) {
-        char frac[8];
-        size_t n;
-        snprintf(frac, sizeof frac, "%03u", (unsigned)(rem * 1000 / unit));
-        n = strlen(frac);
-        while (n > 1 && frac[n - 1] == '0')
-            frac[--n] = '\0';
-        snprintf(out, cap, "%" PRIu64 ".%s %s", whole, frac, names[k]);
-    } else {
-        snprintf(out, cap, "~%.2f %s", (double)bytes / (double)unit, names[k]);
-    }
-}
-
 /* "57344 B (56 KiB)", or just "512 B" below one KiB; "overflow" for a saturated count. */
 static void format_bytes(uint64_t bytes, char *out, size_t cap)
 {
@@ -174,16 +73,6 @@ static void format_bytes(uint64_t bytes, char *out, size_t cap)
     }
     format_unit(bytes, unit, sizeof unit);
     snprintf(out, cap, "%" PRIu64 " B (%s)", bytes, unit);
-}
-
-/* The shortest %g form of v that reads back as the same double (valid JSON for finite v). */
-static void format_double(double v, char *out, size_t cap)
-{
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(out, cap, "%.*g", prec, v);
-        if (strtod(out, NULL) == v)
-            return;
-    }
 }
 
 /* ============================================================================================
@@ -221,23 +110,12 @@ static void compute_row(const calc_params *p, uint64_t n, seed_row *r)
     } else {
         double v = ((double)n * (double)n) / ((double)b * (double)b);
         const char *dot;
-        format_double(v, r->reduction, sizeof r->reduction);
+        format_exact(v, r->reduction, sizeof r->reduction);
         dot = strchr(r->reduction, '.');
         if (dot && strlen(dot + 1) <= 3 && strchr(r->reduction, 'e') == NULL)
             memcpy(r->reduction_human, r->reduction, sizeof r->reduction);
         else
             snprintf(r->reduction_human, sizeof r->reduction_human, "~%.2f", v);
-    }
-}
-
-static const char *dtype_name(clflash_dtype t)
-{
-    switch (t) {
-    case CLFLASH_F32: return "f32";
-    case CLFLASH_F16: return "f16";
-    case CLFLASH_BF16: return "bf16";
-    case CLFLASH_I8: return "i8";
-    default: return "unknown";
     }
 }
 
@@ -254,36 +132,15 @@ typedef struct {
 static void table_cell(text_table *t, const char *fmt, ...)
 {
     va_list ap;
-    int n;
     char *s;
     va_start(ap, fmt);
-    n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-        fputs(PROG ": internal formatting error\n", stderr);
-        exit(1);
-    }
-    s = xmalloc((size_t)n + 1);
-    va_start(ap, fmt);
-    vsnprintf(s, (size_t)n + 1, fmt, ap);
+    s = xvprintf(fmt, ap);
     va_end(ap);
     if (t->ncells == t->cap) {
         t->cap = t->cap ? 2 * t->cap : 16;
         t->cells = xrealloc(t->cells, t->cap * sizeof *t->cells);
     }
     t->cells[t->ncells++] = s;
-}
-
-static void print_padded(FILE *f, const char *s, size_t width, int right)
-{
-    size_t n = strlen(s);
-    if (right)
-        for (size_t i = n; i < width; i++)
-            fputc(' ', f);
-    fputs(s, f);
-    if (!right)
-        for (size_t i = n; i < width; i++)
-            fputc(' ', f);
 }
 
 /* Prints a Markdown-compatible table (it renders as the seeds' tables do) and frees the cells. */
@@ -332,7 +189,7 @@ static void table_print_free(text_table *t, FILE *f, const char *indent)
 static void print_seed_table(const calc_params *p, const uint64_t *seqs, size_t nseq, const char *indent)
 {
     static const int right[] = {1, 0, 0, 0, 1, 1, 1, 1};
-    char *tile_header = xasprintf("one tile (B=%" PRIu64 ")", p->block);
+    char *tile_header = xprintf("one tile (B=%" PRIu64 ")", p->block);
     const char *headers[8];
     text_table t = {8, headers, right, NULL, 0, 0};
     headers[0] = "n";
@@ -363,168 +220,13 @@ static void print_seed_table(const calc_params *p, const uint64_t *seqs, size_t 
 }
 
 /* ============================================================================================
- * A small JSON writer: pretty-printed, strings escaped, invalid UTF-8 replaced by U+FFFD.
+ * JSON.
  * ========================================================================================== */
 
-#define JSON_MAX_DEPTH 16
-
-typedef struct {
-    FILE *f;
-    int depth;
-    int has_items[JSON_MAX_DEPTH];
-} json_writer;
-
-/* Length of the valid UTF-8 sequence at p (2..4), or 0 if it is not one. */
-static size_t utf8_seq_len(const unsigned char *p)
-{
-    unsigned c = p[0];
-    size_t n;
-    unsigned lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF)
-        n = 2;
-    else if (c >= 0xE0 && c <= 0xEF)
-        n = 3;
-    else if (c >= 0xF0 && c <= 0xF4)
-        n = 4;
-    else
-        return 0;
-    if (c == 0xE0)
-        lo = 0xA0; /* no overlong forms */
-    else if (c == 0xED)
-        hi = 0x9F; /* no surrogates */
-    else if (c == 0xF0)
-        lo = 0x90;
-    else if (c == 0xF4)
-        hi = 0x8F; /* nothing above U+10FFFF */
-    if (p[1] < lo || p[1] > hi)
-        return 0;
-    for (size_t i = 2; i < n; i++)
-        if (p[i] < 0x80 || p[i] > 0xBF)
-            return 0;
-    return n;
-}
-
-static void json_string(FILE *f, const char *s)
-{
-    const unsigned char *p = (const unsigned char *)(s ? s : "");
-    fputc('"', f);
-    while (*p) {
-        unsigned c = *p;
-        if (c == '"' || c == '\\') {
-            fputc('\\', f);
-            fputc((int)c, f);
-            p++;
-        } else if (c < 0x20) {
-            switch (c) {
-            case '\n': fputs("\\n", f); break;
-            case '\r': fputs("\\r", f); break;
-            case '\t': fputs("\\t", f); break;
-            case '\b': fputs("\\b", f); break;
-            case '\f': fputs("\\f", f); break;
-            default: fprintf(f, "\\u%04x", c); break;
-            }
-            p++;
-        } else if (c < 0x80) {
-            fputc((int)c, f);
-            p++;
-        } else {
-            size_t n = utf8_seq_len(p);
-            if (n) {
-                fwrite(p, 1, n, f);
-                p += n;
-            } else {
-                fputs("\\ufffd", f);
-                p++;
-            }
-        }
-    }
-    fputc('"', f);
-}
-
-/* Separator, newline and indentation before a value, then its key inside an object. */
-static void jw_prefix(json_writer *w, const char *key)
-{
-    if (w->depth > 0) {
-        if (w->has_items[w->depth])
-            fputc(',', w->f);
-        w->has_items[w->depth] = 1;
-        fputc('\n', w->f);
-        for (int i = 0; i < w->depth; i++)
-            fputs("  ", w->f);
-    }
-    if (key) {
-        json_string(w->f, key);
-        fputs(": ", w->f);
-    }
-}
-
-static void jw_open(json_writer *w, const char *key, char bracket)
-{
-    jw_prefix(w, key);
-    fputc(bracket, w->f);
-    if (w->depth + 1 >= JSON_MAX_DEPTH) {
-        fputs(PROG ": internal error: JSON nested too deeply\n", stderr);
-        exit(1);
-    }
-    w->depth++;
-    w->has_items[w->depth] = 0;
-}
-
-static void jw_close(json_writer *w, char bracket)
-{
-    if (w->has_items[w->depth]) {
-        fputc('\n', w->f);
-        for (int i = 0; i < w->depth - 1; i++)
-            fputs("  ", w->f);
-    }
-    fputc(bracket, w->f);
-    w->depth--;
-    if (w->depth == 0)
-        fputc('\n', w->f);
-}
-
-static void jw_str(json_writer *w, const char *key, const char *s)
-{
-    jw_prefix(w, key);
-    if (s)
-        json_string(w->f, s);
-    else
-        fputs("null", w->f);
-}
-
-static void jw_u64(json_writer *w, const char *key, uint64_t v)
-{
-    jw_prefix(w, key);
-    fprintf(w->f, "%" PRIu64, v);
-}
-
 /* A byte count the library saturated to UINT64_MAX is written as null: it is not a real size. */
-static void jw_bytes(json_writer *w, const char *key, uint64_t v)
+static void json_bytes(json_writer *w, const char *key, uint64_t v)
 {
-    jw_prefix(w, key);
-    if (v == UINT64_MAX)
-        fputs("null", w->f);
-    else
-        fprintf(w->f, "%" PRIu64, v);
-}
-
-static void jw_i64(json_writer *w, const char *key, int64_t v)
-{
-    jw_prefix(w, key);
-    fprintf(w->f, "%" PRId64, v);
-}
-
-static void jw_bool(json_writer *w, const char *key, int b)
-{
-    jw_prefix(w, key);
-    fputs(b ? "true" : "false", w->f);
-}
-
-/* A number already formatted as valid JSON text. */
-static void jw_raw(json_writer *w, const char *key, const char *text)
-{
-    jw_prefix(w, key);
-    fputs(text, w->f);
+    json_opt_u64(w, key, v != UINT64_MAX, v);
 }
 
 /* One seed row as a JSON object with every key the issue tracker promises. */
@@ -532,24 +234,24 @@ static void json_seed_row(json_writer *w, const char *key, const calc_params *p,
 {
     seed_row r;
     compute_row(p, n, &r);
-    jw_open(w, key, '{');
+    json_open(w, key, '{');
     if (p->backward)
-        jw_str(w, "pass", "backward");
-    jw_u64(w, "local_mem_bytes", p->local_mem);
-    jw_u64(w, "head_dim", p->head_dim);
-    jw_str(w, "dtype", dtype_name(p->dtype));
-    jw_u64(w, "bytes_per_elem", p->elem);
-    jw_u64(w, "block", p->block);
-    jw_bytes(w, "tile_bytes", r.tile_bytes);
-    jw_bool(w, "fits", r.fits);
-    jw_u64(w, "seq", r.seq);
-    jw_bytes(w, "score_matrix_bytes", r.score_bytes);
-    jw_u64(w, "tiles_per_axis", r.tiles);
-    jw_u64(w, "tile_pairs", r.pairs);
-    jw_u64(w, "kv_passes", r.kv_passes);
-    jw_raw(w, "reduction", r.reduction);
-    jw_u64(w, "max_block", p->max_block);
-    jw_close(w, '}');
+        json_str(w, "pass", "backward");
+    json_u64(w, "local_mem_bytes", p->local_mem);
+    json_u64(w, "head_dim", p->head_dim);
+    json_str(w, "dtype", dtype_name(p->dtype));
+    json_u64(w, "bytes_per_elem", p->elem);
+    json_u64(w, "block", p->block);
+    json_bytes(w, "tile_bytes", r.tile_bytes);
+    json_bool(w, "fits", r.fits);
+    json_u64(w, "seq", r.seq);
+    json_bytes(w, "score_matrix_bytes", r.score_bytes);
+    json_u64(w, "tiles_per_axis", r.tiles);
+    json_u64(w, "tile_pairs", r.pairs);
+    json_u64(w, "kv_passes", r.kv_passes);
+    json_raw(w, "reduction", r.reduction);
+    json_u64(w, "max_block", p->max_block);
+    json_close(w, '}');
 }
 
 /* ============================================================================================
@@ -613,160 +315,62 @@ static void print_help(FILE *f)
           f);
 }
 
-static int usage_error(const char *fmt, ...)
+/* One sequence length from --seq's list; 0 on a bad item. */
+static int add_seq(void *ctx, const char *text)
 {
-    va_list ap;
-    fputs(PROG ": ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputs("\nTry '" PROG " --help' for more information.\n", stderr);
-    return EXIT_USAGE;
-}
-
-/* A decimal number: digits only (no sign, space or suffix), no overflow, at most `max`. */
-static int parse_u64(const char *s, uint64_t max, uint64_t *out)
-{
-    char *end = NULL;
-    unsigned long long v;
-    if (s == NULL || *s == '\0')
+    options *o = ctx;
+    uint64_t v;
+    if (!parse_uint(text, 1, UINT32_MAX, &v))
         return 0;
-    for (const char *p = s; *p; p++)
-        if (!isdigit((unsigned char)*p))
-            return 0;
-    errno = 0;
-    v = strtoull(s, &end, 10);
-    if (errno == ERANGE || end == s || *end != '\0' || v > max)
-        return 0;
-    *out = (uint64_t)v;
+    if (o->nseq == o->seq_cap) {
+        o->seq_cap = o->seq_cap ? 2 * o->seq_cap : 8;
+        o->seqs = xrealloc(o->seqs, o->seq_cap * sizeof *o->seqs);
+    }
+    o->seqs[o->nseq++] = v;
     return 1;
-}
-
-/* If arg is --name or --name=value, returns 1 and sets *inline_value (NULL for the first form). */
-static int match_option(const char *arg, const char *name, const char **inline_value)
-{
-    size_t n = strlen(name);
-    if (strncmp(arg, name, n) != 0)
-        return 0;
-    if (arg[n] == '\0') {
-        *inline_value = NULL;
-        return 1;
-    }
-    if (arg[n] == '=') {
-        *inline_value = arg + n + 1;
-        return 1;
-    }
-    return 0;
-}
-
-/* Adds the comma-separated lengths in s; returns 0 on a bad item. */
-static int add_seqs(options *o, const char *s)
-{
-    const char *p = s;
-    if (*p == '\0')
-        return 0;
-    for (;;) {
-        const char *comma = strchr(p, ',');
-        size_t len = comma ? (size_t)(comma - p) : strlen(p);
-        char *item = xmalloc(len + 1);
-        uint64_t v;
-        int ok;
-        memcpy(item, p, len);
-        item[len] = '\0';
-        ok = parse_u64(item, UINT32_MAX, &v) && v > 0;
-        free(item);
-        if (!ok)
-            return 0;
-        if (o->nseq == o->seq_cap) {
-            o->seq_cap = o->seq_cap ? 2 * o->seq_cap : 8;
-            o->seqs = xrealloc(o->seqs, o->seq_cap * sizeof *o->seqs);
-        }
-        o->seqs[o->nseq++] = v;
-        if (comma == NULL)
-            return 1;
-        p = comma + 1;
-    }
-}
-
-static int parse_dtype(const char *s, clflash_dtype *out)
-{
-    static const clflash_dtype all[] = {CLFLASH_F32, CLFLASH_F16, CLFLASH_BF16, CLFLASH_I8};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        if (strcmp(s, dtype_name(all[i])) == 0) {
-            *out = all[i];
-            return 1;
-        }
-    return 0;
 }
 
 /* Returns -1 to go on, or an exit status (0 after --help/--version, 2 on a usage error). */
 static int parse_args(int argc, char **argv, options *o)
 {
+    static const char *const flags[] = {"--json", "--no-plan", "--backward", NULL};
     static const char *const valued[] = {"--head-dim", "--dtype", "--seq", "--block",
-                                         "--local-mem", "--budget"};
+                                         "--local-mem", "--budget", NULL};
     for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i], *val = NULL, *name = NULL;
+        const char *val, *name;
 
-        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
-            print_help(stdout);
-            return 0;
-        }
-        if (strcmp(arg, "--version") == 0) {
-            printf(PROG " %d.%d.%d (clflash library %s)\n", CLFLASH_VERSION_MAJOR,
-                   CLFLASH_VERSION_MINOR, CLFLASH_VERSION_PATCH, clflash_version_string());
-            return 0;
-        }
-        if (strcmp(arg, "--json") == 0) {
+        int rc = tool_next_option(argc, argv, &i, flags, valued, print_help, &name, &val);
+        if (rc >= 0)
+            return rc;
+        if (strcmp(name, "--json") == 0) {
             o->json = 1;
-            continue;
-        }
-        if (strcmp(arg, "--no-plan") == 0) {
+        } else if (strcmp(name, "--no-plan") == 0) {
             o->no_plan = 1;
-            continue;
-        }
-        if (strcmp(arg, "--backward") == 0) {
+        } else if (strcmp(name, "--backward") == 0) {
             o->backward = 1;
-            continue;
-        }
-        for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
-            if (match_option(arg, valued[k], &val)) {
-                name = valued[k];
-                break;
-            }
-        if (name == NULL) {
-            if (arg[0] == '-')
-                return usage_error("unknown option '%s'", arg);
-            return usage_error("unexpected argument '%s'", arg);
-        }
-        if (val == NULL) {
-            if (i + 1 >= argc)
-                return usage_error("option '%s' needs a value", name);
-            val = argv[++i];
-        }
-
-        if (strcmp(name, "--head-dim") == 0) {
-            if (!parse_u64(val, UINT32_MAX, &o->head_dim) || o->head_dim == 0)
+        } else if (strcmp(name, "--head-dim") == 0) {
+            if (!parse_uint(val, 0, UINT32_MAX, &o->head_dim) || o->head_dim == 0)
                 return usage_error("--head-dim wants a whole number from 1 to %" PRIu32 ", not '%s'",
                                    UINT32_MAX, val);
         } else if (strcmp(name, "--dtype") == 0) {
             if (!parse_dtype(val, &o->dtype))
                 return usage_error("--dtype wants f32, f16, bf16 or i8, not '%s'", val);
         } else if (strcmp(name, "--seq") == 0) {
-            if (!add_seqs(o, val))
+            if (!each_item(val, add_seq, o))
                 return usage_error("--seq wants comma-separated whole numbers from 1 to %" PRIu32
                                    ", not '%s'", UINT32_MAX, val);
             o->have_seq = 1;
         } else if (strcmp(name, "--block") == 0) {
-            if (!parse_u64(val, UINT32_MAX, &o->block) || o->block == 0)
+            if (!parse_uint(val, 0, UINT32_MAX, &o->block) || o->block == 0)
                 return usage_error("--block wants a whole number from 1 to %" PRIu32 ", not '%s'",
                                    UINT32_MAX, val);
             o->have_block = 1;
         } else if (strcmp(name, "--local-mem") == 0) {
-            if (!parse_u64(val, UINT64_MAX, &o->local_mem))
+            if (!parse_uint(val, 0, UINT64_MAX, &o->local_mem))
                 return usage_error("--local-mem wants a number of bytes, not '%s'", val);
             o->have_local_mem = 1;
         } else { /* --budget */
-            if (!parse_u64(val, UINT64_MAX, &o->budget))
+            if (!parse_uint(val, 0, UINT64_MAX, &o->budget))
                 return usage_error("--budget wants a number of bytes, not '%s'", val);
             o->have_budget = 1;
         }
@@ -821,12 +425,12 @@ static int run_calculator(const options *o)
         if (nseq == 1) {
             json_seed_row(&w, NULL, &p, seqs[0]);
         } else {
-            jw_open(&w, NULL, '{');
-            jw_open(&w, "rows", '[');
+            json_open(&w, NULL, '{');
+            json_open(&w, "rows", '[');
             for (size_t i = 0; i < nseq; i++)
                 json_seed_row(&w, NULL, &p, seqs[i]);
-            jw_close(&w, ']');
-            jw_close(&w, '}');
+            json_close(&w, ']');
+            json_close(&w, '}');
         }
         return 0;
     }
@@ -891,33 +495,7 @@ typedef struct {
 
 static char *cl_error_text(const char *call, cl_int err)
 {
-    return xasprintf("%s failed with %d (%s)", call, (int)err, clflash_status_string(err));
-}
-
-/* A string property of a platform (is_platform) or device, trimmed, in a new allocation. */
-static cl_int query_string(int is_platform, void *handle, cl_uint param, char **out)
-{
-    size_t n = 0;
-    char *s;
-    cl_int err;
-    *out = NULL;
-    err = is_platform ? clGetPlatformInfo((cl_platform_id)handle, param, 0, NULL, &n)
-                      : clGetDeviceInfo((cl_device_id)handle, param, 0, NULL, &n);
-    if (err != CL_SUCCESS)
-        return err;
-    s = xmalloc(n + 1);
-    if (n > 0) {
-        err = is_platform ? clGetPlatformInfo((cl_platform_id)handle, param, n, s, NULL)
-                          : clGetDeviceInfo((cl_device_id)handle, param, n, s, NULL);
-        if (err != CL_SUCCESS) {
-            free(s);
-            return err;
-        }
-    }
-    s[n] = '\0';
-    trim(s);
-    *out = s;
-    return CL_SUCCESS;
+    return xprintf("%s failed with %d (%s)", call, (int)err, clflash_status_string(err));
 }
 
 /* Keeps the first error of a device's queries; a failed string becomes "". */
@@ -929,7 +507,7 @@ static void note(device_report *r, const char *what, cl_int err)
 
 static void dev_string(device_report *r, cl_device_id dev, cl_uint param, const char *what, char **out)
 {
-    cl_int err = query_string(0, dev, param, out);
+    cl_int err = cl_info_string(0, dev, param, out);
     note(r, what, err);
     if (*out == NULL)
         *out = xstrdup("");
@@ -1045,13 +623,13 @@ static char *type_text(cl_device_type t)
     cl_device_type rest = t;
     for (size_t i = 0; i < sizeof bits / sizeof bits[0]; i++)
         if (t & bits[i].bit) {
-            char *n = xasprintf("%s%s%s", s, *s ? "|" : "", bits[i].name);
+            char *n = xprintf("%s%s%s", s, *s ? "|" : "", bits[i].name);
             free(s);
             s = n;
             rest &= ~bits[i].bit;
         }
     if (rest != 0 || *s == '\0') {
-        char *n = xasprintf("%s%s0x%" PRIx64, s, *s ? "|" : "", (uint64_t)rest);
+        char *n = xprintf("%s%s0x%" PRIx64, s, *s ? "|" : "", (uint64_t)rest);
         free(s);
         s = n;
     }
@@ -1071,9 +649,9 @@ static const char *local_type_text(cl_device_local_mem_type t)
 static char *plan_error_text(const device_report *r)
 {
     if (r->plan_detail && r->plan_detail[0])
-        return xasprintf("%s (%d): %s", clflash_status_string(r->plan_status), (int)r->plan_status,
+        return xprintf("%s (%d): %s", clflash_status_string(r->plan_status), (int)r->plan_status,
                          r->plan_detail);
-    return xasprintf("%s (%d)", clflash_status_string(r->plan_status), (int)r->plan_status);
+    return xprintf("%s (%d)", clflash_status_string(r->plan_status), (int)r->plan_status);
 }
 
 /* The local memory a device's seed table is computed against: the device's, capped by --budget. */
@@ -1174,82 +752,76 @@ static void print_device_human(const options *o, cl_uint pi, cl_uint di, const d
     }
 }
 
+/* A plan as an object; the backward's has no score matrix of its own to report. */
+static void json_plan(json_writer *w, const char *key, const clflash_plan *pl, int with_score)
+{
+    json_open(w, key, '{');
+    json_u64(w, "block", pl->block);
+    json_bytes(w, "tile_bytes", pl->tile_bytes);
+    json_u64(w, "kernel_local_bytes", pl->kernel_local_bytes);
+    json_u64(w, "local_mem_budget", pl->local_mem_budget);
+    json_str(w, "kernel", pl->kernel);
+    json_u64(w, "threads_per_row", pl->threads_per_row);
+    json_u64(w, "work_group_size", pl->work_group_size);
+    if (with_score)
+        json_bytes(w, "score_matrix_bytes", pl->score_matrix_bytes);
+    json_u64(w, "tiles_q", pl->tiles_q);
+    json_u64(w, "tiles_k", pl->tiles_k);
+    json_u64(w, "kv_passes", pl->kv_passes);
+    json_close(w, '}');
+}
+
 static void print_device_json(json_writer *w, const options *o, cl_uint pi, cl_uint di,
                               const platform_report *pr, const device_report *r)
 {
     char *type = type_text(r->type);
-    char *id = xasprintf("%u:%u", (unsigned)pi, (unsigned)di);
-    jw_open(w, NULL, '{');
-    jw_u64(w, "platform_index", pi);
-    jw_u64(w, "device_index", di);
-    jw_str(w, "id", id);
-    jw_str(w, "platform", pr->name);
-    jw_str(w, "platform_vendor", pr->vendor);
-    jw_str(w, "platform_version", pr->version);
-    jw_str(w, "name", r->name);
-    jw_str(w, "vendor", r->vendor);
-    jw_str(w, "type", type);
-    jw_str(w, "driver", r->driver);
-    jw_str(w, "device_version", r->version);
-    jw_u64(w, "compute_units", r->compute_units);
-    jw_u64(w, "local_mem_bytes", (uint64_t)r->local_mem);
-    jw_str(w, "local_mem_type", local_type_text(r->local_type));
-    jw_u64(w, "max_work_group_size", (uint64_t)r->max_wg);
-    jw_u64(w, "max_alloc_bytes", (uint64_t)r->max_alloc);
-    jw_u64(w, "global_mem_bytes", (uint64_t)r->global_mem);
-    jw_bool(w, "fp16", r->fp16);
-    jw_bool(w, "fp64", r->fp64);
-    jw_bool(w, "subgroups", r->subgroups);
+    char *id = xprintf("%u:%u", (unsigned)pi, (unsigned)di);
+    json_open(w, NULL, '{');
+    json_u64(w, "platform_index", pi);
+    json_u64(w, "device_index", di);
+    json_str(w, "id", id);
+    json_str(w, "platform", pr->name);
+    json_str(w, "platform_vendor", pr->vendor);
+    json_str(w, "platform_version", pr->version);
+    json_str(w, "name", r->name);
+    json_str(w, "vendor", r->vendor);
+    json_str(w, "type", type);
+    json_str(w, "driver", r->driver);
+    json_str(w, "device_version", r->version);
+    json_u64(w, "compute_units", r->compute_units);
+    json_u64(w, "local_mem_bytes", (uint64_t)r->local_mem);
+    json_str(w, "local_mem_type", local_type_text(r->local_type));
+    json_u64(w, "max_work_group_size", (uint64_t)r->max_wg);
+    json_u64(w, "max_alloc_bytes", (uint64_t)r->max_alloc);
+    json_u64(w, "global_mem_bytes", (uint64_t)r->global_mem);
+    json_bool(w, "fp16", r->fp16);
+    json_bool(w, "fp64", r->fp64);
+    json_bool(w, "subgroups", r->subgroups);
     if (r->error)
-        jw_str(w, "error", r->error);
+        json_str(w, "error", r->error);
     free(type);
     free(id);
 
     if (r->planned) {
         if (r->plan_status == CLFLASH_SUCCESS) {
-            const clflash_plan *pl = &r->plan;
-            jw_open(w, "plan", '{');
-            jw_u64(w, "block", pl->block);
-            jw_bytes(w, "tile_bytes", pl->tile_bytes);
-            jw_u64(w, "kernel_local_bytes", pl->kernel_local_bytes);
-            jw_u64(w, "local_mem_budget", pl->local_mem_budget);
-            jw_str(w, "kernel", pl->kernel);
-            jw_u64(w, "threads_per_row", pl->threads_per_row);
-            jw_u64(w, "work_group_size", pl->work_group_size);
-            jw_bytes(w, "score_matrix_bytes", pl->score_matrix_bytes);
-            jw_u64(w, "tiles_q", pl->tiles_q);
-            jw_u64(w, "tiles_k", pl->tiles_k);
-            jw_u64(w, "kv_passes", pl->kv_passes);
-            jw_close(w, '}');
+            json_plan(w, "plan", &r->plan, 1);
         } else {
             char *e = plan_error_text(r);
-            jw_str(w, "plan_error", e);
-            jw_i64(w, "plan_status", r->plan_status);
+            json_str(w, "plan_error", e);
+            json_i64(w, "plan_status", r->plan_status);
             if (r->plan_build_log)
-                jw_str(w, "plan_build_log", r->plan_build_log);
+                json_str(w, "plan_build_log", r->plan_build_log);
             free(e);
         }
     }
     if (r->bw_planned) {
         if (r->bw_status == CLFLASH_SUCCESS) {
-            const clflash_plan *pl = &r->bw_plan;
-            jw_open(w, "backward_plan", '{');
-            jw_u64(w, "block", pl->block);
-            jw_bytes(w, "tile_bytes", pl->tile_bytes);
-            jw_u64(w, "kernel_local_bytes", pl->kernel_local_bytes);
-            jw_u64(w, "local_mem_budget", pl->local_mem_budget);
-            jw_str(w, "kernel", pl->kernel);
-            jw_u64(w, "threads_per_row", pl->threads_per_row);
-            jw_u64(w, "work_group_size", pl->work_group_size);
-            jw_u64(w, "tiles_q", pl->tiles_q);
-            jw_u64(w, "tiles_k", pl->tiles_k);
-            jw_u64(w, "kv_passes", pl->kv_passes);
-            jw_close(w, '}');
+            json_plan(w, "backward_plan", &r->bw_plan, 0);
         } else {
-            jw_str(w, "backward_plan_error", r->bw_detail ? r->bw_detail : "");
-            jw_i64(w, "backward_plan_status", r->bw_status);
+            json_str(w, "backward_plan_error", r->bw_detail ? r->bw_detail : "");
+            json_i64(w, "backward_plan_status", r->bw_status);
             if (r->bw_build_log)
-                jw_str(w, "backward_plan_build_log", r->bw_build_log);
+                json_str(w, "backward_plan_build_log", r->bw_build_log);
         }
     }
 
@@ -1258,15 +830,15 @@ static void print_device_json(json_writer *w, const options *o, cl_uint pi, cl_u
         const uint64_t *seqs = o->nseq ? o->seqs : seed_seqs;
         size_t nseq = o->nseq ? o->nseq : sizeof seed_seqs / sizeof seed_seqs[0];
         if (p.block == 0 || p.elem == 0) {
-            jw_str(w, "rows_error", "no block size fits");
+            json_str(w, "rows_error", "no block size fits");
         } else {
-            jw_open(w, "rows", '[');
+            json_open(w, "rows", '[');
             for (size_t i = 0; i < nseq; i++)
                 json_seed_row(w, NULL, &p, seqs[i]);
-            jw_close(w, ']');
+            json_close(w, ']');
         }
     }
-    jw_close(w, '}');
+    json_close(w, '}');
 }
 
 static int run_devices(const options *o)
@@ -1299,17 +871,17 @@ static int run_devices(const options *o)
     }
 
     if (o->json) {
-        jw_open(&w, NULL, '{');
-        jw_str(&w, "clflash_version", clflash_version_string());
+        json_open(&w, NULL, '{');
+        json_str(&w, "clflash_version", clflash_version_string());
         if (!o->no_plan) {
-            jw_open(&w, "plan_request", '{');
-            jw_u64(&w, "head_dim", o->head_dim);
-            jw_str(&w, "dtype", dtype_name(o->dtype));
-            jw_u64(&w, "seq", o->nseq ? o->seqs[0] : (uint64_t)DEFAULT_PLAN_SEQ);
-            jw_u64(&w, "local_mem_budget", o->have_budget ? o->budget : 0);
-            jw_close(&w, '}');
+            json_open(&w, "plan_request", '{');
+            json_u64(&w, "head_dim", o->head_dim);
+            json_str(&w, "dtype", dtype_name(o->dtype));
+            json_u64(&w, "seq", o->nseq ? o->seqs[0] : (uint64_t)DEFAULT_PLAN_SEQ);
+            json_u64(&w, "local_mem_budget", o->have_budget ? o->budget : 0);
+            json_close(&w, '}');
         }
-        jw_open(&w, "devices", '[');
+        json_open(&w, "devices", '[');
     } else {
         printf("clflash %s: %u OpenCL platform%s (P:D below is the index CLFLASH_DEVICE accepts)\n",
                clflash_version_string(), (unsigned)np, np == 1 ? "" : "s");
@@ -1321,13 +893,13 @@ static int run_devices(const options *o)
         cl_device_id *devs = NULL;
         char *perr = NULL;
 
-        err = query_string(1, platforms[p], CL_PLATFORM_NAME, &pr.name);
+        err = cl_info_string(1, platforms[p], CL_PLATFORM_NAME, &pr.name);
         if (err != CL_SUCCESS && perr == NULL)
             perr = cl_error_text("clGetPlatformInfo(CL_PLATFORM_NAME)", err);
-        err = query_string(1, platforms[p], CL_PLATFORM_VENDOR, &pr.vendor);
+        err = cl_info_string(1, platforms[p], CL_PLATFORM_VENDOR, &pr.vendor);
         if (err != CL_SUCCESS && perr == NULL)
             perr = cl_error_text("clGetPlatformInfo(CL_PLATFORM_VENDOR)", err);
-        err = query_string(1, platforms[p], CL_PLATFORM_VERSION, &pr.version);
+        err = cl_info_string(1, platforms[p], CL_PLATFORM_VERSION, &pr.version);
         if (err != CL_SUCCESS && perr == NULL)
             perr = cl_error_text("clGetPlatformInfo(CL_PLATFORM_VERSION)", err);
         if (pr.name == NULL)
@@ -1393,8 +965,8 @@ static int run_devices(const options *o)
     }
 
     if (o->json) {
-        jw_close(&w, ']');
-        jw_close(&w, '}');
+        json_close(&w, ']');
+        json_close(&w, '}');
     }
     free(platforms);
     return failed ? 1 : 0;
@@ -1405,6 +977,7 @@ int main(int argc, char **argv)
     options o;
     int rc;
 
+    tool_set_name(PROG);
     memset(&o, 0, sizeof o);
     o.head_dim = DEFAULT_HEAD_DIM;
     o.dtype = CLFLASH_F16;
@@ -1416,7 +989,7 @@ int main(int argc, char **argv)
 
     if (fflush(stdout) != 0 || ferror(stdout)) {
         fputs(PROG ": error writing to standard output\n", stderr);
-        return rc == EXIT_USAGE ? rc : 1;
+        return rc == TOOL_EXIT_USAGE ? rc : 1;
     }
     return rc;
 }
