@@ -38,9 +38,9 @@
 /*
  * The CPU path. PoCL runs a work-group as a loop over its work-items between barriers, with one
  * work-item per row (TPR = 1, the CPU plan); there the steps above cost more in barriers, in
- * per-work-item state kept across them, and in scalar loads than in arithmetic. When the compiler
- * targets a CPU instruction set (PoCL defines the host's architecture macros; GPU compilers and
- * Oclgrind define none of them) and TPR == 1 and BLOCK is a multiple of 8, the kernel below instead
+ * per-work-item state kept across them, and in scalar loads than in arithmetic. When the host
+ * defines CLFLASH_CPU_PATH=1 (the planner does for devices of type CPU) and TPR == 1 and BLOCK is
+ * a multiple of 8, the kernel below instead
  * keeps its tiles as fp32, K transposed (kf[HEAD_DIM][BLOCK]) and V padded to a multiple of 8
  * columns (vf[BLOCK][HD8]), and has two barriers per tile:
  *   C1  every read of kf and vf of the previous tile is finished; the work-group loads them;
@@ -48,17 +48,12 @@
  *       (a row's scores, maximum and probabilities are its own when TPR == 1): scores on 8 keys at
  *       a time (float8 fused multiply-adds down the transposed K tile), the online-softmax update,
  *       and P V on 8 output columns at a time, the accumulator held in float8 registers.
- * The rules (visibility, transforms, the -INFINITY guards, l == 0 rows) are those above. Define
- * CLFLASH_CPU_PATH=1 or =0 (the context's build_options) to force the choice, e.g. to run this path
- * under Oclgrind; on a GPU build nothing here is compiled.
+ * The rules (visibility, transforms, the -INFINITY guards, l == 0 rows) are those above. A
+ * CLFLASH_CPU_PATH=1 or =0 in the context's build_options forces the choice (the Oclgrind driver
+ * runs this path so); on a GPU build nothing here is compiled.
  */
 #ifndef CLFLASH_CPU_PATH
-#if defined(__x86_64__) || defined(__i386__) || defined(__aarch64__) || defined(__arm__) || \
-    defined(__powerpc64__) || defined(__riscv)
-#define CLFLASH_CPU_PATH 1
-#else
 #define CLFLASH_CPU_PATH 0
-#endif
 #endif
 #if CLFLASH_CPU_PATH && TPR == 1 && BLOCK % 8 == 0
 #define CLFLASH_USE_CPU_PATH 1

@@ -133,6 +133,7 @@ static void fill_plan(const clflash_problem *p, uint64_t budget, uint32_t block,
     plan->kernel = variant_name;
     plan->threads_per_row = lanes;
     plan->work_group_size = block * lanes;
+    plan->block_q = block;
 }
 
 clflash_status clflash_plan_backward_kernels(clflash_context *c, const clflash_problem *p, uint32_t below_block,

@@ -12,14 +12,26 @@
 #include "internal.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #define KERNEL_NAME "flash_forward"
 static const char variant_name[] = "flash_forward_portable";
 
-/* clflash's own count of the flash kernel's __local arrays (qt, kt, vt, pt, rowmax), used when a
- * driver reports less (PoCL 5.0 reports 0 for static local arrays). */
-static cl_ulong counted_local_bytes(const clflash_problem *p, uint32_t block, uint32_t lanes)
+/* CPU devices take the kernel's CPU path (fp32 K and V tiles; see cl/flash_forward.cl), unless
+ * the caller's build options choose with CLFLASH_CPU_PATH. */
+static int cpu_path(const clflash_context *c, uint32_t block, uint32_t lanes)
 {
+    return c->info.device_class == CLFLASH_CLASS_CPU && strstr(c->build_options, "CLFLASH_CPU_PATH") == NULL &&
+           lanes == 1 && block % 8 == 0;
+}
+
+/* clflash's own count of the flash kernel's __local arrays (portable: qt, kt, vt, pt, rowmax; CPU
+ * path: kf, vf), used when a driver reports less (PoCL 5.0 reports 0 for static local arrays). */
+static cl_ulong counted_local_bytes(const clflash_context *c, const clflash_problem *p, uint32_t block,
+                                    uint32_t lanes)
+{
+    if (cpu_path(c, block, lanes))
+        return 4ull * block * (p->head_dim + (p->head_dim + 7) / 8 * 8);
     const uint64_t rows = 2ull * block * clflash_lds_stride(p->head_dim, p->elem_size); /* qt, vt */
     const uint64_t tiles = (rows + (uint64_t)p->head_dim * (block | 1u)) * p->elem_size;  /* + kt */
     return tiles + 4ull * block * (block | 1u) + 4ull * block * lanes;
@@ -34,14 +46,16 @@ static clflash_status build_variant(clflash_context *c, const clflash_problem *p
     cl_int err;
     clflash_status st;
     clflash_feature_defines(p, with_lse, features, sizeof features);
-    snprintf(defines, sizeof defines, "%s -D HEAD_DIM=%u -D BLOCK=%u -D TPR=%u -D LDS_STRIDE=%u -D KT_STRIDE=%u -D P_STRIDE=%u",
-             features, p->head_dim, block, lanes, clflash_lds_stride(p->head_dim, p->elem_size), block | 1u, block | 1u);
+    snprintf(defines, sizeof defines,
+             "%s%s -D HEAD_DIM=%u -D BLOCK=%u -D TPR=%u -D LDS_STRIDE=%u -D KT_STRIDE=%u -D P_STRIDE=%u", features,
+             cpu_path(c, block, lanes) ? " -D CLFLASH_CPU_PATH=1" : "", p->head_dim, block, lanes,
+             clflash_lds_stride(p->head_dim, p->elem_size), block | 1u, block | 1u);
     if ((st = clflash_get_program(c, CLFLASH_SOURCE_FLASH_FORWARD, defines, &prog)) != CLFLASH_SUCCESS)
         return st;
     *kernel = clCreateKernel(prog, KERNEL_NAME, &err);
     if (err != CL_SUCCESS)
         return clflash_fail(err, "clCreateKernel(%s) failed", KERNEL_NAME);
-    if ((st = clflash_read_kernel_limits(c, *kernel, counted_local_bytes(p, block, lanes), local_bytes, max_wg)) !=
+    if ((st = clflash_read_kernel_limits(c, *kernel, counted_local_bytes(c, p, block, lanes), local_bytes, max_wg)) !=
         CLFLASH_SUCCESS) {
         clReleaseKernel(*kernel);
         *kernel = NULL;

@@ -656,7 +656,9 @@ int main(int argc, char **argv)
         }
         last = first + 1;
     }
-    if ((st = th_context(NULL, &ctx)) != CLFLASH_SUCCESS) {
+    clflash_context_options portable = {0}; /* the GPU path, not the CPU path (see oclgrind_driver.c) */
+    portable.build_options = "-D CLFLASH_CPU_PATH=0";
+    if ((st = th_context(&portable, &ctx)) != CLFLASH_SUCCESS) {
         printf("FAILED: no context: %s (%s)\n", clflash_status_string(st), clflash_last_error_detail());
         return 1;
     }

@@ -1106,7 +1106,9 @@ static void describe_row(bench *bn, const clflash_attention_desc *d, const clfla
             r->have_plan = 1;
             r->plan = *plan;
             if (!o->backward)
-                r->modeled_bytes = clflash_traffic_bytes(d, CLFLASH_ALGO_FLASH, plan->block);
+                /* K and V are read once per query block: block_q rows (B, except on tensor cores) */
+                r->modeled_bytes =
+                    clflash_traffic_bytes(d, CLFLASH_ALGO_FLASH, plan->block_q ? plan->block_q : plan->block);
         }
         break;
     case ALGO_NAIVE:

@@ -702,6 +702,7 @@ static void print_device_human(const options *o, cl_uint pi, cl_uint di, const d
         if (r->plan_status == CLFLASH_SUCCESS) {
             const clflash_plan *pl = &r->plan;
             printf("      block (B)          %u\n", (unsigned)pl->block);
+            printf("      query rows/group   %u\n", (unsigned)pl->block_q);
             format_bytes(pl->tile_bytes, buf, sizeof buf);
             printf("      tile bytes         %s\n", buf);
             format_bytes(pl->kernel_local_bytes, buf, sizeof buf);
@@ -757,6 +758,7 @@ static void json_plan(json_writer *w, const char *key, const clflash_plan *pl, i
 {
     json_open(w, key, '{');
     json_u64(w, "block", pl->block);
+    json_u64(w, "block_q", pl->block_q);
     json_bytes(w, "tile_bytes", pl->tile_bytes);
     json_u64(w, "kernel_local_bytes", pl->kernel_local_bytes);
     json_u64(w, "local_mem_budget", pl->local_mem_budget);
