@@ -58,6 +58,43 @@
  * Measuring aid: built with -D CLFLASH_BWD_SKIP_DQ=1 (or _SKIP_DKDV=1) through a context's build
  * options, the groups of that kind return at once, so each kind can be timed alone.
  */
+/*
+ * The CPU path. PoCL runs a work-group as a loop over its work-items between barriers, one
+ * work-item per row (TPR = 1, the CPU plan), and the steps above then cost more in barriers, in
+ * per-work-item state kept across them and in scalar loads than in arithmetic. When the host
+ * defines CLFLASH_CPU_PATH=1 (lib/backward_planner.c does for devices of type CPU) and TPR == 1
+ * and BLOCK is a multiple of 8, flash_backward_grads instead keeps its tiles as fp32 and has two
+ * barriers per partner block. With HD8 = HEAD_DIM rounded up to a multiple of 8, its local arrays
+ * (the same set for both kinds of group, used differently) are
+ *   ta[HEAD_DIM][BLOCK], tb[HEAD_DIM][BLOCK]  the partner block transposed, for scoring 8 partner
+ *                                rows at a time:  dK/dV: Q and dO;  dQ: K and V;
+ *   ra[BLOCK][HD8], rb[BLOCK][HD8]  the partner block row-major, its padding columns zero, for
+ *                                adding 8 gradient columns at a time:  dK/dV: Q and dO;  dQ: K (rb
+ *                                unused);
+ *   row_lse[BLOCK], row_d[BLOCK]  dK/dV: lse (log2 domain) and D of the current query rows.
+ * A work-item keeps its own row (dK/dV: its key's K and V row; dQ: its query's Q and dO row) in
+ * fp32 private arrays and its gradient rows in float8 accumulators. Per partner block:
+ *   C1  every read of the arrays for the previous block is finished; work-item lid loads partner
+ *       row lid into both layouts (and row_lse, row_d);
+ *   C2  they are complete; each work-item does all of its row's work for the block alone: S and
+ *       dP against the block's rows (float8 fused multiply-adds down the transposed tiles), P and
+ *       dS (the exp2 on 8 pairs at a time without softcap, bias or ALiBi), then dV += P dO and
+ *       dK += dS Q (dQ += dS K) on 8 columns at a time, skipping the partner rows whose P (dS) is
+ *       0, which add nothing.
+ * The rules (which pairs are seen, the transforms and f', the -INFINITY lse rows, the skipped
+ * block ranges) are those above; each gradient element still has one writer summing in a fixed
+ * order. A CLFLASH_CPU_PATH=1 or =0 in the context's build_options forces the choice (the Oclgrind
+ * driver runs this path so); on a GPU build nothing here is compiled.
+ */
+#ifndef CLFLASH_CPU_PATH
+#define CLFLASH_CPU_PATH 0
+#endif
+#if CLFLASH_CPU_PATH && TPR == 1 && BLOCK % 8 == 0
+#define CLFLASH_USE_CPU_PATH 1
+#define HD8 ((HEAD_DIM + 7) / 8 * 8)
+#else
+#define CLFLASH_USE_CPU_PATH 0
+#endif
 #define WG_SIZE (BLOCK * TPR)
 #define PARTNERS_PER_LANE (BLOCK / TPR)
 #define COLS_PER_LANE ((HEAD_DIM + TPR - 1) / TPR)
@@ -362,6 +399,271 @@ inline void dq_block(__global const bits_t *q, __global const bits_t *k, __globa
     }
 }
 
+#if CLFLASH_USE_CPU_PATH
+/* s[i] = x . cols[.][i] for the BLOCK rows of a transposed tile, 8 rows per float8. */
+inline void cpu_scores(const float *x, __local const float *cols, float *s)
+{
+    float8 s8[BLOCK / 8];
+    for (uint i8 = 0; i8 < BLOCK / 8; i8++)
+        s8[i8] = (float8)(0.0f);
+    for (uint c = 0; c < HEAD_DIM; c++) {
+        const float8 xc = (float8)(x[c]);
+#pragma unroll
+        for (uint i8 = 0; i8 < BLOCK / 8; i8++) /* unrolled: s8 stays in registers */
+            s8[i8] = fma(xc, vload8(i8, cols + c * BLOCK), s8[i8]);
+    }
+    for (uint i8 = 0; i8 < BLOCK / 8; i8++)
+        vstore8(s8[i8], i8, s);
+}
+
+/* acc += w[r] * rows[r] over rows r < n whose weight is not 0 (a 0 weight adds nothing). */
+inline void cpu_add_rows(float8 *acc, const float *w, __local const float *rows, uint n)
+{
+    /* a copy that does not outlive the call, so that it can stay in registers through the loop */
+    float8 t[HD8 / 8];
+#pragma unroll
+    for (uint d8 = 0; d8 < HD8 / 8; d8++)
+        t[d8] = acc[d8];
+    for (uint r = 0; r < n; r++) {
+        const float wr = w[r];
+        if (wr == 0.0f)
+            continue;
+        const float8 w8 = (float8)(wr);
+#pragma unroll
+        for (uint d8 = 0; d8 < HD8 / 8; d8++)
+            t[d8] = fma(w8, vload8(d8, rows + r * HD8), t[d8]);
+    }
+#pragma unroll
+    for (uint d8 = 0; d8 < HD8 / 8; d8++)
+        acc[d8] = t[d8];
+}
+
+/* Stores an fp32 gradient row, times mul, in the storage type. */
+inline void cpu_store_row(__global bits_t *dst, ulong at, const float8 *acc, float mul)
+{
+    float out[HD8];
+    for (uint d8 = 0; d8 < HD8 / 8; d8++)
+        vstore8(acc[d8] * mul, d8, out);
+    for (uint c = 0; c < HEAD_DIM; c++)
+        store_g(dst, at + c, out[c]);
+}
+
+/* dK and dV for keys k0 .. k0+BLOCK-1 of kv head hk of batch entry b; work-item lid owns key
+ * k0 + lid. */
+inline void dkdv_block_cpu(__global const bits_t *q, __global const bits_t *k, __global const bits_t *v,
+                           __global const bits_t *d_o, __global const float *lse, __global const float *dvec,
+                           __global bits_t *dk, __global bits_t *dv, __global const float *bias,
+                           __global const float *alibi, const bwd_args *a, uint k0, uint hk, uint b,
+                           __local float *qT, __local float *doT, __local float *qf, __local float *dof,
+                           __local float *row_lse, __local float *row_d)
+{
+    const uint lid = get_local_id(0);
+    const uint kj = k0 + lid;
+    const uint seq_q = a->seq_q, seq_k = a->seq_k;
+    const ulong kbase = tensor_index(a->k_off, a->k_bs, a->k_hs, a->k_ss, b, hk, 0);
+    const ulong vbase = tensor_index(a->v_off, a->v_bs, a->v_hs, a->v_ss, b, hk, 0);
+
+    float krow[HEAD_DIM], vrow[HEAD_DIM]; /* zeros past seq_k */
+    {
+        const ulong kr = kbase + (ulong)min(kj, seq_k - 1) * a->k_ss;
+        const ulong vr = vbase + (ulong)min(kj, seq_k - 1) * a->v_ss;
+        for (uint c = 0; c < HEAD_DIM; c++) {
+            krow[c] = kj < seq_k ? load_g(k, kr + c) : 0.0f;
+            vrow[c] = kj < seq_k ? load_g(v, vr + c) : 0.0f;
+        }
+    }
+#if HD8 > HEAD_DIM
+    /* the padding columns are zero once and for all (no load writes them); C1 orders these stores
+     * before any read */
+    for (uint idx = lid; idx < BLOCK * (HD8 - HEAD_DIM); idx += WG_SIZE) {
+        const uint at = idx / (HD8 - HEAD_DIM) * HD8 + HEAD_DIM + idx % (HD8 - HEAD_DIM);
+        qf[at] = 0.0f;
+        dof[at] = 0.0f;
+    }
+#endif
+
+    uint q_start, q_end;
+    visible_queries(k0, min(k0 + BLOCK, seq_k), a, &q_start, &q_end);
+
+    float8 acc_k[HD8 / 8], acc_v[HD8 / 8];
+    for (uint d8 = 0; d8 < HD8 / 8; d8++)
+        acc_k[d8] = acc_v[d8] = (float8)(0.0f);
+
+    for (uint g = 0; g < a->group; g++) {
+        const uint h = hk * a->group + g;
+        const ulong bh = (ulong)b * a->heads_q + h;
+        const ulong qbase = tensor_index(a->q_off, a->q_bs, a->q_hs, a->q_ss, b, h, 0);
+        const ulong obase = tensor_index(a->o_off, a->o_bs, a->o_hs, a->o_ss, b, h, 0);
+        const ulong bias_head = a->bias_off + (ulong)b * a->bias_bs + (ulong)h * a->bias_hs;
+#if ALIBI
+        const float slope_h = alibi[h];
+#else
+        const float slope_h = 0.0f;
+#endif
+        for (uint q0 = q_start; q0 < q_end; q0 += BLOCK) {
+            barrier(CLK_LOCAL_MEM_FENCE); /* C1 */
+            {
+                /* work-item lid loads query row q0 + lid (zeros past seq_q) */
+                const uint qi = q0 + lid;
+                const bool in = qi < seq_q;
+                const ulong qr = qbase + (ulong)min(qi, seq_q - 1) * a->q_ss;
+                const ulong orr = obase + (ulong)min(qi, seq_q - 1) * a->o_ss;
+                for (uint c = 0; c < HEAD_DIM; c++) {
+                    const float xq = in ? load_g(q, qr + c) : 0.0f;
+                    const float xo = in ? load_g(d_o, orr + c) : 0.0f;
+                    qT[c * BLOCK + lid] = xq;
+                    doT[c * BLOCK + lid] = xo;
+                    qf[lid * HD8 + c] = xq;
+                    dof[lid * HD8 + c] = xo;
+                }
+                row_lse[lid] = in ? lse[bh * seq_q + qi] * M_LOG2E_F : -INFINITY;
+                row_d[lid] = in ? dvec[bh * seq_q + qi] : 0.0f;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE); /* C2 */
+
+            float p[BLOCK], ds[BLOCK];
+            cpu_scores(krow, qT, p);  /* S, into p */
+            cpu_scores(vrow, doT, ds); /* dP, into ds */
+            for (uint i = 0; i < BLOCK; i++) {
+                const uint qi = q0 + i;
+                const float l2 = row_lse[i];
+                long lo, hi;
+                visible_keys(min(qi, seq_q - 1), seq_q, seq_k, a->key_len, a->win_left, a->win_right, &lo, &hi);
+                const bool seen = qi < seq_q && l2 != -INFINITY && (long)kj >= lo && (long)kj < hi;
+#if SOFTCAP || BIAS || ALIBI
+                float slope = 1.0f, pi = 0.0f;
+                if (seen)
+                    pi = pair_prob(p[i], l2, a, bias, bias_head + (ulong)qi * a->bias_rs, slope_h, qi, kj, &slope);
+                p[i] = pi;
+                ds[i] = pi * (ds[i] - row_d[i]) * slope;
+#else
+                p[i] = seen ? fma(p[i], a->scale_log2, -l2) : -INFINITY; /* exp2 of it below */
+#endif
+            }
+#if !(SOFTCAP || BIAS || ALIBI)
+            (void)bias;
+            (void)bias_head;
+            (void)slope_h;
+            for (uint i8 = 0; i8 < BLOCK / 8; i8++) {
+                const float8 p8 = exp2(vload8(i8, p)); /* 0 where not seen */
+                vstore8(p8, i8, p);
+                vstore8(p8 * (vload8(i8, ds) - vload8(i8, row_d)), i8, ds);
+            }
+#endif
+            const uint rows = min((uint)BLOCK, seq_q - q0); /* rows past seq_q add only zeros */
+            cpu_add_rows(acc_v, p, dof, rows);
+            cpu_add_rows(acc_k, ds, qf, rows);
+        }
+    }
+
+    if (kj < seq_k) {
+        cpu_store_row(dk, kbase + (ulong)kj * a->k_ss, acc_k, a->scale);
+        cpu_store_row(dv, vbase + (ulong)kj * a->v_ss, acc_v, 1.0f);
+    }
+}
+
+/* dQ for queries q0 .. q0+BLOCK-1 of query head h of batch entry b; work-item lid owns query
+ * q0 + lid. */
+inline void dq_block_cpu(__global const bits_t *q, __global const bits_t *k, __global const bits_t *v,
+                         __global const bits_t *d_o, __global const float *lse, __global const float *dvec,
+                         __global bits_t *dq, __global const float *bias, __global const float *alibi,
+                         const bwd_args *a, uint q0, uint h, uint b, __local float *kT, __local float *vT,
+                         __local float *kf)
+{
+    const uint lid = get_local_id(0);
+    const uint hk = h / a->group;
+    const uint qi = q0 + lid;
+    const uint seq_q = a->seq_q, seq_k = a->seq_k;
+    const ulong bh = (ulong)b * a->heads_q + h;
+    const ulong qbase = tensor_index(a->q_off, a->q_bs, a->q_hs, a->q_ss, b, h, 0);
+    const ulong obase = tensor_index(a->o_off, a->o_bs, a->o_hs, a->o_ss, b, h, 0);
+    const ulong kbase = tensor_index(a->k_off, a->k_bs, a->k_hs, a->k_ss, b, hk, 0);
+    const ulong vbase = tensor_index(a->v_off, a->v_bs, a->v_hs, a->v_ss, b, hk, 0);
+
+    float qrow[HEAD_DIM], orow[HEAD_DIM]; /* zeros past seq_q */
+    {
+        const ulong qr = qbase + (ulong)min(qi, seq_q - 1) * a->q_ss;
+        const ulong orr = obase + (ulong)min(qi, seq_q - 1) * a->o_ss;
+        for (uint c = 0; c < HEAD_DIM; c++) {
+            qrow[c] = qi < seq_q ? load_g(q, qr + c) : 0.0f;
+            orow[c] = qi < seq_q ? load_g(d_o, orr + c) : 0.0f;
+        }
+    }
+#if HD8 > HEAD_DIM
+    for (uint idx = lid; idx < BLOCK * (HD8 - HEAD_DIM); idx += WG_SIZE)
+        kf[idx / (HD8 - HEAD_DIM) * HD8 + HEAD_DIM + idx % (HD8 - HEAD_DIM)] = 0.0f;
+#endif
+    const float l2 = qi < seq_q ? lse[bh * seq_q + qi] * M_LOG2E_F : -INFINITY;
+    const float d_row = qi < seq_q ? dvec[bh * seq_q + qi] : 0.0f;
+
+    long lo, hi, first_lo, first_hi, last_lo, last_hi;
+    visible_keys(q0, seq_q, seq_k, a->key_len, a->win_left, a->win_right, &first_lo, &first_hi);
+    visible_keys(min(q0 + BLOCK, seq_q) - 1, seq_q, seq_k, a->key_len, a->win_left, a->win_right, &last_lo, &last_hi);
+    visible_keys(min(qi, seq_q - 1), seq_q, seq_k, a->key_len, a->win_left, a->win_right, &lo, &hi);
+    const uint key_begin = first_lo <= 0 ? 0u : (uint)first_lo / BLOCK * BLOCK;
+    const uint key_end = last_hi <= (long)key_begin ? key_begin : (uint)last_hi;
+    const ulong bias_row = a->bias_off + (ulong)b * a->bias_bs + (ulong)h * a->bias_hs +
+                           (ulong)min(qi, seq_q - 1) * a->bias_rs;
+#if ALIBI
+    const float slope_h = alibi[h];
+#else
+    const float slope_h = 0.0f;
+#endif
+
+    float8 acc[HD8 / 8];
+    for (uint d8 = 0; d8 < HD8 / 8; d8++)
+        acc[d8] = (float8)(0.0f);
+
+    for (uint k0 = key_begin; k0 < key_end; k0 += BLOCK) {
+        barrier(CLK_LOCAL_MEM_FENCE); /* C1 */
+        {
+            /* work-item lid loads key row k0 + lid of K and V (zeros past seq_k) */
+            const uint kr_i = k0 + lid;
+            const bool in = kr_i < seq_k;
+            const ulong kr = kbase + (ulong)min(kr_i, seq_k - 1) * a->k_ss;
+            const ulong vr = vbase + (ulong)min(kr_i, seq_k - 1) * a->v_ss;
+            for (uint c = 0; c < HEAD_DIM; c++) {
+                const float xk = in ? load_g(k, kr + c) : 0.0f;
+                kT[c * BLOCK + lid] = xk;
+                kf[lid * HD8 + c] = xk;
+                vT[c * BLOCK + lid] = in ? load_g(v, vr + c) : 0.0f;
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE); /* C2 */
+
+        float s[BLOCK], ds[BLOCK];
+        cpu_scores(qrow, kT, s);
+        cpu_scores(orow, vT, ds); /* dP, into ds */
+        for (uint j = 0; j < BLOCK; j++) {
+            const uint key = k0 + j;
+            const bool seen = qi < seq_q && l2 != -INFINITY && (long)key >= lo && (long)key < hi;
+#if SOFTCAP || BIAS || ALIBI
+            float slope = 1.0f, p = 0.0f;
+            if (seen)
+                p = pair_prob(s[j], l2, a, bias, bias_row, slope_h, qi, key, &slope);
+            ds[j] = p * (ds[j] - d_row) * slope;
+#else
+            s[j] = seen ? fma(s[j], a->scale_log2, -l2) : -INFINITY; /* exp2 of it below */
+#endif
+        }
+#if !(SOFTCAP || BIAS || ALIBI)
+        (void)bias;
+        (void)bias_row;
+        (void)slope_h;
+        for (uint j8 = 0; j8 < BLOCK / 8; j8++) {
+            const float8 p8 = exp2(vload8(j8, s)); /* 0 where not seen */
+            vstore8(p8 * (vload8(j8, ds) - (float8)(d_row)), j8, ds);
+        }
+#endif
+        const uint keys = min((uint)BLOCK, seq_k - k0); /* keys past seq_k add only zeros */
+        cpu_add_rows(acc, ds, kf, keys);
+    }
+
+    if (qi < seq_q)
+        cpu_store_row(dq, qbase + (ulong)qi * a->q_ss, acc, a->scale);
+}
+#endif /* CLFLASH_USE_CPU_PATH */
+
 /* The grid is ((tiles_k + tiles_q) * WG_SIZE, heads_q, batch). */
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 flash_backward_grads(__global const bits_t *q, __global const bits_t *k, __global const bits_t *v,
@@ -374,6 +676,14 @@ flash_backward_grads(__global const bits_t *q, __global const bits_t *k, __globa
                      __global const float *bias, ulong bias_off, ulong bias_bs, ulong bias_hs, ulong bias_rs,
                      __global const float *alibi, __global const int *key_lens)
 {
+#if CLFLASH_USE_CPU_PATH
+    __local float ta[HEAD_DIM * BLOCK];
+    __local float tb[HEAD_DIM * BLOCK];
+    __local float ra[BLOCK * HD8];
+    __local float rb[BLOCK * HD8];
+    __local float row_lse[BLOCK];
+    __local float row_d[BLOCK];
+#else
     __local bits_t rows_a[BLOCK * LDS_STRIDE];
     __local bits_t rows_b[BLOCK * LDS_STRIDE];
     __local bits_t cols_a[HEAD_DIM * T_STRIDE];
@@ -382,6 +692,7 @@ flash_backward_grads(__global const bits_t *q, __global const bits_t *k, __globa
     __local float dst[BLOCK * P_STRIDE];
     __local float row_lse[BLOCK];
     __local float row_d[BLOCK];
+#endif
 
     const uint blk = get_group_id(0), h = get_group_id(1), b = get_group_id(2);
 #if KEYLEN
@@ -396,12 +707,21 @@ flash_backward_grads(__global const bits_t *q, __global const bits_t *k, __globa
     if (blk < tiles_k) {
         if (h >= heads_kv || CLFLASH_BWD_SKIP_DKDV) /* dK/dV groups exist per kv head */
             return;
+#if CLFLASH_USE_CPU_PATH
+        dkdv_block_cpu(q, k, v, d_o, lse, dvec, dk, dv, bias, alibi, &a, blk * BLOCK, h, b, ta, tb, ra, rb, row_lse,
+                       row_d);
+#else
         dkdv_block(q, k, v, d_o, lse, dvec, dk, dv, bias, alibi, &a, blk * BLOCK, h, b, rows_a, rows_b, cols_a,
                    cols_b, pt, dst, row_lse, row_d);
+#endif
     } else {
         if (CLFLASH_BWD_SKIP_DQ)
             return;
+#if CLFLASH_USE_CPU_PATH
+        dq_block_cpu(q, k, v, d_o, lse, dvec, dq, bias, alibi, &a, (blk - tiles_k) * BLOCK, h, b, ta, tb, ra);
+#else
         dq_block(q, k, v, d_o, lse, dvec, dq, bias, alibi, &a, (blk - tiles_k) * BLOCK, h, b, rows_a, rows_b, cols_a,
                  cols_b, dst);
+#endif
     }
 }

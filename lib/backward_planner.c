@@ -14,6 +14,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 static const char variant_name[] = "flash_backward_portable";
 
@@ -67,11 +68,24 @@ clflash_status clflash_check_backward_features(const clflash_problem *p)
     return CLFLASH_SUCCESS;
 }
 
-/* clflash's own count of the gradient kernel's __local arrays (flash_backward.cl: rows_a, rows_b,
- * cols_a, cols_b, pt, dst, row_lse, row_d), used when a driver reports less (PoCL 5.0 reports 0 for
- * static local arrays). */
-static cl_ulong counted_local_bytes(const clflash_problem *p, uint32_t block)
+/* CPU devices take the gradient kernel's CPU path (fp32 tiles, float8 accumulators; see
+ * cl/flash_backward.cl), unless the caller's build options choose with CLFLASH_CPU_PATH: the rule of
+ * planner.c's cpu_path(). */
+static int cpu_path(const clflash_context *c, uint32_t block, uint32_t lanes)
 {
+    return c->info.device_class == CLFLASH_CLASS_CPU && strstr(c->build_options, "CLFLASH_CPU_PATH") == NULL &&
+           lanes == 1 && block % 8 == 0;
+}
+
+/* clflash's own count of the gradient kernel's __local arrays (flash_backward.cl: rows_a, rows_b,
+ * cols_a, cols_b, pt, dst, row_lse, row_d; CPU path: ta, tb, ra, rb, row_lse, row_d), used when a
+ * driver reports less (PoCL 5.0 reports 0 for static local arrays). Before the lanes are known
+ * (lanes == 0) it counts the portable path. */
+static cl_ulong counted_local_bytes(const clflash_context *c, const clflash_problem *p, uint32_t block,
+                                    uint32_t lanes)
+{
+    if (lanes && cpu_path(c, block, lanes))
+        return 4ull * (2ull * p->head_dim * block + 2ull * block * ((p->head_dim + 7) / 8 * 8) + 2ull * block);
     const uint64_t padded = block | 1u;
     const uint64_t tiles = (2ull * block * clflash_lds_stride(p->head_dim, p->elem_size) + 2ull * p->head_dim * padded) *
                            p->elem_size;
@@ -102,8 +116,9 @@ static clflash_status build_variant(clflash_context *c, const clflash_problem *p
     clflash_status st;
     clflash_feature_defines(p, 0, features, sizeof features);
     snprintf(defines, sizeof defines,
-             "%s -D HEAD_DIM=%u -D BLOCK=%u -D TPR=%u -D LDS_STRIDE=%u -D T_STRIDE=%u -D P_STRIDE=%u -D ROWDOT_WG=%u",
-             features, p->head_dim, block, lanes, clflash_lds_stride(p->head_dim, p->elem_size), block | 1u, block | 1u,
+             "%s%s -D HEAD_DIM=%u -D BLOCK=%u -D TPR=%u -D LDS_STRIDE=%u -D T_STRIDE=%u -D P_STRIDE=%u -D ROWDOT_WG=%u",
+             features, cpu_path(c, block, lanes) ? " -D CLFLASH_CPU_PATH=1" : "", p->head_dim, block, lanes,
+             clflash_lds_stride(p->head_dim, p->elem_size), block | 1u, block | 1u,
              rowdot_wg);
     if ((st = clflash_get_program(c, CLFLASH_SOURCE_FLASH_BACKWARD, defines, &prog)) != CLFLASH_SUCCESS)
         return st;
@@ -113,8 +128,8 @@ static clflash_status build_variant(clflash_context *c, const clflash_problem *p
         release_kernels(out);
         return clflash_fail(e1 ? e1 : e2, "creating the backward kernels failed");
     }
-    if ((st = clflash_read_kernel_limits(c, out->grads, counted_local_bytes(p, block), local_bytes, max_wg)) !=
-        CLFLASH_SUCCESS)
+    if ((st = clflash_read_kernel_limits(c, out->grads, counted_local_bytes(c, p, block, lanes), local_bytes,
+                                         max_wg)) != CLFLASH_SUCCESS)
         release_kernels(out);
     return st;
 }
@@ -169,11 +184,11 @@ clflash_status clflash_plan_backward_kernels(clflash_context *c, const clflash_p
                                 c->info.max_work_group_size);
         if (below_block && p->block >= below_block)
             return clflash_fail(CL_OUT_OF_RESOURCES, "the device refused the forced block %u at enqueue", p->block);
-        if (counted_local_bytes(p, p->block) > budget)
+        if (counted_local_bytes(c, p, p->block, 0) > budget)
             return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE,
                                 "block %u: the backward kernel's local arrays need %llu bytes; the local memory "
                                 "budget is %llu bytes",
-                                p->block, (unsigned long long)counted_local_bytes(p, p->block),
+                                p->block, (unsigned long long)counted_local_bytes(c, p, p->block, 0),
                                 (unsigned long long)budget);
         block = p->block;
     } else {
@@ -191,7 +206,7 @@ clflash_status clflash_plan_backward_kernels(clflash_context *c, const clflash_p
         /* The kernel's own arrays (P and dS in fp32, padded rows) exceed the rule: step down before
          * building, since a driver may refuse to build a kernel whose static local arrays do not fit
          * (NVIDIA's does) rather than report their size. */
-        while (block > 0 && counted_local_bytes(p, block) > budget)
+        while (block > 0 && counted_local_bytes(c, p, block, 0) > budget)
             block = clflash_block_step_down(block);
         if (block == 0)
             return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE,

@@ -8,8 +8,9 @@
  * the local tiles runs more than once: that is where a missing barrier shows. Exit status 0 only if
  * every case ran and matched. Prints no word that the wrapper treats as an Oclgrind report.
  * With a case index it runs only that case (the wrapper runs each case in its own process).
- * Oclgrind's compiler defines no CPU architecture, so the flash kernel's CPU path (the one PoCL
- * runs) is forced for the cases marked cpu_path.
+ * The main context forces the portable paths (the ones GPUs run); the cases marked cpu_path force
+ * the CPU paths of flash_forward.cl and flash_backward.cl (the ones PoCL runs) in a context of their
+ * own.
  */
 #include "backward_harness.h"
 #include "harness.h"
@@ -65,34 +66,42 @@ typedef struct {
     tb_bias_kind bias;
     int alibi;
     tb_lens_kind lens;
+    int cpu_path; /* as the forward's cpu_path cases: flash_backward.cl's CPU path */
 } backward_case;
 
 #define WC (CLFLASH_WINDOW | CLFLASH_CAUSAL)
 #define NO_FEATURES 0, 0, 0.0f, 0.0f, TB_NO_BIAS, 0, TB_NO_LENS
 
 static const backward_case bcases[] = {
-    {TB_FLASH, 1, 2, 1, 19, 23, 16, CLFLASH_F32, CLFLASH_CAUSAL, 8, 0, 1, NO_FEATURES},
-    {TB_FLASH, 1, 1, 0, 23, 11, 7, CLFLASH_F16, CLFLASH_CAUSAL, 8, 0, 0, NO_FEATURES},
-    {TB_FLASH, 2, 2, 2, 13, 29, 16, CLFLASH_F32, 0, 0, 0, 0, NO_FEATURES},
-    {TB_FLASH, 1, 1, 0, 29, 17, 16, CLFLASH_F16, 0, 16, 0, 1, NO_FEATURES},
-    {TB_FLASH, 1, 2, 1, 21, 19, 16, CLFLASH_F32, CLFLASH_CAUSAL, 8, 4, 0, NO_FEATURES},
-    {TB_FLASH, 1, 1, 0, 17, 13, 7, CLFLASH_F16, 0, 8, 8, 0, NO_FEATURES},
-    {TB_NAIVE, 1, 2, 1, 19, 23, 16, CLFLASH_F32, CLFLASH_CAUSAL, 0, 0, 1, NO_FEATURES},
-    {TB_NAIVE, 1, 1, 0, 23, 11, 7, CLFLASH_F16, CLFLASH_CAUSAL, 0, 0, 0, NO_FEATURES},
+    {TB_FLASH, 1, 2, 1, 19, 23, 16, CLFLASH_F32, CLFLASH_CAUSAL, 8, 0, 1, NO_FEATURES, 0},
+    {TB_FLASH, 1, 1, 0, 23, 11, 7, CLFLASH_F16, CLFLASH_CAUSAL, 8, 0, 0, NO_FEATURES, 0},
+    {TB_FLASH, 2, 2, 2, 13, 29, 16, CLFLASH_F32, 0, 0, 0, 0, NO_FEATURES, 0},
+    {TB_FLASH, 1, 1, 0, 29, 17, 16, CLFLASH_F16, 0, 16, 0, 1, NO_FEATURES, 0},
+    {TB_FLASH, 1, 2, 1, 21, 19, 16, CLFLASH_F32, CLFLASH_CAUSAL, 8, 4, 0, NO_FEATURES, 0},
+    {TB_FLASH, 1, 1, 0, 17, 13, 7, CLFLASH_F16, 0, 8, 8, 0, NO_FEATURES, 0},
+    {TB_NAIVE, 1, 2, 1, 19, 23, 16, CLFLASH_F32, CLFLASH_CAUSAL, 0, 0, 1, NO_FEATURES, 0},
+    {TB_NAIVE, 1, 1, 0, 23, 11, 7, CLFLASH_F16, CLFLASH_CAUSAL, 0, 0, 0, NO_FEATURES, 0},
     /* each feature through each path, in f32 and in f16 or bf16 */
-    {TB_FLASH, 1, 2, 1, 19, 23, 8, CLFLASH_F32, WC, 8, 0, 0, 5, 2, 0.0f, 0.0f, TB_NO_BIAS, 0, TB_NO_LENS},
-    {TB_NAIVE, 1, 2, 1, 19, 23, 8, CLFLASH_F16, WC, 0, 0, 0, 5, 2, 0.0f, 0.0f, TB_NO_BIAS, 0, TB_NO_LENS},
-    {TB_FLASH, 1, 2, 1, 17, 13, 8, CLFLASH_F16, 0, 8, 0, 0, 0, 0, 1.5f, 3.0f, TB_NO_BIAS, 0, TB_NO_LENS},
-    {TB_NAIVE, 1, 2, 1, 17, 13, 8, CLFLASH_F32, 0, 0, 0, 0, 0, 0, 1.5f, 3.0f, TB_NO_BIAS, 0, TB_NO_LENS},
-    {TB_FLASH, 2, 2, 1, 11, 19, 8, CLFLASH_BF16, 0, 8, 0, 0, 0, 0, 0.0f, 0.0f, TB_BIAS_BCAST, 0, TB_NO_LENS},
-    {TB_NAIVE, 2, 2, 1, 11, 19, 8, CLFLASH_F32, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, TB_BIAS_BCAST, 0, TB_NO_LENS},
-    {TB_FLASH, 1, 2, 1, 19, 17, 8, CLFLASH_F32, CLFLASH_CAUSAL, 8, 0, 0, 0, 0, 0.0f, 0.0f, TB_NO_BIAS, 1, TB_NO_LENS},
-    {TB_NAIVE, 1, 2, 1, 19, 17, 8, CLFLASH_BF16, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, TB_NO_BIAS, 1, TB_NO_LENS},
-    {TB_FLASH, 2, 2, 1, 13, 19, 8, CLFLASH_F16, 0, 8, 0, 0, 0, 0, 0.0f, 0.0f, TB_NO_BIAS, 0, TB_LENS_RAGGED},
-    {TB_NAIVE, 2, 2, 1, 13, 19, 8, CLFLASH_F32, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, TB_NO_BIAS, 0, TB_LENS_RAGGED},
+    {TB_FLASH, 1, 2, 1, 19, 23, 8, CLFLASH_F32, WC, 8, 0, 0, 5, 2, 0.0f, 0.0f, TB_NO_BIAS, 0, TB_NO_LENS, 0},
+    {TB_NAIVE, 1, 2, 1, 19, 23, 8, CLFLASH_F16, WC, 0, 0, 0, 5, 2, 0.0f, 0.0f, TB_NO_BIAS, 0, TB_NO_LENS, 0},
+    {TB_FLASH, 1, 2, 1, 17, 13, 8, CLFLASH_F16, 0, 8, 0, 0, 0, 0, 1.5f, 3.0f, TB_NO_BIAS, 0, TB_NO_LENS, 0},
+    {TB_NAIVE, 1, 2, 1, 17, 13, 8, CLFLASH_F32, 0, 0, 0, 0, 0, 0, 1.5f, 3.0f, TB_NO_BIAS, 0, TB_NO_LENS, 0},
+    {TB_FLASH, 2, 2, 1, 11, 19, 8, CLFLASH_BF16, 0, 8, 0, 0, 0, 0, 0.0f, 0.0f, TB_BIAS_BCAST, 0, TB_NO_LENS, 0},
+    {TB_NAIVE, 2, 2, 1, 11, 19, 8, CLFLASH_F32, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, TB_BIAS_BCAST, 0, TB_NO_LENS, 0},
+    {TB_FLASH, 1, 2, 1, 19, 17, 8, CLFLASH_F32, CLFLASH_CAUSAL, 8, 0, 0, 0, 0, 0.0f, 0.0f, TB_NO_BIAS, 1, TB_NO_LENS, 0},
+    {TB_NAIVE, 1, 2, 1, 19, 17, 8, CLFLASH_BF16, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, TB_NO_BIAS, 1, TB_NO_LENS, 0},
+    {TB_FLASH, 2, 2, 1, 13, 19, 8, CLFLASH_F16, 0, 8, 0, 0, 0, 0, 0.0f, 0.0f, TB_NO_BIAS, 0, TB_LENS_RAGGED, 0},
+    {TB_NAIVE, 2, 2, 1, 13, 19, 8, CLFLASH_F32, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, TB_NO_BIAS, 0, TB_LENS_RAGGED, 0},
     /* everything at once */
-    {TB_FLASH, 2, 2, 1, 17, 19, 8, CLFLASH_BF16, WC, 8, 0, 0, 6, 1, 1.0f, 2.5f, TB_BIAS_BCAST, 1, TB_LENS_RAGGED},
-    {TB_NAIVE, 2, 2, 1, 17, 19, 8, CLFLASH_F16, WC, 0, 0, 0, 6, 1, 1.0f, 2.5f, TB_BIAS_BCAST, 1, TB_LENS_RAGGED},
+    {TB_FLASH, 2, 2, 1, 17, 19, 8, CLFLASH_BF16, WC, 8, 0, 0, 6, 1, 1.0f, 2.5f, TB_BIAS_BCAST, 1, TB_LENS_RAGGED, 0},
+    {TB_NAIVE, 2, 2, 1, 17, 19, 8, CLFLASH_F16, WC, 0, 0, 0, 6, 1, 1.0f, 2.5f, TB_BIAS_BCAST, 1, TB_LENS_RAGGED, 0},
+    /* the CPU path (-D CLFLASH_CPU_PATH=1, one work-item per row): several key and query blocks per
+     * group (B = 8, 16), GQA, head_dims 7 and 12 (padded tile columns), strided, f32, f16 and bf16, and
+     * features with and without the transforms */
+    {TB_FLASH, 1, 2, 1, 19, 23, 7, CLFLASH_F32, CLFLASH_CAUSAL, 8, 0, 1, NO_FEATURES, 1},
+    {TB_FLASH, 1, 1, 0, 29, 17, 16, CLFLASH_F16, 0, 16, 0, 0, NO_FEATURES, 1},
+    {TB_FLASH, 2, 2, 1, 13, 19, 8, CLFLASH_F32, WC, 8, 0, 1, 5, 2, 0.0f, 0.0f, TB_NO_BIAS, 0, TB_LENS_RAGGED, 1},
+    {TB_FLASH, 2, 2, 1, 17, 19, 12, CLFLASH_BF16, WC, 8, 0, 0, 6, 1, 1.0f, 2.5f, TB_BIAS_BCAST, 1, TB_LENS_RAGGED, 1},
 };
 
 #define N_CASES (N_FORWARD_CASES + sizeof bcases / sizeof bcases[0])
@@ -103,9 +112,11 @@ static int run_backward_case(clflash_context *shared, size_t n)
     const backward_case *k = &bcases[n];
     clflash_context *c = shared;
     clflash_status st;
-    if (k->lanes) {
+    if (k->lanes || k->cpu_path) {
         clflash_context_options opt = {0};
-        opt.threads_per_row = k->lanes;
+        opt.threads_per_row = k->cpu_path ? 1 : k->lanes;
+        if (k->cpu_path)
+            opt.build_options = "-D CLFLASH_CPU_PATH=1";
         if ((st = th_context(&opt, &c)) != CLFLASH_SUCCESS) {
             printf("FAILED: no context: %s (%s)\n", clflash_status_string(st), clflash_last_error_detail());
             return 1;
@@ -127,6 +138,8 @@ static int run_backward_case(clflash_context *shared, size_t n)
     th_desc_str(&d, what, sizeof what);
     if (k->lanes)
         snprintf(what + strlen(what), sizeof what - strlen(what), " lanes=%u", k->lanes);
+    if (k->cpu_path)
+        snprintf(what + strlen(what), sizeof what - strlen(what), " cpu-path");
     if (d.flags & CLFLASH_WINDOW)
         snprintf(what + strlen(what), sizeof what - strlen(what), " window=%u,%u", k->window_left, k->window_right);
     if (k->softcap != 0.0f)
