@@ -155,7 +155,7 @@ clflash_status clflash_plan_backward_kernels(clflash_context *c, const clflash_p
                                              clflash_backward_kernels *out)
 {
     const uint64_t budget = c->local_mem_budget;
-    clflash_tuning tune = clflash_tuning_for(&c->info, p->head_dim, p->elem_size);
+    const clflash_tuning tune = clflash_tuning_for_context(c, p);
     const int forced = p->block != 0;
     uint32_t block, rowdot_wg = 64;
     clflash_status st;
@@ -164,14 +164,6 @@ clflash_status clflash_plan_backward_kernels(clflash_context *c, const clflash_p
         return st;
     while (rowdot_wg > 1 && rowdot_wg > c->info.max_work_group_size)
         rowdot_wg /= 2;
-    if (c->threads_per_row) { /* the caller's override wins over the class's preference */
-        tune.threads_per_row = c->threads_per_row;
-        if (tune.max_work_group < 64u * c->threads_per_row)
-            tune.max_work_group = (uint32_t)(c->info.max_work_group_size < 64u * c->threads_per_row
-                                                 ? c->info.max_work_group_size
-                                                 : 64u * c->threads_per_row);
-    }
-
     if (forced) {
         const uint64_t tile = clflash_backward_tile_bytes(p->block, p->head_dim, p->elem_size);
         if (tile > budget)
@@ -192,17 +184,9 @@ clflash_status clflash_plan_backward_kernels(clflash_context *c, const clflash_p
                                 (unsigned long long)budget);
         block = p->block;
     } else {
-        uint64_t b = clflash_backward_max_block(budget, p->head_dim, p->elem_size);
-        const uint64_t longest = p->seq_q > p->seq_k ? p->seq_q : p->seq_k;
-        if (b > tune.max_block)
-            b = tune.max_block;
-        if (b > tune.max_work_group)
-            b = tune.max_work_group;
-        if (b > (longest + 15) / 16 * 16) /* a block beyond the sequences only computes padding */
-            b = (longest + 15) / 16 * 16;
-        if (below_block && b >= below_block)
-            b = below_block - 1;
-        block = clflash_block_round(b);
+        const uint32_t cap = tune.max_block < tune.max_work_group ? tune.max_block : tune.max_work_group;
+        block = clflash_block_round(clflash_block_cap(clflash_backward_max_block(budget, p->head_dim, p->elem_size),
+                                                      cap, p, below_block));
         /* The kernel's own arrays (P and dS in fp32, padded rows) exceed the rule: step down before
          * building, since a driver may refuse to build a kernel whose static local arrays do not fit
          * (NVIDIA's does) rather than report their size. */
@@ -217,7 +201,7 @@ clflash_status clflash_plan_backward_kernels(clflash_context *c, const clflash_p
 
     for (;;) {
         uint32_t lanes = clflash_block_lanes(block, tune.threads_per_row,
-                                      tune.max_work_group > block ? tune.max_work_group : block);
+                                             tune.max_work_group > block ? tune.max_work_group : block);
         for (;;) {
             clflash_backward_kernels k = {0};
             cl_ulong local_bytes = 0;

@@ -159,6 +159,13 @@ typedef struct {
 
 CLFLASH_INTERNAL clflash_tuning clflash_tuning_for(const clflash_device_info *info, uint32_t head_dim,
                                                    size_t elem_size);
+/* clflash_tuning_for for the context's device, with the caller's threads_per_row option applied. */
+CLFLASH_INTERNAL clflash_tuning clflash_tuning_for_context(const clflash_context *c, const clflash_problem *p);
+
+/* plan_common.c: the largest block a planner starts from, before rounding: b capped by `cap`, by
+ * the longer sequence rounded up to 16 (a larger block computes only padding) and, after a refused
+ * launch, below below_block (0 = no such limit). */
+CLFLASH_INTERNAL uint64_t clflash_block_cap(uint64_t b, uint64_t cap, const clflash_problem *p, uint32_t below_block);
 
 /* ---- planner.c ------------------------------------------------------------------------------ */
 typedef struct {

@@ -123,15 +123,9 @@ clflash_status clflash_plan_nv_mma(clflash_context *c, const clflash_problem *p,
             return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE, "the forced block %u does not fit", p->block);
         b = p->block;
     } else {
-        const uint64_t longest = p->seq_q > p->seq_k ? p->seq_q : p->seq_k;
         const char *cap = getenv("CLFLASH_NV_BLOCK"); /* developer tuning knob */
-        b = clflash_max_block(budget, p->head_dim, p->elem_size);
-        if (b > (cap ? (uint64_t)atoi(cap) : NV_MAX_BLOCK))
-            b = cap ? (uint64_t)atoi(cap) : NV_MAX_BLOCK;
-        if (b > (longest + 15) / 16 * 16) /* a block beyond the sequences only computes padding */
-            b = (longest + 15) / 16 * 16;
-        if (below_block && b >= below_block)
-            b = below_block - 1;
+        b = clflash_block_cap(clflash_max_block(budget, p->head_dim, p->elem_size),
+                              cap ? (uint64_t)atoi(cap) : NV_MAX_BLOCK, p, below_block);
         b = b / 16 * 16;
     }
     for (uint32_t block = (uint32_t)b; block >= 16; block -= 16) {

@@ -22,6 +22,18 @@ uint32_t clflash_block_round(uint64_t b)
     return b >= 8 ? 8 : b >= 4 ? 4 : b >= 2 ? 2 : (uint32_t)b;
 }
 
+uint64_t clflash_block_cap(uint64_t b, uint64_t cap, const clflash_problem *p, uint32_t below_block)
+{
+    const uint64_t longest = p->seq_q > p->seq_k ? p->seq_q : p->seq_k;
+    if (b > cap)
+        b = cap;
+    if (b > (longest + 15) / 16 * 16) /* a block beyond the sequences only computes padding */
+        b = (longest + 15) / 16 * 16;
+    if (below_block && b >= below_block)
+        b = below_block - 1;
+    return b;
+}
+
 uint32_t clflash_block_lanes(uint32_t block, uint32_t want, uint32_t max_wg)
 {
     uint32_t t = 1;

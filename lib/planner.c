@@ -84,7 +84,7 @@ clflash_status clflash_plan_flash(clflash_context *c, const clflash_problem *p, 
                                   clflash_flash_kernel *out)
 {
     const uint64_t budget = c->local_mem_budget;
-    clflash_tuning tune = clflash_tuning_for(&c->info, p->head_dim, p->elem_size);
+    const clflash_tuning tune = clflash_tuning_for_context(c, p);
     const int forced = p->block != 0;
     uint32_t block;
 
@@ -93,14 +93,6 @@ clflash_status clflash_plan_flash(clflash_context *c, const clflash_problem *p, 
         if (st != CLFLASH_ERROR_TILE_TOO_LARGE && st != CLFLASH_ERROR_BUILD_FAILED)
             return st;
         clflash_clear_detail(); /* the portable kernel is the fallback (a failed build's log is kept) */
-    }
-
-    if (c->threads_per_row) { /* the caller's override wins over the class's preference */
-        tune.threads_per_row = c->threads_per_row;
-        if (tune.max_work_group < 64u * c->threads_per_row)
-            tune.max_work_group = (uint32_t)(c->info.max_work_group_size < 64u * c->threads_per_row
-                                                 ? c->info.max_work_group_size
-                                                 : 64u * c->threads_per_row);
     }
 
     if (forced) {
@@ -117,17 +109,9 @@ clflash_status clflash_plan_flash(clflash_context *c, const clflash_problem *p, 
             return clflash_fail(CL_OUT_OF_RESOURCES, "the device refused the forced block %u at enqueue", p->block);
         block = p->block;
     } else {
-        uint64_t b = clflash_max_block(budget, p->head_dim, p->elem_size);
-        uint64_t longest = p->seq_q > p->seq_k ? p->seq_q : p->seq_k;
-        if (b > tune.max_block)
-            b = tune.max_block;
-        if (b > tune.max_work_group)
-            b = tune.max_work_group;
-        if (b > (longest + 15) / 16 * 16) /* a block beyond the sequences only computes padding */
-            b = (longest + 15) / 16 * 16;
-        if (below_block && b >= below_block)
-            b = below_block - 1;
-        block = clflash_block_round(b);
+        const uint32_t cap = tune.max_block < tune.max_work_group ? tune.max_block : tune.max_work_group;
+        block = clflash_block_round(
+            clflash_block_cap(clflash_max_block(budget, p->head_dim, p->elem_size), cap, p, below_block));
         if (block == 0)
             return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE,
                                 "even a 1-row tile of head_dim %u does not fit the %llu-byte local memory budget",
@@ -137,7 +121,7 @@ clflash_status clflash_plan_flash(clflash_context *c, const clflash_problem *p, 
     for (;;) {
         /* The class's work-group cap is a preference; a forced block may exceed it (one lane). */
         uint32_t lanes = clflash_block_lanes(block, tune.threads_per_row,
-                                      tune.max_work_group > block ? tune.max_work_group : block);
+                                             tune.max_work_group > block ? tune.max_work_group : block);
         for (;;) {
             cl_kernel kernel = NULL;
             cl_ulong local_bytes = 0;

@@ -42,3 +42,16 @@ clflash_tuning clflash_tuning_for(const clflash_device_info *info, uint32_t head
         t.max_work_group = (uint32_t)info->max_work_group_size;
     return t;
 }
+
+clflash_tuning clflash_tuning_for_context(const clflash_context *c, const clflash_problem *p)
+{
+    clflash_tuning tune = clflash_tuning_for(&c->info, p->head_dim, p->elem_size);
+    if (c->threads_per_row) { /* the caller's override wins over the class's preference */
+        tune.threads_per_row = c->threads_per_row;
+        if (tune.max_work_group < 64u * c->threads_per_row)
+            tune.max_work_group = (uint32_t)(c->info.max_work_group_size < 64u * c->threads_per_row
+                                                 ? c->info.max_work_group_size
+                                                 : 64u * c->threads_per_row);
+    }
+    return tune;
+}
