@@ -30,121 +30,18 @@
  * every row of the same query block that shares j's key tile (see clflash.h).
  *
  * Defines: HEAD_DIM (multiple of 16), BLOCK (keys per tile, multiple of 16), WARPS, M_TILES,
- * CAUSAL, WITH_LSE, CLFLASH_DTYPE_F16 or CLFLASH_DTYPE_BF16.
+ * CAUSAL, WITH_LSE, CLFLASH_DTYPE_F16 or CLFLASH_DTYPE_BF16. The PTX helpers (mma_16x8x16,
+ * load_matrix_x4, copy16_async, stage_rows, ...) and THREADS, ROW_STRIDE, CHUNKS, K_STEPS, D_TILES
+ * come from nv_mma_common.cl, which the host puts before this file.
  */
 
-#define THREADS (32 * WARPS)
 #ifndef M_TILES
 #define M_TILES 1
 #endif
 #define BLOCK_Q (16 * M_TILES * WARPS)
-#define ROW_STRIDE (HEAD_DIM + 8)     /* halves per local row: 16 bytes of padding */
-#define CHUNKS (HEAD_DIM / 8)         /* 16-byte pieces of one row */
-#define K_STEPS (HEAD_DIM / 16)       /* k16 steps of S = Q K^T */
 #define S_TILES (BLOCK / 8)           /* n8 tiles of S (keys) */
-#define O_TILES (HEAD_DIM / 8)        /* n8 tiles of O (columns) */
+#define O_TILES D_TILES               /* n8 tiles of O (columns) */
 #define LOCAL_ROWS (BLOCK_Q > 4 * BLOCK ? BLOCK_Q : 4 * BLOCK) /* two K and two V tiles */
-
-#if defined(CLFLASH_DTYPE_F16)
-#define MMA_OP "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
-#define CVT_PAIR "cvt.rn.f16x2.f32"
-#elif defined(CLFLASH_DTYPE_BF16)
-#define MMA_OP "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
-#define CVT_PAIR "cvt.rn.bf16x2.f32"
-#else
-#error "nv_mma_forward.cl needs CLFLASH_DTYPE_F16 or CLFLASH_DTYPE_BF16"
-#endif
-
-/* The shared-window address of a local pointer, as PTX's .shared instructions take it. */
-inline uint shared_addr(__local const ushort *p)
-{
-    return (uint)(size_t)p;
-}
-
-/* Copies 16 bytes from global to local without passing through registers; `bytes` < 16 fills the
- * rest with zeros (0 reads nothing). */
-inline void copy16_async(__local ushort *dst, __global const ushort *src, uint bytes)
-{
-    __asm__ __volatile__("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-                         :
-                         : "r"(shared_addr(dst)), "l"((ulong)src), "r"(bytes)
-                         : "memory");
-}
-
-inline void async_commit(void)
-{
-    __asm__ __volatile__("cp.async.commit_group;\n" ::: "memory");
-}
-
-/* Waits for every copy this work-item issued; a barrier then makes all of them visible. */
-inline void async_wait_all(void)
-{
-    __asm__ __volatile__("cp.async.wait_group 0;\n" ::: "memory");
-}
-
-/* Four 8x8 matrices of 16-bit elements; lanes 8j..8j+7 give the row addresses of matrix j, and
- * word j of lane l receives row l / 4, elements 2 (l % 4) and 2 (l % 4) + 1 of matrix j. */
-inline uint4 load_matrix_x4(__local const ushort *row)
-{
-    uint a, b, c, d;
-    __asm__ __volatile__("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                         : "=r"(a), "=r"(b), "=r"(c), "=r"(d)
-                         : "r"(shared_addr(row)));
-    return (uint4)(a, b, c, d);
-}
-
-/* The same, transposed: word j of lane l receives rows 2 (l % 4) and 2 (l % 4) + 1 of column
- * l / 4 of matrix j. */
-inline uint4 load_matrix_x4_trans(__local const ushort *row)
-{
-    uint a, b, c, d;
-    __asm__ __volatile__("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                         : "=r"(a), "=r"(b), "=r"(c), "=r"(d)
-                         : "r"(shared_addr(row)));
-    return (uint4)(a, b, c, d);
-}
-
-/* acc += A (16x16, row) * B (16x8, col), one warp. A fragment: words 0 and 2 hold row g, 1 and 3
- * row g + 8; words 0 and 1 columns 2t, 2t + 1, words 2 and 3 the same + 8 (g = lane / 4,
- * t = lane % 4). B: k = 2t, 2t + 1 in word 0, + 8 in word 1, column g. acc: rows g (x, y) and
- * g + 8 (z, w), columns 2t and 2t + 1. */
-inline float4 mma_16x8x16(uint4 a, uint b0, uint b1, float4 acc)
-{
-    float d0 = acc.x, d1 = acc.y, d2 = acc.z, d3 = acc.w;
-    __asm__ __volatile__(MMA_OP " {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                         : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
-                         : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
-    return (float4)(d0, d1, d2, d3);
-}
-
-/* Two floats as one word of the storage type, `lo` in the low half (rounded to nearest even). */
-inline uint pack_pair(float lo, float hi)
-{
-    uint r;
-    __asm__(CVT_PAIR " %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-
-/* x combined with the value of lane (lane ^ mask) of the same warp. */
-inline float lane_xor(float x, uint mask)
-{
-    float r;
-    __asm__ __volatile__("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;\n" : "=f"(r) : "f"(x), "r"(mask));
-    return r;
-}
-
-/* Issues the copies of `rows` rows (from `row0`) of one (batch, head) of a tensor into `dst`; rows
- * at or past `limit` become zeros. Every work-item takes every THREADS-th 16-byte chunk. */
-inline void stage_rows(__local ushort *dst, __global const ushort *src, ulong base, ulong seq_stride, uint row0,
-                       uint rows, uint limit)
-{
-    for (uint c = get_local_id(0); c < rows * CHUNKS; c += THREADS) {
-        const uint r = c / CHUNKS, piece = c % CHUNKS;
-        const int inside = row0 + r < limit;
-        const ulong at = base + (ulong)(inside ? row0 + r : 0) * seq_stride + piece * 8;
-        copy16_async(dst + r * ROW_STRIDE + piece * 8, src + at, inside ? 16u : 0u);
-    }
-}
 
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1)))
 void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global const ushort *v,

@@ -151,8 +151,8 @@ static void fill_plan(const clflash_problem *p, uint64_t budget, uint32_t block,
     plan->block_q = block;
 }
 
-clflash_status clflash_plan_backward_kernels(clflash_context *c, const clflash_problem *p, uint32_t below_block,
-                                             clflash_backward_kernels *out)
+static clflash_status plan_portable(clflash_context *c, const clflash_problem *p, uint32_t below_block,
+                                    clflash_backward_kernels *out)
 {
     const uint64_t budget = c->local_mem_budget;
     const clflash_tuning tune = clflash_tuning_for_context(c, p);
@@ -212,6 +212,9 @@ clflash_status clflash_plan_backward_kernels(clflash_context *c, const clflash_p
                 *out = k;
                 out->rowdot_wg = rowdot_wg;
                 fill_plan(p, budget, block, lanes, local_bytes, &out->plan);
+                out->key_groups = out->plan.tiles_k;
+                out->query_groups = out->plan.tiles_q;
+                out->feature_args = 1;
                 return CLFLASH_SUCCESS;
             }
             release_kernels(&k);
@@ -231,6 +234,25 @@ clflash_status clflash_plan_backward_kernels(clflash_context *c, const clflash_p
         if (block == 0)
             return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE, "no block size fits the device's backward kernel limits");
     }
+}
+
+/* The portable kernels first: their D kernel serves both variants, and their gradient kernel is
+ * the fallback. Then the tensor-core gradient kernel where the device and the problem allow it; a
+ * tile that does not fit it or a build it fails keeps the portable plan. */
+clflash_status clflash_plan_backward_kernels(clflash_context *c, const clflash_problem *p, uint32_t below_block,
+                                             clflash_backward_kernels *out)
+{
+    clflash_status st = plan_portable(c, p, below_block, out);
+    if (st != CLFLASH_SUCCESS || clflash_nv_mma_backward_refusal(c, p) != NULL)
+        return st;
+    st = clflash_plan_nv_mma_backward(c, p, below_block, out);
+    if (st == CLFLASH_ERROR_TILE_TOO_LARGE || st == CLFLASH_ERROR_BUILD_FAILED) {
+        clflash_clear_detail();
+        return CLFLASH_SUCCESS;
+    }
+    if (st != CLFLASH_SUCCESS)
+        release_kernels(out);
+    return st;
 }
 
 clflash_status clflash_plan_backward(clflash_context *c, const clflash_attention_desc *d, clflash_plan *out)

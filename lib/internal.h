@@ -90,7 +90,8 @@ CLFLASH_INTERNAL clflash_status clflash_check_context(const clflash_context *c);
 /* ---- program_cache.c ------------------------------------------------------------------------- */
 /* The kernel sources embedded from cl/ (see cmake/embed_cl.cmake). */
 typedef enum { CLFLASH_SOURCE_FLASH_FORWARD, CLFLASH_SOURCE_NAIVE_ATTENTION, CLFLASH_SOURCE_FLASH_BACKWARD,
-               CLFLASH_SOURCE_NAIVE_BACKWARD, CLFLASH_SOURCE_NV_MMA_FORWARD } clflash_source_id;
+               CLFLASH_SOURCE_NAIVE_BACKWARD, CLFLASH_SOURCE_NV_MMA_FORWARD,
+               CLFLASH_SOURCE_NV_MMA_BACKWARD } clflash_source_id;
 
 /* Returns a built program for (source, options) on the context's device, building it the first
  * time; the program stays owned by the cache (do not release it). On a build failure the log is
@@ -226,6 +227,9 @@ typedef struct {
     clflash_plan plan;
     cl_kernel rowdot, grads;    /* created for this call; clflash_backward_kernels_release frees them */
     uint32_t rowdot_wg;         /* the D kernel's work-group size */
+    uint64_t key_groups;        /* work-groups writing dK and dV (per kv head) and dQ (per query head): */
+    uint64_t query_groups;      /* the gradient kernel's grid is (key_groups + query_groups) groups */
+    int feature_args;           /* 1 if the gradient kernel takes the feature arguments (portable) */
 } clflash_backward_kernels;
 
 /* Plans and builds the flash backward kernels for p (see clflash_plan_backward). If below_block is
@@ -233,5 +237,14 @@ typedef struct {
 CLFLASH_INTERNAL clflash_status clflash_plan_backward_kernels(clflash_context *c, const clflash_problem *p,
                                                               uint32_t below_block, clflash_backward_kernels *out);
 CLFLASH_INTERNAL void clflash_backward_kernels_release(clflash_backward_kernels *k);
+
+/* ---- nv_mma_backward_plan.c: the NVIDIA tensor-core gradient kernel (cl/nv_mma_backward.cl) --- */
+/* Why the tensor-core gradient kernel cannot run p on c's device, or NULL if it can. */
+CLFLASH_INTERNAL const char *clflash_nv_mma_backward_refusal(const clflash_context *c, const clflash_problem *p);
+/* Plans and builds it (call only when the refusal is NULL): on success replaces out->grads and
+ * out->plan, key_groups, query_groups and feature_args, and releases the portable gradient kernel;
+ * out->rowdot (the portable D kernel) is kept. On failure out is unchanged. */
+CLFLASH_INTERNAL clflash_status clflash_plan_nv_mma_backward(clflash_context *c, const clflash_problem *p,
+                                                             uint32_t below_block, clflash_backward_kernels *out);
 
 #endif /* CLFLASH_INTERNAL_H */

@@ -24,19 +24,29 @@ extern const char clflash_cl_flash_backward[];
 extern const size_t clflash_cl_flash_backward_size;
 extern const char clflash_cl_naive_backward[];
 extern const size_t clflash_cl_naive_backward_size;
+extern const char clflash_cl_nv_mma_common[];
+extern const size_t clflash_cl_nv_mma_common_size;
 extern const char clflash_cl_nv_mma_forward[];
 extern const size_t clflash_cl_nv_mma_forward_size;
+extern const char clflash_cl_nv_mma_backward[];
+extern const size_t clflash_cl_nv_mma_backward_size;
 
-/* Each clflash_source_id's file name, text and length, in the enum's order. */
+/* Each clflash_source_id's file name, text and length, in the enum's order, and the text that goes
+ * between common.cl and it (the tensor-core kernels' PTX helpers), if any. */
 static const struct {
     const char *name, *text;
     const size_t *size;
+    const char *prelude;
+    const size_t *prelude_size;
 } sources[] = {
-    {"flash_forward.cl", clflash_cl_flash_forward, &clflash_cl_flash_forward_size},
-    {"naive_attention.cl", clflash_cl_naive_attention, &clflash_cl_naive_attention_size},
-    {"flash_backward.cl", clflash_cl_flash_backward, &clflash_cl_flash_backward_size},
-    {"naive_backward.cl", clflash_cl_naive_backward, &clflash_cl_naive_backward_size},
-    {"nv_mma_forward.cl", clflash_cl_nv_mma_forward, &clflash_cl_nv_mma_forward_size},
+    {"flash_forward.cl", clflash_cl_flash_forward, &clflash_cl_flash_forward_size, NULL, NULL},
+    {"naive_attention.cl", clflash_cl_naive_attention, &clflash_cl_naive_attention_size, NULL, NULL},
+    {"flash_backward.cl", clflash_cl_flash_backward, &clflash_cl_flash_backward_size, NULL, NULL},
+    {"naive_backward.cl", clflash_cl_naive_backward, &clflash_cl_naive_backward_size, NULL, NULL},
+    {"nv_mma_forward.cl", clflash_cl_nv_mma_forward, &clflash_cl_nv_mma_forward_size, clflash_cl_nv_mma_common,
+     &clflash_cl_nv_mma_common_size},
+    {"nv_mma_backward.cl", clflash_cl_nv_mma_backward, &clflash_cl_nv_mma_backward_size, clflash_cl_nv_mma_common,
+     &clflash_cl_nv_mma_common_size},
 };
 
 struct clflash_program_entry {
@@ -93,10 +103,13 @@ static void keep_build_log(clflash_context *c, cl_program prog, clflash_source_i
 static clflash_status build(clflash_context *c, clflash_source_id source, const char *options,
                             cl_program *out)
 {
-    const char *texts[2] = {clflash_cl_common, sources[source].text};
-    size_t sizes[2] = {clflash_cl_common_size, *sources[source].size};
+    const int with_prelude = sources[source].prelude != NULL;
+    const char *texts[3] = {clflash_cl_common, with_prelude ? sources[source].prelude : sources[source].text,
+                            sources[source].text};
+    size_t sizes[3] = {clflash_cl_common_size, with_prelude ? *sources[source].prelude_size : *sources[source].size,
+                       *sources[source].size};
     cl_int err;
-    cl_program prog = clCreateProgramWithSource(c->ctx, 2, texts, sizes, &err);
+    cl_program prog = clCreateProgramWithSource(c->ctx, with_prelude ? 3 : 2, texts, sizes, &err);
     if (err != CL_SUCCESS)
         return clflash_fail(err, "clCreateProgramWithSource failed for %s", source_name(source));
     err = clBuildProgram(prog, 1, &c->dev, options, NULL, NULL);

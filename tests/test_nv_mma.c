@@ -16,6 +16,7 @@
  *
  * Own small harness: the shared one stores only f32 and f16.
  */
+#include "backward_harness.h"
 #include "check_common.h"
 
 #include <math.h>
@@ -140,6 +141,76 @@ START_TEST(plan_fields)
 }
 END_TEST
 
+static const char *plan_backward_kernel(clflash_context *c, const clflash_attention_desc *d)
+{
+    clflash_plan p;
+    const clflash_status st = clflash_plan_backward(c, d, &p);
+    ck_assert_msg(st == CLFLASH_SUCCESS, "plan: %s (%s)", clflash_status_string(st), clflash_last_error_detail());
+    return p.kernel;
+}
+
+/* The backward's gradient kernel: on tensor cores under the forward's rules and head_dim <= 128. */
+START_TEST(backward_selection)
+{
+    const int nv = device_is_nvidia_sm80(ctx) && getenv("CLFLASH_PORTABLE") == NULL;
+    const char *const mma = "nv_mma_backward", *const portable = "flash_backward_portable";
+    struct {
+        const char *what;
+        clflash_attention_desc d;
+        int eligible;
+    } cases[8];
+    int n = 0;
+#define CASE(w, desc, el) (cases[n].what = (w), cases[n].d = (desc), cases[n].eligible = (el), n++)
+    CASE("f16 d64", th_desc(1, 2, 0, 100, 100, 64, CLFLASH_F16, 0), 1);
+    CASE("bf16 d128 causal GQA", th_desc(2, 4, 2, 33, 77, 128, CLFLASH_BF16, CLFLASH_CAUSAL), 1);
+    CASE("f16 d16", th_desc(1, 1, 0, 5, 5, 16, CLFLASH_F16, 0), 1);
+    CASE("f16 d256 (above 128)", th_desc(1, 1, 0, 64, 64, 256, CLFLASH_F16, 0), 0);
+    CASE("f16 d144 (above 128)", th_desc(1, 1, 0, 64, 64, 144, CLFLASH_F16, 0), 0);
+    CASE("f32", th_desc(1, 1, 0, 64, 64, 64, CLFLASH_F32, 0), 0);
+    clflash_attention_desc sc = th_desc(1, 1, 0, 64, 64, 64, CLFLASH_F16, 0);
+    sc.softcap = 30.0f;
+    CASE("softcap", sc, 0);
+    clflash_attention_desc fb = th_desc(1, 1, 0, 64, 64, 64, CLFLASH_F16, 0);
+    fb.block = 8;
+    CASE("forced block 8", fb, 0);
+#undef CASE
+    for (int i = 0; i < n; i++) {
+        const char *got = plan_backward_kernel(ctx, &cases[i].d);
+        const char *want = nv && cases[i].eligible ? mma : portable;
+        ck_assert_msg(strcmp(got, want) == 0, "%s: planned %s, expected %s", cases[i].what, got, want);
+    }
+    clflash_context_options opt = {0};
+    opt.portable_only = 1;
+    clflash_context *pc = test_context(&opt);
+    ck_assert_str_eq(plan_backward_kernel(pc, &cases[0].d), portable);
+    clflash_context_free(pc);
+}
+END_TEST
+
+/* The tensor-core gradient kernel's plan: B by the backward rule, its real local bytes, and the
+ * rows each work-group keeps in registers. */
+START_TEST(backward_plan_fields)
+{
+    if (!tensor_cores(ctx))
+        return;
+    static const uint32_t dims[] = {64, 128};
+    for (int i = 0; i < 2; i++) {
+        clflash_attention_desc d = th_desc(1, 1, 0, 4096, 4096, dims[i], CLFLASH_F16, 0);
+        clflash_plan p;
+        ck_assert_int_eq(clflash_plan_backward(ctx, &d, &p), CLFLASH_SUCCESS);
+        ck_assert_str_eq(p.kernel, "nv_mma_backward");
+        ck_assert_uint_eq(p.block % 16, 0);
+        ck_assert_uint_eq(p.tile_bytes, clflash_backward_tile_bytes(p.block, dims[i], 2));
+        ck_assert_uint_le(p.tile_bytes, p.local_mem_budget);
+        ck_assert_uint_le(p.kernel_local_bytes, p.local_mem_budget);
+        ck_assert_uint_ge(p.kernel_local_bytes, 4ull * p.block * (dims[i] + 8) * 2); /* two Q/dO or K/V tile pairs */
+        ck_assert_uint_eq(p.block_q % 16, 0);
+        ck_assert_uint_eq(p.work_group_size, 2 * p.block_q);
+        ck_assert_uint_eq(p.kv_passes, (4096 + p.block_q - 1) / p.block_q);
+    }
+}
+END_TEST
+
 /* ---- numerics --------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -211,17 +282,12 @@ static cl_mem upload(const void *host, size_t bytes)
     return m;
 }
 
+static clflash_attention_desc mma_desc(const mma_shape *s, clflash_dtype t);
+
 static void run_shape(const mma_shape *s, clflash_dtype t)
 {
-    clflash_attention_desc d = th_desc(s->batch, s->hq, s->hkv, s->sq, s->sk, s->d, t, s->flags);
-    d.block = s->block;
+    const clflash_attention_desc d = mma_desc(s, t);
     const uint32_t hkv = s->hkv ? s->hkv : s->hq;
-    if (s->interleaved) {
-        d.q = interleaved(s->hq, s->sq, s->d);
-        d.k = interleaved(hkv, s->sk, s->d);
-        d.v = interleaved(hkv, s->sk, s->d);
-        d.o = interleaved(s->hq, s->sq, s->d);
-    }
     char what[200];
     th_desc_str(&d, what, sizeof what);
     ck_assert_msg(strcmp(plan_kernel(ctx, &d), "nv_mma_forward") == 0, "%s: not planned on tensor cores", what);
@@ -315,6 +381,87 @@ START_TEST(repeatable)
 }
 END_TEST
 
+/* ---- backward numerics ------------------------------------------------------------------------ */
+
+/* head_dim <= 128; the same kinds of shape as the forward's, and forced blocks 16, 32 and 48. */
+static const mma_shape bwd_shapes[] = {
+    {1, 1, 0, 1, 1, 64, 0, 0, 0},
+    {1, 1, 0, 1, 301, 64, 0, 0, 0},
+    {1, 1, 0, 17, 31, 64, 0, 0, 0},
+    {1, 2, 0, 127, 129, 64, 0, 0, 0},
+    {1, 1, 0, 300, 77, 64, 0, 0, 0},  /* seq_q > seq_k */
+    {1, 1, 0, 77, 300, 128, 0, 0, 0}, /* seq_q < seq_k */
+    {2, 4, 2, 131, 97, 128, 0, 0, 0}, /* GQA: dK, dV sum two query heads */
+    {1, 4, 1, 61, 257, 96, 0, 0, 0},  /* MQA */
+    {1, 1, 0, 67, 67, 16, 0, 0, 0},
+    {1, 1, 0, 67, 83, 48, 0, 0, 0},
+    {1, 1, 0, 513, 1001, 128, 0, 0, 0},
+    {1, 1, 0, 1, 1, 64, CLFLASH_CAUSAL, 0, 0},
+    {1, 1, 0, 37, 37, 64, CLFLASH_CAUSAL, 0, 0},
+    {1, 1, 0, 13, 97, 64, CLFLASH_CAUSAL, 0, 0},  /* seq_q < seq_k */
+    {1, 1, 0, 97, 13, 64, CLFLASH_CAUSAL, 0, 0},  /* rows that see no key: dQ = 0 */
+    {2, 4, 2, 131, 131, 128, CLFLASH_CAUSAL, 0, 0},
+    {1, 2, 1, 300, 301, 96, CLFLASH_CAUSAL, 0, 0},
+    {1, 1, 0, 97, 131, 64, 0, 16, 0},           /* forced blocks: many tiles, partial ones */
+    {1, 1, 0, 131, 97, 128, CLFLASH_CAUSAL, 16, 0},
+    {1, 2, 1, 101, 103, 64, CLFLASH_CAUSAL, 32, 0},
+    {1, 1, 0, 200, 211, 32, CLFLASH_CAUSAL, 48, 0},
+    {2, 3, 0, 45, 53, 64, 0, 0, 1},             /* interleaved, offset, gaps */
+    {1, 4, 2, 70, 70, 128, CLFLASH_CAUSAL, 0, 1},
+};
+#define N_BWD_SHAPES N_OF(bwd_shapes)
+
+static clflash_attention_desc mma_desc(const mma_shape *s, clflash_dtype t)
+{
+    clflash_attention_desc d = th_desc(s->batch, s->hq, s->hkv, s->sq, s->sk, s->d, t, s->flags);
+    const uint32_t hkv = s->hkv ? s->hkv : s->hq;
+    d.block = s->block;
+    if (s->interleaved) {
+        d.q = interleaved(s->hq, s->sq, s->d);
+        d.k = interleaved(hkv, s->sk, s->d);
+        d.v = interleaved(hkv, s->sk, s->d);
+        d.o = interleaved(s->hq, s->sq, s->d);
+    }
+    return d;
+}
+
+/* dQ, dK and dV against the fp64 reference gradients (tb_check: values within the storage type's
+ * tolerance, exact zeros for rows that see no key and keys nobody sees, gaps untouched), from the
+ * reference O and lse and, for every other shape, from the device's own forward. */
+START_TEST(backward_against_reference)
+{
+    const mma_shape *s = &bwd_shapes[_i % N_BWD_SHAPES];
+    const clflash_dtype t = _i < (int)N_BWD_SHAPES ? CLFLASH_F16 : CLFLASH_BF16;
+    const clflash_attention_desc d = mma_desc(s, t);
+    char what[200], msg[2048];
+    th_desc_str(&d, what, sizeof what);
+    ck_assert_msg(strcmp(plan_backward_kernel(ctx, &d), "nv_mma_backward") == 0, "%s: not planned on tensor cores",
+                  what);
+    tb_case c;
+    ck_assert_msg(tb_case_init(&c, &d, 9100 + (uint64_t)_i) == 0, "%s: out of host memory", what);
+    const clflash_status st = tb_run(ctx, &c, TB_FLASH, _i % 2, NULL);
+    ck_assert_msg(st == CLFLASH_SUCCESS, "%s: %s (%s)", what, clflash_status_string(st), clflash_last_error_detail());
+    ck_assert_msg(tb_check(&c, msg, sizeof msg) == 0, "%s: %s", what, msg);
+    tb_case_free(&c);
+}
+END_TEST
+
+/* Same inputs, same bits: every gradient element has one writer and a fixed order of sums. */
+START_TEST(backward_repeatable)
+{
+    const clflash_attention_desc d = th_desc(1, 4, 2, 200, 333, 64, CLFLASH_F16, CLFLASH_CAUSAL);
+    tb_case a, b;
+    char msg[1024];
+    ck_assert_int_eq(tb_case_init(&a, &d, 4242), 0);
+    ck_assert_int_eq(tb_case_init(&b, &d, 4242), 0);
+    ck_assert_int_eq(tb_run(ctx, &a, TB_FLASH, 0, NULL), CLFLASH_SUCCESS);
+    ck_assert_int_eq(tb_run(ctx, &b, TB_FLASH, 0, NULL), CLFLASH_SUCCESS);
+    ck_assert_msg(tb_compare_runs(&a, &b, 1, msg, sizeof msg) == 0, "%s", msg);
+    tb_case_free(&a);
+    tb_case_free(&b);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     const int numerics = argc > 1 && strcmp(argv[1], "numerics") == 0;
@@ -346,9 +493,13 @@ int main(int argc, char **argv)
     if (numerics) {
         tcase_add_loop_test(tc, against_reference, 0, 2 * (int)N_SHAPES);
         tcase_add_test(tc, repeatable);
+        tcase_add_loop_test(tc, backward_against_reference, 0, 2 * (int)N_BWD_SHAPES);
+        tcase_add_test(tc, backward_repeatable);
     } else {
         tcase_add_test(tc, selection);
         tcase_add_test(tc, plan_fields);
+        tcase_add_test(tc, backward_selection);
+        tcase_add_test(tc, backward_plan_fields);
     }
     suite_add_tcase(s, tc);
     return run_suite(s);

@@ -1,0 +1,390 @@
+/*
+ * nv_mma_backward.cl - the backward pass's gradient kernel on NVIDIA tensor cores (inline PTX
+ * mma.sync, ldmatrix, cp.async), in FlashAttention-2's manner but without atomics. Chosen by the
+ * planner where the tensor-core forward is (NVIDIA, compute capability >= 8.0, fp16 or bf16,
+ * head_dim a multiple of 16 up to 128, causal or not, no other mask or score transform); the
+ * portable cl/flash_backward.cl does everything else and computes D = rowsum(dO * O) first for
+ * both (its flash_backward_rowdot kernel).
+ *
+ * Why a separate file: the portable gradient kernel runs on CUDA cores at a few TFLOP/s; here the
+ * five products of the backward run on tensor cores, with the gradients accumulated in fp32
+ * registers.
+ *
+ * One launch, two kinds of work-group, as in the portable kernel, so each gradient element has
+ * exactly one writer and the result is deterministic:
+ *   groups [0, tiles_k)          dK and dV of ROWS = 16 * WARPS keys of one kv head. Warp w owns
+ *                                16 keys and keeps their K and V rows in registers as mma A
+ *                                fragments. Query tiles of BLOCK rows (Q, dO, and the rows' lse
+ *                                and D) stream through local memory, double-buffered with
+ *                                cp.async, over every query head of the kv head's group. Per 16
+ *                                queries: S^T = K Q^T and dP^T = V dO^T (mma), P^T = exp2(S^T *
+ *                                scale - lse) from the saved statistics, dS^T = P^T (dP^T - D),
+ *                                then dV += P^T dO and dK += dS^T Q (mma, P^T and dS^T packed to
+ *                                f16/bf16 in registers, dO and Q read with ldmatrix.trans).
+ *   groups [tiles_k, ...)        dQ of ROWS queries of one query head. Warp w keeps 16 rows of Q
+ *                                and dO in registers; K and V tiles of BLOCK keys stream through
+ *                                local memory, double-buffered. Per 16 keys: S = Q K^T, dP = dO V^T,
+ *                                P, dS = P (dP - D), dQ += dS K (K read with ldmatrix.trans).
+ * dK and dQ are multiplied by the natural scale at the end (dS is the gradient of the scaled
+ * score). With CAUSAL, a key group starts at the first query that sees its first key and a query
+ * group stops at the last key its last row sees; tiles crossing the diagonal are masked per pair.
+ * A row whose lse is -inf (it saw no key) gets P = 0, so dQ = 0 there; a key no query sees gets
+ * dK = dV = 0. Rows past seq_q and keys past seq_k are zero-filled in local memory and masked or
+ * not stored.
+ *
+ * Rounding, compared with the portable kernel (documented in clflash.h): P and dS are rounded to
+ * the storage type before their products, as FlashAttention-2 does; the sums are fp32.
+ *
+ * Local memory: max(4 * BLOCK, 2 * ROWS) rows of HEAD_DIM + 8 halves (two buffers of two tiles;
+ * the key or query rows at the start and the outputs at the end pass through the same rows) and
+ * 4 * BLOCK floats (two buffers of the tile rows' lse and D).
+ *
+ * Defines: HEAD_DIM (multiple of 16, <= 128), BLOCK (query rows per tile of a key group and keys
+ * per tile of a query group, multiple of 16), WARPS, CAUSAL, CLFLASH_DTYPE_F16 or _BF16. The PTX
+ * helpers and THREADS, ROW_STRIDE, CHUNKS, K_STEPS, D_TILES come from nv_mma_common.cl.
+ */
+
+#define ROWS (16 * WARPS) /* keys of a key group, queries of a query group */
+#define TILE_ROWS (4 * BLOCK > 2 * ROWS ? 4 * BLOCK : 2 * ROWS)
+#define CHUNK_STEPS (BLOCK / 16) /* 16-row pieces of a streamed tile */
+
+/* The shape and the layouts, as the kernel received them. */
+typedef struct {
+    uint seq_q, seq_k, heads_q, group;
+    float scale_log2, scale;
+    ulong q_off, q_bs, q_hs, q_ss, k_off, k_bs, k_hs, k_ss, v_off, v_bs, v_hs, v_ss, o_off, o_bs, o_hs, o_ss;
+} mma_bwd_args;
+
+/* A row's lse as the exponent offset in the log2 domain: +inf for a row that saw no key (or is
+ * past seq_q), so that every P of it is exp2(-inf) = 0. */
+static inline float lse_offset(float lse_natural)
+{
+    return lse_natural == -INFINITY ? INFINITY : lse_natural * M_LOG2E_F;
+}
+
+/* Loads 16 rows' A fragments (rows `row` .. `row` + 15 of a tile in local memory) for every k16
+ * step over head_dim: matrix j = lane / 8 takes rows + 8 for j = 1, 3 and columns + 8 for
+ * j = 2, 3. */
+static inline void load_row_fragments(__local const ushort *tile, uint row, uint4 *frag)
+{
+    const uint lane = get_local_id(0) % 32;
+    __local const ushort *src = tile + (row + lane % 8 + (lane / 8) % 2 * 8) * ROW_STRIDE + lane / 16 * 8;
+#pragma unroll
+    for (uint kk = 0; kk < K_STEPS; kk++)
+        frag[kk] = load_matrix_x4(src + kk * 16);
+}
+
+/* Writes a warp's 16 x HEAD_DIM accumulator block, times `mul`, as storage-type rows `row` ..
+ * `row` + 15 of a local tile (lane rows g and g + 8, columns 8 dt + 2t and + 1). */
+static inline void park_rows(__local ushort *tile, uint row, const float4 *acc, float mul)
+{
+    const uint lane = get_local_id(0) % 32;
+    __local uint *dst = (__local uint *)(tile + (row + lane / 4) * ROW_STRIDE + 2 * (lane % 4));
+#pragma unroll
+    for (uint dt = 0; dt < D_TILES; dt++) {
+        dst[dt * 4] = pack_pair(acc[dt].x * mul, acc[dt].y * mul);
+        dst[dt * 4 + 8 * ROW_STRIDE / 2] = pack_pair(acc[dt].z * mul, acc[dt].w * mul);
+    }
+}
+
+/* Stores `rows` local rows to a tensor's rows row0 .. (those below `limit`), 16 bytes at a time. */
+static inline void store_rows(__global ushort *dst, ulong base, ulong seq_stride, __local const ushort *tile, uint row0,
+                       uint rows, uint limit)
+{
+    for (uint c = get_local_id(0); c < rows * CHUNKS; c += THREADS) {
+        const uint r = c / CHUNKS, piece = c % CHUNKS;
+        if (row0 + r < limit)
+            *(__global uint4 *)(dst + base + (ulong)(row0 + r) * seq_stride + piece * 8) =
+                *(__local const uint4 *)(tile + r * ROW_STRIDE + piece * 8);
+    }
+}
+
+/* acc[dt] += A (16 x 16, registers) times 16 rows x HEAD_DIM of a local tile read transposed
+ * (rows are the k dimension): the products dV += P^T dO, dK += dS^T Q and dQ += dS K. */
+static inline void add_product(float4 *acc, uint4 a, __local const ushort *rows)
+{
+    const uint lane = get_local_id(0) % 32;
+    __local const ushort *src = rows + ((lane / 8) % 2 * 8 + lane % 8) * ROW_STRIDE + lane / 16 * 8;
+#pragma unroll
+    for (uint dt = 0; dt < D_TILES; dt += 2) {
+        const uint4 f = load_matrix_x4_trans(src + dt * 8);
+        acc[dt] = mma_16x8x16(a, f.x, f.y, acc[dt]);
+        acc[dt + 1] = mma_16x8x16(a, f.z, f.w, acc[dt + 1]);
+    }
+}
+
+/* (x0, x1) = A (16 x HEAD_DIM, registers) times 16 rows of a local tile, transposed: the 16 x 16
+ * products S = Q K^T, dP = dO V^T and their transposes; x0 holds columns 0..7, x1 8..15. */
+static inline void row_products(const uint4 *a, __local const ushort *rows, float4 *x0, float4 *x1)
+{
+    const uint lane = get_local_id(0) % 32;
+    __local const ushort *src = rows + (lane / 16 * 8 + lane % 8) * ROW_STRIDE + (lane / 8) % 2 * 8;
+    float4 s0 = (float4)(0.0f), s1 = (float4)(0.0f);
+#pragma unroll
+    for (uint kk = 0; kk < K_STEPS; kk++) {
+        const uint4 f = load_matrix_x4(src + kk * 16);
+        s0 = mma_16x8x16(a[kk], f.x, f.y, s0);
+        s1 = mma_16x8x16(a[kk], f.z, f.w, s1);
+    }
+    *x0 = s0;
+    *x1 = s1;
+}
+
+/* P and dS of one 16 x 8 accumulator block, element by element: P = exp2(S * scale_log2 - off)
+ * from the saved statistics and dS = P (dP - D), both 0 where `visible` is 0. off and dd hold each
+ * element's lse offset and D (they belong to the element's query, a row or a column). */
+static inline void probabilities(float4 s, float4 dp, float4 off, float4 dd, int4 visible, float scale_log2, float4 *p,
+                          float4 *ds)
+{
+    float4 pr;
+    pr.x = visible.x ? native_exp2(fma(s.x, scale_log2, -off.x)) : 0.0f;
+    pr.y = visible.y ? native_exp2(fma(s.y, scale_log2, -off.y)) : 0.0f;
+    pr.z = visible.z ? native_exp2(fma(s.z, scale_log2, -off.z)) : 0.0f;
+    pr.w = visible.w ? native_exp2(fma(s.w, scale_log2, -off.w)) : 0.0f;
+    *p = pr;
+    *ds = (float4)(visible.x ? pr.x * (dp.x - dd.x) : 0.0f, visible.y ? pr.y * (dp.y - dd.y) : 0.0f,
+                   visible.z ? pr.z * (dp.z - dd.z) : 0.0f, visible.w ? pr.w * (dp.w - dd.w) : 0.0f);
+}
+
+/* Two 16 x 8 accumulator blocks (columns 0..7, 8..15) as one 16 x 16 A fragment. */
+static inline uint4 as_fragment(float4 x0, float4 x1)
+{
+    return (uint4)(pack_pair(x0.x, x0.y), pack_pair(x0.z, x0.w), pack_pair(x1.x, x1.y), pack_pair(x1.z, x1.w));
+}
+
+/* Issues the copies of query tile `it` (head hk * group + it / per_head, rows q_first + (it %
+ * per_head) * BLOCK ..) of Q and dO into buffer u, and stores its rows' lse offsets and D. */
+static inline void stage_query_tile(const mma_bwd_args *a, __global const ushort *q, __global const ushort *d_o,
+                             __global const float *lse, __global const float *dvec, __local ushort *tiles,
+                             __local float *stats, uint b, uint hk, uint q_first, uint per_head, uint it, uint u)
+{
+    const uint h = hk * a->group + it / per_head;
+    const uint q0 = q_first + (it % per_head) * BLOCK;
+    const ulong q_base = a->q_off + (ulong)b * a->q_bs + (ulong)h * a->q_hs;
+    const ulong o_base = a->o_off + (ulong)b * a->o_bs + (ulong)h * a->o_hs;
+    stage_rows(tiles + 2 * u * BLOCK * ROW_STRIDE, q, q_base, a->q_ss, q0, BLOCK, a->seq_q);
+    stage_rows(tiles + (2 * u + 1) * BLOCK * ROW_STRIDE, d_o, o_base, a->o_ss, q0, BLOCK, a->seq_q);
+    async_commit();
+    for (uint i = get_local_id(0); i < BLOCK; i += THREADS) {
+        const uint qi = q0 + i;
+        const ulong at = ((ulong)b * a->heads_q + h) * a->seq_q + qi;
+        stats[2 * u * BLOCK + i] = qi < a->seq_q ? lse_offset(lse[at]) : INFINITY;
+        stats[(2 * u + 1) * BLOCK + i] = qi < a->seq_q ? dvec[at] : 0.0f;
+    }
+}
+
+/* dK and dV of keys kv0 .. kv0 + ROWS - 1 of kv head hk of batch entry b. */
+static inline void key_group(const mma_bwd_args *a, __global const ushort *q, __global const ushort *k,
+                      __global const ushort *v, __global const ushort *d_o, __global const float *lse,
+                      __global const float *dvec, __global ushort *dk, __global ushort *dv, __local ushort *tiles,
+                      __local float *stats, uint kv0, uint hk, uint b)
+{
+    const uint lane = get_local_id(0) % 32, warp = get_local_id(0) / 32;
+    const uint g = lane / 4, t = lane % 4;
+    const ulong k_base = a->k_off + (ulong)b * a->k_bs + (ulong)hk * a->k_hs;
+    const ulong v_base = a->v_off + (ulong)b * a->v_bs + (ulong)hk * a->v_hs;
+    const long shift = (long)a->seq_k - (long)a->seq_q; /* query i's diagonal key is i + shift */
+
+    /* K and V: global -> local -> this warp's A fragments, kept for the whole call. */
+    stage_rows(tiles, k, k_base, a->k_ss, kv0, ROWS, a->seq_k);
+    stage_rows(tiles + ROWS * ROW_STRIDE, v, v_base, a->v_ss, kv0, ROWS, a->seq_k);
+    async_commit();
+    async_wait_all();
+    barrier(CLK_LOCAL_MEM_FENCE);
+    uint4 kf[K_STEPS], vf[K_STEPS];
+    load_row_fragments(tiles, warp * 16, kf);
+    load_row_fragments(tiles + ROWS * ROW_STRIDE, warp * 16, vf);
+    barrier(CLK_LOCAL_MEM_FENCE); /* the staging rows become the query tiles */
+
+    /* The queries that see a key of the group: all, or with CAUSAL from the first key's diagonal. */
+    uint q_first = 0;
+#if CAUSAL
+    {
+        const long f = (long)kv0 - shift;
+        q_first = f <= 0 ? 0u : (uint)min(f, (long)a->seq_q);
+    }
+#endif
+    const uint per_head = (a->seq_q - q_first + BLOCK - 1) / BLOCK;
+    const uint steps = per_head * a->group;
+
+    float4 dk_acc[D_TILES], dv_acc[D_TILES];
+#pragma unroll
+    for (uint dt = 0; dt < D_TILES; dt++)
+        dk_acc[dt] = dv_acc[dt] = (float4)(0.0f);
+    /* The lane's keys: rows g and g + 8 of the warp's 16 (the rows of S^T). */
+    const long key_lo = (long)(kv0 + warp * 16 + g), key_hi = key_lo + 8;
+
+    if (steps > 0)
+        stage_query_tile(a, q, d_o, lse, dvec, tiles, stats, b, hk, q_first, per_head, 0, 0);
+    for (uint it = 0; it < steps; it++) {
+        const uint u = it % 2;
+        const uint q0 = q_first + (it % per_head) * BLOCK;
+        async_wait_all();
+        barrier(CLK_LOCAL_MEM_FENCE); /* tile it is in; every warp is done with tile it - 1 */
+        if (it + 1 < steps)
+            stage_query_tile(a, q, d_o, lse, dvec, tiles, stats, b, hk, q_first, per_head, it + 1, 1 - u);
+        __local const ushort *q_rows = tiles + 2 * u * BLOCK * ROW_STRIDE;
+        __local const ushort *do_rows = q_rows + BLOCK * ROW_STRIDE;
+        __local const float *offs = stats + 2 * u * BLOCK, *ds_row = offs + BLOCK;
+        /* Pairs past a row's diagonal exist only where the tile's first query is before the
+         * group's last key. */
+        int masked = 0;
+#if CAUSAL
+        masked = (long)(kv0 + ROWS - 1) > (long)q0 + shift;
+#endif
+#pragma unroll
+        for (uint c = 0; c < CHUNK_STEPS; c++) {
+            float4 s0, s1, dp0, dp1;
+            row_products(kf, q_rows + c * 16 * ROW_STRIDE, &s0, &s1);
+            row_products(vf, do_rows + c * 16 * ROW_STRIDE, &dp0, &dp1);
+            /* Columns are queries: s0 holds queries 16c + 2t (x, z) and + 1 (y, w), s1 the same + 8. */
+            const uint col = c * 16 + 2 * t;
+            const float4 off0 = (float4)(offs[col], offs[col + 1], offs[col], offs[col + 1]);
+            const float4 off1 = (float4)(offs[col + 8], offs[col + 9], offs[col + 8], offs[col + 9]);
+            const float4 dd0 = (float4)(ds_row[col], ds_row[col + 1], ds_row[col], ds_row[col + 1]);
+            const float4 dd1 = (float4)(ds_row[col + 8], ds_row[col + 9], ds_row[col + 8], ds_row[col + 9]);
+            int4 vis0 = (int4)(1), vis1 = (int4)(1);
+            if (masked) {
+                const long d0 = (long)(q0 + col) + shift; /* the diagonal key of query col */
+                vis0 = (int4)(key_lo <= d0, key_lo <= d0 + 1, key_hi <= d0, key_hi <= d0 + 1);
+                vis1 = (int4)(key_lo <= d0 + 8, key_lo <= d0 + 9, key_hi <= d0 + 8, key_hi <= d0 + 9);
+            }
+            float4 p0, p1, g0, g1;
+            probabilities(s0, dp0, off0, dd0, vis0, a->scale_log2, &p0, &g0);
+            probabilities(s1, dp1, off1, dd1, vis1, a->scale_log2, &p1, &g1);
+            add_product(dv_acc, as_fragment(p0, p1), do_rows + c * 16 * ROW_STRIDE);
+            add_product(dk_acc, as_fragment(g0, g1), q_rows + c * 16 * ROW_STRIDE);
+        }
+    }
+
+    barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the last tile */
+    park_rows(tiles, warp * 16, dk_acc, a->scale);
+    park_rows(tiles + ROWS * ROW_STRIDE, warp * 16, dv_acc, 1.0f);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    store_rows(dk, k_base, a->k_ss, tiles, kv0, ROWS, a->seq_k);
+    store_rows(dv, v_base, a->v_ss, tiles + ROWS * ROW_STRIDE, kv0, ROWS, a->seq_k);
+}
+
+/* dQ of queries qr0 .. qr0 + ROWS - 1 of query head h of batch entry b. */
+static inline void query_group(const mma_bwd_args *a, __global const ushort *q, __global const ushort *k,
+                        __global const ushort *v, __global const ushort *d_o, __global const float *lse,
+                        __global const float *dvec, __global ushort *dq, __local ushort *tiles, uint qr0, uint h,
+                        uint b)
+{
+    const uint lane = get_local_id(0) % 32, warp = get_local_id(0) / 32;
+    const uint g = lane / 4, t = lane % 4;
+    const uint hk = h / a->group;
+    const ulong q_base = a->q_off + (ulong)b * a->q_bs + (ulong)h * a->q_hs;
+    const ulong o_base = a->o_off + (ulong)b * a->o_bs + (ulong)h * a->o_hs;
+    const ulong k_base = a->k_off + (ulong)b * a->k_bs + (ulong)hk * a->k_hs;
+    const ulong v_base = a->v_off + (ulong)b * a->v_bs + (ulong)hk * a->v_hs;
+    const long shift = (long)a->seq_k - (long)a->seq_q;
+
+    stage_rows(tiles, q, q_base, a->q_ss, qr0, ROWS, a->seq_q);
+    stage_rows(tiles + ROWS * ROW_STRIDE, d_o, o_base, a->o_ss, qr0, ROWS, a->seq_q);
+    async_commit();
+    async_wait_all();
+    barrier(CLK_LOCAL_MEM_FENCE);
+    uint4 qf[K_STEPS], df[K_STEPS];
+    load_row_fragments(tiles, warp * 16, qf);
+    load_row_fragments(tiles + ROWS * ROW_STRIDE, warp * 16, df);
+    barrier(CLK_LOCAL_MEM_FENCE); /* the staging rows become the key tiles */
+
+    /* The lane's rows g and g + 8 of the warp's 16: lse offsets and D. */
+    const uint row_lo = qr0 + warp * 16 + g, row_hi = row_lo + 8;
+    const ulong bh = (ulong)b * a->heads_q + h;
+    const float off_lo = row_lo < a->seq_q ? lse_offset(lse[bh * a->seq_q + row_lo]) : INFINITY;
+    const float off_hi = row_hi < a->seq_q ? lse_offset(lse[bh * a->seq_q + row_hi]) : INFINITY;
+    const float d_lo = row_lo < a->seq_q ? dvec[bh * a->seq_q + row_lo] : 0.0f;
+    const float d_hi = row_hi < a->seq_q ? dvec[bh * a->seq_q + row_hi] : 0.0f;
+    const float4 offs = (float4)(off_lo, off_lo, off_hi, off_hi), dd = (float4)(d_lo, d_lo, d_hi, d_hi);
+
+    /* The keys the group sees: all, or with CAUSAL up to its last row's diagonal. */
+    uint key_end = a->seq_k;
+#if CAUSAL
+    {
+        const long end = (long)min(qr0 + ROWS, a->seq_q) - 1 + shift + 1;
+        key_end = end <= 0 ? 0u : (uint)min(end, (long)a->seq_k);
+    }
+#endif
+    const uint n_tiles = (key_end + BLOCK - 1) / BLOCK;
+
+    float4 dq_acc[D_TILES];
+#pragma unroll
+    for (uint dt = 0; dt < D_TILES; dt++)
+        dq_acc[dt] = (float4)(0.0f);
+
+    if (n_tiles > 0) {
+        stage_rows(tiles, k, k_base, a->k_ss, 0, BLOCK, a->seq_k);
+        stage_rows(tiles + BLOCK * ROW_STRIDE, v, v_base, a->v_ss, 0, BLOCK, a->seq_k);
+        async_commit();
+    }
+    for (uint j = 0; j < n_tiles; j++) {
+        const uint key0 = j * BLOCK;
+        async_wait_all();
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (j + 1 < n_tiles) {
+            __local ushort *next = tiles + ((j + 1) % 2) * 2 * BLOCK * ROW_STRIDE;
+            stage_rows(next, k, k_base, a->k_ss, key0 + BLOCK, BLOCK, a->seq_k);
+            stage_rows(next + BLOCK * ROW_STRIDE, v, v_base, a->v_ss, key0 + BLOCK, BLOCK, a->seq_k);
+            async_commit();
+        }
+        __local const ushort *k_rows = tiles + (j % 2) * 2 * BLOCK * ROW_STRIDE;
+        __local const ushort *v_rows = k_rows + BLOCK * ROW_STRIDE;
+        int masked = key0 + BLOCK > a->seq_k;
+#if CAUSAL
+        masked |= (long)(key0 + BLOCK - 1) > (long)qr0 + shift;
+#endif
+#pragma unroll
+        for (uint c = 0; c < CHUNK_STEPS; c++) {
+            float4 s0, s1, dp0, dp1;
+            row_products(qf, k_rows + c * 16 * ROW_STRIDE, &s0, &s1);
+            row_products(df, v_rows + c * 16 * ROW_STRIDE, &dp0, &dp1);
+            int4 vis0 = (int4)(1), vis1 = (int4)(1);
+            if (masked) {
+                /* Columns are keys: 16c + 2t (x, z) and + 1 (y, w); s1 the same + 8. */
+                const long key = (long)(key0 + c * 16 + 2 * t), lim = (long)a->seq_k - 1;
+#if CAUSAL
+                const long e_lo = min((long)row_lo + shift, lim), e_hi = min((long)row_hi + shift, lim);
+#else
+                const long e_lo = lim, e_hi = lim;
+#endif
+                vis0 = (int4)(key <= e_lo, key + 1 <= e_lo, key <= e_hi, key + 1 <= e_hi);
+                vis1 = (int4)(key + 8 <= e_lo, key + 9 <= e_lo, key + 8 <= e_hi, key + 9 <= e_hi);
+            }
+            float4 p0, p1, g0, g1;
+            probabilities(s0, dp0, offs, dd, vis0, a->scale_log2, &p0, &g0);
+            probabilities(s1, dp1, offs, dd, vis1, a->scale_log2, &p1, &g1);
+            add_product(dq_acc, as_fragment(g0, g1), k_rows + c * 16 * ROW_STRIDE);
+        }
+    }
+
+    barrier(CLK_LOCAL_MEM_FENCE);
+    park_rows(tiles, warp * 16, dq_acc, a->scale);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    store_rows(dq, q_base, a->q_ss, tiles, qr0, ROWS, a->seq_q);
+}
+
+__kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void
+nv_mma_backward(__global const ushort *q, __global const ushort *k, __global const ushort *v,
+                __global const ushort *d_o, __global const float *lse, __global const float *dvec,
+                __global ushort *dq, __global ushort *dk, __global ushort *dv, uint seq_q, uint seq_k, uint heads_q,
+                uint heads_kv, uint group, uint tiles_k, float scale_log2, float scale, ulong q_off, ulong q_bs,
+                ulong q_hs, ulong q_ss, ulong k_off, ulong k_bs, ulong k_hs, ulong k_ss, ulong v_off, ulong v_bs,
+                ulong v_hs, ulong v_ss, ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss)
+{
+    /* uint4 elements: cp.async and ldmatrix need 16-byte aligned rows */
+    __local uint4 words[TILE_ROWS * ROW_STRIDE / 8 + BLOCK];
+    __local ushort *const tiles = (__local ushort *)words;
+    __local float *const stats = (__local float *)(words + TILE_ROWS * ROW_STRIDE / 8);
+    const mma_bwd_args a = {seq_q, seq_k, heads_q, group, scale_log2, scale, q_off, q_bs, q_hs, q_ss, k_off, k_bs,
+                            k_hs, k_ss, v_off, v_bs, v_hs, v_ss, o_off, o_bs, o_hs, o_ss};
+    const uint grp = get_group_id(0), b = get_group_id(2);
+    if (grp < tiles_k) {
+        if (get_group_id(1) >= heads_kv) /* the grid has heads_q rows; key groups use heads_kv */
+            return;
+        key_group(&a, q, k, v, d_o, lse, dvec, dk, dv, tiles, stats, grp * ROWS, get_group_id(1), b);
+    } else {
+        query_group(&a, q, k, v, d_o, lse, dvec, dq, tiles, (grp - tiles_k) * ROWS, get_group_id(1), b);
+    }
+}

@@ -1,0 +1,118 @@
+/*
+ * nv_mma_common.cl - the NVIDIA tensor-core building blocks both tensor-core kernels use, as inline
+ * PTX: mma.sync m16n8k16 with fp32 accumulators, ldmatrix (plain and transposed), cp.async with
+ * zero fill, the f16/bf16 pair conversion and the warp shuffle. The host puts this file between
+ * common.cl and nv_mma_forward.cl or nv_mma_backward.cl; no other device sees it.
+ *
+ * Why a file of its own: the forward and the backward kernel stage rows and multiply fragments the
+ * same way, and the fragment layouts (PTX ISA, checked on the H200: see DEVICE.md) are written down
+ * once, here.
+ *
+ * Defines it needs: HEAD_DIM (a multiple of 16), WARPS, and CLFLASH_DTYPE_F16 or CLFLASH_DTYPE_BF16.
+ */
+
+#define THREADS (32 * WARPS)
+#define ROW_STRIDE (HEAD_DIM + 8)     /* halves per local row: 16 bytes of padding */
+#define CHUNKS (HEAD_DIM / 8)         /* 16-byte pieces of one row */
+#define K_STEPS (HEAD_DIM / 16)       /* k16 steps of a product over head_dim */
+#define D_TILES (HEAD_DIM / 8)        /* n8 tiles of a row block over head_dim */
+#if defined(CLFLASH_DTYPE_F16)
+#define MMA_OP "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+#define CVT_PAIR "cvt.rn.f16x2.f32"
+#elif defined(CLFLASH_DTYPE_BF16)
+#define MMA_OP "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+#define CVT_PAIR "cvt.rn.bf16x2.f32"
+#else
+#error "the tensor-core kernels need CLFLASH_DTYPE_F16 or CLFLASH_DTYPE_BF16"
+#endif
+
+/* The shared-window address of a local pointer, as PTX's .shared instructions take it. */
+inline uint shared_addr(__local const ushort *p)
+{
+    return (uint)(size_t)p;
+}
+
+/* Copies 16 bytes from global to local without passing through registers; `bytes` < 16 fills the
+ * rest with zeros (0 reads nothing). */
+inline void copy16_async(__local ushort *dst, __global const ushort *src, uint bytes)
+{
+    __asm__ __volatile__("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                         :
+                         : "r"(shared_addr(dst)), "l"((ulong)src), "r"(bytes)
+                         : "memory");
+}
+
+inline void async_commit(void)
+{
+    __asm__ __volatile__("cp.async.commit_group;\n" ::: "memory");
+}
+
+/* Waits for every copy this work-item issued; a barrier then makes all of them visible. */
+inline void async_wait_all(void)
+{
+    __asm__ __volatile__("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+/* Four 8x8 matrices of 16-bit elements; lanes 8j..8j+7 give the row addresses of matrix j, and
+ * word j of lane l receives row l / 4, elements 2 (l % 4) and 2 (l % 4) + 1 of matrix j. */
+inline uint4 load_matrix_x4(__local const ushort *row)
+{
+    uint a, b, c, d;
+    __asm__ __volatile__("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                         : "=r"(a), "=r"(b), "=r"(c), "=r"(d)
+                         : "r"(shared_addr(row)));
+    return (uint4)(a, b, c, d);
+}
+
+/* The same, transposed: word j of lane l receives rows 2 (l % 4) and 2 (l % 4) + 1 of column
+ * l / 4 of matrix j. */
+inline uint4 load_matrix_x4_trans(__local const ushort *row)
+{
+    uint a, b, c, d;
+    __asm__ __volatile__("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                         : "=r"(a), "=r"(b), "=r"(c), "=r"(d)
+                         : "r"(shared_addr(row)));
+    return (uint4)(a, b, c, d);
+}
+
+/* acc += A (16x16, row) * B (16x8, col), one warp. A fragment: words 0 and 2 hold row g, 1 and 3
+ * row g + 8; words 0 and 1 columns 2t, 2t + 1, words 2 and 3 the same + 8 (g = lane / 4,
+ * t = lane % 4). B: k = 2t, 2t + 1 in word 0, + 8 in word 1, column g. acc: rows g (x, y) and
+ * g + 8 (z, w), columns 2t and 2t + 1. */
+inline float4 mma_16x8x16(uint4 a, uint b0, uint b1, float4 acc)
+{
+    float d0 = acc.x, d1 = acc.y, d2 = acc.z, d3 = acc.w;
+    __asm__ __volatile__(MMA_OP " {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                         : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
+                         : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+    return (float4)(d0, d1, d2, d3);
+}
+
+/* Two floats as one word of the storage type, `lo` in the low half (rounded to nearest even). */
+inline uint pack_pair(float lo, float hi)
+{
+    uint r;
+    __asm__(CVT_PAIR " %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+/* x combined with the value of lane (lane ^ mask) of the same warp. */
+inline float lane_xor(float x, uint mask)
+{
+    float r;
+    __asm__ __volatile__("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;\n" : "=f"(r) : "f"(x), "r"(mask));
+    return r;
+}
+
+/* Issues the copies of `rows` rows (from `row0`) of one (batch, head) of a tensor into `dst`; rows
+ * at or past `limit` become zeros. Every work-item takes every THREADS-th 16-byte chunk. */
+inline void stage_rows(__local ushort *dst, __global const ushort *src, ulong base, ulong seq_stride, uint row0,
+                       uint rows, uint limit)
+{
+    for (uint c = get_local_id(0); c < rows * CHUNKS; c += THREADS) {
+        const uint r = c / CHUNKS, piece = c % CHUNKS;
+        const int inside = row0 + r < limit;
+        const ulong at = base + (ulong)(inside ? row0 + r : 0) * seq_stride + piece * 8;
+        copy16_async(dst + r * ROW_STRIDE + piece * 8, src + at, inside ? 16u : 0u);
+    }
+}

@@ -1,0 +1,121 @@
+/*
+ * nv_mma_backward_plan.c - decides whether a backward call's gradient kernel can run on NVIDIA's
+ * tensor cores (cl/nv_mma_backward.cl), and plans and builds it.
+ *
+ * Why separate from backward_planner.c: the tensor-core kernel has the forward tensor-core
+ * kernel's eligibility rules plus its own register limit (head_dim <= 128), and its own shape: B is
+ * the streamed tile (query rows of a key group, keys of a query group) and obeys the backward rule
+ * (4*B*d + 2*B*B) * s, while each work-group's own 16 * WARPS keys or queries (block_q) live in
+ * registers. backward_planner.c plans the portable kernels first (their D kernel serves both, and
+ * their gradient kernel is the fallback) and then asks here.
+ */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KERNEL_NAME "nv_mma_backward"
+static const char variant_name[] = "nv_mma_backward";
+
+#define NV_BWD_MAX_HEAD_DIM 128u
+#define NV_BWD_MAX_BLOCK 64u
+#define NV_BWD_WARPS 4u
+
+const char *clflash_nv_mma_backward_refusal(const clflash_context *c, const clflash_problem *p)
+{
+    const char *why = clflash_nv_mma_refusal(c, p);
+    if (why != NULL)
+        return why;
+    if (p->head_dim > NV_BWD_MAX_HEAD_DIM)
+        return "head_dim is above 128 (K, V and the dK and dV sums of 16 keys would not fit a warp's registers)";
+    return NULL;
+}
+
+/* Developer tuning knobs (see clflash.h): a positive integer from the environment, or `fallback`. */
+static uint32_t env_u32(const char *name, uint32_t lo, uint32_t hi, uint32_t fallback)
+{
+    const char *e = getenv(name);
+    const int v = e ? atoi(e) : 0;
+    return v >= (int)lo && v <= (int)hi ? (uint32_t)v : fallback;
+}
+
+/* Bytes of the kernel's local array: max(4B, 2 * block_q) rows of d + 8 halves and 4B floats. */
+static cl_ulong counted_local_bytes(const clflash_problem *p, uint32_t block, uint32_t block_q)
+{
+    const uint64_t rows = 4ull * block > 2ull * block_q ? 4ull * block : 2ull * block_q;
+    return rows * (p->head_dim + 8) * p->elem_size + 4ull * block * sizeof(float);
+}
+
+static clflash_status build(clflash_context *c, const clflash_problem *p, uint32_t block, uint32_t warps,
+                            cl_kernel *kernel, cl_ulong *local_bytes, size_t *max_wg)
+{
+    char defines[512], features[256];
+    cl_program prog;
+    cl_int err;
+    clflash_status st;
+    clflash_feature_defines(p, 0, features, sizeof features);
+    snprintf(defines, sizeof defines, "%s -D HEAD_DIM=%u -D BLOCK=%u -D WARPS=%u", features, p->head_dim, block, warps);
+    if ((st = clflash_get_program(c, CLFLASH_SOURCE_NV_MMA_BACKWARD, defines, &prog)) != CLFLASH_SUCCESS)
+        return st;
+    *kernel = clCreateKernel(prog, KERNEL_NAME, &err);
+    if (err != CL_SUCCESS)
+        return clflash_fail(err, "clCreateKernel(%s) failed", KERNEL_NAME);
+    if ((st = clflash_read_kernel_limits(c, *kernel, counted_local_bytes(p, block, 16 * warps), local_bytes,
+                                         max_wg)) != CLFLASH_SUCCESS) {
+        clReleaseKernel(*kernel);
+        *kernel = NULL;
+    }
+    return st;
+}
+
+clflash_status clflash_plan_nv_mma_backward(clflash_context *c, const clflash_problem *p, uint32_t below_block,
+                                            clflash_backward_kernels *out)
+{
+    const uint64_t budget = c->local_mem_budget;
+    const uint32_t warps = env_u32("CLFLASH_NV_BWD_WARPS", 1, 16, NV_BWD_WARPS);
+    const uint32_t rows = 16 * warps; /* keys of a key group, queries of a query group */
+    uint64_t b;
+    if (p->block != 0) {
+        b = p->block; /* the portable planner has checked it against the rule and below_block */
+    } else {
+        b = clflash_block_cap(clflash_backward_max_block(budget, p->head_dim, p->elem_size),
+                              env_u32("CLFLASH_NV_BWD_BLOCK", 16, NV_BWD_MAX_BLOCK, NV_BWD_MAX_BLOCK), p, below_block);
+        b = b / 16 * 16;
+    }
+    for (uint32_t block = (uint32_t)b; block >= 16; block -= 16) {
+        cl_kernel kernel = NULL;
+        cl_ulong local_bytes = 0;
+        size_t max_wg = 0;
+        clflash_status st = build(c, p, block, warps, &kernel, &local_bytes, &max_wg);
+        if (st != CLFLASH_SUCCESS)
+            return st;
+        if (local_bytes <= budget && 32u * warps <= max_wg) {
+            clflash_plan *plan = &out->plan;
+            const uint64_t kv_rows = p->seq_k, q_rows = p->seq_q;
+            clReleaseKernel(out->grads);
+            out->grads = kernel;
+            memset(plan, 0, sizeof *plan);
+            plan->block = block;
+            plan->tile_bytes = clflash_backward_tile_bytes(block, p->head_dim, p->elem_size);
+            plan->local_mem_budget = budget;
+            plan->kernel_local_bytes = local_bytes;
+            plan->score_matrix_bytes = clflash_score_matrix_bytes(p->seq_q, p->seq_k, p->elem_size);
+            plan->tiles_q = (q_rows + block - 1) / block;
+            plan->tiles_k = (kv_rows + block - 1) / block;
+            plan->kv_passes = (q_rows + rows - 1) / rows;
+            plan->kernel = variant_name;
+            plan->threads_per_row = 2; /* a warp's 32 lanes share its 16 rows */
+            plan->work_group_size = 32u * warps;
+            plan->block_q = rows;
+            out->key_groups = (kv_rows + rows - 1) / rows;
+            out->query_groups = (q_rows + rows - 1) / rows;
+            out->feature_args = 0;
+            return CLFLASH_SUCCESS;
+        }
+        clReleaseKernel(kernel);
+        if (p->block != 0)
+            break;
+    }
+    return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE, "no block fits the tensor-core gradient kernel's limits");
+}
