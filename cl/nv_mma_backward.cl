@@ -45,6 +45,14 @@
  */
 
 #define ROWS (16 * WARPS) /* keys of a key group, queries of a query group */
+/* Measuring aid, as in flash_backward.cl: -D CLFLASH_BWD_SKIP_DQ=1 (or _SKIP_DKDV=1) in a context's
+ * build options makes the groups of that kind return at once, so each kind can be timed alone. */
+#ifndef CLFLASH_BWD_SKIP_DQ
+#define CLFLASH_BWD_SKIP_DQ 0
+#endif
+#ifndef CLFLASH_BWD_SKIP_DKDV
+#define CLFLASH_BWD_SKIP_DKDV 0
+#endif
 #define TILE_ROWS (4 * BLOCK > 2 * ROWS ? 4 * BLOCK : 2 * ROWS)
 #define CHUNK_STEPS (BLOCK / 16) /* 16-row pieces of a streamed tile */
 
@@ -381,10 +389,10 @@ nv_mma_backward(__global const ushort *q, __global const ushort *k, __global con
                             k_hs, k_ss, v_off, v_bs, v_hs, v_ss, o_off, o_bs, o_hs, o_ss};
     const uint grp = get_group_id(0), b = get_group_id(2);
     if (grp < tiles_k) {
-        if (get_group_id(1) >= heads_kv) /* the grid has heads_q rows; key groups use heads_kv */
+        if (get_group_id(1) >= heads_kv || CLFLASH_BWD_SKIP_DKDV) /* key groups exist per kv head */
             return;
         key_group(&a, q, k, v, d_o, lse, dvec, dk, dv, tiles, stats, grp * ROWS, get_group_id(1), b);
-    } else {
+    } else if (!CLFLASH_BWD_SKIP_DQ) {
         query_group(&a, q, k, v, d_o, lse, dvec, dq, tiles, (grp - tiles_k) * ROWS, get_group_id(1), b);
     }
 }

@@ -386,6 +386,17 @@ CLFLASH_API clflash_status clflash_forward_naive(clflash_context *c, const clfla
  * -INFINITY (it sees no key, or only -INFINITY biases) gets dQ = 0 and adds nothing; a key no
  * query sees (or sees only through a -INFINITY bias) gets dK = dV = 0.
  *
+ * On NVIDIA tensor cores: where the forward would run on them (clflash_plan_attention: NVIDIA of
+ * compute capability >= 8.0, F16/BF16, head_dim a multiple of 16, no window, softcap, bias, ALiBi
+ * or key lengths, 16-byte aligned layouts) and head_dim <= 128, the gradient kernel is
+ * "nv_mma_backward" (cl/nv_mma_backward.cl): the same two kinds of work-group, the same
+ * determinism, its five products on mma.sync with fp32 sums. Like FlashAttention-2 it rounds P and
+ * dS to the storage type before multiplying them with dO, Q or K, so its gradients differ from the
+ * portable kernel's by about one storage-type rounding of those factors (well within the f16/bf16
+ * tolerances of tests/backward_harness.c). The portable kernel is forced as for the forward
+ * (clflash_context_options.portable_only, CLFLASH_PORTABLE=1). Developer knobs for tuning:
+ * CLFLASH_NV_BWD_BLOCK (B, 16..64) and CLFLASH_NV_BWD_WARPS (warps per work-group, 1..16).
+ *
  * The features, added after the contract, mean what they mean for clflash_forward (pass the same
  * descriptor, bias, slopes and key lengths as the forward that produced O and lse):
  *  - CLFLASH_WINDOW and key_lengths: the same visibility rule; invisible pairs add nothing.
@@ -445,11 +456,18 @@ CLFLASH_API uint64_t clflash_backward_max_block(uint64_t local_mem_bytes, uint64
  * preference, the work-group limits and the sequence lengths; builds the kernels (cached); checks
  * the gradient kernel's CL_KERNEL_LOCAL_MEM_SIZE and CL_KERNEL_WORK_GROUP_SIZE and steps the lanes
  * per row, then B, down until it fits. A forced d->block is used exactly or refused with
- * CLFLASH_ERROR_TILE_TOO_LARGE. The fields of *out mean: block = keys per dK/dV work-group and
- * queries per dQ work-group (the same B); tile_bytes = clflash_backward_tile_bytes; kernel_local_bytes
+ * CLFLASH_ERROR_TILE_TOO_LARGE. The fields of *out mean, for the portable gradient kernel
+ * (kernel = "flash_backward_portable"): block = keys per dK/dV work-group and queries per dQ
+ * work-group (the same B, = block_q); tile_bytes = clflash_backward_tile_bytes; kernel_local_bytes
  * = the gradient kernel's; kv_passes = tiles_q (the dQ work-groups stream K and V once per Q block;
  * the dK/dV work-groups stream Q and dO once per K/V block and query head of their group);
- * threads_per_row = work-items per block row; kernel = "flash_backward_portable".
+ * threads_per_row = work-items per block row.
+ * On NVIDIA tensor cores (kernel = "nv_mma_backward"; chosen under the forward's tensor-core rules
+ * with head_dim <= 128, see clflash_backward) each work-group keeps block_q keys (dK/dV groups) or
+ * queries (dQ groups) in registers, 16 per warp, and B (block) is the tile it streams through local
+ * memory: query rows for a dK/dV group, keys for a dQ group. B obeys the same backward rule;
+ * kernel_local_bytes is the real use, max(4B, 2 block_q) * (head_dim + 8) * s + 16B bytes (two
+ * double-buffered tile pairs). kv_passes = ceil(seq_q / block_q); work_group_size = 2 * block_q.
  * Returns: as clflash_plan_attention, plus CLFLASH_ERROR_UNSUPPORTED for what the backward does
  * not support (I8, an out_dtype other than dtype; see clflash_backward). */
 CLFLASH_API clflash_status clflash_plan_backward(clflash_context *c, const clflash_attention_desc *d,

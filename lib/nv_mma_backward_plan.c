@@ -47,6 +47,14 @@ static cl_ulong counted_local_bytes(const clflash_problem *p, uint32_t block, ui
     return rows * (p->head_dim + 8) * p->elem_size + 4ull * block * sizeof(float);
 }
 
+/* The register cap passed to NVIDIA's compiler (0: none). CLFLASH_NV_BWD_REGS overrides it. */
+static uint32_t max_registers(const clflash_problem *p, uint32_t warps)
+{
+    (void)p;
+    (void)warps;
+    return env_u32("CLFLASH_NV_BWD_REGS", 32, 255, 0);
+}
+
 static clflash_status build(clflash_context *c, const clflash_problem *p, uint32_t block, uint32_t warps,
                             cl_kernel *kernel, cl_ulong *local_bytes, size_t *max_wg)
 {
@@ -55,7 +63,12 @@ static clflash_status build(clflash_context *c, const clflash_problem *p, uint32
     cl_int err;
     clflash_status st;
     clflash_feature_defines(p, 0, features, sizeof features);
-    snprintf(defines, sizeof defines, "%s -D HEAD_DIM=%u -D BLOCK=%u -D WARPS=%u", features, p->head_dim, block, warps);
+    const uint32_t regs = max_registers(p, warps);
+    char reg_option[48] = "";
+    if (regs)
+        snprintf(reg_option, sizeof reg_option, " -cl-nv-maxrregcount=%u", regs);
+    snprintf(defines, sizeof defines, "%s -D HEAD_DIM=%u -D BLOCK=%u -D WARPS=%u%s", features, p->head_dim, block, warps,
+             reg_option);
     if ((st = clflash_get_program(c, CLFLASH_SOURCE_NV_MMA_BACKWARD, defines, &prog)) != CLFLASH_SUCCESS)
         return st;
     *kernel = clCreateKernel(prog, KERNEL_NAME, &err);

@@ -687,10 +687,17 @@ START_TEST(backward_plan)
                       (unsigned long long)p.kernel_local_bytes, (unsigned long long)p.local_mem_budget);
         ck_assert_uint_eq(p.tiles_q, (d.seq_q + p.block - 1) / p.block);
         ck_assert_uint_eq(p.tiles_k, (d.seq_k + p.block - 1) / p.block);
-        ck_assert_uint_eq(p.kv_passes, p.tiles_q);
         ck_assert_uint_eq(p.score_matrix_bytes, (uint64_t)d.seq_q * d.seq_k * s);
-        ck_assert_uint_eq(p.work_group_size, p.block * p.threads_per_row);
-        ck_assert_str_eq(p.kernel, "flash_backward_portable");
+        if (strcmp(p.kernel, "nv_mma_backward") == 0) { /* tensor cores: block_q rows in registers */
+            ck_assert_uint_eq(p.kv_passes, (d.seq_q + p.block_q - 1) / p.block_q);
+            ck_assert_uint_eq(p.work_group_size, 2 * p.block_q);
+            ck_assert_uint_eq(p.block % 16, 0);
+        } else {
+            ck_assert_uint_eq(p.kv_passes, p.tiles_q);
+            ck_assert_uint_eq(p.work_group_size, p.block * p.threads_per_row);
+            ck_assert_uint_eq(p.block_q, p.block);
+            ck_assert_str_eq(p.kernel, "flash_backward_portable");
+        }
         if (budgeted && _i == 1)
             run_case(c, &d, TB_FLASH, 0, 1300);
 
