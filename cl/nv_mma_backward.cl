@@ -139,19 +139,25 @@ static inline void row_products(const uint4 *a, __local const ushort *rows, floa
 }
 
 /* P and dS of one 16 x 8 accumulator block, element by element: P = exp2(S * scale_log2 - off)
- * from the saved statistics and dS = P (dP - D), both 0 where `visible` is 0. off and dd hold each
- * element's lse offset and D (they belong to the element's query, a row or a column). */
-static inline void probabilities(float4 s, float4 dp, float4 off, float4 dd, int4 visible, float scale_log2, float4 *p,
-                          float4 *ds)
+ * from the saved statistics and dS = P (dP - D). off and dd hold each element's lse offset and D
+ * (they belong to the element's query: a row, or a column of a transposed block). A masked pair
+ * comes in with S = -inf, so its P and dS are 0. */
+static inline void probabilities(float4 s, float4 dp, float4 off, float4 dd, float scale_log2, float4 *p, float4 *ds)
 {
     float4 pr;
-    pr.x = visible.x ? native_exp2(fma(s.x, scale_log2, -off.x)) : 0.0f;
-    pr.y = visible.y ? native_exp2(fma(s.y, scale_log2, -off.y)) : 0.0f;
-    pr.z = visible.z ? native_exp2(fma(s.z, scale_log2, -off.z)) : 0.0f;
-    pr.w = visible.w ? native_exp2(fma(s.w, scale_log2, -off.w)) : 0.0f;
+    pr.x = native_exp2(fma(s.x, scale_log2, -off.x));
+    pr.y = native_exp2(fma(s.y, scale_log2, -off.y));
+    pr.z = native_exp2(fma(s.z, scale_log2, -off.z));
+    pr.w = native_exp2(fma(s.w, scale_log2, -off.w));
     *p = pr;
-    *ds = (float4)(visible.x ? pr.x * (dp.x - dd.x) : 0.0f, visible.y ? pr.y * (dp.y - dd.y) : 0.0f,
-                   visible.z ? pr.z * (dp.z - dd.z) : 0.0f, visible.w ? pr.w * (dp.w - dd.w) : 0.0f);
+    *ds = pr * (dp - dd);
+}
+
+/* S with the pairs whose `visible` is 0 set to -inf. */
+static inline float4 mask_scores(float4 s, int4 visible)
+{
+    return (float4)(visible.x ? s.x : -INFINITY, visible.y ? s.y : -INFINITY, visible.z ? s.z : -INFINITY,
+                    visible.w ? s.w : -INFINITY);
 }
 
 /* Two 16 x 8 accumulator blocks (columns 0..7, 8..15) as one 16 x 16 A fragment. */
@@ -251,15 +257,14 @@ static inline void key_group(const mma_bwd_args *a, __global const ushort *q, __
             const float4 off1 = (float4)(offs[col + 8], offs[col + 9], offs[col + 8], offs[col + 9]);
             const float4 dd0 = (float4)(ds_row[col], ds_row[col + 1], ds_row[col], ds_row[col + 1]);
             const float4 dd1 = (float4)(ds_row[col + 8], ds_row[col + 9], ds_row[col + 8], ds_row[col + 9]);
-            int4 vis0 = (int4)(1), vis1 = (int4)(1);
             if (masked) {
                 const long d0 = (long)(q0 + col) + shift; /* the diagonal key of query col */
-                vis0 = (int4)(key_lo <= d0, key_lo <= d0 + 1, key_hi <= d0, key_hi <= d0 + 1);
-                vis1 = (int4)(key_lo <= d0 + 8, key_lo <= d0 + 9, key_hi <= d0 + 8, key_hi <= d0 + 9);
+                s0 = mask_scores(s0, (int4)(key_lo <= d0, key_lo <= d0 + 1, key_hi <= d0, key_hi <= d0 + 1));
+                s1 = mask_scores(s1, (int4)(key_lo <= d0 + 8, key_lo <= d0 + 9, key_hi <= d0 + 8, key_hi <= d0 + 9));
             }
             float4 p0, p1, g0, g1;
-            probabilities(s0, dp0, off0, dd0, vis0, a->scale_log2, &p0, &g0);
-            probabilities(s1, dp1, off1, dd1, vis1, a->scale_log2, &p1, &g1);
+            probabilities(s0, dp0, off0, dd0, a->scale_log2, &p0, &g0);
+            probabilities(s1, dp1, off1, dd1, a->scale_log2, &p1, &g1);
             add_product(dv_acc, as_fragment(p0, p1), do_rows + c * 16 * ROW_STRIDE);
             add_product(dk_acc, as_fragment(g0, g1), q_rows + c * 16 * ROW_STRIDE);
         }
@@ -348,7 +353,6 @@ static inline void query_group(const mma_bwd_args *a, __global const ushort *q, 
             float4 s0, s1, dp0, dp1;
             row_products(qf, k_rows + c * 16 * ROW_STRIDE, &s0, &s1);
             row_products(df, v_rows + c * 16 * ROW_STRIDE, &dp0, &dp1);
-            int4 vis0 = (int4)(1), vis1 = (int4)(1);
             if (masked) {
                 /* Columns are keys: 16c + 2t (x, z) and + 1 (y, w); s1 the same + 8. */
                 const long key = (long)(key0 + c * 16 + 2 * t), lim = (long)a->seq_k - 1;
@@ -357,12 +361,12 @@ static inline void query_group(const mma_bwd_args *a, __global const ushort *q, 
 #else
                 const long e_lo = lim, e_hi = lim;
 #endif
-                vis0 = (int4)(key <= e_lo, key + 1 <= e_lo, key <= e_hi, key + 1 <= e_hi);
-                vis1 = (int4)(key + 8 <= e_lo, key + 9 <= e_lo, key + 8 <= e_hi, key + 9 <= e_hi);
+                s0 = mask_scores(s0, (int4)(key <= e_lo, key + 1 <= e_lo, key <= e_hi, key + 1 <= e_hi));
+                s1 = mask_scores(s1, (int4)(key + 8 <= e_lo, key + 9 <= e_lo, key + 8 <= e_hi, key + 9 <= e_hi));
             }
             float4 p0, p1, g0, g1;
-            probabilities(s0, dp0, offs, dd, vis0, a->scale_log2, &p0, &g0);
-            probabilities(s1, dp1, offs, dd, vis1, a->scale_log2, &p1, &g1);
+            probabilities(s0, dp0, offs, dd, a->scale_log2, &p0, &g0);
+            probabilities(s1, dp1, offs, dd, a->scale_log2, &p1, &g1);
             add_product(dq_acc, as_fragment(g0, g1), k_rows + c * 16 * ROW_STRIDE);
         }
     }
