@@ -71,6 +71,9 @@ elseif(MODE STREQUAL "pkgconfig")
     message(FATAL_ERROR "pkg-config not found")
   endif()
   set(ENV{PKG_CONFIG_PATH} "${_prefix}/${LIBDIR}/pkgconfig")
+  # The prefix is a plain directory: a sysroot in the caller's environment (one way to use a
+  # Check unpacked somewhere, see .device scripts) would be prepended to its -I and -L paths.
+  unset(ENV{PKG_CONFIG_SYSROOT_DIR})
   run_step("pkg-config" "${_pkg_config}" --cflags --libs clflash)
   string(STRIP "${STEP_OUTPUT}" _flags)
   separate_arguments(_flags UNIX_COMMAND "${_flags}")

@@ -22,6 +22,7 @@ static cl_int cl_fail_err = CL_OUT_OF_HOST_MEMORY;
 static cl_int ndrange_err;
 static long ndrange_calls, ndrange_fail_left;
 static long cl_live[FI_CL_KINDS];
+static long contexts_created, programs_built, builds_failed; /* never reset */
 
 #define TABLE_BITS 20
 #define TABLE_SIZE (1u << TABLE_BITS)
@@ -150,6 +151,9 @@ GETTER(int, fi_alloc_fired, alloc_fired)
 GETTER(int, fi_cl_fired, cl_fired)
 GETTER(long, fi_live_blocks, live_blocks)
 GETTER(long, fi_ndrange_calls, ndrange_calls)
+GETTER(long, fi_contexts_created, contexts_created)
+GETTER(long, fi_programs_built, programs_built)
+GETTER(long, fi_builds_failed, builds_failed)
 #undef GETTER
 
 long fi_cl_live(fi_cl_kind kind)
@@ -265,6 +269,11 @@ void __wrap_free(void *p)
         obj = __real_##name args;                                          \
         if (obj)                                                           \
             cl_count(kind, 1);                                             \
+        if (obj && kind == FI_CL_CONTEXT) {                                \
+            pthread_mutex_lock(&lock);                                     \
+            contexts_created++;                                            \
+            pthread_mutex_unlock(&lock);                                   \
+        }                                                                  \
         return obj;                                                        \
     }
 
@@ -324,7 +333,12 @@ cl_int __wrap_clBuildProgram(cl_program prog, cl_uint n, const cl_device_id *dev
 {
     if (cl_should_fail())
         return cl_fail_err;
-    return __real_clBuildProgram(prog, n, devs, options, notify, user);
+    const cl_int err = __real_clBuildProgram(prog, n, devs, options, notify, user);
+    pthread_mutex_lock(&lock);
+    programs_built++;
+    builds_failed += err != CL_SUCCESS;
+    pthread_mutex_unlock(&lock);
+    return err;
 }
 
 /* Enqueues: fail with the armed error, or enqueue and count the event they return. */

@@ -12,6 +12,7 @@
  *    everything it created, any non-zero count is something clflash kept: a leak.
  *  - injection: fail the k-th wrapped heap allocation (returns NULL) or the k-th wrapped OpenCL
  *    creation/enqueue (returns the chosen error, creates nothing), counted from fi_arm().
+ *  - cost: how many OpenCL contexts were created and programs built, since the process started.
  *
  * Thread-safe (one mutex); meant for tests that arm it around one library call at a time.
  */
@@ -58,5 +59,13 @@ long fi_cl_live_total(char *buf, size_t n);
  * the count of launches that fi_ndrange_calls returns. Independent of fi_arm. */
 void fi_fail_ndrange(long first_n, cl_int err);
 long fi_ndrange_calls(void);
+
+/* Since the process started (never reset): OpenCL contexts created and programs built
+ * (clBuildProgram calls that reached the driver) through wrapped calls. What a test costs on a
+ * device whose context creation or compiler is slow. */
+long fi_contexts_created(void);
+long fi_programs_built(void);
+/* Of those builds, how many the driver failed (a bad option, say). */
+long fi_builds_failed(void);
 
 #endif /* CLFLASH_TEST_FAULT_INJECT_H */

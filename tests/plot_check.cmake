@@ -1,13 +1,13 @@
 # plot_check.cmake - runs tools/plot_bench.gp on a CSV that clflash-bench wrote and checks that both
-# PNGs exist and are not empty. Without gnuplot it prints "SKIPPED: gnuplot not found" (the test is
-# then reported as skipped, not failed).
+# PNGs exist and are not empty. Without gnuplot (empty, or a path that does not exist) it prints
+# "SKIPPED: gnuplot not found" (the test is then reported as skipped, not failed).
 #
 #   cmake -DGNUPLOT=<gnuplot or ""> -DSCRIPT=plot_bench.gp -DCSV=<bench CSV> -DPREFIX=<out prefix>
 #         -P plot_check.cmake
 cmake_minimum_required(VERSION 3.16)
 
-if(NOT GNUPLOT)
-  message(STATUS "SKIPPED: gnuplot not found")
+if(NOT GNUPLOT OR NOT EXISTS "${GNUPLOT}")
+  message(STATUS "SKIPPED: gnuplot not found ('${GNUPLOT}')")
   return()
 endif()
 if(NOT EXISTS "${CSV}")

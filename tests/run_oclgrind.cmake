@@ -20,8 +20,9 @@
 # cannot make the driver look for a device that is not there.
 cmake_minimum_required(VERSION 3.16)
 
-if(NOT OCLGRIND)
-  message("SKIPPED: oclgrind not found (install it to run the kernels under race detection)")
+# A path that does not exist (a stale cache entry, -DCLFLASH_OCLGRIND=/nonexistent) counts as missing.
+if(NOT OCLGRIND OR NOT EXISTS "${OCLGRIND}")
+  message("SKIPPED: oclgrind not found ('${OCLGRIND}'; install it to run the kernels under race detection)")
   return()
 endif()
 if(NOT EXISTS "${DRIVER}")

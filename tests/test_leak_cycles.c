@@ -12,7 +12,7 @@
  *    of the warm-up (call 100) and call 1000 (not checked under AddressSanitizer, whose quarantine
  *    holds freed memory on purpose); this also covers memory the OpenCL runtime holds for us;
  *  - by LeakSanitizer, when the sanitizer tree runs this executable (tests/lsan.supp hides only
- *    PoCL's and LLVM's own leaks).
+ *    the OpenCL drivers' own leaks: PoCL's and LLVM's, NVIDIA's).
  */
 #include "check_common.h"
 #include "fault_inject.h"

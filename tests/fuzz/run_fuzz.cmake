@@ -6,7 +6,9 @@
 #         -DSECONDS=<run time> -DJOBS=<build jobs> [-DGENERATOR=<generator>] -P run_fuzz.cmake
 #
 # Without clang or libFuzzer (Debian: clang and libclang-rt-14-dev, which .ci/install-deps
-# installs) it prints "SKIPPED fuzz_descriptor: ..." and CTest counts the test as skipped. Any crash, sanitizer
+# installs) it prints "SKIPPED fuzz_descriptor: ..." and CTest counts the test as skipped. Where
+# NVIDIA's OpenCL driver is registered, ASan needs protect_shadow_gap=0 (see
+# tests/sanitizers/driver_options.cmake). Any crash, sanitizer
 # report, leak outside PoCL/LLVM (tests/lsan.supp) or failed oracle fails it; the input that did it
 # is left in WORK_DIR as crash-*/leak-*/timeout-* and its bytes are printed.
 cmake_minimum_required(VERSION 3.16)
@@ -16,8 +18,8 @@ foreach(_v SOURCE_DIR WORK_DIR SECONDS JOBS)
     message(FATAL_ERROR "run_fuzz.cmake: -D${_v}=... is required")
   endif()
 endforeach()
-if(NOT CLANG)
-  message("SKIPPED fuzz_descriptor: clang not found (install clang and libclang-rt-14-dev to run the fuzzer)")
+if(NOT CLANG OR NOT EXISTS "${CLANG}")
+  message("SKIPPED fuzz_descriptor: clang not found ('${CLANG}'; install clang and libclang-rt-14-dev to run the fuzzer)")
   return()
 endif()
 
@@ -69,7 +71,9 @@ endif()
 # PoCL and LLVM leak by design; tests/lsan.supp names only their libraries. UBSan stops at the
 # first report. detect_leaks=1 makes libFuzzer check each input that allocates more than it frees.
 # intercept_tls_get_addr=0: see tests/sanitizers/run_sanitized.cmake (LSan's tracer crash).
-set(ENV{ASAN_OPTIONS} "detect_leaks=1:halt_on_error=1:abort_on_error=0:intercept_tls_get_addr=0")
+include("${SOURCE_DIR}/tests/sanitizers/driver_options.cmake")
+clflash_driver_asan_options(_driver_asan)
+set(ENV{ASAN_OPTIONS} "detect_leaks=1:halt_on_error=1:abort_on_error=0:intercept_tls_get_addr=0${_driver_asan}")
 set(ENV{LSAN_OPTIONS} "suppressions=${SOURCE_DIR}/tests/lsan.supp:print_suppressions=0")
 set(ENV{UBSAN_OPTIONS} "halt_on_error=1:print_stacktrace=1")
 

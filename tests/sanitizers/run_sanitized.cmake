@@ -3,7 +3,9 @@
 # "sanitizers" by tests/reliability.cmake, so the README's single test command runs it.
 #
 #   cmake -DSOURCE_DIR=<clflash source> -DWORK_DIR=<tree> -DC_COMPILER=<cc> -DJOBS=<n>
-#         [-DGENERATOR=<generator>] [-DSUPPORTED=0|1] -P run_sanitized.cmake
+#         [-DTEST_JOBS=<n>] [-DGENERATOR=<generator>] [-DSUPPORTED=0|1] -P run_sanitized.cmake
+#
+# JOBS: build jobs; TEST_JOBS: how many suites CTest runs at once in the tree (default 1).
 #
 # The configuration, and why:
 #  - AddressSanitizer and UndefinedBehaviorSanitizer on everything clflash compiles: the library
@@ -13,6 +15,10 @@
 #    or dlopen trouble: the ICD loader dlopens libpocl and PoCL dlopens each compiled kernel, and
 #    both work; protect_shadow_gap and stack sizes need no change). Two options are needed: the
 #    leak suppressions, and intercept_tls_get_addr=0 (next point).
+#  - NVIDIA's OpenCL driver (libnvidia-opencl, which loads the CUDA driver) reserves fixed
+#    addresses inside ASan's shadow gap, so where an ICD names it ASan runs with
+#    protect_shadow_gap=0 (tests/sanitizers/driver_options.cmake; google/sanitizers#629). The ICD
+#    loader loads every registered driver, so this holds whichever device CLFLASH_DEVICE picks.
 #  - UBSan: -fno-sanitize-recover=undefined plus halt_on_error=1, so the first report fails the test.
 #  - intercept_tls_get_addr=0: without it LeakSanitizer's tracer dies with "Tracer caught signal
 #    11" at exit in about one process in ten here (test_forward in fork mode: 9 of 69 tests, every
@@ -26,7 +32,8 @@
 #  - LeakSanitizer: on (ASan's default on Linux). PoCL and LLVM keep compiler state and caches
 #    in globals they never free at exit (about 3 MB in 4500 blocks per process); tests/lsan.supp
 #    suppresses leaks whose stack has a frame in libpocl, libLLVM, libclang, libstdc++ (C++
-#    allocations; clflash is C), the ICD loader or the dynamic loader, and nothing else: a block
+#    allocations; clflash is C), the ICD loader, the dynamic loader or NVIDIA's driver libraries
+#    (libnvidia-opencl, libcuda, libnvidia-ptxjitcompiler, libnvidia-nvvm), and nothing else: a block
 #    that clflash or the tests allocate and lose has only clflash/test frames under malloc and is
 #    reported. The test "lsan_control" proves it: it loses a clflash context on purpose and passes
 #    only if LeakSanitizer reports the block with clflash_context_create in its stack.
@@ -82,12 +89,17 @@ if(DEFINED ENV{POCL_CACHE_DIR} AND NOT "$ENV{POCL_CACHE_DIR}" STREQUAL "")
   endif()
 endif()
 
-set(ENV{ASAN_OPTIONS} "detect_leaks=1:halt_on_error=1:abort_on_error=0:print_summary=1:intercept_tls_get_addr=0")
+include("${SOURCE_DIR}/tests/sanitizers/driver_options.cmake")
+clflash_driver_asan_options(_driver_asan)
+set(ENV{ASAN_OPTIONS} "detect_leaks=1:halt_on_error=1:abort_on_error=0:print_summary=1:intercept_tls_get_addr=0${_driver_asan}")
 set(ENV{LSAN_OPTIONS} "suppressions=${SOURCE_DIR}/tests/lsan.supp:print_suppressions=0")
 set(ENV{UBSAN_OPTIONS} "halt_on_error=1:print_stacktrace=1")
 
+if(NOT DEFINED TEST_JOBS OR "${TEST_JOBS}" STREQUAL "")
+  set(TEST_JOBS 1)
+endif()
 execute_process(
-  COMMAND "${CMAKE_CTEST_COMMAND}" --test-dir "${WORK_DIR}" -L "^check$" --output-on-failure
+  COMMAND "${CMAKE_CTEST_COMMAND}" --test-dir "${WORK_DIR}" -L "^check$" --output-on-failure -j "${TEST_JOBS}"
   RESULT_VARIABLE _rc)
 if(NOT _rc EQUAL 0)
   message(FATAL_ERROR "tests failed under -fsanitize=address,undefined (see above); reproduce with\n"
