@@ -1,6 +1,6 @@
 /*
- * test_nv_mma.c - the NVIDIA tensor-core forward (cl/nv_mma_forward.cl): when the planner picks
- * it, and what it computes.
+ * test_nv_mma.c - the NVIDIA tensor-core kernels (cl/nv_mma_forward.cl, cl/nv_mma_backward.cl):
+ * when the planner picks them, and what they compute.
  *
  *   test_nv_mma select    runs everywhere: on a device without tensor cores (PoCL in CI) every
  *                         descriptor plans the portable kernel; on an NVIDIA device of compute
@@ -12,7 +12,10 @@
  *                         both ways, causal in all three alignments (rows that see no key), GQA
  *                         and MQA, forced blocks of 16 and 32 (many tiles and partial tiles), an
  *                         interleaved strided layout with an offset, against the fp64 reference,
- *                         with O's gaps checked untouched.
+ *                         with O's gaps checked untouched. Its second case, backward_numerics,
+ *                         does the same for the tensor-core backward (cl/nv_mma_backward.cl,
+ *                         head_dim up to 128, forced B up to 48) against the fp64 reference
+ *                         gradients, and checks that two runs give the same bits.
  *
  * Own small harness: the shared one stores only f32 and f16.
  */
@@ -493,8 +496,13 @@ int main(int argc, char **argv)
     if (numerics) {
         tcase_add_loop_test(tc, against_reference, 0, 2 * (int)N_SHAPES);
         tcase_add_test(tc, repeatable);
-        tcase_add_loop_test(tc, backward_against_reference, 0, 2 * (int)N_BWD_SHAPES);
-        tcase_add_test(tc, backward_repeatable);
+        /* its own case, so that CK_RUN_CASE=backward_numerics runs the backward alone */
+        TCase *bwd = tcase_create("backward_numerics");
+        tcase_add_checked_fixture(bwd, setup, teardown);
+        tcase_set_timeout(bwd, TEST_TIMEOUT_S);
+        tcase_add_loop_test(bwd, backward_against_reference, 0, 2 * (int)N_BWD_SHAPES);
+        tcase_add_test(bwd, backward_repeatable);
+        suite_add_tcase(s, bwd);
     } else {
         tcase_add_test(tc, selection);
         tcase_add_test(tc, plan_fields);
