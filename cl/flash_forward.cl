@@ -2,8 +2,15 @@
  * flash_forward.cl - the portable FlashAttention forward kernel: exact attention by tiles and an
  * online softmax, in plain OpenCL C 1.2, for any device. The host prepends common.cl.
  *
- * One work-group computes BLOCK query rows of one (batch, head). TPR work-items share each row
- * (work-item lid owns row lid / TPR, lane t = lid % TPR), so the work-group has BLOCK*TPR items.
+ * Three paths share one kernel signature and one set of rules; the host's defines pick one:
+ *   RT=1              the register-tiled path, the GPU default (described second below);
+ *   CLFLASH_CPU_PATH  the CPU path, for PoCL (described third);
+ *   neither           the lane-per-row path, described first: the original GPU path, kept so
+ *                     that both can be measured (CLFLASH_REGTILE=0, see clflash.h).
+ *
+ * The lane-per-row path. One work-group computes BLOCK query rows of one (batch, head). TPR
+ * work-items share each row (work-item lid owns row lid / TPR, lane t = lid % TPR), so the
+ * work-group has BLOCK*TPR items.
  * The grid is (query blocks * BLOCK*TPR, heads_q, batch): the blocks of one head run side by side
  * and share its K and V in cache.
  * Local tiles:
@@ -34,10 +41,57 @@
  * The running max starts at -INFINITY; a row that has seen no visible key yet uses 0 as its
  * reference so that no exp2(-inf - -inf) is ever formed. A row that sees no key at all ends with
  * l = 0 and writes O = 0 and lse = -INFINITY.
+ * Each score costs one local load per fused multiply-add (kt), and so does P V (vt): this path is
+ * bound by local-memory bandwidth on GPUs (13.7 TFLOP/s fp32 on an H200 at d = 64).
+ */
+/*
+ * The register-tiled path (RT=1). Like a tuned SGEMM, each work-item computes a small block of S
+ * and of O from operands it loads once into registers, so one local load feeds several fused
+ * multiply-adds. A work-group holds BLOCK_Q query rows (the plan's block_q, which may exceed B);
+ * its RT_TR x RT_TC work-items form row groups: work-item (tr, tc) owns rows tr, tr + RT_TR, ...
+ * (RT_RM rows; strided so that a warp's Q loads hit different banks), key slots tc, tc + RT_TC,
+ * ... of each tile (RT_RN = BLOCK / RT_TC, rounded up; slots at or past BLOCK are empty), and the
+ * float4 columns tc, tc + RT_TC, ... of O (RT_VC of them). All tiles are fp32 whatever the
+ * storage type (converted once, when loaded from global memory), in float4 rows padded by one
+ * float4 against bank conflicts:
+ *   qs[BLOCK_Q][4 * (RT_D4 + 1)]  the Q block, loaded once; columns past HEAD_DIM are 0;
+ *   kv[BLOCK][4 * (RT_KW + 1)]    the current K tile, then the current V tile (one buffer: K is
+ *                                 dead once S is in registers); columns past HEAD_DIM are 0;
+ *   pt[BLOCK][4 * RT_PS4]         P, key-major, indexed by (tr, i) rather than by row, so that a
+ *                                 work-item's RT_RM probabilities of one key are one float4;
+ *   red[BLOCK_Q][RT_TC]           per-work-item row maxima of a tile; after the last tile, the
+ *                                 per-work-item parts of the row sums.
+ * Per tile, S costs RT_RM + RT_RN float4 loads per 4 * RT_RM * RT_RN fused multiply-adds, and
+ * P V costs RT_RM / 4 + RT_VC float4 loads per 4 * RT_RM * RT_VC (RT_RM = 4, RT_TC = 8: at
+ * d = 64, B = 48, 10 loads per 96 FMAs and 3 per 32; at d = 128, B = 16, 6 per 32 and 5 per 64).
+ * Per K/V tile, with the barrier that protects each step:
+ *   R1  every read of kv (V) and pt of the previous tile is finished (and the qs stores are
+ *       ordered before R2); the work-group loads K into kv.
+ *   R2  kv holds K; each work-item computes its RT_RM x RT_RN scores in registers, masks and
+ *       transforms them, and publishes its per-row maxima in red.
+ *   R3  red is complete and every read of K is finished; the work-group loads V into kv; each
+ *       work-item folds the row maxima into m (the same in all work-items of a row group, which
+ *       read the same red entries in the same order), rescales its O block and its part of l,
+ *       and writes its probabilities into pt.
+ *   R4  pt and V are complete; each work-item adds P V for its rows and columns over all BLOCK
+ *       keys of the tile.
+ *   R5  (after the last tile) red holds the parts of l (its last reads came before R4); each
+ *       work-item sums its rows' parts and writes its block of O, and lse when tc == 0.
+ * Masks: a work-item whose rows all see every key of a tile (the tile lies inside the
+ * intersection of their [lo, hi) ranges) skips the per-score mask and, in P V, the per-key test;
+ * otherwise a key a row does not see gets p = 0 and adds nothing (p == 0 skips the multiply, so a
+ * NaN in its V stays out), as in the lane path. In such a fully visible tile, a visible key whose
+ * probability underflows to 0 still multiplies its V (an Inf or NaN there gives NaN; the lane
+ * path skips it). Rows past seq_q see nothing and are not stored. The local bytes are not the
+ * users' rule's: B obeys (3*B*d + B*B)*s <= budget, and the planner also checks the bytes above,
+ * 16 * (BLOCK_Q * (RT_D4 + 1) + BLOCK * (RT_KW + 1) + BLOCK * RT_PS4) + 4 * BLOCK_Q * RT_TC,
+ * against the budget, shrinking B, then BLOCK_Q, until they fit.
+ * Every feature of the lane path works here, with its rules (above: the log2 domain, the skipped
+ * key tiles, visible_keys, the -INFINITY guards, O = 0 and lse = -inf for rows that see no key).
  */
 /*
  * The CPU path. PoCL runs a work-group as a loop over its work-items between barriers, with one
- * work-item per row (TPR = 1, the CPU plan); there the steps above cost more in barriers, in
+ * work-item per row (TPR = 1, the CPU plan); there the lane path's steps cost more in barriers, in
  * per-work-item state kept across them, and in scalar loads than in arithmetic. When the host
  * defines CLFLASH_CPU_PATH=1 (the planner does for devices of type CPU) and TPR == 1 and BLOCK is
  * a multiple of 8, the kernel below instead
@@ -48,7 +102,7 @@
  *       (a row's scores, maximum and probabilities are its own when TPR == 1): scores on 8 keys at
  *       a time (float8 fused multiply-adds down the transposed K tile), the online-softmax update,
  *       and P V on 8 output columns at a time, the accumulator held in float8 registers.
- * The rules (visibility, transforms, the -INFINITY guards, l == 0 rows) are those above. A
+ * The rules (visibility, transforms, the -INFINITY guards, l == 0 rows) are the lane path's. A
  * CLFLASH_CPU_PATH=1 or =0 in the context's build_options forces the choice (the Oclgrind driver
  * runs this path so); on a GPU build nothing here is compiled.
  */
