@@ -8,6 +8,13 @@
  * uses (CL_KERNEL_LOCAL_MEM_SIZE includes padding and the driver's own bytes, 4 on NVIDIA) and how
  * many work-items it can run (CL_KERNEL_WORK_GROUP_SIZE). If the kernel does not fit, it first
  * halves the lanes per row, then steps B down. A forced B is used exactly or refused.
+ *
+ * Which path of cl/flash_forward.cl: CPU devices take the CPU path; other devices the
+ * register-tiled path, whose query block (block_q) is separate from B and whose real local arrays
+ * (Q, one K-or-V tile and P in fp32) are counted here before building: B steps down while they do
+ * not fit, and block_q halves when no B of 16 or more fits. The lane-per-row path remains for a
+ * context that forces threads_per_row and for CLFLASH_REGTILE=0 (developer tuning, which can also
+ * set the micro-tiles; see clflash.h).
  */
 #include "internal.h"
 
