@@ -156,7 +156,9 @@ typedef struct {
     const char *build_options;
     /* Added after the contract above. 0: the device class's tuned value. Else the number of
      * work-items that share one query row in the portable kernel (rounded down to a power of two
-     * that divides B, at most 64): lets tests and tuning force what the device would decide. */
+     * that divides B, at most 64): lets tests and tuning force what the device would decide. For
+     * the forward, nonzero also selects the portable kernel's lane-per-row path over its register
+     * tiles (see clflash_plan_attention). */
     uint32_t threads_per_row;
     /* Added in 0.3. 0: vendor kernels are used where they apply (today the NVIDIA tensor-core
      * forward, see clflash_plan_attention). Nonzero: always the portable kernels. Setting the
@@ -284,14 +286,19 @@ typedef struct {
                                     ceil(seq_q / block_q), which is tiles_q for the portable
                                     kernel */
     const char *kernel;          /* the kernel variant chosen, a static string:
-                                    "flash_forward_portable" or "nv_mma_forward" */
+                                    "flash_forward_portable", "flash_forward_regtile" (the
+                                    portable kernel's register-tiled GPU path, added after 0.3) or
+                                    "nv_mma_forward" */
     /* Added after the contract above (zero-initialised readers may ignore them): */
     uint32_t threads_per_row;    /* work-items that share one query row */
     uint32_t work_group_size;    /* block * threads_per_row */
     /* Added in 0.3: */
     uint32_t block_q;            /* query rows per work-group: B for the portable kernel; for
                                     nv_mma_forward a multiple of 16 that may exceed B (those rows
-                                    are held in registers, not in the tile rule's local memory) */
+                                    are held in registers, not in the tile rule's local memory);
+                                    for flash_forward_regtile up to 64 (32 at d > 128), which may
+                                    exceed B (the Q block is in local memory, counted in
+                                    kernel_local_bytes, not in tile_bytes) */
 } clflash_plan;
 
 /* Kernel variants. The portable kernel (cl/flash_forward.cl) runs everywhere and implements every
@@ -315,6 +322,24 @@ typedef struct {
  *    kernel confines it to the rows that see key j.
  * For tuning, CLFLASH_NV_BLOCK (a cap on B), CLFLASH_NV_WARPS and CLFLASH_NV_MTILES (warps per
  * work-group and 16-row slices per warp) override the planner's choices when set.
+ *
+ * The portable kernel has three paths. CPU devices take its CPU path ("flash_forward_portable");
+ * every other device takes the register-tiled path "flash_forward_regtile": each work-item
+ * computes a 4-row block of scores and of O, so that one local load feeds several multiply-adds,
+ * with block_q = 64 query rows per work-group (32 at d > 128) and 8 work-items per row group (16
+ * at d > 128). B still obeys the tile rule; the kernel keeps Q, one K-or-V tile and P in fp32
+ * local memory, and B, then block_q, shrink until those real bytes (kernel_local_bytes) fit the
+ * budget (48 KiB: d = 64 runs B = 48, d = 128 runs B = 16, in f32 and f16). Its semantics are the
+ * lane path's, with one difference: in a tile that all of a work-item's rows see entirely, a
+ * visible key whose probability underflows to 0 still multiplies its V (an Inf or NaN there then
+ * gives NaN, as the exact product would). The lane-per-row path ("flash_forward_portable", one
+ * row per 16 work-items) is the earlier GPU path; a context's threads_per_row option selects it,
+ * and so does CLFLASH_CPU_PATH=0 with CLFLASH_REGTILE=0. For tuning, CLFLASH_REGTILE (read at each
+ * plan) overrides the choice: "0" gives the lane path; "RMxTCxBQ" or "RMxTCxBQxB" give register
+ * tiles of RM rows per work-item (1, 2, 4 or 8), TC work-items per row group (a power of two up to
+ * 32), BQ query rows per work-group (a multiple of RM up to 256) and optionally a cap on B; a
+ * malformed value is ignored. A context's build_options "-D CLFLASH_CPU_PATH=0" gives a CPU device
+ * the GPU paths (the tests run them on PoCL so) and "=1" the CPU path.
  *
  * Plans a forward call: reads the device's local memory (or the context's smaller budget), takes
  * the largest B that fits the tile rule, caps it by work-group limits and the tuned preference for

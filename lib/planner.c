@@ -8,21 +8,179 @@
  * uses (CL_KERNEL_LOCAL_MEM_SIZE includes padding and the driver's own bytes, 4 on NVIDIA) and how
  * many work-items it can run (CL_KERNEL_WORK_GROUP_SIZE). If the kernel does not fit, it first
  * halves the lanes per row, then steps B down. A forced B is used exactly or refused.
+ *
+ * Which path of cl/flash_forward.cl: CPU devices take the CPU path; other devices the
+ * register-tiled path, whose query block (block_q) is separate from B and whose real local arrays
+ * (Q, one K-or-V tile and P in fp32) are counted here before building: B steps down while they do
+ * not fit, and block_q halves when no B of 16 or more fits. The lane-per-row path remains for a
+ * context that forces threads_per_row and for CLFLASH_REGTILE=0 (developer tuning, which can also
+ * set the micro-tiles; see clflash.h).
  */
 #include "internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define KERNEL_NAME "flash_forward"
 static const char variant_name[] = "flash_forward_portable";
+static const char regtile_name[] = "flash_forward_regtile";
 
 /* CPU devices take the kernel's CPU path (fp32 K and V tiles; see cl/flash_forward.cl), unless
- * the caller's build options choose with CLFLASH_CPU_PATH. */
+ * the caller's build options choose with CLFLASH_CPU_PATH (=0 or =1). */
 static int cpu_path(const clflash_context *c, uint32_t block, uint32_t lanes)
 {
-    return c->info.device_class == CLFLASH_CLASS_CPU && strstr(c->build_options, "CLFLASH_CPU_PATH") == NULL &&
-           lanes == 1 && block % 8 == 0;
+    const char *opt = strstr(c->build_options, "CLFLASH_CPU_PATH");
+    int want = c->info.device_class == CLFLASH_CLASS_CPU;
+    if (opt != NULL)
+        want = strncmp(opt, "CLFLASH_CPU_PATH=0", 18) != 0;
+    return want && lanes == 1 && block % 8 == 0;
+}
+
+/* ---- the register-tiled path ----------------------------------------------------------------- */
+/* Every work-item computes an rm x (B / tc) block of scores and an rm x (4 * ceil(d / (4 tc)))
+ * block of O; rm * bq / rm = bq query rows per work-group, bq / rm * tc work-items. */
+typedef struct {
+    uint32_t rm, tc, bq, block_cap; /* block_cap 0: none */
+} regtile_cfg;
+
+static int pow2_upto(long v, long top)
+{
+    return v >= 1 && v <= top && (v & (v - 1)) == 0;
+}
+
+/* The planner's choice, then CLFLASH_REGTILE (developer tuning, see clflash.h): "0" for the
+ * lane-per-row path, "RMxTCxBQ" or "RMxTCxBQxB" for these micro-tiles, query rows and a cap on B.
+ * Returns 0 for the lane path, 1 for register tiles in *cfg. A malformed value is ignored. */
+static int regtile_choice(const clflash_context *c, const clflash_problem *p, regtile_cfg *cfg)
+{
+    const char *e = getenv("CLFLASH_REGTILE");
+    if (c->threads_per_row != 0) /* the caller forces lanes per row: the lane path has them */
+        return 0;
+    cfg->rm = 4;
+    cfg->tc = p->head_dim > 128 ? 16 : 8; /* at most 16 float4 accumulators of O per row */
+    cfg->bq = p->head_dim > 128 ? 32 : 64;
+    cfg->block_cap = 0;
+    if (e != NULL && strcmp(e, "0") == 0)
+        return 0;
+    if (e != NULL && e[0] != '\0') {
+        long v[4] = {0, 0, 0, 0};
+        int n = 0;
+        const char *s = e;
+        while (n < 4) {
+            char *end;
+            v[n++] = strtol(s, &end, 10);
+            if (end == s)
+                return 1;
+            if (*end != 'x')
+                break;
+            s = end + 1;
+        }
+        if (n >= 3 && pow2_upto(v[0], 8) && pow2_upto(v[1], 32) && v[2] >= v[0] && v[2] <= 256 &&
+            v[2] % v[0] == 0 && (n < 4 || (v[3] >= 1 && v[3] <= 4096))) {
+            cfg->rm = (uint32_t)v[0];
+            cfg->tc = (uint32_t)v[1];
+            cfg->bq = (uint32_t)v[2];
+            cfg->block_cap = n == 4 ? (uint32_t)v[3] : 0;
+        }
+    }
+    return 1;
+}
+
+/* Bytes of the register-tiled path's local arrays (see cl/flash_forward.cl): Q (bq rows), one
+ * K-or-V tile (B rows), P (B x bq) in fp32 with rows padded by one float4, and bq * tc floats for
+ * the row reductions. */
+static cl_ulong regtile_bytes(const clflash_problem *p, const regtile_cfg *r, uint32_t block)
+{
+    const uint64_t d4 = (p->head_dim + 3) / 4, vc = (p->head_dim + 4ull * r->tc - 1) / (4ull * r->tc);
+    const uint64_t kw = d4 > vc * r->tc ? d4 : vc * r->tc;
+    return 16 * ((uint64_t)r->bq * (d4 + 1) + (uint64_t)block * (kw + 1) + (uint64_t)block * ((r->bq + 3) / 4 + 1)) +
+           4ull * r->bq * r->tc;
+}
+
+static clflash_status build_regtile(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t block,
+                                    const regtile_cfg *r, cl_kernel *kernel, cl_ulong *local_bytes, size_t *max_wg)
+{
+    char defines[512], features[256];
+    cl_program prog;
+    cl_int err;
+    clflash_status st;
+    clflash_feature_defines(p, with_lse, features, sizeof features);
+    snprintf(defines, sizeof defines, "%s -D RT=1 -D HEAD_DIM=%u -D BLOCK=%u -D BLOCK_Q=%u -D RT_RM=%u -D RT_TC=%u",
+             features, p->head_dim, block, r->bq, r->rm, r->tc);
+    if ((st = clflash_get_program(c, CLFLASH_SOURCE_FLASH_FORWARD, defines, &prog)) != CLFLASH_SUCCESS)
+        return st;
+    *kernel = clCreateKernel(prog, KERNEL_NAME, &err);
+    if (err != CL_SUCCESS)
+        return clflash_fail(err, "clCreateKernel(%s) failed", KERNEL_NAME);
+    if ((st = clflash_read_kernel_limits(c, *kernel, regtile_bytes(p, r, block), local_bytes, max_wg)) !=
+        CLFLASH_SUCCESS) {
+        clReleaseKernel(*kernel);
+        *kernel = NULL;
+    }
+    return st;
+}
+
+/* Plans the register-tiled path from `start` (B by the rule, or the forced B): the query rows
+ * first (bq halves only when no B of at least min(start, 16) fits), then B steps down. */
+static clflash_status plan_regtile(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t start,
+                                   int forced, regtile_cfg cfg, clflash_flash_kernel *out)
+{
+    const uint64_t budget = c->local_mem_budget;
+    const uint32_t rows = (p->seq_q + cfg.rm - 1) / cfg.rm * cfg.rm; /* no more rows than seq_q needs */
+    const uint32_t bq0 = cfg.bq < rows ? cfg.bq : rows;
+    if (!forced && cfg.block_cap && start > cfg.block_cap)
+        start = cfg.block_cap;
+    const uint32_t floor16 = start < 16 ? start : 16;
+    for (int pass = 0; pass < 2; pass++) {
+        for (uint32_t bq = bq0; bq >= cfg.rm; bq = bq / 2 / cfg.rm * cfg.rm) {
+            regtile_cfg r = cfg;
+            r.bq = bq;
+            const uint32_t wg = bq / cfg.rm * cfg.tc;
+            if (wg > c->info.max_work_group_size)
+                continue;
+            for (uint32_t block = start; block >= 1; block = clflash_block_step_down(block)) {
+                if ((forced || (pass == 0) == (block >= floor16)) && regtile_bytes(p, &r, block) <= budget) {
+                    cl_kernel kernel = NULL;
+                    cl_ulong local_bytes = 0;
+                    size_t max_wg = 0;
+                    clflash_status st = build_regtile(c, p, with_lse, block, &r, &kernel, &local_bytes, &max_wg);
+                    if (st != CLFLASH_SUCCESS)
+                        return st;
+                    if (local_bytes <= budget && wg <= max_wg) {
+                        clflash_plan *plan = &out->plan;
+                        memset(plan, 0, sizeof *plan);
+                        plan->block = block;
+                        plan->tile_bytes = clflash_tile_bytes(block, p->head_dim, p->elem_size);
+                        plan->local_mem_budget = budget;
+                        plan->kernel_local_bytes = local_bytes;
+                        plan->score_matrix_bytes = clflash_score_matrix_bytes(p->seq_q, p->seq_k, p->out_elem_size);
+                        plan->tiles_q = ((uint64_t)p->seq_q + block - 1) / block;
+                        plan->tiles_k = ((uint64_t)p->seq_k + block - 1) / block;
+                        plan->kv_passes = ((uint64_t)p->seq_q + bq - 1) / bq;
+                        plan->kernel = regtile_name;
+                        plan->threads_per_row = cfg.tc;
+                        plan->work_group_size = wg;
+                        plan->block_q = bq;
+                        out->kernel = kernel;
+                        out->feature_args = 1;
+                        return CLFLASH_SUCCESS;
+                    }
+                    clReleaseKernel(kernel);
+                }
+                if (forced)
+                    break;
+            }
+        }
+        if (forced)
+            break;
+    }
+    if (forced)
+        return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE,
+                            "block %u: the register-tiled kernel does not fit the %llu-byte local memory budget or "
+                            "the device's work-group limits with any query block",
+                            start, (unsigned long long)budget);
+    return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE, "no block size fits the register-tiled kernel's limits");
 }
 
 /* clflash's own count of the flash kernel's __local arrays (portable: qt, kt, vt, pt, rowmax; CPU
@@ -116,6 +274,14 @@ clflash_status clflash_plan_flash(clflash_context *c, const clflash_problem *p, 
             return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE,
                                 "even a 1-row tile of head_dim %u does not fit the %llu-byte local memory budget",
                                 p->head_dim, (unsigned long long)budget);
+    }
+
+    {
+        regtile_cfg rcfg;
+        const uint32_t lanes0 = clflash_block_lanes(block, tune.threads_per_row,
+                                                    tune.max_work_group > block ? tune.max_work_group : block);
+        if (!cpu_path(c, block, lanes0) && regtile_choice(c, p, &rcfg))
+            return plan_regtile(c, p, with_lse, block, forced, rcfg, out);
     }
 
     for (;;) {

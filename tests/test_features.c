@@ -9,6 +9,7 @@
  * host inputs in the storage type, dequantised copies for the reference, device buffers for the
  * optional inputs, and O read back in its output type.
  */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include "check_common.h"
 #include "harness.h"
 #include "reference.h"
@@ -40,6 +41,24 @@ static void setup(void)
 {
     clflash_status st = th_context(NULL, &ctx);
     ck_assert_msg(st == CLFLASH_SUCCESS, "context: %s (%s)", clflash_status_string(st), clflash_last_error_detail());
+}
+
+/* The GPU paths of flash_forward.cl on any device: the CPU path is switched off. The first runs
+ * the planner's register tiles; the second small ones (2 rows x 4 work-items per row group, 8-row
+ * query blocks, B at most 8), so that every row group and key tile boundary falls inside these
+ * shapes. */
+static void setup_gpu_path(void)
+{
+    clflash_context_options opt = {0};
+    opt.build_options = "-D CLFLASH_CPU_PATH=0";
+    clflash_status st = th_context(&opt, &ctx);
+    ck_assert_msg(st == CLFLASH_SUCCESS, "context: %s (%s)", clflash_status_string(st), clflash_last_error_detail());
+}
+
+static void setup_small_tiles(void)
+{
+    setenv("CLFLASH_REGTILE", "2x4x8x8", 1); /* Check runs each test in a child of its own */
+    setup_gpu_path();
 }
 
 static void teardown(void)
@@ -583,6 +602,30 @@ static Suite *features_suite(void)
     suite_add_tcase(s, tt);
     suite_add_tcase(s, tm);
     suite_add_tcase(s, tv);
+
+    TCase *tg = tcase_create("gpu_path");
+    tcase_add_checked_fixture(tg, setup_gpu_path, teardown);
+    tcase_set_timeout(tg, 600);
+    tcase_add_loop_test(tg, bf16_storage, 0, (int)(sizeof shapes_types / sizeof shapes_types[0]));
+    tcase_add_test(tg, bf16_strided);
+    tcase_add_loop_test(tg, i8_storage, 0, 4);
+    tcase_add_loop_test(tg, sliding_window, 0, (int)(sizeof windows / sizeof windows[0]));
+    tcase_add_loop_test(tg, softcap, 0, 2);
+    tcase_add_loop_test(tg, bias_full_and_masked, 0, 2);
+    tcase_add_loop_test(tg, bias_broadcast, 0, 3);
+    tcase_add_test(tg, bias_fully_masked_rows);
+    tcase_add_loop_test(tg, alibi, 0, 2);
+    tcase_add_loop_test(tg, key_padding, 0, 2);
+    tcase_add_test(tg, everything_at_once);
+    suite_add_tcase(s, tg);
+
+    TCase *ts = tcase_create("gpu_path_small_tiles");
+    tcase_add_checked_fixture(ts, setup_small_tiles, teardown);
+    tcase_set_timeout(ts, 600);
+    tcase_add_loop_test(ts, sliding_window, 0, (int)(sizeof windows / sizeof windows[0]));
+    tcase_add_test(ts, everything_at_once);
+    tcase_add_loop_test(ts, each_feature_in_each_dtype, 0, 5 * 4);
+    suite_add_tcase(s, ts);
     return s;
 }
 

@@ -2,11 +2,13 @@
  * test_forward.c - the flash forward against the fp64 reference: f32 and f16, sizes of 1, odd and
  * prime, seq_q != seq_k both ways, batches, heads, GQA and MQA, causal in all three alignments
  * (including rows that see no key), lse, explicit scales, strided layouts with offsets and gaps
- * (through clflash_forward_host and through device buffers), and the event contract.
+ * (through clflash_forward_host and through device buffers), the event contract, and the GPU paths
+ * (register tiles in several micro-tile shapes, and the lane-per-row path) run on this device.
  *
  * PoCL builds one program per (B, threads, head_dim, dtype, causal, lse) variant, so the tables
  * use few head dims x dtypes x flags and many shapes within each variant.
  */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include "check_common.h"
 
 #include <math.h>
@@ -175,6 +177,58 @@ START_TEST(flash_strided)
 }
 END_TEST
 
+/* ---- the GPU paths of flash_forward.cl ---------------------------------------------------------
+ * PoCL normally runs the CPU path; with CLFLASH_CPU_PATH=0 it runs what GPUs run: the register
+ * tiles the planner chooses, or the ones CLFLASH_REGTILE sets (RMxTCxBQ[xB]), or with "0" the
+ * lane-per-row path. Test _i < N_OF(gpu_shapes) runs shape _i with the planner's tiles; the rest
+ * run shape _i % N with configuration _i % N_OF(gpu_configs), so each configuration meets several
+ * shapes: query blocks and key tiles that the sequences do not fill, key slots past B (tc > B),
+ * head dims that are not a multiple of 4 or of 4 * tc, one row per work-item. */
+static const shape_t gpu_shapes[] = {
+    {1, 1, 0, 1, 1, 64, F32, 0, 0.0f},
+    {1, 1, 0, 131, 97, 64, F32, 0, 0.0f},
+    {2, 4, 2, 37, 53, 64, F16, CAUSAL, 0.0f},
+    {1, 1, 0, 97, 13, 64, F32, CAUSAL, 0.0f}, /* rows that see no key */
+    {1, 1, 0, 1, 131, 64, F16, 0, 0.0f},
+    {1, 6, 1, 29, 67, 7, F32, 0, 0.0f},       /* MQA, d not a multiple of 4 */
+    {1, 1, 0, 37, 53, 1, F32, CAUSAL, 0.0f},
+    {1, 1, 0, 53, 37, 130, F16, 0, 0.0f},
+    {1, 2, 1, 41, 29, 128, F32, CAUSAL, 0.5f},
+    {1, 1, 0, 37, 53, 256, F16, CAUSAL, 0.0f},
+    {1, 1, 0, 131, 1, 256, F32, 0, 0.0f},
+};
+static const char *const gpu_configs[] = {"0", "1x1x1", "2x4x6", "4x8x64x48", "8x16x64x16", "4x16x32x8", "1x2x8x5"};
+
+START_TEST(flash_gpu_paths)
+{
+    const int ns = N_OF(gpu_shapes);
+    const char *cfg = _i < ns ? "" : gpu_configs[_i % N_OF(gpu_configs)];
+    setenv("CLFLASH_REGTILE", cfg, 1); /* Check runs each test in a child of its own */
+    clflash_context_options opt = {0};
+    opt.build_options = "-D CLFLASH_CPU_PATH=0";
+    clflash_context *c = test_context(&opt);
+    const clflash_attention_desc d = shape_desc(&gpu_shapes[_i % ns]);
+    clflash_plan p;
+    ck_assert_int_eq(clflash_plan_attention(c, &d, &p), CLFLASH_SUCCESS);
+    ck_assert_str_eq(p.kernel, strcmp(cfg, "0") == 0 ? "flash_forward_portable" : "flash_forward_regtile");
+    run_and_check(c, &d, TH_FLASH, _i & 1, 1, 6000 + (uint64_t)_i);
+    clflash_context_free(c);
+}
+END_TEST
+
+/* The register tiles through strided layouts with offsets and gaps (small tiles: many groups). */
+START_TEST(flash_gpu_strided)
+{
+    setenv("CLFLASH_REGTILE", _i & 1 ? "2x4x8x8" : "", 1);
+    clflash_context_options opt = {0};
+    opt.build_options = "-D CLFLASH_CPU_PATH=0";
+    clflash_context *c = test_context(&opt);
+    const clflash_attention_desc d = strided_desc(_i / 2, _i & 2 ? F16 : F32, _i & 2 ? CAUSAL : 0);
+    run_and_check(c, &d, TH_FLASH, 1, 1, 7000 + (uint64_t)_i);
+    clflash_context_free(c);
+}
+END_TEST
+
 /* ---- device buffers, queues and events ---------------------------------------------------------- */
 
 /* A caller's own queue; the call waits for a user event it cannot see complete, returns without
@@ -289,6 +343,12 @@ static Suite *forward_suite(void)
     tcase_add_loop_test(tl, flash_strided, 0, 4 * N_LAYOUT_KINDS);
     tcase_add_test(tl, flash_host_writes_only_its_extent);
     suite_add_tcase(s, tl);
+
+    TCase *tg = tcase_create("gpu_paths");
+    tcase_set_timeout(tg, TEST_TIMEOUT_S);
+    tcase_add_loop_test(tg, flash_gpu_paths, 0, 3 * N_OF(gpu_shapes));
+    tcase_add_loop_test(tg, flash_gpu_strided, 0, 2 * N_LAYOUT_KINDS);
+    suite_add_tcase(s, tg);
 
     TCase *te = tcase_create("device_buffers");
     tcase_set_timeout(te, TEST_TIMEOUT_S);

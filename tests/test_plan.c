@@ -58,6 +58,11 @@ static void check_plan_fields(clflash_context *c, const clflash_attention_desc *
     if (strcmp(p->kernel, "nv_mma_forward") == 0) { /* whole warps, query rows in 16-row slices */
         ck_assert_msg(p->block_q % 16 == 0 && p->work_group_size % 32 == 0, "%s: block_q %u, work group %u", what,
                       p->block_q, p->work_group_size);
+    } else if (strcmp(p->kernel, "flash_forward_regtile") == 0) { /* row groups of threads_per_row items */
+        ck_assert_msg(p->block_q >= 1 && p->work_group_size % p->threads_per_row == 0 &&
+                          p->work_group_size / p->threads_per_row <= p->block_q,
+                      "%s: block_q %u, work group %u, %u per row group", what, p->block_q, p->work_group_size,
+                      p->threads_per_row);
     } else {
         ck_assert_msg(p->block_q == p->block && p->kv_passes == p->tiles_q, "%s: block_q %u for B=%u", what,
                       p->block_q, p->block);
@@ -183,6 +188,39 @@ START_TEST(budget_48k)
 }
 END_TEST
 
+/* The register-tiled GPU path against a 48 KiB budget (the H200's): B by the users' rule, then
+ * B and the query block shrink until its real local arrays fit. Expected: d = 64 keeps 64 query
+ * rows with B = 48 (f16's rule allows 64, whose arrays need 54,272 bytes); d = 128 runs B = 16
+ * (f32's rule allows no more; f16's 48 and 32 need 74,240 and 61,440 bytes). The bytes are
+ * clflash's count, 16 * (64 * (d/4 + 1) + B * (d/4 + 1) + B * 17) + 4 * 64 * 8, which PoCL's
+ * report may exceed but not undercut. */
+START_TEST(regtile_budget_48k)
+{
+    static const struct { uint32_t d; clflash_dtype t; uint32_t block; uint64_t bytes; } want[] = {
+        {64, F32, 48, 45568}, {64, F16, 48, 45568}, {128, F32, 16, 48640}, {128, F16, 16, 48640}};
+    clflash_context_options opt;
+    memset(&opt, 0, sizeof opt);
+    opt.local_mem_budget = 49152;
+    opt.build_options = "-D CLFLASH_CPU_PATH=0";
+    clflash_context *c = test_context(&opt);
+    clflash_attention_desc d = th_desc(1, 2, 0, 4096, 4096, want[_i].d, want[_i].t, 0);
+    clflash_plan p;
+    memset(&p, 0, sizeof p);
+    const clflash_status st = clflash_plan_attention(c, &d, &p);
+    ck_assert_msg(st == CLFLASH_SUCCESS, "%s (%s)", clflash_status_string(st), clflash_last_error_detail());
+    ck_assert_str_eq(p.kernel, "flash_forward_regtile");
+    ck_assert_uint_eq(p.block, want[_i].block);
+    ck_assert_uint_eq(p.block_q, 64);
+    ck_assert_uint_eq(p.work_group_size, 128);
+    ck_assert_uint_eq(p.threads_per_row, 8);
+    ck_assert_uint_eq(p.kv_passes, 4096 / 64);
+    ck_assert_msg(p.kernel_local_bytes >= want[_i].bytes && p.kernel_local_bytes <= 49152, "local bytes %llu",
+                  (unsigned long long)p.kernel_local_bytes);
+    check_plan_fields(c, &d, &p, 49152);
+    clflash_context_free(c);
+}
+END_TEST
+
 /* A budget above the device's is the device's. */
 START_TEST(budget_above_device)
 {
@@ -273,6 +311,7 @@ static Suite *plan_suite(void)
     TCase *tm = tcase_create("local_mem_budget");
     tcase_set_timeout(tm, TEST_TIMEOUT_S);
     tcase_add_loop_test(tm, budget_48k, 0, 4);
+    tcase_add_loop_test(tm, regtile_budget_48k, 0, 4);
     tcase_add_test(tm, budget_above_device);
     tcase_add_test(tm, budget_too_small);
     suite_add_tcase(s, tm);
