@@ -206,6 +206,7 @@ START_TEST(flash_gpu_paths)
     setenv("CLFLASH_REGTILE", cfg, 1); /* Check runs each test in a child of its own */
     clflash_context_options opt = {0};
     opt.build_options = "-D CLFLASH_CPU_PATH=0";
+    opt.portable_only = 1; /* on NVIDIA, f16 would go to the tensor-core kernel */
     clflash_context *c = test_context(&opt);
     const clflash_attention_desc d = shape_desc(&gpu_shapes[_i % ns]);
     clflash_plan p;
@@ -222,6 +223,7 @@ START_TEST(flash_gpu_strided)
     setenv("CLFLASH_REGTILE", _i & 1 ? "2x4x8x8" : "", 1);
     clflash_context_options opt = {0};
     opt.build_options = "-D CLFLASH_CPU_PATH=0";
+    opt.portable_only = 1; /* on NVIDIA, f16 would go to the tensor-core kernel */
     clflash_context *c = test_context(&opt);
     const clflash_attention_desc d = strided_desc(_i / 2, _i & 2 ? F16 : F32, _i & 2 ? CAUSAL : 0);
     run_and_check(c, &d, TH_FLASH, 1, 1, 7000 + (uint64_t)_i);
