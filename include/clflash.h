@@ -53,7 +53,7 @@ extern "C" {
  *     if (clflash_version_number() != CLFLASH_VERSION_NUMBER) ...
  * ------------------------------------------------------------------------------------------- */
 #define CLFLASH_VERSION_MAJOR 0
-#define CLFLASH_VERSION_MINOR 3
+#define CLFLASH_VERSION_MINOR 4
 #define CLFLASH_VERSION_PATCH 0
 #define CLFLASH_VERSION_NUMBER \
     (CLFLASH_VERSION_MAJOR * 10000 + CLFLASH_VERSION_MINOR * 100 + CLFLASH_VERSION_PATCH)
