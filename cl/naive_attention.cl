@@ -8,6 +8,11 @@
  *   naive_softmax  reads each S row twice (max and sum, then normalise) and writes P over it;
  *   naive_pv       O = P V / rowsum(P): dividing by the sum of the stored P undoes its rounding
  *                  in f16 or bf16 (which could otherwise push O = 65504 to infinity).
+ * naive_softmax and naive_pv take the call's abort flag as their last argument: the host sets it
+ * (before any kernel of the call can start) only when a later enqueue of the same call failed, and
+ * then their stores to caller buffers (lse, O) are skipped, so a failed call writes no caller buffer
+ * (see lib/naive.c). They still run to the end: an early return before their barriers is not
+ * something every OpenCL implementation compiles correctly (PoCL 3.1 wrote out of bounds).
  * The two products are 16x16 tiled matrix products through local memory (TS = 16): every
  * work-item loads one element of each tile, B1 makes the tiles complete before they are read, and
  * B2 keeps the next load from overwriting a tile that is still being read.
@@ -71,7 +76,7 @@ naive_scores(__global const bits_t *q, __global const bits_t *k, __global out_t 
  * row; a tree in local memory combines them (a barrier after every level); then the row is
  * normalised in place. A row with no visible key gets P = 0 and lse = -INFINITY. */
 __kernel __attribute__((reqd_work_group_size(SOFTMAX_WG, 1, 1))) void
-naive_softmax(__global out_t *s, __global float *lse, uint seq_q, uint seq_k, uint bh0)
+naive_softmax(__global out_t *s, __global float *lse, uint seq_q, uint seq_k, uint bh0, __global const int *abort_flag)
 {
     __local float red_m[SOFTMAX_WG];
     __local float red_l[SOFTMAX_WG];
@@ -110,15 +115,18 @@ naive_softmax(__global out_t *s, __global float *lse, uint seq_q, uint seq_k, ui
     for (uint j = lid; j < seq_k; j += SOFTMAX_WG)
         store_o(row, j, row_sum == 0.0f ? 0.0f : exp(load_o(row, j) - row_max) * inv);
 #if WITH_LSE
-    if (lid == 0)
+    if (lid == 0 && abort_flag[0] == 0)
         lse[(ulong)(bh0 + hb) * seq_q + i] = row_sum == 0.0f ? -INFINITY : row_max + log(row_sum);
+#else
+    (void)abort_flag;
 #endif
 }
 
 __kernel __attribute__((reqd_work_group_size(TS, TS, 1))) void
 naive_pv(__global const out_t *p, __global const bits_t *v, __global out_t *o, uint seq_q,
          uint seq_k, uint heads_q, uint group, uint bh0, ulong v_off, ulong v_bs, ulong v_hs,
-         ulong v_ss, ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss, float out_scale)
+         ulong v_ss, ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss, float out_scale,
+         __global const int *abort_flag)
 {
     __local float ps[TS][TS + 1];
     __local float vs[TS][TS + 1];
@@ -142,7 +150,7 @@ naive_pv(__global const out_t *p, __global const bits_t *v, __global out_t *o, u
         barrier(CLK_LOCAL_MEM_FENCE); /* B2 */
     }
     const uint i = i0 + ty, c = c0 + tx;
-    if (i < seq_q && c < HEAD_DIM)
+    if (i < seq_q && c < HEAD_DIM && abort_flag[0] == 0)
         store_o(o, tensor_index(o_off, o_bs, o_hs, o_ss, b, h, i) + c,
                 p_sum == 0.0f ? 0.0f : acc * (out_scale / p_sum));
 }

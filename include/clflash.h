@@ -381,7 +381,10 @@ CLFLASH_API clflash_status clflash_forward(clflash_context *c, const clflash_att
  * S = scale * Q K^T in a device buffer of the storage dtype (seq_q * seq_k * dtype size bytes per
  * head, as many heads at a time as fit the device's maximum allocation), applies a row softmax in
  * place, then computes P V, each step a tiled kernel. The temporary is released once the work is
- * done. Additional status: CLFLASH_ERROR_SCORE_MATRIX_TOO_LARGE when one head's S exceeds
+ * done. If one of its several enqueues fails, the kernels already enqueued are made to skip their
+ * stores to O and lse (a 4-byte flag they read, set through a private queue of the context before
+ * they may start), so the failed call writes no caller buffer and the caller's queue stays usable.
+ * Additional status: CLFLASH_ERROR_SCORE_MATRIX_TOO_LARGE when one head's S exceeds
  * CL_DEVICE_MAX_MEM_ALLOC_SIZE. */
 CLFLASH_API clflash_status clflash_forward_naive(clflash_context *c, const clflash_attention_desc *d,
                                                  cl_command_queue queue, cl_mem q, cl_mem k, cl_mem v,

@@ -1,6 +1,7 @@
 /*
  * context.c - creating, inspecting and freeing a clflash_context around a caller's OpenCL context
- * and device: the device facts, an owned in-order queue, the options, and the program cache's lock.
+ * and device: the device facts, two owned in-order queues (the one clflash_context_queue gives out
+ * and a private control queue), the options, and the program cache's lock.
  *
  * Why separate: the context's lifetime rules (what is retained, what is owned, what a free
  * releases) are the library's ownership contract; they live in one place.
@@ -54,7 +55,15 @@ clflash_status clflash_context_create(cl_context ctx, cl_device_id dev, const cl
         free(c);
         return clflash_fail(err, "creating the command queue failed (is dev a device of ctx?)");
     }
+    c->control = clCreateCommandQueue(ctx, dev, 0, &err);
+    if (err != CL_SUCCESS) {
+        clReleaseCommandQueue(c->queue);
+        free(c->build_options);
+        free(c);
+        return clflash_fail(err, "creating the control queue failed");
+    }
     if (pthread_mutex_init(&c->lock, NULL) != 0) {
+        clReleaseCommandQueue(c->control);
         clReleaseCommandQueue(c->queue);
         free(c->build_options);
         free(c);
@@ -79,7 +88,9 @@ void clflash_context_free(clflash_context *c)
         return;
     c->magic = 0;
     clFinish(c->queue);
+    clFinish(c->control);
     clflash_program_cache_free(c);
+    clReleaseCommandQueue(c->control);
     clReleaseCommandQueue(c->queue);
     clReleaseContext(c->ctx);
     pthread_mutex_destroy(&c->lock);

@@ -5,8 +5,16 @@
  * Why keep it: it is what naive attention does (the O(n^2) bytes written and read back that flash
  * avoids), and so the honest comparison for clflash-bench and a second opinion for the tests.
  * Each step is a tiled kernel (cl/naive_attention.cl); the steps are chained by events so the
- * order also holds on out-of-order queues, and all of them wait on one user event that is released
- * only when every enqueue succeeded.
+ * order also holds on out-of-order queues, and all of them wait on one user event (the gate) that
+ * the host completes once every enqueue has been tried.
+ *
+ * A failed call writes no caller buffer: the kernels that store to one (softmax: lse; P V: O) read
+ * the call's abort flag (a 4-byte buffer created as 0) and skip those stores when it is set. If an
+ * enqueue fails part-way, the flag is set to 1 by a blocking write on the context's private control
+ * queue while the gate still holds the enqueued kernels back, and only then is the gate completed,
+ * so they run without writing anything but the score matrix. The gate is not failed with a
+ * negative status: the OpenCL specification lets a terminated command leave the caller's queue and
+ * context unusable. Only if that one write fails too is the gate set to -1, as the last resort.
  */
 #include "internal.h"
 
@@ -82,8 +90,9 @@ clflash_status clflash_forward_naive(clflash_context *c, const clflash_attention
     naive_kernels nk = {0};
     size_t softmax_wg = 0;
     uint64_t per_head, total, chunk;
-    cl_mem s = NULL;
+    cl_mem s = NULL, abort_flag = NULL;
     cl_int err = CL_SUCCESS;
+    cl_int go = 0;
     cl_event prev = NULL, gate = NULL;
     cl_event *first_wait = NULL;
 
@@ -105,14 +114,20 @@ clflash_status clflash_forward_naive(clflash_context *c, const clflash_attention
         release_kernels(&nk);
         return clflash_fail(err, "allocating the %llu-byte score matrix failed", (unsigned long long)(chunk * per_head));
     }
-    /* The kernels wait on a user event that is completed only once every one of them is enqueued;
-     * if an enqueue fails, the event is set to an error and the ones already enqueued never run,
-     * so a failed call writes nothing. */
+    abort_flag = clCreateBuffer(c->ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof go, &go, &err);
+    if (err != CL_SUCCESS) {
+        clReleaseMemObject(s);
+        release_kernels(&nk);
+        return clflash_fail(err, "allocating the naive path's abort flag failed");
+    }
+    /* The kernels wait on the gate, completed below once every enqueue has been tried (see the top
+     * of the file for what happens when one fails). */
     gate = clCreateUserEvent(c->ctx, &err);
     if (err == CL_SUCCESS && (first_wait = malloc(sizeof(cl_event) * (num_wait + 1))) == NULL)
         err = CLFLASH_ERROR_OUT_OF_HOST_MEMORY;
     if (err != CL_SUCCESS) {
         if (gate) clReleaseEvent(gate);
+        clReleaseMemObject(abort_flag);
         clReleaseMemObject(s);
         release_kernels(&nk);
         return clflash_fail(err, "creating the naive path's start event failed");
@@ -151,6 +166,9 @@ clflash_status clflash_forward_naive(clflash_context *c, const clflash_attention
         }
         if (!err) err = clflash_set_args(nk.softmax, 0, softmax_args, 4);
         if (!err) err = clflash_set_args(nk.pv, 0, pv_args, 7);
+        /* the abort flag is the last argument of the two kernels that write caller buffers */
+        if (!err) err = clSetKernelArg(nk.softmax, 5, sizeof(cl_mem), &abort_flag);
+        if (!err) err = clSetKernelArg(nk.pv, 17, sizeof(cl_mem), &abort_flag);
 
         for (uint64_t bh0 = 0; !err && bh0 < total; bh0 += chunk) {
             const cl_uint first = (cl_uint)bh0;
@@ -172,11 +190,19 @@ clflash_status clflash_forward_naive(clflash_context *c, const clflash_attention
             prev = e3;
         }
     }
-    clSetUserEventStatus(gate, err == CL_SUCCESS ? CL_COMPLETE : -1); /* -1: abort what was enqueued */
+    {
+        const cl_int stop = 1;
+        cl_int gate_status = CL_COMPLETE;
+        if (err != CL_SUCCESS &&
+            clEnqueueWriteBuffer(c->control, abort_flag, CL_TRUE, 0, sizeof stop, &stop, 0, NULL, NULL) != CL_SUCCESS)
+            gate_status = -1; /* the flag could not be set: terminate what was enqueued instead */
+        clSetUserEventStatus(gate, gate_status);
+    }
     clReleaseEvent(gate);
     free(first_wait);
     release_kernels(&nk);
-    clReleaseMemObject(s); /* freed by OpenCL once the enqueued kernels are done with it */
+    clReleaseMemObject(abort_flag); /* both freed by OpenCL once the enqueued kernels are done with them */
+    clReleaseMemObject(s);
     if (err != CL_SUCCESS) {
         if (prev) clReleaseEvent(prev);
         return clflash_fail(err, "enqueueing the naive attention kernels failed");
