@@ -167,7 +167,9 @@ typedef struct {
 } clflash_context_options; /* zero-initialised = defaults; fields added later keep that rule */
 
 /* Wraps a caller's context and device. clflash retains ctx (and releases it on free), creates its
- * own in-order queue on dev, and copies opt (NULL = defaults). *out is set only on success.
+ * own in-order queue on dev (the one clflash_context_queue returns) and a second, private in-order
+ * queue for the library's own small writes (since 0.4: the naive path's abort flag), and copies
+ * opt (NULL = defaults). *out is set only on success.
  * Returns: CLFLASH_SUCCESS; CLFLASH_ERROR_INVALID_ARGUMENT (NULL ctx, dev or out);
  * CLFLASH_ERROR_OUT_OF_HOST_MEMORY; or the OpenCL error from querying the device or creating the
  * queue (for example CL_INVALID_CONTEXT, CL_INVALID_DEVICE). */
