@@ -12,6 +12,7 @@
  * the CPU paths of flash_forward.cl and flash_backward.cl (the ones PoCL runs) in a context of their
  * own.
  */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include "backward_harness.h"
 #include "harness.h"
 
@@ -26,24 +27,32 @@ typedef struct {
     uint32_t flags, block;
     int strided_o;
     int cpu_path; /* build with -D CLFLASH_CPU_PATH=1, one work-item per row: flash_forward.cl's CPU path */
+    const char *regtile; /* CLFLASH_REGTILE for the register-tiled path (NULL: the planner's tiles) */
 } driver_case;
 
 static const driver_case cases[] = {
-    {TH_FLASH, 1, 2, 1, 37, 29, 16, CLFLASH_F32, 0, 0, 0, 0},
-    {TH_FLASH, 1, 1, 0, 37, 29, 16, CLFLASH_F32, CLFLASH_CAUSAL, 16, 1, 0},
-    {TH_FLASH, 1, 1, 0, 5, 37, 7, CLFLASH_F32, CLFLASH_CAUSAL, 8, 0, 0},
-    {TH_FLASH, 2, 2, 2, 29, 37, 16, CLFLASH_F16, CLFLASH_CAUSAL, 16, 0, 0},
-    {TH_FLASH, 1, 1, 0, 37, 5, 7, CLFLASH_F16, 0, 0, 1, 0},
-    {TH_FLASH, 1, 1, 0, 37, 11, 16, CLFLASH_F16, CLFLASH_CAUSAL, 0, 0, 0},
-    {TH_NAIVE, 1, 2, 1, 37, 29, 16, CLFLASH_F32, CLFLASH_CAUSAL, 0, 1, 0},
-    {TH_NAIVE, 1, 1, 0, 5, 37, 7, CLFLASH_F16, 0, 0, 0, 0},
-    {TH_NAIVE, 1, 1, 0, 13, 13, 7, CLFLASH_F32, 0, 0, 0, 0},
-    {TH_NAIVE, 1, 1, 0, 37, 11, 16, CLFLASH_F16, CLFLASH_CAUSAL, 0, 0, 0},
+    {TH_FLASH, 1, 2, 1, 37, 29, 16, CLFLASH_F32, 0, 0, 0, 0, NULL},
+    {TH_FLASH, 1, 1, 0, 37, 29, 16, CLFLASH_F32, CLFLASH_CAUSAL, 16, 1, 0, NULL},
+    {TH_FLASH, 1, 1, 0, 5, 37, 7, CLFLASH_F32, CLFLASH_CAUSAL, 8, 0, 0, NULL},
+    {TH_FLASH, 2, 2, 2, 29, 37, 16, CLFLASH_F16, CLFLASH_CAUSAL, 16, 0, 0, NULL},
+    {TH_FLASH, 1, 1, 0, 37, 5, 7, CLFLASH_F16, 0, 0, 1, 0, NULL},
+    {TH_FLASH, 1, 1, 0, 37, 11, 16, CLFLASH_F16, CLFLASH_CAUSAL, 0, 0, 0, NULL},
+    {TH_NAIVE, 1, 2, 1, 37, 29, 16, CLFLASH_F32, CLFLASH_CAUSAL, 0, 1, 0, NULL},
+    {TH_NAIVE, 1, 1, 0, 5, 37, 7, CLFLASH_F16, 0, 0, 0, 0, NULL},
+    {TH_NAIVE, 1, 1, 0, 13, 13, 7, CLFLASH_F32, 0, 0, 0, 0, NULL},
+    {TH_NAIVE, 1, 1, 0, 37, 11, 16, CLFLASH_F16, CLFLASH_CAUSAL, 0, 0, 0, NULL},
     /* the CPU path: several K/V tiles per row (B = 8, 16), an odd head_dim (padded V columns),
      * f32 and f16 storage, a strided O, causal and fully visible tiles */
-    {TH_FLASH, 1, 2, 1, 37, 29, 16, CLFLASH_F32, CLFLASH_CAUSAL, 8, 0, 1},
-    {TH_FLASH, 1, 1, 0, 5, 37, 7, CLFLASH_F32, 0, 16, 1, 1},
-    {TH_FLASH, 2, 2, 2, 29, 37, 12, CLFLASH_F16, CLFLASH_CAUSAL, 16, 0, 1},
+    {TH_FLASH, 1, 2, 1, 37, 29, 16, CLFLASH_F32, CLFLASH_CAUSAL, 8, 0, 1, NULL},
+    {TH_FLASH, 1, 1, 0, 5, 37, 7, CLFLASH_F32, 0, 16, 1, 1, NULL},
+    {TH_FLASH, 2, 2, 2, 29, 37, 12, CLFLASH_F16, CLFLASH_CAUSAL, 16, 0, 1, NULL},
+    /* the register-tiled path in shapes other than the planner's: 2 rows per work-item, 4 per row
+     * group and 8-row query blocks over forced 8-key tiles (many tiles and blocks); 1 row, a B of 5
+     * (a partial row group of keys), d = 7 and a strided O; 16 work-items per row group over 8-key
+     * tiles (key slots past B) */
+    {TH_FLASH, 1, 2, 1, 37, 29, 16, CLFLASH_F32, CLFLASH_CAUSAL, 8, 0, 0, "2x4x8"},
+    {TH_FLASH, 1, 1, 0, 5, 37, 7, CLFLASH_F16, 0, 0, 1, 0, "1x2x8x5"},
+    {TH_FLASH, 2, 2, 2, 29, 37, 16, CLFLASH_F16, CLFLASH_CAUSAL, 0, 0, 0, "4x16x32x8"},
 };
 
 #define N_FORWARD_CASES (sizeof cases / sizeof cases[0])
@@ -225,6 +234,20 @@ int main(int argc, char **argv)
                 return 1;
             }
             snprintf(what + strlen(what), sizeof what - strlen(what), " cpu-path");
+        }
+        setenv("CLFLASH_REGTILE", k->regtile ? k->regtile : "", 1); /* read at each plan */
+        if (k->regtile) {
+            /* the configuration must be the one planned: the register-tiled kernel, its row groups, a
+             * query block no larger than asked (short sequences shrink it) */
+            unsigned rm = 0, tc = 0, bq = 0;
+            clflash_plan p;
+            snprintf(what + strlen(what), sizeof what - strlen(what), " regtile=%s", k->regtile);
+            if (sscanf(k->regtile, "%ux%ux%u", &rm, &tc, &bq) != 3 || clflash_plan_attention(c, &d, &p) != CLFLASH_SUCCESS ||
+                strcmp(p.kernel, "flash_forward_regtile") != 0 || p.block_q > bq || p.threads_per_row != tc) {
+                printf("FAILED flash %s: not planned as asked\n", what);
+                failures++;
+                continue;
+            }
         }
         th_case t;
         if (th_case_init(&t, &d, 9000 + n) != 0) {
