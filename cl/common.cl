@@ -146,6 +146,32 @@ inline void visible_keys(uint i, uint seq_q, uint seq_k, uint key_len, uint win_
     *hi = h;
 }
 
+/* The keys batch entry b has: its key length clamped to [0, seq_k] with KEYLEN, else seq_k. */
+inline uint batch_key_len(__global const int *key_lens, uint b, uint seq_k)
+{
+#if KEYLEN
+    return (uint)clamp(key_lens[b], 0, (int)seq_k);
+#else
+    (void)key_lens;
+    (void)b;
+    return seq_k;
+#endif
+}
+
+/* The key tiles a block of query rows q0 .. q0 + rows - 1 (those below seq_q) must visit: keys
+ * [*begin, *end), begin a multiple of `tile`. Both ends of visible_keys grow with the query index,
+ * so the tiles before the first row's lo and from the last row's hi on are invisible to the whole
+ * block: they are skipped, not computed and masked. */
+inline void block_key_range(uint q0, uint rows, uint seq_q, uint seq_k, uint key_len, uint win_left, uint win_right,
+                            uint tile, uint *begin, uint *end)
+{
+    long first_lo, first_hi, last_lo, last_hi;
+    visible_keys(q0, seq_q, seq_k, key_len, win_left, win_right, &first_lo, &first_hi);
+    visible_keys(min(q0 + rows, seq_q) - 1, seq_q, seq_k, key_len, win_left, win_right, &last_lo, &last_hi);
+    *begin = first_lo <= 0 ? 0u : (uint)first_lo / tile * tile;
+    *end = last_hi <= (long)*begin ? *begin : (uint)last_hi;
+}
+
 /* The score of (query i, key j) after the optional transforms, in natural-log units:
  * softcap (cap * tanh(s / cap)), then the additive bias, then ALiBi (-slope * |d - j|). */
 inline float transform_score(float s, float softcap, float bias, float alibi_slope, uint i, uint j,

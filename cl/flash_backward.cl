@@ -324,15 +324,11 @@ inline void dq_block(__global const bits_t *q, __global const bits_t *k, __globa
     const float l2 = qi < seq_q ? lse[bh * seq_q + qi] * M_LOG2E_F : -INFINITY;
     const float d_row = qi < seq_q ? dvec[bh * seq_q + qi] : 0.0f;
 
-    /* The keys this row sees, [lo, hi). Both ends grow with the query index, so the key blocks
-     * before the first row's lo and from the last row's hi on are invisible to the whole block:
-     * skipped. */
-    long lo, hi, first_lo, first_hi, last_lo, last_hi;
-    visible_keys(q0, seq_q, seq_k, a->key_len, a->win_left, a->win_right, &first_lo, &first_hi);
-    visible_keys(min(q0 + BLOCK, seq_q) - 1, seq_q, seq_k, a->key_len, a->win_left, a->win_right, &last_lo, &last_hi);
+    /* The key blocks the query block visits (block_key_range) and the keys this row sees, [lo, hi). */
+    long lo, hi;
+    uint key_begin, key_end;
+    block_key_range(q0, BLOCK, seq_q, seq_k, a->key_len, a->win_left, a->win_right, BLOCK, &key_begin, &key_end);
     visible_keys(min(qi, seq_q - 1), seq_q, seq_k, a->key_len, a->win_left, a->win_right, &lo, &hi);
-    const uint key_begin = first_lo <= 0 ? 0u : (uint)first_lo / BLOCK * BLOCK;
-    const uint key_end = last_hi <= (long)key_begin ? key_begin : (uint)last_hi;
     const ulong bias_row = a->bias_off + (ulong)b * a->bias_bs + (ulong)h * a->bias_hs +
                            (ulong)min(qi, seq_q - 1) * a->bias_rs;
 #if ALIBI
@@ -596,12 +592,10 @@ inline void dq_block_cpu(__global const bits_t *q, __global const bits_t *k, __g
     const float l2 = qi < seq_q ? lse[bh * seq_q + qi] * M_LOG2E_F : -INFINITY;
     const float d_row = qi < seq_q ? dvec[bh * seq_q + qi] : 0.0f;
 
-    long lo, hi, first_lo, first_hi, last_lo, last_hi;
-    visible_keys(q0, seq_q, seq_k, a->key_len, a->win_left, a->win_right, &first_lo, &first_hi);
-    visible_keys(min(q0 + BLOCK, seq_q) - 1, seq_q, seq_k, a->key_len, a->win_left, a->win_right, &last_lo, &last_hi);
+    long lo, hi;
+    uint key_begin, key_end;
+    block_key_range(q0, BLOCK, seq_q, seq_k, a->key_len, a->win_left, a->win_right, BLOCK, &key_begin, &key_end);
     visible_keys(min(qi, seq_q - 1), seq_q, seq_k, a->key_len, a->win_left, a->win_right, &lo, &hi);
-    const uint key_begin = first_lo <= 0 ? 0u : (uint)first_lo / BLOCK * BLOCK;
-    const uint key_end = last_hi <= (long)key_begin ? key_begin : (uint)last_hi;
     const ulong bias_row = a->bias_off + (ulong)b * a->bias_bs + (ulong)h * a->bias_hs +
                            (ulong)min(qi, seq_q - 1) * a->bias_rs;
 #if ALIBI
@@ -695,12 +689,7 @@ flash_backward_grads(__global const bits_t *q, __global const bits_t *k, __globa
 #endif
 
     const uint blk = get_group_id(0), h = get_group_id(1), b = get_group_id(2);
-#if KEYLEN
-    const uint key_len = (uint)clamp(key_lens[b], 0, (int)seq_k);
-#else
-    const uint key_len = seq_k;
-    (void)key_lens;
-#endif
+    const uint key_len = batch_key_len(key_lens, b, seq_k);
     const bwd_args a = {seq_q, seq_k, heads_q, group, scale_log2, scale, q_off, q_bs, q_hs, q_ss, k_off, k_bs,
                         k_hs, k_ss, v_off, v_bs, v_hs, v_ss, o_off, o_bs, o_hs, o_ss, key_len, win_left,
                         win_right, softcap, bias_off, bias_bs, bias_hs, bias_rs};

@@ -173,17 +173,11 @@ flash_forward(__global const bits_t *q, __global const bits_t *k, __global const
         vf[idx / (HD8 - HEAD_DIM) * HD8 + HEAD_DIM + idx % (HD8 - HEAD_DIM)] = 0.0f;
 #endif
 
-#if KEYLEN
-    const uint key_len = (uint)clamp(key_lens[b], 0, (int)seq_k);
-#else
-    const uint key_len = seq_k;
-#endif
-    long lo, hi, first_lo, first_hi, last_lo, last_hi;
-    visible_keys(q0, seq_q, seq_k, key_len, win_left, win_right, &first_lo, &first_hi);
-    visible_keys(min(q0 + BLOCK, seq_q) - 1, seq_q, seq_k, key_len, win_left, win_right, &last_lo, &last_hi);
+    const uint key_len = batch_key_len(key_lens, b, seq_k);
+    long lo, hi;
+    uint key_begin, key_end;
+    block_key_range(q0, BLOCK, seq_q, seq_k, key_len, win_left, win_right, BLOCK, &key_begin, &key_end);
     visible_keys(min(qi, seq_q - 1), seq_q, seq_k, key_len, win_left, win_right, &lo, &hi);
-    const uint key_begin = first_lo <= 0 ? 0u : (uint)first_lo / BLOCK * BLOCK;
-    const uint key_end = last_hi <= (long)key_begin ? key_begin : (uint)last_hi;
 #if ALIBI
     const float slope = alibi[h];
 #else
@@ -339,16 +333,9 @@ flash_forward(__global const bits_t *q, __global const bits_t *k, __global const
             (q0 + r < seq_q && c < HEAD_DIM) ? load_g(q, qbase + (ulong)(q0 + r) * q_ss + c) : 0.0f;
     }
 
-#if KEYLEN
-    const uint key_len = (uint)clamp(key_lens[b], 0, (int)seq_k);
-#else
-    const uint key_len = seq_k;
-#endif
-    long first_lo, first_hi, last_lo, last_hi;
-    visible_keys(q0, seq_q, seq_k, key_len, win_left, win_right, &first_lo, &first_hi);
-    visible_keys(min(q0 + BLOCK_Q, seq_q) - 1, seq_q, seq_k, key_len, win_left, win_right, &last_lo, &last_hi);
-    const uint key_begin = first_lo <= 0 ? 0u : (uint)first_lo / BLOCK * BLOCK;
-    const uint key_end = last_hi <= (long)key_begin ? key_begin : (uint)last_hi;
+    const uint key_len = batch_key_len(key_lens, b, seq_k);
+    uint key_begin, key_end;
+    block_key_range(q0, BLOCK_Q, seq_q, seq_k, key_len, win_left, win_right, BLOCK, &key_begin, &key_end);
 
     /* This work-item's rows: their visible keys [lo_r, hi_r) (empty for rows past seq_q), and the
      * keys all of them see, [max_lo, min_hi): a tile inside it needs no mask. */
@@ -616,20 +603,12 @@ flash_forward(__global const bits_t *q, __global const bits_t *k, __global const
         qt[r * LDS_STRIDE + c] = (q0 + r < seq_q) ? q[qbase + (ulong)(q0 + r) * q_ss + c] : zero_bits;
     }
 
-    /* The keys this row sees, [lo, hi). Both ends grow with the query index, so the tiles before
-     * the first row's lo and from the last row's hi on are invisible to the whole block: they are
-     * skipped, not computed and masked. */
-#if KEYLEN
-    const uint key_len = (uint)clamp(key_lens[b], 0, (int)seq_k);
-#else
-    const uint key_len = seq_k;
-#endif
-    long lo, hi, first_lo, first_hi, last_lo, last_hi;
-    visible_keys(q0, seq_q, seq_k, key_len, win_left, win_right, &first_lo, &first_hi);
-    visible_keys(min(q0 + BLOCK, seq_q) - 1, seq_q, seq_k, key_len, win_left, win_right, &last_lo, &last_hi);
+    /* The key tiles the block visits (block_key_range) and the keys this row sees, [lo, hi). */
+    const uint key_len = batch_key_len(key_lens, b, seq_k);
+    long lo, hi;
+    uint key_begin, key_end;
+    block_key_range(q0, BLOCK, seq_q, seq_k, key_len, win_left, win_right, BLOCK, &key_begin, &key_end);
     visible_keys(min(qi, seq_q - 1), seq_q, seq_k, key_len, win_left, win_right, &lo, &hi);
-    const uint key_begin = first_lo <= 0 ? 0u : (uint)first_lo / BLOCK * BLOCK;
-    const uint key_end = last_hi <= (long)key_begin ? key_begin : (uint)last_hi;
 #if ALIBI
     const float slope = alibi[h];
 #else

@@ -47,11 +47,7 @@ naive_scores(__global const bits_t *q, __global const bits_t *k, __global out_t 
     }
     const uint i = i0 + ty, j = j0 + tx;
     if (i < seq_q && j < seq_k) {
-#if KEYLEN
-        const uint key_len = (uint)clamp(key_lens[b], 0, (int)seq_k);
-#else
-        const uint key_len = seq_k;
-#endif
+        const uint key_len = batch_key_len(key_lens, b, seq_k);
         long lo, hi;
         visible_keys(i, seq_q, seq_k, key_len, win_left, win_right, &lo, &hi);
         float x = -INFINITY;

@@ -134,23 +134,6 @@ static clflash_status build_variant(clflash_context *c, const clflash_problem *p
     return st;
 }
 
-static void fill_plan(const clflash_problem *p, uint64_t budget, uint32_t block, uint32_t lanes,
-                      cl_ulong local_bytes, clflash_plan *plan)
-{
-    plan->block = block;
-    plan->tile_bytes = clflash_backward_tile_bytes(block, p->head_dim, p->elem_size);
-    plan->local_mem_budget = budget;
-    plan->kernel_local_bytes = local_bytes;
-    plan->score_matrix_bytes = clflash_score_matrix_bytes(p->seq_q, p->seq_k, p->elem_size);
-    plan->tiles_q = ((uint64_t)p->seq_q + block - 1) / block;
-    plan->tiles_k = ((uint64_t)p->seq_k + block - 1) / block;
-    plan->kv_passes = plan->tiles_q;
-    plan->kernel = variant_name;
-    plan->threads_per_row = lanes;
-    plan->work_group_size = block * lanes;
-    plan->block_q = block;
-}
-
 static clflash_status plan_portable(clflash_context *c, const clflash_problem *p, uint32_t below_block,
                                     clflash_backward_kernels *out)
 {
@@ -211,7 +194,8 @@ static clflash_status plan_portable(clflash_context *c, const clflash_problem *p
             if (local_bytes <= budget && (size_t)block * lanes <= max_wg) {
                 *out = k;
                 out->rowdot_wg = rowdot_wg;
-                fill_plan(p, budget, block, lanes, local_bytes, &out->plan);
+                clflash_fill_plan(&out->plan, p, clflash_backward_tile_bytes, budget, block, block, local_bytes,
+                                  variant_name, lanes, block * lanes);
                 out->key_groups = out->plan.tiles_k;
                 out->query_groups = out->plan.tiles_q;
                 out->feature_args = 1;

@@ -130,6 +130,15 @@ typedef struct {
     clflash_strides bias_strides; /* elements; broadcast dimensions have stride 0 */
 } clflash_problem;
 
+/* A tile rule: clflash_tile_bytes (forward) or clflash_backward_tile_bytes. */
+typedef uint64_t (*clflash_tile_rule)(uint64_t block, uint64_t head_dim, uint64_t bytes_per_elem);
+/* Fills every field of *plan for a kernel built with tile B = block and block_q query rows per
+ * work-group: tile_bytes by `rule`, tiles per axis by B, kv_passes = ceil(seq_q / block_q), the
+ * score matrix in O's storage type, and the kernel's own facts as given. */
+CLFLASH_INTERNAL void clflash_fill_plan(clflash_plan *plan, const clflash_problem *p, clflash_tile_rule rule,
+                                        uint64_t budget, uint32_t block, uint32_t block_q, cl_ulong local_bytes,
+                                        const char *kernel, uint32_t threads_per_row, uint32_t work_group_size);
+
 /* Checks every field of d and resolves defaults (heads_kv, scale, strides). */
 CLFLASH_INTERNAL clflash_status clflash_resolve_desc(const clflash_attention_desc *d, clflash_problem *p);
 

@@ -104,25 +104,13 @@ clflash_status clflash_plan_nv_mma_backward(clflash_context *c, const clflash_pr
         if (st != CLFLASH_SUCCESS)
             return st;
         if (local_bytes <= budget && 32u * warps <= max_wg) {
-            clflash_plan *plan = &out->plan;
-            const uint64_t kv_rows = p->seq_k, q_rows = p->seq_q;
             clReleaseKernel(out->grads);
             out->grads = kernel;
-            memset(plan, 0, sizeof *plan);
-            plan->block = block;
-            plan->tile_bytes = clflash_backward_tile_bytes(block, p->head_dim, p->elem_size);
-            plan->local_mem_budget = budget;
-            plan->kernel_local_bytes = local_bytes;
-            plan->score_matrix_bytes = clflash_score_matrix_bytes(p->seq_q, p->seq_k, p->elem_size);
-            plan->tiles_q = (q_rows + block - 1) / block;
-            plan->tiles_k = (kv_rows + block - 1) / block;
-            plan->kv_passes = (q_rows + rows - 1) / rows;
-            plan->kernel = variant_name;
-            plan->threads_per_row = 2; /* a warp's 32 lanes share its 16 rows */
-            plan->work_group_size = 32u * warps;
-            plan->block_q = rows;
-            out->key_groups = (kv_rows + rows - 1) / rows;
-            out->query_groups = (q_rows + rows - 1) / rows;
+            /* threads_per_row 2: a warp's 32 lanes share its 16 rows */
+            clflash_fill_plan(&out->plan, p, clflash_backward_tile_bytes, budget, block, rows, local_bytes,
+                              variant_name, 2, 32u * warps);
+            out->key_groups = ((uint64_t)p->seq_k + rows - 1) / rows;
+            out->query_groups = ((uint64_t)p->seq_q + rows - 1) / rows;
             out->feature_args = 0;
             return CLFLASH_SUCCESS;
         }

@@ -139,20 +139,9 @@ clflash_status clflash_plan_nv_mma(clflash_context *c, const clflash_problem *p,
         if (st != CLFLASH_SUCCESS)
             return st;
         if (local_bytes <= budget && threads <= max_wg) {
-            clflash_plan *plan = &out->plan;
-            memset(plan, 0, sizeof *plan);
-            plan->block = block;
-            plan->tile_bytes = clflash_tile_bytes(block, p->head_dim, p->elem_size);
-            plan->local_mem_budget = budget;
-            plan->kernel_local_bytes = local_bytes;
-            plan->score_matrix_bytes = clflash_score_matrix_bytes(p->seq_q, p->seq_k, p->out_elem_size);
-            plan->tiles_q = ((uint64_t)p->seq_q + block - 1) / block;
-            plan->tiles_k = ((uint64_t)p->seq_k + block - 1) / block;
-            plan->kv_passes = ((uint64_t)p->seq_q + 16 * warps * m_tiles - 1) / (16 * warps * m_tiles);
-            plan->kernel = variant_name;
-            plan->threads_per_row = 2; /* a warp's 32 lanes share its 16 rows */
-            plan->work_group_size = threads;
-            plan->block_q = 16 * warps * m_tiles;
+            /* threads_per_row 2: a warp's 32 lanes share its 16 rows */
+            clflash_fill_plan(&out->plan, p, clflash_tile_bytes, budget, block, 16 * warps * m_tiles, local_bytes,
+                              variant_name, 2, threads);
             out->kernel = kernel;
             out->feature_args = 0;
             return CLFLASH_SUCCESS;

@@ -1,14 +1,16 @@
 /*
  * plan_common.c - what the planners (planner.c and nv_mma_plan.c for the forward,
  * backward_planner.c for the backward) share: the valid block sizes, how to step down after a
- * refusal, how many lanes share a row, the bank-friendly row stride of a local tile, and reading
- * what a built kernel really needs.
+ * refusal, how many lanes share a row, the bank-friendly row stride of a local tile, reading
+ * what a built kernel really needs, and filling in the plan they report.
  *
  * Why one file: the forward and backward plans must round, step and pad B the same way, so that a
  * block the seeds' calculator prints is one both passes accept, and must judge a built kernel by
  * the same numbers.
  */
 #include "internal.h"
+
+#include <string.h>
 
 uint32_t clflash_block_step_down(uint32_t b)
 {
@@ -63,4 +65,23 @@ clflash_status clflash_read_kernel_limits(clflash_context *c, cl_kernel kernel, 
     if (*local_bytes < counted)
         *local_bytes = counted;
     return CLFLASH_SUCCESS;
+}
+
+void clflash_fill_plan(clflash_plan *plan, const clflash_problem *p, clflash_tile_rule rule, uint64_t budget,
+                       uint32_t block, uint32_t block_q, cl_ulong local_bytes, const char *kernel,
+                       uint32_t threads_per_row, uint32_t work_group_size)
+{
+    memset(plan, 0, sizeof *plan);
+    plan->block = block;
+    plan->tile_bytes = rule(block, p->head_dim, p->elem_size);
+    plan->local_mem_budget = budget;
+    plan->kernel_local_bytes = local_bytes;
+    plan->score_matrix_bytes = clflash_score_matrix_bytes(p->seq_q, p->seq_k, p->out_elem_size);
+    plan->tiles_q = ((uint64_t)p->seq_q + block - 1) / block;
+    plan->tiles_k = ((uint64_t)p->seq_k + block - 1) / block;
+    plan->kv_passes = ((uint64_t)p->seq_q + block_q - 1) / block_q;
+    plan->kernel = kernel;
+    plan->threads_per_row = threads_per_row;
+    plan->work_group_size = work_group_size;
+    plan->block_q = block_q;
 }

@@ -148,20 +148,8 @@ static clflash_status plan_regtile(clflash_context *c, const clflash_problem *p,
                     if (st != CLFLASH_SUCCESS)
                         return st;
                     if (local_bytes <= budget && wg <= max_wg) {
-                        clflash_plan *plan = &out->plan;
-                        memset(plan, 0, sizeof *plan);
-                        plan->block = block;
-                        plan->tile_bytes = clflash_tile_bytes(block, p->head_dim, p->elem_size);
-                        plan->local_mem_budget = budget;
-                        plan->kernel_local_bytes = local_bytes;
-                        plan->score_matrix_bytes = clflash_score_matrix_bytes(p->seq_q, p->seq_k, p->out_elem_size);
-                        plan->tiles_q = ((uint64_t)p->seq_q + block - 1) / block;
-                        plan->tiles_k = ((uint64_t)p->seq_k + block - 1) / block;
-                        plan->kv_passes = ((uint64_t)p->seq_q + bq - 1) / bq;
-                        plan->kernel = regtile_name;
-                        plan->threads_per_row = cfg.tc;
-                        plan->work_group_size = wg;
-                        plan->block_q = bq;
+                        clflash_fill_plan(&out->plan, p, clflash_tile_bytes, budget, block, bq, local_bytes,
+                                          regtile_name, cfg.tc, wg);
                         out->kernel = kernel;
                         out->feature_args = 1;
                         return CLFLASH_SUCCESS;
@@ -219,23 +207,6 @@ static clflash_status build_variant(clflash_context *c, const clflash_problem *p
         *kernel = NULL;
     }
     return st;
-}
-
-static void fill_plan(const clflash_problem *p, uint64_t budget, uint32_t block, uint32_t lanes,
-                      cl_ulong local_bytes, clflash_plan *plan)
-{
-    plan->block = block;
-    plan->tile_bytes = clflash_tile_bytes(block, p->head_dim, p->elem_size);
-    plan->local_mem_budget = budget;
-    plan->kernel_local_bytes = local_bytes;
-    plan->score_matrix_bytes = clflash_score_matrix_bytes(p->seq_q, p->seq_k, p->out_elem_size);
-    plan->tiles_q = ((uint64_t)p->seq_q + block - 1) / block;
-    plan->tiles_k = ((uint64_t)p->seq_k + block - 1) / block;
-    plan->kv_passes = plan->tiles_q;
-    plan->kernel = variant_name;
-    plan->threads_per_row = lanes;
-    plan->work_group_size = block * lanes;
-    plan->block_q = block;
 }
 
 clflash_status clflash_plan_flash(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t below_block,
@@ -296,7 +267,8 @@ clflash_status clflash_plan_flash(clflash_context *c, const clflash_problem *p, 
             if (st != CLFLASH_SUCCESS)
                 return st;
             if (local_bytes <= budget && (size_t)block * lanes <= max_wg) {
-                fill_plan(p, budget, block, lanes, local_bytes, &out->plan);
+                clflash_fill_plan(&out->plan, p, clflash_tile_bytes, budget, block, block, local_bytes, variant_name,
+                                  lanes, block * lanes);
                 out->kernel = kernel;
                 out->feature_args = 1;
                 return CLFLASH_SUCCESS;
