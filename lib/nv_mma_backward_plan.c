@@ -47,14 +47,6 @@ static cl_ulong counted_local_bytes(const clflash_problem *p, uint32_t block, ui
     return rows * (p->head_dim + 8) * p->elem_size + 4ull * block * sizeof(float);
 }
 
-/* The register cap passed to NVIDIA's compiler (0: none). CLFLASH_NV_BWD_REGS overrides it. */
-static uint32_t max_registers(const clflash_problem *p, uint32_t warps)
-{
-    (void)p;
-    (void)warps;
-    return env_u32("CLFLASH_NV_BWD_REGS", 32, 255, 0);
-}
-
 static clflash_status build(clflash_context *c, const clflash_problem *p, uint32_t block, uint32_t warps,
                             cl_kernel *kernel, cl_ulong *local_bytes, size_t *max_wg)
 {
@@ -63,7 +55,7 @@ static clflash_status build(clflash_context *c, const clflash_problem *p, uint32
     cl_int err;
     clflash_status st;
     clflash_feature_defines(p, 0, features, sizeof features);
-    const uint32_t regs = max_registers(p, warps);
+    const uint32_t regs = env_u32("CLFLASH_NV_BWD_REGS", 32, 255, 0); /* a cap for NVIDIA's compiler; 0: none */
     char reg_option[48] = "";
     if (regs)
         snprintf(reg_option, sizeof reg_option, " -cl-nv-maxrregcount=%u", regs);
