@@ -12,8 +12,9 @@
  *                         both ways, causal in all three alignments (rows that see no key), GQA
  *                         and MQA, forced blocks of 16 and 32 (many tiles and partial tiles), an
  *                         interleaved strided layout with an offset, against the fp64 reference,
- *                         with O's gaps checked untouched. Its second case, backward_numerics,
- *                         does the same for the tensor-core backward (cl/nv_mma_backward.cl,
+ *                         with O's gaps checked untouched.
+ *   test_nv_mma backward_numerics  likewise on a tensor-core device only: the same for the
+ *                         tensor-core backward (cl/nv_mma_backward.cl,
  *                         head_dim up to 128, forced B up to 48) against the fp64 reference
  *                         gradients, and checks that two runs give the same bits.
  *
@@ -470,8 +471,16 @@ END_TEST
 
 int main(int argc, char **argv)
 {
-    const int numerics = argc > 1 && strcmp(argv[1], "numerics") == 0;
-    if (numerics) {
+    /* Parts, one CTest test each so that they run side by side: "select" (any device),
+     * "numerics" (the forward against the reference) and "backward_numerics" (the backward). */
+    const char *part = argc > 1 ? argv[1] : "select";
+    const int forward = strcmp(part, "numerics") == 0;
+    const int backward = strcmp(part, "backward_numerics") == 0;
+    if (!forward && !backward && strcmp(part, "select") != 0) {
+        fprintf(stderr, "usage: %s [select|numerics|backward_numerics]\n", argv[0]);
+        return EXIT_FAILURE;
+    }
+    if (forward || backward) {
         /* Probe in a child: OpenCL state must not exist in the process Check forks from. */
         const pid_t pid = fork();
         if (pid == 0) {
@@ -493,19 +502,15 @@ int main(int argc, char **argv)
         }
     }
     Suite *s = suite_create("nv_mma");
-    TCase *tc = tcase_create(numerics ? "numerics" : "select");
+    TCase *tc = tcase_create(part);
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, TEST_TIMEOUT_S);
-    if (numerics) {
+    if (forward) {
         tcase_add_loop_test(tc, against_reference, 0, 2 * (int)N_SHAPES);
         tcase_add_test(tc, repeatable);
-        /* its own case, so that CK_RUN_CASE=backward_numerics runs the backward alone */
-        TCase *bwd = tcase_create("backward_numerics");
-        tcase_add_checked_fixture(bwd, setup, teardown);
-        tcase_set_timeout(bwd, TEST_TIMEOUT_S);
-        tcase_add_loop_test(bwd, backward_against_reference, 0, 2 * (int)N_BWD_SHAPES);
-        tcase_add_test(bwd, backward_repeatable);
-        suite_add_tcase(s, bwd);
+    } else if (backward) {
+        tcase_add_loop_test(tc, backward_against_reference, 0, 2 * (int)N_BWD_SHAPES);
+        tcase_add_test(tc, backward_repeatable);
     } else {
         tcase_add_test(tc, selection);
         tcase_add_test(tc, plan_fields);
