@@ -121,16 +121,21 @@ clflash_status clflash_forward_naive(clflash_context *c, const clflash_attention
         return clflash_fail(err, "allocating the naive path's abort flag failed");
     }
     /* The kernels wait on the gate, completed below once every enqueue has been tried (see the top
-     * of the file for what happens when one fails). */
-    gate = clCreateUserEvent(c->ctx, &err);
-    if (err == CL_SUCCESS && (first_wait = malloc(sizeof(cl_event) * (num_wait + 1))) == NULL)
+     * of the file for what happens when one fails). The gate is created after the wait list, so
+     * that no early return releases a user event that was never completed. That used to happen
+     * when the wait list's allocation failed, and on the H200 alloc_faults hung right after the
+     * naive path's heap walk, whose only such failure that was; nothing waited on the event, but
+     * NVIDIA's driver may still wait for it when the context is finished or released. */
+    if ((first_wait = malloc(sizeof(cl_event) * (num_wait + 1))) == NULL)
         err = CLFLASH_ERROR_OUT_OF_HOST_MEMORY;
+    else
+        gate = clCreateUserEvent(c->ctx, &err);
     if (err != CL_SUCCESS) {
-        if (gate) clReleaseEvent(gate);
+        free(first_wait);
         clReleaseMemObject(abort_flag);
         clReleaseMemObject(s);
         release_kernels(&nk);
-        return clflash_fail(err, "creating the naive path's start event failed");
+        return clflash_fail(err, "creating the naive path's start event or its wait list failed");
     }
     for (cl_uint i = 0; i < num_wait; i++)
         first_wait[i] = wait[i];
