@@ -13,13 +13,15 @@
 # Options for the nested trees: CLFLASH_SANITIZER_TREE (set by run_sanitized.cmake) and
 # CLFLASH_FUZZ_TREE (set by run_fuzz.cmake; only the fuzzer target is built there);
 # CLFLASH_NESTED_JOBS (their build jobs, 2) and CLFLASH_NESTED_TEST_JOBS (how many suites the
-# sanitizer tree runs at once, 1), for machines with more cores than CI's.
+# sanitizer tree runs at once, 1), for machines with more cores than CI's; CLFLASH_SANITIZER_EXCLUDE
+# (a CTest -E regex of suites the sanitizer tree does not run, empty: all run).
 
 option(CLFLASH_SANITIZER_TREE "This tree is the sanitizer build (do not nest another)" OFF)
 option(CLFLASH_FUZZ_TREE "This tree builds the libFuzzer target" OFF)
 set(CLFLASH_FUZZ_SECONDS 60 CACHE STRING "How long CTest runs the fuzzer")
 set(CLFLASH_NESTED_JOBS 2 CACHE STRING "Build jobs of the sanitizer and fuzz trees")
 set(CLFLASH_NESTED_TEST_JOBS 1 CACHE STRING "Suites the sanitizer tree runs at once (ctest -j)")
+set(CLFLASH_SANITIZER_EXCLUDE "" CACHE STRING "CTest -E regex of suites the sanitizer tree skips (none by default)")
 
 # ---- fault injection and leak counting through --wrap -------------------------------------------
 # Must list exactly the functions tests/fault_inject.c defines __wrap_ versions of.
@@ -87,6 +89,7 @@ if(NOT CLFLASH_SANITIZER_TREE AND NOT CLFLASH_FUZZ_TREE)
             "-DGENERATOR=${CMAKE_GENERATOR}"
             "-DJOBS=${CLFLASH_NESTED_JOBS}"
             "-DTEST_JOBS=${CLFLASH_NESTED_TEST_JOBS}"
+            "-DEXCLUDE=${CLFLASH_SANITIZER_EXCLUDE}"
             "-DSUPPORTED=${_supported}"
             -P ${CMAKE_CURRENT_SOURCE_DIR}/sanitizers/run_sanitized.cmake)
   set_tests_properties(sanitizers PROPERTIES

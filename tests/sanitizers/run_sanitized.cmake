@@ -3,9 +3,13 @@
 # "sanitizers" by tests/reliability.cmake, so the README's single test command runs it.
 #
 #   cmake -DSOURCE_DIR=<clflash source> -DWORK_DIR=<tree> -DC_COMPILER=<cc> -DJOBS=<n>
-#         [-DTEST_JOBS=<n>] [-DGENERATOR=<generator>] [-DSUPPORTED=0|1] -P run_sanitized.cmake
+#         [-DTEST_JOBS=<n>] [-DEXCLUDE=<regex>] [-DGENERATOR=<generator>] [-DSUPPORTED=0|1]
+#         -P run_sanitized.cmake
 #
-# JOBS: build jobs; TEST_JOBS: how many suites CTest runs at once in the tree (default 1).
+# JOBS: build jobs; TEST_JOBS: how many suites CTest runs at once in the tree (default 1);
+# EXCLUDE: a CTest -E regex of suites not to run there (default none; CI excludes nothing). For a
+# device where one suite is too slow under ASan for the time at hand, e.g. leak_cycles on NVIDIA,
+# whose 1000 context creations take 8 minutes there even without ASan.
 #
 # The configuration, and why:
 #  - AddressSanitizer and UndefinedBehaviorSanitizer on everything clflash compiles: the library
@@ -98,8 +102,13 @@ set(ENV{UBSAN_OPTIONS} "halt_on_error=1:print_stacktrace=1")
 if(NOT DEFINED TEST_JOBS OR "${TEST_JOBS}" STREQUAL "")
   set(TEST_JOBS 1)
 endif()
+set(_exclude "")
+if(DEFINED EXCLUDE AND NOT "${EXCLUDE}" STREQUAL "")
+  set(_exclude -E "${EXCLUDE}")
+  message(STATUS "not run under the sanitizers (EXCLUDE): ${EXCLUDE}")
+endif()
 execute_process(
-  COMMAND "${CMAKE_CTEST_COMMAND}" --test-dir "${WORK_DIR}" -L "^check$" --output-on-failure -j "${TEST_JOBS}"
+  COMMAND "${CMAKE_CTEST_COMMAND}" --test-dir "${WORK_DIR}" -L "^check$" ${_exclude} --output-on-failure -j "${TEST_JOBS}"
   RESULT_VARIABLE _rc)
 if(NOT _rc EQUAL 0)
   message(FATAL_ERROR "tests failed under -fsanitize=address,undefined (see above); reproduce with\n"
