@@ -179,6 +179,10 @@ CLFLASH_INTERNAL clflash_tuning clflash_tuning_for_context(const clflash_context
  * the longer sequence rounded up to 16 (a larger block computes only padding) and, after a refused
  * launch, below below_block (0 = no such limit). */
 CLFLASH_INTERNAL uint64_t clflash_block_cap(uint64_t b, uint64_t cap, const clflash_problem *p, uint32_t below_block);
+/* plan_common.c: a developer tuning knob from the environment: the variable's value if it is a
+ * decimal integer in [lo, hi] and nothing else, otherwise (unset, empty, malformed, out of range)
+ * `fallback`. */
+CLFLASH_INTERNAL uint32_t clflash_env_u32(const char *name, uint32_t lo, uint32_t hi, uint32_t fallback);
 
 /* ---- planner.c ------------------------------------------------------------------------------ */
 typedef struct {

@@ -32,14 +32,6 @@ const char *clflash_nv_mma_backward_refusal(const clflash_context *c, const clfl
     return NULL;
 }
 
-/* Developer tuning knobs (see clflash.h): a positive integer from the environment, or `fallback`. */
-static uint32_t env_u32(const char *name, uint32_t lo, uint32_t hi, uint32_t fallback)
-{
-    const char *e = getenv(name);
-    const int v = e ? atoi(e) : 0;
-    return v >= (int)lo && v <= (int)hi ? (uint32_t)v : fallback;
-}
-
 /* Bytes of the kernel's local array: max(4B, 2 * block_q) rows of d + 8 halves and 4B floats. */
 static cl_ulong counted_local_bytes(const clflash_problem *p, uint32_t block, uint32_t block_q)
 {
@@ -55,7 +47,7 @@ static clflash_status build(clflash_context *c, const clflash_problem *p, uint32
     cl_int err;
     clflash_status st;
     clflash_feature_defines(p, 0, features, sizeof features);
-    const uint32_t regs = env_u32("CLFLASH_NV_BWD_REGS", 32, 255, 0); /* a cap for NVIDIA's compiler; 0: none */
+    const uint32_t regs = clflash_env_u32("CLFLASH_NV_BWD_REGS", 32, 255, 0); /* a cap for NVIDIA's compiler; 0: none */
     char reg_option[48] = "";
     if (regs)
         snprintf(reg_option, sizeof reg_option, " -cl-nv-maxrregcount=%u", regs);
@@ -78,14 +70,14 @@ clflash_status clflash_plan_nv_mma_backward(clflash_context *c, const clflash_pr
                                             clflash_backward_kernels *out)
 {
     const uint64_t budget = c->local_mem_budget;
-    const uint32_t warps = env_u32("CLFLASH_NV_BWD_WARPS", 1, 16, NV_BWD_WARPS);
+    const uint32_t warps = clflash_env_u32("CLFLASH_NV_BWD_WARPS", 1, 16, NV_BWD_WARPS);
     const uint32_t rows = 16 * warps; /* keys of a key group, queries of a query group */
     uint64_t b;
     if (p->block != 0) {
         b = p->block; /* the portable planner has checked it against the rule and below_block */
     } else {
         b = clflash_block_cap(clflash_backward_max_block(budget, p->head_dim, p->elem_size),
-                              env_u32("CLFLASH_NV_BWD_BLOCK", 16, NV_BWD_MAX_BLOCK, NV_BWD_MAX_BLOCK), p, below_block);
+                              clflash_env_u32("CLFLASH_NV_BWD_BLOCK", 16, NV_BWD_MAX_BLOCK, NV_BWD_MAX_BLOCK), p, below_block);
         b = b / 16 * 16;
     }
     for (uint32_t block = (uint32_t)b; block >= 16; block -= 16) {

@@ -68,7 +68,6 @@ const char *clflash_nv_mma_refusal(const clflash_context *c, const clflash_probl
  * (developer tuning; see clflash.h). */
 static void rows_for(const clflash_problem *p, uint32_t *warps, uint32_t *m_tiles)
 {
-    const char *ew = getenv("CLFLASH_NV_WARPS"), *em = getenv("CLFLASH_NV_MTILES");
     if (p->seq_q <= 16) {
         *warps = 1;
         *m_tiles = 1;
@@ -76,10 +75,8 @@ static void rows_for(const clflash_problem *p, uint32_t *warps, uint32_t *m_tile
         *m_tiles = p->head_dim > 128 ? 1 : 2; /* at d = 256 one slice already holds 200 registers */
         *warps = p->seq_q >= 128 ? 4 : (p->seq_q + 31) / 32;
     }
-    if (ew && atoi(ew) >= 1 && atoi(ew) <= 16)
-        *warps = (uint32_t)atoi(ew);
-    if (em && atoi(em) >= 1 && atoi(em) <= 4)
-        *m_tiles = (uint32_t)atoi(em);
+    *warps = clflash_env_u32("CLFLASH_NV_WARPS", 1, 16, *warps);
+    *m_tiles = clflash_env_u32("CLFLASH_NV_MTILES", 1, 4, *m_tiles);
 }
 
 /* Bytes of the kernel's local array: a K and a V tile of B rows, each row padded by 16 bytes; Q
@@ -123,9 +120,9 @@ clflash_status clflash_plan_nv_mma(clflash_context *c, const clflash_problem *p,
             return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE, "the forced block %u does not fit", p->block);
         b = p->block;
     } else {
-        const char *cap = getenv("CLFLASH_NV_BLOCK"); /* developer tuning knob */
+        /* CLFLASH_NV_BLOCK: a developer tuning cap, 16..64 (anything else is ignored) */
         b = clflash_block_cap(clflash_max_block(budget, p->head_dim, p->elem_size),
-                              cap ? (uint64_t)atoi(cap) : NV_MAX_BLOCK, p, below_block);
+                              clflash_env_u32("CLFLASH_NV_BLOCK", 16, NV_MAX_BLOCK, NV_MAX_BLOCK), p, below_block);
         b = b / 16 * 16;
     }
     for (uint32_t block = (uint32_t)b; block >= 16; block -= 16) {

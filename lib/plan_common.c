@@ -2,7 +2,8 @@
  * plan_common.c - what the planners (planner.c and nv_mma_plan.c for the forward,
  * backward_planner.c for the backward) share: the valid block sizes, how to step down after a
  * refusal, how many lanes share a row, the bank-friendly row stride of a local tile, reading
- * what a built kernel really needs, and filling in the plan they report.
+ * what a built kernel really needs, filling in the plan they report, and reading the tuning
+ * knobs from the environment.
  *
  * Why one file: the forward and backward plans must round, step and pad B the same way, so that a
  * block the seeds' calculator prints is one both passes accept, and must judge a built kernel by
@@ -10,7 +11,18 @@
  */
 #include "internal.h"
 
+#include <stdlib.h>
 #include <string.h>
+
+uint32_t clflash_env_u32(const char *name, uint32_t lo, uint32_t hi, uint32_t fallback)
+{
+    const char *e = getenv(name);
+    char *end = NULL;
+    if (e == NULL || e[0] < '0' || e[0] > '9')
+        return fallback;
+    const unsigned long v = strtoul(e, &end, 10);
+    return *end == '\0' && v >= lo && v <= hi ? (uint32_t)v : fallback;
+}
 
 uint32_t clflash_block_step_down(uint32_t b)
 {

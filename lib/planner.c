@@ -67,13 +67,15 @@ static int regtile_choice(const clflash_context *c, const clflash_problem *p, re
         long v[4] = {0, 0, 0, 0};
         int n = 0;
         const char *s = e;
-        while (n < 4) {
+        for (;;) { /* up to four decimal fields joined by 'x', and nothing else */
             char *end;
-            v[n++] = strtol(s, &end, 10);
-            if (end == s)
+            if (*s < '0' || *s > '9')
                 return 1;
-            if (*end != 'x')
+            v[n++] = strtol(s, &end, 10);
+            if (*end == '\0')
                 break;
+            if (*end != 'x' || n == 4)
+                return 1;
             s = end + 1;
         }
         if (n >= 3 && pow2_upto(v[0], 8) && pow2_upto(v[1], 32) && v[2] >= v[0] && v[2] <= 256 &&

@@ -231,6 +231,38 @@ START_TEST(flash_gpu_strided)
 }
 END_TEST
 
+/* CLFLASH_REGTILE is read strictly: up to four decimal fields joined by 'x' and nothing else; any
+ * other value is ignored (the planner's tiles), while a well-formed one is obeyed. Plans only. */
+START_TEST(flash_regtile_knob_parsing)
+{
+    static const char *const malformed[] = {"4x8x64junk", "4x8x64x16x2", "x4x8x64", "4x8", "-4x8x64",
+                                            "4x8x64x", " 4x8x64", "4 x8x64", "abc", "4x8x64x0"};
+    clflash_context_options opt = {0};
+    opt.build_options = "-D CLFLASH_CPU_PATH=0";
+    opt.portable_only = 1;
+    clflash_context *c = test_context(&opt);
+    const clflash_attention_desc d = th_desc(1, 2, 0, 131, 97, 64, CLFLASH_F32, 0);
+    clflash_plan def, p;
+    setenv("CLFLASH_REGTILE", "", 1);
+    ck_assert_int_eq(clflash_plan_attention(c, &d, &def), CLFLASH_SUCCESS);
+    ck_assert_str_eq(def.kernel, "flash_forward_regtile");
+    setenv("CLFLASH_REGTILE", "2x4x8x8", 1);
+    ck_assert_int_eq(clflash_plan_attention(c, &d, &p), CLFLASH_SUCCESS);
+    ck_assert_msg(p.block_q == 8 && p.block == 8 && p.threads_per_row == 4,
+                  "2x4x8x8 planned block_q %u, B %u, %u work-items per row", p.block_q, p.block, p.threads_per_row);
+    for (size_t i = 0; i < N_OF(malformed); i++) {
+        setenv("CLFLASH_REGTILE", malformed[i], 1);
+        ck_assert_int_eq(clflash_plan_attention(c, &d, &p), CLFLASH_SUCCESS);
+        ck_assert_msg(strcmp(p.kernel, def.kernel) == 0 && p.block_q == def.block_q && p.block == def.block &&
+                          p.threads_per_row == def.threads_per_row,
+                      "CLFLASH_REGTILE=\"%s\" changed the plan (%s, block_q %u, B %u) from the default "
+                      "(%s, block_q %u, B %u)", malformed[i], p.kernel, p.block_q, p.block, def.kernel,
+                      def.block_q, def.block);
+    }
+    clflash_context_free(c);
+}
+END_TEST
+
 /* ---- device buffers, queues and events ---------------------------------------------------------- */
 
 /* A caller's own queue; the call waits for a user event it cannot see complete, returns without
@@ -350,6 +382,7 @@ static Suite *forward_suite(void)
     tcase_set_timeout(tg, TEST_TIMEOUT_S);
     tcase_add_loop_test(tg, flash_gpu_paths, 0, 3 * N_OF(gpu_shapes));
     tcase_add_loop_test(tg, flash_gpu_strided, 0, 2 * N_LAYOUT_KINDS);
+    tcase_add_test(tg, flash_regtile_knob_parsing);
     suite_add_tcase(s, tg);
 
     TCase *te = tcase_create("device_buffers");
