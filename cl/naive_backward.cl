@@ -1,7 +1,8 @@
 /*
  * naive_backward.cl - the textbook attention backward on the materialized path, the baseline the
  * flash backward is measured against. The host prepends common.cl and, per chunk of query heads
- * (as many as one allocation of each matrix allows), enqueues:
+ * (as many as one allocation of each matrix allows, and at most half the device's global memory
+ * for all of them), enqueues:
  *   naive_bwd_products  P = exp(f(scale * Q K^T) - lse) (0 where masked or lse = -inf), with f the
  *                       forward's score transform (softcap, bias, ALiBi: common.cl), and
  *                       dP = dO V^T, both fp32, into two [heads][seq_q][seq_k] buffers; with

@@ -9,8 +9,11 @@
  * Conventions used throughout:
  *  - Every function that can fail returns a clflash_status. 0 is success, negative OpenCL error
  *    codes pass through unchanged, and clflash's own codes start at -2000 and go down.
- *  - On any error nothing is enqueued and no caller buffer is touched. clflash_last_error_detail()
- *    then says, in one sentence, what was wrong (for example "seq_q is 0").
+ *  - On any error found before enqueueing (every invalid argument, descriptor, layout or buffer,
+ *    a tile that does not fit, a failed build) nothing is enqueued and no caller buffer is touched.
+ *    If OpenCL refuses an enqueue part-way, kernels already enqueued may still run, but none of
+ *    them writes a caller buffer (each function says how). clflash_last_error_detail() then says,
+ *    in one sentence, what was wrong (for example "seq_q is 0").
  *  - Handles come in create/free pairs; every free function accepts NULL as a no-op.
  *  - Shapes and strides count elements, never bytes, unless a name ends in _bytes.
  *
@@ -70,7 +73,9 @@ CLFLASH_API const char *clflash_version_string(void);
  * ------------------------------------------------------------------------------------------- */
 #define CLFLASH_STATUS_LIST(X)                                                                     \
     X(CLFLASH_SUCCESS, 0, "success")                                                               \
-    X(CLFLASH_ERROR_INVALID_ARGUMENT, -2000, "invalid argument (a NULL handle, pointer or buffer)") \
+    X(CLFLASH_ERROR_INVALID_ARGUMENT, -2000,                                                       \
+      "invalid argument (a NULL or foreign handle, pointer, queue, event list or buffer, "         \
+      "or two arguments that must differ are the same buffer)")                                    \
     X(CLFLASH_ERROR_UNSUPPORTED, -2001, "not supported by this version of clflash or this device") \
     X(CLFLASH_ERROR_TILE_TOO_LARGE, -2002,                                                         \
       "the requested tile does not fit the device's local memory or work-group limits")           \
@@ -78,11 +83,14 @@ CLFLASH_API const char *clflash_version_string(void);
       "an OpenCL program failed to build; see clflash_context_build_log()")                        \
     X(CLFLASH_ERROR_NO_DEVICE, -2004, "no OpenCL device found (or none matches CLFLASH_DEVICE)")   \
     X(CLFLASH_ERROR_OUT_OF_HOST_MEMORY, -2005, "a host memory allocation failed")                  \
-    X(CLFLASH_ERROR_INVALID_DTYPE, -2006, "the dtype is unset or unknown")                         \
+    X(CLFLASH_ERROR_INVALID_DTYPE, -2006,                                                          \
+      "the dtype or out_dtype is unset, unknown, or a combination clflash does not take")          \
     X(CLFLASH_ERROR_INVALID_SHAPE, -2007,                                                          \
       "a dimension is zero, too large, or heads_kv does not divide heads_q")                       \
-    X(CLFLASH_ERROR_INVALID_FLAGS, -2008, "unknown bits are set in flags")                         \
-    X(CLFLASH_ERROR_INVALID_SCALE, -2009, "the scale is NaN or infinite")                          \
+    X(CLFLASH_ERROR_INVALID_FLAGS, -2008,                                                          \
+      "unknown bits are set in flags or bias_broadcast, or a window is given without its flag")    \
+    X(CLFLASH_ERROR_INVALID_SCALE, -2009,                                                          \
+      "a scale is NaN or infinite, the softcap is negative, or i8 scales are set for another dtype") \
     X(CLFLASH_ERROR_INVALID_LAYOUT, -2010,                                                         \
       "a layout is invalid: output rows or heads overlap, or an index overflows")                  \
     X(CLFLASH_ERROR_BUFFER_TOO_SMALL, -2011,                                                       \
@@ -91,7 +99,8 @@ CLFLASH_API const char *clflash_version_string(void);
       "the naive path's score matrix exceeds the device's maximum allocation")                     \
     X(CLFLASH_ERROR_HEAD_DIM_UNSUPPORTED, -2013,                                                   \
       "head_dim is larger than clflash supports (CLFLASH_MAX_HEAD_DIM)")                            \
-    X(CLFLASH_ERROR_INVALID_OPTIONS, -2014, "a context option is invalid")
+    X(CLFLASH_ERROR_INVALID_OPTIONS, -2014,                                                        \
+      "a context option is invalid (threads_per_row above 64, build_options too long)")
 
 typedef int clflash_status;
 
@@ -107,8 +116,10 @@ enum {
 CLFLASH_API const char *clflash_status_string(clflash_status s);
 
 /* One sentence about the last failure of a clflash call made by the calling thread, naming the
- * argument or value at fault; "" if the thread's last call succeeded or none was made. The pointer
- * stays valid until the thread's next clflash call. Thread-safe (the text is per thread). */
+ * argument or value at fault; "" if none failed yet. Every function that returns a
+ * clflash_status clears it on entry, so after one that succeeds it is ""; the pure functions,
+ * accessors and clflash_status_string leave it as it was. The pointer stays valid until the
+ * thread's next clflash call. Thread-safe (the text is per thread). */
 CLFLASH_API const char *clflash_last_error_detail(void);
 
 /* ---------------------------------------------------------------------------------------------
@@ -122,6 +133,10 @@ typedef enum { CLFLASH_F32 = 1, CLFLASH_F16 = 2, CLFLASH_BF16 = 3, CLFLASH_I8 = 
  * rows, a grid limit of CUDA-class devices). Larger values are CLFLASH_ERROR_INVALID_SHAPE. */
 #define CLFLASH_MAX_SEQ_K (1u << 30)
 #define CLFLASH_MAX_SEQ_Q (65535u * 16u)
+/* The largest batch and heads_q (each is one grid dimension, 65535 on CUDA-class devices). Larger
+ * values are CLFLASH_ERROR_INVALID_SHAPE. Added in 0.4; the limit itself is older. */
+#define CLFLASH_MAX_BATCH 65535u
+#define CLFLASH_MAX_HEADS 65535u
 
 /* Bytes per element: 4, 2, 2, 1 for F32, F16, BF16, I8; 0 for an unknown value. */
 CLFLASH_API size_t clflash_dtype_size(clflash_dtype t);
@@ -155,14 +170,16 @@ typedef struct {
      * "" for none. The string is copied. Never pass -cl-finite-math-only: clflash relies on -inf. */
     const char *build_options;
     /* Added after the contract above. 0: the device class's tuned value. Else the number of
-     * work-items that share one query row in the portable kernel (rounded down to a power of two
-     * that divides B, at most 64): lets tests and tuning force what the device would decide. For
+     * work-items that share one query row in the portable kernel, 1 to 64 (a larger value is
+     * CLFLASH_ERROR_INVALID_OPTIONS at create; the planner rounds it down to a power of two that
+     * divides B): lets tests and tuning force what the device would decide. For
      * the forward, nonzero also selects the portable kernel's lane-per-row path over its register
      * tiles (see clflash_plan_attention). */
     uint32_t threads_per_row;
     /* Added in 0.3. 0: vendor kernels are used where they apply (today the NVIDIA tensor-core
-     * forward, see clflash_plan_attention). Nonzero: always the portable kernels. Setting the
-     * environment variable CLFLASH_PORTABLE=1 when the context is created does the same. */
+     * forward and backward, see clflash_plan_attention). Nonzero: always the portable kernels.
+     * Setting the environment variable CLFLASH_PORTABLE=1 (any value but empty or "0") when the context is
+     * created does the same. */
     uint32_t portable_only;
 } clflash_context_options; /* zero-initialised = defaults; fields added later keep that rule */
 
@@ -171,8 +188,9 @@ typedef struct {
  * queue for the library's own small writes (since 0.4: the naive path's abort flag), and copies
  * opt (NULL = defaults). *out is set only on success.
  * Returns: CLFLASH_SUCCESS; CLFLASH_ERROR_INVALID_ARGUMENT (NULL ctx, dev or out);
- * CLFLASH_ERROR_OUT_OF_HOST_MEMORY; or the OpenCL error from querying the device or creating the
- * queue (for example CL_INVALID_CONTEXT, CL_INVALID_DEVICE). */
+ * CLFLASH_ERROR_INVALID_OPTIONS (threads_per_row above 64, or build_options longer than 4096
+ * characters); CLFLASH_ERROR_OUT_OF_HOST_MEMORY; or the OpenCL error from querying the device or
+ * creating the queue (for example CL_INVALID_CONTEXT, CL_INVALID_DEVICE). */
 CLFLASH_API clflash_status clflash_context_create(cl_context ctx, cl_device_id dev,
                                                   const clflash_context_options *opt,
                                                   clflash_context **out);
@@ -231,8 +249,8 @@ typedef struct {
 } clflash_layout;
 
 typedef struct {
-    uint32_t batch;    /* >= 1 */
-    uint32_t heads_q;  /* >= 1 */
+    uint32_t batch;    /* 1 .. CLFLASH_MAX_BATCH */
+    uint32_t heads_q;  /* 1 .. CLFLASH_MAX_HEADS */
     uint32_t heads_kv; /* 0 = heads_q; else must divide heads_q (GQA/MQA): query head h reads K/V
                           head h / (heads_q / heads_kv) */
     uint32_t seq_q;    /* 1 .. CLFLASH_MAX_SEQ_Q */
@@ -272,7 +290,9 @@ typedef struct {
 
 /* What the planner chose for a descriptor on a context's device. */
 typedef struct {
-    uint32_t block;              /* B: query rows per work-group and keys per K/V tile */
+    uint32_t block;              /* B, the tile rule's block: keys per K/V tile (and, on the
+                                    portable kernel's lane and CPU paths, also the query rows per
+                                    work-group; block_q below gives those for every kernel) */
     uint64_t tile_bytes;         /* the users' rule, (3*B*d + B*B) * dtype size */
     uint64_t local_mem_budget;   /* what B was planned against: the device's local memory, or the
                                     context's smaller local_mem_budget */
@@ -283,7 +303,8 @@ typedef struct {
                                     differ from tile_bytes; it never exceeds local_mem_budget */
     uint64_t score_matrix_bytes; /* seq_q * seq_k * s, what naive attention writes per head, with s
                                     the size of O's storage type (the dtype's, except for I8) */
-    uint64_t tiles_q, tiles_k;   /* ceil(seq_q / B), ceil(seq_k / B) */
+    uint64_t tiles_q, tiles_k;   /* ceil(seq_q / B), ceil(seq_k / B): the rule's tile counts
+                                    (work-groups per head are ceil(seq_q / block_q) = kv_passes) */
     uint64_t kv_passes;          /* K and V are streamed once per query block:
                                     ceil(seq_q / block_q), which is tiles_q for the portable
                                     kernel */
@@ -293,14 +314,19 @@ typedef struct {
                                     "nv_mma_forward" */
     /* Added after the contract above (zero-initialised readers may ignore them): */
     uint32_t threads_per_row;    /* work-items that share one query row */
-    uint32_t work_group_size;    /* block * threads_per_row */
+    uint32_t work_group_size;    /* work-items per work-group: block * threads_per_row on the lane
+                                    and CPU paths; (block_q / rows per work-item) *
+                                    threads_per_row on flash_forward_regtile (128 by default);
+                                    32 * warps on the tensor-core kernels */
     /* Added in 0.3: */
     uint32_t block_q;            /* query rows per work-group: B for the portable kernel; for
                                     nv_mma_forward a multiple of 16 that may exceed B (those rows
                                     are held in registers, not in the tile rule's local memory);
-                                    for flash_forward_regtile up to 64 (32 at d > 128), which may
+                                    for flash_forward_regtile 64 (32 at d > 128), which may
                                     exceed B (the Q block is in local memory, counted in
-                                    kernel_local_bytes, not in tile_bytes) */
+                                    kernel_local_bytes, not in tile_bytes). The tuning knobs
+                                    CLFLASH_NV_WARPS/_MTILES and CLFLASH_REGTILE can set more
+                                    (up to 1024 and 256) */
 } clflash_plan;
 
 /* Kernel variants. The portable kernel (cl/flash_forward.cl) runs everywhere and implements every
@@ -316,14 +342,15 @@ typedef struct {
  *    registers, not local memory. Its local memory holds two K and two V tiles (double-buffered,
  *    4*B*(d+8)*s bytes), which is what kernel_local_bytes reports and what must fit the budget;
  *    B steps down by 16 until it does (fp16, d = 128, 48 KiB: the rule allows B = 48, the kernel
- *    runs B = 32). block_q, its query rows per work-group (up to 128), is independent of B.
+ *    runs B = 32). block_q, its query rows per work-group (128, fewer when seq_q is short), is independent of B.
  *  - P is rounded to the storage type (f16 or bf16) before the P V product, as in
  *    FlashAttention-2; row sums, O and lse accumulate in fp32.
  *  - A NaN in V row j reaches every row of the same query block whose key tile holds j, even rows
  *    that do not see key j (their P of 0 still multiplies V on the tensor core). The portable
  *    kernel confines it to the rows that see key j.
- * For tuning, CLFLASH_NV_BLOCK (a cap on B), CLFLASH_NV_WARPS and CLFLASH_NV_MTILES (warps per
- * work-group and 16-row slices per warp) override the planner's choices when set.
+ * For tuning, CLFLASH_NV_BLOCK (a cap on B, 16..64), CLFLASH_NV_WARPS (warps per work-group, 1..16)
+ * and CLFLASH_NV_MTILES (16-row slices per warp, 1..4) override the planner's choices when set to
+ * a decimal integer in range (any other value is ignored); they are read at each plan.
  *
  * The portable kernel has three paths. CPU devices take its CPU path ("flash_forward_portable");
  * every other device takes the register-tiled path "flash_forward_regtile": each work-item
@@ -336,7 +363,8 @@ typedef struct {
  * visible key whose probability underflows to 0 still multiplies its V (an Inf or NaN there then
  * gives NaN, as the exact product would). The lane-per-row path ("flash_forward_portable", one
  * row per 16 work-items) is the earlier GPU path; a context's threads_per_row option selects it,
- * and so does CLFLASH_CPU_PATH=0 with CLFLASH_REGTILE=0. For tuning, CLFLASH_REGTILE (read at each
+ * and so does the build option -D CLFLASH_CPU_PATH=0 with the environment variable
+ * CLFLASH_REGTILE=0. For tuning, CLFLASH_REGTILE (read at each
  * plan) overrides the choice: "0" gives the lane path; "RMxTCxBQ" or "RMxTCxBQxB" give register
  * tiles of RM rows per work-item (1, 2, 4 or 8), TC work-items per row group (a power of two up to
  * 32), BQ query rows per work-group (a multiple of RM up to 256) and optionally a cap on B; a
@@ -348,10 +376,11 @@ typedef struct {
  * the device class, builds the kernel (cached), checks CL_KERNEL_LOCAL_MEM_SIZE and
  * CL_KERNEL_WORK_GROUP_SIZE, and steps B down until the real kernel fits. A forced d->block is used
  * exactly or refused. Buffers are not looked at. Thread-safe.
- * Returns: CLFLASH_SUCCESS; CLFLASH_ERROR_INVALID_ARGUMENT; the descriptor errors
+ * Returns: CLFLASH_SUCCESS; CLFLASH_ERROR_INVALID_ARGUMENT (NULL context, descriptor or out; a
+ * bias_layout or bias_broadcast without a bias); the descriptor errors
  * (CLFLASH_ERROR_INVALID_DTYPE, _INVALID_SHAPE, _INVALID_FLAGS, _INVALID_SCALE, _INVALID_LAYOUT,
- * _HEAD_DIM_UNSUPPORTED, _UNSUPPORTED); CLFLASH_ERROR_TILE_TOO_LARGE; CLFLASH_ERROR_BUILD_FAILED;
- * or an OpenCL error. */
+ * _HEAD_DIM_UNSUPPORTED); CLFLASH_ERROR_TILE_TOO_LARGE; CLFLASH_ERROR_BUILD_FAILED;
+ * CLFLASH_ERROR_OUT_OF_HOST_MEMORY; or an OpenCL error. */
 CLFLASH_API clflash_status clflash_plan_attention(clflash_context *c, const clflash_attention_desc *d,
                                                   clflash_plan *out);
 
@@ -369,8 +398,11 @@ CLFLASH_API clflash_status clflash_plan_attention(clflash_context *c, const clfl
  * lse = -INFINITY, never NaN. O's gaps (elements outside its layout) are never written.
  *
  * Returns: CLFLASH_SUCCESS; CLFLASH_ERROR_INVALID_ARGUMENT (NULL context, descriptor or required
- * buffer); the descriptor errors listed at clflash_plan_attention; CLFLASH_ERROR_BUFFER_TOO_SMALL;
- * CLFLASH_ERROR_TILE_TOO_LARGE; CLFLASH_ERROR_BUILD_FAILED; or an OpenCL error. If the device
+ * buffer; a queue of another context or device; num_wait and wait disagreeing; a cl_mem that is
+ * not a buffer; lse, bias, ALiBi slopes or key lengths that are the same buffer as an output or
+ * as Q, K, V); the descriptor errors listed at clflash_plan_attention;
+ * CLFLASH_ERROR_BUFFER_TOO_SMALL; CLFLASH_ERROR_TILE_TOO_LARGE; CLFLASH_ERROR_BUILD_FAILED;
+ * CLFLASH_ERROR_OUT_OF_HOST_MEMORY; or an OpenCL error. If the device
  * refuses a planned tile at enqueue (CL_OUT_OF_RESOURCES) and B was not forced, B is stepped down
  * and the enqueue retried a few times before the error is returned.
  * ------------------------------------------------------------------------------------------- */
@@ -380,14 +412,16 @@ CLFLASH_API clflash_status clflash_forward(clflash_context *c, const clflash_att
                                            const cl_event *wait, cl_event *done);
 
 /* The seeds' baseline, with the same arguments and results as clflash_forward: it materializes
- * S = scale * Q K^T in a device buffer of the storage dtype (seq_q * seq_k * dtype size bytes per
- * head, as many heads at a time as fit the device's maximum allocation), applies a row softmax in
+ * S = scale * Q K^T in a device buffer of O's storage type (seq_q * seq_k * its size bytes per
+ * head: the dtype's, F32 or out_dtype for I8 input; as many heads at a time as fit the device's
+ * maximum allocation), applies a row softmax in
  * place, then computes P V, each step a tiled kernel. The temporary is released once the work is
  * done. If one of its several enqueues fails, the kernels already enqueued are made to skip their
  * stores to O and lse (a 4-byte flag they read, set through a private queue of the context before
  * they may start), so the failed call writes no caller buffer and the caller's queue stays usable.
- * Additional status: CLFLASH_ERROR_SCORE_MATRIX_TOO_LARGE when one head's S exceeds
- * CL_DEVICE_MAX_MEM_ALLOC_SIZE. */
+ * Additional statuses: CLFLASH_ERROR_SCORE_MATRIX_TOO_LARGE when one head's S exceeds
+ * CL_DEVICE_MAX_MEM_ALLOC_SIZE; CLFLASH_ERROR_UNSUPPORTED when the device's work-groups cannot
+ * hold 256 work-items (the naive kernels' 16 x 16 tiles). */
 CLFLASH_API clflash_status clflash_forward_naive(clflash_context *c, const clflash_attention_desc *d,
                                                  cl_command_queue queue, cl_mem q, cl_mem k, cl_mem v,
                                                  cl_mem o, cl_mem lse, cl_uint num_wait,
@@ -424,8 +458,11 @@ CLFLASH_API clflash_status clflash_forward_naive(clflash_context *c, const clfla
  * dS to the storage type before multiplying them with dO, Q or K, so its gradients differ from the
  * portable kernel's by about one storage-type rounding of those factors (well within the f16/bf16
  * tolerances of tests/backward_harness.c). The portable kernel is forced as for the forward
- * (clflash_context_options.portable_only, CLFLASH_PORTABLE=1). Developer knobs for tuning:
- * CLFLASH_NV_BWD_BLOCK (B, 16..64) and CLFLASH_NV_BWD_WARPS (warps per work-group, 1..16).
+ * (clflash_context_options.portable_only, CLFLASH_PORTABLE=1). Developer knobs for tuning, read at
+ * each plan, each a decimal integer (any other value is ignored): CLFLASH_NV_BWD_BLOCK, 16..64, a
+ * cap on B (the backward rule and the sequence lengths may lower it further; it is rounded down to
+ * a multiple of 16); CLFLASH_NV_BWD_WARPS, warps per work-group, 1..16; CLFLASH_NV_BWD_REGS,
+ * 32..255, a register cap per work-item passed to NVIDIA's compiler (-cl-nv-maxrregcount).
  *
  * The features, added after the contract, mean what they mean for clflash_forward (pass the same
  * descriptor, bias, slopes and key lengths as the forward that produced O and lse):
@@ -438,14 +475,17 @@ CLFLASH_API clflash_status clflash_forward_naive(clflash_context *c, const clfla
  *
  * Supported: F32, F16, BF16 storage; CLFLASH_CAUSAL, CLFLASH_WINDOW, softcap, bias (any layout and
  * broadcast, -INFINITY entries mask), ALiBi, key_lengths, in any combination; GQA/MQA; any
- * layouts; seq_q, seq_k >= 1; head_dim 1 .. CLFLASH_MAX_HEAD_DIM. I8 storage and an out_dtype
- * other than dtype return CLFLASH_ERROR_UNSUPPORTED before anything is enqueued.
+ * layouts; seq_q, seq_k >= 1; head_dim 1 .. CLFLASH_MAX_HEAD_DIM. I8 storage returns
+ * CLFLASH_ERROR_UNSUPPORTED before anything is enqueued; an out_dtype other than dtype is
+ * CLFLASH_ERROR_INVALID_DTYPE, as everywhere (only I8 input may choose one).
  * Returns: as clflash_forward, plus CLFLASH_ERROR_INVALID_ARGUMENT for a NULL lse, d_o, dq, dk or
- * dv, lse sharing a buffer with an output, an output sharing a buffer with another output or with
- * the descriptor's bias, alibi_slopes or key_lengths;
- * CLFLASH_ERROR_INVALID_LAYOUT when an output overlaps an input in the same buffer or its layout
- * makes two of its elements share an address; CLFLASH_ERROR_UNSUPPORTED as above. On any error
- * nothing is enqueued and no caller buffer is touched. */
+ * dv, lse sharing a buffer with an output, or an output sharing a buffer with the descriptor's
+ * bias, alibi_slopes or key_lengths; CLFLASH_ERROR_INVALID_LAYOUT when an output overlaps an input
+ * or another output in the same buffer (outputs may share a buffer at disjoint ranges) or its
+ * layout makes two of its elements share an address; CLFLASH_ERROR_UNSUPPORTED as above. On any
+ * error found before enqueueing, nothing is enqueued and no caller buffer is touched. If OpenCL
+ * refuses the gradient kernel's enqueue (after the retries above), the D kernel already enqueued
+ * still runs; it writes only clflash's temporary, so no caller buffer is written either. */
 CLFLASH_API clflash_status clflash_backward(clflash_context *c, const clflash_attention_desc *d,
                                             cl_command_queue queue, cl_mem q, cl_mem k, cl_mem v,
                                             cl_mem o, cl_mem d_o, cl_mem lse, cl_mem dq, cl_mem dk,
@@ -459,9 +499,13 @@ CLFLASH_API clflash_status clflash_backward(clflash_context *c, const clflash_at
  * 1 - tanh^2(s / softcap)), turns dP into dS = P * (dP - rowsum(P * dP)) (times that derivative)
  * in place, and forms dQ = scale dS K, dK = scale dS^T Q and dV = P^T dO with tiled kernels into fp32
  * accumulators (one float per element of dq, dk and dv), which a last kernel writes out. It reads O
- * not at all: D comes from the matrices. Deterministic as well. Additional status:
- * CLFLASH_ERROR_SCORE_MATRIX_TOO_LARGE when one head's fp32 matrix exceeds
- * CL_DEVICE_MAX_MEM_ALLOC_SIZE. */
+ * not at all: D comes from the matrices. Deterministic as well. The matrices of a call are capped
+ * at half the device's global memory as well as by its largest allocation. If OpenCL refuses an
+ * enqueue part-way, the kernels already enqueued still run, but they write only clflash's
+ * temporaries: the last kernel, the only one that writes dq, dk and dv, is enqueued only after all
+ * others were. Additional statuses: CLFLASH_ERROR_SCORE_MATRIX_TOO_LARGE when one head's fp32
+ * matrix exceeds CL_DEVICE_MAX_MEM_ALLOC_SIZE; CLFLASH_ERROR_UNSUPPORTED when the device's
+ * work-groups cannot hold 256 work-items. */
 CLFLASH_API clflash_status clflash_backward_naive(clflash_context *c, const clflash_attention_desc *d,
                                                   cl_command_queue queue, cl_mem q, cl_mem k, cl_mem v,
                                                   cl_mem o, cl_mem d_o, cl_mem lse, cl_mem dq, cl_mem dk,
@@ -498,8 +542,8 @@ CLFLASH_API uint64_t clflash_backward_max_block(uint64_t local_mem_bytes, uint64
  * memory: query rows for a dK/dV group, keys for a dQ group. B obeys the same backward rule;
  * kernel_local_bytes is the real use, max(4B, 2 block_q) * (head_dim + 8) * s + 16B bytes (two
  * double-buffered tile pairs). kv_passes = ceil(seq_q / block_q); work_group_size = 2 * block_q.
- * Returns: as clflash_plan_attention, plus CLFLASH_ERROR_UNSUPPORTED for what the backward does
- * not support (I8, an out_dtype other than dtype; see clflash_backward). */
+ * Returns: as clflash_plan_attention, plus CLFLASH_ERROR_UNSUPPORTED for I8 storage, which the
+ * backward does not support (see clflash_backward). */
 CLFLASH_API clflash_status clflash_plan_backward(clflash_context *c, const clflash_attention_desc *d,
                                                  clflash_plan *out);
 
@@ -515,12 +559,13 @@ typedef enum { CLFLASH_ALGO_FLASH = 1, CLFLASH_ALGO_NAIVE = 2 } clflash_algo;
  *    not counted;
  *  - NAIVE (`block` ignored): Q, K, V read and O written once, plus the score matrix as
  *    clflash_forward_naive moves it: S written, read twice by the softmax (max and sum, then
- *    normalise), P written over it, and read once by P V: 5 * batch * heads_q * seq_q * seq_k * s.
+ *    normalise), P written over it, and read once by P V: 5 * batch * heads_q * seq_q * seq_k * s',
+ *    with s' the size of O's storage type (naive keeps S in it), and a bias read once per score.
  * Returns 0 for an invalid descriptor, algorithm or block, UINT64_MAX on overflow. */
 CLFLASH_API uint64_t clflash_traffic_bytes(const clflash_attention_desc *d, clflash_algo algo, uint32_t block);
 
 /* Device bytes clflash_forward_naive allocates for its score matrix on this context's device: one
- * head's seq_q * seq_k * s times the number of heads it processes at once. 0 for an invalid
+ * head's seq_q * seq_k * s' (O's storage size) times the number of heads it processes at once. 0 for an invalid
  * context or descriptor, or when one head's matrix exceeds the device's maximum allocation. */
 CLFLASH_API uint64_t clflash_naive_workspace_bytes(const clflash_context *c, const clflash_attention_desc *d);
 

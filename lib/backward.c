@@ -7,7 +7,8 @@
  * Why this shape: each gradient element has exactly one writer, so the result is deterministic
  * without atomics; the price is that P and dS are recomputed by both kinds of work-group (each
  * scores every visible block pair once). The first kernel writes only clflash's temporary and the
- * second is a single enqueue, so a call that fails at enqueue has written no caller buffer. If the
+ * second is a single enqueue, so a call that fails at enqueue has written no caller buffer (the
+ * D kernel, if already enqueued, still runs into the temporary; the header says so). If the
  * device refuses the planned tile at enqueue (CL_OUT_OF_RESOURCES) and B was not forced, the
  * gradient kernel is planned again below that B, a bounded number of times, as clflash_forward does.
  */

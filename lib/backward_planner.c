@@ -65,8 +65,10 @@ clflash_status clflash_check_backward_features(const clflash_problem *p)
 }
 
 /* CPU devices take the gradient kernel's CPU path (fp32 tiles, float8 accumulators; see
- * cl/flash_backward.cl), unless the caller's build options choose with CLFLASH_CPU_PATH: the rule of
- * planner.c's cpu_path(). */
+ * cl/flash_backward.cl) when no build option names CLFLASH_CPU_PATH. Unlike the forward
+ * (planner.c's cpu_path(), which obeys "=1" on any device), any mention of it in the caller's
+ * build options leaves the choice to the kernel source: its own -D then wins, and this count of
+ * local bytes is the portable path's, an over-count if the caller forced the CPU path. */
 static int cpu_path(const clflash_context *c, uint32_t block, uint32_t lanes)
 {
     return c->info.device_class == CLFLASH_CLASS_CPU && strstr(c->build_options, "CLFLASH_CPU_PATH") == NULL &&

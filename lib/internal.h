@@ -105,8 +105,13 @@ CLFLASH_INTERNAL clflash_status clflash_get_program(clflash_context *c, clflash_
 /* Releases every cached program and kept build log (called by clflash_context_free). */
 CLFLASH_INTERNAL void clflash_program_cache_free(clflash_context *c);
 
-/* Grid dimensions other than the first stay below 65536 (CUDA-class devices limit them). */
+/* Grid dimensions other than the first stay below 65536 (CUDA-class devices limit them); the
+ * public CLFLASH_MAX_BATCH, CLFLASH_MAX_HEADS and CLFLASH_MAX_SEQ_Q follow from it. */
 #define CLFLASH_MAX_GRID_DIM 65535u
+#if CLFLASH_MAX_BATCH != CLFLASH_MAX_GRID_DIM || CLFLASH_MAX_HEADS != CLFLASH_MAX_GRID_DIM || \
+    CLFLASH_MAX_SEQ_Q != CLFLASH_MAX_GRID_DIM * 16u
+#error "clflash.h's shape limits disagree with the grid limit"
+#endif
 
 /* ---- validate.c: the descriptor resolved into what kernels need ------------------------------ */
 typedef struct {
