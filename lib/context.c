@@ -21,11 +21,21 @@ clflash_status clflash_check_context(const clflash_context *c)
     return CLFLASH_SUCCESS;
 }
 
+clflash_status clflash_check_options(const clflash_context_options *opt)
+{
+    if (opt && opt->threads_per_row > 64)
+        return clflash_fail(CLFLASH_ERROR_INVALID_OPTIONS, "threads_per_row %u is above 64", opt->threads_per_row);
+    if (opt && opt->build_options && strlen(opt->build_options) > 4096)
+        return clflash_fail(CLFLASH_ERROR_INVALID_OPTIONS, "build_options is longer than 4096 characters");
+    return CLFLASH_SUCCESS;
+}
+
 clflash_status clflash_context_create(cl_context ctx, cl_device_id dev, const clflash_context_options *opt,
                                       clflash_context **out)
 {
     clflash_context *c;
     cl_int err;
+    clflash_status st;
     const char *extra = (opt && opt->build_options) ? opt->build_options : "";
 
     clflash_clear_detail();
@@ -33,10 +43,8 @@ clflash_status clflash_context_create(cl_context ctx, cl_device_id dev, const cl
         return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "out is NULL");
     if (ctx == NULL || dev == NULL)
         return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "%s is NULL", ctx == NULL ? "ctx" : "dev");
-    if (opt && opt->threads_per_row > 64)
-        return clflash_fail(CLFLASH_ERROR_INVALID_OPTIONS, "threads_per_row %u is above 64", opt->threads_per_row);
-    if (strlen(extra) > 4096)
-        return clflash_fail(CLFLASH_ERROR_INVALID_OPTIONS, "build_options is longer than 4096 characters");
+    if ((st = clflash_check_options(opt)) != CLFLASH_SUCCESS)
+        return st;
 
     if ((c = calloc(1, sizeof *c)) == NULL)
         return clflash_fail(CLFLASH_ERROR_OUT_OF_HOST_MEMORY, "allocating the context failed");

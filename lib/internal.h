@@ -89,6 +89,9 @@ struct clflash_context {
 
 /* Returns CLFLASH_ERROR_INVALID_ARGUMENT (with a detail) unless c is a live context. */
 CLFLASH_INTERNAL clflash_status clflash_check_context(const clflash_context *c);
+/* CLFLASH_ERROR_INVALID_OPTIONS (with the detail) if an option is out of range, else success;
+ * NULL is the defaults. clflash_context_create_default checks before it creates anything. */
+CLFLASH_INTERNAL clflash_status clflash_check_options(const clflash_context_options *opt);
 
 /* ---- program_cache.c ------------------------------------------------------------------------- */
 /* The kernel sources embedded from cl/ (see cmake/embed_cl.cmake). */

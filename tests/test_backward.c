@@ -851,6 +851,7 @@ START_TEST(backward_bad_arguments)
             break;
         case 21: name = "forced block 4096"; d.block = 4096; want = CLFLASH_ERROR_TILE_TOO_LARGE; break;
         case 22: name = "num_wait 1 without a list"; want = CLFLASH_ERROR_INVALID_ARGUMENT; break;
+        case 23: name = "out_dtype f16 with f32 input"; d.out_dtype = CLFLASH_F16; want = CLFLASH_ERROR_INVALID_DTYPE; break;
         default: break;
         }
         if (_i == 21 && f == 1) { /* the naive path has no tile */
@@ -866,11 +867,21 @@ START_TEST(backward_bad_arguments)
             clReleaseMemObject(small);
         expect_untouched(c, &e, name);
     }
+    if (_i == 15 || _i == 23) { /* the planner refuses them alike */
+        clflash_attention_desc d = base;
+        clflash_plan plan;
+        if (_i == 15)
+            d.dtype = CLFLASH_I8;
+        else
+            d.out_dtype = CLFLASH_F16;
+        expect("clflash_plan_backward", _i == 15 ? "i8" : "out_dtype f16 with f32 input",
+               clflash_plan_backward(c, &d, &plan), _i == 15 ? CLFLASH_ERROR_UNSUPPORTED : CLFLASH_ERROR_INVALID_DTYPE);
+    }
     env_free(&e);
     clflash_context_free(c);
 }
 END_TEST
-#define N_BAD_ARGUMENTS 23
+#define N_BAD_ARGUMENTS 24
 
 /* A head whose fp32 P matrix exceeds the device's largest allocation: the naive path refuses it
  * before allocating anything; the flash path does not need it. d = 1 keeps the inputs small. */

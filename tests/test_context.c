@@ -126,6 +126,32 @@ START_TEST(create_argument_errors)
     ck_assert_ptr_eq(c, untouched);
     ck_assert_int_eq(clflash_context_create(ctx, dev, NULL, NULL), CLFLASH_ERROR_INVALID_ARGUMENT);
     ck_assert_int_eq(clflash_context_create_default(NULL, NULL), CLFLASH_ERROR_INVALID_ARGUMENT);
+
+    /* options out of range: threads_per_row above 64, build_options above 4096 characters */
+    clflash_context_options opt = {0};
+    opt.threads_per_row = 65;
+    ck_assert_int_eq(clflash_context_create(ctx, dev, &opt, &c), CLFLASH_ERROR_INVALID_OPTIONS);
+    ck_assert_ptr_eq(c, untouched);
+    ck_assert_msg(strstr(clflash_last_error_detail(), "threads_per_row") != NULL, "detail: %s",
+                  clflash_last_error_detail());
+    ck_assert_int_eq(clflash_context_create_default(&opt, &c), CLFLASH_ERROR_INVALID_OPTIONS);
+    ck_assert_ptr_eq(c, untouched);
+    opt.threads_per_row = 64; /* the largest accepted */
+    ck_assert_int_eq(clflash_context_create(ctx, dev, &opt, &c), CLFLASH_SUCCESS);
+    clflash_context_free(c);
+    c = untouched;
+    static char long_options[4098];
+    memset(long_options, ' ', sizeof long_options - 1);
+    long_options[sizeof long_options - 1] = '\0'; /* 4097 spaces */
+    opt.threads_per_row = 0;
+    opt.build_options = long_options;
+    ck_assert_int_eq(clflash_context_create(ctx, dev, &opt, &c), CLFLASH_ERROR_INVALID_OPTIONS);
+    ck_assert_ptr_eq(c, untouched);
+    ck_assert_msg(strstr(clflash_last_error_detail(), "build_options") != NULL, "detail: %s",
+                  clflash_last_error_detail());
+    long_options[4096] = '\0'; /* 4096: accepted */
+    ck_assert_int_eq(clflash_context_create(ctx, dev, &opt, &c), CLFLASH_SUCCESS);
+    clflash_context_free(c);
     clflash_context_free(probe);
 }
 END_TEST
