@@ -125,13 +125,13 @@ clflash_status clflash_plan_nv_mma(clflash_context *c, const clflash_problem *p,
                               clflash_env_u32("CLFLASH_NV_BLOCK", 16, NV_MAX_BLOCK, NV_MAX_BLOCK), p, below_block);
         b = b / 16 * 16;
     }
+    uint32_t warps, m_tiles;
+    rows_for(p, &warps, &m_tiles); /* independent of B */
+    const uint32_t threads = 32 * warps; /* one warp per 16 query rows */
     for (uint32_t block = (uint32_t)b; block >= 16; block -= 16) {
         cl_kernel kernel = NULL;
         cl_ulong local_bytes = 0;
         size_t max_wg = 0;
-        uint32_t warps, m_tiles;
-        rows_for(p, &warps, &m_tiles);
-        const uint32_t threads = 32 * warps; /* one warp per 16 query rows */
         clflash_status st = build(c, p, with_lse, block, warps, m_tiles, &kernel, &local_bytes, &max_wg);
         if (st != CLFLASH_SUCCESS)
             return st;
