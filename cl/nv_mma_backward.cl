@@ -145,10 +145,10 @@ static inline void row_products(const uint4 *a, __local const ushort *rows, floa
 static inline void probabilities(float4 s, float4 dp, float4 off, float4 dd, float scale_log2, float4 *p, float4 *ds)
 {
     float4 pr;
-    pr.x = native_exp2(fma(s.x, scale_log2, -off.x));
-    pr.y = native_exp2(fma(s.y, scale_log2, -off.y));
-    pr.z = native_exp2(fma(s.z, scale_log2, -off.z));
-    pr.w = native_exp2(fma(s.w, scale_log2, -off.w));
+    pr.x = exp2_ftz(fma(s.x, scale_log2, -off.x));
+    pr.y = exp2_ftz(fma(s.y, scale_log2, -off.y));
+    pr.z = exp2_ftz(fma(s.z, scale_log2, -off.z));
+    pr.w = exp2_ftz(fma(s.w, scale_log2, -off.w));
     *p = pr;
     *ds = pr * (dp - dd);
 }

@@ -34,7 +34,10 @@ static clflash_context *ctx;
 
 static void setup(void)
 {
-    ctx = test_context(NULL);
+    /* Experiments (branch nv-softmax): kernel macros to try, e.g. "-D NV_RESCALE_SKIP=1" */
+    clflash_context_options opt = {0};
+    opt.build_options = getenv("CLFLASH_TEST_BUILD_OPTIONS");
+    ctx = test_context(&opt);
 }
 
 static void teardown(void)
@@ -223,34 +226,37 @@ END_TEST
 typedef struct {
     uint32_t batch, hq, hkv, sq, sk, d, flags, block;
     int interleaved; /* [batch][seq][heads][d] layouts with an offset of 8 and gaps */
+    int rising;      /* K grows 8x from the first key to the last, so that row maxima keep growing */
 } mma_shape;
 
 static const mma_shape shapes[] = {
-    {1, 1, 0, 1, 1, 64, 0, 0, 0},
-    {1, 1, 0, 1, 301, 64, 0, 0, 0},   /* decode */
-    {1, 1, 0, 17, 31, 64, 0, 0, 0},
-    {1, 1, 0, 64, 64, 64, 0, 0, 0},
-    {1, 2, 0, 127, 129, 64, 0, 0, 0},
-    {1, 1, 0, 300, 77, 64, 0, 0, 0},  /* seq_q > seq_k */
-    {1, 1, 0, 77, 300, 128, 0, 0, 0}, /* seq_q < seq_k */
-    {2, 4, 2, 131, 97, 128, 0, 0, 0}, /* GQA */
-    {1, 4, 1, 61, 257, 96, 0, 0, 0},  /* MQA */
-    {1, 1, 0, 67, 67, 16, 0, 0, 0},
-    {1, 1, 0, 67, 83, 48, 0, 0, 0},
-    {1, 1, 0, 513, 1001, 128, 0, 0, 0},
-    {1, 2, 1, 77, 131, 256, 0, 0, 0},
-    {1, 1, 0, 131, 77, 256, CLFLASH_CAUSAL, 0, 0},
-    {1, 1, 0, 1, 1, 64, CLFLASH_CAUSAL, 0, 0},
-    {1, 1, 0, 37, 37, 64, CLFLASH_CAUSAL, 0, 0},
-    {1, 1, 0, 13, 97, 64, CLFLASH_CAUSAL, 0, 0},   /* seq_q < seq_k */
-    {1, 1, 0, 97, 13, 64, CLFLASH_CAUSAL, 0, 0},   /* the first 84 rows see no key */
-    {2, 4, 2, 131, 131, 128, CLFLASH_CAUSAL, 0, 0},
-    {1, 2, 1, 300, 301, 96, CLFLASH_CAUSAL, 0, 0},
-    {1, 1, 0, 97, 131, 64, 0, 16, 0},           /* forced blocks: many tiles, partial ones */
-    {1, 1, 0, 131, 97, 128, CLFLASH_CAUSAL, 16, 0},
-    {1, 2, 1, 101, 103, 64, CLFLASH_CAUSAL, 32, 0},
-    {2, 3, 0, 45, 53, 64, 0, 0, 1},             /* interleaved, offset, gaps */
-    {1, 4, 2, 70, 70, 128, CLFLASH_CAUSAL, 0, 1},
+    {1, 1, 0, 1, 1, 64, 0, 0, 0, 0},
+    {1, 1, 0, 1, 301, 64, 0, 0, 0, 0},   /* decode */
+    {1, 1, 0, 17, 31, 64, 0, 0, 0, 0},
+    {1, 1, 0, 64, 64, 64, 0, 0, 0, 0},
+    {1, 2, 0, 127, 129, 64, 0, 0, 0, 0},
+    {1, 1, 0, 300, 77, 64, 0, 0, 0, 0},  /* seq_q > seq_k */
+    {1, 1, 0, 77, 300, 128, 0, 0, 0, 0}, /* seq_q < seq_k */
+    {2, 4, 2, 131, 97, 128, 0, 0, 0, 0}, /* GQA */
+    {1, 4, 1, 61, 257, 96, 0, 0, 0, 0},  /* MQA */
+    {1, 1, 0, 67, 67, 16, 0, 0, 0, 0},
+    {1, 1, 0, 67, 83, 48, 0, 0, 0, 0},
+    {1, 1, 0, 513, 1001, 128, 0, 0, 0, 0},
+    {1, 2, 1, 77, 131, 256, 0, 0, 0, 0},
+    {1, 1, 0, 131, 77, 256, CLFLASH_CAUSAL, 0, 0, 0},
+    {1, 1, 0, 1, 1, 64, CLFLASH_CAUSAL, 0, 0, 0},
+    {1, 1, 0, 37, 37, 64, CLFLASH_CAUSAL, 0, 0, 0},
+    {1, 1, 0, 13, 97, 64, CLFLASH_CAUSAL, 0, 0, 0},   /* seq_q < seq_k */
+    {1, 1, 0, 97, 13, 64, CLFLASH_CAUSAL, 0, 0, 0},   /* the first 84 rows see no key */
+    {2, 4, 2, 131, 131, 128, CLFLASH_CAUSAL, 0, 0, 0},
+    {1, 2, 1, 300, 301, 96, CLFLASH_CAUSAL, 0, 0, 0},
+    {1, 1, 0, 97, 131, 64, 0, 16, 0, 0},           /* forced blocks: many tiles, partial ones */
+    {1, 1, 0, 131, 97, 128, CLFLASH_CAUSAL, 16, 0, 0},
+    {1, 2, 1, 101, 103, 64, CLFLASH_CAUSAL, 32, 0, 0},
+    {2, 3, 0, 45, 53, 64, 0, 0, 1, 0},             /* interleaved, offset, gaps */
+    {1, 4, 2, 70, 70, 128, CLFLASH_CAUSAL, 0, 1, 0},
+    {1, 1, 0, 200, 1000, 64, 0, 0, 0, 1},      /* scores rise by ~40 (log2 units) along the keys */
+    {1, 2, 1, 150, 701, 128, CLFLASH_CAUSAL, 0, 0, 1},
 };
 #define N_SHAPES N_OF(shapes)
 
@@ -311,7 +317,10 @@ static void run_shape(const mma_shape *s, clflash_dtype t)
     ref_rng r;
     ref_rng_seed(&r, 7000 + s->sq * 31 + s->sk + s->d + t);
     for (uint64_t i = 0; i < nq; i++) qf[i] = put(t, q, i, (float)(2.0 * ref_rng_uniform(&r)));
-    for (uint64_t i = 0; i < nk; i++) kf[i] = put(t, k, i, (float)ref_rng_uniform(&r));
+    for (uint64_t i = 0; i < nk; i++) {
+        const double grow = s->rising ? 1.0 + 7.0 * (double)(i / s->d % s->sk) / s->sk : 1.0;
+        kf[i] = put(t, k, i, (float)(grow * ref_rng_uniform(&r)));
+    }
     for (uint64_t i = 0; i < nv; i++) vf[i] = put(t, v, i, (float)ref_rng_uniform(&r));
     for (uint64_t i = 0; i < no; i++) o[i] = SENTINEL;
     for (size_t i = 0; i < rows; i++) lse[i] = -777.0f;
@@ -392,29 +401,31 @@ END_TEST
 
 /* head_dim <= 128; the same kinds of shape as the forward's, and forced blocks 16, 32 and 48. */
 static const mma_shape bwd_shapes[] = {
-    {1, 1, 0, 1, 1, 64, 0, 0, 0},
-    {1, 1, 0, 1, 301, 64, 0, 0, 0},
-    {1, 1, 0, 17, 31, 64, 0, 0, 0},
-    {1, 2, 0, 127, 129, 64, 0, 0, 0},
-    {1, 1, 0, 300, 77, 64, 0, 0, 0},  /* seq_q > seq_k */
-    {1, 1, 0, 77, 300, 128, 0, 0, 0}, /* seq_q < seq_k */
-    {2, 4, 2, 131, 97, 128, 0, 0, 0}, /* GQA: dK, dV sum two query heads */
-    {1, 4, 1, 61, 257, 96, 0, 0, 0},  /* MQA */
-    {1, 1, 0, 67, 67, 16, 0, 0, 0},
-    {1, 1, 0, 67, 83, 48, 0, 0, 0},
-    {1, 1, 0, 513, 1001, 128, 0, 0, 0},
-    {1, 1, 0, 1, 1, 64, CLFLASH_CAUSAL, 0, 0},
-    {1, 1, 0, 37, 37, 64, CLFLASH_CAUSAL, 0, 0},
-    {1, 1, 0, 13, 97, 64, CLFLASH_CAUSAL, 0, 0},  /* seq_q < seq_k */
-    {1, 1, 0, 97, 13, 64, CLFLASH_CAUSAL, 0, 0},  /* rows that see no key: dQ = 0 */
-    {2, 4, 2, 131, 131, 128, CLFLASH_CAUSAL, 0, 0},
-    {1, 2, 1, 300, 301, 96, CLFLASH_CAUSAL, 0, 0},
-    {1, 1, 0, 97, 131, 64, 0, 16, 0},           /* forced blocks: many tiles, partial ones */
-    {1, 1, 0, 131, 97, 128, CLFLASH_CAUSAL, 16, 0},
-    {1, 2, 1, 101, 103, 64, CLFLASH_CAUSAL, 32, 0},
-    {1, 1, 0, 200, 211, 32, CLFLASH_CAUSAL, 48, 0},
-    {2, 3, 0, 45, 53, 64, 0, 0, 1},             /* interleaved, offset, gaps */
-    {1, 4, 2, 70, 70, 128, CLFLASH_CAUSAL, 0, 1},
+    {1, 1, 0, 1, 1, 64, 0, 0, 0, 0},
+    {1, 1, 0, 1, 301, 64, 0, 0, 0, 0},
+    {1, 1, 0, 17, 31, 64, 0, 0, 0, 0},
+    {1, 2, 0, 127, 129, 64, 0, 0, 0, 0},
+    {1, 1, 0, 300, 77, 64, 0, 0, 0, 0},  /* seq_q > seq_k */
+    {1, 1, 0, 77, 300, 128, 0, 0, 0, 0}, /* seq_q < seq_k */
+    {2, 4, 2, 131, 97, 128, 0, 0, 0, 0}, /* GQA: dK, dV sum two query heads */
+    {1, 4, 1, 61, 257, 96, 0, 0, 0, 0},  /* MQA */
+    {1, 1, 0, 67, 67, 16, 0, 0, 0, 0},
+    {1, 1, 0, 67, 83, 48, 0, 0, 0, 0},
+    {1, 1, 0, 513, 1001, 128, 0, 0, 0, 0},
+    {1, 1, 0, 1, 1, 64, CLFLASH_CAUSAL, 0, 0, 0},
+    {1, 1, 0, 37, 37, 64, CLFLASH_CAUSAL, 0, 0, 0},
+    {1, 1, 0, 13, 97, 64, CLFLASH_CAUSAL, 0, 0, 0},  /* seq_q < seq_k */
+    {1, 1, 0, 97, 13, 64, CLFLASH_CAUSAL, 0, 0, 0},  /* rows that see no key: dQ = 0 */
+    {2, 4, 2, 131, 131, 128, CLFLASH_CAUSAL, 0, 0, 0},
+    {1, 2, 1, 300, 301, 96, CLFLASH_CAUSAL, 0, 0, 0},
+    {1, 1, 0, 97, 131, 64, 0, 16, 0, 0},           /* forced blocks: many tiles, partial ones */
+    {1, 1, 0, 131, 97, 128, CLFLASH_CAUSAL, 16, 0, 0},
+    {1, 2, 1, 101, 103, 64, CLFLASH_CAUSAL, 32, 0, 0},
+    {1, 1, 0, 200, 211, 32, CLFLASH_CAUSAL, 48, 0, 0},
+    {2, 3, 0, 45, 53, 64, 0, 0, 1, 0},             /* interleaved, offset, gaps */
+    {1, 4, 2, 70, 70, 128, CLFLASH_CAUSAL, 0, 1, 0},
+    {1, 1, 0, 200, 1000, 64, 0, 0, 0, 1},      /* scores rise by ~40 (log2 units) along the keys */
+    {1, 2, 1, 150, 701, 128, CLFLASH_CAUSAL, 0, 0, 1},
 };
 #define N_BWD_SHAPES N_OF(bwd_shapes)
 
