@@ -79,18 +79,10 @@ inline uint4 load_matrix_x4_trans(__local const ushort *row)
  * row g + 8; words 0 and 1 columns 2t, 2t + 1, words 2 and 3 the same + 8 (g = lane / 4,
  * t = lane % 4). B: k = 2t, 2t + 1 in word 0, + 8 in word 1, column g. acc: rows g (x, y) and
  * g + 8 (z, w), columns 2t and 2t + 1. */
-#ifndef NV_MMA_PURE
-#define NV_MMA_PURE 0
-#endif
-#if NV_MMA_PURE /* experiment: the compiler may move the product */
-#define MMA_ASM __asm__
-#else
-#define MMA_ASM __asm__ __volatile__
-#endif
 inline float4 mma_16x8x16(uint4 a, uint b0, uint b1, float4 acc)
 {
     float d0 = acc.x, d1 = acc.y, d2 = acc.z, d3 = acc.w;
-    MMA_ASM(MMA_OP " {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+    __asm__ __volatile__(MMA_OP " {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
                          : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
                          : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
     return (float4)(d0, d1, d2, d3);

@@ -15,22 +15,26 @@
  *   S = Q K^T        mma.sync m16n8k16, fp32 accumulators in registers; each K fragment read with
  *                    ldmatrix feeds the warp's M_TILES slices;
  *   online softmax   each row's values live in the 4 lanes of a quad: shfl.sync reduces the row
- *                    maximum, the row sum stays per lane until the end;
+ *                    maximum, the row sum stays per lane until the end; at head_dim >= 128 O is
+ *                    rescaled only when a row maximum grew by more than a factor 2^8 (NV_RESCALE_THRESH);
  *   O += P V         P is packed to f16/bf16 pairs in registers (the S accumulator layout is the
  *                    A fragment layout), V read with ldmatrix.trans; O stays in fp32 registers.
  * Local memory holds two K and two V tiles, each BLOCK x HEAD_DIM in the storage type with rows
  * padded by 16 bytes so that the 8 rows of an ldmatrix fall in distinct banks. cp.async fills
- * them: tile j + 1 streams in while tile j is computed, with one barrier per tile. Q is staged
+ * them: tile j + 1 streams in while tile j is computed, with one barrier per tile; each work-item
+ * copies from pointers it advances tile by tile (kv_stream). Q is staged
  * through the same memory once at the start, and O through it at the end so that the stores are
  * 16-byte and coalesced.
  *
- * Scores are in log2 units: the host folds log2(e) into score_scale, and exp2 is ex2.approx.
+ * Scores are in log2 units: the host folds log2(e) into score_scale, and exp2 is ex2.approx.ftz.
+ * With CAUSAL the query blocks that see the most keys are launched first.
  * A row with no visible key ends with l = 0 and gets O = 0, lse = -inf. Unlike the portable kernel,
  * a masked key's P (0) is still multiplied with its V row inside a tile, so a NaN in V row j reaches
  * every row of the same query block that shares j's key tile (see clflash.h).
  *
  * Defines: HEAD_DIM (multiple of 16), BLOCK (keys per tile, multiple of 16), WARPS, M_TILES,
- * CAUSAL, WITH_LSE, CLFLASH_DTYPE_F16 or CLFLASH_DTYPE_BF16. The PTX helpers (mma_16x8x16,
+ * CAUSAL, WITH_LSE, CLFLASH_DTYPE_F16 or CLFLASH_DTYPE_BF16; NV_RESCALE_THRESH may be set through
+ * the build options (developer tuning, below). The PTX helpers (mma_16x8x16,
  * load_matrix_x4, copy16_async, stage_rows, ...) and THREADS, ROW_STRIDE, CHUNKS, K_STEPS, D_TILES
  * come from nv_mma_common.cl, which the host puts before this file.
  */
@@ -38,41 +42,90 @@
 #ifndef M_TILES
 #define M_TILES 1
 #endif
-/* Experiments (branch nv-fast; defaults = the current kernel):
- *   NV_RESCALE_THRESH  -1: rescale O and l every tile. t >= 0: keep a row's reference maximum until
- *                      some row of the warp sees a score more than t above its own (log2 units);
- *                      P then reaches at most 2^t.
- *   NV_FOLD_SCALE      1: maxima on raw scores, P = exp2(fma(s, scale, -ref)); needs scale > 0.
- *   NV_STAGE_FAST      1: K and V copies from per-work-item pointers advanced per tile. */
+/* NV_RESCALE_THRESH (log2 units): a row's reference maximum, against which P = exp2(s - m) is taken,
+ * moves only when some row of the warp sees a score more than this above its own; until then P may
+ * reach 2^NV_RESCALE_THRESH (exact, in fp32 and f16/bf16 alike) and O and l are not rescaled. -1
+ * rescales every tile. At head_dim >= 128 the rescale is 4 * M_TILES * HEAD_DIM / 8 multiplies per
+ * lane and tile, and skipping it gave 1.05x to 1.1x on the H200; at 64 the warp vote cost more
+ * than it saved. A build option overrides it (developer tuning). */
 #ifndef NV_RESCALE_THRESH
-#define NV_RESCALE_THRESH -1
+#define NV_RESCALE_THRESH (HEAD_DIM >= 128 ? 8 : -1)
 #endif
-#ifndef NV_FOLD_SCALE
-#define NV_FOLD_SCALE 0
-#endif
-#ifndef NV_STAGE_FAST
-#define NV_STAGE_FAST 0
-#endif
-#if NV_STAGE_FAST && THREADS % CHUNKS == 0 && (BLOCK * CHUNKS) % THREADS == 0
-#define FAST_STAGING 1
-#define TILE_COPIES (BLOCK * CHUNKS / THREADS)
+
+/* Streaming K and V tiles into local memory, tile after tile. Where THREADS is a multiple of
+ * CHUNKS and a tile's pieces a multiple of THREADS (every head_dim the planner gives 4 warps except
+ * 96), each work-item copies the same 16-byte piece of rows r, r + ROW_STEP, ... of every tile from
+ * pointers it advances by one tile per call: a few additions per copy instead of stage_rows'
+ * division and 64-bit multiply (1.05x to 1.15x on the H200). Elsewhere stage_rows does it. */
+#if THREADS % CHUNKS == 0 && (BLOCK * CHUNKS) % THREADS == 0
+#define STREAM_BY_POINTERS 1
 #define ROW_STEP (THREADS / CHUNKS)
-/* Copies this work-item's pieces of one K and one V tile: `left` is how many of the tile's rows,
- * from this work-item's first, exist; the others become zeros. */
-inline void stage_tile_fast(__local ushort *dst, __global const ushort *k_src, __global const ushort *v_src,
-                            __global const ushort *k_any, __global const ushort *v_any, ulong k_step, ulong v_step,
-                            long left)
-{
-#pragma unroll
-    for (uint i = 0; i < TILE_COPIES; i++) {
-        const int in = (long)(i * ROW_STEP) < left;
-        copy16_async(dst + i * ROW_STEP * ROW_STRIDE, in ? k_src + i * k_step : k_any, in ? 16u : 0u);
-        copy16_async(dst + (BLOCK + i * ROW_STEP) * ROW_STRIDE, in ? v_src + i * v_step : v_any, in ? 16u : 0u);
-    }
-}
-#else
-#define FAST_STAGING 0
 #endif
+
+typedef struct {
+#ifdef STREAM_BY_POINTERS
+    __global const ushort *k, *v;         /* this work-item's first row of the next tile */
+    __global const ushort *k_any, *v_any; /* a valid address for the copies that read nothing */
+    ulong k_step, v_step;                 /* ROW_STEP rows */
+    uint local_piece;                     /* this work-item's first piece within a tile */
+    long rows_left;                       /* rows of the tensor from this work-item's next row */
+#else
+    __global const ushort *k, *v;
+    ulong k_base, v_base, k_ss, v_ss;
+    uint key0, seq_k;
+#endif
+} kv_stream;
+
+inline kv_stream kv_stream_start(__global const ushort *k, ulong k_base, ulong k_ss, __global const ushort *v,
+                                 ulong v_base, ulong v_ss, uint seq_k)
+{
+    kv_stream st;
+#ifdef STREAM_BY_POINTERS
+    const uint row = get_local_id(0) / CHUNKS, piece = get_local_id(0) % CHUNKS;
+    st.k = k + k_base + (ulong)row * k_ss + piece * 8;
+    st.v = v + v_base + (ulong)row * v_ss + piece * 8;
+    st.k_any = k + k_base;
+    st.v_any = v + v_base;
+    st.k_step = (ulong)ROW_STEP * k_ss;
+    st.v_step = (ulong)ROW_STEP * v_ss;
+    st.local_piece = row * ROW_STRIDE + piece * 8;
+    st.rows_left = (long)seq_k - (long)row;
+#else
+    st.k = k;
+    st.v = v;
+    st.k_base = k_base;
+    st.v_base = v_base;
+    st.k_ss = k_ss;
+    st.v_ss = v_ss;
+    st.key0 = 0;
+    st.seq_k = seq_k;
+#endif
+    return st;
+}
+
+/* Issues the copies of the next K tile into dst and its V tile into dst + BLOCK rows; keys at or
+ * past seq_k become zeros. */
+inline void kv_stream_next(kv_stream *st, __local ushort *dst)
+{
+#ifdef STREAM_BY_POINTERS
+    dst += st->local_piece;
+#pragma unroll
+    for (uint i = 0; i < BLOCK / ROW_STEP; i++) {
+        const int in = (long)(i * ROW_STEP) < st->rows_left;
+        copy16_async(dst + i * ROW_STEP * ROW_STRIDE, in ? st->k + i * st->k_step : st->k_any, in ? 16u : 0u);
+        copy16_async(dst + (BLOCK + i * ROW_STEP) * ROW_STRIDE, in ? st->v + i * st->v_step : st->v_any,
+                     in ? 16u : 0u);
+    }
+    st->k += (BLOCK / ROW_STEP) * st->k_step;
+    st->v += (BLOCK / ROW_STEP) * st->v_step;
+    st->rows_left -= BLOCK;
+#else
+    stage_rows(dst, st->k, st->k_base, st->k_ss, st->key0, BLOCK, st->seq_k);
+    stage_rows(dst + BLOCK * ROW_STRIDE, st->v, st->v_base, st->v_ss, st->key0, BLOCK, st->seq_k);
+    st->key0 += BLOCK;
+#endif
+}
+
 #define BLOCK_Q (16 * M_TILES * WARPS)
 #define S_TILES (BLOCK / 8)           /* n8 tiles of S (keys) */
 #define O_TILES D_TILES               /* n8 tiles of O (columns) */
@@ -159,31 +212,9 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
     __local const ushort *k_src0 = tiles + (lane / 16 * 8 + lane % 8) * ROW_STRIDE + (lane / 8) % 2 * 8;
     __local const ushort *v_src0 = tiles + (BLOCK + (lane / 8) % 2 * 8 + lane % 8) * ROW_STRIDE + lane / 16 * 8;
 
-#if FAST_STAGING
-    /* Each work-item copies the same piece of rows my_row + i ROW_STEP of every tile. */
-    const uint my_row = get_local_id(0) / CHUNKS, my_piece = get_local_id(0) % CHUNKS;
-    __global const ushort *k_next = k + k_base + (ulong)my_row * k_ss + my_piece * 8;
-    __global const ushort *v_next = v + v_base + (ulong)my_row * v_ss + my_piece * 8;
-    const ulong k_step = (ulong)ROW_STEP * k_ss, v_step = (ulong)ROW_STEP * v_ss;
-    const ulong k_tile = (ulong)BLOCK * k_ss, v_tile = (ulong)BLOCK * v_ss;
-    __local ushort *const my_dst = tiles + my_row * ROW_STRIDE + my_piece * 8;
-#define STAGE_TILE(buf, key0)                                                                              \
-    do {                                                                                                   \
-        stage_tile_fast(my_dst + (buf) * 2 * BLOCK * ROW_STRIDE, k_next, v_next, k + k_base, v + v_base,   \
-                        k_step, v_step, (long)seq_k - (long)(key0) - (long)my_row);                        \
-        k_next += k_tile;                                                                                  \
-        v_next += v_tile;                                                                                  \
-    } while (0)
-#else
-#define STAGE_TILE(buf, key0)                                                                              \
-    do {                                                                                                   \
-        __local ushort *next_ = tiles + (buf) * 2 * BLOCK * ROW_STRIDE;                                     \
-        stage_rows(next_, k, k_base, k_ss, (key0), BLOCK, seq_k);                                          \
-        stage_rows(next_ + BLOCK * ROW_STRIDE, v, v_base, v_ss, (key0), BLOCK, seq_k);                     \
-    } while (0)
-#endif
+    kv_stream stream = kv_stream_start(k, k_base, k_ss, v, v_base, v_ss, seq_k);
     if (n_tiles > 0) {
-        STAGE_TILE(0, 0);
+        kv_stream_next(&stream, tiles);
         async_commit();
     }
     for (uint j = 0; j < n_tiles; j++) {
@@ -191,7 +222,7 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
         async_wait_all();
         barrier(CLK_LOCAL_MEM_FENCE); /* tile j is in; every warp is done with tile j - 1 */
         if (j + 1 < n_tiles) {        /* tile j + 1 streams in while tile j is computed */
-            STAGE_TILE((j + 1) % 2, key0 + BLOCK);
+            kv_stream_next(&stream, tiles + ((j + 1) % 2) * 2 * BLOCK * ROW_STRIDE);
             async_commit();
         }
         __local const ushort *k_src = k_src0 + (j % 2) * 2 * BLOCK * ROW_STRIDE;
@@ -229,9 +260,7 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
             float max_lo = -INFINITY, max_hi = -INFINITY; /* this tile's, in the units of s */
 #pragma unroll
             for (uint n = 0; n < S_TILES; n++) {
-#if !NV_FOLD_SCALE
                 s[mt][n] *= score_scale;
-#endif
                 if (masked) {
                     const long key = (long)(key0 + n * 8 + 2 * t);
                     const long lim = (long)seq_k - 1;
@@ -252,10 +281,6 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
             max_lo = fmax(max_lo, lane_xor(max_lo, 2));
             max_hi = fmax(max_hi, lane_xor(max_hi, 1));
             max_hi = fmax(max_hi, lane_xor(max_hi, 2));
-#if NV_FOLD_SCALE
-            max_lo *= score_scale;
-            max_hi *= score_scale;
-#endif
             /* m is the reference P is taken against; a row that has seen no key keeps -inf and
              * exponentiates against 0, so exp2(-inf) = 0. */
             const float new_lo = fmax(m_lo[mt], max_lo), new_hi = fmax(m_hi[mt], max_hi);
@@ -276,17 +301,10 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
             float sum_lo = 0.0f, sum_hi = 0.0f;
 #pragma unroll
             for (uint n = 0; n < S_TILES; n++) {
-#if NV_FOLD_SCALE
-                s[mt][n].x = exp2_ftz(fma(s[mt][n].x, score_scale, -ref_lo));
-                s[mt][n].y = exp2_ftz(fma(s[mt][n].y, score_scale, -ref_lo));
-                s[mt][n].z = exp2_ftz(fma(s[mt][n].z, score_scale, -ref_hi));
-                s[mt][n].w = exp2_ftz(fma(s[mt][n].w, score_scale, -ref_hi));
-#else
                 s[mt][n].x = exp2_ftz(s[mt][n].x - ref_lo);
                 s[mt][n].y = exp2_ftz(s[mt][n].y - ref_lo);
                 s[mt][n].z = exp2_ftz(s[mt][n].z - ref_hi);
                 s[mt][n].w = exp2_ftz(s[mt][n].w - ref_hi);
-#endif
                 sum_lo += s[mt][n].x + s[mt][n].y;
                 sum_hi += s[mt][n].z + s[mt][n].w;
             }

@@ -34,7 +34,8 @@ static clflash_context *ctx;
 
 static void setup(void)
 {
-    /* Experiments (branch nv-softmax): kernel macros to try, e.g. "-D NV_RESCALE_SKIP=1" */
+    /* CLFLASH_TEST_BUILD_OPTIONS (developer tuning): build options for every kernel of these tests,
+     * e.g. "-D NV_RESCALE_THRESH=-1", so that a kernel variant is checked against the reference. */
     clflash_context_options opt = {0};
     opt.build_options = getenv("CLFLASH_TEST_BUILD_OPTIONS");
     ctx = test_context(&opt);
