@@ -327,9 +327,9 @@ static inline void query_group(const mma_bwd_args *a, __global const ushort *q, 
     for (uint dt = 0; dt < D_TILES; dt++)
         dq_acc[dt] = (float4)(0.0f);
 
+    kv_stream stream = kv_stream_start(k, k_base, a->k_ss, v, v_base, a->v_ss, a->seq_k);
     if (n_tiles > 0) {
-        stage_rows(tiles, k, k_base, a->k_ss, 0, BLOCK, a->seq_k);
-        stage_rows(tiles + BLOCK * ROW_STRIDE, v, v_base, a->v_ss, 0, BLOCK, a->seq_k);
+        kv_stream_next(&stream, tiles);
         async_commit();
     }
     for (uint j = 0; j < n_tiles; j++) {
@@ -337,9 +337,7 @@ static inline void query_group(const mma_bwd_args *a, __global const ushort *q, 
         async_wait_all();
         barrier(CLK_LOCAL_MEM_FENCE);
         if (j + 1 < n_tiles) {
-            __local ushort *next = tiles + ((j + 1) % 2) * 2 * BLOCK * ROW_STRIDE;
-            stage_rows(next, k, k_base, a->k_ss, key0 + BLOCK, BLOCK, a->seq_k);
-            stage_rows(next + BLOCK * ROW_STRIDE, v, v_base, a->v_ss, key0 + BLOCK, BLOCK, a->seq_k);
+            kv_stream_next(&stream, tiles + ((j + 1) % 2) * 2 * BLOCK * ROW_STRIDE);
             async_commit();
         }
         __local const ushort *k_rows = tiles + (j % 2) * 2 * BLOCK * ROW_STRIDE;
