@@ -228,36 +228,40 @@ typedef struct {
     uint32_t batch, hq, hkv, sq, sk, d, flags, block;
     int interleaved; /* [batch][seq][heads][d] layouts with an offset of 8 and gaps */
     int rising;      /* K grows 8x from the first key to the last, so that row maxima keep growing */
+    float scale;     /* the descriptor's scale (0 = 1/sqrt(d)) */
 } mma_shape;
 
 static const mma_shape shapes[] = {
-    {1, 1, 0, 1, 1, 64, 0, 0, 0, 0},
-    {1, 1, 0, 1, 301, 64, 0, 0, 0, 0},   /* decode */
-    {1, 1, 0, 17, 31, 64, 0, 0, 0, 0},
-    {1, 1, 0, 64, 64, 64, 0, 0, 0, 0},
-    {1, 2, 0, 127, 129, 64, 0, 0, 0, 0},
-    {1, 1, 0, 300, 77, 64, 0, 0, 0, 0},  /* seq_q > seq_k */
-    {1, 1, 0, 77, 300, 128, 0, 0, 0, 0}, /* seq_q < seq_k */
-    {2, 4, 2, 131, 97, 128, 0, 0, 0, 0}, /* GQA */
-    {1, 4, 1, 61, 257, 96, 0, 0, 0, 0},  /* MQA */
-    {1, 1, 0, 67, 67, 16, 0, 0, 0, 0},
-    {1, 1, 0, 67, 83, 48, 0, 0, 0, 0},
-    {1, 1, 0, 513, 1001, 128, 0, 0, 0, 0},
-    {1, 2, 1, 77, 131, 256, 0, 0, 0, 0},
-    {1, 1, 0, 131, 77, 256, CLFLASH_CAUSAL, 0, 0, 0},
-    {1, 1, 0, 1, 1, 64, CLFLASH_CAUSAL, 0, 0, 0},
-    {1, 1, 0, 37, 37, 64, CLFLASH_CAUSAL, 0, 0, 0},
-    {1, 1, 0, 13, 97, 64, CLFLASH_CAUSAL, 0, 0, 0},   /* seq_q < seq_k */
-    {1, 1, 0, 97, 13, 64, CLFLASH_CAUSAL, 0, 0, 0},   /* the first 84 rows see no key */
-    {2, 4, 2, 131, 131, 128, CLFLASH_CAUSAL, 0, 0, 0},
-    {1, 2, 1, 300, 301, 96, CLFLASH_CAUSAL, 0, 0, 0},
-    {1, 1, 0, 97, 131, 64, 0, 16, 0, 0},           /* forced blocks: many tiles, partial ones */
-    {1, 1, 0, 131, 97, 128, CLFLASH_CAUSAL, 16, 0, 0},
-    {1, 2, 1, 101, 103, 64, CLFLASH_CAUSAL, 32, 0, 0},
-    {2, 3, 0, 45, 53, 64, 0, 0, 1, 0},             /* interleaved, offset, gaps */
-    {1, 4, 2, 70, 70, 128, CLFLASH_CAUSAL, 0, 1, 0},
-    {1, 1, 0, 200, 1000, 64, 0, 0, 0, 1},      /* scores rise by ~40 (log2 units) along the keys */
-    {1, 2, 1, 150, 701, 128, CLFLASH_CAUSAL, 0, 0, 1},
+    {1, 1, 0, 1, 1, 64, 0, 0, 0, 0, 0},
+    {1, 1, 0, 1, 301, 64, 0, 0, 0, 0, 0},   /* decode */
+    {1, 1, 0, 17, 31, 64, 0, 0, 0, 0, 0},
+    {1, 1, 0, 64, 64, 64, 0, 0, 0, 0, 0},
+    {1, 2, 0, 127, 129, 64, 0, 0, 0, 0, 0},
+    {1, 1, 0, 300, 77, 64, 0, 0, 0, 0, 0},  /* seq_q > seq_k */
+    {1, 1, 0, 77, 300, 128, 0, 0, 0, 0, 0}, /* seq_q < seq_k */
+    {2, 4, 2, 131, 97, 128, 0, 0, 0, 0, 0}, /* GQA */
+    {1, 4, 1, 61, 257, 96, 0, 0, 0, 0, 0},  /* MQA */
+    {1, 1, 0, 67, 67, 16, 0, 0, 0, 0, 0},
+    {1, 1, 0, 67, 83, 48, 0, 0, 0, 0, 0},
+    {1, 1, 0, 513, 1001, 128, 0, 0, 0, 0, 0},
+    {1, 2, 1, 77, 131, 256, 0, 0, 0, 0, 0},
+    {1, 1, 0, 131, 77, 256, CLFLASH_CAUSAL, 0, 0, 0, 0},
+    {1, 1, 0, 1, 1, 64, CLFLASH_CAUSAL, 0, 0, 0, 0},
+    {1, 1, 0, 37, 37, 64, CLFLASH_CAUSAL, 0, 0, 0, 0},
+    {1, 1, 0, 13, 97, 64, CLFLASH_CAUSAL, 0, 0, 0, 0},   /* seq_q < seq_k */
+    {1, 1, 0, 97, 13, 64, CLFLASH_CAUSAL, 0, 0, 0, 0},   /* the first 84 rows see no key */
+    {2, 4, 2, 131, 131, 128, CLFLASH_CAUSAL, 0, 0, 0, 0},
+    {1, 2, 1, 300, 301, 96, CLFLASH_CAUSAL, 0, 0, 0, 0},
+    {1, 1, 0, 97, 131, 64, 0, 16, 0, 0, 0},           /* forced blocks: many tiles, partial ones */
+    {1, 1, 0, 131, 97, 128, CLFLASH_CAUSAL, 16, 0, 0, 0},
+    {1, 2, 1, 101, 103, 64, CLFLASH_CAUSAL, 32, 0, 0, 0},
+    {2, 3, 0, 45, 53, 64, 0, 0, 1, 0, 0},             /* interleaved, offset, gaps */
+    {1, 4, 2, 70, 70, 128, CLFLASH_CAUSAL, 0, 1, 0, 0},
+    {1, 1, 0, 200, 1000, 64, 0, 0, 0, 1, 0},          /* scores rise by ~40 (log2 units) along the keys */
+    {1, 2, 1, 150, 701, 128, CLFLASH_CAUSAL, 0, 0, 1, 0},
+    {1, 1, 0, 77, 301, 128, 0, 0, 0, 0, -0.1f},        /* a negative scale: maxima become minima */
+    {1, 1, 0, 90, 200, 64, CLFLASH_CAUSAL, 0, 0, 0, 0.3f},
+    {1, 1, 0, 33, 65, 64, 0, 0, 0, 0, -0.2f},
 };
 #define N_SHAPES N_OF(shapes)
 
@@ -402,31 +406,32 @@ END_TEST
 
 /* head_dim <= 128; the same kinds of shape as the forward's, and forced blocks 16, 32 and 48. */
 static const mma_shape bwd_shapes[] = {
-    {1, 1, 0, 1, 1, 64, 0, 0, 0, 0},
-    {1, 1, 0, 1, 301, 64, 0, 0, 0, 0},
-    {1, 1, 0, 17, 31, 64, 0, 0, 0, 0},
-    {1, 2, 0, 127, 129, 64, 0, 0, 0, 0},
-    {1, 1, 0, 300, 77, 64, 0, 0, 0, 0},  /* seq_q > seq_k */
-    {1, 1, 0, 77, 300, 128, 0, 0, 0, 0}, /* seq_q < seq_k */
-    {2, 4, 2, 131, 97, 128, 0, 0, 0, 0}, /* GQA: dK, dV sum two query heads */
-    {1, 4, 1, 61, 257, 96, 0, 0, 0, 0},  /* MQA */
-    {1, 1, 0, 67, 67, 16, 0, 0, 0, 0},
-    {1, 1, 0, 67, 83, 48, 0, 0, 0, 0},
-    {1, 1, 0, 513, 1001, 128, 0, 0, 0, 0},
-    {1, 1, 0, 1, 1, 64, CLFLASH_CAUSAL, 0, 0, 0},
-    {1, 1, 0, 37, 37, 64, CLFLASH_CAUSAL, 0, 0, 0},
-    {1, 1, 0, 13, 97, 64, CLFLASH_CAUSAL, 0, 0, 0},  /* seq_q < seq_k */
-    {1, 1, 0, 97, 13, 64, CLFLASH_CAUSAL, 0, 0, 0},  /* rows that see no key: dQ = 0 */
-    {2, 4, 2, 131, 131, 128, CLFLASH_CAUSAL, 0, 0, 0},
-    {1, 2, 1, 300, 301, 96, CLFLASH_CAUSAL, 0, 0, 0},
-    {1, 1, 0, 97, 131, 64, 0, 16, 0, 0},           /* forced blocks: many tiles, partial ones */
-    {1, 1, 0, 131, 97, 128, CLFLASH_CAUSAL, 16, 0, 0},
-    {1, 2, 1, 101, 103, 64, CLFLASH_CAUSAL, 32, 0, 0},
-    {1, 1, 0, 200, 211, 32, CLFLASH_CAUSAL, 48, 0, 0},
-    {2, 3, 0, 45, 53, 64, 0, 0, 1, 0},             /* interleaved, offset, gaps */
-    {1, 4, 2, 70, 70, 128, CLFLASH_CAUSAL, 0, 1, 0},
-    {1, 1, 0, 200, 1000, 64, 0, 0, 0, 1},      /* scores rise by ~40 (log2 units) along the keys */
-    {1, 2, 1, 150, 701, 128, CLFLASH_CAUSAL, 0, 0, 1},
+    {1, 1, 0, 1, 1, 64, 0, 0, 0, 0, 0},
+    {1, 1, 0, 1, 301, 64, 0, 0, 0, 0, 0},
+    {1, 1, 0, 17, 31, 64, 0, 0, 0, 0, 0},
+    {1, 2, 0, 127, 129, 64, 0, 0, 0, 0, 0},
+    {1, 1, 0, 300, 77, 64, 0, 0, 0, 0, 0},  /* seq_q > seq_k */
+    {1, 1, 0, 77, 300, 128, 0, 0, 0, 0, 0}, /* seq_q < seq_k */
+    {2, 4, 2, 131, 97, 128, 0, 0, 0, 0, 0}, /* GQA: dK, dV sum two query heads */
+    {1, 4, 1, 61, 257, 96, 0, 0, 0, 0, 0},  /* MQA */
+    {1, 1, 0, 67, 67, 16, 0, 0, 0, 0, 0},
+    {1, 1, 0, 67, 83, 48, 0, 0, 0, 0, 0},
+    {1, 1, 0, 513, 1001, 128, 0, 0, 0, 0, 0},
+    {1, 1, 0, 1, 1, 64, CLFLASH_CAUSAL, 0, 0, 0, 0},
+    {1, 1, 0, 37, 37, 64, CLFLASH_CAUSAL, 0, 0, 0, 0},
+    {1, 1, 0, 13, 97, 64, CLFLASH_CAUSAL, 0, 0, 0, 0},  /* seq_q < seq_k */
+    {1, 1, 0, 97, 13, 64, CLFLASH_CAUSAL, 0, 0, 0, 0},  /* rows that see no key: dQ = 0 */
+    {2, 4, 2, 131, 131, 128, CLFLASH_CAUSAL, 0, 0, 0, 0},
+    {1, 2, 1, 300, 301, 96, CLFLASH_CAUSAL, 0, 0, 0, 0},
+    {1, 1, 0, 97, 131, 64, 0, 16, 0, 0, 0},           /* forced blocks: many tiles, partial ones */
+    {1, 1, 0, 131, 97, 128, CLFLASH_CAUSAL, 16, 0, 0, 0},
+    {1, 2, 1, 101, 103, 64, CLFLASH_CAUSAL, 32, 0, 0, 0},
+    {1, 1, 0, 200, 211, 32, CLFLASH_CAUSAL, 48, 0, 0, 0},
+    {2, 3, 0, 45, 53, 64, 0, 0, 1, 0, 0},             /* interleaved, offset, gaps */
+    {1, 4, 2, 70, 70, 128, CLFLASH_CAUSAL, 0, 1, 0, 0},
+    {1, 1, 0, 77, 301, 128, 0, 0, 0, 0, -0.1f},        /* a negative scale */
+    {1, 1, 0, 90, 200, 64, CLFLASH_CAUSAL, 0, 0, 0, 0.3f},
+    {1, 1, 0, 33, 65, 64, 0, 0, 0, 0, -0.2f},
 };
 #define N_BWD_SHAPES N_OF(bwd_shapes)
 
@@ -435,6 +440,7 @@ static clflash_attention_desc mma_desc(const mma_shape *s, clflash_dtype t)
     clflash_attention_desc d = th_desc(s->batch, s->hq, s->hkv, s->sq, s->sk, s->d, t, s->flags);
     const uint32_t hkv = s->hkv ? s->hkv : s->hq;
     d.block = s->block;
+    d.scale = s->scale;
     if (s->interleaved) {
         d.q = interleaved(s->hq, s->sq, s->d);
         d.k = interleaved(hkv, s->sk, s->d);
