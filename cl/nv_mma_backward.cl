@@ -141,7 +141,7 @@ static inline void row_products(const uint4 *a, __local const ushort *rows, floa
 /* P and dS of one 16 x 8 accumulator block, element by element: P = exp2(S * scale_log2 - off)
  * from the saved statistics and dS = P (dP - D). off and dd hold each element's lse offset and D
  * (they belong to the element's query: a row, or a column of a transposed block). A masked pair
- * comes in with S = -inf, so its P and dS are 0. */
+ * comes in with S = hidden_score(scale_log2), so its P and dS are 0. */
 static inline void probabilities(float4 s, float4 dp, float4 off, float4 dd, float scale_log2, float4 *p, float4 *ds)
 {
     float4 pr;
@@ -153,11 +153,18 @@ static inline void probabilities(float4 s, float4 dp, float4 off, float4 dd, flo
     *ds = pr * (dp - dd);
 }
 
-/* S with the pairs whose `visible` is 0 set to -inf. */
-static inline float4 mask_scores(float4 s, int4 visible)
+/* The score a masked pair gets: infinite with the sign that makes S * scale_log2 = -inf, so that
+ * P = 0 (+inf for a negative scale; the scale is never 0). */
+static inline float hidden_score(float scale_log2)
 {
-    return (float4)(visible.x ? s.x : -INFINITY, visible.y ? s.y : -INFINITY, visible.z ? s.z : -INFINITY,
-                    visible.w ? s.w : -INFINITY);
+    return scale_log2 < 0.0f ? INFINITY : -INFINITY;
+}
+
+/* S with the pairs whose `visible` is 0 set to `hidden` (hidden_score). */
+static inline float4 mask_scores(float4 s, int4 visible, float hidden)
+{
+    return (float4)(visible.x ? s.x : hidden, visible.y ? s.y : hidden, visible.z ? s.z : hidden,
+                    visible.w ? s.w : hidden);
 }
 
 /* Two 16 x 8 accumulator blocks (columns 0..7, 8..15) as one 16 x 16 A fragment. */
@@ -259,8 +266,10 @@ static inline void key_group(const mma_bwd_args *a, __global const ushort *q, __
             const float4 dd1 = (float4)(ds_row[col + 8], ds_row[col + 9], ds_row[col + 8], ds_row[col + 9]);
             if (masked) {
                 const long d0 = (long)(q0 + col) + shift; /* the diagonal key of query col */
-                s0 = mask_scores(s0, (int4)(key_lo <= d0, key_lo <= d0 + 1, key_hi <= d0, key_hi <= d0 + 1));
-                s1 = mask_scores(s1, (int4)(key_lo <= d0 + 8, key_lo <= d0 + 9, key_hi <= d0 + 8, key_hi <= d0 + 9));
+                s0 = mask_scores(s0, (int4)(key_lo <= d0, key_lo <= d0 + 1, key_hi <= d0, key_hi <= d0 + 1),
+                                 hidden_score(a->scale_log2));
+                s1 = mask_scores(s1, (int4)(key_lo <= d0 + 8, key_lo <= d0 + 9, key_hi <= d0 + 8, key_hi <= d0 + 9),
+                                 hidden_score(a->scale_log2));
             }
             float4 p0, p1, g0, g1;
             probabilities(s0, dp0, off0, dd0, a->scale_log2, &p0, &g0);
@@ -359,8 +368,10 @@ static inline void query_group(const mma_bwd_args *a, __global const ushort *q, 
 #else
                 const long e_lo = lim, e_hi = lim;
 #endif
-                s0 = mask_scores(s0, (int4)(key <= e_lo, key + 1 <= e_lo, key <= e_hi, key + 1 <= e_hi));
-                s1 = mask_scores(s1, (int4)(key + 8 <= e_lo, key + 9 <= e_lo, key + 8 <= e_hi, key + 9 <= e_hi));
+                s0 = mask_scores(s0, (int4)(key <= e_lo, key + 1 <= e_lo, key <= e_hi, key + 1 <= e_hi),
+                                 hidden_score(a->scale_log2));
+                s1 = mask_scores(s1, (int4)(key + 8 <= e_lo, key + 9 <= e_lo, key + 8 <= e_hi, key + 9 <= e_hi),
+                                 hidden_score(a->scale_log2));
             }
             float4 p0, p1, g0, g1;
             probabilities(s0, dp0, offs, dd, a->scale_log2, &p0, &g0);

@@ -33,8 +33,8 @@
  * every row of the same query block that shares j's key tile (see clflash.h).
  *
  * Defines: HEAD_DIM (multiple of 16), BLOCK (keys per tile, multiple of 16), WARPS, M_TILES,
- * CAUSAL, WITH_LSE, SCALE_POSITIVE, CLFLASH_DTYPE_F16 or CLFLASH_DTYPE_BF16; NV_RESCALE_THRESH and
- * NV_FOLD_SCALE may be set through the build options (developer tuning, below). The PTX helpers (mma_16x8x16,
+ * CAUSAL, WITH_LSE, CLFLASH_DTYPE_F16 or CLFLASH_DTYPE_BF16; NV_RESCALE_THRESH may be set through
+ * the build options (developer tuning, below). The PTX helpers (mma_16x8x16,
  * load_matrix_x4, copy16_async, stage_rows, ...) and THREADS, ROW_STRIDE, CHUNKS, K_STEPS, D_TILES
  * come from nv_mma_common.cl, which the host puts before this file.
  */
@@ -50,20 +50,6 @@
  * than it saved. A build option overrides it (developer tuning). */
 #ifndef NV_RESCALE_THRESH
 #define NV_RESCALE_THRESH (HEAD_DIM >= 128 ? 8 : -1)
-#endif
-
-/* NV_FOLD_SCALE: row maxima over the raw scores and P = exp2(fma(s, scale, -m)), one FMA per score
- * where scaling first costs a multiply and a subtraction. Valid only for a positive scale, which the
- * planner states with SCALE_POSITIVE (with a negative scale the raw maximum is the scaled minimum). */
-#ifndef SCALE_POSITIVE
-#define SCALE_POSITIVE 0
-#endif
-#ifndef NV_FOLD_SCALE
-#define NV_FOLD_SCALE SCALE_POSITIVE
-#endif
-#if NV_FOLD_SCALE && !SCALE_POSITIVE
-#undef NV_FOLD_SCALE
-#define NV_FOLD_SCALE 0
 #endif
 
 #define BLOCK_Q (16 * M_TILES * WARPS)
@@ -197,12 +183,10 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
 #pragma unroll
         for (uint mt = 0; mt < M_TILES; mt++) {
             const long row_lo = (long)(row0 + warp_row0 + mt * 16 + g);
-            float max_lo = -INFINITY, max_hi = -INFINITY; /* this tile's, raw with NV_FOLD_SCALE */
+            float max_lo = -INFINITY, max_hi = -INFINITY; /* this tile's, in the units of s */
 #pragma unroll
             for (uint n = 0; n < S_TILES; n++) {
-#if !NV_FOLD_SCALE
                 s[mt][n] *= score_scale;
-#endif
                 if (masked) {
                     const long key = (long)(key0 + n * 8 + 2 * t);
                     const long lim = (long)seq_k - 1;
@@ -223,10 +207,6 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
             max_lo = fmax(max_lo, lane_xor(max_lo, 2));
             max_hi = fmax(max_hi, lane_xor(max_hi, 1));
             max_hi = fmax(max_hi, lane_xor(max_hi, 2));
-#if NV_FOLD_SCALE
-            max_lo *= score_scale; /* -inf stays -inf: the scale is positive */
-            max_hi *= score_scale;
-#endif
             /* m is the reference P is taken against; a row that has seen no key keeps -inf and
              * exponentiates against 0, so exp2(-inf) = 0. */
             const float new_lo = fmax(m_lo[mt], max_lo), new_hi = fmax(m_hi[mt], max_hi);
@@ -247,17 +227,10 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
             float sum_lo = 0.0f, sum_hi = 0.0f;
 #pragma unroll
             for (uint n = 0; n < S_TILES; n++) {
-#if NV_FOLD_SCALE
-                s[mt][n].x = exp2_ftz(fma(s[mt][n].x, score_scale, -ref_lo));
-                s[mt][n].y = exp2_ftz(fma(s[mt][n].y, score_scale, -ref_lo));
-                s[mt][n].z = exp2_ftz(fma(s[mt][n].z, score_scale, -ref_hi));
-                s[mt][n].w = exp2_ftz(fma(s[mt][n].w, score_scale, -ref_hi));
-#else
                 s[mt][n].x = exp2_ftz(s[mt][n].x - ref_lo);
                 s[mt][n].y = exp2_ftz(s[mt][n].y - ref_lo);
                 s[mt][n].z = exp2_ftz(s[mt][n].z - ref_hi);
                 s[mt][n].w = exp2_ftz(s[mt][n].w - ref_hi);
-#endif
                 sum_lo += s[mt][n].x + s[mt][n].y;
                 sum_hi += s[mt][n].z + s[mt][n].w;
             }

@@ -95,9 +95,8 @@ static clflash_status build(clflash_context *c, const clflash_problem *p, int wi
     cl_int err;
     clflash_status st;
     clflash_feature_defines(p, with_lse, features, sizeof features);
-    /* SCALE_POSITIVE lets the kernel fold the scale into its exponent (see the kernel) */
-    snprintf(defines, sizeof defines, "%s -D HEAD_DIM=%u -D BLOCK=%u -D WARPS=%u -D M_TILES=%u -D SCALE_POSITIVE=%d",
-             features, p->head_dim, block, warps, m_tiles, (double)p->scale * p->qk_scale > 0.0);
+    snprintf(defines, sizeof defines, "%s -D HEAD_DIM=%u -D BLOCK=%u -D WARPS=%u -D M_TILES=%u", features,
+             p->head_dim, block, warps, m_tiles);
     if ((st = clflash_get_program(c, CLFLASH_SOURCE_NV_MMA_FORWARD, defines, &prog)) != CLFLASH_SUCCESS)
         return st;
     *kernel = clCreateKernel(prog, KERNEL_NAME, &err);
