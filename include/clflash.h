@@ -57,7 +57,7 @@ extern "C" {
  * ------------------------------------------------------------------------------------------- */
 #define CLFLASH_VERSION_MAJOR 0
 #define CLFLASH_VERSION_MINOR 4
-#define CLFLASH_VERSION_PATCH 0
+#define CLFLASH_VERSION_PATCH 1
 #define CLFLASH_VERSION_NUMBER \
     (CLFLASH_VERSION_MAJOR * 10000 + CLFLASH_VERSION_MINOR * 100 + CLFLASH_VERSION_PATCH)
 
@@ -345,6 +345,14 @@ typedef struct {
  *    runs B = 32). block_q, its query rows per work-group (128, fewer when seq_q is short), is independent of B.
  *  - P is rounded to the storage type (f16 or bf16) before the P V product, as in
  *    FlashAttention-2; row sums, O and lse accumulate in fp32.
+ *  - exp2 is the hardware approximation with results below 2^-126 flushed to zero (as CUDA's
+ *    exp2f with fast math), in the forward and the backward; a probability that small is below
+ *    f16/bf16 resolution beside the row's largest (1).
+ *  - At head_dim >= 128 the running maximum a row's probabilities are taken against moves only
+ *    when a score exceeds it by more than 8 in log2 units (a factor 256); until then P may reach
+ *    256 and O is not rescaled. O = (sum P V) / (sum P) and lse are exact either way, and f16/bf16
+ *    keep the same relative precision up to 256.
+ *  - With causal, the query blocks that see the most keys are launched first (the same work).
  *  - A NaN in V row j reaches every row of the same query block whose key tile holds j, even rows
  *    that do not see key j (their P of 0 still multiplies V on the tensor core). The portable
  *    kernel confines it to the rows that see key j.
