@@ -140,11 +140,11 @@ inline void stage_rows(__local ushort *dst, __global const ushort *src, ulong ba
 }
 
 /* Streaming K and V tiles of BLOCK keys into local memory, tile after tile (the forward, and the
- * backward's query groups). Where THREADS is a multiple of CHUNKS and a tile's pieces a multiple of
- * THREADS (every head_dim with 4 warps except 96), each work-item copies the same 16-byte piece of
- * rows r, r + ROW_STEP, ... of every tile from pointers it advances by one tile per call: a few
- * additions per copy instead of stage_rows' division and 64-bit multiply (the forward ran 1.05x to
- * 1.15x faster on the H200). Elsewhere stage_rows does it. Needs BLOCK. */
+ * backward's query groups). Where THREADS is a multiple of CHUNKS and a tile's pieces a multiple
+ * of THREADS (with 4 warps: head_dim 16, 32, 64, 128 and 256), each work-item copies the same
+ * 16-byte piece of rows r, r + ROW_STEP, ... of every tile from pointers it advances by one tile
+ * per call: a few additions per copy instead of stage_rows' division and 64-bit multiply (the
+ * forward ran 1.05x to 1.15x faster on the H200). Elsewhere stage_rows does it. Needs BLOCK. */
 #if THREADS % CHUNKS == 0 && (BLOCK * CHUNKS) % THREADS == 0
 #define STREAM_BY_POINTERS 1
 #define ROW_STEP (THREADS / CHUNKS)

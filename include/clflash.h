@@ -348,9 +348,9 @@ typedef struct {
  *  - exp2 is the hardware approximation with results below 2^-126 flushed to zero (as CUDA's
  *    exp2f with fast math), in the forward and the backward; a probability that small is below
  *    f16/bf16 resolution beside the row's largest (1).
- *  - At head_dim >= 128 the running maximum a row's probabilities are taken against moves only
- *    when a score exceeds it by more than 8 in log2 units (a factor 256); until then P may reach
- *    256 and O is not rescaled. O = (sum P V) / (sum P) and lse are exact either way, and f16/bf16
+ *  - At head_dim >= 128 the running maxima the probabilities are taken against move only when a
+ *    score of some row of the warp's 16-row slice exceeds its row's by more than 8 in log2 units
+ *    (a factor 256); until then P may reach 256 and O is not rescaled. O = (sum P V) / (sum P) and lse are exact either way, and f16/bf16
  *    keep the same relative precision up to 256.
  *  - With causal, the query blocks that see the most keys are launched first (the same work).
  *  - A NaN in V row j reaches every row of the same query block whose key tile holds j, even rows

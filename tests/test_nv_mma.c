@@ -262,6 +262,7 @@ static const mma_shape shapes[] = {
     {1, 1, 0, 77, 301, 128, 0, 0, 0, 0, -0.1f},        /* a negative scale: maxima become minima */
     {1, 1, 0, 90, 200, 64, CLFLASH_CAUSAL, 0, 0, 0, 0.3f},
     {1, 1, 0, 33, 65, 64, 0, 0, 0, 0, -0.2f},
+    {1, 1, 0, 90, 200, 64, CLFLASH_CAUSAL, 0, 0, 0, -0.3f},
 };
 #define N_SHAPES N_OF(shapes)
 
@@ -432,6 +433,8 @@ static const mma_shape bwd_shapes[] = {
     {1, 1, 0, 77, 301, 128, 0, 0, 0, 0, -0.1f},        /* a negative scale */
     {1, 1, 0, 90, 200, 64, CLFLASH_CAUSAL, 0, 0, 0, 0.3f},
     {1, 1, 0, 33, 65, 64, 0, 0, 0, 0, -0.2f},
+    {1, 1, 0, 90, 200, 64, CLFLASH_CAUSAL, 0, 0, 0, -0.3f},   /* key groups' causal masks */
+    {1, 2, 1, 77, 131, 128, CLFLASH_CAUSAL, 0, 0, 0, -0.1f},
 };
 #define N_BWD_SHAPES N_OF(bwd_shapes)
 
