@@ -211,7 +211,8 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
              * exponentiates against 0, so exp2(-inf) = 0. */
             const float new_lo = fmax(m_lo[mt], max_lo), new_hi = fmax(m_hi[mt], max_hi);
 #if NV_RESCALE_THRESH >= 0
-            const int rescale = warp_any(new_lo > m_lo[mt] + NV_RESCALE_THRESH || new_hi > m_hi[mt] + NV_RESCALE_THRESH);
+            const int rescale =
+                warp_any(new_lo > m_lo[mt] + NV_RESCALE_THRESH || new_hi > m_hi[mt] + NV_RESCALE_THRESH);
 #else
             const int rescale = 1;
 #endif
