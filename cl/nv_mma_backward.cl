@@ -205,6 +205,7 @@ static inline void key_group(const mma_bwd_args *a, __global const ushort *q, __
     const ulong k_base = a->k_off + (ulong)b * a->k_bs + (ulong)hk * a->k_hs;
     const ulong v_base = a->v_off + (ulong)b * a->v_bs + (ulong)hk * a->v_hs;
     const long shift = (long)a->seq_k - (long)a->seq_q; /* query i's diagonal key is i + shift */
+    const float hidden = hidden_score(a->scale_log2); /* S of a masked pair */
 
     /* K and V: global -> local -> this warp's A fragments, kept for the whole call. */
     stage_rows(tiles, k, k_base, a->k_ss, kv0, ROWS, a->seq_k);
@@ -266,10 +267,9 @@ static inline void key_group(const mma_bwd_args *a, __global const ushort *q, __
             const float4 dd1 = (float4)(ds_row[col + 8], ds_row[col + 9], ds_row[col + 8], ds_row[col + 9]);
             if (masked) {
                 const long d0 = (long)(q0 + col) + shift; /* the diagonal key of query col */
-                s0 = mask_scores(s0, (int4)(key_lo <= d0, key_lo <= d0 + 1, key_hi <= d0, key_hi <= d0 + 1),
-                                 hidden_score(a->scale_log2));
+                s0 = mask_scores(s0, (int4)(key_lo <= d0, key_lo <= d0 + 1, key_hi <= d0, key_hi <= d0 + 1), hidden);
                 s1 = mask_scores(s1, (int4)(key_lo <= d0 + 8, key_lo <= d0 + 9, key_hi <= d0 + 8, key_hi <= d0 + 9),
-                                 hidden_score(a->scale_log2));
+                                 hidden);
             }
             float4 p0, p1, g0, g1;
             probabilities(s0, dp0, off0, dd0, a->scale_log2, &p0, &g0);
@@ -301,6 +301,7 @@ static inline void query_group(const mma_bwd_args *a, __global const ushort *q, 
     const ulong k_base = a->k_off + (ulong)b * a->k_bs + (ulong)hk * a->k_hs;
     const ulong v_base = a->v_off + (ulong)b * a->v_bs + (ulong)hk * a->v_hs;
     const long shift = (long)a->seq_k - (long)a->seq_q;
+    const float hidden = hidden_score(a->scale_log2); /* S of a masked pair */
 
     stage_rows(tiles, q, q_base, a->q_ss, qr0, ROWS, a->seq_q);
     stage_rows(tiles + ROWS * ROW_STRIDE, d_o, o_base, a->o_ss, qr0, ROWS, a->seq_q);
@@ -368,10 +369,9 @@ static inline void query_group(const mma_bwd_args *a, __global const ushort *q, 
 #else
                 const long e_lo = lim, e_hi = lim;
 #endif
-                s0 = mask_scores(s0, (int4)(key <= e_lo, key + 1 <= e_lo, key <= e_hi, key + 1 <= e_hi),
-                                 hidden_score(a->scale_log2));
+                s0 = mask_scores(s0, (int4)(key <= e_lo, key + 1 <= e_lo, key <= e_hi, key + 1 <= e_hi), hidden);
                 s1 = mask_scores(s1, (int4)(key + 8 <= e_lo, key + 9 <= e_lo, key + 8 <= e_hi, key + 9 <= e_hi),
-                                 hidden_score(a->scale_log2));
+                                 hidden);
             }
             float4 p0, p1, g0, g1;
             probabilities(s0, dp0, offs, dd, a->scale_log2, &p0, &g0);

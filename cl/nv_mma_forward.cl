@@ -15,16 +15,16 @@
  *   S = Q K^T        mma.sync m16n8k16, fp32 accumulators in registers; each K fragment read with
  *                    ldmatrix feeds the warp's M_TILES slices;
  *   online softmax   each row's values live in the 4 lanes of a quad: shfl.sync reduces the row
- *                    maximum, the row sum stays per lane until the end; at head_dim >= 128 O is
- *                    rescaled only when a row maximum grew by more than a factor 2^8 (NV_RESCALE_THRESH);
+ *                    maximum, the row sum stays per lane until the end; at head_dim >= 128
+ *                    O is rescaled only when a row maximum grew by more than a factor 2^8
+ *                    (NV_RESCALE_THRESH);
  *   O += P V         P is packed to f16/bf16 pairs in registers (the S accumulator layout is the
  *                    A fragment layout), V read with ldmatrix.trans; O stays in fp32 registers.
  * Local memory holds two K and two V tiles, each BLOCK x HEAD_DIM in the storage type with rows
  * padded by 16 bytes so that the 8 rows of an ldmatrix fall in distinct banks. cp.async fills
  * them: tile j + 1 streams in while tile j is computed, with one barrier per tile; each work-item
- * copies from pointers it advances tile by tile (kv_stream). Q is staged
- * through the same memory once at the start, and O through it at the end so that the stores are
- * 16-byte and coalesced.
+ * copies from pointers it advances tile by tile (kv_stream). Q is staged through the same memory
+ * once at the start, and O through it at the end so that the stores are 16-byte and coalesced.
  *
  * Scores are in log2 units: the host folds log2(e) into score_scale, and exp2 is ex2.approx.ftz.
  * With CAUSAL the query blocks that see the most keys are launched first.
@@ -34,9 +34,9 @@
  *
  * Defines: HEAD_DIM (multiple of 16), BLOCK (keys per tile, multiple of 16), WARPS, M_TILES,
  * CAUSAL, WITH_LSE, CLFLASH_DTYPE_F16 or CLFLASH_DTYPE_BF16; NV_RESCALE_THRESH may be set through
- * the build options (developer tuning, below). The PTX helpers (mma_16x8x16,
- * load_matrix_x4, copy16_async, stage_rows, ...) and THREADS, ROW_STRIDE, CHUNKS, K_STEPS, D_TILES
- * come from nv_mma_common.cl, which the host puts before this file.
+ * the build options (developer tuning, below). The PTX helpers (mma_16x8x16, load_matrix_x4,
+ * copy16_async, kv_stream, ...) and THREADS, ROW_STRIDE, CHUNKS, K_STEPS, D_TILES come from
+ * nv_mma_common.cl, which the host puts before this file.
  */
 
 #ifndef M_TILES
