@@ -40,7 +40,8 @@
  * 4 * BLOCK floats (two buffers of the tile rows' lse and D).
  *
  * Defines: HEAD_DIM (multiple of 16, <= 128), BLOCK (query rows per tile of a key group and keys
- * per tile of a query group, multiple of 16), WARPS, CAUSAL, CLFLASH_DTYPE_F16 or _BF16. The PTX
+ * per tile of a query group, multiple of 16), WARPS, CAUSAL, CLFLASH_DTYPE_F16 or _BF16;
+ * NV_BWD_STREAM may be set through the build options (developer tuning, below). The PTX
  * helpers and THREADS, ROW_STRIDE, CHUNKS, K_STEPS, D_TILES come from nv_mma_common.cl.
  */
 
@@ -175,16 +176,33 @@ static inline uint4 as_fragment(float4 x0, float4 x1)
 
 /* Issues the copies of query tile `it` (head hk * group + it / per_head, rows q_first + (it %
  * per_head) * BLOCK ..) of Q and dO into buffer u, and stores its rows' lse offsets and D. */
+/* NV_BWD_STREAM: 1 copies a key group's Q and dO tiles through kv_stream (per-work-item pointers,
+ * restarted at each query head), 0 through stage_rows (a division and a 64-bit multiply per 16-byte
+ * copy). On the H200 (f16, n = 4096 and 16384) the stream gave 1.03x to 1.05x at head_dim 128 and
+ * 0.93x to 1.02x at 64, so the default is head_dim >= 128. A build option overrides it (developer
+ * tuning). */
+#ifndef NV_BWD_STREAM
+#define NV_BWD_STREAM (HEAD_DIM >= 128)
+#endif
 static inline void stage_query_tile(const mma_bwd_args *a, __global const ushort *q, __global const ushort *d_o,
                              __global const float *lse, __global const float *dvec, __local ushort *tiles,
-                             __local float *stats, uint b, uint hk, uint q_first, uint per_head, uint it, uint u)
+                             __local float *stats, uint b, uint hk, uint q_first, uint per_head, uint it, uint u,
+                             kv_stream *qs)
 {
     const uint h = hk * a->group + it / per_head;
     const uint q0 = q_first + (it % per_head) * BLOCK;
+#if NV_BWD_STREAM
+    if (it % per_head == 0)
+        *qs = kv_stream_start_at(q, a->q_off + (ulong)b * a->q_bs + (ulong)h * a->q_hs, a->q_ss, d_o,
+                                 a->o_off + (ulong)b * a->o_bs + (ulong)h * a->o_hs, a->o_ss, a->seq_q, q_first);
+    kv_stream_next(qs, tiles + 2 * u * BLOCK * ROW_STRIDE);
+#else
+    (void)qs;
     const ulong q_base = a->q_off + (ulong)b * a->q_bs + (ulong)h * a->q_hs;
     const ulong o_base = a->o_off + (ulong)b * a->o_bs + (ulong)h * a->o_hs;
     stage_rows(tiles + 2 * u * BLOCK * ROW_STRIDE, q, q_base, a->q_ss, q0, BLOCK, a->seq_q);
     stage_rows(tiles + (2 * u + 1) * BLOCK * ROW_STRIDE, d_o, o_base, a->o_ss, q0, BLOCK, a->seq_q);
+#endif
     async_commit();
     for (uint i = get_local_id(0); i < BLOCK; i += THREADS) {
         const uint qi = q0 + i;
@@ -236,15 +254,16 @@ static inline void key_group(const mma_bwd_args *a, __global const ushort *q, __
     /* The lane's keys: rows g and g + 8 of the warp's 16 (the rows of S^T). */
     const long key_lo = (long)(kv0 + warp * 16 + g), key_hi = key_lo + 8;
 
+    kv_stream qs; /* NV_BWD_STREAM: the current head's Q and dO */
     if (steps > 0)
-        stage_query_tile(a, q, d_o, lse, dvec, tiles, stats, b, hk, q_first, per_head, 0, 0);
+        stage_query_tile(a, q, d_o, lse, dvec, tiles, stats, b, hk, q_first, per_head, 0, 0, &qs);
     for (uint it = 0; it < steps; it++) {
         const uint u = it % 2;
         const uint q0 = q_first + (it % per_head) * BLOCK;
         async_wait_all();
         barrier(CLK_LOCAL_MEM_FENCE); /* tile it is in; every warp is done with tile it - 1 */
         if (it + 1 < steps)
-            stage_query_tile(a, q, d_o, lse, dvec, tiles, stats, b, hk, q_first, per_head, it + 1, 1 - u);
+            stage_query_tile(a, q, d_o, lse, dvec, tiles, stats, b, hk, q_first, per_head, it + 1, 1 - u, &qs);
         __local const ushort *q_rows = tiles + 2 * u * BLOCK * ROW_STRIDE;
         __local const ushort *do_rows = q_rows + BLOCK * ROW_STRIDE;
         __local const float *offs = stats + 2 * u * BLOCK, *ds_row = offs + BLOCK;

@@ -164,20 +164,21 @@ typedef struct {
 #endif
 } kv_stream;
 
-inline kv_stream kv_stream_start(__global const ushort *k, ulong k_base, ulong k_ss, __global const ushort *v,
-                                 ulong v_base, ulong v_ss, uint seq_k)
+/* A stream whose first tile starts at row `first` (the backward's key groups stream Q and dO). */
+inline kv_stream kv_stream_start_at(__global const ushort *k, ulong k_base, ulong k_ss, __global const ushort *v,
+                                    ulong v_base, ulong v_ss, uint seq_k, uint first)
 {
     kv_stream st;
 #ifdef STREAM_BY_POINTERS
     const uint row = get_local_id(0) / CHUNKS, piece = get_local_id(0) % CHUNKS;
-    st.k = k + k_base + (ulong)row * k_ss + piece * 8;
-    st.v = v + v_base + (ulong)row * v_ss + piece * 8;
+    st.k = k + k_base + (ulong)(first + row) * k_ss + piece * 8;
+    st.v = v + v_base + (ulong)(first + row) * v_ss + piece * 8;
     st.k_any = k + k_base;
     st.v_any = v + v_base;
     st.k_step = (ulong)ROW_STEP * k_ss;
     st.v_step = (ulong)ROW_STEP * v_ss;
     st.local_piece = row * ROW_STRIDE + piece * 8;
-    st.rows_left = (long)seq_k - (long)row;
+    st.rows_left = (long)seq_k - (long)first - (long)row;
 #else
     st.k = k;
     st.v = v;
@@ -185,10 +186,16 @@ inline kv_stream kv_stream_start(__global const ushort *k, ulong k_base, ulong k
     st.v_base = v_base;
     st.k_ss = k_ss;
     st.v_ss = v_ss;
-    st.key0 = 0;
+    st.key0 = first;
     st.seq_k = seq_k;
 #endif
     return st;
+}
+
+inline kv_stream kv_stream_start(__global const ushort *k, ulong k_base, ulong k_ss, __global const ushort *v,
+                                 ulong v_base, ulong v_ss, uint seq_k)
+{
+    return kv_stream_start_at(k, k_base, k_ss, v, v_base, v_ss, seq_k, 0);
 }
 
 /* Issues the copies of the next K tile into dst and its V tile into dst + BLOCK rows; keys at or

@@ -24,7 +24,10 @@
  * padded by 16 bytes so that the 8 rows of an ldmatrix fall in distinct banks. cp.async fills
  * them: tile j + 1 streams in while tile j is computed, with one barrier per tile; each work-item
  * copies from pointers it advances tile by tile (kv_stream). Q is staged through the same memory
- * once at the start, and O through it at the end so that the stores are 16-byte and coalesced.
+ * once at the start (at head_dim <= 64 its fragments are loaded from global memory instead, while
+ * the first tile streams in: NV_Q_DIRECT), and O passes through it at the end so that the stores
+ * are 16-byte and coalesced. In the tiles that cross the diagonal or seq_k, each lane's rows get
+ * one 32-bit limit per tile, against which the pairs' key offsets are compared.
  *
  * Scores are in log2 units: the host folds log2(e) into score_scale, and exp2 is ex2.approx.ftz.
  * With CAUSAL the query blocks that see the most keys are launched first.
@@ -33,10 +36,10 @@
  * every row of the same query block that shares j's key tile (see clflash.h).
  *
  * Defines: HEAD_DIM (multiple of 16), BLOCK (keys per tile, multiple of 16), WARPS, M_TILES,
- * CAUSAL, WITH_LSE, CLFLASH_DTYPE_F16 or CLFLASH_DTYPE_BF16; NV_RESCALE_THRESH may be set through
- * the build options (developer tuning, below). The PTX helpers (mma_16x8x16, load_matrix_x4,
- * copy16_async, kv_stream, ...) and THREADS, ROW_STRIDE, CHUNKS, K_STEPS, D_TILES come from
- * nv_mma_common.cl, which the host puts before this file.
+ * CAUSAL, WITH_LSE, CLFLASH_DTYPE_F16 or CLFLASH_DTYPE_BF16; NV_RESCALE_THRESH and NV_Q_DIRECT may
+ * be set through the build options (developer tuning, below). The PTX helpers (mma_16x8x16,
+ * load_matrix_x4, copy16_async, kv_stream, ...) and THREADS, ROW_STRIDE, CHUNKS, K_STEPS, D_TILES
+ * come from nv_mma_common.cl, which the host puts before this file.
  */
 
 #ifndef M_TILES
@@ -50,6 +53,15 @@
  * than it saved. A build option overrides it (developer tuning). */
 #ifndef NV_RESCALE_THRESH
 #define NV_RESCALE_THRESH (HEAD_DIM >= 128 ? 8 : -1)
+#endif
+
+/* NV_Q_DIRECT: 1 loads Q's A fragments from global memory straight into registers while the first
+ * K and V tile streams in; 0 stages Q through local memory first (a barrier and a wait before the
+ * first tile). On the H200 (f16, n = 1024..16384) direct loads gave 1.02x to 1.05x at head_dim 64
+ * and 0.96x to 0.98x at 128, so the default is head_dim <= 64. A build option overrides it
+ * (developer tuning). */
+#ifndef NV_Q_DIRECT
+#define NV_Q_DIRECT (HEAD_DIM <= 64)
 #endif
 
 #define BLOCK_Q (16 * M_TILES * WARPS)
@@ -91,6 +103,7 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
     const ulong v_base = v_off + (ulong)b * v_bs + (ulong)hk * v_hs;
     const long shift = (long)seq_k - (long)seq_q; /* query i's diagonal key is i + shift */
 
+#if !NV_Q_DIRECT
     /* Q: global -> local -> this warp's A fragments, kept for the whole call. */
     stage_rows(tiles, q, q_base, q_ss, row0, BLOCK_Q, seq_q);
     async_commit();
@@ -107,6 +120,7 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
             qf[mt][kk] = load_matrix_x4(src + kk * 16);
     }
     barrier(CLK_LOCAL_MEM_FENCE); /* Q's staging area becomes the K and V tiles */
+#endif
 
     /* The keys this block sees: all, or with CAUSAL up to its last row's diagonal. */
     uint key_end = seq_k;
@@ -143,6 +157,24 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
         kv_stream_next(&stream, tiles);
         async_commit();
     }
+#if NV_Q_DIRECT
+    /* A fragment words (see mma_16x8x16): x row g, columns 2t, 2t + 1 of the k16 step; y row g + 8;
+     * z and w the same 8 columns on. Rows past seq_q read row seq_q - 1 and become zeros. */
+    uint4 qf[M_TILES][K_STEPS];
+#pragma unroll
+    for (uint mt = 0; mt < M_TILES; mt++) {
+        const uint r_lo = row0 + warp_row0 + mt * 16 + g, r_hi = r_lo + 8;
+        const uint c_lo = min(r_lo, seq_q - 1), c_hi = min(r_hi, seq_q - 1);
+        __global const uint *q_lo = (__global const uint *)(q + q_base + (ulong)c_lo * q_ss) + t;
+        __global const uint *q_hi = (__global const uint *)(q + q_base + (ulong)c_hi * q_ss) + t;
+#pragma unroll
+        for (uint kk = 0; kk < K_STEPS; kk++) {
+            const uint4 w = (uint4)(q_lo[kk * 8], q_hi[kk * 8], q_lo[kk * 8 + 4], q_hi[kk * 8 + 4]);
+            qf[mt][kk] = (uint4)(r_lo < seq_q ? w.x : 0u, r_hi < seq_q ? w.y : 0u, r_lo < seq_q ? w.z : 0u,
+                                 r_hi < seq_q ? w.w : 0u);
+        }
+    }
+#endif
     for (uint j = 0; j < n_tiles; j++) {
         const uint key0 = j * BLOCK;
         async_wait_all();
@@ -183,22 +215,28 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
 #pragma unroll
         for (uint mt = 0; mt < M_TILES; mt++) {
             const long row_lo = (long)(row0 + warp_row0 + mt * 16 + g);
+            /* The last key each of the lane's rows sees, relative to its first pair's key
+             * key0 + 2t, clamped to [-1, BLOCK] so that it fits an int. */
+            int rel_lo = BLOCK, rel_hi = BLOCK;
+            if (masked) {
+                const long lim = (long)seq_k - 1;
+#if CAUSAL
+                const long d_lo = min(row_lo + shift, lim), d_hi = min(row_lo + 8 + shift, lim);
+#else
+                const long d_lo = lim, d_hi = lim;
+#endif
+                rel_lo = (int)clamp(d_lo - (long)(key0 + 2 * t), -1L, (long)BLOCK);
+                rel_hi = (int)clamp(d_hi - (long)(key0 + 2 * t), -1L, (long)BLOCK);
+            }
             float max_lo = -INFINITY, max_hi = -INFINITY; /* this tile's, in the units of s */
 #pragma unroll
             for (uint n = 0; n < S_TILES; n++) {
                 s[mt][n] *= score_scale;
                 if (masked) {
-                    const long key = (long)(key0 + n * 8 + 2 * t);
-                    const long lim = (long)seq_k - 1;
-#if CAUSAL
-                    const long d_lo = min(row_lo + shift, lim), d_hi = min(row_lo + 8 + shift, lim);
-#else
-                    const long d_lo = lim, d_hi = lim;
-#endif
-                    s[mt][n].x = key <= d_lo ? s[mt][n].x : -INFINITY;
-                    s[mt][n].y = key + 1 <= d_lo ? s[mt][n].y : -INFINITY;
-                    s[mt][n].z = key <= d_hi ? s[mt][n].z : -INFINITY;
-                    s[mt][n].w = key + 1 <= d_hi ? s[mt][n].w : -INFINITY;
+                    s[mt][n].x = (int)(n * 8) <= rel_lo ? s[mt][n].x : -INFINITY;
+                    s[mt][n].y = (int)(n * 8 + 1) <= rel_lo ? s[mt][n].y : -INFINITY;
+                    s[mt][n].z = (int)(n * 8) <= rel_hi ? s[mt][n].z : -INFINITY;
+                    s[mt][n].w = (int)(n * 8 + 1) <= rel_hi ? s[mt][n].w : -INFINITY;
                 }
                 max_lo = fmax(max_lo, fmax(s[mt][n].x, s[mt][n].y));
                 max_hi = fmax(max_hi, fmax(s[mt][n].z, s[mt][n].w));
