@@ -57,7 +57,7 @@ extern "C" {
  * ------------------------------------------------------------------------------------------- */
 #define CLFLASH_VERSION_MAJOR 0
 #define CLFLASH_VERSION_MINOR 4
-#define CLFLASH_VERSION_PATCH 1
+#define CLFLASH_VERSION_PATCH 2
 #define CLFLASH_VERSION_NUMBER \
     (CLFLASH_VERSION_MAJOR * 10000 + CLFLASH_VERSION_MINOR * 100 + CLFLASH_VERSION_PATCH)
 
