@@ -83,6 +83,25 @@ static inline void load_row_fragments(__local const ushort *tile, uint row, uint
         frag[kk] = load_matrix_x4(src + kk * 16);
 }
 
+/* The prologue both kinds of work-group share: ROWS rows from row0 of two tensors (x at x_base,
+ * y at y_base; rows at or past `rows` as zeros) pass through local memory into this warp's 16
+ * rows' A fragments, which the work-group keeps for the whole call. On return the staging rows are
+ * free again. */
+static inline void load_group_fragments(__local ushort *tiles, __global const ushort *x, ulong x_base, ulong x_ss,
+                                        __global const ushort *y, ulong y_base, ulong y_ss, uint row0, uint rows,
+                                        uint4 *x_frag, uint4 *y_frag)
+{
+    stage_rows(tiles, x, x_base, x_ss, row0, ROWS, rows);
+    stage_rows(tiles + ROWS * ROW_STRIDE, y, y_base, y_ss, row0, ROWS, rows);
+    async_commit();
+    async_wait_all();
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const uint warp = get_local_id(0) / 32;
+    load_row_fragments(tiles, warp * 16, x_frag);
+    load_row_fragments(tiles + ROWS * ROW_STRIDE, warp * 16, y_frag);
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+
 /* Writes a warp's 16 x HEAD_DIM accumulator block, times `mul`, as storage-type rows `row` ..
  * `row` + 15 of a local tile (lane rows g and g + 8, columns 8 dt + 2t and + 1). */
 static inline void park_rows(__local ushort *tile, uint row, const float4 *acc, float mul)
@@ -225,16 +244,9 @@ static inline void key_group(const mma_bwd_args *a, __global const ushort *q, __
     const long shift = (long)a->seq_k - (long)a->seq_q; /* query i's diagonal key is i + shift */
     const float hidden = hidden_score(a->scale_log2); /* S of a masked pair */
 
-    /* K and V: global -> local -> this warp's A fragments, kept for the whole call. */
-    stage_rows(tiles, k, k_base, a->k_ss, kv0, ROWS, a->seq_k);
-    stage_rows(tiles + ROWS * ROW_STRIDE, v, v_base, a->v_ss, kv0, ROWS, a->seq_k);
-    async_commit();
-    async_wait_all();
-    barrier(CLK_LOCAL_MEM_FENCE);
+    /* K and V: global -> local -> this warp's A fragments; the staging rows become the query tiles. */
     uint4 kf[K_STEPS], vf[K_STEPS];
-    load_row_fragments(tiles, warp * 16, kf);
-    load_row_fragments(tiles + ROWS * ROW_STRIDE, warp * 16, vf);
-    barrier(CLK_LOCAL_MEM_FENCE); /* the staging rows become the query tiles */
+    load_group_fragments(tiles, k, k_base, a->k_ss, v, v_base, a->v_ss, kv0, a->seq_k, kf, vf);
 
     /* The queries that see a key of the group: all, or with CAUSAL from the first key's diagonal. */
     uint q_first = 0;
@@ -322,15 +334,9 @@ static inline void query_group(const mma_bwd_args *a, __global const ushort *q, 
     const long shift = (long)a->seq_k - (long)a->seq_q;
     const float hidden = hidden_score(a->scale_log2); /* S of a masked pair */
 
-    stage_rows(tiles, q, q_base, a->q_ss, qr0, ROWS, a->seq_q);
-    stage_rows(tiles + ROWS * ROW_STRIDE, d_o, o_base, a->o_ss, qr0, ROWS, a->seq_q);
-    async_commit();
-    async_wait_all();
-    barrier(CLK_LOCAL_MEM_FENCE);
+    /* Q and dO: global -> local -> this warp's A fragments; the staging rows become the key tiles. */
     uint4 qf[K_STEPS], df[K_STEPS];
-    load_row_fragments(tiles, warp * 16, qf);
-    load_row_fragments(tiles + ROWS * ROW_STRIDE, warp * 16, df);
-    barrier(CLK_LOCAL_MEM_FENCE); /* the staging rows become the key tiles */
+    load_group_fragments(tiles, q, q_base, a->q_ss, d_o, o_base, a->o_ss, qr0, a->seq_q, qf, df);
 
     /* The lane's rows g and g + 8 of the warp's 16: lse offsets and D. */
     const uint row_lo = qr0 + warp * 16 + g, row_hi = row_lo + 8;
