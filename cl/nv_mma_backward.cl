@@ -193,16 +193,18 @@ static inline uint4 as_fragment(float4 x0, float4 x1)
     return (uint4)(pack_pair(x0.x, x0.y), pack_pair(x0.z, x0.w), pack_pair(x1.x, x1.y), pack_pair(x1.z, x1.w));
 }
 
-/* Issues the copies of query tile `it` (head hk * group + it / per_head, rows q_first + (it %
- * per_head) * BLOCK ..) of Q and dO into buffer u, and stores its rows' lse offsets and D. */
 /* NV_BWD_STREAM: 1 copies a key group's Q and dO tiles through kv_stream (per-work-item pointers,
  * restarted at each query head), 0 through stage_rows (a division and a 64-bit multiply per 16-byte
  * copy). On the H200 (f16, n = 4096 and 16384) the stream gave 1.03x to 1.05x at head_dim 128 and
- * 0.93x to 1.02x at 64, so the default is head_dim >= 128. A build option overrides it (developer
+ * 0.92x to 1.02x at 64, so the default is head_dim >= 128. A build option overrides it (developer
  * tuning). */
 #ifndef NV_BWD_STREAM
 #define NV_BWD_STREAM (HEAD_DIM >= 128)
 #endif
+
+/* Issues the copies of query tile `it` (head hk * group + it / per_head, rows q_first + (it %
+ * per_head) * BLOCK ..) of Q and dO into buffer u, and stores its rows' lse offsets and D. With
+ * NV_BWD_STREAM the copies come from *qs, which restarts at each head's first tile. */
 static inline void stage_query_tile(const mma_bwd_args *a, __global const ushort *q, __global const ushort *d_o,
                              __global const float *lse, __global const float *dvec, __local ushort *tiles,
                              __local float *stats, uint b, uint hk, uint q_first, uint per_head, uint it, uint u,
