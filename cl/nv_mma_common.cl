@@ -140,7 +140,7 @@ inline void stage_rows(__local ushort *dst, __global const ushort *src, ulong ba
 }
 
 /* Streaming K and V tiles of BLOCK keys into local memory, tile after tile (the forward, and the
- * backward's query groups). Where THREADS is a multiple of CHUNKS and a tile's pieces a multiple
+ * backward's query groups; the backward's key groups stream Q and dO tiles the same way). Where THREADS is a multiple of CHUNKS and a tile's pieces a multiple
  * of THREADS (with 4 warps: head_dim 16, 32, 64, 128 and 256), each work-item copies the same
  * 16-byte piece of rows r, r + ROW_STEP, ... of every tile from pointers it advances by one tile
  * per call: a few additions per copy instead of stage_rows' division and 64-bit multiply (the

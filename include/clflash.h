@@ -350,8 +350,8 @@ typedef struct {
  *    f16/bf16 resolution beside the row's largest (1).
  *  - At head_dim >= 128 the running maxima the probabilities are taken against move only when a
  *    score of some row of the warp's 16-row slice exceeds its row's by more than 8 in log2 units
- *    (a factor 256); until then P may reach 256 and O is not rescaled. O = (sum P V) / (sum P) and lse are exact either way, and f16/bf16
- *    keep the same relative precision up to 256.
+ *    (a factor 256); until then P may reach 256 and O is not rescaled. O = (sum P V) / (sum P)
+ *    and lse are exact either way, and f16/bf16 keep the same relative precision up to 256.
  *  - With causal, the query blocks that see the most keys are launched first (the same work).
  *  - A NaN in V row j reaches every row of the same query block whose key tile holds j, even rows
  *    that do not see key j (their P of 0 still multiplies V on the tensor core). The portable
