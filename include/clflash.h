@@ -20,6 +20,18 @@
  * Thread rule: a clflash_context may be used by several threads at once, each with its own command
  * queue (or the context's own queue, which OpenCL makes thread-safe). Freeing a context while another
  * thread still uses it is the caller's error.
+ *
+ * Structs the caller allocates (clflash_context_options, clflash_attention_desc, clflash_plan)
+ * begin with `struct_size`: set it to the size of the struct as your header declares it,
+ *     clflash_attention_desc d = {.struct_size = sizeof d};     or     d.struct_size = sizeof d;
+ * clflash reads and writes only the first struct_size bytes. So a program built against an older
+ * header keeps working with a newer library of the same CLFLASH_ABI_VERSION: the fields it does not
+ * know count as zero, which is each field's default. A struct_size larger than the library's own
+ * struct (a newer program, an older library) is accepted when every byte the library does not know
+ * is zero, and refused with CLFLASH_ERROR_UNSUPPORTED otherwise (the program asks for something this
+ * library cannot do). A struct_size of 0, one smaller than the struct of 0.5.0 (the first with the
+ * field) or one above 4096 is CLFLASH_ERROR_INVALID_ARGUMENT (CLFLASH_ERROR_INVALID_OPTIONS for the
+ * options).
  */
 #ifndef CLFLASH_H
 #define CLFLASH_H
@@ -56,10 +68,17 @@ extern "C" {
  *     if (clflash_version_number() != CLFLASH_VERSION_NUMBER) ...
  * ------------------------------------------------------------------------------------------- */
 #define CLFLASH_VERSION_MAJOR 0
-#define CLFLASH_VERSION_MINOR 4
-#define CLFLASH_VERSION_PATCH 2
+#define CLFLASH_VERSION_MINOR 5
+#define CLFLASH_VERSION_PATCH 0
 #define CLFLASH_VERSION_NUMBER \
     (CLFLASH_VERSION_MAJOR * 10000 + CLFLASH_VERSION_MINOR * 100 + CLFLASH_VERSION_PATCH)
+
+/* The binary interface's generation: the shared library is libclflash.so.CLFLASH_ABI_VERSION. It
+ * changes whenever a program linked against an older library of the same number could break: a
+ * function or field removed or changed in meaning or place. New functions, and new fields at the
+ * end of the caller-allocated structs (see struct_size above), keep the number. 1 since 0.5.0, which
+ * gave the structs their struct_size; 0.4 and earlier (libclflash.so.0) had none. */
+#define CLFLASH_ABI_VERSION 1
 
 /* The linked library's version as major*10000 + minor*100 + patch. Thread-safe. */
 CLFLASH_API unsigned clflash_version_number(void);
@@ -74,8 +93,8 @@ CLFLASH_API const char *clflash_version_string(void);
 #define CLFLASH_STATUS_LIST(X)                                                                     \
     X(CLFLASH_SUCCESS, 0, "success")                                                               \
     X(CLFLASH_ERROR_INVALID_ARGUMENT, -2000,                                                       \
-      "invalid argument (a NULL or foreign handle, pointer, queue, event list or buffer, "         \
-      "or two arguments that must differ are the same buffer)")                                    \
+      "invalid argument (a NULL or foreign handle, pointer, queue, event list or buffer, a "       \
+      "struct_size out of range, or two arguments that must differ are the same buffer)")          \
     X(CLFLASH_ERROR_UNSUPPORTED, -2001, "not supported by this version of clflash or this device") \
     X(CLFLASH_ERROR_TILE_TOO_LARGE, -2002,                                                         \
       "the requested tile does not fit the device's local memory or work-group limits")           \
@@ -100,7 +119,8 @@ CLFLASH_API const char *clflash_version_string(void);
     X(CLFLASH_ERROR_HEAD_DIM_UNSUPPORTED, -2013,                                                   \
       "head_dim is larger than clflash supports (CLFLASH_MAX_HEAD_DIM)")                            \
     X(CLFLASH_ERROR_INVALID_OPTIONS, -2014,                                                        \
-      "a context option is invalid (threads_per_row above 64, build_options too long)")
+      "a context option is invalid (struct_size out of range, threads_per_row above 64, "          \
+      "build_options too long)")
 
 typedef int clflash_status;
 
@@ -162,6 +182,7 @@ CLFLASH_API uint64_t clflash_max_block(uint64_t local_mem_bytes, uint64_t head_d
 typedef struct clflash_context clflash_context;
 
 typedef struct {
+    uint32_t struct_size; /* sizeof(clflash_context_options), see the top of this header */
     /* 0: use the device's CL_DEVICE_LOCAL_MEM_SIZE. Else a cap on the local memory the planner may
      * plan for; a value above the device's size is treated as the device's size. Useful to plan as
      * a smaller GPU would (49152 plans as a 48 KiB device does). */
@@ -181,15 +202,17 @@ typedef struct {
      * Setting the environment variable CLFLASH_PORTABLE=1 (any value but empty or "0") when the context is
      * created does the same. */
     uint32_t portable_only;
-} clflash_context_options; /* zero-initialised = defaults; fields added later keep that rule */
+} clflash_context_options; /* zero-initialised (but for struct_size) = defaults; fields added later
+                              keep that rule */
 
 /* Wraps a caller's context and device. clflash retains ctx (and releases it on free), creates its
  * own in-order queue on dev (the one clflash_context_queue returns) and a second, private in-order
  * queue for the library's own small writes (since 0.4: the naive path's abort flag), and copies
  * opt (NULL = defaults). *out is set only on success.
  * Returns: CLFLASH_SUCCESS; CLFLASH_ERROR_INVALID_ARGUMENT (NULL ctx, dev or out);
- * CLFLASH_ERROR_INVALID_OPTIONS (threads_per_row above 64, or build_options longer than 4096
- * characters); CLFLASH_ERROR_OUT_OF_HOST_MEMORY; or the OpenCL error from querying the device or
+ * CLFLASH_ERROR_INVALID_OPTIONS (an invalid struct_size, threads_per_row above 64, or build_options
+ * longer than 4096 characters); CLFLASH_ERROR_UNSUPPORTED (options this library does not know are
+ * set: see struct_size); CLFLASH_ERROR_OUT_OF_HOST_MEMORY; or the OpenCL error from querying the device or
  * creating the queue (for example CL_INVALID_CONTEXT, CL_INVALID_DEVICE). */
 CLFLASH_API clflash_status clflash_context_create(cl_context ctx, cl_device_id dev,
                                                   const clflash_context_options *opt,
@@ -249,6 +272,7 @@ typedef struct {
 } clflash_layout;
 
 typedef struct {
+    uint32_t struct_size; /* sizeof(clflash_attention_desc), see the top of this header */
     uint32_t batch;    /* 1 .. CLFLASH_MAX_BATCH */
     uint32_t heads_q;  /* 1 .. CLFLASH_MAX_HEADS */
     uint32_t heads_kv; /* 0 = heads_q; else must divide heads_q (GQA/MQA): query head h reads K/V
@@ -288,8 +312,11 @@ typedef struct {
                              row left with no visible key gets O = 0 and lse = -INFINITY */
 } clflash_attention_desc;
 
-/* What the planner chose for a descriptor on a context's device. */
+/* What the planner chose for a descriptor on a context's device. The caller sets struct_size
+ * (see the top of this header) before passing it; clflash fills the first struct_size bytes and
+ * leaves struct_size as it was. */
 typedef struct {
+    uint32_t struct_size;        /* sizeof(clflash_plan) */
     uint32_t block;              /* B, the tile rule's block: keys per K/V tile (and, on the
                                     portable kernel's lane and CPU paths, also the query rows per
                                     work-group; block_q below gives those for every kernel) */
@@ -385,7 +412,9 @@ typedef struct {
  * CL_KERNEL_WORK_GROUP_SIZE, and steps B down until the real kernel fits. A forced d->block is used
  * exactly or refused. Buffers are not looked at. Thread-safe.
  * Returns: CLFLASH_SUCCESS; CLFLASH_ERROR_INVALID_ARGUMENT (NULL context, descriptor or out; a
- * bias_layout or bias_broadcast without a bias); the descriptor errors
+ * struct_size of the descriptor or of *out out of range; a bias_layout or bias_broadcast without a
+ * bias); CLFLASH_ERROR_UNSUPPORTED (the descriptor sets fields this library does not know, see
+ * struct_size); the descriptor errors
  * (CLFLASH_ERROR_INVALID_DTYPE, _INVALID_SHAPE, _INVALID_FLAGS, _INVALID_SCALE, _INVALID_LAYOUT,
  * _HEAD_DIM_UNSUPPORTED); CLFLASH_ERROR_TILE_TOO_LARGE; CLFLASH_ERROR_BUILD_FAILED;
  * CLFLASH_ERROR_OUT_OF_HOST_MEMORY; or an OpenCL error. */

@@ -243,13 +243,12 @@ clflash_status clflash_plan_backward(clflash_context *c, const clflash_attention
     clflash_backward_kernels k;
     clflash_status st;
     clflash_clear_detail();
-    if ((st = clflash_check_context(c)) != CLFLASH_SUCCESS || (st = clflash_resolve_desc(d, &p)) != CLFLASH_SUCCESS)
+    if ((st = clflash_check_context(c)) != CLFLASH_SUCCESS || (st = clflash_resolve_desc(d, &p)) != CLFLASH_SUCCESS ||
+        (st = clflash_check_plan_out(out)) != CLFLASH_SUCCESS)
         return st;
-    if (out == NULL)
-        return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "out is NULL");
     if ((st = clflash_plan_backward_kernels(c, &p, 0, &k)) != CLFLASH_SUCCESS)
         return st;
     release_kernels(&k);
-    *out = k.plan;
+    clflash_write_plan(out, &k.plan);
     return CLFLASH_SUCCESS;
 }

@@ -21,30 +21,41 @@ clflash_status clflash_check_context(const clflash_context *c)
     return CLFLASH_SUCCESS;
 }
 
-clflash_status clflash_check_options(const clflash_context_options *opt)
+clflash_status clflash_read_options(const clflash_context_options *caller, clflash_context_options *opt)
 {
-    if (opt && opt->threads_per_row > 64)
+    if (caller == NULL) {
+        memset(opt, 0, sizeof *opt);
+        opt->struct_size = sizeof *opt;
+        return CLFLASH_SUCCESS;
+    }
+    clflash_status st = clflash_read_struct(caller, sizeof *opt, clflash_options_min_size, opt,
+                                            CLFLASH_ERROR_INVALID_OPTIONS, "opt");
+    if (st != CLFLASH_SUCCESS)
+        return st;
+    if (opt->threads_per_row > 64)
         return clflash_fail(CLFLASH_ERROR_INVALID_OPTIONS, "threads_per_row %u is above 64", opt->threads_per_row);
-    if (opt && opt->build_options && strlen(opt->build_options) > 4096)
+    if (opt->build_options && strlen(opt->build_options) > 4096)
         return clflash_fail(CLFLASH_ERROR_INVALID_OPTIONS, "build_options is longer than 4096 characters");
     return CLFLASH_SUCCESS;
 }
 
-clflash_status clflash_context_create(cl_context ctx, cl_device_id dev, const clflash_context_options *opt,
+clflash_status clflash_context_create(cl_context ctx, cl_device_id dev, const clflash_context_options *caller_opt,
                                       clflash_context **out)
 {
     clflash_context *c;
     cl_int err;
     clflash_status st;
-    const char *extra = (opt && opt->build_options) ? opt->build_options : "";
+    clflash_context_options options;
+    const clflash_context_options *const opt = &options;
 
     clflash_clear_detail();
     if (out == NULL)
         return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "out is NULL");
     if (ctx == NULL || dev == NULL)
         return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "%s is NULL", ctx == NULL ? "ctx" : "dev");
-    if ((st = clflash_check_options(opt)) != CLFLASH_SUCCESS)
+    if ((st = clflash_read_options(caller_opt, &options)) != CLFLASH_SUCCESS)
         return st;
+    const char *extra = opt->build_options ? opt->build_options : "";
 
     if ((c = calloc(1, sizeof *c)) == NULL)
         return clflash_fail(CLFLASH_ERROR_OUT_OF_HOST_MEMORY, "allocating the context failed");
@@ -81,10 +92,10 @@ clflash_status clflash_context_create(cl_context ctx, cl_device_id dev, const cl
     c->ctx = ctx;
     c->dev = dev;
     c->local_mem_budget = c->info.local_mem_size;
-    if (opt && opt->local_mem_budget && opt->local_mem_budget < c->local_mem_budget)
+    if (opt->local_mem_budget && opt->local_mem_budget < c->local_mem_budget)
         c->local_mem_budget = opt->local_mem_budget;
-    c->threads_per_row = opt ? opt->threads_per_row : 0;
-    c->portable_only = (opt && opt->portable_only) || clflash_env_portable_only();
+    c->threads_per_row = opt->threads_per_row;
+    c->portable_only = opt->portable_only || clflash_env_portable_only();
     c->magic = CLFLASH_CONTEXT_MAGIC;
     *out = c;
     return CLFLASH_SUCCESS;

@@ -109,11 +109,12 @@ clflash_status clflash_context_create_default(const clflash_context_options *opt
     cl_context ctx;
     cl_int err;
     clflash_status st;
+    clflash_context_options checked;
 
     clflash_clear_detail();
     if (out == NULL)
         return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "out is NULL");
-    if ((st = clflash_check_options(opt)) != CLFLASH_SUCCESS)
+    if ((st = clflash_read_options(opt, &checked)) != CLFLASH_SUCCESS)
         return st;
     if ((st = find_device(getenv("CLFLASH_DEVICE"), &f)) != CLFLASH_SUCCESS)
         return st;

@@ -23,6 +23,21 @@ CLFLASH_INTERNAL clflash_status clflash_fail(clflash_status status, const char *
 /* Clears the calling thread's detail message; every public entry point calls it first. */
 CLFLASH_INTERNAL void clflash_clear_detail(void);
 
+/* ---- struct_size.c: the caller-allocated structs, by their struct_size --------------------------- */
+/* The smallest struct_size each struct may have (0.5.0's layout). */
+CLFLASH_INTERNAL extern const size_t clflash_options_min_size, clflash_desc_min_size, clflash_plan_min_size;
+/* Copies the caller's struct `src` (struct_size first) into `dst`, the library's own struct of
+ * own_size bytes: the fields past the caller's struct_size become zero. Fails with `bad` (and a
+ * detail naming `what`) when struct_size is 0, below min_size or implausibly large, and with
+ * CLFLASH_ERROR_UNSUPPORTED when a byte past own_size is not zero. */
+CLFLASH_INTERNAL clflash_status clflash_read_struct(const void *src, size_t own_size, size_t min_size, void *dst,
+                                                    clflash_status bad, const char *what);
+/* CLFLASH_ERROR_INVALID_ARGUMENT unless out is not NULL and its struct_size is valid. */
+CLFLASH_INTERNAL clflash_status clflash_check_plan_out(const clflash_plan *out);
+/* Writes plan into the first out->struct_size bytes of *out (zeros past the library's fields),
+ * leaving out->struct_size as it was. Call clflash_check_plan_out first. */
+CLFLASH_INTERNAL void clflash_write_plan(clflash_plan *out, const clflash_plan *plan);
+
 /* ---- tile_math.c: saturating byte arithmetic ------------------------------------------------- */
 /* a * b and a + b, or UINT64_MAX when the result does not fit. */
 CLFLASH_INTERNAL uint64_t clflash_mul_sat(uint64_t a, uint64_t b);
@@ -89,9 +104,12 @@ struct clflash_context {
 
 /* Returns CLFLASH_ERROR_INVALID_ARGUMENT (with a detail) unless c is a live context. */
 CLFLASH_INTERNAL clflash_status clflash_check_context(const clflash_context *c);
-/* CLFLASH_ERROR_INVALID_OPTIONS (with the detail) if an option is out of range, else success;
- * NULL is the defaults. clflash_context_create_default checks before it creates anything. */
-CLFLASH_INTERNAL clflash_status clflash_check_options(const clflash_context_options *opt);
+/* Copies the caller's options (NULL: the defaults) into *opt by their struct_size and checks them:
+ * CLFLASH_ERROR_INVALID_OPTIONS (with the detail) if one is out of range, CLFLASH_ERROR_UNSUPPORTED
+ * if it sets fields this library does not know. clflash_context_create_default checks before it
+ * creates anything. */
+CLFLASH_INTERNAL clflash_status clflash_read_options(const clflash_context_options *caller,
+                                                     clflash_context_options *opt);
 
 /* ---- program_cache.c ------------------------------------------------------------------------- */
 /* The kernel sources embedded from cl/ (see cmake/embed_cl.cmake). */

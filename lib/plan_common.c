@@ -84,6 +84,7 @@ void clflash_fill_plan(clflash_plan *plan, const clflash_problem *p, clflash_til
                        uint32_t threads_per_row, uint32_t work_group_size)
 {
     memset(plan, 0, sizeof *plan);
+    plan->struct_size = sizeof *plan;
     plan->block = block;
     plan->tile_bytes = rule(block, p->head_dim, p->elem_size);
     plan->local_mem_budget = budget;

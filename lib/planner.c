@@ -300,13 +300,12 @@ clflash_status clflash_plan_attention(clflash_context *c, const clflash_attentio
     clflash_flash_kernel fk;
     clflash_status st;
     clflash_clear_detail();
-    if ((st = clflash_check_context(c)) != CLFLASH_SUCCESS || (st = clflash_resolve_desc(d, &p)) != CLFLASH_SUCCESS)
+    if ((st = clflash_check_context(c)) != CLFLASH_SUCCESS || (st = clflash_resolve_desc(d, &p)) != CLFLASH_SUCCESS ||
+        (st = clflash_check_plan_out(out)) != CLFLASH_SUCCESS)
         return st;
-    if (out == NULL)
-        return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "out is NULL");
     if ((st = clflash_plan_flash(c, &p, 0, 0, &fk)) != CLFLASH_SUCCESS)
         return st;
     clReleaseKernel(fk.kernel);
-    *out = fk.plan;
+    clflash_write_plan(out, &fk.plan);
     return CLFLASH_SUCCESS;
 }

@@ -96,10 +96,16 @@ static int output_disjoint(const clflash_strides *s, uint32_t batch, uint32_t he
     return 1;
 }
 
-clflash_status clflash_resolve_desc(const clflash_attention_desc *d, clflash_problem *p)
+clflash_status clflash_resolve_desc(const clflash_attention_desc *caller, clflash_problem *p)
 {
-    if (d == NULL)
+    clflash_attention_desc full; /* the caller's struct_size bytes, zeros past them */
+    const clflash_attention_desc *const d = &full;
+    clflash_status st;
+    if (caller == NULL)
         return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "the descriptor is NULL");
+    if ((st = clflash_read_struct(caller, sizeof full, clflash_desc_min_size, &full, CLFLASH_ERROR_INVALID_ARGUMENT,
+                                  "d")) != CLFLASH_SUCCESS)
+        return st;
     p->elem_size = clflash_dtype_size(d->dtype);
     if (p->elem_size == 0)
         return clflash_fail(CLFLASH_ERROR_INVALID_DTYPE, "dtype %d is not a clflash_dtype", (int)d->dtype);

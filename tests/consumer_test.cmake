@@ -45,6 +45,14 @@ foreach(_f include/clflash.h ${LIBDIR}/cmake/clflash/clflashConfig.cmake
   endif()
 endforeach()
 
+# The shared library's SONAME carries the ABI number of clflash.h (CLFLASH_ABI_VERSION).
+file(STRINGS "${_prefix}/include/clflash.h" _abi_line REGEX "#define CLFLASH_ABI_VERSION ")
+string(REGEX REPLACE ".*CLFLASH_ABI_VERSION ([0-9]+).*" "\\1" _abi "${_abi_line}")
+file(GLOB _shared "${_prefix}/${LIBDIR}/libclflash.so*")
+if(_shared AND NOT EXISTS "${_prefix}/${LIBDIR}/libclflash.so.${_abi}")
+  message(FATAL_ERROR "the install has ${_shared} but no libclflash.so.${_abi} (CLFLASH_ABI_VERSION ${_abi})")
+endif()
+
 if(MODE STREQUAL "cmake" OR MODE STREQUAL "cmake_static")
   set(_static OFF)
   if(MODE STREQUAL "cmake_static")
@@ -59,6 +67,14 @@ if(MODE STREQUAL "cmake" OR MODE STREQUAL "cmake_static")
     "-DCMAKE_PREFIX_PATH=${_prefix}" "-DCMAKE_C_COMPILER=${C_COMPILER}"
     -DCMAKE_BUILD_TYPE=Release "-DCLFLASH_CONSUMER_STATIC=${_static}")
   run_step("build the consumer" "${CMAKE_COMMAND}" --build "${WORK_DIR}/build" --config Release)
+  # The package's version file must refuse a request from before this ABI (0.4 had libclflash.so.0).
+  execute_process(COMMAND "${CMAKE_COMMAND}" ${_gen_args} -S "${CONSUMER_SOURCE}" -B "${WORK_DIR}/build-0.4"
+    "-DCMAKE_PREFIX_PATH=${_prefix}" "-DCMAKE_C_COMPILER=${C_COMPILER}" -DCLFLASH_CONSUMER_VERSION=0.4
+    RESULT_VARIABLE _old_rc OUTPUT_VARIABLE _old_out ERROR_VARIABLE _old_err)
+  if(_old_rc EQUAL 0 OR NOT "${_old_out}${_old_err}" MATCHES "not compatible|version")
+    message(FATAL_ERROR "find_package(clflash 0.4) was not refused (rc ${_old_rc}):\n${_old_out}${_old_err}")
+  endif()
+  message("---- find_package(clflash 0.4) refused, as it must be")
   set(_exe "${WORK_DIR}/build/consumer")
   if(NOT EXISTS "${_exe}" AND EXISTS "${WORK_DIR}/build/Release/consumer")
     set(_exe "${WORK_DIR}/build/Release/consumer")

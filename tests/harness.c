@@ -320,6 +320,7 @@ clflash_attention_desc th_desc(uint32_t batch, uint32_t heads_q, uint32_t heads_
 {
     clflash_attention_desc d;
     memset(&d, 0, sizeof d);
+    d.struct_size = sizeof d;
     d.batch = batch;
     d.heads_q = heads_q;
     d.heads_kv = heads_kv;

@@ -122,7 +122,7 @@ static int run_backward_case(clflash_context *shared, size_t n)
     clflash_context *c = shared;
     clflash_status st;
     if (k->lanes || k->cpu_path) {
-        clflash_context_options opt = {0};
+        clflash_context_options opt = {.struct_size = sizeof opt};
         opt.threads_per_row = k->cpu_path ? 1 : k->lanes;
         if (k->cpu_path)
             opt.build_options = "-D CLFLASH_CPU_PATH=1";
@@ -200,7 +200,7 @@ int main(int argc, char **argv)
     /* Oclgrind is a CPU-type device, which the planner would give flash_forward.cl's CPU path; the
      * portable path is the one GPUs run, so it is what these cases check (the cpu_path cases check
      * the other). */
-    clflash_context_options portable = {0};
+    clflash_context_options portable = {.struct_size = sizeof portable};
     portable.build_options = "-D CLFLASH_CPU_PATH=0";
     clflash_status st = th_context(&portable, &c);
     if (st != CLFLASH_SUCCESS) {
@@ -226,7 +226,7 @@ int main(int argc, char **argv)
         th_desc_str(&d, what, sizeof what);
         clflash_context *cc = c;
         if (k->cpu_path) {
-            clflash_context_options opt = {0};
+            clflash_context_options opt = {.struct_size = sizeof opt};
             opt.build_options = "-D CLFLASH_CPU_PATH=1";
             opt.threads_per_row = 1;
             if ((st = th_context(&opt, &cc)) != CLFLASH_SUCCESS) {
@@ -240,7 +240,7 @@ int main(int argc, char **argv)
             /* the configuration must be the one planned: the register-tiled kernel, its row groups, a
              * query block no larger than asked (short sequences shrink it) */
             unsigned rm = 0, tc = 0, bq = 0;
-            clflash_plan p;
+            clflash_plan p = {.struct_size = sizeof p};
             snprintf(what + strlen(what), sizeof what - strlen(what), " regtile=%s", k->regtile);
             if (sscanf(k->regtile, "%ux%ux%u", &rm, &tc, &bq) != 3 || clflash_plan_attention(c, &d, &p) != CLFLASH_SUCCESS ||
                 strcmp(p.kernel, "flash_forward_regtile") != 0 || p.block_q > bq || p.threads_per_row != tc) {

@@ -121,6 +121,7 @@ static void loop_setup(int ep, env_t *e)
     th_case_reference(&e->t);
     clflash_context_options opt;
     memset(&opt, 0, sizeof opt);
+    opt.struct_size = sizeof opt;
     if (ep == EP_BUILD_LOG)
         opt.build_options = bad_build_options;
     if (ep == EP_CREATE_DEFAULT)
@@ -173,6 +174,7 @@ static clflash_context *sibling(const env_t *e)
     clflash_context_options opt;
     clflash_context *s = NULL;
     memset(&opt, 0, sizeof opt);
+    opt.struct_size = sizeof opt;
     if (e->ep == EP_BUILD_LOG)
         opt.build_options = bad_build_options;
     const clflash_status st =
@@ -191,7 +193,9 @@ static clflash_status call(env_t *e, clflash_context *c, clflash_context **creat
     const clflash_attention_desc d = fault_desc();
     clflash_context_options opt;
     memset(&opt, 0, sizeof opt);
+    opt.struct_size = sizeof opt;
     memset(plan, 0, sizeof *plan);
+    plan->struct_size = sizeof *plan;
     opt.build_options = "-DCLFLASH_FAULT_TEST=1"; /* a string the context must copy */
     switch (e->ep) {
     case EP_CREATE:
@@ -507,7 +511,7 @@ static long creation_walk(env_t *e, int cl_mode, problems *pr)
         const snapshot before = take();
         clflash_context *created = NULL;
         cl_event done = NULL;
-        clflash_plan plan;
+        clflash_plan plan = {.struct_size = sizeof plan};
         clflash_status st;
         const int fired = armed_call(e, NULL, cl_mode, k, &st, &created, &done, &plan, detail, sizeof detail);
         snprintf(what, sizeof what, "%s, %s k = %ld", ep_names[e->ep], cl_mode ? "OpenCL call" : "heap allocation", k);
@@ -551,7 +555,7 @@ static long cold_walk(env_t *e, int cl_mode, problems *pr)
                  cl_mode ? "OpenCL call" : "heap allocation", k);
         const snapshot before = take();
         cl_event done = NULL;
-        clflash_plan plan;
+        clflash_plan plan = {.struct_size = sizeof plan};
         clflash_status st;
         const int fired = armed_call(e, s, cl_mode, k, &st, NULL, &done, &plan, detail, sizeof detail);
         if (!fired) { /* k is past the last allocation of the call: it must simply work */
@@ -612,7 +616,7 @@ static long warm_walk(env_t *e, int cl_mode, problems *pr)
                  cl_mode ? "OpenCL call" : "heap allocation", k);
         const snapshot before = take();
         cl_event done = NULL;
-        clflash_plan plan;
+        clflash_plan plan = {.struct_size = sizeof plan};
         clflash_status st;
         const int fired = armed_call(e, e->home, cl_mode, k, &st, NULL, &done, &plan, detail, sizeof detail);
         if (!fired) {
@@ -657,7 +661,7 @@ static void fault_loop(int ep, int cl_mode)
         /* The loop's context, never injected: its result is the one every later call must give. */
         char detail[512];
         cl_event done = NULL;
-        clflash_plan plan;
+        clflash_plan plan = {.struct_size = sizeof plan};
         e.last_log = clflash_context_build_log(e.home);
         const clflash_status st = call(&e, e.home, NULL, &done, &plan);
         snprintf(detail, sizeof detail, "%s", clflash_last_error_detail());

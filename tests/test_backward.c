@@ -126,11 +126,11 @@ END_TEST
 START_TEST(backward_lanes)
 {
     static const shape_t s[] = {{2, 4, 2, 37, 53, 64, F32, CAUSAL, 0.0f}, {1, 3, 1, 67, 29, 7, F16, 0, 0.0f}};
-    clflash_context_options opt = {0};
+    clflash_context_options opt = {.struct_size = sizeof opt};
     opt.threads_per_row = _i == 0 ? 4 : 8;
     clflash_context *c = test_context(&opt);
     const clflash_attention_desc d = shape_desc(&s[_i]);
-    clflash_plan p;
+    clflash_plan p = {.struct_size = sizeof p};
     ck_assert_int_eq(clflash_plan_backward(c, &d, &p), CLFLASH_SUCCESS);
     /* the planner may halve the lanes when the built kernel runs fewer work-items (NVIDIA: 64 x 8 is
      * above this kernel's CL_KERNEL_WORK_GROUP_SIZE), but several lanes per row must remain */
@@ -554,7 +554,7 @@ START_TEST(backward_features_pipeline)
 {
     const feat_t *f = &feats[22]; /* everything at once, f32 */
     char what[400], msg[3000];
-    clflash_context_options opt = {0};
+    clflash_context_options opt = {.struct_size = sizeof opt};
     opt.threads_per_row = 4;
     clflash_context *c = test_context(_i == 0 ? &opt : NULL);
     if (_i == 0) {
@@ -671,11 +671,12 @@ START_TEST(backward_plan)
     th_desc_str(&d, what, sizeof what);
     const uint64_t s = clflash_dtype_size(d.dtype);
     for (int budgeted = 0; budgeted < 2; budgeted++) {
-        clflash_context_options opt = {0};
+        clflash_context_options opt = {.struct_size = sizeof opt};
         opt.local_mem_budget = budgeted ? 24576 : 0;
         clflash_context *c = test_context(&opt);
         clflash_plan p;
         memset(&p, 0x5a, sizeof p);
+        p.struct_size = sizeof p;
         clflash_status st = clflash_plan_backward(c, &d, &p);
         ck_assert_msg(st == CLFLASH_SUCCESS, "%s: %s (%s)", what, clflash_status_string(st), clflash_last_error_detail());
         if (budgeted)
@@ -869,7 +870,7 @@ START_TEST(backward_bad_arguments)
     }
     if (_i == 15 || _i == 23) { /* the planner refuses them alike */
         clflash_attention_desc d = base;
-        clflash_plan plan;
+        clflash_plan plan = {.struct_size = sizeof plan};
         if (_i == 15)
             d.dtype = CLFLASH_I8;
         else

@@ -128,7 +128,7 @@ START_TEST(create_argument_errors)
     ck_assert_int_eq(clflash_context_create_default(NULL, NULL), CLFLASH_ERROR_INVALID_ARGUMENT);
 
     /* options out of range: threads_per_row above 64, build_options above 4096 characters */
-    clflash_context_options opt = {0};
+    clflash_context_options opt = {.struct_size = sizeof opt};
     opt.threads_per_row = 65;
     ck_assert_int_eq(clflash_context_create(ctx, dev, &opt, &c), CLFLASH_ERROR_INVALID_OPTIONS);
     ck_assert_ptr_eq(c, untouched);
@@ -173,6 +173,7 @@ START_TEST(create_with_own_cl_context)
 
     clflash_context_options opt;
     memset(&opt, 0, sizeof opt);
+    opt.struct_size = sizeof opt;
     opt.local_mem_budget = 49152;
     clflash_context *c = NULL;
     clflash_status st = clflash_context_create(ctx, dev, &opt, &c);
@@ -183,8 +184,9 @@ START_TEST(create_with_own_cl_context)
     ck_assert_int_eq(clReleaseContext(ctx), CL_SUCCESS); /* clflash holds its own reference */
 
     const clflash_attention_desc d = th_desc(1, 2, 1, 29, 37, 64, CLFLASH_F32, CLFLASH_CAUSAL);
-    clflash_plan p;
+    clflash_plan p = {.struct_size = sizeof p};
     memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
     ck_assert_int_eq(clflash_plan_attention(c, &d, &p), CLFLASH_SUCCESS);
     ck_assert_uint_le(p.local_mem_budget, 49152);
     run_and_check(c, &d, TH_FLASH, 0, 1, 10);
@@ -324,7 +326,7 @@ static void *work(void *arg)
     }
     /* the detail is per thread: this thread's error, then this thread's success */
     clflash_attention_desc bad = th_desc(1, 1, 0, 0, 5, 16, CLFLASH_F32, 0);
-    clflash_plan p;
+    clflash_plan p = {.struct_size = sizeof p};
     w->detail_after_error_ok = clflash_plan_attention(w->c, &bad, &p) == CLFLASH_ERROR_INVALID_SHAPE &&
                                clflash_last_error_detail()[0] != '\0';
     bad.seq_q = 5;

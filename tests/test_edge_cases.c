@@ -44,7 +44,7 @@ static clflash_status run_via(clflash_context *c, th_case *t, int via, int with_
  * type and multiplies a masked key's P of 0 with its V row (see clflash_plan_attention). */
 static int tensor_core_flash(clflash_context *c, const clflash_attention_desc *d, int via)
 {
-    clflash_plan p;
+    clflash_plan p = {.struct_size = sizeof p};
     return via != VIA_NAIVE && clflash_plan_attention(c, d, &p) == CLFLASH_SUCCESS &&
            strcmp(p.kernel, "nv_mma_forward") == 0;
 }

@@ -49,7 +49,7 @@ static void setup(void)
  * shapes. */
 static void setup_gpu_path(void)
 {
-    clflash_context_options opt = {0};
+    clflash_context_options opt = {.struct_size = sizeof opt};
     opt.build_options = "-D CLFLASH_CPU_PATH=0";
     clflash_status st = th_context(&opt, &ctx);
     ck_assert_msg(st == CLFLASH_SUCCESS, "context: %s (%s)", clflash_status_string(st), clflash_last_error_detail());
@@ -330,7 +330,7 @@ START_TEST(i8_plans_with_one_byte_tiles)
 {
     /* The seed: B = 256 at d = 128 needs 327,680 bytes in fp16 but 163,840 in int8. */
     clflash_attention_desc d = th_desc(1, 1, 0, 4096, 4096, 128, CLFLASH_I8, 0);
-    clflash_plan p;
+    clflash_plan p = {.struct_size = sizeof p};
     d.block = 16;
     ck_assert_int_eq(clflash_plan_attention(ctx, &d, &p), CLFLASH_SUCCESS);
     ck_assert_uint_eq(p.tile_bytes, clflash_tile_bytes(16, 128, 1));
@@ -489,7 +489,7 @@ END_TEST
 /* ---- validation of the new fields --------------------------------------------------------------- */
 static clflash_status plan_status(const clflash_attention_desc *d)
 {
-    clflash_plan p;
+    clflash_plan p = {.struct_size = sizeof p};
     return clflash_plan_attention(ctx, d, &p);
 }
 
@@ -699,7 +699,7 @@ int main(int argc, char **argv)
         }
         last = first + 1;
     }
-    clflash_context_options portable = {0}; /* the GPU path, not the CPU path (see oclgrind_driver.c) */
+    clflash_context_options portable = {.struct_size = sizeof portable}; /* the GPU path, not the CPU path (see oclgrind_driver.c) */
     portable.build_options = "-D CLFLASH_CPU_PATH=0";
     if ((st = th_context(&portable, &ctx)) != CLFLASH_SUCCESS) {
         printf("FAILED: no context: %s (%s)\n", clflash_status_string(st), clflash_last_error_detail());

@@ -204,12 +204,12 @@ START_TEST(flash_gpu_paths)
     const int ns = N_OF(gpu_shapes);
     const char *cfg = _i < ns ? "" : gpu_configs[_i % N_OF(gpu_configs)];
     setenv("CLFLASH_REGTILE", cfg, 1); /* Check runs each test in a child of its own */
-    clflash_context_options opt = {0};
+    clflash_context_options opt = {.struct_size = sizeof opt};
     opt.build_options = "-D CLFLASH_CPU_PATH=0";
     opt.portable_only = 1; /* on NVIDIA, f16 would go to the tensor-core kernel */
     clflash_context *c = test_context(&opt);
     const clflash_attention_desc d = shape_desc(&gpu_shapes[_i % ns]);
-    clflash_plan p;
+    clflash_plan p = {.struct_size = sizeof p};
     ck_assert_int_eq(clflash_plan_attention(c, &d, &p), CLFLASH_SUCCESS);
     ck_assert_str_eq(p.kernel, strcmp(cfg, "0") == 0 ? "flash_forward_portable" : "flash_forward_regtile");
     run_and_check(c, &d, TH_FLASH, _i & 1, 1, 6000 + (uint64_t)_i);
@@ -221,7 +221,7 @@ END_TEST
 START_TEST(flash_gpu_strided)
 {
     setenv("CLFLASH_REGTILE", _i & 1 ? "2x4x8x8" : "", 1);
-    clflash_context_options opt = {0};
+    clflash_context_options opt = {.struct_size = sizeof opt};
     opt.build_options = "-D CLFLASH_CPU_PATH=0";
     opt.portable_only = 1; /* on NVIDIA, f16 would go to the tensor-core kernel */
     clflash_context *c = test_context(&opt);
@@ -237,12 +237,12 @@ START_TEST(flash_regtile_knob_parsing)
 {
     static const char *const malformed[] = {"4x8x64junk", "4x8x64x16x2", "x4x8x64", "4x8", "-4x8x64",
                                             "4x8x64x", " 4x8x64", "4 x8x64", "abc", "4x8x64x0"};
-    clflash_context_options opt = {0};
+    clflash_context_options opt = {.struct_size = sizeof opt};
     opt.build_options = "-D CLFLASH_CPU_PATH=0";
     opt.portable_only = 1;
     clflash_context *c = test_context(&opt);
     const clflash_attention_desc d = th_desc(1, 2, 0, 131, 97, 64, CLFLASH_F32, 0);
-    clflash_plan def, p;
+    clflash_plan def = {.struct_size = sizeof def}, p = {.struct_size = sizeof p};
     setenv("CLFLASH_REGTILE", "", 1);
     ck_assert_int_eq(clflash_plan_attention(c, &d, &def), CLFLASH_SUCCESS);
     ck_assert_str_eq(def.kernel, "flash_forward_regtile");

@@ -143,7 +143,7 @@ static void one_call(clflash_context *c, const clflash_attention_desc *d, bufs *
 {
     clflash_status st = CLFLASH_SUCCESS;
     cl_event done = NULL;
-    clflash_plan p;
+    clflash_plan p = {.struct_size = sizeof p};
     switch (path) {
     case P_PLAN: st = clflash_plan_attention(c, d, &p); break;
     case P_FORWARD: st = clflash_forward(c, d, NULL, b->q, b->k, b->v, b->o, b->lse, 0, NULL, &done); break;

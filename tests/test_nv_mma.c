@@ -36,7 +36,7 @@ static void setup(void)
 {
     /* CLFLASH_TEST_BUILD_OPTIONS (developer tuning): build options for every kernel of these tests,
      * e.g. "-D NV_RESCALE_THRESH=-1", so that a kernel variant is checked against the reference. */
-    clflash_context_options opt = {0};
+    clflash_context_options opt = {.struct_size = sizeof opt};
     opt.build_options = getenv("CLFLASH_TEST_BUILD_OPTIONS");
     ctx = test_context(&opt);
 }
@@ -49,7 +49,7 @@ static void teardown(void)
 
 static const char *plan_kernel(clflash_context *c, const clflash_attention_desc *d)
 {
-    clflash_plan p;
+    clflash_plan p = {.struct_size = sizeof p};
     const clflash_status st = clflash_plan_attention(c, d, &p);
     ck_assert_msg(st == CLFLASH_SUCCESS, "plan: %s (%s)", clflash_status_string(st), clflash_last_error_detail());
     return p.kernel;
@@ -118,7 +118,7 @@ START_TEST(selection)
     }
 
     /* portable_only wins everywhere */
-    clflash_context_options opt = {0};
+    clflash_context_options opt = {.struct_size = sizeof opt};
     opt.portable_only = 1;
     clflash_context *pc = test_context(&opt);
     ck_assert_msg(strncmp(plan_kernel(pc, &cases[0].d), "flash_forward_", 14) == 0, "portable_only planned %s",
@@ -133,7 +133,7 @@ START_TEST(plan_fields)
     if (!tensor_cores(ctx))
         return;
     clflash_attention_desc d = th_desc(1, 1, 0, 4096, 4096, 128, CLFLASH_F16, 0);
-    clflash_plan p;
+    clflash_plan p = {.struct_size = sizeof p};
     ck_assert_int_eq(clflash_plan_attention(ctx, &d, &p), CLFLASH_SUCCESS);
     ck_assert_uint_eq(p.block % 16, 0);
     ck_assert_uint_eq(p.tile_bytes, clflash_tile_bytes(p.block, 128, 2));
@@ -154,7 +154,7 @@ END_TEST
 
 static const char *plan_backward_kernel(clflash_context *c, const clflash_attention_desc *d)
 {
-    clflash_plan p;
+    clflash_plan p = {.struct_size = sizeof p};
     const clflash_status st = clflash_plan_backward(c, d, &p);
     ck_assert_msg(st == CLFLASH_SUCCESS, "plan: %s (%s)", clflash_status_string(st), clflash_last_error_detail());
     return p.kernel;
@@ -190,7 +190,7 @@ START_TEST(backward_selection)
         const char *want = nv && cases[i].eligible ? mma : portable;
         ck_assert_msg(strcmp(got, want) == 0, "%s: planned %s, expected %s", cases[i].what, got, want);
     }
-    clflash_context_options opt = {0};
+    clflash_context_options opt = {.struct_size = sizeof opt};
     opt.portable_only = 1;
     clflash_context *pc = test_context(&opt);
     ck_assert_str_eq(plan_backward_kernel(pc, &cases[0].d), portable);
@@ -207,7 +207,7 @@ START_TEST(backward_plan_fields)
     static const uint32_t dims[] = {64, 128};
     for (int i = 0; i < 2; i++) {
         clflash_attention_desc d = th_desc(1, 1, 0, 4096, 4096, dims[i], CLFLASH_F16, 0);
-        clflash_plan p;
+        clflash_plan p = {.struct_size = sizeof p};
         ck_assert_int_eq(clflash_plan_backward(ctx, &d, &p), CLFLASH_SUCCESS);
         ck_assert_str_eq(p.kernel, "nv_mma_backward");
         ck_assert_uint_eq(p.block % 16, 0);
@@ -507,7 +507,7 @@ int main(int argc, char **argv)
         if (pid == 0) {
             clflash_context *c = NULL;
             const clflash_attention_desc d = th_desc(1, 1, 0, 64, 64, 64, CLFLASH_F16, 0);
-            clflash_plan p;
+            clflash_plan p = {.struct_size = sizeof p};
             const int available = th_context(NULL, &c) == CLFLASH_SUCCESS &&
                                   clflash_plan_attention(c, &d, &p) == CLFLASH_SUCCESS &&
                                   strcmp(p.kernel, "nv_mma_forward") == 0;

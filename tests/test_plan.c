@@ -88,12 +88,14 @@ START_TEST(plan_fields)
     const clflash_attention_desc d = shape_desc(&plan_shapes[_i]);
     clflash_plan p, again;
     memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
     clflash_status st = clflash_plan_attention(c, &d, &p);
     ck_assert_msg(st == CLFLASH_SUCCESS, "%s (%s)", clflash_status_string(st), clflash_last_error_detail());
     ck_assert_str_eq(clflash_last_error_detail(), "");
     check_plan_fields(c, &d, &p, th_device_local_mem(c));
     /* the same descriptor plans the same way */
     memset(&again, 0, sizeof again);
+    again.struct_size = sizeof again;
     ck_assert_int_eq(clflash_plan_attention(c, &d, &again), CLFLASH_SUCCESS);
     ck_assert_uint_eq(again.block, p.block);
     ck_assert_uint_eq(again.threads_per_row, p.threads_per_row);
@@ -120,8 +122,9 @@ START_TEST(forced_block)
     clflash_context *c = test_context(NULL);
     clflash_attention_desc d = shape_desc(&forced[_i].s);
     d.block = forced[_i].block;
-    clflash_plan p;
+    clflash_plan p = {.struct_size = sizeof p};
     memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
     const clflash_status st = clflash_plan_attention(c, &d, &p);
     ck_assert_msg(st == CLFLASH_SUCCESS, "block %u: %s (%s)", d.block, clflash_status_string(st),
                   clflash_last_error_detail());
@@ -139,8 +142,9 @@ START_TEST(forced_block_too_large)
     clflash_context *c = test_context(NULL);
     clflash_attention_desc d = th_desc(1, 1, 0, 37, 37, 256, _i ? F16 : F32, 0);
     d.block = 4096;
-    clflash_plan p;
+    clflash_plan p = {.struct_size = sizeof p};
     memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
     clflash_status st = clflash_plan_attention(c, &d, &p);
     ck_assert_msg(st == CLFLASH_ERROR_TILE_TOO_LARGE, "plan: %s (%s)", clflash_status_string(st),
                   clflash_last_error_detail());
@@ -169,12 +173,14 @@ START_TEST(budget_48k)
 {
     clflash_context_options opt;
     memset(&opt, 0, sizeof opt);
+    opt.struct_size = sizeof opt;
     opt.local_mem_budget = 49152;
     clflash_context *c = test_context(&opt);
     const int f16 = _i & 1;
     clflash_attention_desc d = th_desc(2, 2, 1, 67, 45, 128, f16 ? F16 : F32, (_i & 2) ? CAUSAL : 0);
-    clflash_plan p;
+    clflash_plan p = {.struct_size = sizeof p};
     memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
     const clflash_status st = clflash_plan_attention(c, &d, &p);
     ck_assert_msg(st == CLFLASH_SUCCESS, "%s (%s)", clflash_status_string(st), clflash_last_error_detail());
     const uint64_t budget = th_device_local_mem(c) < 49152 ? th_device_local_mem(c) : 49152;
@@ -200,13 +206,15 @@ START_TEST(regtile_budget_48k)
         {64, F32, 48, 45568}, {64, F16, 48, 45568}, {128, F32, 16, 48640}, {128, F16, 16, 48640}};
     clflash_context_options opt;
     memset(&opt, 0, sizeof opt);
+    opt.struct_size = sizeof opt;
     opt.local_mem_budget = 49152;
     opt.build_options = "-D CLFLASH_CPU_PATH=0";
     opt.portable_only = 1; /* on NVIDIA, f16 would go to the tensor-core kernel */
     clflash_context *c = test_context(&opt);
     clflash_attention_desc d = th_desc(1, 2, 0, 4096, 4096, want[_i].d, want[_i].t, 0);
-    clflash_plan p;
+    clflash_plan p = {.struct_size = sizeof p};
     memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
     const clflash_status st = clflash_plan_attention(c, &d, &p);
     ck_assert_msg(st == CLFLASH_SUCCESS, "%s (%s)", clflash_status_string(st), clflash_last_error_detail());
     ck_assert_str_eq(p.kernel, "flash_forward_regtile");
@@ -230,11 +238,13 @@ START_TEST(budget_above_device)
     clflash_context_free(probe);
     clflash_context_options opt;
     memset(&opt, 0, sizeof opt);
+    opt.struct_size = sizeof opt;
     opt.local_mem_budget = dev + (1ull << 30);
     clflash_context *c = test_context(&opt);
     const clflash_attention_desc d = th_desc(1, 1, 0, 131, 97, 64, F32, 0);
-    clflash_plan p;
+    clflash_plan p = {.struct_size = sizeof p};
     memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
     const clflash_status st = clflash_plan_attention(c, &d, &p);
     ck_assert_msg(st == CLFLASH_SUCCESS, "%s (%s)", clflash_status_string(st), clflash_last_error_detail());
     check_plan_fields(c, &d, &p, dev);
@@ -247,11 +257,13 @@ START_TEST(budget_too_small)
 {
     clflash_context_options opt;
     memset(&opt, 0, sizeof opt);
+    opt.struct_size = sizeof opt;
     opt.local_mem_budget = 512;
     clflash_context *c = test_context(&opt);
     const clflash_attention_desc d = th_desc(1, 1, 0, 13, 13, 64, F32, 0);
-    clflash_plan p;
+    clflash_plan p = {.struct_size = sizeof p};
     memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
     const clflash_status st = clflash_plan_attention(c, &d, &p);
     ck_assert_msg(st == CLFLASH_ERROR_TILE_TOO_LARGE, "%s (%s)", clflash_status_string(st),
                   clflash_last_error_detail());
@@ -276,8 +288,9 @@ START_TEST(seed_table_plan)
     clflash_context *c = test_context(NULL);
     clflash_attention_desc d = th_desc(1, 1, 0, (uint32_t)n[_i], (uint32_t)n[_i], 128, F16, 0);
     d.block = 64;
-    clflash_plan p;
+    clflash_plan p = {.struct_size = sizeof p};
     memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
     const clflash_status st = clflash_plan_attention(c, &d, &p);
     if (th_device_local_mem(c) < 57344) {
         ck_assert_int_eq(st, CLFLASH_ERROR_TILE_TOO_LARGE);

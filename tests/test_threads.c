@@ -97,7 +97,7 @@ static void *work(void *arg)
         if (n % 10 == 9) {
             clflash_attention_desc bad = d;
             bad.head_dim = 0;
-            clflash_plan p;
+            clflash_plan p = {.struct_size = sizeof p};
             const clflash_status be = clflash_plan_attention(w->c, &bad, &p);
             if (be != CLFLASH_ERROR_INVALID_SHAPE || strstr(clflash_last_error_detail(), "head_dim") == NULL)
                 note_failure(w, "a bad head_dim gave %s / '%s'", clflash_status_string(be), clflash_last_error_detail());

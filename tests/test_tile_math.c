@@ -333,6 +333,7 @@ START_TEST(helper_reference_by_hand)
     double o[1], lse[1];
     clflash_attention_desc d;
     memset(&d, 0, sizeof d);
+    d.struct_size = sizeof d;
     d.batch = d.heads_q = d.seq_q = d.head_dim = 1;
     d.seq_k = 2;
     d.dtype = CLFLASH_F32;
@@ -355,6 +356,7 @@ START_TEST(helper_reference_by_hand)
     /* GQA and strides: 2 query heads on 1 kv head, Q in [seq][heads][d] order, default scale */
     clflash_attention_desc g;
     memset(&g, 0, sizeof g);
+    g.struct_size = sizeof g;
     g.batch = 1;
     g.heads_q = 2;
     g.heads_kv = 1;

@@ -167,6 +167,7 @@ START_TEST(bad_descriptor)
 
     clflash_plan p;
     memset(&p, 0x5a, sizeof p);
+    p.struct_size = sizeof p;
     if (bc->is_desc_error)
         expect_status("clflash_plan_attention", bc->name, clflash_plan_attention(c, &d, &p), bc->want);
 
@@ -205,7 +206,7 @@ START_TEST(null_arguments)
     const clflash_attention_desc d = base_desc();
     th_case t;
     ck_assert_int_eq(th_case_init(&t, &d, 200), 0);
-    clflash_plan p;
+    clflash_plan p = {.struct_size = sizeof p};
     const clflash_status IA = CLFLASH_ERROR_INVALID_ARGUMENT;
 
     expect_status("plan", "NULL context", clflash_plan_attention(NULL, &d, &p), IA);
@@ -348,6 +349,7 @@ START_TEST(bad_build_options)
 {
     clflash_context_options opt;
     memset(&opt, 0, sizeof opt);
+    opt.struct_size = sizeof opt;
     opt.build_options = "-this-is-not-an-option";
     clflash_context *c = NULL;
     clflash_status st = th_context(&opt, &c);
@@ -357,8 +359,9 @@ START_TEST(bad_build_options)
     ck_assert_str_eq(clflash_context_build_log(c), "");
 
     const clflash_attention_desc d = base_desc();
-    clflash_plan p;
+    clflash_plan p = {.struct_size = sizeof p};
     memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
     st = clflash_plan_attention(c, &d, &p);
     fprintf(stderr, "bad build options: plan returned %d (%s), detail '%s'\n", st, clflash_status_string(st),
             clflash_last_error_detail());
@@ -397,6 +400,7 @@ START_TEST(build_options_are_copied)
     strcpy(opts, "-DCLFLASH_TEST_UNUSED=1");
     clflash_context_options opt;
     memset(&opt, 0, sizeof opt);
+    opt.struct_size = sizeof opt;
     opt.build_options = opts;
     clflash_context *c = test_context(&opt);
     strcpy(opts, "-this-is-not-an-option");

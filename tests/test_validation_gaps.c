@@ -59,7 +59,7 @@ static void refused_everywhere(clflash_context *c, const clflash_attention_desc 
     const clflash_attention_desc good = base_desc();
     th_case t;
     ck_assert_int_eq(th_case_init(&t, &good, 31), 0);
-    clflash_plan p;
+    clflash_plan p = {.struct_size = sizeof p};
     expect("clflash_plan_attention", name, clflash_plan_attention(c, bad, &p), want);
     expect("clflash_forward_host", name, clflash_forward_host(c, bad, t.q, t.k, t.v, t.o, t.lse), want);
     ck_assert_msg(th_outputs_untouched(&t), "forward_host, %s: outputs written", name);
@@ -248,7 +248,7 @@ START_TEST(buffer_too_small_by_offset)
     expect("clflash_forward_naive", name, th_run_device(c, &t, TH_NAIVE, 1, NULL), CLFLASH_ERROR_BUFFER_TOO_SMALL);
     ck_assert_msg(th_outputs_untouched(&t), "forward_naive, %s: outputs written", name);
     /* the planner looks at no buffer: the descriptor itself is fine */
-    clflash_plan p;
+    clflash_plan p = {.struct_size = sizeof p};
     ck_assert_int_eq(clflash_plan_attention(c, &d, &p), CLFLASH_SUCCESS);
     th_case_free(&t);
     clflash_context_free(c);
@@ -372,7 +372,7 @@ START_TEST(seq_k_beyond_32_bit_key_indices)
         clflash_attention_desc d = th_desc(1, 1, 0, 1, bad[i], 1, F16, 0);
         char name[64];
         snprintf(name, sizeof name, "seq_k %u", bad[i]);
-        clflash_plan p;
+        clflash_plan p = {.struct_size = sizeof p};
         expect("clflash_plan_attention", name, clflash_plan_attention(c, &d, &p), CLFLASH_ERROR_INVALID_SHAPE);
     }
     clflash_context_free(c);
@@ -450,6 +450,7 @@ START_TEST(failed_calls_enqueue_nothing)
         return; /* that failure belongs to the other path */
     clflash_context_options opt;
     memset(&opt, 0, sizeof opt);
+    opt.struct_size = sizeof opt;
     if (what == NE_BUILD_FAILS)
         opt.build_options = "-this-is-not-an-option";
     clflash_context *c = test_context(&opt);

@@ -640,6 +640,7 @@ static int has_algo(const options *o, bench_algo a)
 static void describe_desc(const options *o, uint32_t n, clflash_attention_desc *d)
 {
     memset(d, 0, sizeof *d); /* contiguous layouts, scale 1/sqrt(d), heads_kv = heads */
+    d->struct_size = sizeof *d;
     d->batch = o->batch;
     d->heads_q = o->heads;
     d->seq_q = d->seq_k = n;
@@ -1138,7 +1139,7 @@ static void bench_seq(bench *bn, size_t si)
     const uint32_t n = o->seqs[si];
     result *rows = bn->results + si * o->nalgo;
     clflash_attention_desc d;
-    clflash_plan plan;
+    clflash_plan plan = {.struct_size = sizeof plan};
     clflash_status plan_st, st;
     char *plan_detail = NULL, *tensor_detail = NULL;
     tensors t;
@@ -1147,6 +1148,7 @@ static void bench_seq(bench *bn, size_t si)
 
     describe_desc(o, n, &d);
     memset(&plan, 0, sizeof plan);
+    plan.struct_size = sizeof plan;
     plan_st = o->backward ? clflash_plan_backward(bn->ctx, &d, &plan) : clflash_plan_attention(bn->ctx, &d, &plan);
     if (plan_st != CLFLASH_SUCCESS)
         plan_detail = xstrdup(clflash_last_error_detail());
@@ -1243,7 +1245,7 @@ static void print_header(const bench *bn)
     const device_facts *f = &bn->facts;
     char buf[64];
     clflash_attention_desc d;
-    clflash_plan plan;
+    clflash_plan plan = {.struct_size = sizeof plan};
     clflash_status st;
 
     printf("clflash-bench (clflash %s): ", clflash_version_string());
@@ -1273,6 +1275,7 @@ static void print_header(const bench *bn)
 
     describe_desc(o, o->seqs[0], &d);
     memset(&plan, 0, sizeof plan);
+    plan.struct_size = sizeof plan;
     printf("\n%s plan for batch %" PRIu32 ", heads %" PRIu32 ", n %" PRIu32 ", head_dim %" PRIu32
            ", %s%s%s\n",
            o->backward ? "Backward" : "Forward", o->batch, o->heads, o->seqs[0], o->head_dim,
@@ -1675,6 +1678,7 @@ static int run(const options *o)
     {
         clflash_context_options copt;
         memset(&copt, 0, sizeof copt);
+        copt.struct_size = sizeof copt;
         copt.build_options = o->build_options;
         st = clflash_context_create_default(&copt, &bn.ctx);
     }

@@ -559,20 +559,24 @@ static void plan_device(cl_platform_id platform, cl_device_id dev, const options
     }
 
     memset(&copt, 0, sizeof copt);
+    copt.struct_size = sizeof copt;
     copt.local_mem_budget = o->budget;
     st = clflash_context_create(ctx, dev, o->have_budget ? &copt : NULL, &c);
     if (st == CLFLASH_SUCCESS) {
         memset(&desc, 0, sizeof desc);
+        desc.struct_size = sizeof desc;
         desc.batch = 1;
         desc.heads_q = 1;
         desc.seq_q = desc.seq_k = (uint32_t)(o->nseq ? o->seqs[0] : DEFAULT_PLAN_SEQ);
         desc.head_dim = (uint32_t)o->head_dim;
         desc.dtype = o->dtype;
         memset(&r->plan, 0, sizeof r->plan);
+        r->plan.struct_size = sizeof r->plan;
         st = clflash_plan_attention(c, &desc, &r->plan);
         if (o->backward) {
             r->bw_planned = 1;
             memset(&r->bw_plan, 0, sizeof r->bw_plan);
+            r->bw_plan.struct_size = sizeof r->bw_plan;
             r->bw_status = clflash_plan_backward(c, &desc, &r->bw_plan);
             if (r->bw_status != CLFLASH_SUCCESS) {
                 r->bw_detail = xstrdup(clflash_last_error_detail());

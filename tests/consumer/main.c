@@ -19,6 +19,16 @@ int main(void)
         fprintf(stderr, "clflash_tile_bytes(64, 128, 2) = %llu, expected 57344\n", (unsigned long long)tile);
         return 1;
     }
+    /* A descriptor as a program writes one: struct_size first, the rest zero unless set. */
+    clflash_attention_desc d = {.struct_size = sizeof d};
+    d.batch = d.heads_q = 1;
+    d.seq_q = d.seq_k = 64;
+    d.head_dim = 128;
+    d.dtype = CLFLASH_F16;
+    if (clflash_traffic_bytes(&d, CLFLASH_ALGO_NAIVE, 0) == 0) {
+        fprintf(stderr, "clflash_traffic_bytes refused a descriptor with struct_size %u\n", (unsigned)d.struct_size);
+        return 1;
+    }
     printf("clflash %s (%u): tile_bytes(64, 128, 2) = %llu\n", clflash_version_string(), linked,
            (unsigned long long)tile);
     return 0;

@@ -187,6 +187,7 @@ static clflash_attention_desc descriptor(reader *r)
 {
     clflash_attention_desc d;
     memset(&d, 0, sizeof d); /* fields added later stay at their defaults unless set below */
+    d.struct_size = sizeof d;
     d.batch = dim(r);
     d.heads_q = dim(r);
     d.heads_kv = u8(r) < 160 ? 0 : dim(r);
@@ -377,7 +378,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
 
     (void)clflash_naive_workspace_bytes(ctx, &d);
-    clflash_plan plan;
+    clflash_plan plan = {.struct_size = sizeof plan};
     if (!valid) {
         const clflash_status sp = clflash_plan_attention(ctx, &d, &plan);
         CHECK(sp != CLFLASH_SUCCESS && library_code(sp), "an invalid descriptor was planned: %d %s", sp,
@@ -426,6 +427,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (cheap_shape(&d)) {
         memset(&plan, 0, sizeof plan);
+        plan.struct_size = sizeof plan;
         const clflash_status sp = clflash_plan_attention(ctx, &d, &plan);
         CHECK(sp == CLFLASH_SUCCESS || sp == CLFLASH_ERROR_TILE_TOO_LARGE || sp == CLFLASH_ERROR_UNSUPPORTED,
               "plan of a small valid shape: %s (%s)", clflash_status_string(sp), clflash_last_error_detail());

@@ -14,8 +14,8 @@ static clflash_context *lost;
 
 int main(void)
 {
-    clflash_attention_desc d = {0};
-    clflash_plan plan;
+    clflash_attention_desc d = {.struct_size = sizeof d};
+    clflash_plan plan = {.struct_size = sizeof plan};
     clflash_status st = clflash_context_create_default(NULL, &lost);
     if (st != CLFLASH_SUCCESS) {
         fprintf(stderr, "no context: %s\n", clflash_status_string(st));
