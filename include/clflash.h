@@ -310,7 +310,19 @@ typedef struct {
     cl_mem key_lengths;   /* NULL = none; else int32[batch] of the context: keys j >= key_lengths[b]
                              are invisible to batch entry b (values are clamped to [0, seq_k]); a
                              row left with no visible key gets O = 0 and lse = -INFINITY */
+
+    /* ---- Added in 0.5 (past 0.5.0's first layout; see struct_size). Zero keeps the default. ---- */
+    uint32_t num_splits;  /* split-KV (flash-decoding) for the forward: 0 = the planner decides, 1 =
+                             never split, N = exactly N parts (1 .. CLFLASH_MAX_SPLITS; more parts
+                             than key tiles leave the extra parts empty). With a fixed N a row's
+                             result does not depend on the batch it is computed in (with 0 the
+                             planner's choice, and so the rounding, can change with the batch).
+                             See clflash_plan_attention for the planner's rule; the backward
+                             ignores it */
 } clflash_attention_desc;
+
+/* The most parts num_splits may ask for (and clflash_merge_states take). */
+#define CLFLASH_MAX_SPLITS 256u
 
 /* What the planner chose for a descriptor on a context's device. The caller sets struct_size
  * (see the top of this header) before passing it; clflash fills the first struct_size bytes and
@@ -354,6 +366,13 @@ typedef struct {
                                     kernel_local_bytes, not in tile_bytes). The tuning knobs
                                     CLFLASH_NV_WARPS/_MTILES and CLFLASH_REGTILE can set more
                                     (up to 1024 and 256) */
+    /* Added in 0.5 (past 0.5.0's first layout): */
+    uint32_t splits;             /* parts the keys are split into (1: no split; the forward only) */
+    uint32_t packed_heads;       /* query heads whose rows share one work-group (GQA packing: the
+                                    heads_q / heads_kv heads of one K/V head, which is then read
+                                    once for all of them); 1 without packing */
+    uint64_t workspace_bytes;    /* device scratch the call takes from the context's pool: the
+                                    splits' partial O (fp32) and lse; 0 without splits */
 } clflash_plan;
 
 /* Kernel variants. The portable kernel (cl/flash_forward.cl) runs everywhere and implements every
@@ -463,6 +482,54 @@ CLFLASH_API clflash_status clflash_forward_naive(clflash_context *c, const clfla
                                                  cl_command_queue queue, cl_mem q, cl_mem k, cl_mem v,
                                                  cl_mem o, cl_mem lse, cl_uint num_wait,
                                                  const cl_event *wait, cl_event *done);
+
+/* ---------------------------------------------------------------------------------------------
+ * Merging partial results (added in 0.5).
+ * ------------------------------------------------------------------------------------------- */
+
+/* The partial results of the same query rows over disjoint sets of keys, as clflash_forward gives
+ * them with lse (O normalised, lse the natural log-sum-exp): for cascade or shared-prefix attention
+ * (a forward over the shared prefix, one over each request's own keys), for attention across
+ * devices, and inside clflash's own split-KV path. The rows are [batch][heads][seq], each
+ * head_dim wide. */
+typedef struct {
+    uint32_t struct_size;     /* sizeof(clflash_merge_desc), see the top of this header */
+    uint32_t parts;           /* partial results per row: 1 .. CLFLASH_MAX_SPLITS */
+    uint32_t batch, heads, seq, head_dim; /* each >= 1; batch <= CLFLASH_MAX_BATCH, heads <=
+                                             CLFLASH_MAX_HEADS, seq <= CLFLASH_MAX_SEQ_K, head_dim
+                                             <= CLFLASH_MAX_HEAD_DIM */
+    clflash_dtype part_dtype; /* the parts' O: F32, F16 or BF16 */
+    clflash_dtype dtype;      /* the merged O: F32, F16 or BF16; 0 = part_dtype */
+    clflash_layout part_o;    /* part 0's O, a [batch][heads][seq][head_dim] tensor (clflash_layout
+                                 rules: zero strides are contiguous) */
+    uint64_t part_o_stride;   /* elements from part p's element to part p + 1's in the same buffer;
+                                 0 = the extent of part 0's layout (the parts back to back) */
+    uint64_t part_lse_stride; /* floats from part p's lse to part p + 1's; each part's lse is
+                                 float[batch][heads][seq]; 0 = batch * heads * seq */
+    clflash_layout o;         /* the merged O */
+} clflash_merge_desc;
+
+/* Merges the parts of every row: lse = log(sum_p exp(lse_p)) and O = sum_p exp(lse_p - lse) O_p,
+ * in fp32, parts taken in order (deterministic), exactly as the split-KV forward combines its own
+ * parts. A part whose lse_p is -INFINITY (it saw no key) adds nothing and its O is not read; a row
+ * whose parts are all -INFINITY gets O = 0 and lse = -INFINITY; a NaN lse_p makes the row's O and
+ * lse NaN (an lse_p of +INFINITY, which clflash never produces, gives NaN too). part_o and
+ * part_lse are device buffers of the context; o receives the merged rows (its gaps are never
+ * written); lse may be NULL, else float[batch][heads][seq] receives the merged log-sum-exps.
+ * Queue, wait list and event as for clflash_forward; one kernel is enqueued. The output must not
+ * overlap the parts (o may share part_o's buffer only at disjoint bytes; lse needs a buffer of its
+ * own). Thread-safe.
+ * Returns: CLFLASH_SUCCESS; CLFLASH_ERROR_INVALID_ARGUMENT (NULL context, descriptor, part_o,
+ * part_lse or o; a bad struct_size; lse the same buffer as an input or o; a queue or wait list as
+ * for clflash_forward); CLFLASH_ERROR_UNSUPPORTED (fields of a newer version set);
+ * CLFLASH_ERROR_INVALID_SHAPE (parts 0 or above CLFLASH_MAX_SPLITS, a dimension 0 or above its
+ * limit); CLFLASH_ERROR_INVALID_DTYPE; CLFLASH_ERROR_INVALID_LAYOUT (an index overflows, o's rows
+ * overlap, or o overlaps part_o in one buffer); CLFLASH_ERROR_BUFFER_TOO_SMALL;
+ * CLFLASH_ERROR_BUILD_FAILED; or an OpenCL error. On an error nothing is enqueued. */
+CLFLASH_API clflash_status clflash_merge_states(clflash_context *c, const clflash_merge_desc *m,
+                                                cl_command_queue queue, cl_mem part_o, cl_mem part_lse,
+                                                cl_mem o, cl_mem lse, cl_uint num_wait,
+                                                const cl_event *wait, cl_event *done);
 
 /* ---------------------------------------------------------------------------------------------
  * The backward pass: gradients of attention by recomputation from the saved statistics.

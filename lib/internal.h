@@ -25,7 +25,8 @@ CLFLASH_INTERNAL void clflash_clear_detail(void);
 
 /* ---- struct_size.c: the caller-allocated structs, by their struct_size --------------------------- */
 /* The smallest struct_size each struct may have (0.5.0's layout). */
-CLFLASH_INTERNAL extern const size_t clflash_options_min_size, clflash_desc_min_size, clflash_plan_min_size;
+CLFLASH_INTERNAL extern const size_t clflash_options_min_size, clflash_desc_min_size, clflash_plan_min_size,
+    clflash_merge_desc_min_size;
 /* Copies the caller's struct `src` (struct_size first) into `dst`, the library's own struct of
  * own_size bytes: the fields past the caller's struct_size become zero. Fails with `bad` (and a
  * detail naming `what`) when struct_size is 0, below min_size or implausibly large, and with
@@ -115,7 +116,7 @@ CLFLASH_INTERNAL clflash_status clflash_read_options(const clflash_context_optio
 /* The kernel sources embedded from cl/ (see cmake/embed_cl.cmake). */
 typedef enum { CLFLASH_SOURCE_FLASH_FORWARD, CLFLASH_SOURCE_NAIVE_ATTENTION, CLFLASH_SOURCE_FLASH_BACKWARD,
                CLFLASH_SOURCE_NAIVE_BACKWARD, CLFLASH_SOURCE_NV_MMA_FORWARD,
-               CLFLASH_SOURCE_NV_MMA_BACKWARD } clflash_source_id;
+               CLFLASH_SOURCE_NV_MMA_BACKWARD, CLFLASH_SOURCE_MERGE_STATES } clflash_source_id;
 
 /* Returns a built program for (source, options) on the context's device, building it the first
  * time; the program stays owned by the cache (do not release it). On a build failure the log is
@@ -168,6 +169,20 @@ CLFLASH_INTERNAL void clflash_fill_plan(clflash_plan *plan, const clflash_proble
 /* Checks every field of d and resolves defaults (heads_kv, scale, strides). */
 CLFLASH_INTERNAL clflash_status clflash_resolve_desc(const clflash_attention_desc *d, clflash_problem *p);
 
+/* A layout with its zero strides replaced by the contiguous defaults of a [.][heads][seq][head_dim]
+ * tensor; 0 if a default overflows. */
+CLFLASH_INTERNAL int clflash_resolve_strides(const clflash_layout *in, uint32_t heads, uint32_t seq, uint32_t head_dim,
+                                             clflash_strides *out);
+/* 1 if no two elements of a [batch][heads][seq][head_dim] output with these strides share an address
+ * (as far as can be proved by sorting the strides). */
+CLFLASH_INTERNAL int clflash_output_disjoint(const clflash_strides *s, uint32_t batch, uint32_t heads, uint32_t seq,
+                                             uint32_t head_dim);
+/* The checks of a command queue and wait list every enqueueing entry point makes: num_wait and wait
+ * agree, and a caller's queue belongs to the context's cl_context and device. *queue_out is the queue
+ * to use (the context's own for NULL). */
+CLFLASH_INTERNAL clflash_status clflash_check_queue(const clflash_context *c, cl_command_queue queue, cl_uint num_wait,
+                                                    const cl_event *wait, cl_command_queue *queue_out);
+
 /* Bytes a tensor's buffer must hold: (last element index + 1) * elem_size; UINT64_MAX on overflow. */
 CLFLASH_INTERNAL uint64_t clflash_tensor_extent_bytes(const clflash_strides *s, uint32_t batch,
                                                       uint32_t heads, uint32_t seq, uint32_t head_dim,
@@ -183,6 +198,21 @@ CLFLASH_INTERNAL clflash_status clflash_validate_call(clflash_context *c, const 
                                                       cl_mem v, cl_mem o, cl_mem lse, cl_uint num_wait,
                                                       const cl_event *wait, clflash_problem *p,
                                                       cl_command_queue *queue_out);
+
+/* ---- merge.c: merging partial results (clflash_merge_states and the split-KV combine) ---------- */
+typedef struct {
+    uint32_t parts, batch, heads, seq, head_dim;
+    clflash_dtype part_dtype, dtype;
+    clflash_strides part_o, o;            /* elements, defaults filled in */
+    uint64_t part_o_stride, part_lse_stride;
+} clflash_merge_problem;
+
+/* Builds (cached) and enqueues the merge kernel for m on `queue`, waiting on the wait list; *done
+ * (if not NULL) receives its event. Nothing is checked here but the OpenCL calls' results. */
+CLFLASH_INTERNAL clflash_status clflash_enqueue_merge(clflash_context *c, const clflash_merge_problem *m,
+                                                      cl_command_queue queue, cl_mem part_o, cl_mem part_lse,
+                                                      cl_mem o, cl_mem lse, cl_uint num_wait, const cl_event *wait,
+                                                      cl_event *done);
 
 /* ---- traffic.c ------------------------------------------------------------------------------ */
 /* How many heads clflash_forward_naive processes per score-matrix allocation (0 if one head's

@@ -30,6 +30,8 @@ extern const char clflash_cl_nv_mma_forward[];
 extern const size_t clflash_cl_nv_mma_forward_size;
 extern const char clflash_cl_nv_mma_backward[];
 extern const size_t clflash_cl_nv_mma_backward_size;
+extern const char clflash_cl_merge_states[];
+extern const size_t clflash_cl_merge_states_size;
 
 /* Each clflash_source_id's file name, text and length, in the enum's order, and the text that goes
  * between common.cl and it (the tensor-core kernels' PTX helpers), if any. */
@@ -47,6 +49,7 @@ static const struct {
      &clflash_cl_nv_mma_common_size},
     {"nv_mma_backward.cl", clflash_cl_nv_mma_backward, &clflash_cl_nv_mma_backward_size, clflash_cl_nv_mma_common,
      &clflash_cl_nv_mma_common_size},
+    {"merge_states.cl", clflash_cl_merge_states, &clflash_cl_merge_states_size, NULL, NULL},
 };
 
 struct clflash_program_entry {

@@ -34,7 +34,7 @@ static int mul_add(uint64_t a, uint64_t b, uint64_t c, uint64_t *out)
 }
 
 /* Fills each zero stride with its contiguous default; 0 if a default overflows. */
-static int resolve_strides(const clflash_layout *in, uint32_t heads, uint32_t seq, uint32_t head_dim,
+int clflash_resolve_strides(const clflash_layout *in, uint32_t heads, uint32_t seq, uint32_t head_dim,
                            clflash_strides *out)
 {
     out->offset = in->offset;
@@ -73,7 +73,7 @@ uint64_t clflash_tensor_extent_bytes(const clflash_strides *s, uint32_t batch, u
 /* 1 if no two elements of O share an address: with the dimensions sorted by stride, each stride
  * must step over everything the smaller ones span. (Layouts that interleave in other ways are
  * rejected as not provably disjoint.) */
-static int output_disjoint(const clflash_strides *s, uint32_t batch, uint32_t heads, uint32_t seq,
+int clflash_output_disjoint(const clflash_strides *s, uint32_t batch, uint32_t heads, uint32_t seq,
                            uint32_t head_dim)
 {
     struct { uint64_t stride, count; } dims[3] = {
@@ -191,14 +191,14 @@ clflash_status clflash_resolve_desc(const clflash_attention_desc *caller, clflas
                     {&d->v, &p->v, p->heads_kv, p->seq_k, "v"},
                     {&d->o, &p->o, p->heads_q, p->seq_q, "o"}};
         for (int i = 0; i < 4; i++)
-            if (!resolve_strides(t[i].in, t[i].heads, t[i].seq, p->head_dim, t[i].out) ||
+            if (!clflash_resolve_strides(t[i].in, t[i].heads, t[i].seq, p->head_dim, t[i].out) ||
                 clflash_tensor_extent_bytes(t[i].out, p->batch, t[i].heads, t[i].seq, p->head_dim,
                                             i == 3 ? p->out_elem_size : p->elem_size) == UINT64_MAX)
                 return clflash_fail(CLFLASH_ERROR_INVALID_LAYOUT,
                                     "the layout of %s addresses more than 2^64 bytes", t[i].name);
     }
     if (p->bias) {
-        if (!resolve_strides(&d->bias_layout, p->heads_q, p->seq_q, p->seq_k, &p->bias_strides) ||
+        if (!clflash_resolve_strides(&d->bias_layout, p->heads_q, p->seq_q, p->seq_k, &p->bias_strides) ||
             clflash_tensor_extent_bytes(&p->bias_strides, p->batch, p->heads_q, p->seq_q, p->seq_k, sizeof(float)) ==
                 UINT64_MAX)
             return clflash_fail(CLFLASH_ERROR_INVALID_LAYOUT, "the layout of bias addresses more than 2^64 bytes");
@@ -208,7 +208,7 @@ clflash_status clflash_resolve_desc(const clflash_attention_desc *caller, clflas
     } else {
         p->bias_strides = (clflash_strides){0, 0, 0, 0};
     }
-    if (!output_disjoint(&p->o, p->batch, p->heads_q, p->seq_q, p->head_dim))
+    if (!clflash_output_disjoint(&p->o, p->batch, p->heads_q, p->seq_q, p->head_dim))
         return clflash_fail(CLFLASH_ERROR_INVALID_LAYOUT,
                             "the layout of o makes rows or heads overlap (seq_stride %llu, head_stride %llu, "
                             "batch_stride %llu, head_dim %u)",
@@ -241,14 +241,9 @@ static void byte_range(const clflash_strides *s, uint32_t batch, uint32_t heads,
     *end = clflash_tensor_extent_bytes(s, batch, heads, seq, p->head_dim, elem_size);
 }
 
-clflash_status clflash_validate_call(clflash_context *c, const clflash_attention_desc *d,
-                                     cl_command_queue queue, cl_mem q, cl_mem k, cl_mem v, cl_mem o,
-                                     cl_mem lse, cl_uint num_wait, const cl_event *wait, clflash_problem *p,
-                                     cl_command_queue *queue_out)
+clflash_status clflash_check_queue(const clflash_context *c, cl_command_queue queue, cl_uint num_wait,
+                                  const cl_event *wait, cl_command_queue *queue_out)
 {
-    clflash_status st;
-    if ((st = clflash_check_context(c)) != CLFLASH_SUCCESS || (st = clflash_resolve_desc(d, p)) != CLFLASH_SUCCESS)
-        return st;
     if ((num_wait > 0) != (wait != NULL))
         return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "num_wait is %u but wait is %s", num_wait,
                             wait ? "not NULL" : "NULL");
@@ -263,6 +258,19 @@ clflash_status clflash_validate_call(clflash_context *c, const clflash_attention
                                 "queue belongs to another OpenCL context or device than the clflash context");
     }
     *queue_out = queue ? queue : c->queue;
+    return CLFLASH_SUCCESS;
+}
+
+clflash_status clflash_validate_call(clflash_context *c, const clflash_attention_desc *d,
+                                     cl_command_queue queue, cl_mem q, cl_mem k, cl_mem v, cl_mem o,
+                                     cl_mem lse, cl_uint num_wait, const cl_event *wait, clflash_problem *p,
+                                     cl_command_queue *queue_out)
+{
+    clflash_status st;
+    if ((st = clflash_check_context(c)) != CLFLASH_SUCCESS || (st = clflash_resolve_desc(d, p)) != CLFLASH_SUCCESS)
+        return st;
+    if ((st = clflash_check_queue(c, queue, num_wait, wait, queue_out)) != CLFLASH_SUCCESS)
+        return st;
 
     if ((st = clflash_check_buffer(q, clflash_tensor_extent_bytes(&p->q, p->batch, p->heads_q, p->seq_q, p->head_dim, p->elem_size), "q")) ||
         (st = clflash_check_buffer(k, clflash_tensor_extent_bytes(&p->k, p->batch, p->heads_kv, p->seq_k, p->head_dim, p->elem_size), "k")) ||
