@@ -224,3 +224,65 @@ inline float transform_score_grad(float s, float softcap, float bias, float alib
     (void)seq_k;
     return s;
 }
+
+/* ---- split-KV and GQA packing (the forward kernels) -------------------------------------------
+ * SPLIT=1: the keys are cut into n_splits parts of split_keys keys (a multiple of every tile); the
+ * work-group's part is get_group_id(0) % n_splits and its query block get_group_id(0) / n_splits.
+ * Its O goes to part `part` of the host's fp32 parts, whose layout the host passes as O's (parts
+ * lie batch * heads_q * seq_q * HEAD_DIM elements apart), and its lse, always, to
+ * lse[part][batch][heads_q][seq_q]. Without SPLIT, n_splits is 1 and nothing moves.
+ * PACK > 1: the work-group's rows are the PACK query heads of one K/V head (grid dimension 1
+ * counts K/V heads, and PACK is the GQA group): packed row r is query r / PACK of head
+ * h0 + r % PACK, h0 = PACK * the K/V head. Consecutive rows share a query, so a block's rows still
+ * see key ranges that grow with the row. PACK = 1 is the unpacked kernel (row r = query r).
+ */
+#ifndef SPLIT
+#define SPLIT 0
+#endif
+#ifndef PACK
+#define PACK 1
+#endif
+#define ROW_QUERY(r) ((r) / PACK)
+#define ROW_HEAD(h0, r) ((h0) + (r) % PACK)
+
+/* The work-group's query block (in packed rows) and heads: h0 its first query head, hk its K/V head. */
+inline uint query_block_index(uint n_splits)
+{
+    return get_group_id(0) / n_splits;
+}
+inline void group_heads(uint group, uint *h0, uint *hk)
+{
+#if PACK > 1
+    (void)group;
+    *hk = get_group_id(1);
+    *h0 = *hk * PACK;
+#else
+    *h0 = get_group_id(1);
+    *hk = *h0 / group;
+#endif
+}
+
+/* With SPLIT, narrows the key range [*begin, *end) to the work-group's part (begin stays a multiple
+ * of the tile: both it and the part's start are) and moves O's offset and lse to the part. */
+inline void split_part(uint n_splits, uint split_keys, uint heads_q, uint seq_q, uint *begin, uint *end,
+                       ulong *o_off, __global float **lse)
+{
+#if SPLIT
+    const uint part = get_group_id(0) % n_splits;
+    const ulong lo = (ulong)part * split_keys, hi = lo + split_keys;
+    *begin = (uint)max((ulong)*begin, min(lo, (ulong)*end));
+    *end = (uint)max((ulong)*begin, min((ulong)*end, hi));
+    const ulong rows_all = (ulong)get_num_groups(2) * heads_q * seq_q;
+    *o_off += part * rows_all * HEAD_DIM;
+    *lse += part * rows_all;
+#else
+    (void)n_splits;
+    (void)split_keys;
+    (void)heads_q;
+    (void)seq_q;
+    (void)begin;
+    (void)end;
+    (void)o_off;
+    (void)lse;
+#endif
+}

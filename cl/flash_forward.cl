@@ -106,6 +106,13 @@
  * CLFLASH_CPU_PATH=1 or =0 in the context's build_options forces the choice (the Oclgrind driver
  * runs this path so); on a GPU build nothing here is compiled.
  */
+/*
+ * Split-KV and GQA packing (common.cl): every path takes its query block from
+ * query_block_index(n_splits) and, with SPLIT, narrows its key tiles to its part and writes the
+ * part's fp32 O and lse (split_part). Only the register-tiled path packs the query heads of a GQA
+ * group into its rows (PACK > 1); its per-row query, head, bias row and ALiBi slope come from the
+ * packed row.
+ */
 #ifndef CLFLASH_CPU_PATH
 #define CLFLASH_CPU_PATH 0
 #endif
@@ -117,6 +124,10 @@
 #define HD8 ((HEAD_DIM + 7) / 8 * 8)
 #else
 #define CLFLASH_USE_CPU_PATH 0
+#endif
+
+#if PACK > 1 && !RT
+#error "only the register-tiled path packs GQA heads"
 #endif
 
 #if RT
@@ -143,14 +154,14 @@ flash_forward(__global const bits_t *q, __global const bits_t *k, __global const
               ulong v_ss, ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss, uint win_left,
               uint win_right, float softcap, float out_scale, __global const float *bias,
               ulong bias_off, ulong bias_bs, ulong bias_hs, ulong bias_rs,
-              __global const float *alibi, __global const int *key_lens)
+              __global const float *alibi, __global const int *key_lens, uint n_splits, uint split_keys)
 {
 #if CLFLASH_USE_CPU_PATH
     __local float kf[HEAD_DIM * BLOCK]; /* transposed: kf[c][j] */
     __local float vf[BLOCK * HD8];
 
     const uint lid = get_local_id(0); /* = the row: one work-item per row */
-    const uint q0 = get_group_id(0) * BLOCK;
+    const uint q0 = query_block_index(n_splits) * BLOCK;
     const uint h = get_group_id(1);
     const uint b = get_group_id(2);
     const uint bh = b * heads_q + h;
@@ -177,6 +188,7 @@ flash_forward(__global const bits_t *q, __global const bits_t *k, __global const
     long lo, hi;
     uint key_begin, key_end;
     block_key_range(q0, BLOCK, seq_q, seq_k, key_len, win_left, win_right, BLOCK, &key_begin, &key_end);
+    split_part(n_splits, split_keys, heads_q, seq_q, &key_begin, &key_end, &o_off, &lse);
     visible_keys(min(qi, seq_q - 1), seq_q, seq_k, key_len, win_left, win_right, &lo, &hi);
 #if ALIBI
     const float slope = alibi[h];
@@ -315,55 +327,66 @@ flash_forward(__global const bits_t *q, __global const bits_t *k, __global const
     const uint lid = get_local_id(0);
     const uint tc = lid % RT_TC; /* key slots tc, tc + RT_TC, ...; float4 columns of O likewise */
     const uint tr = lid / RT_TC; /* rows tr, tr + RT_TR, ... of the query block */
-    const uint q0 = get_group_id(0) * BLOCK_Q;
-    const uint h = get_group_id(1);
+    /* The block's rows are packed rows (common.cl: PACK query heads per query; row = query with
+     * PACK = 1): q0 is the first, rows_total the number of (query, head) rows the grid covers. */
+    const uint q0 = query_block_index(n_splits) * BLOCK_Q;
+    const uint rows_total = seq_q * PACK;
     const uint b = get_group_id(2);
-    const uint bh = b * heads_q + h;
-    const uint hk = h / group;
+    uint h0, hk;
+    group_heads(group, &h0, &hk);
 
-    const ulong qbase = tensor_index(q_off, q_bs, q_hs, q_ss, b, h, 0);
+    const ulong qbase = tensor_index(q_off, q_bs, q_hs, q_ss, b, h0, 0);
     const ulong kbase = tensor_index(k_off, k_bs, k_hs, k_ss, b, hk, 0);
     const ulong vbase = tensor_index(v_off, v_bs, v_hs, v_ss, b, hk, 0);
 
-    /* Q as fp32, zero past seq_q and in the padding columns (they meet zeros of K). R2 of the first
-     * tile orders these stores before any read. */
+    /* Q as fp32, zero past the last row and in the padding columns (they meet zeros of K). R2 of
+     * the first tile orders these stores before any read. */
     for (uint idx = lid; idx < BLOCK_Q * 4 * RT_D4; idx += WG_SIZE) {
-        const uint r = idx / (4 * RT_D4), c = idx % (4 * RT_D4);
-        qs[r * 4 * RT_QS4 + c] =
-            (q0 + r < seq_q && c < HEAD_DIM) ? load_g(q, qbase + (ulong)(q0 + r) * q_ss + c) : 0.0f;
+        const uint r = idx / (4 * RT_D4), c = idx % (4 * RT_D4), row = q0 + r;
+        const ulong at = qbase + (ulong)(row % PACK) * q_hs + (ulong)ROW_QUERY(row) * q_ss + c;
+        qs[r * 4 * RT_QS4 + c] = (row < rows_total && c < HEAD_DIM) ? load_g(q, at) : 0.0f;
     }
 
     const uint key_len = batch_key_len(key_lens, b, seq_k);
     uint key_begin, key_end;
-    block_key_range(q0, BLOCK_Q, seq_q, seq_k, key_len, win_left, win_right, BLOCK, &key_begin, &key_end);
+    {
+        const uint first = ROW_QUERY(q0), last = ROW_QUERY(min(q0 + BLOCK_Q, rows_total) - 1);
+        block_key_range(first, last - first + 1, seq_q, seq_k, key_len, win_left, win_right, BLOCK, &key_begin,
+                        &key_end);
+    }
+    split_part(n_splits, split_keys, heads_q, seq_q, &key_begin, &key_end, &o_off, &lse);
 
-    /* This work-item's rows: their visible keys [lo_r, hi_r) (empty for rows past seq_q), and the
-     * keys all of them see, [max_lo, min_hi): a tile inside it needs no mask. */
-    uint lo_r[RT_RM], hi_r[RT_RM];
+    /* This work-item's rows: their query, head and visible keys [lo_r, hi_r) (empty for rows past
+     * the last), and the keys all of them see, [max_lo, min_hi): a tile inside it needs no mask. */
+    uint lo_r[RT_RM], hi_r[RT_RM], qi_r[RT_RM], h_r[RT_RM];
     uint max_lo = 0, min_hi = seq_k;
 #if BIAS
     ulong bias_row[RT_RM];
 #endif
+    float slope_r[RT_RM];
 #pragma unroll
     for (uint i = 0; i < RT_RM; i++) {
-        const uint qi = q0 + tr + RT_TR * i;
+        const uint row = q0 + tr + RT_TR * i;
+        const uint qi = ROW_QUERY(min(row, rows_total - 1));
+        qi_r[i] = qi;
+        h_r[i] = ROW_HEAD(h0, min(row, rows_total - 1));
         long lo, hi;
-        visible_keys(min(qi, seq_q - 1), seq_q, seq_k, key_len, win_left, win_right, &lo, &hi);
-        if (qi >= seq_q)
+        visible_keys(qi, seq_q, seq_k, key_len, win_left, win_right, &lo, &hi);
+        if (row >= rows_total)
             hi = 0;
         lo_r[i] = (uint)clamp(lo, 0L, (long)seq_k);
         hi_r[i] = (uint)clamp(hi, 0L, (long)seq_k);
         max_lo = max(max_lo, lo_r[i]);
         min_hi = min(min_hi, hi_r[i]);
 #if BIAS
-        bias_row[i] = bias_off + (ulong)b * bias_bs + (ulong)h * bias_hs + (ulong)min(qi, seq_q - 1) * bias_rs;
+        bias_row[i] = bias_off + (ulong)b * bias_bs + (ulong)h_r[i] * bias_hs + (ulong)qi * bias_rs;
+#endif
+#if ALIBI
+        slope_r[i] = alibi[h_r[i]];
+#else
+        slope_r[i] = 0.0f;
 #endif
     }
-#if ALIBI
-    const float slope = alibi[h];
-#else
-    const float slope = 0.0f;
-#endif
 
     float m[RT_RM]; /* running max of each row's scores, log2 domain (equal in the row's work-items) */
     float l[RT_RM]; /* this work-item's part of the running sum: its own keys' exp2(score - m) */
@@ -434,7 +457,8 @@ flash_forward(__global const bits_t *q, __global const bits_t *k, __global const
         {
 #pragma unroll
             for (uint i = 0; i < RT_RM; i++) {
-                const uint qi = q0 + tr + RT_TR * i;
+                const uint qi = qi_r[i];
+                const float slope = slope_r[i];
 #pragma unroll
                 for (uint j = 0; j < RT_RN; j++) {
                     const uint key = k0 + tc + RT_TC * j;
@@ -453,6 +477,7 @@ flash_forward(__global const bits_t *q, __global const bits_t *k, __global const
                     mx[i] = fmax(mx[i], s[i][j]);
                 }
                 (void)qi;
+                (void)slope;
             }
         }
 #pragma unroll
@@ -550,8 +575,8 @@ flash_forward(__global const bits_t *q, __global const bits_t *k, __global const
     barrier(CLK_LOCAL_MEM_FENCE); /* R5 */
 #pragma unroll
     for (uint i = 0; i < RT_RM; i++) {
-        const uint qi = q0 + tr + RT_TR * i;
-        if (qi < seq_q) {
+        const uint qi = qi_r[i], h = h_r[i];
+        if (q0 + tr + RT_TR * i < rows_total) {
             float lt = 0.0f;
             for (uint u = 0; u < RT_TC; u++)
                 lt += red[(tr * RT_RM + i) * RT_TC + u];
@@ -573,7 +598,7 @@ flash_forward(__global const bits_t *q, __global const bits_t *k, __global const
             }
 #if WITH_LSE
             if (tc == 0)
-                lse[(ulong)bh * seq_q + qi] = lt == 0.0f ? -INFINITY : (m[i] + log2(lt)) * M_LN2_F;
+                lse[((ulong)b * heads_q + h) * seq_q + qi] = lt == 0.0f ? -INFINITY : (m[i] + log2(lt)) * M_LN2_F;
 #endif
         }
     }
@@ -587,7 +612,7 @@ flash_forward(__global const bits_t *q, __global const bits_t *k, __global const
     const uint lid = get_local_id(0);
     const uint row = lid / TPR;
     const uint lane = lid % TPR;
-    const uint q0 = get_group_id(0) * BLOCK;
+    const uint q0 = query_block_index(n_splits) * BLOCK;
     const uint h = get_group_id(1);
     const uint b = get_group_id(2);
     const uint bh = b * heads_q + h;
@@ -608,6 +633,7 @@ flash_forward(__global const bits_t *q, __global const bits_t *k, __global const
     long lo, hi;
     uint key_begin, key_end;
     block_key_range(q0, BLOCK, seq_q, seq_k, key_len, win_left, win_right, BLOCK, &key_begin, &key_end);
+    split_part(n_splits, split_keys, heads_q, seq_q, &key_begin, &key_end, &o_off, &lse);
     visible_keys(min(qi, seq_q - 1), seq_q, seq_k, key_len, win_left, win_right, &lo, &hi);
 #if ALIBI
     const float slope = alibi[h];

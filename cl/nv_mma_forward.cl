@@ -35,8 +35,15 @@
  * a masked key's P (0) is still multiplied with its V row inside a tile, so a NaN in V row j reaches
  * every row of the same query block that shares j's key tile (see clflash.h).
  *
+ * Decoding (common.cl's SPLIT and PACK): with PACK > 1 the block's rows are the query heads of one
+ * K/V head (row r is query r / PACK of head h0 + r % PACK), so each K/V tile is read once for the
+ * whole GQA group; with SPLIT the block visits only its part of the keys and writes that part's O
+ * in fp32 and its lse straight from registers (no staging, no barrier) for the merge kernel. With
+ * KEYLEN, keys at or past the batch entry's length are neither loaded nor seen: the tiles past it
+ * are skipped, and in the tile that crosses it the missing rows are zero-filled and masked.
+ *
  * Defines: HEAD_DIM (multiple of 16), BLOCK (keys per tile, multiple of 16), WARPS, M_TILES,
- * CAUSAL, WITH_LSE, CLFLASH_DTYPE_F16 or CLFLASH_DTYPE_BF16; NV_RESCALE_THRESH and NV_Q_DIRECT may
+ * CAUSAL, KEYLEN, SPLIT, PACK, WITH_LSE, CLFLASH_DTYPE_F16 or CLFLASH_DTYPE_BF16; NV_RESCALE_THRESH and NV_Q_DIRECT may
  * be set through the build options (developer tuning, below). The PTX helpers (mma_16x8x16,
  * load_matrix_x4, copy16_async, kv_stream, ...) and THREADS, ROW_STRIDE, CHUNKS, K_STEPS, D_TILES
  * come from nv_mma_common.cl, which the host puts before this file.
@@ -69,6 +76,25 @@
 #define O_TILES D_TILES               /* n8 tiles of O (columns) */
 #define LOCAL_ROWS (BLOCK_Q > 4 * BLOCK ? BLOCK_Q : 4 * BLOCK) /* two K and two V tiles */
 
+/* Element offset of packed row r from its block's first head and query (common.cl's PACK). */
+inline ulong packed_row_offset(uint r, ulong head_stride, ulong seq_stride)
+{
+    return (ulong)(r % PACK) * head_stride + (ulong)ROW_QUERY(r) * seq_stride;
+}
+
+/* Issues the copies of packed rows row0 .. row0 + rows - 1 of Q (from the block's first head) into
+ * dst; rows at or past `limit` become zeros. stage_rows with packed addresses. */
+inline void stage_packed_rows(__local ushort *dst, __global const ushort *src, ulong base, ulong head_stride,
+                              ulong seq_stride, uint row0, uint rows, uint limit)
+{
+    for (uint c = get_local_id(0); c < rows * CHUNKS; c += THREADS) {
+        const uint r = c / CHUNKS, piece = c % CHUNKS;
+        const int inside = row0 + r < limit;
+        const ulong at = base + (inside ? packed_row_offset(row0 + r, head_stride, seq_stride) : 0) + piece * 8;
+        copy16_async(dst + r * ROW_STRIDE + piece * 8, src + at, inside ? 16u : 0u);
+    }
+}
+
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1)))
 void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global const ushort *v,
                     __global ushort *o, __global float *lse, uint seq_q, uint seq_k, uint heads_q, uint group,
@@ -76,7 +102,8 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
                     ulong q_off, ulong q_bs, ulong q_hs, ulong q_ss,
                     ulong k_off, ulong k_bs, ulong k_hs, ulong k_ss,
                     ulong v_off, ulong v_bs, ulong v_hs, ulong v_ss,
-                    ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss)
+                    ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss, __global const int *key_lens, uint n_splits,
+                    uint split_keys)
 {
     /* uint4 elements: cp.async and ldmatrix need 16-byte aligned rows */
     __local uint4 tiles_words[LOCAL_ROWS * ROW_STRIDE / 8];
@@ -85,27 +112,41 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
 
     const uint lane = get_local_id(0) % 32, warp = get_local_id(0) / 32;
     const uint g = lane / 4, t = lane % 4;
+    /* grid dimension 1 counts the heads of the rows: query heads, or K/V heads with PACK > 1 */
 #if CAUSAL
     /* The launch order, remapped so that the last query block of every (batch, head) comes first:
      * under the causal mask those see the most keys, and the light ones fill in at the end
-     * (1.1x at d = 128 on the H200). */
-    const uint n_q = get_num_groups(0), n_h = get_num_groups(1), n_hb = n_h * get_num_groups(2);
-    const uint lin = get_group_id(0) + n_q * (get_group_id(1) + n_h * get_group_id(2));
-    const uint h = lin % n_hb % n_h, b = lin % n_hb / n_h, hk = h / group;
+     * (1.1x at d = 128 on the H200). A block's parts (SPLIT) stay side by side. */
+    const uint n_q = get_num_groups(0) / n_splits, n_h = get_num_groups(1), n_hb = n_h * get_num_groups(2);
+    const uint lin = query_block_index(n_splits) + n_q * (get_group_id(1) + n_h * get_group_id(2));
+    const uint hg = lin % n_hb % n_h, b = lin % n_hb / n_h;
     const uint row0 = (n_q - 1 - lin / n_hb) * BLOCK_Q;
 #else
-    const uint h = get_group_id(1), b = get_group_id(2), hk = h / group;
-    const uint row0 = get_group_id(0) * BLOCK_Q;
+    const uint hg = get_group_id(1), b = get_group_id(2);
+    const uint row0 = query_block_index(n_splits) * BLOCK_Q;
 #endif
+#if PACK > 1
+    const uint hk = hg, h0 = hg * PACK; /* the block's K/V head and its first query head */
+#else
+    const uint h0 = hg, hk = hg / group;
+#endif
+    (void)group;
+    const uint rows_total = seq_q * PACK; /* packed rows of one (batch, K/V head); seq_q unpacked */
     const uint warp_row0 = warp * 16 * M_TILES; /* this warp's first row within the block */
-    const ulong q_base = q_off + (ulong)b * q_bs + (ulong)h * q_hs;
+    const ulong q_base = q_off + (ulong)b * q_bs + (ulong)h0 * q_hs;
     const ulong k_base = k_off + (ulong)b * k_bs + (ulong)hk * k_hs;
     const ulong v_base = v_off + (ulong)b * v_bs + (ulong)hk * v_hs;
     const long shift = (long)seq_k - (long)seq_q; /* query i's diagonal key is i + shift */
+#if KEYLEN
+    const uint key_len = (uint)clamp(key_lens[b], 0, (int)seq_k);
+#else
+    const uint key_len = seq_k;
+    (void)key_lens;
+#endif
 
 #if !NV_Q_DIRECT
     /* Q: global -> local -> this warp's A fragments, kept for the whole call. */
-    stage_rows(tiles, q, q_base, q_ss, row0, BLOCK_Q, seq_q);
+    stage_packed_rows(tiles, q, q_base, q_hs, q_ss, row0, BLOCK_Q, rows_total);
     async_commit();
     async_wait_all();
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -122,16 +163,18 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
     barrier(CLK_LOCAL_MEM_FENCE); /* Q's staging area becomes the K and V tiles */
 #endif
 
-    /* The keys this block sees: all, or with CAUSAL up to its last row's diagonal. */
-    uint key_end = seq_k;
+    /* The keys this block sees: those below the key length, with CAUSAL up to its last row's
+     * diagonal; with SPLIT only its part of them. */
+    uint key_begin = 0, key_end = key_len;
 #if CAUSAL
     {
-        const long last_row = (long)min(row0 + BLOCK_Q, seq_q) - 1;
-        const long end = last_row + shift + 1;
-        key_end = end <= 0 ? 0u : (uint)min(end, (long)seq_k);
+        const long last_query = (long)ROW_QUERY(min(row0 + BLOCK_Q, rows_total) - 1);
+        const long end = last_query + shift + 1;
+        key_end = end <= 0 ? 0u : (uint)min(end, (long)key_len);
     }
 #endif
-    const uint n_tiles = (key_end + BLOCK - 1) / BLOCK;
+    split_part(n_splits, split_keys, heads_q, seq_q, &key_begin, &key_end, &o_off, &lse);
+    const uint n_tiles = (key_end - key_begin + BLOCK - 1) / BLOCK;
 
     /* Lane rows: slice mt holds rows row0 + warp_row0 + 16 mt + g ("lo") and that + 8 ("hi"). */
     float4 acc[M_TILES][O_TILES];
@@ -152,7 +195,8 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
     __local const ushort *k_src0 = tiles + (lane / 16 * 8 + lane % 8) * ROW_STRIDE + (lane / 8) % 2 * 8;
     __local const ushort *v_src0 = tiles + (BLOCK + (lane / 8) % 2 * 8 + lane % 8) * ROW_STRIDE + lane / 16 * 8;
 
-    kv_stream stream = kv_stream_start(k, k_base, k_ss, v, v_base, v_ss, seq_k);
+    /* keys at or past key_len are never read: they become zeros */
+    kv_stream stream = kv_stream_start_at(k, k_base, k_ss, v, v_base, v_ss, key_len, key_begin);
     if (n_tiles > 0) {
         kv_stream_next(&stream, tiles);
         async_commit();
@@ -164,19 +208,19 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
 #pragma unroll
     for (uint mt = 0; mt < M_TILES; mt++) {
         const uint r_lo = row0 + warp_row0 + mt * 16 + g, r_hi = r_lo + 8;
-        const uint c_lo = min(r_lo, seq_q - 1), c_hi = min(r_hi, seq_q - 1);
-        __global const uint *q_lo = (__global const uint *)(q + q_base + (ulong)c_lo * q_ss) + t;
-        __global const uint *q_hi = (__global const uint *)(q + q_base + (ulong)c_hi * q_ss) + t;
+        const uint c_lo = min(r_lo, rows_total - 1), c_hi = min(r_hi, rows_total - 1);
+        __global const uint *q_lo = (__global const uint *)(q + q_base + packed_row_offset(c_lo, q_hs, q_ss)) + t;
+        __global const uint *q_hi = (__global const uint *)(q + q_base + packed_row_offset(c_hi, q_hs, q_ss)) + t;
 #pragma unroll
         for (uint kk = 0; kk < K_STEPS; kk++) {
             const uint4 w = (uint4)(q_lo[kk * 8], q_hi[kk * 8], q_lo[kk * 8 + 4], q_hi[kk * 8 + 4]);
-            qf[mt][kk] = (uint4)(r_lo < seq_q ? w.x : 0u, r_hi < seq_q ? w.y : 0u, r_lo < seq_q ? w.z : 0u,
-                                 r_hi < seq_q ? w.w : 0u);
+            qf[mt][kk] = (uint4)(r_lo < rows_total ? w.x : 0u, r_hi < rows_total ? w.y : 0u,
+                                 r_lo < rows_total ? w.z : 0u, r_hi < rows_total ? w.w : 0u);
         }
     }
 #endif
     for (uint j = 0; j < n_tiles; j++) {
-        const uint key0 = j * BLOCK;
+        const uint key0 = key_begin + j * BLOCK;
         async_wait_all();
         barrier(CLK_LOCAL_MEM_FENCE); /* tile j is in; every warp is done with tile j - 1 */
         if (j + 1 < n_tiles) {        /* tile j + 1 streams in while tile j is computed */
@@ -207,21 +251,23 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
             }
         }
 
-        /* Scale, mask the keys past seq_k and (CAUSAL) past each row's diagonal, online softmax. */
-        int masked = key0 + BLOCK > seq_k;
+        /* Scale, mask the keys past the key length and (CAUSAL) past each row's diagonal, online
+         * softmax. */
+        int masked = key0 + BLOCK > key_len;
 #if CAUSAL
-        masked |= (long)(key0 + BLOCK - 1) > (long)row0 + shift;
+        masked |= (long)(key0 + BLOCK - 1) > (long)ROW_QUERY(row0) + shift;
 #endif
 #pragma unroll
         for (uint mt = 0; mt < M_TILES; mt++) {
-            const long row_lo = (long)(row0 + warp_row0 + mt * 16 + g);
+            const uint row_lo = row0 + warp_row0 + mt * 16 + g;
             /* The last key each of the lane's rows sees, relative to its first pair's key
              * key0 + 2t, clamped to [-1, BLOCK] so that it fits an int. */
             int rel_lo = BLOCK, rel_hi = BLOCK;
             if (masked) {
-                const long lim = (long)seq_k - 1;
+                const long lim = (long)key_len - 1;
 #if CAUSAL
-                const long d_lo = min(row_lo + shift, lim), d_hi = min(row_lo + 8 + shift, lim);
+                const long d_lo = min((long)ROW_QUERY(row_lo) + shift, lim);
+                const long d_hi = min((long)ROW_QUERY(row_lo + 8) + shift, lim);
 #else
                 const long d_lo = lim, d_hi = lim;
 #endif
@@ -310,10 +356,9 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
         }
     }
 
-    /* O: registers -> local (this warp's rows) -> 16-byte coalesced stores. The four lanes of a
-     * quad hold parts of the same rows' sums. */
-    barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the last tile */
-    const ulong bh = (ulong)b * heads_q + h;
+    /* The row sums: the four lanes of a quad hold parts of the same rows' sums. The rows' lse
+     * index, [batch][heads_q][seq_q] (with SPLIT within the part split_part chose). */
+    float sum_lo[M_TILES], sum_hi[M_TILES];
 #pragma unroll
     for (uint mt = 0; mt < M_TILES; mt++) {
         float sl = l_lo[mt], sh = l_hi[mt];
@@ -321,8 +366,53 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
         sl += lane_xor(sl, 2);
         sh += lane_xor(sh, 1);
         sh += lane_xor(sh, 2);
-        const float inv_lo = sl == 0.0f ? 0.0f : 1.0f / sl;
-        const float inv_hi = sh == 0.0f ? 0.0f : 1.0f / sh;
+        sum_lo[mt] = sl;
+        sum_hi[mt] = sh;
+#if WITH_LSE
+        const uint r = row0 + warp_row0 + mt * 16 + g;
+        if (t == 0) {
+            if (r < rows_total)
+                lse[((ulong)b * heads_q + ROW_HEAD(h0, r)) * seq_q + ROW_QUERY(r)] =
+                    sl == 0.0f ? -INFINITY : (m_lo[mt] + log2(sl)) * M_LN2_F;
+            if (r + 8 < rows_total)
+                lse[((ulong)b * heads_q + ROW_HEAD(h0, r + 8)) * seq_q + ROW_QUERY(r + 8)] =
+                    sh == 0.0f ? -INFINITY : (m_hi[mt] + log2(sh)) * M_LN2_F;
+        }
+#endif
+    }
+#if !WITH_LSE
+    (void)lse;
+#endif
+    const ulong o_base = o_off + (ulong)b * o_bs + (ulong)h0 * o_hs;
+#if SPLIT && !WITH_LSE
+#error "every part needs its lse"
+#endif
+#if SPLIT
+    /* The part's O in fp32, straight from the accumulators: lane (g, t) holds columns 8 dt + 2t and
+     * + 1 of rows g and g + 8 of each slice. */
+    __global float *o_part = (__global float *)o + o_base; /* split_part moved o_off to the part */
+#pragma unroll
+    for (uint mt = 0; mt < M_TILES; mt++) {
+        const uint r = row0 + warp_row0 + mt * 16 + g;
+        const float inv_lo = sum_lo[mt] == 0.0f ? 0.0f : 1.0f / sum_lo[mt];
+        const float inv_hi = sum_hi[mt] == 0.0f ? 0.0f : 1.0f / sum_hi[mt];
+        __global float *dst_lo = o_part + packed_row_offset(min(r, rows_total - 1), o_hs, o_ss) + 2 * t;
+        __global float *dst_hi = o_part + packed_row_offset(min(r + 8, rows_total - 1), o_hs, o_ss) + 2 * t;
+#pragma unroll
+        for (uint dt = 0; dt < O_TILES; dt++) {
+            if (r < rows_total)
+                vstore2((float2)(acc[mt][dt].x, acc[mt][dt].y) * inv_lo, 0, dst_lo + dt * 8);
+            if (r + 8 < rows_total)
+                vstore2((float2)(acc[mt][dt].z, acc[mt][dt].w) * inv_hi, 0, dst_hi + dt * 8);
+        }
+    }
+#else
+    /* O: registers -> local (this warp's rows) -> 16-byte coalesced stores. */
+    barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the last tile */
+#pragma unroll
+    for (uint mt = 0; mt < M_TILES; mt++) {
+        const float inv_lo = sum_lo[mt] == 0.0f ? 0.0f : 1.0f / sum_lo[mt];
+        const float inv_hi = sum_hi[mt] == 0.0f ? 0.0f : 1.0f / sum_hi[mt];
         const uint r = warp_row0 + mt * 16 + g;
         __local uint *dst = (__local uint *)(tiles + r * ROW_STRIDE + 2 * t);
 #pragma unroll
@@ -330,25 +420,13 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
             dst[dt * 4] = pack_pair(acc[mt][dt].x * inv_lo, acc[mt][dt].y * inv_lo);
             dst[dt * 4 + 8 * ROW_STRIDE / 2] = pack_pair(acc[mt][dt].z * inv_hi, acc[mt][dt].w * inv_hi);
         }
-#if WITH_LSE
-        if (t == 0) {
-            if (row0 + r < seq_q)
-                lse[bh * seq_q + row0 + r] = sl == 0.0f ? -INFINITY : (m_lo[mt] + log2(sl)) * M_LN2_F;
-            if (row0 + r + 8 < seq_q)
-                lse[bh * seq_q + row0 + r + 8] = sh == 0.0f ? -INFINITY : (m_hi[mt] + log2(sh)) * M_LN2_F;
-        }
-#endif
     }
-#if !WITH_LSE
-    (void)lse;
-    (void)bh;
-#endif
     barrier(CLK_LOCAL_MEM_FENCE);
-    const ulong o_base = o_off + (ulong)b * o_bs + (ulong)h * o_hs;
     for (uint c = get_local_id(0); c < BLOCK_Q * CHUNKS; c += THREADS) {
         const uint r = c / CHUNKS, piece = c % CHUNKS;
-        if (row0 + r < seq_q)
-            *(__global uint4 *)(o + o_base + (ulong)(row0 + r) * o_ss + piece * 8) =
+        if (row0 + r < rows_total)
+            *(__global uint4 *)(o + o_base + packed_row_offset(row0 + r, o_hs, o_ss) + piece * 8) =
                 *(__local const uint4 *)(tiles + r * ROW_STRIDE + piece * 8);
     }
+#endif
 }

@@ -81,12 +81,13 @@ clflash_status clflash_context_create(cl_context ctx, cl_device_id dev, const cl
         free(c);
         return clflash_fail(err, "creating the control queue failed");
     }
-    if (pthread_mutex_init(&c->lock, NULL) != 0) {
+    if (pthread_mutex_init(&c->lock, NULL) != 0 || (pthread_mutex_init(&c->pool_lock, NULL) != 0 &&
+                                                     (pthread_mutex_destroy(&c->lock), 1))) {
         clReleaseCommandQueue(c->control);
         clReleaseCommandQueue(c->queue);
         free(c->build_options);
         free(c);
-        return clflash_fail(CLFLASH_ERROR_OUT_OF_HOST_MEMORY, "creating the context's lock failed");
+        return clflash_fail(CLFLASH_ERROR_OUT_OF_HOST_MEMORY, "creating the context's locks failed");
     }
     clRetainContext(ctx);
     c->ctx = ctx;
@@ -108,10 +109,12 @@ void clflash_context_free(clflash_context *c)
     c->magic = 0;
     clFinish(c->queue);
     clFinish(c->control);
+    clflash_scratch_pool_free(c);
     clflash_program_cache_free(c);
     clReleaseCommandQueue(c->control);
     clReleaseCommandQueue(c->queue);
     clReleaseContext(c->ctx);
+    pthread_mutex_destroy(&c->pool_lock);
     pthread_mutex_destroy(&c->lock);
     free(c->build_options);
     free(c);

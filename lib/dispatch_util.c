@@ -5,6 +5,7 @@
 #include "internal.h"
 
 #include <stdio.h>
+#include <string.h>
 
 cl_int clflash_set_args(cl_kernel k, cl_uint first, const clflash_arg *args, size_t n)
 {
@@ -42,6 +43,17 @@ void clflash_feature_defines(const clflash_problem *p, int with_lse, char *buf, 
              clflash_dtype_define(p->dtype), out_define(p->out_dtype), (p->flags & CLFLASH_CAUSAL) ? 1 : 0,
              (p->flags & CLFLASH_WINDOW) ? 1 : 0, p->softcap != 0.0f, p->bias != NULL, p->alibi_slopes != NULL,
              p->key_lengths != NULL, with_lse ? 1 : 0);
+}
+
+void clflash_forward_defines(const clflash_problem *p, int with_lse, uint32_t splits, uint32_t pack, char *buf,
+                             size_t size)
+{
+    clflash_problem as_built = *p;
+    if (splits > 1)
+        as_built.out_dtype = CLFLASH_F32; /* the parts are fp32, and every part has its lse */
+    clflash_feature_defines(&as_built, with_lse || splits > 1, buf, size);
+    const size_t n = strlen(buf);
+    snprintf(buf + n, size - n, " -D SPLIT=%d -D PACK=%u", splits > 1, pack);
 }
 
 cl_int clflash_set_feature_args(cl_kernel k, cl_uint first, const clflash_problem *p, int include_out_scale)

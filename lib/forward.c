@@ -1,38 +1,99 @@
 /*
  * forward.c - clflash_forward: validates, plans, sets the flash kernel's arguments (the portable
  * kernel or the NVIDIA tensor-core one share the leading arguments) and enqueues it over a
- * (query blocks, heads_q, batch) grid.
+ * (query blocks x splits, heads, batch) grid; with split-KV, also the merge of the parts.
  *
  * Why separate: this is the hot entry point; it holds only dispatch. If the device refuses the
  * planned tile at enqueue (CL_OUT_OF_RESOURCES) and B was not forced, it plans again below that B,
  * a bounded number of times.
+ *
+ * The split path: the flash kernel writes each part's O (fp32) and lse into two buffers from the
+ * context's scratch pool, laid out [part][batch][heads_q][seq_q][head_dim] and
+ * [part][batch][heads_q][seq_q]; the merge kernel (merge.c), enqueued after it, writes O and lse.
+ * Only the merge writes caller buffers, so if its enqueue fails the call has written none.
  */
 #include "internal.h"
 
-
 #define MAX_ENQUEUE_RETRIES 3
 
-static cl_int set_flash_args(cl_kernel kernel, int feature_args, const clflash_problem *p, cl_mem q, cl_mem k,
-                             cl_mem v, cl_mem o, cl_mem lse)
+static cl_int set_flash_args(const clflash_flash_kernel *fk, const clflash_problem *p, cl_mem q, cl_mem k, cl_mem v,
+                             cl_mem o, cl_mem lse, const clflash_strides *o_lay)
 {
     const cl_uint seq_q = p->seq_q, seq_k = p->seq_k, heads_q = p->heads_q, group = p->group;
+    const cl_uint n_splits = fk->plan.splits, split_keys = fk->split_keys;
     /* Without score transforms the log2(e) of exp2 is folded into the scale (see the kernel). */
     const int transforms = p->softcap != 0.0f || p->bias != NULL || p->alibi_slopes != NULL;
     const float score_scale = (float)((double)p->scale * p->qk_scale * (transforms ? 1.0 : 1.4426950408889634));
-    const cl_ulong lay[16] = {p->q.offset, p->q.batch_stride, p->q.head_stride, p->q.seq_stride,
-                              p->k.offset, p->k.batch_stride, p->k.head_stride, p->k.seq_stride,
-                              p->v.offset, p->v.batch_stride, p->v.head_stride, p->v.seq_stride,
-                              p->o.offset, p->o.batch_stride, p->o.head_stride, p->o.seq_stride};
+    const cl_ulong lay[16] = {p->q.offset,  p->q.batch_stride,  p->q.head_stride,  p->q.seq_stride,
+                              p->k.offset,  p->k.batch_stride,  p->k.head_stride,  p->k.seq_stride,
+                              p->v.offset,  p->v.batch_stride,  p->v.head_stride,  p->v.seq_stride,
+                              o_lay->offset, o_lay->batch_stride, o_lay->head_stride, o_lay->seq_stride};
     const clflash_arg args[] = {
         {sizeof(cl_mem), &q},        {sizeof(cl_mem), &k},     {sizeof(cl_mem), &v},
         {sizeof(cl_mem), &o},        {sizeof(cl_mem), lse ? &lse : NULL},
         {sizeof(cl_uint), &seq_q},   {sizeof(cl_uint), &seq_k}, {sizeof(cl_uint), &heads_q},
         {sizeof(cl_uint), &group},   {sizeof(float), &score_scale}};
-    cl_int err = clflash_set_args(kernel, 0, args, sizeof args / sizeof args[0]);
+    const clflash_arg split_args[] = {{sizeof(cl_uint), &n_splits}, {sizeof(cl_uint), &split_keys}};
+    cl_int err = clflash_set_args(fk->kernel, 0, args, sizeof args / sizeof args[0]);
     for (cl_uint i = 0; err == CL_SUCCESS && i < 16; i++)
-        err = clSetKernelArg(kernel, 10 + i, sizeof(cl_ulong), &lay[i]);
-    if (err == CL_SUCCESS && feature_args)
-        err = clflash_set_feature_args(kernel, 26, p, 1);
+        err = clSetKernelArg(fk->kernel, 10 + i, sizeof(cl_ulong), &lay[i]);
+    cl_uint next = 26;
+    if (err == CL_SUCCESS && fk->feature_args) {
+        err = clflash_set_feature_args(fk->kernel, next, p, 1);
+        next += CLFLASH_FEATURE_ARGS;
+    } else if (err == CL_SUCCESS) {
+        err = clSetKernelArg(fk->kernel, next++, sizeof(cl_mem), p->key_lengths ? &p->key_lengths : NULL);
+    }
+    if (err == CL_SUCCESS)
+        err = clflash_set_args(fk->kernel, next, split_args, 2);
+    return err;
+}
+
+/* The parts' O as a [batch][heads_q][seq_q][head_dim] layout (the kernel adds a part's offset). */
+static clflash_strides parts_layout(const clflash_problem *p)
+{
+    const uint64_t ss = p->head_dim, hs = (uint64_t)p->seq_q * ss, bs = (uint64_t)p->heads_q * hs;
+    return (clflash_strides){0, bs, hs, ss};
+}
+
+/* Enqueues the split path: the flash kernel into scratch parts, then their merge into o and lse. */
+static cl_int enqueue_split(clflash_context *c, const clflash_flash_kernel *fk, const clflash_problem *p,
+                            cl_command_queue qu, const size_t *global, const size_t *local, cl_mem q, cl_mem k,
+                            cl_mem v, cl_mem o, cl_mem lse, cl_uint num_wait, const cl_event *wait, cl_event *done,
+                            clflash_status *lib_status)
+{
+    const uint64_t rows = (uint64_t)p->batch * p->heads_q * p->seq_q;
+    const clflash_strides parts = parts_layout(p);
+    clflash_scratch *part_o = NULL, *part_lse = NULL;
+    cl_event flash_done = NULL, merge_done = NULL;
+    cl_int err = CL_SUCCESS;
+    *lib_status = clflash_scratch_acquire(c, clflash_mul_sat(rows * fk->plan.splits, p->head_dim * sizeof(float)),
+                                          &part_o);
+    if (*lib_status == CLFLASH_SUCCESS)
+        *lib_status = clflash_scratch_acquire(c, rows * fk->plan.splits * sizeof(float), &part_lse);
+    if (*lib_status != CLFLASH_SUCCESS) {
+        clflash_scratch_release(c, part_o, NULL);
+        return CL_SUCCESS;
+    }
+    err = set_flash_args(fk, p, q, k, v, clflash_scratch_buffer(part_o), clflash_scratch_buffer(part_lse), &parts);
+    if (err == CL_SUCCESS)
+        err = clEnqueueNDRangeKernel(qu, fk->kernel, 3, NULL, global, local, num_wait, wait, &flash_done);
+    if (err == CL_SUCCESS) {
+        const clflash_merge_problem m = {fk->plan.splits, p->batch, p->heads_q, p->seq_q, p->head_dim,
+                                         CLFLASH_F32, p->out_dtype, parts, p->o, rows * p->head_dim, rows};
+        *lib_status = clflash_enqueue_merge(c, &m, qu, clflash_scratch_buffer(part_o), clflash_scratch_buffer(part_lse),
+                                            o, lse, 1, &flash_done, &merge_done);
+    }
+    /* the parts are in use until the merge (or, if it was not enqueued, the flash kernel) is done */
+    cl_event last = merge_done ? merge_done : flash_done;
+    clflash_scratch_release(c, part_o, last);
+    clflash_scratch_release(c, part_lse, last);
+    if (flash_done)
+        clReleaseEvent(flash_done);
+    if (merge_done && done)
+        *done = merge_done;
+    else if (merge_done)
+        clReleaseEvent(merge_done);
     return err;
 }
 
@@ -55,17 +116,22 @@ clflash_status clflash_forward(clflash_context *c, const clflash_attention_desc 
         cl_int err;
         if ((st = clflash_plan_flash(c, &p, lse != NULL, below, &fk)) != CLFLASH_SUCCESS)
             return st;
+        const uint64_t rows = (uint64_t)p.seq_q * fk.plan.packed_heads;
         local[0] = fk.plan.work_group_size;
         local[1] = local[2] = 1;
-        global[0] = (size_t)((p.seq_q + fk.plan.block_q - 1) / fk.plan.block_q) * fk.plan.work_group_size;
-        global[1] = p.heads_q;
+        global[0] = (size_t)((rows + fk.plan.block_q - 1) / fk.plan.block_q) * fk.plan.splits * fk.plan.work_group_size;
+        global[1] = p.heads_q / fk.plan.packed_heads;
         global[2] = p.batch;
-        err = set_flash_args(fk.kernel, fk.feature_args, &p, q, k, v, o, lse);
-        if (err == CL_SUCCESS)
-            err = clEnqueueNDRangeKernel(qu, fk.kernel, 3, NULL, global, local, num_wait, wait, done);
+        if (fk.plan.splits > 1) {
+            err = enqueue_split(c, &fk, &p, qu, global, local, q, k, v, o, lse, num_wait, wait, done, &st);
+        } else {
+            err = set_flash_args(&fk, &p, q, k, v, o, lse, &p.o);
+            if (err == CL_SUCCESS)
+                err = clEnqueueNDRangeKernel(qu, fk.kernel, 3, NULL, global, local, num_wait, wait, done);
+        }
         clReleaseKernel(fk.kernel);
         if (err == CL_SUCCESS)
-            return CLFLASH_SUCCESS;
+            return st;
         if (err == CL_OUT_OF_RESOURCES && p.block == 0 && attempt < MAX_ENQUEUE_RETRIES && fk.plan.block > 1) {
             below = fk.plan.block; /* the device refused this tile: plan a smaller one */
             continue;

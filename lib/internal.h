@@ -82,6 +82,7 @@ CLFLASH_INTERNAL int clflash_contains_nocase(const char *hay, const char *needle
 /* ---- the context (context.c) ----------------------------------------------------------------- */
 typedef struct clflash_program_entry clflash_program_entry;
 typedef struct clflash_log_entry clflash_log_entry;
+typedef struct clflash_scratch clflash_scratch;
 
 struct clflash_context {
     uint32_t magic;           /* CLFLASH_CONTEXT_MAGIC while alive; cleared on free */
@@ -100,6 +101,9 @@ struct clflash_context {
     pthread_mutex_t lock;      /* guards programs and logs */
     clflash_program_entry *programs;
     clflash_log_entry *logs;   /* newest first; old texts stay valid until free */
+
+    pthread_mutex_t pool_lock; /* guards scratch */
+    clflash_scratch *scratch;  /* the scratch pool (scratch_pool.c) */
 };
 #define CLFLASH_CONTEXT_MAGIC 0x434c464cu /* "CLFL" */
 
@@ -111,6 +115,18 @@ CLFLASH_INTERNAL clflash_status clflash_check_context(const clflash_context *c);
  * creates anything. */
 CLFLASH_INTERNAL clflash_status clflash_read_options(const clflash_context_options *caller,
                                                      clflash_context_options *opt);
+
+/* ---- scratch_pool.c: device scratch buffers reused across calls -------------------------------- */
+/* A buffer of at least `bytes` that no enqueued work still uses, from the pool or newly created;
+ * *out is NULL on failure (an OpenCL allocation error, CL_MEM_OBJECT_ALLOCATION_FAILURE when bytes
+ * exceed the device's largest allocation, or CLFLASH_ERROR_OUT_OF_HOST_MEMORY). Thread-safe. */
+CLFLASH_INTERNAL clflash_status clflash_scratch_acquire(clflash_context *c, uint64_t bytes, clflash_scratch **out);
+CLFLASH_INTERNAL cl_mem clflash_scratch_buffer(const clflash_scratch *s);
+/* Hands s back; it stays in use until `last_use` (the event of the last enqueued command that touches
+ * it, NULL if nothing was enqueued) completes. NULL s is a no-op. */
+CLFLASH_INTERNAL void clflash_scratch_release(clflash_context *c, clflash_scratch *s, cl_event last_use);
+/* Releases every pooled buffer (clflash_context_free, after the queues are finished). */
+CLFLASH_INTERNAL void clflash_scratch_pool_free(clflash_context *c);
 
 /* ---- program_cache.c ------------------------------------------------------------------------- */
 /* The kernel sources embedded from cl/ (see cmake/embed_cl.cmake). */
@@ -150,6 +166,7 @@ typedef struct {
     float qk_scale, v_scale;   /* int8: q_scale * k_scale and v_scale; 1 otherwise */
     uint32_t flags;
     uint32_t block;            /* as given: 0 = planner */
+    uint32_t num_splits;       /* as given: 0 = planner, 1 = none, N = exactly N */
     clflash_strides q, k, v, o;
     uint32_t window_left, window_right;
     float softcap;
@@ -242,11 +259,27 @@ CLFLASH_INTERNAL uint32_t clflash_env_u32(const char *name, uint32_t lo, uint32_
 
 /* ---- planner.c ------------------------------------------------------------------------------ */
 typedef struct {
-    clflash_plan plan;
+    clflash_plan plan;         /* plan.splits, plan.packed_heads and plan.workspace_bytes included */
     cl_kernel kernel;          /* created for this call; the caller releases it */
     int feature_args;          /* 1: the kernel takes the feature arguments after the layouts
-                                  (the portable kernel); 0: it stops after the layouts */
+                                  (the portable kernel); 0: it takes only the key lengths */
+    uint32_t split_keys;       /* keys per split, a multiple of plan.block (seq_k without splits) */
 } clflash_flash_kernel;
+
+/* plan_common.c: split-KV. The number of parts for a forward whose kernel launches `groups`
+ * work-groups without splitting: p->num_splits if the caller forced it, else the planner's rule
+ * (clflash.h, clflash_plan_attention): 1 when groups >= compute units * groups_per_unit, else
+ * enough parts to reach that, each of at least min_split_keys keys, at most CLFLASH_MAX_SPLITS,
+ * and 1 when the parts would need more than an eighth of the device's largest allocation. */
+CLFLASH_INTERNAL uint32_t clflash_split_count(const clflash_context *c, const clflash_problem *p, uint64_t groups,
+                                              uint32_t groups_per_unit, uint32_t min_split_keys);
+/* Records the split fields of out's plan for B = out->plan.block: keys per part a multiple of B
+ * (ceil(seq_k / splits) rounded up), the workspace bytes. */
+CLFLASH_INTERNAL void clflash_set_split(clflash_flash_kernel *out, const clflash_problem *p, uint32_t splits,
+                                        uint32_t pack);
+/* Bytes of the split path's parts: splits * batch * heads_q * seq_q * (head_dim + 1) floats (O and
+ * lse); UINT64_MAX on overflow. */
+CLFLASH_INTERNAL uint64_t clflash_split_workspace_bytes(const clflash_problem *p, uint32_t splits);
 
 /* Plans and builds the portable flash kernel for p and creates a kernel object from it. If
  * `below_block` is not 0, only blocks smaller than it are considered (used to step down after
@@ -274,6 +307,13 @@ CLFLASH_INTERNAL const char *clflash_dtype_define(clflash_dtype t);
 /* Writes the -D options that select p's storage types and features (dtype, output type, CAUSAL,
  * WINDOW, SOFTCAP, BIAS, ALIBI, KEYLEN, WITH_LSE) into buf. */
 CLFLASH_INTERNAL void clflash_feature_defines(const clflash_problem *p, int with_lse, char *buf, size_t size);
+/* The forward kernels' defines: clflash_feature_defines, with O and lse the fp32 parts of the split
+ * path when splits > 1 (then always WITH_LSE), plus SPLIT (0 or 1) and PACK (query heads per
+ * packed row set, 1 = none). */
+CLFLASH_INTERNAL void clflash_forward_defines(const clflash_problem *p, int with_lse, uint32_t splits, uint32_t pack,
+                                              char *buf, size_t size);
+/* How many arguments clflash_set_feature_args sets with include_out_scale (the flash kernel's). */
+#define CLFLASH_FEATURE_ARGS 11
 /* The kernel arguments both the flash and the naive scores kernel take after their own: window
  * widths, softcap, bias (buffer, offset, three strides), ALiBi slopes and key lengths. Sets
  * CLFLASH_FEATURE_ARGS arguments from index `first`. `include_out_scale` puts v_scale after

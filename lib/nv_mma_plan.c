@@ -7,6 +7,10 @@
  * multiple of 16, one warp per 16 query rows), while the tile rule is the same. planner.c asks
  * here first and falls back to the portable kernel whenever this file says no.
  *
+ * With few queries (decoding) it packs the query heads of a GQA group into one work-group's rows,
+ * so each K/V tile is read once for all of them, and splits the keys into parts (split-KV) when the
+ * work-groups would not fill the device; cl/merge_states.cl then combines the parts.
+ *
  * B obeys the users' rule, (3*B*d + B*B) * s <= budget, exactly like the portable kernel's, and
  * the built kernel's real local bytes must fit the budget too. The kernel keeps Q and the score
  * block in registers and double-buffers K and V in local memory (4 * B * (d + 8) * s bytes), so
@@ -51,8 +55,8 @@ const char *clflash_nv_mma_refusal(const clflash_context *c, const clflash_probl
     if (p->head_dim % 16 != 0 || p->head_dim > NV_MAX_HEAD_DIM)
         return "head_dim is not a multiple of 16 up to 256";
     if ((p->flags & ~(uint32_t)CLFLASH_CAUSAL) != 0 || p->softcap != 0.0f || p->bias != NULL ||
-        p->alibi_slopes != NULL || p->key_lengths != NULL)
-        return "a window, softcap, bias, ALiBi or key lengths is set";
+        p->alibi_slopes != NULL)
+        return "a window, softcap, bias or ALiBi is set";
     if (!aligned16(&p->q) || !aligned16(&p->k) || !aligned16(&p->v) || !aligned16(&p->o))
         return "a layout's offset or stride is not a multiple of 8 elements";
     if (p->block != 0 && (p->block % 16 != 0 || p->block > NV_MAX_BLOCK))
@@ -60,20 +64,33 @@ const char *clflash_nv_mma_refusal(const clflash_context *c, const clflash_probl
     return NULL;
 }
 
+/* Query heads packed into one work-group's rows: all heads of a GQA group when their rows for the
+ * whole of seq_q fit one work-group (128 rows), else none. */
+#define NV_PACK_ROWS 128u
+static uint32_t pack_for(const clflash_problem *p)
+{
+    return p->group > 1 && (uint64_t)p->seq_q * p->group <= NV_PACK_ROWS ? p->group : 1;
+}
+
+/* Split-KV: parts until the device holds this many work-groups per compute unit (several fit an
+ * SM at decode's one or two warps), each part at least this many keys. */
+#define NV_GROUPS_PER_UNIT 4u
+#define NV_MIN_SPLIT_KEYS 256u
+
 /* How the work-group's query rows are laid out: `warps` warps of `m_tiles` 16-row slices each.
  * Measured on the H200 (n = 4096, f16; see README): 4 warps of 2 slices (128 rows) beat 3 to 8
  * warps of one slice at d = 64 and 128, because each K or V fragment read from local memory then
- * feeds two mma instead of one. Short query sequences get fewer rows, so that decoding (seq_q = 1)
- * does not compute 127 rows of padding. CLFLASH_NV_WARPS and CLFLASH_NV_MTILES override both
- * (developer tuning; see clflash.h). */
-static void rows_for(const clflash_problem *p, uint32_t *warps, uint32_t *m_tiles)
+ * feeds two mma instead of one. Few rows (`rows`: seq_q, times the packed heads) get fewer, so
+ * that decoding (seq_q = 1) does not compute 127 rows of padding. CLFLASH_NV_WARPS and
+ * CLFLASH_NV_MTILES override both (developer tuning; see clflash.h). */
+static void rows_for(const clflash_problem *p, uint64_t rows, uint32_t *warps, uint32_t *m_tiles)
 {
-    if (p->seq_q <= 16) {
+    if (rows <= 16) {
         *warps = 1;
         *m_tiles = 1;
     } else {
         *m_tiles = p->head_dim > 128 ? 1 : 2; /* at d = 256 one slice already holds 200 registers */
-        *warps = p->seq_q >= 128 ? 4 : (p->seq_q + 31) / 32;
+        *warps = rows >= 128 ? 4 : (uint32_t)(rows + 31) / 32;
     }
     *warps = clflash_env_u32("CLFLASH_NV_WARPS", 1, 16, *warps);
     *m_tiles = clflash_env_u32("CLFLASH_NV_MTILES", 1, 4, *m_tiles);
@@ -87,14 +104,15 @@ static cl_ulong counted_local_bytes(const clflash_problem *p, uint32_t block, ui
     return rows * (p->head_dim + 8) * p->elem_size;
 }
 
-static clflash_status build(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t block,
-                            uint32_t warps, uint32_t m_tiles, cl_kernel *kernel, cl_ulong *local_bytes, size_t *max_wg)
+static clflash_status build(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t splits, uint32_t pack,
+                            uint32_t block, uint32_t warps, uint32_t m_tiles, cl_kernel *kernel, cl_ulong *local_bytes,
+                            size_t *max_wg)
 {
-    char defines[512], features[256];
+    char defines[512], features[300];
     cl_program prog;
     cl_int err;
     clflash_status st;
-    clflash_feature_defines(p, with_lse, features, sizeof features);
+    clflash_forward_defines(p, with_lse, splits, pack, features, sizeof features);
     snprintf(defines, sizeof defines, "%s -D HEAD_DIM=%u -D BLOCK=%u -D WARPS=%u -D M_TILES=%u", features,
              p->head_dim, block, warps, m_tiles);
     if ((st = clflash_get_program(c, CLFLASH_SOURCE_NV_MMA_FORWARD, defines, &prog)) != CLFLASH_SUCCESS)
@@ -126,21 +144,29 @@ clflash_status clflash_plan_nv_mma(clflash_context *c, const clflash_problem *p,
         b = b / 16 * 16;
     }
     uint32_t warps, m_tiles;
-    rows_for(p, &warps, &m_tiles); /* independent of B */
+    const uint32_t pack = pack_for(p);
+    const uint64_t rows = (uint64_t)p->seq_q * pack;
+    rows_for(p, rows, &warps, &m_tiles); /* independent of B */
     const uint32_t threads = 32 * warps; /* one warp per 16 query rows */
+    const uint32_t block_q = 16 * warps * m_tiles;
+    const uint64_t groups = (uint64_t)p->batch * (p->heads_q / pack) * ((rows + block_q - 1) / block_q);
+    const uint32_t splits = clflash_split_count(c, p, groups, NV_GROUPS_PER_UNIT, NV_MIN_SPLIT_KEYS);
     for (uint32_t block = (uint32_t)b; block >= 16; block -= 16) {
         cl_kernel kernel = NULL;
         cl_ulong local_bytes = 0;
         size_t max_wg = 0;
-        clflash_status st = build(c, p, with_lse, block, warps, m_tiles, &kernel, &local_bytes, &max_wg);
+        clflash_status st =
+            build(c, p, with_lse, splits, pack, block, warps, m_tiles, &kernel, &local_bytes, &max_wg);
         if (st != CLFLASH_SUCCESS)
             return st;
         if (local_bytes <= budget && threads <= max_wg) {
             /* threads_per_row 2: a warp's 32 lanes share its 16 rows */
-            clflash_fill_plan(&out->plan, p, clflash_tile_bytes, budget, block, 16 * warps * m_tiles, local_bytes,
-                              variant_name, 2, threads);
+            clflash_fill_plan(&out->plan, p, clflash_tile_bytes, budget, block, block_q, local_bytes, variant_name, 2,
+                              threads);
+            out->plan.kv_passes = (rows + block_q - 1) / block_q;
             out->kernel = kernel;
             out->feature_args = 0;
+            clflash_set_split(out, p, splits, pack);
             return CLFLASH_SUCCESS;
         }
         clReleaseKernel(kernel);

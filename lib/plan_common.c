@@ -24,6 +24,45 @@ uint32_t clflash_env_u32(const char *name, uint32_t lo, uint32_t hi, uint32_t fa
     return *end == '\0' && v >= lo && v <= hi ? (uint32_t)v : fallback;
 }
 
+uint64_t clflash_split_workspace_bytes(const clflash_problem *p, uint32_t splits)
+{
+    const uint64_t rows = clflash_mul_sat(clflash_mul_sat(p->batch, p->heads_q), p->seq_q);
+    return clflash_mul_sat(clflash_mul_sat(splits, rows), clflash_mul_sat(p->head_dim + 1u, sizeof(float)));
+}
+
+uint32_t clflash_split_count(const clflash_context *c, const clflash_problem *p, uint64_t groups,
+                             uint32_t groups_per_unit, uint32_t min_split_keys)
+{
+    if (p->num_splits != 0)
+        return p->num_splits;
+    const uint64_t target = (uint64_t)c->info.compute_units * groups_per_unit;
+    if (groups == 0 || groups >= target)
+        return 1;
+    uint64_t s = (target + groups - 1) / groups;
+    const uint64_t by_keys = p->seq_k / min_split_keys;
+    if (s > by_keys)
+        s = by_keys;
+    if (s > CLFLASH_MAX_SPLITS)
+        s = CLFLASH_MAX_SPLITS;
+    if (s < 2 || clflash_split_workspace_bytes(p, (uint32_t)s) > c->info.max_alloc_size / 8)
+        return 1;
+    return (uint32_t)s;
+}
+
+void clflash_set_split(clflash_flash_kernel *out, const clflash_problem *p, uint32_t splits, uint32_t pack)
+{
+    const uint32_t block = out->plan.block;
+    out->plan.splits = splits;
+    out->plan.packed_heads = pack;
+    out->plan.workspace_bytes = splits > 1 ? clflash_split_workspace_bytes(p, splits) : 0;
+    if (splits > 1) {
+        const uint64_t per = ((uint64_t)p->seq_k + splits - 1) / splits;
+        out->split_keys = (uint32_t)((per + block - 1) / block * block);
+    } else {
+        out->split_keys = p->seq_k;
+    }
+}
+
 uint32_t clflash_block_step_down(uint32_t b)
 {
     return b > 16 ? (b - 1) / 16 * 16 : b / 2;

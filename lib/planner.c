@@ -15,6 +15,10 @@
  * not fit, and block_q halves when no B of 16 or more fits. The lane-per-row path remains for a
  * context that forces threads_per_row and for CLFLASH_REGTILE=0 (developer tuning, which can also
  * set the micro-tiles; see clflash.h).
+ *
+ * Split-KV and GQA packing (clflash.h): every path can split the keys into parts, and the
+ * register-tiled path packs a GQA group's query heads into one work-group's rows when they fit its
+ * query block. Both are decided before the kernel is built (they change its defines).
  */
 #include "internal.h"
 
@@ -23,6 +27,15 @@
 #include <string.h>
 
 #define KERNEL_NAME "flash_forward"
+
+/* Split-KV on the portable kernel: parts until the device holds this many work-groups per compute
+ * unit, each part at least this many keys (a CPU thread streams a long part best). */
+static void split_rule(const clflash_context *c, uint32_t *groups_per_unit, uint32_t *min_keys)
+{
+    const int cpu = c->info.device_class == CLFLASH_CLASS_CPU;
+    *groups_per_unit = cpu ? 2 : 4;
+    *min_keys = cpu ? 1024 : 256;
+}
 static const char variant_name[] = "flash_forward_portable";
 static const char regtile_name[] = "flash_forward_regtile";
 
@@ -100,14 +113,15 @@ static cl_ulong regtile_bytes(const clflash_problem *p, const regtile_cfg *r, ui
            4ull * r->bq * r->tc;
 }
 
-static clflash_status build_regtile(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t block,
-                                    const regtile_cfg *r, cl_kernel *kernel, cl_ulong *local_bytes, size_t *max_wg)
+static clflash_status build_regtile(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t splits,
+                                    uint32_t pack, uint32_t block, const regtile_cfg *r, cl_kernel *kernel,
+                                    cl_ulong *local_bytes, size_t *max_wg)
 {
-    char defines[512], features[256];
+    char defines[512], features[300];
     cl_program prog;
     cl_int err;
     clflash_status st;
-    clflash_feature_defines(p, with_lse, features, sizeof features);
+    clflash_forward_defines(p, with_lse, splits, pack, features, sizeof features);
     snprintf(defines, sizeof defines, "%s -D RT=1 -D HEAD_DIM=%u -D BLOCK=%u -D BLOCK_Q=%u -D RT_RM=%u -D RT_TC=%u",
              features, p->head_dim, block, r->bq, r->rm, r->tc);
     if ((st = clflash_get_program(c, CLFLASH_SOURCE_FLASH_FORWARD, defines, &prog)) != CLFLASH_SUCCESS)
@@ -129,8 +143,15 @@ static clflash_status plan_regtile(clflash_context *c, const clflash_problem *p,
                                    int forced, regtile_cfg cfg, clflash_flash_kernel *out)
 {
     const uint64_t budget = c->local_mem_budget;
-    const uint32_t rows = (p->seq_q + cfg.rm - 1) / cfg.rm * cfg.rm; /* no more rows than seq_q needs */
+    /* a GQA group's query heads share the work-group when all their rows fit one query block */
+    const uint32_t pack = p->group > 1 && (uint64_t)p->seq_q * p->group <= cfg.bq ? p->group : 1;
+    const uint64_t packed_rows = (uint64_t)p->seq_q * pack;
+    const uint32_t rows = (uint32_t)((packed_rows + cfg.rm - 1) / cfg.rm * cfg.rm); /* no more than needed */
     const uint32_t bq0 = cfg.bq < rows ? cfg.bq : rows;
+    uint32_t groups_per_unit, min_keys;
+    split_rule(c, &groups_per_unit, &min_keys);
+    const uint32_t splits = clflash_split_count(
+        c, p, (uint64_t)p->batch * (p->heads_q / pack) * ((packed_rows + bq0 - 1) / bq0), groups_per_unit, min_keys);
     if (!forced && cfg.block_cap && start > cfg.block_cap)
         start = cfg.block_cap;
     const uint32_t floor16 = start < 16 ? start : 16;
@@ -146,14 +167,17 @@ static clflash_status plan_regtile(clflash_context *c, const clflash_problem *p,
                     cl_kernel kernel = NULL;
                     cl_ulong local_bytes = 0;
                     size_t max_wg = 0;
-                    clflash_status st = build_regtile(c, p, with_lse, block, &r, &kernel, &local_bytes, &max_wg);
+                    clflash_status st =
+                        build_regtile(c, p, with_lse, splits, pack, block, &r, &kernel, &local_bytes, &max_wg);
                     if (st != CLFLASH_SUCCESS)
                         return st;
                     if (local_bytes <= budget && wg <= max_wg) {
                         clflash_fill_plan(&out->plan, p, clflash_tile_bytes, budget, block, bq, local_bytes,
                                           regtile_name, cfg.tc, wg);
+                        out->plan.kv_passes = (packed_rows + bq - 1) / bq;
                         out->kernel = kernel;
                         out->feature_args = 1;
+                        clflash_set_split(out, p, splits, pack);
                         return CLFLASH_SUCCESS;
                     }
                     clReleaseKernel(kernel);
@@ -186,14 +210,15 @@ static cl_ulong counted_local_bytes(const clflash_context *c, const clflash_prob
 }
 
 /* Builds the kernel for (B, lanes) and reads what it really needs. */
-static clflash_status build_variant(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t block,
-                                    uint32_t lanes, cl_kernel *kernel, cl_ulong *local_bytes, size_t *max_wg)
+static clflash_status build_variant(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t splits,
+                                    uint32_t block, uint32_t lanes, cl_kernel *kernel, cl_ulong *local_bytes,
+                                    size_t *max_wg)
 {
-    char defines[512], features[256];
+    char defines[512], features[300];
     cl_program prog;
     cl_int err;
     clflash_status st;
-    clflash_feature_defines(p, with_lse, features, sizeof features);
+    clflash_forward_defines(p, with_lse, splits, 1, features, sizeof features);
     snprintf(defines, sizeof defines,
              "%s%s -D HEAD_DIM=%u -D BLOCK=%u -D TPR=%u -D LDS_STRIDE=%u -D KT_STRIDE=%u -D P_STRIDE=%u", features,
              cpu_path(c, block, lanes) ? " -D CLFLASH_CPU_PATH=1" : "", p->head_dim, block, lanes,
@@ -211,7 +236,7 @@ static clflash_status build_variant(clflash_context *c, const clflash_problem *p
     return st;
 }
 
-clflash_status clflash_plan_flash(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t below_block,
+static clflash_status plan_kernel(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t below_block,
                                   clflash_flash_kernel *out)
 {
     const uint64_t budget = c->local_mem_budget;
@@ -257,6 +282,10 @@ clflash_status clflash_plan_flash(clflash_context *c, const clflash_problem *p, 
             return plan_regtile(c, p, with_lse, block, forced, rcfg, out);
     }
 
+    uint32_t groups_per_unit, min_keys;
+    split_rule(c, &groups_per_unit, &min_keys);
+    const uint32_t splits = clflash_split_count(
+        c, p, (uint64_t)p->batch * p->heads_q * ((p->seq_q + block - 1) / block), groups_per_unit, min_keys);
     for (;;) {
         /* The class's work-group cap is a preference; a forced block may exceed it (one lane). */
         uint32_t lanes = clflash_block_lanes(block, tune.threads_per_row,
@@ -265,7 +294,7 @@ clflash_status clflash_plan_flash(clflash_context *c, const clflash_problem *p, 
             cl_kernel kernel = NULL;
             cl_ulong local_bytes = 0;
             size_t max_wg = 0;
-            clflash_status st = build_variant(c, p, with_lse, block, lanes, &kernel, &local_bytes, &max_wg);
+            clflash_status st = build_variant(c, p, with_lse, splits, block, lanes, &kernel, &local_bytes, &max_wg);
             if (st != CLFLASH_SUCCESS)
                 return st;
             if (local_bytes <= budget && (size_t)block * lanes <= max_wg) {
@@ -273,6 +302,7 @@ clflash_status clflash_plan_flash(clflash_context *c, const clflash_problem *p, 
                                   lanes, block * lanes);
                 out->kernel = kernel;
                 out->feature_args = 1;
+                clflash_set_split(out, p, splits, 1);
                 return CLFLASH_SUCCESS;
             }
             clReleaseKernel(kernel);
@@ -292,6 +322,21 @@ clflash_status clflash_plan_flash(clflash_context *c, const clflash_problem *p, 
         if (block == 0)
             return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE, "no block size fits the device's kernel limits");
     }
+}
+
+clflash_status clflash_plan_flash(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t below_block,
+                                  clflash_flash_kernel *out)
+{
+    clflash_status st = plan_kernel(c, p, with_lse, below_block, out);
+    if (st == CLFLASH_SUCCESS && out->plan.workspace_bytes > c->info.max_alloc_size) {
+        clReleaseKernel(out->kernel);
+        out->kernel = NULL;
+        return clflash_fail(CLFLASH_ERROR_UNSUPPORTED,
+                            "%u splits need %llu bytes of partial results; the device's largest allocation is %llu",
+                            out->plan.splits, (unsigned long long)out->plan.workspace_bytes,
+                            (unsigned long long)c->info.max_alloc_size);
+    }
+    return st;
 }
 
 clflash_status clflash_plan_attention(clflash_context *c, const clflash_attention_desc *d, clflash_plan *out)

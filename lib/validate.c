@@ -174,6 +174,10 @@ clflash_status clflash_resolve_desc(const clflash_attention_desc *caller, clflas
     p->scale = d->scale != 0.0f ? d->scale : (float)(1.0 / sqrt((double)d->head_dim));
     p->flags = d->flags;
     p->block = d->block;
+    if (d->num_splits > CLFLASH_MAX_SPLITS)
+        return clflash_fail(CLFLASH_ERROR_INVALID_SHAPE, "num_splits %u is above the maximum %u", d->num_splits,
+                            CLFLASH_MAX_SPLITS);
+    p->num_splits = d->num_splits;
     p->qk_scale = d->dtype == CLFLASH_I8 ? (d->q_scale != 0.0f ? d->q_scale : 1.0f) * (d->k_scale != 0.0f ? d->k_scale : 1.0f)
                                          : 1.0f;
     p->v_scale = d->dtype == CLFLASH_I8 && d->v_scale != 0.0f ? d->v_scale : 1.0f;

@@ -111,7 +111,18 @@ void th_case_free(th_case *t)
     free(t->ref_o);
     free(t->ref_lse);
     free(t->o_mask);
+    free(t->key_lens);
     memset(t, 0, sizeof *t);
+}
+
+int th_case_set_key_lengths(th_case *t, const int32_t *lens)
+{
+    free(t->key_lens);
+    t->key_lens = malloc(sizeof(int32_t) * t->d.batch);
+    if (t->key_lens == NULL)
+        return -1;
+    memcpy(t->key_lens, lens, sizeof(int32_t) * t->d.batch);
+    return 0;
 }
 
 void th_case_reset_outputs(th_case *t)
@@ -130,7 +141,8 @@ void th_case_reset_outputs(th_case *t)
 
 void th_case_reference(th_case *t)
 {
-    ref_attention(&t->d, t->qf, t->kf, t->vf, t->ref_o, t->ref_lse);
+    const ref_extras x = {NULL, NULL, t->key_lens};
+    ref_attention_ex(&t->d, t->qf, t->kf, t->vf, &x, t->ref_o, t->ref_lse);
 }
 
 clflash_status th_run_host(clflash_context *c, th_case *t, int with_lse)
@@ -154,13 +166,18 @@ clflash_status th_run_device(clflash_context *c, th_case *t, th_algo algo, int w
     cl_mem v = make_buffer(ctx, CL_MEM_READ_ONLY, t->v, t->nv * t->esize, &e3);
     cl_mem o = make_buffer(ctx, CL_MEM_READ_WRITE, t->o, t->no * t->esize, &e4);
     cl_mem lse = with_lse ? make_buffer(ctx, CL_MEM_READ_WRITE, t->lse, t->nlse * sizeof(float), &e5) : NULL;
-    clflash_status st = e1 ? e1 : e2 ? e2 : e3 ? e3 : e4 ? e4 : e5;
+    cl_int e6 = CL_SUCCESS;
+    cl_mem lens = t->key_lens ? make_buffer(ctx, CL_MEM_READ_ONLY, t->key_lens, sizeof(int32_t) * t->d.batch, &e6) : NULL;
+    clflash_status st = e1 ? e1 : e2 ? e2 : e3 ? e3 : e4 ? e4 : e5 ? e5 : e6;
     if (st == CL_SUCCESS) {
         cl_event done = NULL;
+        clflash_attention_desc d = t->d;
+        if (lens)
+            d.key_lengths = lens;
         if (algo == TH_FLASH)
-            st = clflash_forward(c, &t->d, queue, q, k, v, o, lse, 0, NULL, &done);
+            st = clflash_forward(c, &d, queue, q, k, v, o, lse, 0, NULL, &done);
         else
-            st = clflash_forward_naive(c, &t->d, queue, q, k, v, o, lse, 0, NULL, &done);
+            st = clflash_forward_naive(c, &d, queue, q, k, v, o, lse, 0, NULL, &done);
         if (st == CLFLASH_SUCCESS) {
             cl_int we = done ? clWaitForEvents(1, &done) : CL_INVALID_EVENT;
             if (done)
@@ -180,6 +197,7 @@ clflash_status th_run_device(clflash_context *c, th_case *t, th_algo algo, int w
     if (v) clReleaseMemObject(v);
     if (o) clReleaseMemObject(o);
     if (lse) clReleaseMemObject(lse);
+    if (lens) clReleaseMemObject(lens);
     return st;
 }
 

@@ -30,6 +30,7 @@ typedef struct {
     float *lse;                  /* pre-filled with the sentinel */
     double *ref_o, *ref_lse;     /* dense [b][h][i][c] and [b][h][i] */
     unsigned char *o_mask;       /* 1 where an element of o belongs to O's layout */
+    int32_t *key_lens;           /* [batch] key lengths passed as d.key_lengths, or NULL (none) */
 } th_case;
 
 /* Allocates and fills a case for d (F32 or F16 storage; other dtypes get F16-sized arrays so that
@@ -37,6 +38,9 @@ typedef struct {
  * or -1 if memory ran out. */
 int th_case_init(th_case *t, const clflash_attention_desc *d, uint64_t seed);
 void th_case_free(th_case *t);
+/* Gives the case key lengths (copied; [batch]): th_run_device passes them as d.key_lengths and
+ * th_case_reference honours them. Returns 0, or -1 if memory ran out. */
+int th_case_set_key_lengths(th_case *t, const int32_t *lens);
 /* Refills o and lse with the sentinel. */
 void th_case_reset_outputs(th_case *t);
 /* Computes ref_o and ref_lse. */

@@ -28,31 +28,38 @@ typedef struct {
     int strided_o;
     int cpu_path; /* build with -D CLFLASH_CPU_PATH=1, one work-item per row: flash_forward.cl's CPU path */
     const char *regtile; /* CLFLASH_REGTILE for the register-tiled path (NULL: the planner's tiles) */
+    uint32_t splits;     /* num_splits (0: the planner's) */
 } driver_case;
 
 static const driver_case cases[] = {
-    {TH_FLASH, 1, 2, 1, 37, 29, 16, CLFLASH_F32, 0, 0, 0, 0, NULL},
-    {TH_FLASH, 1, 1, 0, 37, 29, 16, CLFLASH_F32, CLFLASH_CAUSAL, 16, 1, 0, NULL},
-    {TH_FLASH, 1, 1, 0, 5, 37, 7, CLFLASH_F32, CLFLASH_CAUSAL, 8, 0, 0, NULL},
-    {TH_FLASH, 2, 2, 2, 29, 37, 16, CLFLASH_F16, CLFLASH_CAUSAL, 16, 0, 0, NULL},
-    {TH_FLASH, 1, 1, 0, 37, 5, 7, CLFLASH_F16, 0, 0, 1, 0, NULL},
-    {TH_FLASH, 1, 1, 0, 37, 11, 16, CLFLASH_F16, CLFLASH_CAUSAL, 0, 0, 0, NULL},
-    {TH_NAIVE, 1, 2, 1, 37, 29, 16, CLFLASH_F32, CLFLASH_CAUSAL, 0, 1, 0, NULL},
-    {TH_NAIVE, 1, 1, 0, 5, 37, 7, CLFLASH_F16, 0, 0, 0, 0, NULL},
-    {TH_NAIVE, 1, 1, 0, 13, 13, 7, CLFLASH_F32, 0, 0, 0, 0, NULL},
-    {TH_NAIVE, 1, 1, 0, 37, 11, 16, CLFLASH_F16, CLFLASH_CAUSAL, 0, 0, 0, NULL},
+    {TH_FLASH, 1, 2, 1, 37, 29, 16, CLFLASH_F32, 0, 0, 0, 0, NULL, 0},
+    {TH_FLASH, 1, 1, 0, 37, 29, 16, CLFLASH_F32, CLFLASH_CAUSAL, 16, 1, 0, NULL, 0},
+    {TH_FLASH, 1, 1, 0, 5, 37, 7, CLFLASH_F32, CLFLASH_CAUSAL, 8, 0, 0, NULL, 0},
+    {TH_FLASH, 2, 2, 2, 29, 37, 16, CLFLASH_F16, CLFLASH_CAUSAL, 16, 0, 0, NULL, 0},
+    {TH_FLASH, 1, 1, 0, 37, 5, 7, CLFLASH_F16, 0, 0, 1, 0, NULL, 0},
+    {TH_FLASH, 1, 1, 0, 37, 11, 16, CLFLASH_F16, CLFLASH_CAUSAL, 0, 0, 0, NULL, 0},
+    {TH_NAIVE, 1, 2, 1, 37, 29, 16, CLFLASH_F32, CLFLASH_CAUSAL, 0, 1, 0, NULL, 0},
+    {TH_NAIVE, 1, 1, 0, 5, 37, 7, CLFLASH_F16, 0, 0, 0, 0, NULL, 0},
+    {TH_NAIVE, 1, 1, 0, 13, 13, 7, CLFLASH_F32, 0, 0, 0, 0, NULL, 0},
+    {TH_NAIVE, 1, 1, 0, 37, 11, 16, CLFLASH_F16, CLFLASH_CAUSAL, 0, 0, 0, NULL, 0},
     /* the CPU path: several K/V tiles per row (B = 8, 16), an odd head_dim (padded V columns),
      * f32 and f16 storage, a strided O, causal and fully visible tiles */
-    {TH_FLASH, 1, 2, 1, 37, 29, 16, CLFLASH_F32, CLFLASH_CAUSAL, 8, 0, 1, NULL},
-    {TH_FLASH, 1, 1, 0, 5, 37, 7, CLFLASH_F32, 0, 16, 1, 1, NULL},
-    {TH_FLASH, 2, 2, 2, 29, 37, 12, CLFLASH_F16, CLFLASH_CAUSAL, 16, 0, 1, NULL},
+    {TH_FLASH, 1, 2, 1, 37, 29, 16, CLFLASH_F32, CLFLASH_CAUSAL, 8, 0, 1, NULL, 0},
+    {TH_FLASH, 1, 1, 0, 5, 37, 7, CLFLASH_F32, 0, 16, 1, 1, NULL, 0},
+    {TH_FLASH, 2, 2, 2, 29, 37, 12, CLFLASH_F16, CLFLASH_CAUSAL, 16, 0, 1, NULL, 0},
     /* the register-tiled path in shapes other than the planner's: 2 rows per work-item, 4 per row
      * group and 8-row query blocks over forced 8-key tiles (many tiles and blocks); 1 row, a B of 5
      * (a partial row group of keys), d = 7 and a strided O; 16 work-items per row group over 8-key
      * tiles (key slots past B) */
-    {TH_FLASH, 1, 2, 1, 37, 29, 16, CLFLASH_F32, CLFLASH_CAUSAL, 8, 0, 0, "2x4x8"},
-    {TH_FLASH, 1, 1, 0, 5, 37, 7, CLFLASH_F16, 0, 0, 1, 0, "1x2x8x5"},
-    {TH_FLASH, 2, 2, 2, 29, 37, 16, CLFLASH_F16, CLFLASH_CAUSAL, 0, 0, 0, "4x16x32x8"},
+    {TH_FLASH, 1, 2, 1, 37, 29, 16, CLFLASH_F32, CLFLASH_CAUSAL, 8, 0, 0, "2x4x8", 0},
+    {TH_FLASH, 1, 1, 0, 5, 37, 7, CLFLASH_F16, 0, 0, 1, 0, "1x2x8x5", 0},
+    {TH_FLASH, 2, 2, 2, 29, 37, 16, CLFLASH_F16, CLFLASH_CAUSAL, 0, 0, 0, "4x16x32x8", 0},
+    /* split-KV: the parts and their merge (merge_states.cl) on each path, with GQA packing on the
+     * register-tiled one: 3 parts over 8-key tiles (parts of several tiles, one partly empty),
+     * more parts than tiles, causal decode rows */
+    {TH_FLASH, 1, 4, 2, 3, 37, 16, CLFLASH_F32, CLFLASH_CAUSAL, 8, 0, 0, "4x4x8x8", 3},
+    {TH_FLASH, 2, 2, 1, 1, 29, 7, CLFLASH_F16, 0, 0, 1, 0, NULL, 9},
+    {TH_FLASH, 1, 2, 1, 5, 41, 16, CLFLASH_F32, CLFLASH_CAUSAL, 8, 0, 1, NULL, 3},
 };
 
 #define N_FORWARD_CASES (sizeof cases / sizeof cases[0])
@@ -220,6 +227,7 @@ int main(int argc, char **argv)
         clflash_attention_desc d =
             th_desc(k->batch, k->heads_q, k->heads_kv, k->seq_q, k->seq_k, k->head_dim, k->dtype, k->flags);
         d.block = k->block;
+        d.num_splits = k->splits;
         if (k->strided_o) /* two-element gaps after every O row, three before the first */
             d.o = (clflash_layout){3, 0, 0, k->head_dim + 2};
         char what[200], msg[2400];

@@ -18,10 +18,15 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-/* The structs of 0.5.0: every field up to and including these. */
-#define OPTIONS_0_5 (offsetof(clflash_context_options, portable_only) + sizeof(uint32_t))
-#define DESC_0_5 (offsetof(clflash_attention_desc, key_lengths) + sizeof(cl_mem))
-#define PLAN_0_5 (offsetof(clflash_plan, block_q) + sizeof(uint32_t))
+/* The structs of 0.5.0: every field up to and including these, and the tail padding a compiler
+ * gives such a struct (its sizeof, the struct_size its program passes). */
+#define OPTIONS_0_5_END (offsetof(clflash_context_options, portable_only) + sizeof(uint32_t))
+#define DESC_0_5_END (offsetof(clflash_attention_desc, key_lengths) + sizeof(cl_mem))
+#define PLAN_0_5_END (offsetof(clflash_plan, block_q) + sizeof(uint32_t))
+#define SIZEOF_UP_TO(type, end) (((end) + _Alignof(type) - 1) / _Alignof(type) * _Alignof(type))
+#define OPTIONS_0_5 SIZEOF_UP_TO(clflash_context_options, OPTIONS_0_5_END)
+#define DESC_0_5 SIZEOF_UP_TO(clflash_attention_desc, DESC_0_5_END)
+#define PLAN_0_5 SIZEOF_UP_TO(clflash_plan, PLAN_0_5_END)
 
 /* Two pages, the second unreadable; the returned pointer has `size` bytes up to the guard. */
 typedef struct {
@@ -182,7 +187,7 @@ END_TEST
 START_TEST(refused_sizes)
 {
     clflash_context *c = test_context(NULL);
-    const uint32_t bad[] = {0, (uint32_t)DESC_0_5 - 1, 1, 4097, UINT32_MAX};
+    const uint32_t bad[] = {0, (uint32_t)DESC_0_5_END - 1, 1, 4097, UINT32_MAX};
     for (size_t i = 0; i < N_OF(bad); i++) {
         clflash_attention_desc d = full_desc();
         d.struct_size = bad[i];
@@ -190,10 +195,10 @@ START_TEST(refused_sizes)
         ck_assert_int_eq(clflash_plan_attention(c, &d, &p), CLFLASH_ERROR_INVALID_ARGUMENT);
         ck_assert_ptr_nonnull(strstr(clflash_last_error_detail(), "struct_size"));
         d.struct_size = sizeof d;
-        p.struct_size = bad[i] == (uint32_t)DESC_0_5 - 1 ? (uint32_t)PLAN_0_5 - 1 : bad[i];
+        p.struct_size = bad[i] == (uint32_t)DESC_0_5_END - 1 ? (uint32_t)PLAN_0_5_END - 1 : bad[i];
         ck_assert_int_eq(clflash_plan_attention(c, &d, &p), CLFLASH_ERROR_INVALID_ARGUMENT);
         ck_assert_int_eq(clflash_plan_backward(c, &d, &p), CLFLASH_ERROR_INVALID_ARGUMENT);
-        clflash_context_options o = {.struct_size = bad[i] == (uint32_t)DESC_0_5 - 1 ? (uint32_t)OPTIONS_0_5 - 1 : bad[i]};
+        clflash_context_options o = {.struct_size = bad[i] == (uint32_t)DESC_0_5_END - 1 ? (uint32_t)OPTIONS_0_5_END - 1 : bad[i]};
         clflash_context *c2 = NULL;
         ck_assert_int_eq(clflash_context_create_default(&o, &c2), CLFLASH_ERROR_INVALID_OPTIONS);
         ck_assert_int_eq(clflash_context_create(clflash_context_cl(c), clflash_context_device(c), &o, &c2),

@@ -1,0 +1,152 @@
+/*
+ * scratch_pool.c - the context's pool of device scratch buffers: the split-KV forward's partial
+ * results live here, so that a steady stream of calls creates no buffers.
+ *
+ * Why a pool rather than a caller workspace: clflash_forward's arguments stay what they were, and
+ * the library still knows how long each buffer is in use. A call takes a buffer that no enqueued
+ * work uses any more (its last user's event has completed), enqueues its kernels, and hands the
+ * buffer back with the event of the last kernel that reads it; the next call may take it once that
+ * event completes. So calls on one queue in a loop reuse the same buffers, calls from several
+ * threads at once get buffers of their own, and nothing waits. The pool keeps at most
+ * POOL_ENTRIES buffers; past that a call gets a buffer of its own, which it releases after
+ * enqueueing (OpenCL keeps a buffer alive until the commands that use it finish). All buffers are
+ * released by clflash_context_free. One mutex of its own guards the list, so a program build
+ * (under the context's other lock) never holds a call back here.
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+
+#define POOL_ENTRIES 8
+/* Sizes are rounded up to this, so that slowly growing requests reuse a buffer. */
+#define SIZE_STEP (64u * 1024u)
+
+struct clflash_scratch {
+    clflash_scratch *next;
+    cl_mem buf;
+    uint64_t bytes;
+    cl_event busy; /* the last enqueued work that uses buf, NULL when none */
+    int taken;     /* held by a call that has not handed it back */
+    int pooled;    /* 0: a call's own buffer, freed when handed back */
+};
+
+/* 1 if e's work is over (complete or failed: either way nothing will touch the buffer again). */
+static int finished(cl_event e)
+{
+    cl_int status = CL_QUEUED;
+    if (clGetEventInfo(e, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL) != CL_SUCCESS)
+        return 0;
+    return status == CL_COMPLETE || status < 0;
+}
+
+static clflash_status create_buffer(clflash_context *c, uint64_t bytes, clflash_scratch *s)
+{
+    cl_int err;
+    s->bytes = (bytes + SIZE_STEP - 1) / SIZE_STEP * SIZE_STEP;
+    if (s->bytes > c->info.max_alloc_size)
+        s->bytes = bytes; /* the rounding must not make a possible allocation impossible */
+    s->buf = clCreateBuffer(c->ctx, CL_MEM_READ_WRITE, (size_t)s->bytes, NULL, &err);
+    if (err != CL_SUCCESS) {
+        s->buf = NULL;
+        return clflash_fail(err, "creating a %llu-byte scratch buffer failed", (unsigned long long)s->bytes);
+    }
+    return CLFLASH_SUCCESS;
+}
+
+clflash_status clflash_scratch_acquire(clflash_context *c, uint64_t bytes, clflash_scratch **out)
+{
+    clflash_scratch *best = NULL, *idle_small = NULL;
+    int entries = 0;
+    clflash_status st = CLFLASH_SUCCESS;
+    if (bytes > c->info.max_alloc_size)
+        return clflash_fail(CL_MEM_OBJECT_ALLOCATION_FAILURE,
+                            "the call needs a %llu-byte scratch buffer; the device's largest allocation is %llu",
+                            (unsigned long long)bytes, (unsigned long long)c->info.max_alloc_size);
+    pthread_mutex_lock(&c->pool_lock);
+    for (clflash_scratch *s = c->scratch; s; s = s->next) {
+        entries++;
+        if (s->taken)
+            continue;
+        if (s->busy && finished(s->busy)) {
+            clReleaseEvent(s->busy);
+            s->busy = NULL;
+        }
+        if (s->busy)
+            continue;
+        if (s->bytes >= bytes) {
+            if (best == NULL || s->bytes < best->bytes)
+                best = s;
+        } else if (idle_small == NULL) {
+            idle_small = s;
+        }
+    }
+    if (best == NULL && idle_small != NULL) { /* grow an idle buffer that is too small */
+        clReleaseMemObject(idle_small->buf);
+        idle_small->buf = NULL;
+        if ((st = create_buffer(c, bytes, idle_small)) != CLFLASH_SUCCESS) {
+            /* the node stays in the list without a buffer: unlink and free it */
+            clflash_scratch **at = &c->scratch;
+            while (*at != idle_small)
+                at = &(*at)->next;
+            *at = idle_small->next;
+            free(idle_small);
+        } else {
+            best = idle_small;
+        }
+    }
+    if (best == NULL && st == CLFLASH_SUCCESS) {
+        clflash_scratch *s = calloc(1, sizeof *s);
+        if (s == NULL) {
+            st = clflash_fail(CLFLASH_ERROR_OUT_OF_HOST_MEMORY, "allocating a scratch entry failed");
+        } else if ((st = create_buffer(c, bytes, s)) != CLFLASH_SUCCESS) {
+            free(s);
+        } else {
+            s->pooled = entries < POOL_ENTRIES;
+            if (s->pooled) {
+                s->next = c->scratch;
+                c->scratch = s;
+            }
+            best = s;
+        }
+    }
+    if (best)
+        best->taken = 1;
+    pthread_mutex_unlock(&c->pool_lock);
+    *out = best;
+    return st;
+}
+
+cl_mem clflash_scratch_buffer(const clflash_scratch *s)
+{
+    return s->buf;
+}
+
+void clflash_scratch_release(clflash_context *c, clflash_scratch *s, cl_event last_use)
+{
+    if (s == NULL)
+        return;
+    if (!s->pooled) {
+        clReleaseMemObject(s->buf); /* kept alive by OpenCL until last_use's work is done */
+        free(s);
+        return;
+    }
+    const int tracked = last_use != NULL && clRetainEvent(last_use) == CL_SUCCESS;
+    if (last_use && !tracked) /* cannot track it: wait, so that the buffer is not reused too early */
+        clWaitForEvents(1, &last_use);
+    pthread_mutex_lock(&c->pool_lock);
+    s->busy = tracked ? last_use : NULL;
+    s->taken = 0;
+    pthread_mutex_unlock(&c->pool_lock);
+}
+
+void clflash_scratch_pool_free(clflash_context *c)
+{
+    while (c->scratch) {
+        clflash_scratch *s = c->scratch;
+        c->scratch = s->next;
+        if (s->busy)
+            clReleaseEvent(s->busy);
+        clReleaseMemObject(s->buf);
+        free(s);
+    }
+}
