@@ -81,8 +81,10 @@ clflash_status clflash_context_create(cl_context ctx, cl_device_id dev, const cl
         free(c);
         return clflash_fail(err, "creating the control queue failed");
     }
-    if (pthread_mutex_init(&c->lock, NULL) != 0 || (pthread_mutex_init(&c->pool_lock, NULL) != 0 &&
-                                                     (pthread_mutex_destroy(&c->lock), 1))) {
+    if (pthread_mutex_init(&c->lock, NULL) != 0 ||
+        (pthread_mutex_init(&c->pool_lock, NULL) != 0 && (pthread_mutex_destroy(&c->lock), 1)) ||
+        (pthread_mutex_init(&c->plan_lock, NULL) != 0 &&
+         (pthread_mutex_destroy(&c->pool_lock), pthread_mutex_destroy(&c->lock), 1))) {
         clReleaseCommandQueue(c->control);
         clReleaseCommandQueue(c->queue);
         free(c->build_options);
@@ -110,10 +112,12 @@ void clflash_context_free(clflash_context *c)
     clFinish(c->queue);
     clFinish(c->control);
     clflash_scratch_pool_free(c);
+    clflash_plan_cache_free(c);
     clflash_program_cache_free(c);
     clReleaseCommandQueue(c->control);
     clReleaseCommandQueue(c->queue);
     clReleaseContext(c->ctx);
+    pthread_mutex_destroy(&c->plan_lock);
     pthread_mutex_destroy(&c->pool_lock);
     pthread_mutex_destroy(&c->lock);
     free(c->build_options);

@@ -129,7 +129,7 @@ clflash_status clflash_forward(clflash_context *c, const clflash_attention_desc 
             if (err == CL_SUCCESS)
                 err = clEnqueueNDRangeKernel(qu, fk.kernel, 3, NULL, global, local, num_wait, wait, done);
         }
-        clReleaseKernel(fk.kernel);
+        clflash_flash_kernel_done(c, &fk);
         if (err == CL_SUCCESS)
             return st;
         if (err == CL_OUT_OF_RESOURCES && p.block == 0 && attempt < MAX_ENQUEUE_RETRIES && fk.plan.block > 1) {

@@ -83,6 +83,7 @@ CLFLASH_INTERNAL int clflash_contains_nocase(const char *hay, const char *needle
 typedef struct clflash_program_entry clflash_program_entry;
 typedef struct clflash_log_entry clflash_log_entry;
 typedef struct clflash_scratch clflash_scratch;
+typedef struct clflash_plan_entry clflash_plan_entry;
 
 struct clflash_context {
     uint32_t magic;           /* CLFLASH_CONTEXT_MAGIC while alive; cleared on free */
@@ -104,6 +105,9 @@ struct clflash_context {
 
     pthread_mutex_t pool_lock; /* guards scratch */
     clflash_scratch *scratch;  /* the scratch pool (scratch_pool.c) */
+
+    pthread_mutex_t plan_lock; /* guards plans */
+    clflash_plan_entry *plans; /* the plan and kernel cache (plan_cache.c) */
 };
 #define CLFLASH_CONTEXT_MAGIC 0x434c464cu /* "CLFL" */
 
@@ -264,6 +268,7 @@ typedef struct {
     int feature_args;          /* 1: the kernel takes the feature arguments after the layouts
                                   (the portable kernel); 0: it takes only the key lengths */
     uint32_t split_keys;       /* keys per split, a multiple of plan.block (seq_k without splits) */
+    clflash_plan_entry *entry; /* the plan cache's entry the kernel goes back to, NULL if none */
 } clflash_flash_kernel;
 
 /* plan_common.c: split-KV. The number of parts for a forward whose kernel launches `groups`
@@ -281,12 +286,31 @@ CLFLASH_INTERNAL void clflash_set_split(clflash_flash_kernel *out, const clflash
  * lse); UINT64_MAX on overflow. */
 CLFLASH_INTERNAL uint64_t clflash_split_workspace_bytes(const clflash_problem *p, uint32_t splits);
 
-/* Plans and builds the portable flash kernel for p and creates a kernel object from it. If
- * `below_block` is not 0, only blocks smaller than it are considered (used to step down after
- * CL_OUT_OF_RESOURCES at enqueue). */
+/* Plans a forward call (the tensor-core kernel where it applies, else the portable one) and gives
+ * it a kernel object, from the plan cache when below_block is 0. If `below_block` is not 0, only
+ * blocks smaller than it are considered (used to step down after CL_OUT_OF_RESOURCES at enqueue),
+ * and nothing is cached. Give the kernel back with clflash_flash_kernel_done. */
 CLFLASH_INTERNAL clflash_status clflash_plan_flash(clflash_context *c, const clflash_problem *p,
                                                    int with_lse, uint32_t below_block,
                                                    clflash_flash_kernel *out);
+
+/* ---- plan_cache.c: plans and kernel objects reused across calls -------------------------------- */
+/* `plan` (a planner taking below_block 0) for p, or its cached result, with a kernel object the call
+ * owns until clflash_flash_kernel_done. Thread-safe. */
+CLFLASH_INTERNAL clflash_status clflash_cached_plan(clflash_context *c, const clflash_problem *p, int with_lse,
+                                                    clflash_status (*plan)(clflash_context *, const clflash_problem *,
+                                                                           int, uint32_t, clflash_flash_kernel *),
+                                                    clflash_flash_kernel *out);
+CLFLASH_INTERNAL void clflash_flash_kernel_done(clflash_context *c, clflash_flash_kernel *fk);
+/* A kernel object for the key `words` (what make(c, arg, &kernel) builds), cached like a plan's;
+ * give it back with clflash_cached_kernel_done(c, *entry, kernel). */
+CLFLASH_INTERNAL clflash_status clflash_cached_kernel(clflash_context *c, const uint32_t *words, size_t n_words,
+                                                      clflash_status (*make)(clflash_context *, const void *,
+                                                                             cl_kernel *),
+                                                      const void *arg, cl_kernel *out, clflash_plan_entry **entry);
+CLFLASH_INTERNAL void clflash_cached_kernel_done(clflash_context *c, clflash_plan_entry *e, cl_kernel k);
+/* Releases every entry (clflash_context_free). */
+CLFLASH_INTERNAL void clflash_plan_cache_free(clflash_context *c);
 
 /* ---- nv_mma_plan.c: the NVIDIA tensor-core forward (cl/nv_mma_forward.cl) ----------------------- */
 /* 1 if CLFLASH_PORTABLE is set to a value other than "" and "0". */

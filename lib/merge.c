@@ -27,24 +27,48 @@ static const char *out_define(clflash_dtype t)
     return t == CLFLASH_F16 ? "-D CLFLASH_OUT_F16" : t == CLFLASH_BF16 ? "-D CLFLASH_OUT_BF16" : "-D CLFLASH_OUT_F32";
 }
 
+/* What the merge kernel is built for; the plan cache's key. */
+typedef struct {
+    uint32_t part_dtype, dtype, head_dim, with_lse;
+} merge_build;
+
+static uint32_t rows_per_group(uint32_t lanes)
+{
+    return lanes >= 128 ? 1 : 128 / lanes;
+}
+
+static clflash_status make_merge_kernel(clflash_context *c, const void *arg, cl_kernel *kernel)
+{
+    const merge_build *mb = arg;
+    const uint32_t lanes = merge_lanes(mb->head_dim);
+    char defines[256];
+    cl_program prog;
+    cl_int err;
+    clflash_status st;
+    snprintf(defines, sizeof defines, "%s %s -D HEAD_DIM=%u -D MERGE_LANES=%u -D MERGE_ROWS=%u -D WITH_LSE=%u",
+             clflash_dtype_define((clflash_dtype)mb->part_dtype), out_define((clflash_dtype)mb->dtype), mb->head_dim,
+             lanes, rows_per_group(lanes), mb->with_lse);
+    if ((st = clflash_get_program(c, CLFLASH_SOURCE_MERGE_STATES, defines, &prog)) != CLFLASH_SUCCESS)
+        return st;
+    *kernel = clCreateKernel(prog, KERNEL_NAME, &err);
+    if (err != CL_SUCCESS)
+        return clflash_fail(err, "clCreateKernel(%s) failed", KERNEL_NAME);
+    return CLFLASH_SUCCESS;
+}
+
 clflash_status clflash_enqueue_merge(clflash_context *c, const clflash_merge_problem *m, cl_command_queue queue,
                                      cl_mem part_o, cl_mem part_lse, cl_mem o, cl_mem lse, cl_uint num_wait,
                                      const cl_event *wait, cl_event *done)
 {
     const uint32_t lanes = merge_lanes(m->head_dim);
-    const uint32_t rows_per_group = lanes >= 128 ? 1 : 128 / lanes;
-    char defines[256];
-    cl_program prog;
+    const merge_build mb = {(uint32_t)m->part_dtype, (uint32_t)m->dtype, m->head_dim, lse != NULL};
+    cl_kernel kernel;
+    clflash_plan_entry *entry;
     cl_int err;
-    clflash_status st;
-    snprintf(defines, sizeof defines, "%s %s -D HEAD_DIM=%u -D MERGE_LANES=%u -D MERGE_ROWS=%u -D WITH_LSE=%d",
-             clflash_dtype_define(m->part_dtype), out_define(m->dtype), m->head_dim, lanes, rows_per_group,
-             lse != NULL);
-    if ((st = clflash_get_program(c, CLFLASH_SOURCE_MERGE_STATES, defines, &prog)) != CLFLASH_SUCCESS)
+    clflash_status st = clflash_cached_kernel(c, (const uint32_t *)&mb, sizeof mb / sizeof(uint32_t),
+                                              make_merge_kernel, &mb, &kernel, &entry);
+    if (st != CLFLASH_SUCCESS)
         return st;
-    cl_kernel kernel = clCreateKernel(prog, KERNEL_NAME, &err);
-    if (err != CL_SUCCESS)
-        return clflash_fail(err, "clCreateKernel(%s) failed", KERNEL_NAME);
     const cl_ulong rows = (cl_ulong)m->batch * m->heads * m->seq;
     const cl_uint parts = m->parts, heads = m->heads, seq = m->seq;
     const cl_ulong lay[10] = {m->part_o.offset, m->part_o.batch_stride, m->part_o.head_stride, m->part_o.seq_stride,
@@ -57,11 +81,11 @@ clflash_status clflash_enqueue_merge(clflash_context *c, const clflash_merge_pro
     err = clflash_set_args(kernel, 0, args, sizeof args / sizeof args[0]);
     for (cl_uint i = 0; err == CL_SUCCESS && i < 10; i++)
         err = clSetKernelArg(kernel, 8 + i, sizeof(cl_ulong), &lay[i]);
-    const size_t local = (size_t)lanes * rows_per_group;
-    const size_t global = (size_t)((rows + rows_per_group - 1) / rows_per_group) * local;
+    const size_t local = (size_t)lanes * rows_per_group(lanes);
+    const size_t global = (size_t)((rows + rows_per_group(lanes) - 1) / rows_per_group(lanes)) * local;
     if (err == CL_SUCCESS)
         err = clEnqueueNDRangeKernel(queue, kernel, 1, NULL, &global, &local, num_wait, wait, done);
-    clReleaseKernel(kernel);
+    clflash_cached_kernel_done(c, entry, kernel);
     if (err != CL_SUCCESS)
         return clflash_fail(err, "enqueueing %s failed", KERNEL_NAME);
     return CLFLASH_SUCCESS;

@@ -327,10 +327,15 @@ static clflash_status plan_kernel(clflash_context *c, const clflash_problem *p, 
 clflash_status clflash_plan_flash(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t below_block,
                                   clflash_flash_kernel *out)
 {
-    clflash_status st = plan_kernel(c, p, with_lse, below_block, out);
+    clflash_status st;
+    if (below_block == 0) {
+        st = clflash_cached_plan(c, p, with_lse, plan_kernel, out);
+    } else {
+        st = plan_kernel(c, p, with_lse, below_block, out);
+        out->entry = NULL;
+    }
     if (st == CLFLASH_SUCCESS && out->plan.workspace_bytes > c->info.max_alloc_size) {
-        clReleaseKernel(out->kernel);
-        out->kernel = NULL;
+        clflash_flash_kernel_done(c, out);
         return clflash_fail(CLFLASH_ERROR_UNSUPPORTED,
                             "%u splits need %llu bytes of partial results; the device's largest allocation is %llu",
                             out->plan.splits, (unsigned long long)out->plan.workspace_bytes,
@@ -350,7 +355,7 @@ clflash_status clflash_plan_attention(clflash_context *c, const clflash_attentio
         return st;
     if ((st = clflash_plan_flash(c, &p, 0, 0, &fk)) != CLFLASH_SUCCESS)
         return st;
-    clReleaseKernel(fk.kernel);
+    clflash_flash_kernel_done(c, &fk);
     clflash_write_plan(out, &fk.plan);
     return CLFLASH_SUCCESS;
 }

@@ -22,6 +22,7 @@ static cl_int cl_fail_err = CL_OUT_OF_HOST_MEMORY;
 static cl_int ndrange_err;
 static long ndrange_calls, ndrange_fail_left;
 static long cl_live[FI_CL_KINDS];
+static long cl_created[FI_CL_KINDS]; /* successful creations, never reset */
 static long contexts_created, programs_built, builds_failed; /* never reset */
 
 #define TABLE_BITS 20
@@ -267,8 +268,12 @@ void __wrap_free(void *p)
             return NULL;                                                   \
         }                                                                  \
         obj = __real_##name args;                                          \
-        if (obj)                                                           \
+        if (obj) {                                                         \
             cl_count(kind, 1);                                             \
+            pthread_mutex_lock(&lock);                                     \
+            cl_created[kind]++;                                            \
+            pthread_mutex_unlock(&lock);                                   \
+        }                                                                  \
         if (obj && kind == FI_CL_CONTEXT) {                                \
             pthread_mutex_lock(&lock);                                     \
             contexts_created++;                                            \
@@ -412,4 +417,12 @@ cl_int __wrap_clEnqueueNDRangeKernel(cl_command_queue qu, cl_kernel k, cl_uint d
     if (err == CL_SUCCESS && event && *event)
         cl_count(FI_CL_EVENT, 1);
     return err;
+}
+
+long fi_cl_created(fi_cl_kind kind)
+{
+    pthread_mutex_lock(&lock);
+    const long n = cl_created[kind];
+    pthread_mutex_unlock(&lock);
+    return n;
 }

@@ -67,5 +67,8 @@ long fi_contexts_created(void);
 long fi_programs_built(void);
 /* Of those builds, how many the driver failed (a bad option, say). */
 long fi_builds_failed(void);
+/* OpenCL objects of a kind created through wrapped calls since the process started (never reset;
+ * retains are not creations). */
+long fi_cl_created(fi_cl_kind kind);
 
 #endif /* CLFLASH_TEST_FAULT_INJECT_H */

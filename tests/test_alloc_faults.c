@@ -387,12 +387,15 @@ static snapshot take(void)
     return s;
 }
 
-/* The same snapshot with what the program cache may legitimately add (programs and their heap
- * entries, which the context keeps until clflash_context_free) taken from `base`. */
+/* The same snapshot with what the context's caches may legitimately add (programs, the plan cache's
+ * kernel objects, the scratch pool's buffers and their heap entries, which the context keeps until
+ * clflash_context_free) taken from `base`. */
 static snapshot without_cache(snapshot s, const snapshot *base)
 {
     s.blocks = base->blocks;
     s.cl[FI_CL_PROGRAM] = base->cl[FI_CL_PROGRAM];
+    s.cl[FI_CL_KERNEL] = base->cl[FI_CL_KERNEL];
+    s.cl[FI_CL_MEM] = base->cl[FI_CL_MEM];
     return s;
 }
 

@@ -199,6 +199,32 @@ START_TEST(call_path_cycles)
 }
 END_TEST
 
+/* Steady-state decoding: after the first call, a split-KV forward (its parts in the scratch pool,
+ * the merge kernel, GQA packing) and a plain one create no buffer, kernel or program at all. */
+START_TEST(steady_calls_create_nothing)
+{
+    clflash_context *c = test_context(NULL);
+    clflash_attention_desc d = th_desc(1, 8, 2, 1, 3000, 16, CLFLASH_F32, 0);
+    d.num_splits = _i ? 4 : 1;
+    bufs b;
+    bufs_make(c, &d, &b);
+    one_call(c, &d, &b, P_FORWARD, -1);
+    one_call(c, &d, &b, P_PLAN, -1);
+    const long mem = fi_cl_created(FI_CL_MEM), kernels = fi_cl_created(FI_CL_KERNEL), built = fi_programs_built();
+    for (int i = 0; i < 200; i++) {
+        one_call(c, &d, &b, P_FORWARD, i);
+        if (i % 50 == 0)
+            one_call(c, &d, &b, P_PLAN, i);
+    }
+    ck_assert_msg(fi_cl_created(FI_CL_MEM) == mem && fi_cl_created(FI_CL_KERNEL) == kernels &&
+                      fi_programs_built() == built,
+                  "num_splits %u: 200 calls after the first created %ld buffers, %ld kernels, %ld programs", d.num_splits,
+                  fi_cl_created(FI_CL_MEM) - mem, fi_cl_created(FI_CL_KERNEL) - kernels, fi_programs_built() - built);
+    bufs_free(&b);
+    clflash_context_free(c);
+}
+END_TEST
+
 /* A context per cycle that runs every path once: the cache is filled and released each time. */
 START_TEST(context_with_every_path)
 {
@@ -226,6 +252,7 @@ static Suite *leak_suite(void)
     tcase_add_test(tc, context_create_free);
     tcase_add_loop_test(tc, call_path_cycles, 0, P_COUNT);
     tcase_add_test(tc, context_with_every_path);
+    tcase_add_loop_test(tc, steady_calls_create_nothing, 0, 2);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -229,40 +229,54 @@ typedef struct {
     int interleaved; /* [batch][seq][heads][d] layouts with an offset of 8 and gaps */
     int rising;      /* K grows 8x from the first key to the last, so that row maxima keep growing */
     float scale;     /* the descriptor's scale (0 = 1/sqrt(d)) */
+    uint32_t splits; /* num_splits (0: the planner's) */
+    int ragged;      /* key lengths per batch entry: seq_k, 0, 1, seq_k / 2 + 1, seq_k + 5, ... */
 } mma_shape;
 
 static const mma_shape shapes[] = {
-    {1, 1, 0, 1, 1, 64, 0, 0, 0, 0, 0},
-    {1, 1, 0, 1, 301, 64, 0, 0, 0, 0, 0},   /* decode */
-    {1, 1, 0, 17, 31, 64, 0, 0, 0, 0, 0},
-    {1, 1, 0, 64, 64, 64, 0, 0, 0, 0, 0},
-    {1, 2, 0, 127, 129, 64, 0, 0, 0, 0, 0},
-    {1, 1, 0, 300, 77, 64, 0, 0, 0, 0, 0},  /* seq_q > seq_k */
-    {1, 1, 0, 77, 300, 128, 0, 0, 0, 0, 0}, /* seq_q < seq_k */
-    {2, 4, 2, 131, 97, 128, 0, 0, 0, 0, 0}, /* GQA */
-    {1, 4, 1, 61, 257, 96, 0, 0, 0, 0, 0},  /* MQA */
-    {1, 1, 0, 67, 67, 16, 0, 0, 0, 0, 0},
-    {1, 1, 0, 67, 83, 48, 0, 0, 0, 0, 0},
-    {1, 1, 0, 513, 1001, 128, 0, 0, 0, 0, 0},
-    {1, 2, 1, 77, 131, 256, 0, 0, 0, 0, 0},
-    {1, 1, 0, 131, 77, 256, CLFLASH_CAUSAL, 0, 0, 0, 0},
-    {1, 1, 0, 1, 1, 64, CLFLASH_CAUSAL, 0, 0, 0, 0},
-    {1, 1, 0, 37, 37, 64, CLFLASH_CAUSAL, 0, 0, 0, 0},
-    {1, 1, 0, 13, 97, 64, CLFLASH_CAUSAL, 0, 0, 0, 0},   /* seq_q < seq_k */
-    {1, 1, 0, 97, 13, 64, CLFLASH_CAUSAL, 0, 0, 0, 0},   /* the first 84 rows see no key */
-    {2, 4, 2, 131, 131, 128, CLFLASH_CAUSAL, 0, 0, 0, 0},
-    {1, 2, 1, 300, 301, 96, CLFLASH_CAUSAL, 0, 0, 0, 0},
-    {1, 1, 0, 97, 131, 64, 0, 16, 0, 0, 0},           /* forced blocks: many tiles, partial ones */
-    {1, 1, 0, 131, 97, 128, CLFLASH_CAUSAL, 16, 0, 0, 0},
-    {1, 2, 1, 101, 103, 64, CLFLASH_CAUSAL, 32, 0, 0, 0},
-    {2, 3, 0, 45, 53, 64, 0, 0, 1, 0, 0},             /* interleaved, offset, gaps */
-    {1, 4, 2, 70, 70, 128, CLFLASH_CAUSAL, 0, 1, 0, 0},
-    {1, 1, 0, 200, 1000, 64, 0, 0, 0, 1, 0},          /* scores rise by ~40 (log2 units) along the keys */
-    {1, 2, 1, 150, 701, 128, CLFLASH_CAUSAL, 0, 0, 1, 0},
-    {1, 1, 0, 77, 301, 128, 0, 0, 0, 0, -0.1f},        /* a negative scale: maxima become minima */
-    {1, 1, 0, 90, 200, 64, CLFLASH_CAUSAL, 0, 0, 0, 0.3f},
-    {1, 1, 0, 33, 65, 64, 0, 0, 0, 0, -0.2f},
-    {1, 1, 0, 90, 200, 64, CLFLASH_CAUSAL, 0, 0, 0, -0.3f},
+    {1, 1, 0, 1, 1, 64, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 1, 301, 64, 0, 0, 0, 0, 0, 0, 0},   /* decode */
+    {1, 1, 0, 17, 31, 64, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 64, 64, 64, 0, 0, 0, 0, 0, 0, 0},
+    {1, 2, 0, 127, 129, 64, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 300, 77, 64, 0, 0, 0, 0, 0, 0, 0},  /* seq_q > seq_k */
+    {1, 1, 0, 77, 300, 128, 0, 0, 0, 0, 0, 0, 0}, /* seq_q < seq_k */
+    {2, 4, 2, 131, 97, 128, 0, 0, 0, 0, 0, 0, 0}, /* GQA */
+    {1, 4, 1, 61, 257, 96, 0, 0, 0, 0, 0, 0, 0},  /* MQA */
+    {1, 1, 0, 67, 67, 16, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 67, 83, 48, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 513, 1001, 128, 0, 0, 0, 0, 0, 0, 0},
+    {1, 2, 1, 77, 131, 256, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 131, 77, 256, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 1, 1, 64, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 37, 37, 64, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 13, 97, 64, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0},   /* seq_q < seq_k */
+    {1, 1, 0, 97, 13, 64, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0},   /* the first 84 rows see no key */
+    {2, 4, 2, 131, 131, 128, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0},
+    {1, 2, 1, 300, 301, 96, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 97, 131, 64, 0, 16, 0, 0, 0, 0, 0},           /* forced blocks: many tiles, partial ones */
+    {1, 1, 0, 131, 97, 128, CLFLASH_CAUSAL, 16, 0, 0, 0, 0, 0},
+    {1, 2, 1, 101, 103, 64, CLFLASH_CAUSAL, 32, 0, 0, 0, 0, 0},
+    {2, 3, 0, 45, 53, 64, 0, 0, 1, 0, 0, 0, 0},             /* interleaved, offset, gaps */
+    {1, 4, 2, 70, 70, 128, CLFLASH_CAUSAL, 0, 1, 0, 0, 0, 0},
+    {1, 1, 0, 200, 1000, 64, 0, 0, 0, 1, 0, 0, 0},          /* scores rise by ~40 (log2 units) along the keys */
+    {1, 2, 1, 150, 701, 128, CLFLASH_CAUSAL, 0, 0, 1, 0, 0, 0},
+    {1, 1, 0, 77, 301, 128, 0, 0, 0, 0, -0.1f, 0, 0},        /* a negative scale: maxima become minima */
+    {1, 1, 0, 90, 200, 64, CLFLASH_CAUSAL, 0, 0, 0, 0.3f, 0, 0},
+    {1, 1, 0, 33, 65, 64, 0, 0, 0, 0, -0.2f, 0, 0},
+    {1, 1, 0, 90, 200, 64, CLFLASH_CAUSAL, 0, 0, 0, -0.3f, 0, 0},
+    /* decoding: GQA packing (a K/V head's query heads in one work-group), split-KV (the planner's
+     * parts, and forced 2, 3, 7 and more parts than tiles), ragged key lengths including 0 */
+    {1, 32, 8, 1, 4099, 128, 0, 0, 0, 0, 0, 0, 0},
+    {2, 8, 2, 1, 1000, 64, CLFLASH_CAUSAL, 0, 0, 0, 0, 3, 0},
+    {1, 4, 1, 16, 777, 128, CLFLASH_CAUSAL, 0, 0, 0, 0, 7, 0},
+    {3, 8, 2, 5, 300, 64, 0, 0, 0, 0, 0, 40, 0},
+    {2, 4, 4, 1, 1, 64, 0, 0, 0, 0, 0, 2, 0},
+    {5, 8, 2, 3, 500, 128, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 1},
+    {5, 8, 8, 1, 700, 64, 0, 0, 0, 0, 0, 3, 1},
+    {2, 6, 3, 2, 333, 256, 0, 0, 0, 0, 0, 5, 0},
+    {2, 12, 4, 16, 257, 64, CLFLASH_CAUSAL, 0, 1, 0, 0, 4, 1}, /* interleaved, packed, split, ragged */
+    {1, 32, 8, 16, 8192, 128, 0, 0, 0, 0, 0, 0, 0},
 };
 #define N_SHAPES N_OF(shapes)
 
@@ -330,12 +344,36 @@ static void run_shape(const mma_shape *s, clflash_dtype t)
     for (uint64_t i = 0; i < nv; i++) vf[i] = put(t, v, i, (float)ref_rng_uniform(&r));
     for (uint64_t i = 0; i < no; i++) o[i] = SENTINEL;
     for (size_t i = 0; i < rows; i++) lse[i] = -777.0f;
-    ref_attention(&d, qf, kf, vf, ref_o, ref_lse);
+    int32_t *lens = NULL;
+    if (s->ragged) {
+        static const int32_t shape_of[5] = {0, -1, 1, -2, -3}; /* 0: seq_k; -1: 0; -2: half; -3: past */
+        lens = malloc(sizeof(int32_t) * s->batch);
+        ck_assert(lens);
+        for (uint32_t b = 0; b < s->batch; b++) {
+            const int32_t k5 = shape_of[b % 5];
+            lens[b] = k5 == 0 ? (int32_t)s->sk : k5 == -1 ? 0 : k5 == -2 ? (int32_t)s->sk / 2 + 1
+                      : k5 == -3 ? (int32_t)s->sk + 5 : k5;
+        }
+    }
+    const ref_extras x = {NULL, NULL, lens};
+    ref_attention_ex(&d, qf, kf, vf, &x, ref_o, ref_lse);
 
     cl_mem bq = upload(q, nq * 2), bk = upload(k, nk * 2), bv = upload(v, nv * 2), bo = upload(o, no * 2),
            bl = upload(lse, rows * 4);
+    cl_mem blens = lens ? upload(lens, sizeof(int32_t) * s->batch) : NULL;
     cl_command_queue qu = clflash_context_queue(ctx);
-    const clflash_status st = clflash_forward(ctx, &d, NULL, bq, bk, bv, bo, bl, 0, NULL, NULL);
+    clflash_attention_desc dk = d;
+    dk.key_lengths = blens;
+    clflash_plan plan = {.struct_size = sizeof plan};
+    ck_assert_int_eq(clflash_plan_attention(ctx, &dk, &plan), CLFLASH_SUCCESS);
+    ck_assert_str_eq(plan.kernel, "nv_mma_forward");
+    if (s->splits)
+        ck_assert_uint_eq(plan.splits, s->splits);
+    const uint32_t group = s->hq / hkv;
+    ck_assert_uint_eq(plan.packed_heads, group > 1 && s->sq * group <= 128 ? group : 1);
+    snprintf(what + strlen(what), sizeof what - strlen(what), " (splits %u, packed %u%s)", plan.splits,
+             plan.packed_heads, lens ? ", ragged" : "");
+    const clflash_status st = clflash_forward(ctx, &dk, NULL, bq, bk, bv, bo, bl, 0, NULL, NULL);
     ck_assert_msg(st == CLFLASH_SUCCESS, "%s: %s (%s)", what, clflash_status_string(st), clflash_last_error_detail());
     ck_assert_int_eq(clEnqueueReadBuffer(qu, bo, CL_TRUE, 0, no * 2, o, 0, NULL, NULL), CL_SUCCESS);
     ck_assert_int_eq(clEnqueueReadBuffer(qu, bl, CL_TRUE, 0, rows * 4, lse, 0, NULL, NULL), CL_SUCCESS);
@@ -374,6 +412,9 @@ static void run_shape(const mma_shape *s, clflash_dtype t)
     clReleaseMemObject(bv);
     clReleaseMemObject(bo);
     clReleaseMemObject(bl);
+    if (blens)
+        clReleaseMemObject(blens);
+    free(lens);
     free(in_layout);
     free(q), free(k), free(v), free(o), free(qf), free(kf), free(vf), free(lse), free(ref_o), free(ref_lse);
 }
@@ -403,38 +444,63 @@ START_TEST(repeatable)
 }
 END_TEST
 
+/* With a fixed split count a request's bits do not depend on its batch: batch entry 1 of three
+ * against the same request alone (packed GQA heads, causal, 6 parts). */
+START_TEST(split_batch_independent)
+{
+    clflash_attention_desc one = th_desc(1, 8, 2, 1, 3000, 128, CLFLASH_F16, CLFLASH_CAUSAL), three = one;
+    one.num_splits = three.num_splits = 6;
+    three.batch = 3;
+    const size_t q1 = 8 * 128, k1 = 2 * 3000 * 128;
+    uint16_t *q = malloc(3 * q1 * 2), *k = malloc(3 * k1 * 2), *v = malloc(3 * k1 * 2), *o3 = malloc(3 * q1 * 2),
+             *o1 = malloc(q1 * 2);
+    float *l3 = malloc(3 * 8 * 4), *l1 = malloc(8 * 4);
+    ck_assert(q && k && v && o3 && o1 && l3 && l1);
+    ref_rng r;
+    ref_rng_seed(&r, 123);
+    for (size_t i = 0; i < 3 * q1; i++) q[i] = ref_f32_to_f16((float)(2.0 * ref_rng_uniform(&r)));
+    for (size_t i = 0; i < 3 * k1; i++) k[i] = ref_f32_to_f16((float)ref_rng_uniform(&r));
+    for (size_t i = 0; i < 3 * k1; i++) v[i] = ref_f32_to_f16((float)ref_rng_uniform(&r));
+    ck_assert_int_eq(clflash_forward_host(ctx, &three, q, k, v, o3, l3), CLFLASH_SUCCESS);
+    ck_assert_int_eq(clflash_forward_host(ctx, &one, q + q1, k + k1, v + k1, o1, l1), CLFLASH_SUCCESS);
+    ck_assert_msg(memcmp(o3 + q1, o1, q1 * 2) == 0, "O differs between batch 3 and batch 1 with 6 parts");
+    ck_assert_msg(memcmp(l3 + 8, l1, 8 * 4) == 0, "lse differs between batch 3 and batch 1 with 6 parts");
+    free(q), free(k), free(v), free(o3), free(o1), free(l3), free(l1);
+}
+END_TEST
+
 /* ---- backward numerics ------------------------------------------------------------------------ */
 
 /* head_dim <= 128; the same kinds of shape as the forward's, and forced blocks 16, 32 and 48. */
 static const mma_shape bwd_shapes[] = {
-    {1, 1, 0, 1, 1, 64, 0, 0, 0, 0, 0},
-    {1, 1, 0, 1, 301, 64, 0, 0, 0, 0, 0},
-    {1, 1, 0, 17, 31, 64, 0, 0, 0, 0, 0},
-    {1, 2, 0, 127, 129, 64, 0, 0, 0, 0, 0},
-    {1, 1, 0, 300, 77, 64, 0, 0, 0, 0, 0},  /* seq_q > seq_k */
-    {1, 1, 0, 77, 300, 128, 0, 0, 0, 0, 0}, /* seq_q < seq_k */
-    {2, 4, 2, 131, 97, 128, 0, 0, 0, 0, 0}, /* GQA: dK, dV sum two query heads */
-    {1, 4, 1, 61, 257, 96, 0, 0, 0, 0, 0},  /* MQA */
-    {1, 1, 0, 67, 67, 16, 0, 0, 0, 0, 0},
-    {1, 1, 0, 67, 83, 48, 0, 0, 0, 0, 0},
-    {1, 1, 0, 513, 1001, 128, 0, 0, 0, 0, 0},
-    {1, 1, 0, 1, 1, 64, CLFLASH_CAUSAL, 0, 0, 0, 0},
-    {1, 1, 0, 37, 37, 64, CLFLASH_CAUSAL, 0, 0, 0, 0},
-    {1, 1, 0, 13, 97, 64, CLFLASH_CAUSAL, 0, 0, 0, 0},  /* seq_q < seq_k */
-    {1, 1, 0, 97, 13, 64, CLFLASH_CAUSAL, 0, 0, 0, 0},  /* rows that see no key: dQ = 0 */
-    {2, 4, 2, 131, 131, 128, CLFLASH_CAUSAL, 0, 0, 0, 0},
-    {1, 2, 1, 300, 301, 96, CLFLASH_CAUSAL, 0, 0, 0, 0},
-    {1, 1, 0, 97, 131, 64, 0, 16, 0, 0, 0},           /* forced blocks: many tiles, partial ones */
-    {1, 1, 0, 131, 97, 128, CLFLASH_CAUSAL, 16, 0, 0, 0},
-    {1, 2, 1, 101, 103, 64, CLFLASH_CAUSAL, 32, 0, 0, 0},
-    {1, 1, 0, 200, 211, 32, CLFLASH_CAUSAL, 48, 0, 0, 0},
-    {2, 3, 0, 45, 53, 64, 0, 0, 1, 0, 0},             /* interleaved, offset, gaps */
-    {1, 4, 2, 70, 70, 128, CLFLASH_CAUSAL, 0, 1, 0, 0},
-    {1, 1, 0, 77, 301, 128, 0, 0, 0, 0, -0.1f},        /* a negative scale */
-    {1, 1, 0, 90, 200, 64, CLFLASH_CAUSAL, 0, 0, 0, 0.3f},
-    {1, 1, 0, 33, 65, 64, 0, 0, 0, 0, -0.2f},
-    {1, 1, 0, 90, 200, 64, CLFLASH_CAUSAL, 0, 0, 0, -0.3f},   /* key groups' causal masks */
-    {1, 2, 1, 77, 131, 128, CLFLASH_CAUSAL, 0, 0, 0, -0.1f},
+    {1, 1, 0, 1, 1, 64, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 1, 301, 64, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 17, 31, 64, 0, 0, 0, 0, 0, 0, 0},
+    {1, 2, 0, 127, 129, 64, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 300, 77, 64, 0, 0, 0, 0, 0, 0, 0},  /* seq_q > seq_k */
+    {1, 1, 0, 77, 300, 128, 0, 0, 0, 0, 0, 0, 0}, /* seq_q < seq_k */
+    {2, 4, 2, 131, 97, 128, 0, 0, 0, 0, 0, 0, 0}, /* GQA: dK, dV sum two query heads */
+    {1, 4, 1, 61, 257, 96, 0, 0, 0, 0, 0, 0, 0},  /* MQA */
+    {1, 1, 0, 67, 67, 16, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 67, 83, 48, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 513, 1001, 128, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 1, 1, 64, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 37, 37, 64, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 13, 97, 64, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0},  /* seq_q < seq_k */
+    {1, 1, 0, 97, 13, 64, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0},  /* rows that see no key: dQ = 0 */
+    {2, 4, 2, 131, 131, 128, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0},
+    {1, 2, 1, 300, 301, 96, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 97, 131, 64, 0, 16, 0, 0, 0, 0, 0},           /* forced blocks: many tiles, partial ones */
+    {1, 1, 0, 131, 97, 128, CLFLASH_CAUSAL, 16, 0, 0, 0, 0, 0},
+    {1, 2, 1, 101, 103, 64, CLFLASH_CAUSAL, 32, 0, 0, 0, 0, 0},
+    {1, 1, 0, 200, 211, 32, CLFLASH_CAUSAL, 48, 0, 0, 0, 0, 0},
+    {2, 3, 0, 45, 53, 64, 0, 0, 1, 0, 0, 0, 0},             /* interleaved, offset, gaps */
+    {1, 4, 2, 70, 70, 128, CLFLASH_CAUSAL, 0, 1, 0, 0, 0, 0},
+    {1, 1, 0, 77, 301, 128, 0, 0, 0, 0, -0.1f, 0, 0},        /* a negative scale */
+    {1, 1, 0, 90, 200, 64, CLFLASH_CAUSAL, 0, 0, 0, 0.3f, 0, 0},
+    {1, 1, 0, 33, 65, 64, 0, 0, 0, 0, -0.2f, 0, 0},
+    {1, 1, 0, 90, 200, 64, CLFLASH_CAUSAL, 0, 0, 0, -0.3f, 0, 0},   /* key groups' causal masks */
+    {1, 2, 1, 77, 131, 128, CLFLASH_CAUSAL, 0, 0, 0, -0.1f, 0, 0},
 };
 #define N_BWD_SHAPES N_OF(bwd_shapes)
 
@@ -444,6 +510,7 @@ static clflash_attention_desc mma_desc(const mma_shape *s, clflash_dtype t)
     const uint32_t hkv = s->hkv ? s->hkv : s->hq;
     d.block = s->block;
     d.scale = s->scale;
+    d.num_splits = s->splits;
     if (s->interleaved) {
         d.q = interleaved(s->hq, s->sq, s->d);
         d.k = interleaved(hkv, s->sk, s->d);
@@ -529,6 +596,7 @@ int main(int argc, char **argv)
     if (forward) {
         tcase_add_loop_test(tc, against_reference, 0, 2 * (int)N_SHAPES);
         tcase_add_test(tc, repeatable);
+        tcase_add_test(tc, split_batch_independent);
     } else if (backward) {
         tcase_add_loop_test(tc, backward_against_reference, 0, 2 * (int)N_BWD_SHAPES);
         tcase_add_test(tc, backward_repeatable);

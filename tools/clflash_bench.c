@@ -19,6 +19,7 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, setenv */
 #endif
 
+#include "bench_decode.h"
 #include "tool_common.h"
 
 #include <ctype.h>
@@ -314,6 +315,8 @@ static void print_help(FILE *f)
           "  --csv              print CSV: a header row and one row per result\n"
           "  --json             print one JSON object: device, config, results, date, version\n"
           "  --no-check         do not compare the outputs\n"
+          "  --decode           decoding instead (few queries, a long KV cache; GB/s of K/V read):\n"
+          "                     see clflash-bench --decode --help\n"
           "  --version          print the tool's and library's versions\n"
           "  -h, --help         print this help\n"
           "Options take their value as the next argument or after '='. Progress goes to stderr.\n"
@@ -1731,6 +1734,9 @@ int main(int argc, char **argv)
     int rc;
 
     tool_set_name(PROG);
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--decode") == 0)
+            return bench_decode_main(argc, argv);
     memset(&o, 0, sizeof o);
     o.head_dim = DEFAULT_HEAD_DIM;
     o.dtype = CLFLASH_F32;
