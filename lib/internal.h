@@ -136,7 +136,8 @@ CLFLASH_INTERNAL void clflash_scratch_pool_free(clflash_context *c);
 /* The kernel sources embedded from cl/ (see cmake/embed_cl.cmake). */
 typedef enum { CLFLASH_SOURCE_FLASH_FORWARD, CLFLASH_SOURCE_NAIVE_ATTENTION, CLFLASH_SOURCE_FLASH_BACKWARD,
                CLFLASH_SOURCE_NAIVE_BACKWARD, CLFLASH_SOURCE_NV_MMA_FORWARD,
-               CLFLASH_SOURCE_NV_MMA_BACKWARD, CLFLASH_SOURCE_MERGE_STATES } clflash_source_id;
+               CLFLASH_SOURCE_NV_MMA_BACKWARD, CLFLASH_SOURCE_MERGE_STATES,
+               CLFLASH_SOURCE_FLASH_DECODE_CPU } clflash_source_id;
 
 /* Returns a built program for (source, options) on the context's device, building it the first
  * time; the program stays owned by the cache (do not release it). On a build failure the log is
@@ -293,6 +294,15 @@ CLFLASH_INTERNAL uint64_t clflash_split_workspace_bytes(const clflash_problem *p
 CLFLASH_INTERNAL clflash_status clflash_plan_flash(clflash_context *c, const clflash_problem *p,
                                                    int with_lse, uint32_t below_block,
                                                    clflash_flash_kernel *out);
+
+/* ---- cpu_decode_plan.c: the CPU decoding kernel (cl/flash_decode_cpu.cl) ----------------------- */
+/* The most packed rows (seq_q x GQA group) per K/V head it takes. */
+#define CLFLASH_DECODE_MAX_ROWS 16u
+/* 1 if p has few enough rows per K/V head for it (the caller checks the device takes the CPU path). */
+CLFLASH_INTERNAL int clflash_cpu_decode_applies(const clflash_problem *p);
+/* Plans and builds it with B = block keys per chunk (the CPU path's B). */
+CLFLASH_INTERNAL clflash_status clflash_plan_cpu_decode(clflash_context *c, const clflash_problem *p, int with_lse,
+                                                        uint32_t block, clflash_flash_kernel *out);
 
 /* ---- plan_cache.c: plans and kernel objects reused across calls -------------------------------- */
 /* `plan` (a planner taking below_block 0) for p, or its cached result, with a kernel object the call

@@ -274,6 +274,10 @@ static clflash_status plan_kernel(clflash_context *c, const clflash_problem *p, 
                                 p->head_dim, (unsigned long long)budget);
     }
 
+    /* decoding on a CPU: the kernel that reads each K/V head once for all its query rows */
+    if (c->threads_per_row == 0 && cpu_path(c, block, 1) && clflash_cpu_decode_applies(p))
+        return clflash_plan_cpu_decode(c, p, with_lse, block, out);
+
     {
         regtile_cfg rcfg;
         const uint32_t lanes0 = clflash_block_lanes(block, tune.threads_per_row,

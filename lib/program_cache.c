@@ -32,6 +32,8 @@ extern const char clflash_cl_nv_mma_backward[];
 extern const size_t clflash_cl_nv_mma_backward_size;
 extern const char clflash_cl_merge_states[];
 extern const size_t clflash_cl_merge_states_size;
+extern const char clflash_cl_flash_decode_cpu[];
+extern const size_t clflash_cl_flash_decode_cpu_size;
 
 /* Each clflash_source_id's file name, text and length, in the enum's order, and the text that goes
  * between common.cl and it (the tensor-core kernels' PTX helpers), if any. */
@@ -50,6 +52,7 @@ static const struct {
     {"nv_mma_backward.cl", clflash_cl_nv_mma_backward, &clflash_cl_nv_mma_backward_size, clflash_cl_nv_mma_common,
      &clflash_cl_nv_mma_common_size},
     {"merge_states.cl", clflash_cl_merge_states, &clflash_cl_merge_states_size, NULL, NULL},
+    {"flash_decode_cpu.cl", clflash_cl_flash_decode_cpu, &clflash_cl_flash_decode_cpu_size, NULL, NULL},
 };
 
 struct clflash_program_entry {

@@ -26,7 +26,8 @@ typedef struct {
     clflash_dtype dtype;
     uint32_t flags, block;
     int strided_o;
-    int cpu_path; /* build with -D CLFLASH_CPU_PATH=1, one work-item per row: flash_forward.cl's CPU path */
+    int cpu_path; /* build with -D CLFLASH_CPU_PATH=1: 1 with one work-item per row forced (flash_forward.cl's
+                     CPU path), 2 with the planner's choice (few rows: flash_decode_cpu.cl) */
     const char *regtile; /* CLFLASH_REGTILE for the register-tiled path (NULL: the planner's tiles) */
     uint32_t splits;     /* num_splits (0: the planner's) */
 } driver_case;
@@ -60,6 +61,11 @@ static const driver_case cases[] = {
     {TH_FLASH, 1, 4, 2, 3, 37, 16, CLFLASH_F32, CLFLASH_CAUSAL, 8, 0, 0, "4x4x8x8", 3},
     {TH_FLASH, 2, 2, 1, 1, 29, 7, CLFLASH_F16, 0, 0, 1, 0, NULL, 9},
     {TH_FLASH, 1, 2, 1, 5, 41, 16, CLFLASH_F32, CLFLASH_CAUSAL, 8, 0, 1, NULL, 3},
+    /* the CPU decoding kernel: GQA rows of one K/V head, chunks of 8 keys, a partial last chunk, an
+     * odd head_dim (element loads), f16 (vector loads), its parts and their merge */
+    {TH_FLASH, 1, 4, 1, 3, 37, 16, CLFLASH_F32, CLFLASH_CAUSAL, 8, 0, 2, NULL, 0},
+    {TH_FLASH, 2, 4, 2, 1, 29, 7, CLFLASH_F16, 0, 8, 1, 2, NULL, 3},
+    {TH_FLASH, 1, 2, 2, 2, 45, 16, CLFLASH_F16, 0, 0, 0, 2, NULL, 4},
 };
 
 #define N_FORWARD_CASES (sizeof cases / sizeof cases[0])
@@ -236,12 +242,20 @@ int main(int argc, char **argv)
         if (k->cpu_path) {
             clflash_context_options opt = {.struct_size = sizeof opt};
             opt.build_options = "-D CLFLASH_CPU_PATH=1";
-            opt.threads_per_row = 1;
+            opt.threads_per_row = k->cpu_path == 1 ? 1 : 0;
             if ((st = th_context(&opt, &cc)) != CLFLASH_SUCCESS) {
                 printf("FAILED: no context: %s (%s)\n", clflash_status_string(st), clflash_last_error_detail());
                 return 1;
             }
             snprintf(what + strlen(what), sizeof what - strlen(what), " cpu-path");
+            clflash_plan p = {.struct_size = sizeof p};
+            const char *want = k->cpu_path == 2 ? "flash_decode_cpu" : "flash_forward_portable";
+            if (clflash_plan_attention(cc, &d, &p) != CLFLASH_SUCCESS || strcmp(p.kernel, want) != 0) {
+                printf("FAILED flash %s: not planned as %s\n", what, want);
+                failures++;
+                clflash_context_free(cc);
+                continue;
+            }
         }
         setenv("CLFLASH_REGTILE", k->regtile ? k->regtile : "", 1); /* read at each plan */
         if (k->regtile) {

@@ -486,6 +486,44 @@ START_TEST(each_feature_in_each_dtype)
 }
 END_TEST
 
+/* Each feature while decoding: two queries of four GQA heads per K/V head, so that one work-group
+ * holds all their rows (the CPU decoding kernel on a CPU, the register-tiled path's packed rows on
+ * the GPU path), causal, with the planner's parts and with three forced ones. */
+START_TEST(each_feature_decoding)
+{
+    static const int32_t lens[] = {700, 333};
+    const int feature = _i / 8, forced = _i / 4 % 2;
+    const clflash_dtype t = all_types[_i % 4];
+    feature_case fc = make(2, 8, 2, 2, 700, 48, t, CLFLASH_CAUSAL | (feature == 0 ? CLFLASH_WINDOW : 0));
+    fc.d.num_splits = forced ? 3 : 0;
+    if (t == CLFLASH_I8) {
+        fc.d.q_scale = 1.0f / 64;
+        fc.d.k_scale = 1.0f / 64;
+        fc.d.v_scale = 1.0f / 127;
+    }
+    switch (feature) {
+    case 0: fc.d.window_left = 100; fc.d.window_right = 0; break;
+    case 1: fc.d.softcap = 2.5f; fc.d.scale = 1.0f; break;
+    case 2: add_bias(&fc, 9, 31); break;
+    case 3:
+        fc.slopes = malloc(8 * sizeof(float));
+        REQUIRE(fc.slopes);
+        for (int h = 0; h < 8; h++)
+            fc.slopes[h] = 0.01f * (float)(h + 1);
+        break;
+    default:
+        fc.lens = malloc(sizeof lens);
+        REQUIRE(fc.lens);
+        memcpy(fc.lens, lens, sizeof lens);
+        break;
+    }
+    char what[64];
+    snprintf(what, sizeof what, "%s, decoding%s", feature_names[feature], forced ? ", 3 parts" : "");
+    check_both(&fc, what);
+    free_case(&fc);
+}
+END_TEST
+
 /* ---- validation of the new fields --------------------------------------------------------------- */
 static clflash_status plan_status(const clflash_attention_desc *d)
 {
@@ -596,6 +634,7 @@ static Suite *features_suite(void)
     tcase_add_loop_test(tm, key_padding, 0, 2);
     tcase_add_test(tm, everything_at_once);
     tcase_add_loop_test(tm, each_feature_in_each_dtype, 0, 5 * 4);
+    tcase_add_loop_test(tm, each_feature_decoding, 0, 5 * 2 * 4);
     tcase_add_test(tv, validation_of_new_fields);
     tcase_add_test(tv, small_feature_buffers_refused);
     tcase_add_test(tv, window_skips_tiles_in_the_traffic_model);
@@ -617,6 +656,7 @@ static Suite *features_suite(void)
     tcase_add_loop_test(tg, alibi, 0, 2);
     tcase_add_loop_test(tg, key_padding, 0, 2);
     tcase_add_test(tg, everything_at_once);
+    tcase_add_loop_test(tg, each_feature_decoding, 0, 5 * 2 * 4);
     suite_add_tcase(s, tg);
 
     TCase *ts = tcase_create("gpu_path_small_tiles");
