@@ -68,11 +68,11 @@ static cl_int enqueue_split(clflash_context *c, const clflash_flash_kernel *fk, 
     cl_event flash_done = NULL, merge_done = NULL;
     cl_int err = CL_SUCCESS;
     *lib_status = clflash_scratch_acquire(c, clflash_mul_sat(rows * fk->plan.splits, p->head_dim * sizeof(float)),
-                                          &part_o);
+                                          qu, &part_o);
     if (*lib_status == CLFLASH_SUCCESS)
-        *lib_status = clflash_scratch_acquire(c, rows * fk->plan.splits * sizeof(float), &part_lse);
+        *lib_status = clflash_scratch_acquire(c, rows * fk->plan.splits * sizeof(float), qu, &part_lse);
     if (*lib_status != CLFLASH_SUCCESS) {
-        clflash_scratch_release(c, part_o, NULL);
+        clflash_scratch_release(c, part_o, NULL, qu);
         return CL_SUCCESS;
     }
     err = set_flash_args(fk, p, q, k, v, clflash_scratch_buffer(part_o), clflash_scratch_buffer(part_lse), &parts);
@@ -86,8 +86,8 @@ static cl_int enqueue_split(clflash_context *c, const clflash_flash_kernel *fk, 
     }
     /* the parts are in use until the merge (or, if it was not enqueued, the flash kernel) is done */
     cl_event last = merge_done ? merge_done : flash_done;
-    clflash_scratch_release(c, part_o, last);
-    clflash_scratch_release(c, part_lse, last);
+    clflash_scratch_release(c, part_o, last, qu);
+    clflash_scratch_release(c, part_lse, last, qu);
     if (flash_done)
         clReleaseEvent(flash_done);
     if (merge_done && done)

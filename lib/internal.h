@@ -121,14 +121,17 @@ CLFLASH_INTERNAL clflash_status clflash_read_options(const clflash_context_optio
                                                      clflash_context_options *opt);
 
 /* ---- scratch_pool.c: device scratch buffers reused across calls -------------------------------- */
-/* A buffer of at least `bytes` that no enqueued work still uses, from the pool or newly created;
+/* A buffer of at least `bytes` for commands to be enqueued on `queue`: one no enqueued work still
+ * uses, or whose last use was enqueued on the same in-order queue; from the pool or newly created.
  * *out is NULL on failure (an OpenCL allocation error, CL_MEM_OBJECT_ALLOCATION_FAILURE when bytes
  * exceed the device's largest allocation, or CLFLASH_ERROR_OUT_OF_HOST_MEMORY). Thread-safe. */
-CLFLASH_INTERNAL clflash_status clflash_scratch_acquire(clflash_context *c, uint64_t bytes, clflash_scratch **out);
+CLFLASH_INTERNAL clflash_status clflash_scratch_acquire(clflash_context *c, uint64_t bytes, cl_command_queue queue,
+                                                        clflash_scratch **out);
 CLFLASH_INTERNAL cl_mem clflash_scratch_buffer(const clflash_scratch *s);
-/* Hands s back; it stays in use until `last_use` (the event of the last enqueued command that touches
- * it, NULL if nothing was enqueued) completes. NULL s is a no-op. */
-CLFLASH_INTERNAL void clflash_scratch_release(clflash_context *c, clflash_scratch *s, cl_event last_use);
+/* Hands s back; it stays in use until `last_use` (the event of the last command enqueued on `queue`
+ * that touches it, NULL if nothing was enqueued) completes. NULL s is a no-op. */
+CLFLASH_INTERNAL void clflash_scratch_release(clflash_context *c, clflash_scratch *s, cl_event last_use,
+                                              cl_command_queue queue);
 /* Releases every pooled buffer (clflash_context_free, after the queues are finished). */
 CLFLASH_INTERNAL void clflash_scratch_pool_free(clflash_context *c);
 

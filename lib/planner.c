@@ -244,11 +244,13 @@ static clflash_status plan_kernel(clflash_context *c, const clflash_problem *p, 
     const int forced = p->block != 0;
     uint32_t block;
 
+    memset(out, 0, sizeof *out);
     if (clflash_nv_mma_refusal(c, p) == NULL) {
         clflash_status st = clflash_plan_nv_mma(c, p, with_lse, below_block, out);
         if (st != CLFLASH_ERROR_TILE_TOO_LARGE && st != CLFLASH_ERROR_BUILD_FAILED)
             return st;
         clflash_clear_detail(); /* the portable kernel is the fallback (a failed build's log is kept) */
+        memset(out, 0, sizeof *out);
     }
 
     if (forced) {

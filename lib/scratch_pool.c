@@ -4,10 +4,12 @@
  *
  * Why a pool rather than a caller workspace: clflash_forward's arguments stay what they were, and
  * the library still knows how long each buffer is in use. A call takes a buffer that no enqueued
- * work uses any more (its last user's event has completed), enqueues its kernels, and hands the
- * buffer back with the event of the last kernel that reads it; the next call may take it once that
- * event completes. So calls on one queue in a loop reuse the same buffers, calls from several
- * threads at once get buffers of their own, and nothing waits. The pool keeps at most
+ * work uses any more (its last user's event has completed) or whose last user was enqueued on the
+ * same in-order queue as this call (its commands then run after that work), enqueues its kernels,
+ * and hands the buffer back with the event of the last kernel that reads it and the queue. So
+ * calls on one queue in a loop reuse the same buffers even while the device is still running the
+ * previous ones, calls from several threads on queues of their own get buffers of their own, and
+ * nothing waits. The pool keeps at most
  * POOL_ENTRIES buffers; past that a call gets a buffer of its own, which it releases after
  * enqueueing (OpenCL keeps a buffer alive until the commands that use it finish). All buffers are
  * released by clflash_context_free. One mutex of its own guards the list, so a program build
@@ -26,9 +28,28 @@ struct clflash_scratch {
     cl_mem buf;
     uint64_t bytes;
     cl_event busy; /* the last enqueued work that uses buf, NULL when none */
+    cl_command_queue busy_queue; /* the queue that work is on (retained), NULL when none */
     int taken;     /* held by a call that has not handed it back */
     int pooled;    /* 0: a call's own buffer, freed when handed back */
 };
+
+/* 1 if q executes its commands in order (so work enqueued on it later runs after work before). */
+static int in_order(cl_command_queue q)
+{
+    cl_command_queue_properties props = 0;
+    return clGetCommandQueueInfo(q, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL) == CL_SUCCESS &&
+           !(props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE);
+}
+
+static void forget_busy(clflash_scratch *s)
+{
+    if (s->busy)
+        clReleaseEvent(s->busy);
+    if (s->busy_queue)
+        clReleaseCommandQueue(s->busy_queue);
+    s->busy = NULL;
+    s->busy_queue = NULL;
+}
 
 /* 1 if e's work is over (complete or failed: either way nothing will touch the buffer again). */
 static int finished(cl_event e)
@@ -53,11 +74,13 @@ static clflash_status create_buffer(clflash_context *c, uint64_t bytes, clflash_
     return CLFLASH_SUCCESS;
 }
 
-clflash_status clflash_scratch_acquire(clflash_context *c, uint64_t bytes, clflash_scratch **out)
+clflash_status clflash_scratch_acquire(clflash_context *c, uint64_t bytes, cl_command_queue queue,
+                                       clflash_scratch **out)
 {
     clflash_scratch *best = NULL, *idle_small = NULL;
     int entries = 0;
     clflash_status st = CLFLASH_SUCCESS;
+    const int ordered = in_order(queue);
     if (bytes > c->info.max_alloc_size)
         return clflash_fail(CL_MEM_OBJECT_ALLOCATION_FAILURE,
                             "the call needs a %llu-byte scratch buffer; the device's largest allocation is %llu",
@@ -67,16 +90,14 @@ clflash_status clflash_scratch_acquire(clflash_context *c, uint64_t bytes, clfla
         entries++;
         if (s->taken)
             continue;
-        if (s->busy && finished(s->busy)) {
-            clReleaseEvent(s->busy);
-            s->busy = NULL;
-        }
-        if (s->busy)
-            continue;
+        /* the marker of the last use stays until a call that uses the buffer replaces it */
+        const int idle = s->busy == NULL || finished(s->busy);
+        if (!idle && !(ordered && s->busy_queue == queue))
+            continue; /* in use by work this call's commands would not wait for */
         if (s->bytes >= bytes) {
             if (best == NULL || s->bytes < best->bytes)
                 best = s;
-        } else if (idle_small == NULL) {
+        } else if (idle_small == NULL && idle) {
             idle_small = s;
         }
     }
@@ -121,7 +142,7 @@ cl_mem clflash_scratch_buffer(const clflash_scratch *s)
     return s->buf;
 }
 
-void clflash_scratch_release(clflash_context *c, clflash_scratch *s, cl_event last_use)
+void clflash_scratch_release(clflash_context *c, clflash_scratch *s, cl_event last_use, cl_command_queue queue)
 {
     if (s == NULL)
         return;
@@ -133,8 +154,13 @@ void clflash_scratch_release(clflash_context *c, clflash_scratch *s, cl_event la
     const int tracked = last_use != NULL && clRetainEvent(last_use) == CL_SUCCESS;
     if (last_use && !tracked) /* cannot track it: wait, so that the buffer is not reused too early */
         clWaitForEvents(1, &last_use);
+    const int queue_kept = tracked && clRetainCommandQueue(queue) == CL_SUCCESS;
     pthread_mutex_lock(&c->pool_lock);
-    s->busy = tracked ? last_use : NULL;
+    if (tracked) { /* this call's work comes last (an earlier user's was on the same in-order queue) */
+        forget_busy(s);
+        s->busy = last_use;
+        s->busy_queue = queue_kept ? queue : NULL;
+    }
     s->taken = 0;
     pthread_mutex_unlock(&c->pool_lock);
 }
@@ -144,8 +170,7 @@ void clflash_scratch_pool_free(clflash_context *c)
     while (c->scratch) {
         clflash_scratch *s = c->scratch;
         c->scratch = s->next;
-        if (s->busy)
-            clReleaseEvent(s->busy);
+        forget_busy(s);
         clReleaseMemObject(s->buf);
         free(s);
     }

@@ -5,7 +5,8 @@
  * enqueue made by clflash's code goes through counters that can fail the k-th one.
  *
  * For each public entry point (context create, create_default, plan, forward, forward_naive,
- * forward_host, the build-log path, backward) and k = 1, 2, 3, ...: fail the k-th heap allocation
+ * forward_host (with two split-KV parts, so that its scratch and merge paths fail too), the
+ * build-log path, backward) and k = 1, 2, 3, ...: fail the k-th heap allocation
  * (or the k-th OpenCL creation/enqueue, with CL_OUT_OF_HOST_MEMORY) inside the call; then require
  *   - a failure status: CLFLASH_ERROR_OUT_OF_HOST_MEMORY for a heap failure, the injected OpenCL
  *     error (or clflash's out-of-memory status) for an OpenCL one, with a detail message;
@@ -205,7 +206,11 @@ static clflash_status call(env_t *e, clflash_context *c, clflash_context **creat
     case EP_BUILD_LOG: return clflash_plan_attention(c, &d, plan);
     case EP_FORWARD: return clflash_forward(c, &d, NULL, e->q, e->k, e->v, e->o, e->lse, 0, NULL, done);
     case EP_NAIVE: return clflash_forward_naive(c, &d, NULL, e->q, e->k, e->v, e->o, e->lse, 0, NULL, done);
-    case EP_HOST: return clflash_forward_host(c, &d, e->t.q, e->t.k, e->t.v, e->t.o, e->t.lse);
+    case EP_HOST: { /* through the split-KV path: the scratch pool and the merge kernel fail too */
+        clflash_attention_desc split = d;
+        split.num_splits = 2;
+        return clflash_forward_host(c, &split, e->t.q, e->t.k, e->t.v, e->t.o, e->t.lse);
+    }
     case EP_BACKWARD:
         return clflash_backward(c, &d, NULL, e->q, e->k, e->v, e->o, e->d_o, e->lse, e->dq, e->dk, e->dv, 0, NULL,
                                 done);
@@ -388,14 +393,17 @@ static snapshot take(void)
 }
 
 /* The same snapshot with what the context's caches may legitimately add (programs, the plan cache's
- * kernel objects, the scratch pool's buffers and their heap entries, which the context keeps until
- * clflash_context_free) taken from `base`. */
+ * kernel objects, the scratch pool's buffers with the event and queue of their last use, and their
+ * heap entries, which the context keeps until clflash_context_free) taken from `base`. A real leak
+ * still shows after the context is freed. */
 static snapshot without_cache(snapshot s, const snapshot *base)
 {
     s.blocks = base->blocks;
     s.cl[FI_CL_PROGRAM] = base->cl[FI_CL_PROGRAM];
     s.cl[FI_CL_KERNEL] = base->cl[FI_CL_KERNEL];
     s.cl[FI_CL_MEM] = base->cl[FI_CL_MEM];
+    s.cl[FI_CL_EVENT] = base->cl[FI_CL_EVENT];
+    s.cl[FI_CL_QUEUE] = base->cl[FI_CL_QUEUE];
     return s;
 }
 

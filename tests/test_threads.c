@@ -4,7 +4,8 @@
  *
  * The calls mix clflash_forward on device buffers through the thread's own queue, clflash_forward_host
  * (the context's own queue, shared by every thread) and now and then clflash_forward_naive. The
- * shapes vary a little (dtype, head_dim, causal, GQA, with and without lse, a forced block), and
+ * shapes vary a little (dtype, head_dim, causal, GQA, with and without lse, a forced block, forced
+ * split-KV parts, whose scratch buffers come from the context's one pool), and
  * every thread walks the shape table from a different starting point, so the first calls of
  * several threads ask for the same kernel variant at the same moment: the program cache is read
  * while other variants are being built. Every result is checked against the fp64 reference, and
@@ -59,6 +60,8 @@ static void *work(void *arg)
         clflash_attention_desc d = shape_desc(s);
         if (n % 7 == 3)
             d.block = 8; /* a forced block: another variant of the same shape */
+        if (n % 3 == 1)
+            d.num_splits = 3; /* split-KV: the threads share the context's scratch pool */
         const int kind = n % 5;       /* 0, 3: host call; 1, 2: own queue; 4: naive or own queue */
         const int with_lse = (n / 2) % 2;
         th_case t;
