@@ -53,8 +53,11 @@ static void check_plan_fields(clflash_context *c, const clflash_attention_desc *
                   (unsigned long long)p->tiles_k, p->block);
     ck_assert_msg(p->kernel != NULL && p->kernel[0] != '\0', "%s: no kernel name", what);
     ck_assert_msg(p->threads_per_row >= 1, "%s: threads_per_row %u", what, p->threads_per_row);
-    ck_assert_msg(p->kv_passes == ceil_div(d->seq_q, p->block_q), "%s: kv_passes %llu for block_q %u", what,
-                  (unsigned long long)p->kv_passes, p->block_q);
+    ck_assert_msg(p->packed_heads >= 1 && (p->packed_heads == 1 || p->packed_heads == d->heads_q / (d->heads_kv ? d->heads_kv : d->heads_q)),
+                  "%s: packed_heads %u", what, p->packed_heads);
+    ck_assert_msg(p->kv_passes == ceil_div((uint64_t)d->seq_q * p->packed_heads, p->block_q),
+                  "%s: kv_passes %llu for block_q %u, %u packed heads", what, (unsigned long long)p->kv_passes,
+                  p->block_q, p->packed_heads);
     if (strcmp(p->kernel, "nv_mma_forward") == 0) { /* whole warps, query rows in 16-row slices */
         ck_assert_msg(p->block_q % 16 == 0 && p->work_group_size % 32 == 0, "%s: block_q %u, work group %u", what,
                       p->block_q, p->work_group_size);
@@ -62,6 +65,10 @@ static void check_plan_fields(clflash_context *c, const clflash_attention_desc *
         ck_assert_msg(p->block_q >= 1 && p->work_group_size % p->threads_per_row == 0 &&
                           p->work_group_size / p->threads_per_row <= p->block_q,
                       "%s: block_q %u, work group %u, %u per row group", what, p->block_q, p->work_group_size,
+                      p->threads_per_row);
+    } else if (strcmp(p->kernel, "flash_decode_cpu") == 0) { /* one work-item for all rows of a K/V head */
+        ck_assert_msg(p->block_q == d->seq_q * p->packed_heads && p->work_group_size == 1 && p->threads_per_row == 1,
+                      "%s: block_q %u, work group %u, %u per row", what, p->block_q, p->work_group_size,
                       p->threads_per_row);
     } else {
         ck_assert_msg(p->block_q == p->block && p->kv_passes == p->tiles_q, "%s: block_q %u for B=%u", what,
