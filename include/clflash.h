@@ -349,8 +349,8 @@ typedef struct {
                                     kernel */
     const char *kernel;          /* the kernel variant chosen, a static string:
                                     "flash_forward_portable", "flash_forward_regtile" (the
-                                    portable kernel's register-tiled GPU path, added after 0.3) or
-                                    "nv_mma_forward" */
+                                    portable kernel's register-tiled GPU path, added after 0.3),
+                                    "nv_mma_forward" or "flash_decode_cpu" (since 0.5) */
     /* Added after the contract above (zero-initialised readers may ignore them): */
     uint32_t threads_per_row;    /* work-items that share one query row */
     uint32_t work_group_size;    /* work-items per work-group: block * threads_per_row on the lane
@@ -365,7 +365,10 @@ typedef struct {
                                     exceed B (the Q block is in local memory, counted in
                                     kernel_local_bytes, not in tile_bytes). The tuning knobs
                                     CLFLASH_NV_WARPS/_MTILES and CLFLASH_REGTILE can set more
-                                    (up to 1024 and 256) */
+                                    (up to 1024 and 256). With packed_heads > 1 it counts packed
+                                    rows (queries x heads of a GQA group), and kv_passes is
+                                    ceil(seq_q * packed_heads / block_q): the passes over the keys
+                                    of each (batch, K/V head) */
     /* Added in 0.5 (past 0.5.0's first layout): */
     uint32_t splits;             /* parts the keys are split into (1: no split; the forward only) */
     uint32_t packed_heads;       /* query heads whose rows share one work-group (GQA packing: the
@@ -375,12 +378,39 @@ typedef struct {
                                     splits' partial O (fp32) and lse; 0 without splits */
 } clflash_plan;
 
-/* Kernel variants. The portable kernel (cl/flash_forward.cl) runs everywhere and implements every
+/* Decoding: GQA packing and split-KV (since 0.5; the forward only).
+ *  - Packing (plan.packed_heads): when all rows of a GQA group (seq_q x heads_q / heads_kv) fit one
+ *    work-group's query block (128 rows on the tensor cores, the register tiles' block_q on the
+ *    portable GPU path, 16 on the CPU decoding kernel below), one work-group holds the rows of all
+ *    query heads of a K/V head, query-major (row r is query r / group of head r % group), and reads
+ *    each K/V tile once for all of them. plan.block_q then counts those packed rows.
+ *  - Split-KV (plan.splits): the keys are cut into parts of plan.block-aligned ranges, each part
+ *    computed by its own work-groups into fp32 partial results (O and lse), which a second kernel
+ *    merges exactly as clflash_merge_states does; the forward's lse is the merged one, the same up
+ *    to rounding as without parts. d->num_splits forces the count (1: none; N: exactly N). With 0
+ *    the planner's rule: let G be the work-groups the call would launch without parts (batch x
+ *    heads (K/V heads when packed) x query blocks) and T = compute units x the kernel's target per
+ *    unit (the tensor-core kernel 2, the portable GPU path 4, CPUs 2). If G >= T there is one part;
+ *    else ceil(T / G) parts, at most seq_k / 256 (CPUs: seq_k / 1024) and CLFLASH_MAX_SPLITS, and
+ *    one if the parts would need more than an eighth of the device's largest allocation. A part
+ *    past the last visible key (causal, key_lengths) is empty and costs its launch only.
+ *  - The parts live in device buffers the context keeps and reuses (plan.workspace_bytes of them):
+ *    a call takes buffers no pending work uses, or used last by work on the same in-order queue
+ *    (which runs first), so a steady stream of calls creates none. Plans and kernel objects are
+ *    cached per context too: a repeated call with the same shape class (seq_k may change) plans
+ *    nothing and creates no kernel. Both are released by clflash_context_free.
+ *  - On CPU devices (the portable kernel's CPU path), a forward with at most 16 packed rows per
+ *    K/V head runs "flash_decode_cpu" (cl/flash_decode_cpu.cl): one work-item per (batch, K/V head,
+ *    part) streams that head's keys once for all its rows; plan.block is its keys per chunk (32, or
+ *    the forced B), block_q its rows, work_group_size 1. Its semantics are the register-tiled path's
+ *    (a chunk all rows see entirely multiplies a zero probability's V too).
+ *
+ * Kernel variants. The portable kernel (cl/flash_forward.cl) runs everywhere and implements every
  * feature. On NVIDIA devices of compute capability >= 8.0 (read through cl_nv_device_attribute_query)
  * the planner picks the tensor-core kernel "nv_mma_forward" (cl/nv_mma_forward.cl: inline PTX
  * mma.sync, ldmatrix, cp.async) when all of these hold: dtype F16 or BF16 with O of the same type;
- * head_dim a multiple of 16 up to 256; no window, softcap, bias, ALiBi or key lengths (causal, GQA
- * and lse are fine); every layout's offset and strides multiples of 8 elements (16 bytes); and a
+ * head_dim a multiple of 16 up to 256; no window, softcap, bias or ALiBi (causal, GQA, key lengths
+ * (since 0.5) and lse are fine); every layout's offset and strides multiples of 8 elements (16 bytes); and a
  * forced block, if any, a multiple of 16 up to 64. Anything else, or the context option
  * portable_only, or CLFLASH_PORTABLE=1, gives the portable kernel. What differs in the tensor-core
  * kernel:
@@ -458,9 +488,12 @@ CLFLASH_API clflash_status clflash_plan_attention(clflash_context *c, const clfl
  * not a buffer; lse, bias, ALiBi slopes or key lengths that are the same buffer as an output or
  * as Q, K, V); the descriptor errors listed at clflash_plan_attention;
  * CLFLASH_ERROR_BUFFER_TOO_SMALL; CLFLASH_ERROR_TILE_TOO_LARGE; CLFLASH_ERROR_BUILD_FAILED;
- * CLFLASH_ERROR_OUT_OF_HOST_MEMORY; or an OpenCL error. If the device
+ * CLFLASH_ERROR_OUT_OF_HOST_MEMORY; CLFLASH_ERROR_UNSUPPORTED when a forced num_splits needs
+ * more partial results than the device's largest allocation; or an OpenCL error. If the device
  * refuses a planned tile at enqueue (CL_OUT_OF_RESOURCES) and B was not forced, B is stepped down
- * and the enqueue retried a few times before the error is returned.
+ * and the enqueue retried a few times before the error is returned. With split-KV parts two
+ * kernels are enqueued and `done` is the second's; if OpenCL refuses the second (the merge), the
+ * first still runs but writes only the context's scratch buffers, so no caller buffer is written.
  * ------------------------------------------------------------------------------------------- */
 CLFLASH_API clflash_status clflash_forward(clflash_context *c, const clflash_attention_desc *d,
                                            cl_command_queue queue, cl_mem q, cl_mem k, cl_mem v,
