@@ -17,7 +17,9 @@
  * Kernel objects are not safe to set arguments on from two threads at once: an entry keeps the
  * kernels not in use, a call takes one (or creates one more from the same program if all are
  * taken), sets its arguments, enqueues and gives it back (OpenCL captures the arguments at
- * enqueue). Entries live until clflash_context_free. One mutex of its own guards the list.
+ * enqueue). Entries live until clflash_context_free. One mutex of its own guards the list, which
+ * keeps the most recently used first and holds at most MAX_ENTRIES (a shape past them is planned
+ * without the cache).
  */
 #include "internal.h"
 
@@ -26,6 +28,7 @@
 
 #define IDLE_KERNELS 4
 #define KNOB_CHARS 32
+#define MAX_ENTRIES 256
 
 typedef struct {
     uint32_t w[20];
@@ -120,9 +123,14 @@ static clflash_plan_entry *new_entry(const plan_key *key, const clflash_flash_ke
 static clflash_plan_entry *find_and_take(clflash_context *c, const plan_key *key, cl_kernel *kernel)
 {
     pthread_mutex_lock(&c->plan_lock);
-    clflash_plan_entry *e = c->plans;
-    while (e && memcmp(&e->key, key, sizeof *key) != 0)
-        e = e->next;
+    clflash_plan_entry **at = &c->plans, *e;
+    while ((e = *at) != NULL && memcmp(&e->key, key, sizeof *key) != 0)
+        at = &e->next;
+    if (e && at != &c->plans) { /* to the front: a loop's shape is found first next time */
+        *at = e->next;
+        e->next = c->plans;
+        c->plans = e;
+    }
     *kernel = e && e->n_idle > 0 ? e->idle[--e->n_idle] : NULL;
     pthread_mutex_unlock(&c->plan_lock);
     return e;
@@ -138,8 +146,8 @@ static clflash_status entry_kernel(clflash_plan_entry *e, cl_kernel *kernel)
 }
 
 /* Adds an entry for key made from kernel (and fk) into *out; *out is NULL if another thread added
- * the key meanwhile (the kernel is then simply not cached). Fails only when the entry cannot be
- * made. */
+ * the key meanwhile or the cache is full (the kernel is then simply not cached). Fails only when
+ * the entry cannot be made. */
 static clflash_status insert(clflash_context *c, const plan_key *key, const clflash_flash_kernel *fk,
                              cl_kernel kernel, clflash_plan_entry **out)
 {
@@ -147,15 +155,17 @@ static clflash_status insert(clflash_context *c, const plan_key *key, const clfl
     *out = NULL;
     if (fresh == NULL)
         return CLFLASH_ERROR_OUT_OF_HOST_MEMORY;
+    int entries = 0;
     pthread_mutex_lock(&c->plan_lock);
-    for (e = c->plans; e && memcmp(&e->key, key, sizeof *key) != 0;)
+    for (e = c->plans; e && memcmp(&e->key, key, sizeof *key) != 0; entries++)
         e = e->next;
-    if (e == NULL) {
+    const int room = e == NULL && entries < MAX_ENTRIES;
+    if (room) {
         fresh->next = c->plans;
         c->plans = fresh;
     }
     pthread_mutex_unlock(&c->plan_lock);
-    if (e == NULL) {
+    if (room) {
         *out = fresh;
     } else {
         clReleaseProgram(fresh->program);

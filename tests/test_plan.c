@@ -314,6 +314,24 @@ START_TEST(seed_table_plan)
 }
 END_TEST
 
+/* More shapes than the context's plan cache holds (256): every plan still succeeds, and a call of a
+ * shape planned past the cache's end, and of one inside it, still gives the reference's result. */
+START_TEST(more_shapes_than_the_plan_cache)
+{
+    clflash_context *c = test_context(NULL);
+    clflash_plan p = {.struct_size = sizeof p};
+    for (uint32_t sq = 1; sq <= 300; sq++) {
+        const clflash_attention_desc d = th_desc(1, 1, 0, sq, 40, 8, F32, 0);
+        ck_assert_msg(clflash_plan_attention(c, &d, &p) == CLFLASH_SUCCESS, "seq_q %u: %s", sq,
+                      clflash_last_error_detail());
+    }
+    const clflash_attention_desc late = th_desc(1, 1, 0, 299, 40, 8, F32, 0), early = th_desc(1, 1, 0, 3, 40, 8, F32, 0);
+    run_and_check(c, &late, TH_FLASH, 1, 1, 5);
+    run_and_check(c, &early, TH_FLASH, 1, 1, 6);
+    clflash_context_free(c);
+}
+END_TEST
+
 static Suite *plan_suite(void)
 {
     Suite *s = suite_create("plan");
@@ -321,6 +339,7 @@ static Suite *plan_suite(void)
     tcase_set_timeout(tc, TEST_TIMEOUT_S);
     tcase_add_loop_test(tc, plan_fields, 0, N_OF(plan_shapes));
     tcase_add_loop_test(tc, seed_table_plan, 0, 4);
+    tcase_add_test(tc, more_shapes_than_the_plan_cache);
     suite_add_tcase(s, tc);
 
     TCase *tb = tcase_create("forced_block");
