@@ -28,7 +28,7 @@ const char *clflash_dtype_define(clflash_dtype t)
     }
 }
 
-static const char *out_define(clflash_dtype t)
+const char *clflash_out_define(clflash_dtype t)
 {
     switch (t) {
     case CLFLASH_F16: return "-D CLFLASH_OUT_F16";
@@ -40,7 +40,7 @@ static const char *out_define(clflash_dtype t)
 void clflash_feature_defines(const clflash_problem *p, int with_lse, char *buf, size_t size)
 {
     snprintf(buf, size, "%s %s -D CAUSAL=%d -D WINDOW=%d -D SOFTCAP=%d -D BIAS=%d -D ALIBI=%d -D KEYLEN=%d -D WITH_LSE=%d",
-             clflash_dtype_define(p->dtype), out_define(p->out_dtype), (p->flags & CLFLASH_CAUSAL) ? 1 : 0,
+             clflash_dtype_define(p->dtype), clflash_out_define(p->out_dtype), (p->flags & CLFLASH_CAUSAL) ? 1 : 0,
              (p->flags & CLFLASH_WINDOW) ? 1 : 0, p->softcap != 0.0f, p->bias != NULL, p->alibi_slopes != NULL,
              p->key_lengths != NULL, with_lse ? 1 : 0);
 }

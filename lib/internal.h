@@ -208,6 +208,9 @@ CLFLASH_INTERNAL int clflash_output_disjoint(const clflash_strides *s, uint32_t 
 CLFLASH_INTERNAL clflash_status clflash_check_queue(const clflash_context *c, cl_command_queue queue, cl_uint num_wait,
                                                     const cl_event *wait, cl_command_queue *queue_out);
 
+/* 1 if a layout's offset and strides are all multiples of 8 elements (16 bytes at 2 bytes each). */
+CLFLASH_INTERNAL int clflash_aligned8(const clflash_strides *s);
+
 /* Bytes a tensor's buffer must hold: (last element index + 1) * elem_size; UINT64_MAX on overflow. */
 CLFLASH_INTERNAL uint64_t clflash_tensor_extent_bytes(const clflash_strides *s, uint32_t batch,
                                                       uint32_t heads, uint32_t seq, uint32_t head_dim,
@@ -282,6 +285,12 @@ typedef struct {
  * and 1 when the parts would need more than an eighth of the device's largest allocation. */
 CLFLASH_INTERNAL uint32_t clflash_split_count(const clflash_context *c, const clflash_problem *p, uint64_t groups,
                                               uint32_t groups_per_unit, uint32_t min_split_keys);
+/* plan_common.c: the split rule's targets for the portable kernels (every path of flash_forward.cl
+ * and the CPU decoding kernel): work-groups per compute unit and the shortest part, 4 and 256 keys on
+ * GPUs, 2 and 1024 on CPUs (a thread streams a long part best). The minima are multiples of 256, as
+ * the plan cache's key assumes. */
+CLFLASH_INTERNAL void clflash_portable_split_rule(const clflash_context *c, uint32_t *groups_per_unit,
+                                                  uint32_t *min_keys);
 /* Records the split fields of out's plan for B = out->plan.block: keys per part a multiple of B
  * (ceil(seq_k / splits) rounded up), the workspace bytes. */
 CLFLASH_INTERNAL void clflash_set_split(clflash_flash_kernel *out, const clflash_problem *p, uint32_t splits,
@@ -341,6 +350,8 @@ typedef struct { size_t size; const void *value; } clflash_arg;
 CLFLASH_INTERNAL cl_int clflash_set_args(cl_kernel k, cl_uint first, const clflash_arg *args, size_t n);
 /* " -D CLFLASH_DTYPE_x" for a dtype (the input storage type in cl/common.cl). */
 CLFLASH_INTERNAL const char *clflash_dtype_define(clflash_dtype t);
+/* "-D CLFLASH_OUT_x" for O's storage type (F16, BF16, else F32). */
+CLFLASH_INTERNAL const char *clflash_out_define(clflash_dtype t);
 /* Writes the -D options that select p's storage types and features (dtype, output type, CAUSAL,
  * WINDOW, SOFTCAP, BIAS, ALIBI, KEYLEN, WITH_LSE) into buf. */
 CLFLASH_INTERNAL void clflash_feature_defines(const clflash_problem *p, int with_lse, char *buf, size_t size);

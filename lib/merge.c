@@ -22,11 +22,6 @@ static uint32_t merge_lanes(uint32_t head_dim)
     return lanes;
 }
 
-static const char *out_define(clflash_dtype t)
-{
-    return t == CLFLASH_F16 ? "-D CLFLASH_OUT_F16" : t == CLFLASH_BF16 ? "-D CLFLASH_OUT_BF16" : "-D CLFLASH_OUT_F32";
-}
-
 /* What the merge kernel is built for; the plan cache's key. */
 typedef struct {
     uint32_t part_dtype, dtype, head_dim, with_lse;
@@ -46,7 +41,7 @@ static clflash_status make_merge_kernel(clflash_context *c, const void *arg, cl_
     cl_int err;
     clflash_status st;
     snprintf(defines, sizeof defines, "%s %s -D HEAD_DIM=%u -D MERGE_LANES=%u -D MERGE_ROWS=%u -D WITH_LSE=%u",
-             clflash_dtype_define((clflash_dtype)mb->part_dtype), out_define((clflash_dtype)mb->dtype), mb->head_dim,
+             clflash_dtype_define((clflash_dtype)mb->part_dtype), clflash_out_define((clflash_dtype)mb->dtype), mb->head_dim,
              lanes, rows_per_group(lanes), mb->with_lse);
     if ((st = clflash_get_program(c, CLFLASH_SOURCE_MERGE_STATES, defines, &prog)) != CLFLASH_SUCCESS)
         return st;

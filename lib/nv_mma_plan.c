@@ -37,11 +37,6 @@ int clflash_env_portable_only(void)
     return e != NULL && e[0] != '\0' && strcmp(e, "0") != 0;
 }
 
-static int aligned16(const clflash_strides *s)
-{
-    return s->offset % 8 == 0 && s->batch_stride % 8 == 0 && s->head_stride % 8 == 0 && s->seq_stride % 8 == 0;
-}
-
 const char *clflash_nv_mma_refusal(const clflash_context *c, const clflash_problem *p)
 {
     if (c->portable_only)
@@ -57,7 +52,7 @@ const char *clflash_nv_mma_refusal(const clflash_context *c, const clflash_probl
     if ((p->flags & ~(uint32_t)CLFLASH_CAUSAL) != 0 || p->softcap != 0.0f || p->bias != NULL ||
         p->alibi_slopes != NULL)
         return "a window, softcap, bias or ALiBi is set";
-    if (!aligned16(&p->q) || !aligned16(&p->k) || !aligned16(&p->v) || !aligned16(&p->o))
+    if (!clflash_aligned8(&p->q) || !clflash_aligned8(&p->k) || !clflash_aligned8(&p->v) || !clflash_aligned8(&p->o))
         return "a layout's offset or stride is not a multiple of 8 elements";
     if (p->block != 0 && (p->block % 16 != 0 || p->block > NV_MAX_BLOCK))
         return "the forced block is not a multiple of 16 up to 64";

@@ -48,11 +48,6 @@ struct clflash_plan_entry {
 static const char *const knob_names[4] = {"CLFLASH_NV_WARPS", "CLFLASH_NV_MTILES", "CLFLASH_NV_BLOCK",
                                           "CLFLASH_REGTILE"};
 
-static int aligned8(const clflash_strides *s)
-{
-    return s->offset % 8 == 0 && s->batch_stride % 8 == 0 && s->head_stride % 8 == 0 && s->seq_stride % 8 == 0;
-}
-
 /* 0 if a knob's value is too long to be a key (the call is then planned without the cache). */
 static int make_key(const clflash_problem *p, int with_lse, plan_key *k)
 {
@@ -74,7 +69,8 @@ static int make_key(const clflash_problem *p, int with_lse, plan_key *k)
                (p->key_lengths != NULL) << 3;
     k->w[12] = p->block;
     k->w[13] = p->num_splits;
-    k->w[14] = aligned8(&p->q) | aligned8(&p->k) << 1 | aligned8(&p->v) << 2 | aligned8(&p->o) << 3;
+    k->w[14] = clflash_aligned8(&p->q) | clflash_aligned8(&p->k) << 1 | clflash_aligned8(&p->v) << 2 |
+              clflash_aligned8(&p->o) << 3;
     for (int i = 0; i < 4; i++) {
         const char *e = getenv(knob_names[i]);
         if (e == NULL)

@@ -30,6 +30,13 @@ uint64_t clflash_split_workspace_bytes(const clflash_problem *p, uint32_t splits
     return clflash_mul_sat(clflash_mul_sat(splits, rows), clflash_mul_sat(p->head_dim + 1u, sizeof(float)));
 }
 
+void clflash_portable_split_rule(const clflash_context *c, uint32_t *groups_per_unit, uint32_t *min_keys)
+{
+    const int cpu = c->info.device_class == CLFLASH_CLASS_CPU;
+    *groups_per_unit = cpu ? 2 : 4;
+    *min_keys = cpu ? 1024 : 256;
+}
+
 uint32_t clflash_split_count(const clflash_context *c, const clflash_problem *p, uint64_t groups,
                              uint32_t groups_per_unit, uint32_t min_split_keys)
 {

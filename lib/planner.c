@@ -28,14 +28,6 @@
 
 #define KERNEL_NAME "flash_forward"
 
-/* Split-KV on the portable kernel: parts until the device holds this many work-groups per compute
- * unit, each part at least this many keys (a CPU thread streams a long part best). */
-static void split_rule(const clflash_context *c, uint32_t *groups_per_unit, uint32_t *min_keys)
-{
-    const int cpu = c->info.device_class == CLFLASH_CLASS_CPU;
-    *groups_per_unit = cpu ? 2 : 4;
-    *min_keys = cpu ? 1024 : 256;
-}
 static const char variant_name[] = "flash_forward_portable";
 static const char regtile_name[] = "flash_forward_regtile";
 
@@ -149,7 +141,7 @@ static clflash_status plan_regtile(clflash_context *c, const clflash_problem *p,
     const uint32_t rows = (uint32_t)((packed_rows + cfg.rm - 1) / cfg.rm * cfg.rm); /* no more than needed */
     const uint32_t bq0 = cfg.bq < rows ? cfg.bq : rows;
     uint32_t groups_per_unit, min_keys;
-    split_rule(c, &groups_per_unit, &min_keys);
+    clflash_portable_split_rule(c, &groups_per_unit, &min_keys);
     const uint32_t splits = clflash_split_count(
         c, p, (uint64_t)p->batch * (p->heads_q / pack) * ((packed_rows + bq0 - 1) / bq0), groups_per_unit, min_keys);
     if (!forced && cfg.block_cap && start > cfg.block_cap)
@@ -289,7 +281,7 @@ static clflash_status plan_kernel(clflash_context *c, const clflash_problem *p, 
     }
 
     uint32_t groups_per_unit, min_keys;
-    split_rule(c, &groups_per_unit, &min_keys);
+    clflash_portable_split_rule(c, &groups_per_unit, &min_keys);
     const uint32_t splits = clflash_split_count(
         c, p, (uint64_t)p->batch * p->heads_q * ((p->seq_q + block - 1) / block), groups_per_unit, min_keys);
     for (;;) {

@@ -61,6 +61,11 @@ static uint64_t extent_elems(const clflash_strides *s, uint32_t batch, uint32_t 
     return e;
 }
 
+int clflash_aligned8(const clflash_strides *s)
+{
+    return s->offset % 8 == 0 && s->batch_stride % 8 == 0 && s->head_stride % 8 == 0 && s->seq_stride % 8 == 0;
+}
+
 uint64_t clflash_tensor_extent_bytes(const clflash_strides *s, uint32_t batch, uint32_t heads,
                                      uint32_t seq, uint32_t head_dim, size_t elem_size)
 {
