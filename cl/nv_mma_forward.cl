@@ -102,7 +102,9 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
                     ulong q_off, ulong q_bs, ulong q_hs, ulong q_ss,
                     ulong k_off, ulong k_bs, ulong k_hs, ulong k_ss,
                     ulong v_off, ulong v_bs, ulong v_hs, ulong v_ss,
-                    ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss, __global const int *key_lens, uint n_splits,
+                    ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss, uint win_left, uint win_right, float softcap,
+                    float out_scale, __global const float *bias, ulong bias_off, ulong bias_bs, ulong bias_hs,
+                    ulong bias_rs, __global const float *alibi, __global const int *key_lens, uint n_splits,
                     uint split_keys)
 {
     /* uint4 elements: cp.async and ldmatrix need 16-byte aligned rows */
@@ -137,12 +139,8 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
     const ulong k_base = k_off + (ulong)b * k_bs + (ulong)hk * k_hs;
     const ulong v_base = v_off + (ulong)b * v_bs + (ulong)hk * v_hs;
     const long shift = (long)seq_k - (long)seq_q; /* query i's diagonal key is i + shift */
-#if KEYLEN
-    const uint key_len = (uint)clamp(key_lens[b], 0, (int)seq_k);
-#else
-    const uint key_len = seq_k;
-    (void)key_lens;
-#endif
+    const uint key_len = batch_key_len(key_lens, b, seq_k);
+    (void)out_scale; /* the I8 output scale: no I8 here */
 
 #if !NV_Q_DIRECT
     /* Q: global -> local -> this warp's A fragments, kept for the whole call. */
@@ -163,16 +161,17 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
     barrier(CLK_LOCAL_MEM_FENCE); /* Q's staging area becomes the K and V tiles */
 #endif
 
-    /* The keys this block sees: those below the key length, with CAUSAL up to its last row's
-     * diagonal; with SPLIT only its part of them. */
-    uint key_begin = 0, key_end = key_len;
-#if CAUSAL
-    {
-        const long last_query = (long)ROW_QUERY(min(row0 + BLOCK_Q, rows_total) - 1);
-        const long end = last_query + shift + 1;
-        key_end = end <= 0 ? 0u : (uint)min(end, (long)key_len);
-    }
-#endif
+    /* The keys this block sees (common.cl's visible_keys: the key length, CAUSAL, WINDOW), from
+     * the tile holding its last row's first key to its last row's last key; with SPLIT only its part
+     * of them. A tile needs masks only where some row of the block sees less than all of it: from
+     * the last row's first key on and up to the first row's last key, every row sees every key. */
+    const uint q_first = ROW_QUERY(row0), q_last = ROW_QUERY(min(row0 + BLOCK_Q, rows_total) - 1);
+    uint key_begin, key_end;
+    block_key_range(q_first, q_last - q_first + 1, seq_q, seq_k, key_len, win_left, win_right, BLOCK, &key_begin,
+                    &key_end);
+    long all_lo, all_hi, unused;
+    visible_keys(q_last, seq_q, seq_k, key_len, win_left, win_right, &all_lo, &unused);
+    visible_keys(q_first, seq_q, seq_k, key_len, win_left, win_right, &unused, &all_hi);
     split_part(n_splits, split_keys, heads_q, seq_q, &key_begin, &key_end, &o_off, &lse);
     const uint n_tiles = (key_end - key_begin + BLOCK - 1) / BLOCK;
 
@@ -188,6 +187,39 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
         m_lo[mt] = m_hi[mt] = -INFINITY;
         l_lo[mt] = l_hi[mt] = 0.0f;
     }
+
+#if BIAS || ALIBI
+    /* The bias row and ALiBi slope of each of the lane's rows (rows past the block's end read the
+     * last row's; their results are not stored). */
+    __global const float *bias_lo[M_TILES], *bias_hi[M_TILES];
+    float slope_lo[M_TILES], slope_hi[M_TILES];
+#pragma unroll
+    for (uint mt = 0; mt < M_TILES; mt++) {
+        const uint r_lo = min(row0 + warp_row0 + mt * 16 + g, rows_total - 1);
+        const uint r_hi = min(row0 + warp_row0 + mt * 16 + g + 8, rows_total - 1);
+#if BIAS
+        bias_lo[mt] = bias + bias_off + (ulong)b * bias_bs + (ulong)ROW_HEAD(h0, r_lo) * bias_hs +
+                      (ulong)ROW_QUERY(r_lo) * bias_rs;
+        bias_hi[mt] = bias + bias_off + (ulong)b * bias_bs + (ulong)ROW_HEAD(h0, r_hi) * bias_hs +
+                      (ulong)ROW_QUERY(r_hi) * bias_rs;
+#endif
+#if ALIBI
+        slope_lo[mt] = alibi[ROW_HEAD(h0, r_lo)];
+        slope_hi[mt] = alibi[ROW_HEAD(h0, r_hi)];
+#endif
+    }
+#endif
+#if !BIAS
+    (void)bias, (void)bias_off, (void)bias_bs, (void)bias_hs, (void)bias_rs;
+#endif
+#if !ALIBI
+    (void)alibi;
+#endif
+#if SOFTCAP
+    const float inv_cap = 1.0f / softcap;
+#else
+    (void)softcap;
+#endif
 
     /* This lane's ldmatrix row addresses within buffer 0 (matrix j = lane / 8): for K, keys + 8
      * for j = 2, 3 and columns + 8 for j = 1, 3; for V (transposed), keys + 8 for j = 1, 3 and
@@ -251,38 +283,64 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
             }
         }
 
-        /* Scale, mask the keys past the key length and (CAUSAL) past each row's diagonal, online
-         * softmax. */
-        int masked = key0 + BLOCK > key_len;
-#if CAUSAL
-        masked |= (long)(key0 + BLOCK - 1) > (long)ROW_QUERY(row0) + shift;
-#endif
+        /* Scale, apply the score transforms, mask the keys each row does not see, online softmax. */
+        const int masked = (long)key0 < all_lo || (long)(key0 + BLOCK) > all_hi;
 #pragma unroll
         for (uint mt = 0; mt < M_TILES; mt++) {
             const uint row_lo = row0 + warp_row0 + mt * 16 + g;
-            /* The last key each of the lane's rows sees, relative to its first pair's key
-             * key0 + 2t, clamped to [-1, BLOCK] so that it fits an int. */
-            int rel_lo = BLOCK, rel_hi = BLOCK;
+            /* The first and last key each of the lane's rows sees, relative to its first pair's key
+             * key0 + 2t, clamped to [0, BLOCK] and [-1, BLOCK] so that they fit an int. */
+            int first_lo = 0, first_hi = 0, last_lo = BLOCK, last_hi = BLOCK;
             if (masked) {
-                const long lim = (long)key_len - 1;
-#if CAUSAL
-                const long d_lo = min((long)ROW_QUERY(row_lo) + shift, lim);
-                const long d_hi = min((long)ROW_QUERY(row_lo + 8) + shift, lim);
-#else
-                const long d_lo = lim, d_hi = lim;
-#endif
-                rel_lo = (int)clamp(d_lo - (long)(key0 + 2 * t), -1L, (long)BLOCK);
-                rel_hi = (int)clamp(d_hi - (long)(key0 + 2 * t), -1L, (long)BLOCK);
+                long lo, hi;
+                const long pair0 = (long)(key0 + 2 * t);
+                visible_keys(ROW_QUERY(row_lo), seq_q, seq_k, key_len, win_left, win_right, &lo, &hi);
+                first_lo = (int)clamp(lo - pair0, 0L, (long)BLOCK);
+                last_lo = (int)clamp(hi - 1 - pair0, -1L, (long)BLOCK);
+                visible_keys(ROW_QUERY(row_lo + 8), seq_q, seq_k, key_len, win_left, win_right, &lo, &hi);
+                first_hi = (int)clamp(lo - pair0, 0L, (long)BLOCK);
+                last_hi = (int)clamp(hi - 1 - pair0, -1L, (long)BLOCK);
             }
+#if ALIBI
+            /* the distance from each row's diagonal to the lane's first key (exact below 2^24) */
+            const float dist_lo = (float)((long)ROW_QUERY(row_lo) + shift - (long)(key0 + 2 * t));
+            const float dist_hi = (float)((long)ROW_QUERY(row_lo + 8) + shift - (long)(key0 + 2 * t));
+#endif
             float max_lo = -INFINITY, max_hi = -INFINITY; /* this tile's, in the units of s */
 #pragma unroll
             for (uint n = 0; n < S_TILES; n++) {
                 s[mt][n] *= score_scale;
+#if SOFTCAP || BIAS || ALIBI
+                /* common.cl's transform_score, in natural-log units, then to log2 units */
+#if SOFTCAP
+                s[mt][n].x = softcap * tanh_fast(s[mt][n].x * inv_cap);
+                s[mt][n].y = softcap * tanh_fast(s[mt][n].y * inv_cap);
+                s[mt][n].z = softcap * tanh_fast(s[mt][n].z * inv_cap);
+                s[mt][n].w = softcap * tanh_fast(s[mt][n].w * inv_cap);
+#endif
+#if BIAS
+                {
+                    /* keys past seq_k (the last tile's padding) read key seq_k - 1: they are masked */
+                    const uint j0 = min(key0 + 8 * n + 2 * t, seq_k - 1), j1 = min(key0 + 8 * n + 2 * t + 1, seq_k - 1);
+                    s[mt][n].x += bias_lo[mt][j0];
+                    s[mt][n].y += bias_lo[mt][j1];
+                    s[mt][n].z += bias_hi[mt][j0];
+                    s[mt][n].w += bias_hi[mt][j1];
+                }
+#endif
+#if ALIBI
+                s[mt][n].x -= slope_lo[mt] * fabs(dist_lo - (float)(n * 8));
+                s[mt][n].y -= slope_lo[mt] * fabs(dist_lo - (float)(n * 8 + 1));
+                s[mt][n].z -= slope_hi[mt] * fabs(dist_hi - (float)(n * 8));
+                s[mt][n].w -= slope_hi[mt] * fabs(dist_hi - (float)(n * 8 + 1));
+#endif
+                s[mt][n] *= M_LOG2E_F;
+#endif
                 if (masked) {
-                    s[mt][n].x = (int)(n * 8) <= rel_lo ? s[mt][n].x : -INFINITY;
-                    s[mt][n].y = (int)(n * 8 + 1) <= rel_lo ? s[mt][n].y : -INFINITY;
-                    s[mt][n].z = (int)(n * 8) <= rel_hi ? s[mt][n].z : -INFINITY;
-                    s[mt][n].w = (int)(n * 8 + 1) <= rel_hi ? s[mt][n].w : -INFINITY;
+                    s[mt][n].x = (int)(n * 8) >= first_lo && (int)(n * 8) <= last_lo ? s[mt][n].x : -INFINITY;
+                    s[mt][n].y = (int)(n * 8 + 1) >= first_lo && (int)(n * 8 + 1) <= last_lo ? s[mt][n].y : -INFINITY;
+                    s[mt][n].z = (int)(n * 8) >= first_hi && (int)(n * 8) <= last_hi ? s[mt][n].z : -INFINITY;
+                    s[mt][n].w = (int)(n * 8 + 1) >= first_hi && (int)(n * 8 + 1) <= last_hi ? s[mt][n].w : -INFINITY;
                 }
                 max_lo = fmax(max_lo, fmax(s[mt][n].x, s[mt][n].y));
                 max_hi = fmax(max_hi, fmax(s[mt][n].z, s[mt][n].w));

@@ -27,6 +27,9 @@ const char *clflash_nv_mma_backward_refusal(const clflash_context *c, const clfl
     const char *why = clflash_nv_mma_refusal(c, p);
     if (why != NULL)
         return why;
+    if ((p->flags & ~(uint32_t)CLFLASH_CAUSAL) != 0 || p->softcap != 0.0f || p->bias != NULL ||
+        p->alibi_slopes != NULL || p->key_lengths != NULL)
+        return "a window, softcap, bias, ALiBi or key lengths is set";
     if (p->head_dim > NV_BWD_MAX_HEAD_DIM)
         return "head_dim is above 128 (K, V and the dK and dV sums of 16 keys would not fit a warp's registers)";
     return NULL;

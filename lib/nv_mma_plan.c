@@ -3,7 +3,7 @@
  * (cl/nv_mma_forward.cl), and plans and builds that kernel.
  *
  * Why separate from planner.c: the tensor-core kernel has its own eligibility rules (device,
- * dtype, head_dim, 16-byte aligned layouts, no score transforms) and its own shape constraints (B a
+ * dtype, head_dim, 16-byte aligned layouts) and its own shape constraints (B a
  * multiple of 16, one warp per 16 query rows), while the tile rule is the same. planner.c asks
  * here first and falls back to the portable kernel whenever this file says no.
  *
@@ -49,9 +49,6 @@ const char *clflash_nv_mma_refusal(const clflash_context *c, const clflash_probl
         return "O's type differs from the input type";
     if (p->head_dim % 16 != 0 || p->head_dim > NV_MAX_HEAD_DIM)
         return "head_dim is not a multiple of 16 up to 256";
-    if ((p->flags & ~(uint32_t)CLFLASH_CAUSAL) != 0 || p->softcap != 0.0f || p->bias != NULL ||
-        p->alibi_slopes != NULL)
-        return "a window, softcap, bias or ALiBi is set";
     if (!clflash_aligned8(&p->q) || !clflash_aligned8(&p->k) || !clflash_aligned8(&p->v) || !clflash_aligned8(&p->o))
         return "a layout's offset or stride is not a multiple of 8 elements";
     if (p->block != 0 && (p->block % 16 != 0 || p->block > NV_MAX_BLOCK))
@@ -161,7 +158,7 @@ clflash_status clflash_plan_nv_mma(clflash_context *c, const clflash_problem *p,
                               threads);
             out->plan.kv_passes = (rows + block_q - 1) / block_q;
             out->kernel = kernel;
-            out->feature_args = 0;
+            out->feature_args = 1;
             clflash_set_split(out, p, splits, pack);
             return CLFLASH_SUCCESS;
         }

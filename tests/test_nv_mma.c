@@ -96,10 +96,10 @@ START_TEST(selection)
     CASE("f16 d256", th_desc(1, 1, 0, 64, 64, 256, CLFLASH_F16, 0), 1);
     clflash_attention_desc w = th_desc(1, 1, 0, 64, 64, 64, CLFLASH_F16, CLFLASH_WINDOW);
     w.window_left = 4;
-    CASE("window", w, 0);
+    CASE("window", w, 1);
     clflash_attention_desc sc = th_desc(1, 1, 0, 64, 64, 64, CLFLASH_F16, 0);
     sc.softcap = 30.0f;
-    CASE("softcap", sc, 0);
+    CASE("softcap", sc, 1);
     clflash_attention_desc off = th_desc(1, 1, 0, 64, 64, 64, CLFLASH_F16, 0);
     off.q.offset = 3;
     CASE("q offset 3 (not 16-byte aligned)", off, 0);
@@ -171,12 +171,22 @@ START_TEST(backward_selection)
         const char *what;
         clflash_attention_desc d;
         int eligible;
-    } cases[8];
+    } cases[10];
     int n = 0;
+    cl_int err;
+    cl_mem lens = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_WRITE, sizeof(int32_t), NULL, &err);
+    ck_assert_int_eq(err, CL_SUCCESS);
 #define CASE(w, desc, el) (cases[n].what = (w), cases[n].d = (desc), cases[n].eligible = (el), n++)
     CASE("f16 d64", th_desc(1, 2, 0, 100, 100, 64, CLFLASH_F16, 0), 1);
     CASE("bf16 d128 causal GQA", th_desc(2, 4, 2, 33, 77, 128, CLFLASH_BF16, CLFLASH_CAUSAL), 1);
     CASE("f16 d16", th_desc(1, 1, 0, 5, 5, 16, CLFLASH_F16, 0), 1);
+    /* the forward takes these on tensor cores; the tensor-core backward does not yet */
+    clflash_attention_desc kl = th_desc(1, 1, 0, 64, 64, 64, CLFLASH_F16, 0);
+    kl.key_lengths = lens;
+    CASE("key lengths", kl, 0);
+    clflash_attention_desc wn = th_desc(1, 1, 0, 64, 64, 64, CLFLASH_F16, CLFLASH_WINDOW);
+    wn.window_left = 4;
+    CASE("window", wn, 0);
     CASE("f16 d256 (above 128)", th_desc(1, 1, 0, 64, 64, 256, CLFLASH_F16, 0), 0);
     CASE("f16 d144 (above 128)", th_desc(1, 1, 0, 64, 64, 144, CLFLASH_F16, 0), 0);
     CASE("f32", th_desc(1, 1, 0, 64, 64, 64, CLFLASH_F32, 0), 0);
@@ -197,6 +207,7 @@ START_TEST(backward_selection)
     clflash_context *pc = test_context(&opt);
     ck_assert_str_eq(plan_backward_kernel(pc, &cases[0].d), portable);
     clflash_context_free(pc);
+    clReleaseMemObject(lens);
 }
 END_TEST
 
@@ -233,54 +244,102 @@ typedef struct {
     float scale;     /* the descriptor's scale (0 = 1/sqrt(d)) */
     uint32_t splits; /* num_splits (0: the planner's) */
     int ragged;      /* key lengths per batch entry: seq_k, 0, 1, seq_k / 2 + 1, seq_k + 5, ... */
+    /* score features (the feature_shapes table): a window (with CLFLASH_WINDOW in flags), softcap,
+     * a bias (one of the bias_kind values) and ALiBi slopes */
+    uint32_t win_left, win_right;
+    float softcap;
+    int bias;
+    int alibi;
 } mma_shape;
 
+enum bias_kind {
+    BIAS_NONE,
+    BIAS_FULL,         /* [batch][heads][seq_q][seq_k] at an odd offset, every 7th entry -inf */
+    BIAS_SHARED,       /* [seq_q][seq_k], broadcast over batch and heads */
+    BIAS_ROWS,         /* [batch][heads][seq_k], broadcast over the rows, every 5th entry -inf */
+    BIAS_MASKED_ROWS   /* BIAS_FULL, and every row i % 9 == 2 all -inf */
+};
+
 static const mma_shape shapes[] = {
-    {1, 1, 0, 1, 1, 64, 0, 0, 0, 0, 0, 0, 0},
-    {1, 1, 0, 1, 301, 64, 0, 0, 0, 0, 0, 0, 0},   /* decode */
-    {1, 1, 0, 17, 31, 64, 0, 0, 0, 0, 0, 0, 0},
-    {1, 1, 0, 64, 64, 64, 0, 0, 0, 0, 0, 0, 0},
-    {1, 2, 0, 127, 129, 64, 0, 0, 0, 0, 0, 0, 0},
-    {1, 1, 0, 300, 77, 64, 0, 0, 0, 0, 0, 0, 0},  /* seq_q > seq_k */
-    {1, 1, 0, 77, 300, 128, 0, 0, 0, 0, 0, 0, 0}, /* seq_q < seq_k */
-    {2, 4, 2, 131, 97, 128, 0, 0, 0, 0, 0, 0, 0}, /* GQA */
-    {1, 4, 1, 61, 257, 96, 0, 0, 0, 0, 0, 0, 0},  /* MQA */
-    {1, 1, 0, 67, 67, 16, 0, 0, 0, 0, 0, 0, 0},
-    {1, 1, 0, 67, 83, 48, 0, 0, 0, 0, 0, 0, 0},
-    {1, 1, 0, 513, 1001, 128, 0, 0, 0, 0, 0, 0, 0},
-    {1, 2, 1, 77, 131, 256, 0, 0, 0, 0, 0, 0, 0},
-    {1, 1, 0, 131, 77, 256, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0},
-    {1, 1, 0, 1, 1, 64, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0},
-    {1, 1, 0, 37, 37, 64, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0},
-    {1, 1, 0, 13, 97, 64, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0},   /* seq_q < seq_k */
-    {1, 1, 0, 97, 13, 64, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0},   /* the first 84 rows see no key */
-    {2, 4, 2, 131, 131, 128, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0},
-    {1, 2, 1, 300, 301, 96, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0},
-    {1, 1, 0, 97, 131, 64, 0, 16, 0, 0, 0, 0, 0},           /* forced blocks: many tiles, partial ones */
-    {1, 1, 0, 131, 97, 128, CLFLASH_CAUSAL, 16, 0, 0, 0, 0, 0},
-    {1, 2, 1, 101, 103, 64, CLFLASH_CAUSAL, 32, 0, 0, 0, 0, 0},
-    {2, 3, 0, 45, 53, 64, 0, 0, 1, 0, 0, 0, 0},             /* interleaved, offset, gaps */
-    {1, 4, 2, 70, 70, 128, CLFLASH_CAUSAL, 0, 1, 0, 0, 0, 0},
-    {1, 1, 0, 200, 1000, 64, 0, 0, 0, 1, 0, 0, 0},          /* scores rise by ~40 (log2 units) along the keys */
-    {1, 2, 1, 150, 701, 128, CLFLASH_CAUSAL, 0, 0, 1, 0, 0, 0},
-    {1, 1, 0, 77, 301, 128, 0, 0, 0, 0, -0.1f, 0, 0},        /* a negative scale: maxima become minima */
-    {1, 1, 0, 90, 200, 64, CLFLASH_CAUSAL, 0, 0, 0, 0.3f, 0, 0},
-    {1, 1, 0, 33, 65, 64, 0, 0, 0, 0, -0.2f, 0, 0},
-    {1, 1, 0, 90, 200, 64, CLFLASH_CAUSAL, 0, 0, 0, -0.3f, 0, 0},
+    {1, 1, 0, 1, 1, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 1, 301, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},   /* decode */
+    {1, 1, 0, 17, 31, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 64, 64, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 2, 0, 127, 129, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 300, 77, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},  /* seq_q > seq_k */
+    {1, 1, 0, 77, 300, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, /* seq_q < seq_k */
+    {2, 4, 2, 131, 97, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, /* GQA */
+    {1, 4, 1, 61, 257, 96, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},  /* MQA */
+    {1, 1, 0, 67, 67, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 67, 83, 48, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 513, 1001, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 2, 1, 77, 131, 256, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 131, 77, 256, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 1, 1, 64, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 37, 37, 64, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 13, 97, 64, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},   /* seq_q < seq_k */
+    {1, 1, 0, 97, 13, 64, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},   /* the first 84 rows see no key */
+    {2, 4, 2, 131, 131, 128, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 2, 1, 300, 301, 96, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 97, 131, 64, 0, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},           /* forced blocks: many tiles, partial ones */
+    {1, 1, 0, 131, 97, 128, CLFLASH_CAUSAL, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 2, 1, 101, 103, 64, CLFLASH_CAUSAL, 32, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {2, 3, 0, 45, 53, 64, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},             /* interleaved, offset, gaps */
+    {1, 4, 2, 70, 70, 128, CLFLASH_CAUSAL, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 200, 1000, 64, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},          /* scores rise by ~40 (log2 units) along the keys */
+    {1, 2, 1, 150, 701, 128, CLFLASH_CAUSAL, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 77, 301, 128, 0, 0, 0, 0, -0.1f, 0, 0, 0, 0, 0, 0, 0},        /* a negative scale: maxima become minima */
+    {1, 1, 0, 90, 200, 64, CLFLASH_CAUSAL, 0, 0, 0, 0.3f, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 33, 65, 64, 0, 0, 0, 0, -0.2f, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 90, 200, 64, CLFLASH_CAUSAL, 0, 0, 0, -0.3f, 0, 0, 0, 0, 0, 0, 0},
     /* decoding: GQA packing (a K/V head's query heads in one work-group), split-KV (the planner's
      * parts, and forced 2, 3, 7 and more parts than tiles), ragged key lengths including 0 */
-    {1, 32, 8, 1, 4099, 128, 0, 0, 0, 0, 0, 0, 0},
-    {2, 8, 2, 1, 1000, 64, CLFLASH_CAUSAL, 0, 0, 0, 0, 3, 0},
-    {1, 4, 1, 16, 777, 128, CLFLASH_CAUSAL, 0, 0, 0, 0, 7, 0},
-    {3, 8, 2, 5, 300, 64, 0, 0, 0, 0, 0, 40, 0},
-    {2, 4, 4, 1, 1, 64, 0, 0, 0, 0, 0, 2, 0},
-    {5, 8, 2, 3, 500, 128, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 1},
-    {5, 8, 8, 1, 700, 64, 0, 0, 0, 0, 0, 3, 1},
-    {2, 6, 3, 2, 333, 256, 0, 0, 0, 0, 0, 5, 0},
-    {2, 12, 4, 16, 257, 64, CLFLASH_CAUSAL, 0, 1, 0, 0, 4, 1}, /* interleaved, packed, split, ragged */
-    {1, 32, 8, 16, 8192, 128, 0, 0, 0, 0, 0, 0, 0},
+    {1, 32, 8, 1, 4099, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {2, 8, 2, 1, 1000, 64, CLFLASH_CAUSAL, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0},
+    {1, 4, 1, 16, 777, 128, CLFLASH_CAUSAL, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0},
+    {3, 8, 2, 5, 300, 64, 0, 0, 0, 0, 0, 40, 0, 0, 0, 0, 0, 0},
+    {2, 4, 4, 1, 1, 64, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0},
+    {5, 8, 2, 3, 500, 128, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0},
+    {5, 8, 8, 1, 700, 64, 0, 0, 0, 0, 0, 3, 1, 0, 0, 0, 0, 0},
+    {2, 6, 3, 2, 333, 256, 0, 0, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0},
+    {2, 12, 4, 16, 257, 64, CLFLASH_CAUSAL, 0, 1, 0, 0, 4, 1, 0, 0, 0, 0, 0}, /* interleaved, packed, split, ragged */
+    {1, 32, 8, 16, 8192, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
 };
 #define N_SHAPES N_OF(shapes)
+
+/* Score features on the tensor cores: windows (left only, right only, both, zero-width, wider than
+ * the keys), softcap, every bias broadcast with -inf entries and -inf rows, ALiBi, with causal,
+ * GQA packing, splits and ragged key lengths, on odd, prime and size-1 shapes. */
+#define W CLFLASH_WINDOW
+#define C CLFLASH_CAUSAL
+static const mma_shape feature_shapes[] = {
+    {1, 1, 0, 131, 131, 64, W, 0, 0, 0, 0, 0, 0, 17, 0, 0, 0, 0},
+    {1, 2, 0, 97, 211, 128, W, 0, 0, 0, 0, 0, 0, 5, 23, 0, 0, 0},
+    {1, 1, 0, 77, 300, 64, W | C, 0, 0, 0, 0, 0, 0, 64, 0, 0, 0, 0},
+    {1, 1, 0, 200, 200, 64, W, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},        /* each row sees only its diagonal */
+    {1, 1, 0, 61, 61, 64, W, 0, 0, 0, 0, 0, 0, 0, 1000, 0, 0, 0},        /* wider than the keys */
+    {2, 4, 2, 129, 257, 128, W | C, 0, 1, 0, 0, 0, 0, 100, 0, 0, 0, 0},  /* interleaved, GQA */
+    {1, 32, 8, 1, 4099, 128, W, 0, 0, 0, 0, 0, 0, 1000, 0, 0, 0, 0},     /* decode: packed, split */
+    {3, 8, 2, 5, 700, 64, W | C, 0, 0, 0, 0, 3, 1, 300, 0, 0, 0, 0},     /* forced parts, ragged */
+    {1, 1, 0, 1, 1, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5.0f, 0, 0},
+    {1, 2, 0, 131, 97, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5.0f, 0, 0},
+    {1, 2, 1, 150, 701, 128, C, 0, 0, 1, 0, 0, 0, 0, 0, 30.0f, 0, 0},   /* rising scores, capped */
+    {1, 1, 0, 67, 83, 256, 0, 0, 0, 0, 0.5f, 0, 0, 0, 0, 2.0f, 0, 0},   /* the cap bends every score */
+    {2, 3, 0, 45, 53, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, BIAS_FULL, 0},
+    {1, 4, 2, 129, 131, 128, C, 0, 0, 0, 0, 0, 0, 0, 0, 0, BIAS_SHARED, 0},
+    {2, 2, 0, 33, 301, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, BIAS_ROWS, 0},
+    {1, 2, 0, 97, 97, 64, C, 0, 0, 0, 0, 0, 0, 0, 0, 0, BIAS_MASKED_ROWS, 0},
+    {1, 32, 8, 1, 2049, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, BIAS_FULL, 0}, /* decode: packed heads' own rows */
+    {1, 3, 0, 111, 203, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
+    {2, 8, 2, 3, 999, 128, C, 0, 0, 0, 0, 4, 1, 0, 0, 0, 0, 1},         /* packed slopes, split, ragged */
+    {1, 4, 1, 300, 301, 96, C, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
+    /* everything at once */
+    {2, 4, 2, 77, 150, 64, W | C, 0, 1, 0, 0, 0, 1, 40, 0, 20.0f, BIAS_FULL, 1},
+    {2, 12, 4, 4, 555, 128, W | C, 0, 0, 0, 0, 5, 1, 200, 0, 10.0f, BIAS_ROWS, 1},
+};
+#undef W
+#undef C
+#define N_FEATURE_SHAPES N_OF(feature_shapes)
 
 static float put(clflash_dtype t, uint16_t *buf, uint64_t i, float x)
 {
@@ -357,15 +416,43 @@ static void run_shape(const mma_shape *s, clflash_dtype t)
                       : k5 == -3 ? (int32_t)s->sk + 5 : k5;
         }
     }
-    const ref_extras x = {NULL, NULL, lens};
+    float *bias = NULL, *slopes = NULL;
+    uint64_t bias_n = 0;
+    if (s->bias != BIAS_NONE) {
+        const ref_strides bs = ref_resolve_bias_layout(&d);
+        bias_n = bs.offset + (uint64_t)(s->batch - 1) * bs.batch_stride + (uint64_t)(s->hq - 1) * bs.head_stride +
+                 (uint64_t)(s->sq - 1) * bs.seq_stride + s->sk;
+        bias = malloc(bias_n * sizeof(float));
+        ck_assert(bias);
+        const unsigned mask_every = s->bias == BIAS_ROWS ? 5 : s->bias == BIAS_SHARED ? 0 : 7;
+        for (uint64_t i = 0; i < bias_n; i++)
+            bias[i] = mask_every && i % mask_every == 3 ? -INFINITY : (float)(3.0 * ref_rng_uniform(&r));
+        if (s->bias == BIAS_MASKED_ROWS)
+            for (uint32_t b = 0; b < s->batch; b++)
+                for (uint32_t h = 0; h < s->hq; h++)
+                    for (uint32_t i = 2; i < s->sq; i += 9)
+                        for (uint32_t j = 0; j < s->sk; j++)
+                            bias[bs.offset + b * bs.batch_stride + h * bs.head_stride + i * bs.seq_stride + j] = -INFINITY;
+    }
+    if (s->alibi) {
+        slopes = malloc(sizeof(float) * s->hq);
+        ck_assert(slopes);
+        for (uint32_t h = 0; h < s->hq; h++)
+            slopes[h] = ldexpf(1.0f, -(int)(1 + h % 8)); /* 1/2 .. 1/256, as ALiBi's geometric slopes */
+    }
+    const ref_extras x = {bias, slopes, lens};
     ref_attention_ex(&d, qf, kf, vf, &x, ref_o, ref_lse);
 
     cl_mem bq = upload(q, nq * 2), bk = upload(k, nk * 2), bv = upload(v, nv * 2), bo = upload(o, no * 2),
            bl = upload(lse, rows * 4);
     cl_mem blens = lens ? upload(lens, sizeof(int32_t) * s->batch) : NULL;
+    cl_mem bbias = bias ? upload(bias, bias_n * sizeof(float)) : NULL;
+    cl_mem bslopes = slopes ? upload(slopes, sizeof(float) * s->hq) : NULL;
     cl_command_queue qu = clflash_context_queue(ctx);
     clflash_attention_desc dk = d;
     dk.key_lengths = blens;
+    dk.bias = bbias;
+    dk.alibi_slopes = bslopes;
     clflash_plan plan = {.struct_size = sizeof plan};
     ck_assert_int_eq(clflash_plan_attention(ctx, &dk, &plan), CLFLASH_SUCCESS);
     ck_assert_str_eq(plan.kernel, "nv_mma_forward");
@@ -373,8 +460,9 @@ static void run_shape(const mma_shape *s, clflash_dtype t)
         ck_assert_uint_eq(plan.splits, s->splits);
     const uint32_t group = s->hq / hkv;
     ck_assert_uint_eq(plan.packed_heads, group > 1 && s->sq * group <= 128 ? group : 1);
-    snprintf(what + strlen(what), sizeof what - strlen(what), " (splits %u, packed %u%s)", plan.splits,
-             plan.packed_heads, lens ? ", ragged" : "");
+    snprintf(what + strlen(what), sizeof what - strlen(what), " (splits %u, packed %u%s%s%s%s)", plan.splits,
+             plan.packed_heads, lens ? ", ragged" : "", s->softcap != 0.0f ? ", softcap" : "",
+             bias ? ", bias" : "", slopes ? ", ALiBi" : "");
     const clflash_status st = clflash_forward(ctx, &dk, NULL, bq, bk, bv, bo, bl, 0, NULL, NULL);
     ck_assert_msg(st == CLFLASH_SUCCESS, "%s: %s (%s)", what, clflash_status_string(st), clflash_last_error_detail());
     ck_assert_int_eq(clEnqueueReadBuffer(qu, bo, CL_TRUE, 0, no * 2, o, 0, NULL, NULL), CL_SUCCESS);
@@ -416,7 +504,13 @@ static void run_shape(const mma_shape *s, clflash_dtype t)
     clReleaseMemObject(bl);
     if (blens)
         clReleaseMemObject(blens);
+    if (bbias)
+        clReleaseMemObject(bbias);
+    if (bslopes)
+        clReleaseMemObject(bslopes);
     free(lens);
+    free(bias);
+    free(slopes);
     free(in_layout);
     free(q), free(k), free(v), free(o), free(qf), free(kf), free(vf), free(lse), free(ref_o), free(ref_lse);
 }
@@ -424,6 +518,12 @@ static void run_shape(const mma_shape *s, clflash_dtype t)
 START_TEST(against_reference)
 {
     run_shape(&shapes[_i % N_SHAPES], _i < (int)N_SHAPES ? CLFLASH_F16 : CLFLASH_BF16);
+}
+END_TEST
+
+START_TEST(features_against_reference)
+{
+    run_shape(&feature_shapes[_i % N_FEATURE_SHAPES], _i < (int)N_FEATURE_SHAPES ? CLFLASH_F16 : CLFLASH_BF16);
 }
 END_TEST
 
@@ -475,34 +575,34 @@ END_TEST
 
 /* head_dim <= 128; the same kinds of shape as the forward's, and forced blocks 16, 32 and 48. */
 static const mma_shape bwd_shapes[] = {
-    {1, 1, 0, 1, 1, 64, 0, 0, 0, 0, 0, 0, 0},
-    {1, 1, 0, 1, 301, 64, 0, 0, 0, 0, 0, 0, 0},
-    {1, 1, 0, 17, 31, 64, 0, 0, 0, 0, 0, 0, 0},
-    {1, 2, 0, 127, 129, 64, 0, 0, 0, 0, 0, 0, 0},
-    {1, 1, 0, 300, 77, 64, 0, 0, 0, 0, 0, 0, 0},  /* seq_q > seq_k */
-    {1, 1, 0, 77, 300, 128, 0, 0, 0, 0, 0, 0, 0}, /* seq_q < seq_k */
-    {2, 4, 2, 131, 97, 128, 0, 0, 0, 0, 0, 0, 0}, /* GQA: dK, dV sum two query heads */
-    {1, 4, 1, 61, 257, 96, 0, 0, 0, 0, 0, 0, 0},  /* MQA */
-    {1, 1, 0, 67, 67, 16, 0, 0, 0, 0, 0, 0, 0},
-    {1, 1, 0, 67, 83, 48, 0, 0, 0, 0, 0, 0, 0},
-    {1, 1, 0, 513, 1001, 128, 0, 0, 0, 0, 0, 0, 0},
-    {1, 1, 0, 1, 1, 64, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0},
-    {1, 1, 0, 37, 37, 64, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0},
-    {1, 1, 0, 13, 97, 64, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0},  /* seq_q < seq_k */
-    {1, 1, 0, 97, 13, 64, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0},  /* rows that see no key: dQ = 0 */
-    {2, 4, 2, 131, 131, 128, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0},
-    {1, 2, 1, 300, 301, 96, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0},
-    {1, 1, 0, 97, 131, 64, 0, 16, 0, 0, 0, 0, 0},           /* forced blocks: many tiles, partial ones */
-    {1, 1, 0, 131, 97, 128, CLFLASH_CAUSAL, 16, 0, 0, 0, 0, 0},
-    {1, 2, 1, 101, 103, 64, CLFLASH_CAUSAL, 32, 0, 0, 0, 0, 0},
-    {1, 1, 0, 200, 211, 32, CLFLASH_CAUSAL, 48, 0, 0, 0, 0, 0},
-    {2, 3, 0, 45, 53, 64, 0, 0, 1, 0, 0, 0, 0},             /* interleaved, offset, gaps */
-    {1, 4, 2, 70, 70, 128, CLFLASH_CAUSAL, 0, 1, 0, 0, 0, 0},
-    {1, 1, 0, 77, 301, 128, 0, 0, 0, 0, -0.1f, 0, 0},        /* a negative scale */
-    {1, 1, 0, 90, 200, 64, CLFLASH_CAUSAL, 0, 0, 0, 0.3f, 0, 0},
-    {1, 1, 0, 33, 65, 64, 0, 0, 0, 0, -0.2f, 0, 0},
-    {1, 1, 0, 90, 200, 64, CLFLASH_CAUSAL, 0, 0, 0, -0.3f, 0, 0},   /* key groups' causal masks */
-    {1, 2, 1, 77, 131, 128, CLFLASH_CAUSAL, 0, 0, 0, -0.1f, 0, 0},
+    {1, 1, 0, 1, 1, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 1, 301, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 17, 31, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 2, 0, 127, 129, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 300, 77, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},  /* seq_q > seq_k */
+    {1, 1, 0, 77, 300, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, /* seq_q < seq_k */
+    {2, 4, 2, 131, 97, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, /* GQA: dK, dV sum two query heads */
+    {1, 4, 1, 61, 257, 96, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},  /* MQA */
+    {1, 1, 0, 67, 67, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 67, 83, 48, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 513, 1001, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 1, 1, 64, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 37, 37, 64, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 13, 97, 64, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},  /* seq_q < seq_k */
+    {1, 1, 0, 97, 13, 64, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},  /* rows that see no key: dQ = 0 */
+    {2, 4, 2, 131, 131, 128, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 2, 1, 300, 301, 96, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 97, 131, 64, 0, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},           /* forced blocks: many tiles, partial ones */
+    {1, 1, 0, 131, 97, 128, CLFLASH_CAUSAL, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 2, 1, 101, 103, 64, CLFLASH_CAUSAL, 32, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 200, 211, 32, CLFLASH_CAUSAL, 48, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {2, 3, 0, 45, 53, 64, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},             /* interleaved, offset, gaps */
+    {1, 4, 2, 70, 70, 128, CLFLASH_CAUSAL, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 77, 301, 128, 0, 0, 0, 0, -0.1f, 0, 0, 0, 0, 0, 0, 0},        /* a negative scale */
+    {1, 1, 0, 90, 200, 64, CLFLASH_CAUSAL, 0, 0, 0, 0.3f, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 33, 65, 64, 0, 0, 0, 0, -0.2f, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 90, 200, 64, CLFLASH_CAUSAL, 0, 0, 0, -0.3f, 0, 0, 0, 0, 0, 0, 0},   /* key groups' causal masks */
+    {1, 2, 1, 77, 131, 128, CLFLASH_CAUSAL, 0, 0, 0, -0.1f, 0, 0, 0, 0, 0, 0, 0},
 };
 #define N_BWD_SHAPES N_OF(bwd_shapes)
 
@@ -513,6 +613,15 @@ static clflash_attention_desc mma_desc(const mma_shape *s, clflash_dtype t)
     d.block = s->block;
     d.scale = s->scale;
     d.num_splits = s->splits;
+    d.window_left = s->win_left;
+    d.window_right = s->win_right;
+    d.softcap = s->softcap;
+    if (s->bias == BIAS_FULL || s->bias == BIAS_MASKED_ROWS)
+        d.bias_layout.offset = 3;
+    else if (s->bias == BIAS_SHARED)
+        d.bias_broadcast = CLFLASH_BROADCAST_BATCH | CLFLASH_BROADCAST_HEADS;
+    else if (s->bias == BIAS_ROWS)
+        d.bias_broadcast = CLFLASH_BROADCAST_ROWS;
     if (s->interleaved) {
         d.q = interleaved(s->hq, s->sq, s->d);
         d.k = interleaved(hkv, s->sk, s->d);
@@ -597,6 +706,7 @@ int main(int argc, char **argv)
     tcase_set_timeout(tc, TEST_TIMEOUT_S);
     if (forward) {
         tcase_add_loop_test(tc, against_reference, 0, 2 * (int)N_SHAPES);
+        tcase_add_loop_test(tc, features_against_reference, 0, 2 * (int)N_FEATURE_SHAPES);
         tcase_add_test(tc, repeatable);
         tcase_add_test(tc, split_batch_independent);
     } else if (backward) {

@@ -20,6 +20,7 @@
 #endif
 
 #include "bench_decode.h"
+#include "bench_features.h"
 #include "tool_common.h"
 
 #include <ctype.h>
@@ -317,6 +318,8 @@ static void print_help(FILE *f)
           "  --no-check         do not compare the outputs\n"
           "  --decode           decoding instead (few queries, a long KV cache; GB/s of K/V read):\n"
           "                     see clflash-bench --decode --help\n"
+          "  --features         each score feature (causal, window, softcap, ALiBi, bias, key\n"
+          "                     lengths) beside the plain call: see clflash-bench --features --help\n"
           "  --version          print the tool's and library's versions\n"
           "  -h, --help         print this help\n"
           "Options take their value as the next argument or after '='. Progress goes to stderr.\n"
@@ -1737,6 +1740,8 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "--decode") == 0)
             return bench_decode_main(argc, argv);
+        else if (strcmp(argv[i], "--features") == 0)
+            return bench_features_main(argc, argv);
     memset(&o, 0, sizeof o);
     o.head_dim = DEFAULT_HEAD_DIM;
     o.dtype = CLFLASH_F32;
