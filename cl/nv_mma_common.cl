@@ -116,6 +116,12 @@ inline float tanh_fast(float x)
     return 1.0f - 2.0f * native_recip(1.0f + exp2_ftz(x * (2.0f * M_LOG2E_F)));
 }
 
+/* A hint that the line holding p will be read soon: brought into L1, nothing waits for it. */
+inline void prefetch_l1(__global const void *p)
+{
+    __asm__ __volatile__("prefetch.global.L1 [%0];\n" : : "l"((ulong)p));
+}
+
 /* 1 in every lane if `pred` is nonzero in any lane of the warp. */
 inline int warp_any(int pred)
 {

@@ -95,6 +95,21 @@ inline void stage_packed_rows(__local ushort *dst, __global const ushort *src, u
     }
 }
 
+#if BIAS
+/* Asks L1 for the bias of the lane's rows at keys key0 .. key0 + BLOCK - 1 (a tile ahead), so that
+ * the loads in the score step hit: the four lanes of a quad share two rows per slice, and lane t
+ * touches row (t odd: hi) at keys 0, 64, ... (t < 2) or 32, 64 + 32, ... (t >= 2) from key0 and at
+ * BLOCK - 1, which covers every 128-byte line of the span. Keys past seq_k are clamped to it. */
+inline void prefetch_bias(__global const float *const *lo, __global const float *const *hi, uint key0, uint seq_k,
+                          uint t)
+{
+#pragma unroll
+    for (uint mt = 0; mt < M_TILES; mt++)
+        for (uint c = (t >> 1) * 32; c < BLOCK + 31; c += 64)
+            prefetch_l1((t & 1 ? hi[mt] : lo[mt]) + min(key0 + min(c, (uint)BLOCK - 1), seq_k - 1));
+}
+#endif
+
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1)))
 void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global const ushort *v,
                     __global ushort *o, __global float *lse, uint seq_q, uint seq_k, uint heads_q, uint group,
@@ -162,18 +177,23 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
 #endif
 
     /* The keys this block sees (common.cl's visible_keys: the key length, CAUSAL, WINDOW), from
-     * the tile holding its last row's first key to its last row's last key; with SPLIT only its part
-     * of them. A tile needs masks only where some row of the block sees less than all of it: from
-     * the last row's first key on and up to the first row's last key, every row sees every key. */
+     * the tile holding its first row's first key to its last row's last key; with SPLIT only its
+     * part of them. */
     const uint q_first = ROW_QUERY(row0), q_last = ROW_QUERY(min(row0 + BLOCK_Q, rows_total) - 1);
     uint key_begin, key_end;
     block_key_range(q_first, q_last - q_first + 1, seq_q, seq_k, key_len, win_left, win_right, BLOCK, &key_begin,
                     &key_end);
-    long all_lo, all_hi, unused;
-    visible_keys(q_last, seq_q, seq_k, key_len, win_left, win_right, &all_lo, &unused);
-    visible_keys(q_first, seq_q, seq_k, key_len, win_left, win_right, &unused, &all_hi);
     split_part(n_splits, split_keys, heads_q, seq_q, &key_begin, &key_end, &o_off, &lse);
     const uint n_tiles = (key_end - key_begin + BLOCK - 1) / BLOCK;
+    /* The same per warp, whose rows see a narrower band: a tile none of its rows sees is skipped
+     * by the warp (the block still loads it for the others); one every row sees whole needs no
+     * masks. Both ends of visible_keys grow with the row, so the warp's first and last rows bound
+     * the rest. */
+    long warp_first_lo, warp_first_hi, warp_last_lo, warp_last_hi;
+    visible_keys(ROW_QUERY(min(row0 + warp_row0, rows_total - 1)), seq_q, seq_k, key_len, win_left, win_right,
+                 &warp_first_lo, &warp_first_hi);
+    visible_keys(ROW_QUERY(min(row0 + warp_row0 + 16 * M_TILES - 1, rows_total - 1)), seq_q, seq_k, key_len,
+                 win_left, win_right, &warp_last_lo, &warp_last_hi);
 
     /* Lane rows: slice mt holds rows row0 + warp_row0 + 16 mt + g ("lo") and that + 8 ("hi"). */
     float4 acc[M_TILES][O_TILES];
@@ -209,7 +229,10 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
 #endif
     }
 #endif
-#if !BIAS
+#if BIAS
+    if (n_tiles > 0)
+        prefetch_bias(bias_lo, bias_hi, key_begin, seq_k, t);
+#else
     (void)bias, (void)bias_off, (void)bias_bs, (void)bias_hs, (void)bias_rs;
 #endif
 #if !ALIBI
@@ -259,6 +282,12 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
             kv_stream_next(&stream, tiles + ((j + 1) % 2) * 2 * BLOCK * ROW_STRIDE);
             async_commit();
         }
+#if BIAS
+        if (j + 1 < n_tiles)
+            prefetch_bias(bias_lo, bias_hi, key0 + BLOCK, seq_k, t);
+#endif
+        if ((long)key0 >= warp_last_hi || (long)(key0 + BLOCK) <= warp_first_lo)
+            continue; /* no row of this warp sees a key of the tile */
         __local const ushort *k_src = k_src0 + (j % 2) * 2 * BLOCK * ROW_STRIDE;
         __local const ushort *v_src = v_src0 + (j % 2) * 2 * BLOCK * ROW_STRIDE;
 
@@ -284,7 +313,7 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
         }
 
         /* Scale, apply the score transforms, mask the keys each row does not see, online softmax. */
-        const int masked = (long)key0 < all_lo || (long)(key0 + BLOCK) > all_hi;
+        const int masked = (long)key0 < warp_last_lo || (long)(key0 + BLOCK) > warp_first_hi;
 #pragma unroll
         for (uint mt = 0; mt < M_TILES; mt++) {
             const uint row_lo = row0 + warp_row0 + mt * 16 + g;
