@@ -107,19 +107,15 @@ inline float exp2_ftz(float x)
     return r;
 }
 
-/* tanh(x) as 1 - 2 / (1 + e^(2x)), from exp2_ftz and the reciprocal: within a few units of 2^-24
- * of tanh (an absolute error, which is what a softcapped score needs), -1 and 1 at the ends, where
- * e^(2x) flushes to 0 or overflows to infinity. PTX's tanh.approx.f32 is one instruction but only
- * good to 2^-11 relative, which at a cap of 50 moves a score by up to 0.02. */
-inline float tanh_fast(float x)
+/* A softcapped score in log2 units: cap2 * tanh(s2 / cap2) for the score s2 and cap cap2 (both
+ * in log2 units), given y = 2 log2(e) s2 / cap2, as cap2 - 2 cap2 / (1 + 2^y) (tanh(x) =
+ * 1 - 2 / (1 + e^(2x))). From exp2_ftz and the reciprocal it is within a few units of 2^-24 * cap2
+ * of the exact value (an absolute error, which is what the softmax sees), and +-cap2 at the ends,
+ * where 2^y overflows to infinity or flushes to 0. PTX's tanh.approx.f32 would save an
+ * instruction but is good only to 2^-11 relative: at a cap of 50 it moves a score by up to 0.02. */
+inline float softcap_log2(float y, float cap2)
 {
-    return 1.0f - 2.0f * native_recip(1.0f + exp2_ftz(x * (2.0f * M_LOG2E_F)));
-}
-
-/* A hint that the line holding p will be read soon: brought into L1, nothing waits for it. */
-inline void prefetch_l1(__global const void *p)
-{
-    __asm__ __volatile__("prefetch.global.L1 [%0];\n" : : "l"((ulong)p));
+    return fma(native_recip(1.0f + exp2_ftz(y)), -2.0f * cap2, cap2);
 }
 
 /* 1 in every lane if `pred` is nonzero in any lane of the warp. */

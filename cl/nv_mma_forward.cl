@@ -96,17 +96,19 @@ inline void stage_packed_rows(__local ushort *dst, __global const ushort *src, u
 }
 
 #if BIAS
-/* Asks L1 for the bias of the lane's rows at keys key0 .. key0 + BLOCK - 1 (a tile ahead), so that
- * the loads in the score step hit: the four lanes of a quad share two rows per slice, and lane t
- * touches row (t odd: hi) at keys 0, 64, ... (t < 2) or 32, 64 + 32, ... (t >= 2) from key0 and at
- * BLOCK - 1, which covers every 128-byte line of the span. Keys past seq_k are clamped to it. */
-inline void prefetch_bias(__global const float *const *lo, __global const float *const *hi, uint key0, uint seq_k,
-                          uint t)
+/* The bias of keys j and j + 1 of one row (row[j], row[j + 1]); keys past seq_k (the last tile's
+ * padding, masked later) read key seq_k - 1. With BIAS_PAIRS (the host found the bias offset and
+ * strides even, so row + j is 8-byte aligned for even j) one 8-byte load. */
+#ifndef BIAS_PAIRS
+#define BIAS_PAIRS 0
+#endif
+inline float2 bias_pair(__global const float *row, uint j, uint seq_k)
 {
-#pragma unroll
-    for (uint mt = 0; mt < M_TILES; mt++)
-        for (uint c = (t >> 1) * 32; c < BLOCK + 31; c += 64)
-            prefetch_l1((t & 1 ? hi[mt] : lo[mt]) + min(key0 + min(c, (uint)BLOCK - 1), seq_k - 1));
+#if BIAS_PAIRS
+    if (j + 1 < seq_k)
+        return *(__global const float2 *)(row + j);
+#endif
+    return (float2)(row[min(j, seq_k - 1)], row[min(j + 1, seq_k - 1)]);
 }
 #endif
 
@@ -185,15 +187,16 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
                     &key_end);
     split_part(n_splits, split_keys, heads_q, seq_q, &key_begin, &key_end, &o_off, &lse);
     const uint n_tiles = (key_end - key_begin + BLOCK - 1) / BLOCK;
-    /* The same per warp, whose rows see a narrower band: a tile none of its rows sees is skipped
-     * by the warp (the block still loads it for the others); one every row sees whole needs no
-     * masks. Both ends of visible_keys grow with the row, so the warp's first and last rows bound
-     * the rest. */
+    /* A tile needs masks in a warp only where some of the warp's rows see less than all of it:
+     * from its last row's first key on and up to its first row's last key, every row of the warp
+     * sees every key (both ends of visible_keys grow with the row). */
     long warp_first_lo, warp_first_hi, warp_last_lo, warp_last_hi;
     visible_keys(ROW_QUERY(min(row0 + warp_row0, rows_total - 1)), seq_q, seq_k, key_len, win_left, win_right,
                  &warp_first_lo, &warp_first_hi);
+    (void)warp_first_lo;
     visible_keys(ROW_QUERY(min(row0 + warp_row0 + 16 * M_TILES - 1, rows_total - 1)), seq_q, seq_k, key_len,
                  win_left, win_right, &warp_last_lo, &warp_last_hi);
+    (void)warp_last_hi;
 
     /* Lane rows: slice mt holds rows row0 + warp_row0 + 16 mt + g ("lo") and that + 8 ("hi"). */
     float4 acc[M_TILES][O_TILES];
@@ -224,22 +227,30 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
                       (ulong)ROW_QUERY(r_hi) * bias_rs;
 #endif
 #if ALIBI
-        slope_lo[mt] = alibi[ROW_HEAD(h0, r_lo)];
-        slope_hi[mt] = alibi[ROW_HEAD(h0, r_hi)];
+        slope_lo[mt] = alibi[ROW_HEAD(h0, r_lo)] * M_LOG2E_F; /* in log2 units */
+        slope_hi[mt] = alibi[ROW_HEAD(h0, r_hi)] * M_LOG2E_F;
 #endif
     }
 #endif
-#if BIAS
-    if (n_tiles > 0)
-        prefetch_bias(bias_lo, bias_hi, key_begin, seq_k, t);
-#else
+#if !BIAS
     (void)bias, (void)bias_off, (void)bias_bs, (void)bias_hs, (void)bias_rs;
 #endif
 #if !ALIBI
     (void)alibi;
 #endif
+    /* Scores in log2 units. With a transform on, the host passes the scale in natural-log units
+     * (as the portable kernel takes it), and each transform is carried into log2 units here: a
+     * softcap cap * tanh(s / cap) of the natural score s is cap2 * tanh(s2 / cap2) with
+     * cap2 = cap * log2(e) and s2 = s * log2(e); a bias b becomes b * log2(e); a slope too. */
+#if SOFTCAP || BIAS || ALIBI
+    const float scale2 = score_scale * M_LOG2E_F;
+#else
+    const float scale2 = score_scale;
+#endif
 #if SOFTCAP
-    const float inv_cap = 1.0f / softcap;
+    /* softcap_log2's argument: 2 log2(e) s2 / cap2, from the raw product q.k */
+    const float cap2 = softcap * M_LOG2E_F, cap_in = scale2 * 2.0f * M_LOG2E_F / cap2;
+    (void)scale2;
 #else
     (void)softcap;
 #endif
@@ -282,15 +293,21 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
             kv_stream_next(&stream, tiles + ((j + 1) % 2) * 2 * BLOCK * ROW_STRIDE);
             async_commit();
         }
-#if BIAS
-        if (j + 1 < n_tiles)
-            prefetch_bias(bias_lo, bias_hi, key0 + BLOCK, seq_k, t);
-#endif
-        if ((long)key0 >= warp_last_hi || (long)(key0 + BLOCK) <= warp_first_lo)
-            continue; /* no row of this warp sees a key of the tile */
         __local const ushort *k_src = k_src0 + (j % 2) * 2 * BLOCK * ROW_STRIDE;
         __local const ushort *v_src = v_src0 + (j % 2) * 2 * BLOCK * ROW_STRIDE;
 
+#if BIAS
+        /* This tile's bias at the lane's keys key0 + 8n + 2t (+1) of its rows, loaded before the
+         * products so that their latency hides behind them. */
+        float2 bias_t[M_TILES][S_TILES][2];
+#pragma unroll
+        for (uint mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+            for (uint n = 0; n < S_TILES; n++) {
+                bias_t[mt][n][0] = bias_pair(bias_lo[mt], key0 + 8 * n + 2 * t, seq_k);
+                bias_t[mt][n][1] = bias_pair(bias_hi[mt], key0 + 8 * n + 2 * t, seq_k);
+            }
+#endif
         /* S = Q K_j^T: s[mt][n] holds keys key0 + 8n + 2t (+1) of the lane's lo (x, y) and hi
          * (z, w) rows. One K fragment feeds every slice. */
         float4 s[M_TILES][S_TILES];
@@ -338,32 +355,25 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
             float max_lo = -INFINITY, max_hi = -INFINITY; /* this tile's, in the units of s */
 #pragma unroll
             for (uint n = 0; n < S_TILES; n++) {
-                s[mt][n] *= score_scale;
-#if SOFTCAP || BIAS || ALIBI
-                /* common.cl's transform_score, in natural-log units, then to log2 units */
 #if SOFTCAP
-                s[mt][n].x = softcap * tanh_fast(s[mt][n].x * inv_cap);
-                s[mt][n].y = softcap * tanh_fast(s[mt][n].y * inv_cap);
-                s[mt][n].z = softcap * tanh_fast(s[mt][n].z * inv_cap);
-                s[mt][n].w = softcap * tanh_fast(s[mt][n].w * inv_cap);
+                s[mt][n].x = softcap_log2(s[mt][n].x * cap_in, cap2);
+                s[mt][n].y = softcap_log2(s[mt][n].y * cap_in, cap2);
+                s[mt][n].z = softcap_log2(s[mt][n].z * cap_in, cap2);
+                s[mt][n].w = softcap_log2(s[mt][n].w * cap_in, cap2);
+#else
+                s[mt][n] *= scale2;
 #endif
 #if BIAS
-                {
-                    /* keys past seq_k (the last tile's padding) read key seq_k - 1: they are masked */
-                    const uint j0 = min(key0 + 8 * n + 2 * t, seq_k - 1), j1 = min(key0 + 8 * n + 2 * t + 1, seq_k - 1);
-                    s[mt][n].x += bias_lo[mt][j0];
-                    s[mt][n].y += bias_lo[mt][j1];
-                    s[mt][n].z += bias_hi[mt][j0];
-                    s[mt][n].w += bias_hi[mt][j1];
-                }
+                s[mt][n].x = fma(bias_t[mt][n][0].x, M_LOG2E_F, s[mt][n].x);
+                s[mt][n].y = fma(bias_t[mt][n][0].y, M_LOG2E_F, s[mt][n].y);
+                s[mt][n].z = fma(bias_t[mt][n][1].x, M_LOG2E_F, s[mt][n].z);
+                s[mt][n].w = fma(bias_t[mt][n][1].y, M_LOG2E_F, s[mt][n].w);
 #endif
 #if ALIBI
-                s[mt][n].x -= slope_lo[mt] * fabs(dist_lo - (float)(n * 8));
-                s[mt][n].y -= slope_lo[mt] * fabs(dist_lo - (float)(n * 8 + 1));
-                s[mt][n].z -= slope_hi[mt] * fabs(dist_hi - (float)(n * 8));
-                s[mt][n].w -= slope_hi[mt] * fabs(dist_hi - (float)(n * 8 + 1));
-#endif
-                s[mt][n] *= M_LOG2E_F;
+                s[mt][n].x = fma(-slope_lo[mt], fabs(dist_lo - (float)(n * 8)), s[mt][n].x);
+                s[mt][n].y = fma(-slope_lo[mt], fabs(dist_lo - (float)(n * 8 + 1)), s[mt][n].y);
+                s[mt][n].z = fma(-slope_hi[mt], fabs(dist_hi - (float)(n * 8)), s[mt][n].z);
+                s[mt][n].w = fma(-slope_hi[mt], fabs(dist_hi - (float)(n * 8 + 1)), s[mt][n].w);
 #endif
                 if (masked) {
                     s[mt][n].x = (int)(n * 8) >= first_lo && (int)(n * 8) <= last_lo ? s[mt][n].x : -INFINITY;

@@ -56,6 +56,12 @@ const char *clflash_nv_mma_refusal(const clflash_context *c, const clflash_probl
     return NULL;
 }
 
+int clflash_bias_pairs(const clflash_problem *p)
+{
+    const clflash_strides *b = &p->bias_strides;
+    return p->bias != NULL && (b->offset | b->batch_stride | b->head_stride | b->seq_stride) % 2 == 0;
+}
+
 /* Query heads packed into one work-group's rows: all heads of a GQA group when their rows for the
  * whole of seq_q fit one work-group (128 rows), else none. */
 #define NV_PACK_ROWS 128u
@@ -106,8 +112,8 @@ static clflash_status build(clflash_context *c, const clflash_problem *p, int wi
     cl_int err;
     clflash_status st;
     clflash_forward_defines(p, with_lse, splits, pack, features, sizeof features);
-    snprintf(defines, sizeof defines, "%s -D HEAD_DIM=%u -D BLOCK=%u -D WARPS=%u -D M_TILES=%u", features,
-             p->head_dim, block, warps, m_tiles);
+    snprintf(defines, sizeof defines, "%s -D HEAD_DIM=%u -D BLOCK=%u -D WARPS=%u -D M_TILES=%u -D BIAS_PAIRS=%d",
+             features, p->head_dim, block, warps, m_tiles, clflash_bias_pairs(p));
     if ((st = clflash_get_program(c, CLFLASH_SOURCE_NV_MMA_FORWARD, defines, &prog)) != CLFLASH_SUCCESS)
         return st;
     *kernel = clCreateKernel(prog, KERNEL_NAME, &err);

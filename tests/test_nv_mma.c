@@ -257,7 +257,8 @@ enum bias_kind {
     BIAS_FULL,         /* [batch][heads][seq_q][seq_k] at an odd offset, every 7th entry -inf */
     BIAS_SHARED,       /* [seq_q][seq_k], broadcast over batch and heads */
     BIAS_ROWS,         /* [batch][heads][seq_k], broadcast over the rows, every 5th entry -inf */
-    BIAS_MASKED_ROWS   /* BIAS_FULL, and every row i % 9 == 2 all -inf */
+    BIAS_MASKED_ROWS   /* [batch][heads][seq_q][seq_k], every 7th entry and every row i % 9 == 2 -inf */
+    /* (even offsets and strides, as with an even seq_k and no offset, take the kernel's paired loads) */
 };
 
 static const mma_shape shapes[] = {
@@ -330,6 +331,10 @@ static const mma_shape feature_shapes[] = {
     {2, 2, 0, 33, 301, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, BIAS_ROWS, 0},
     {1, 2, 0, 97, 97, 64, C, 0, 0, 0, 0, 0, 0, 0, 0, 0, BIAS_MASKED_ROWS, 0},
     {1, 32, 8, 1, 2049, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, BIAS_FULL, 0}, /* decode: packed heads' own rows */
+    /* even offsets and strides: paired loads, partial last tiles */
+    {1, 4, 2, 127, 256, 128, C, 0, 0, 0, 0, 0, 0, 0, 0, 0, BIAS_SHARED, 0},
+    {2, 2, 0, 61, 190, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, BIAS_MASKED_ROWS, 0},
+    {1, 32, 8, 1, 2050, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, BIAS_ROWS, 0},
     {1, 3, 0, 111, 203, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
     {2, 8, 2, 3, 999, 128, C, 0, 0, 0, 0, 4, 1, 0, 0, 0, 0, 1},         /* packed slopes, split, ragged */
     {1, 4, 1, 300, 301, 96, C, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
@@ -615,7 +620,7 @@ static clflash_attention_desc mma_desc(const mma_shape *s, clflash_dtype t)
     d.window_left = s->win_left;
     d.window_right = s->win_right;
     d.softcap = s->softcap;
-    if (s->bias == BIAS_FULL || s->bias == BIAS_MASKED_ROWS)
+    if (s->bias == BIAS_FULL)
         d.bias_layout.offset = 3;
     else if (s->bias == BIAS_SHARED)
         d.bias_broadcast = CLFLASH_BROADCAST_BATCH | CLFLASH_BROADCAST_HEADS;
