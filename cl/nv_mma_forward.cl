@@ -96,19 +96,30 @@ inline void stage_packed_rows(__local ushort *dst, __global const ushort *src, u
 }
 
 #if BIAS
-/* The bias of keys j and j + 1 of one row (row[j], row[j + 1]); keys past seq_k (the last tile's
- * padding, masked later) read key seq_k - 1. With BIAS_PAIRS (the host found the bias offset and
- * strides even, so row + j is 8-byte aligned for even j) one 8-byte load. */
-#ifndef BIAS_PAIRS
-#define BIAS_PAIRS 0
-#endif
-inline float2 bias_pair(__global const float *row, uint j, uint seq_k)
+/* Floats per row of a warp's bias area: BLOCK keys and 8 of padding, so that the float2 reads of
+ * the score step (rows g, keys 8n + 2t) fall in distinct banks within each half-warp. */
+#define BIAS_STRIDE (BLOCK + 8)
+
+/* Issues the copies of the bias of one warp's rows row0 .. row0 + 16 * M_TILES - 1 at keys
+ * key0 .. key0 + BLOCK - 1 into its area: lane l takes keys l, l + 32, ... of every row, so that
+ * each copy instruction reads consecutive floats of one row (the score step's own layout, two
+ * keys of eight rows per instruction, made every load touch eight lines). Rows at or past
+ * rows_total read the last row (their scores are not stored); keys at or past seq_k read nothing
+ * and become zeros (they are masked). Committed as one group. */
+static inline void bias_stage(__local float *dst, __global const float *bias_b, ulong head_stride, ulong row_stride, uint h0,
+                              uint row0, uint rows_total, uint key0, uint seq_k, uint lane)
 {
-#if BIAS_PAIRS
-    if (j + 1 < seq_k)
-        return *(__global const float2 *)(row + j);
-#endif
-    return (float2)(row[min(j, seq_k - 1)], row[min(j + 1, seq_k - 1)]);
+#pragma unroll
+    for (uint r = 0; r < 16 * M_TILES; r++) {
+        const uint row = min(row0 + r, rows_total - 1);
+        __global const float *src = bias_b + (ulong)ROW_HEAD(h0, row) * head_stride + (ulong)ROW_QUERY(row) * row_stride;
+#pragma unroll
+        for (uint c = lane; c < BLOCK; c += 32) {
+            const int inside = key0 + c < seq_k;
+            copy4_async(dst + r * BIAS_STRIDE + c, inside ? src + key0 + c : src, inside ? 4u : 0u);
+        }
+    }
+    async_commit();
 }
 #endif
 
@@ -127,6 +138,10 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
     /* uint4 elements: cp.async and ldmatrix need 16-byte aligned rows */
     __local uint4 tiles_words[LOCAL_ROWS * ROW_STRIDE / 8];
     __local ushort *const tiles = (__local ushort *)tiles_words;
+#if BIAS
+    /* each warp's bias for the current tile: its 16 * M_TILES rows of BLOCK keys (bias_stage) */
+    __local float bias_tiles[WARPS * 16 * M_TILES * BIAS_STRIDE];
+#endif
     /* Buffer u (0 or 1) holds a K tile at rows 2u BLOCK and its V tile at rows (2u + 1) BLOCK. */
 
     const uint lane = get_local_id(0) % 32, warp = get_local_id(0) / 32;
@@ -197,6 +212,14 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
     visible_keys(ROW_QUERY(min(row0 + warp_row0 + 16 * M_TILES - 1, rows_total - 1)), seq_q, seq_k, key_len,
                  win_left, win_right, &warp_last_lo, &warp_last_hi);
     (void)warp_last_hi;
+#ifndef NV_BLOCK_MASKS
+#define NV_BLOCK_MASKS 0
+#endif
+#if NV_BLOCK_MASKS
+    long block_first_lo, block_first_hi, block_last_lo, block_last_hi;
+    visible_keys(q_first, seq_q, seq_k, key_len, win_left, win_right, &block_first_lo, &block_first_hi);
+    visible_keys(q_last, seq_q, seq_k, key_len, win_left, win_right, &block_last_lo, &block_last_hi);
+#endif
 
     /* Lane rows: slice mt holds rows row0 + warp_row0 + 16 mt + g ("lo") and that + 8 ("hi"). */
     float4 acc[M_TILES][O_TILES];
@@ -211,32 +234,28 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
         l_lo[mt] = l_hi[mt] = 0.0f;
     }
 
-#if BIAS || ALIBI
-    /* The bias row and ALiBi slope of each of the lane's rows (rows past the block's end read the
-     * last row's; their results are not stored). */
-    __global const float *bias_lo[M_TILES], *bias_hi[M_TILES];
+#if ALIBI
+    /* The ALiBi slope of each of the lane's rows (rows past the block's end take the last row's;
+     * their results are not stored). */
     float slope_lo[M_TILES], slope_hi[M_TILES];
 #pragma unroll
     for (uint mt = 0; mt < M_TILES; mt++) {
         const uint r_lo = min(row0 + warp_row0 + mt * 16 + g, rows_total - 1);
         const uint r_hi = min(row0 + warp_row0 + mt * 16 + g + 8, rows_total - 1);
-#if BIAS
-        bias_lo[mt] = bias + bias_off + (ulong)b * bias_bs + (ulong)ROW_HEAD(h0, r_lo) * bias_hs +
-                      (ulong)ROW_QUERY(r_lo) * bias_rs;
-        bias_hi[mt] = bias + bias_off + (ulong)b * bias_bs + (ulong)ROW_HEAD(h0, r_hi) * bias_hs +
-                      (ulong)ROW_QUERY(r_hi) * bias_rs;
-#endif
-#if ALIBI
         slope_lo[mt] = alibi[ROW_HEAD(h0, r_lo)] * M_LOG2E_F; /* in log2 units */
         slope_hi[mt] = alibi[ROW_HEAD(h0, r_hi)] * M_LOG2E_F;
-#endif
     }
+#else
+    (void)alibi;
+#endif
+#if BIAS
+    __local float *const warp_bias = bias_tiles + warp * 16 * M_TILES * BIAS_STRIDE;
+    __global const float *const bias_b = bias + bias_off + (ulong)b * bias_bs;
+    if (n_tiles > 0)
+        bias_stage(warp_bias, bias_b, bias_hs, bias_rs, h0, row0 + warp_row0, rows_total, key_begin, seq_k, lane);
 #endif
 #if !BIAS
     (void)bias, (void)bias_off, (void)bias_bs, (void)bias_hs, (void)bias_rs;
-#endif
-#if !ALIBI
-    (void)alibi;
 #endif
     /* Scores in log2 units. With a transform on, the host passes the scale in natural-log units
      * (as the portable kernel takes it), and each transform is carried into log2 units here: a
@@ -296,18 +315,6 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
         __local const ushort *k_src = k_src0 + (j % 2) * 2 * BLOCK * ROW_STRIDE;
         __local const ushort *v_src = v_src0 + (j % 2) * 2 * BLOCK * ROW_STRIDE;
 
-#if BIAS
-        /* This tile's bias at the lane's keys key0 + 8n + 2t (+1) of its rows, loaded before the
-         * products so that their latency hides behind them. */
-        float2 bias_t[M_TILES][S_TILES][2];
-#pragma unroll
-        for (uint mt = 0; mt < M_TILES; mt++)
-#pragma unroll
-            for (uint n = 0; n < S_TILES; n++) {
-                bias_t[mt][n][0] = bias_pair(bias_lo[mt], key0 + 8 * n + 2 * t, seq_k);
-                bias_t[mt][n][1] = bias_pair(bias_hi[mt], key0 + 8 * n + 2 * t, seq_k);
-            }
-#endif
         /* S = Q K_j^T: s[mt][n] holds keys key0 + 8n + 2t (+1) of the lane's lo (x, y) and hi
          * (z, w) rows. One K fragment feeds every slice. */
         float4 s[M_TILES][S_TILES];
@@ -330,7 +337,11 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
         }
 
         /* Scale, apply the score transforms, mask the keys each row does not see, online softmax. */
+#if NV_BLOCK_MASKS
+        const int masked = (long)key0 < block_last_lo || (long)(key0 + BLOCK) > block_first_hi;
+#else
         const int masked = (long)key0 < warp_last_lo || (long)(key0 + BLOCK) > warp_first_hi;
+#endif
 #pragma unroll
         for (uint mt = 0; mt < M_TILES; mt++) {
             const uint row_lo = row0 + warp_row0 + mt * 16 + g;
@@ -341,10 +352,14 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
                 long lo, hi;
                 const long pair0 = (long)(key0 + 2 * t);
                 visible_keys(ROW_QUERY(row_lo), seq_q, seq_k, key_len, win_left, win_right, &lo, &hi);
+#if WINDOW
                 first_lo = (int)clamp(lo - pair0, 0L, (long)BLOCK);
+#endif
                 last_lo = (int)clamp(hi - 1 - pair0, -1L, (long)BLOCK);
                 visible_keys(ROW_QUERY(row_lo + 8), seq_q, seq_k, key_len, win_left, win_right, &lo, &hi);
+#if WINDOW
                 first_hi = (int)clamp(lo - pair0, 0L, (long)BLOCK);
+#endif
                 last_hi = (int)clamp(hi - 1 - pair0, -1L, (long)BLOCK);
             }
 #if ALIBI
@@ -364,10 +379,15 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
                 s[mt][n] *= scale2;
 #endif
 #if BIAS
-                s[mt][n].x = fma(bias_t[mt][n][0].x, M_LOG2E_F, s[mt][n].x);
-                s[mt][n].y = fma(bias_t[mt][n][0].y, M_LOG2E_F, s[mt][n].y);
-                s[mt][n].z = fma(bias_t[mt][n][1].x, M_LOG2E_F, s[mt][n].z);
-                s[mt][n].w = fma(bias_t[mt][n][1].y, M_LOG2E_F, s[mt][n].w);
+                {
+                    /* lane (g, t)'s keys 8n + 2t, + 1 of its rows g and g + 8 of slice mt */
+                    __local const float *at = warp_bias + (mt * 16 + g) * BIAS_STRIDE + 8 * n + 2 * t;
+                    const float2 b_lo = vload2(0, at), b_hi = vload2(0, at + 8 * BIAS_STRIDE);
+                    s[mt][n].x = fma(b_lo.x, M_LOG2E_F, s[mt][n].x);
+                    s[mt][n].y = fma(b_lo.y, M_LOG2E_F, s[mt][n].y);
+                    s[mt][n].z = fma(b_hi.x, M_LOG2E_F, s[mt][n].z);
+                    s[mt][n].w = fma(b_hi.y, M_LOG2E_F, s[mt][n].w);
+                }
 #endif
 #if ALIBI
                 s[mt][n].x = fma(-slope_lo[mt], fabs(dist_lo - (float)(n * 8)), s[mt][n].x);
@@ -432,6 +452,15 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
             }
         }
 
+#if BIAS
+        /* every lane of the warp has read this tile's bias: its area takes the next tile's, which
+         * the wait at the top of the next tile completes */
+        if (j + 1 < n_tiles) {
+            warp_sync();
+            bias_stage(warp_bias, bias_b, bias_hs, bias_rs, h0, row0 + warp_row0, rows_total, key0 + BLOCK, seq_k,
+                       lane);
+        }
+#endif
         /* O += P V_j, 16 keys at a time: S tiles 2u and 2u + 1 form P's A fragment. */
 #pragma unroll
         for (uint u = 0; u < BLOCK / 16; u++) {
