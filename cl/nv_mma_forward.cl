@@ -198,8 +198,19 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
      * part of them. */
     const uint q_first = ROW_QUERY(row0), q_last = ROW_QUERY(min(row0 + BLOCK_Q, rows_total) - 1);
     uint key_begin, key_end;
+#if NV_OLD_RANGE && !WINDOW
+    key_begin = 0;
+    key_end = key_len;
+#if CAUSAL
+    {
+        const long end = (long)q_last + shift + 1;
+        key_end = end <= 0 ? 0u : (uint)min(end, (long)key_len);
+    }
+#endif
+#else
     block_key_range(q_first, q_last - q_first + 1, seq_q, seq_k, key_len, win_left, win_right, BLOCK, &key_begin,
                     &key_end);
+#endif
     split_part(n_splits, split_keys, heads_q, seq_q, &key_begin, &key_end, &o_off, &lse);
     const uint n_tiles = (key_end - key_begin + BLOCK - 1) / BLOCK;
     /* A tile needs masks in a warp only where some of the warp's rows see less than all of it:
@@ -214,6 +225,12 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
     (void)warp_last_hi;
 #ifndef NV_BLOCK_MASKS
 #define NV_BLOCK_MASKS 0
+#endif
+#ifndef NV_OLD_RANGE
+#define NV_OLD_RANGE 0
+#endif
+#ifndef NV_OLD_MASK
+#define NV_OLD_MASK 0
 #endif
 #if NV_BLOCK_MASKS
     long block_first_lo, block_first_hi, block_last_lo, block_last_hi;
@@ -348,6 +365,19 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
             /* The first and last key each of the lane's rows sees, relative to its first pair's key
              * key0 + 2t, clamped to [0, BLOCK] and [-1, BLOCK] so that they fit an int. */
             int first_lo = 0, first_hi = 0, last_lo = BLOCK, last_hi = BLOCK;
+#if NV_OLD_MASK && !WINDOW
+            if (masked) {
+                const long lim = (long)key_len - 1;
+#if CAUSAL
+                const long d_lo = min((long)ROW_QUERY(row_lo) + shift, lim);
+                const long d_hi = min((long)ROW_QUERY(row_lo + 8) + shift, lim);
+#else
+                const long d_lo = lim, d_hi = lim;
+#endif
+                last_lo = (int)clamp(d_lo - (long)(key0 + 2 * t), -1L, (long)BLOCK);
+                last_hi = (int)clamp(d_hi - (long)(key0 + 2 * t), -1L, (long)BLOCK);
+            }
+#else
             if (masked) {
                 long lo, hi;
                 const long pair0 = (long)(key0 + 2 * t);
@@ -362,6 +392,7 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
 #endif
                 last_hi = (int)clamp(hi - 1 - pair0, -1L, (long)BLOCK);
             }
+#endif
 #if ALIBI
             /* the distance from each row's diagonal to the lane's first key (exact below 2^24) */
             const float dist_lo = (float)((long)ROW_QUERY(row_lo) + shift - (long)(key0 + 2 * t));
