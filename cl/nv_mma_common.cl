@@ -43,16 +43,6 @@ inline void copy16_async(__local ushort *dst, __global const ushort *src, uint b
                          : "memory");
 }
 
-/* The same for 4 bytes (through L1: cp.async.cg takes only 16), e.g. an fp32 element of any
- * alignment; `bytes` 0 writes a zero and reads nothing. */
-inline void copy4_async(__local float *dst, __global const float *src, uint bytes)
-{
-    __asm__ __volatile__("cp.async.ca.shared.global [%0], [%1], 4, %2;\n"
-                         :
-                         : "r"((uint)(size_t)dst), "l"((ulong)src), "r"(bytes)
-                         : "memory");
-}
-
 inline void async_commit(void)
 {
     __asm__ __volatile__("cp.async.commit_group;\n" ::: "memory");
@@ -126,12 +116,6 @@ inline float exp2_ftz(float x)
 inline float softcap_log2(float y, float cap2)
 {
     return fma(native_recip(1.0f + exp2_ftz(y)), -2.0f * cap2, cap2);
-}
-
-/* Orders the warp's lanes: every lane's local reads and writes before it come before any after. */
-inline void warp_sync(void)
-{
-    __asm__ __volatile__("bar.warp.sync 0xffffffff;\n" ::: "memory");
 }
 
 /* 1 in every lane if `pred` is nonzero in any lane of the warp. */

@@ -339,6 +339,9 @@ CLFLASH_INTERNAL void clflash_plan_cache_free(clflash_context *c);
 CLFLASH_INTERNAL int clflash_env_portable_only(void);
 /* Why the tensor-core kernel cannot run p on c's device (a static string), or NULL if it can. */
 CLFLASH_INTERNAL const char *clflash_nv_mma_refusal(const clflash_context *c, const clflash_problem *p);
+/* 1 if p has a bias whose offset and strides are all even, so that the tensor-core forward reads
+ * two adjacent keys' biases with one 8-byte load (part of the plan cache's key). */
+CLFLASH_INTERNAL int clflash_bias_pairs(const clflash_problem *p);
 /* Plans and builds the tensor-core kernel for p (call only when clflash_nv_mma_refusal is NULL).
  * Same contract as clflash_plan_flash; CLFLASH_ERROR_TILE_TOO_LARGE if no block fits. */
 CLFLASH_INTERNAL clflash_status clflash_plan_nv_mma(clflash_context *c, const clflash_problem *p, int with_lse,

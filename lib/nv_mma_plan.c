@@ -56,6 +56,12 @@ const char *clflash_nv_mma_refusal(const clflash_context *c, const clflash_probl
     return NULL;
 }
 
+int clflash_bias_pairs(const clflash_problem *p)
+{
+    const clflash_strides *b = &p->bias_strides;
+    return p->bias != NULL && (b->offset | b->batch_stride | b->head_stride | b->seq_stride) % 2 == 0;
+}
+
 /* Query heads packed into one work-group's rows: all heads of a GQA group when their rows for the
  * whole of seq_q fit one work-group (128 rows), else none. */
 #define NV_PACK_ROWS 128u
@@ -82,9 +88,9 @@ static void rows_for(const clflash_problem *p, uint64_t rows, uint32_t *warps, u
         *warps = 1;
         *m_tiles = 1;
     } else if (p->bias != NULL) {
-        /* one slice per warp: each warp stages its rows' bias tile in local memory (16 KiB more for
-         * two slices would not fit beside K and V at d = 128), and two slices measured slower with
-         * a bias even read from global memory (H200, n = 4096, d = 128: 4.95 against 3.41 ms) */
+        /* one slice per warp: the registers a tile's bias takes (and the next tile's, loaded ahead)
+         * do not fit beside two slices (H200, n = 4096, d = 128, the bias loaded in the same tile:
+         * 4.95 ms with two slices, 3.41 with one) */
         *m_tiles = 1;
         *warps = rows >= 64 ? 4 : (uint32_t)(rows + 15) / 16;
     } else {
@@ -96,13 +102,11 @@ static void rows_for(const clflash_problem *p, uint64_t rows, uint32_t *warps, u
 }
 
 /* Bytes of the kernel's local array: a K and a V tile of B rows, each row padded by 16 bytes; Q
- * and O are staged through the same array, which grows if the work-group's query rows need more.
- * With a bias, each query row's bias for one tile too (B + 8 floats). */
+ * and O are staged through the same array, which grows if the work-group's query rows need more. */
 static cl_ulong counted_local_bytes(const clflash_problem *p, uint32_t block, uint32_t block_q)
 {
     const uint64_t rows = block_q > 4ull * block ? block_q : 4ull * block;
-    const uint64_t bias_area = p->bias != NULL ? (uint64_t)block_q * (block + 8) * sizeof(float) : 0;
-    return rows * (p->head_dim + 8) * p->elem_size + bias_area;
+    return rows * (p->head_dim + 8) * p->elem_size;
 }
 
 static clflash_status build(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t splits, uint32_t pack,
@@ -114,8 +118,8 @@ static clflash_status build(clflash_context *c, const clflash_problem *p, int wi
     cl_int err;
     clflash_status st;
     clflash_forward_defines(p, with_lse, splits, pack, features, sizeof features);
-    snprintf(defines, sizeof defines, "%s -D HEAD_DIM=%u -D BLOCK=%u -D WARPS=%u -D M_TILES=%u", features,
-             p->head_dim, block, warps, m_tiles);
+    snprintf(defines, sizeof defines, "%s -D HEAD_DIM=%u -D BLOCK=%u -D WARPS=%u -D M_TILES=%u -D BIAS_PAIRS=%d",
+             features, p->head_dim, block, warps, m_tiles, clflash_bias_pairs(p));
     if ((st = clflash_get_program(c, CLFLASH_SOURCE_NV_MMA_FORWARD, defines, &prog)) != CLFLASH_SUCCESS)
         return st;
     *kernel = clCreateKernel(prog, KERNEL_NAME, &err);

@@ -66,7 +66,7 @@ static int make_key(const clflash_problem *p, int with_lse, plan_key *k)
     k->w[9] = p->seq_k / 256 < 1024 ? p->seq_k / 256 : 1024;
     k->w[10] = p->flags;
     k->w[11] = (p->softcap != 0.0f) | (p->bias != NULL) << 1 | (p->alibi_slopes != NULL) << 2 |
-               (p->key_lengths != NULL) << 3;
+               (p->key_lengths != NULL) << 3 | clflash_bias_pairs(p) << 4;
     k->w[12] = p->block;
     k->w[13] = p->num_splits;
     k->w[14] = clflash_aligned8(&p->q) | clflash_aligned8(&p->k) << 1 | clflash_aligned8(&p->v) << 2 |
