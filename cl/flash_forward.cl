@@ -146,6 +146,39 @@
 #define COLS_PER_LANE ((HEAD_DIM + TPR - 1) / TPR)
 #endif
 
+#if CLFLASH_USE_CPU_PATH && (SOFTCAP || BIAS || ALIBI)
+/* common.cl's transform_score on eight consecutive keys key0 .. key0 + 7 of query i (natural-log
+ * units in and out), for the CPU path's tiles that the row sees whole: float8 arithmetic that a
+ * CPU runs in vector registers, where the per-key loop called a scalar tanh per score (PoCL,
+ * n = 2048, d = 64: softcap cost 3.5 times the plain call). tanh(x) is 1 - 2 / (1 + e^(2x)),
+ * within a few units of 2^-24 absolute (what a softmax sees), +-1 where e^(2x) overflows or
+ * underflows. bias_at is the bias of key key0 of the row. */
+inline float8 transform_scores8(float8 s, float softcap, __global const float *bias_at, float alibi_slope, uint i,
+                                uint key0, uint seq_q, uint seq_k)
+{
+#if SOFTCAP
+    s = softcap * (1.0f - 2.0f / (1.0f + exp(s * (2.0f / softcap))));
+#endif
+#if BIAS
+    s += vload8(0, bias_at);
+#else
+    (void)bias_at;
+#endif
+#if ALIBI
+    /* d - j for j = key0 .. key0 + 7, exact in float below 2^24 as the scalar form's */
+    const float dist = (float)((long)i + (long)seq_k - (long)seq_q - (long)key0);
+    s -= alibi_slope * fabs((float8)(dist) - (float8)(0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f));
+#else
+    (void)alibi_slope;
+    (void)i;
+    (void)key0;
+    (void)seq_q;
+    (void)seq_k;
+#endif
+    return s;
+}
+#endif
+
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 flash_forward(__global const bits_t *q, __global const bits_t *k, __global const bits_t *v,
               __global out_t *o, __global float *lse, uint seq_q, uint seq_k, uint heads_q,
@@ -241,6 +274,28 @@ flash_forward(__global const bits_t *q, __global const bits_t *k, __global const
             float8 mx = (float8)(-INFINITY);
             for (uint k8 = 0; k8 < BLOCK / 8; k8++) {
                 const float8 x = vload8(k8, s) * score_scale; /* score_scale includes log2(e) */
+                vstore8(x, k8, s);
+                mx = fmax(mx, x);
+            }
+            const float4 m4 = fmax(mx.lo, mx.hi);
+            tile_max = fmax(fmax(m4.x, m4.y), fmax(m4.z, m4.w));
+        } else
+#else
+        if (qi < seq_q && k0 + BLOCK <= seq_k) {
+            /* the tile's keys all exist (so their biases are inside the caller's buffer): the
+             * transforms 8 keys at a time, then the keys the row does not see masked */
+            const int lo_i = (int)clamp(lo, 0L, (long)seq_k), hi_i = (int)clamp(hi, 0L, (long)seq_k);
+            float8 mx = (float8)(-INFINITY);
+            for (uint k8 = 0; k8 < BLOCK / 8; k8++) {
+#if BIAS
+                __global const float *bias_at = bias + bias_row + k0 + 8 * k8;
+#else
+                __global const float *bias_at = bias;
+#endif
+                float8 x = transform_scores8(vload8(k8, s) * score_scale, softcap, bias_at, slope, qi, k0 + 8 * k8, seq_q,
+                                             seq_k) * M_LOG2E_F;
+                const int8 key = (int8)((int)(k0 + 8 * k8)) + (int8)(0, 1, 2, 3, 4, 5, 6, 7);
+                x = select((float8)(-INFINITY), x, key >= (int8)(lo_i) && key < (int8)(hi_i));
                 vstore8(x, k8, s);
                 mx = fmax(mx, x);
             }

@@ -117,13 +117,15 @@ static const backward_case bcases[] = {
     /* everything at once */
     {TB_FLASH, 2, 2, 1, 17, 19, 8, CLFLASH_BF16, WC, 8, 0, 0, 6, 1, 1.0f, 2.5f, TB_BIAS_BCAST, 1, TB_LENS_RAGGED, 0},
     {TB_NAIVE, 2, 2, 1, 17, 19, 8, CLFLASH_F16, WC, 0, 0, 0, 6, 1, 1.0f, 2.5f, TB_BIAS_BCAST, 1, TB_LENS_RAGGED, 0},
-    /* the CPU path (-D CLFLASH_CPU_PATH=1, one work-item per row): several key and query blocks per
-     * group (B = 8, 16), GQA, head_dims 7 and 12 (padded tile columns), strided, f32, f16 and bf16, and
-     * features with and without the transforms */
+    /* the CPU path (-D CLFLASH_CPU_PATH=1, one work-item per row) of the backward and, through the
+     * device forward these cases use, of the forward: several key and query blocks per group (B = 8,
+     * 16), GQA, head_dims 7 and 12 (padded tile columns), strided, f32, f16 and bf16, and features
+     * with and without the transforms (softcap, bias and ALiBi on whole and masked tiles) */
     {TB_FLASH, 1, 2, 1, 19, 23, 7, CLFLASH_F32, CLFLASH_CAUSAL, 8, 0, 1, NO_FEATURES, 1},
     {TB_FLASH, 1, 1, 0, 29, 17, 16, CLFLASH_F16, 0, 16, 0, 0, NO_FEATURES, 1},
     {TB_FLASH, 2, 2, 1, 13, 19, 8, CLFLASH_F32, WC, 8, 0, 1, 5, 2, 0.0f, 0.0f, TB_NO_BIAS, 0, TB_LENS_RAGGED, 1},
     {TB_FLASH, 2, 2, 1, 17, 19, 12, CLFLASH_BF16, WC, 8, 0, 0, 6, 1, 1.0f, 2.5f, TB_BIAS_BCAST, 1, TB_LENS_RAGGED, 1},
+    {TB_FLASH, 1, 2, 1, 21, 27, 16, CLFLASH_F32, 0, 8, 0, 0, 0, 0, 0.0f, 3.0f, TB_BIAS_BCAST, 1, TB_NO_LENS, 1},
 };
 
 #define N_CASES (N_FORWARD_CASES + sizeof bcases / sizeof bcases[0])
@@ -160,8 +162,8 @@ static int run_backward_case(clflash_context *shared, size_t n)
     th_desc_str(&d, what, sizeof what);
     if (k->lanes)
         snprintf(what + strlen(what), sizeof what - strlen(what), " lanes=%u", k->lanes);
-    if (k->cpu_path)
-        snprintf(what + strlen(what), sizeof what - strlen(what), " cpu-path");
+    if (k->cpu_path) /* the gradients come from the device's own forward, on the CPU path too */
+        snprintf(what + strlen(what), sizeof what - strlen(what), " cpu-path, device forward");
     if (d.flags & CLFLASH_WINDOW)
         snprintf(what + strlen(what), sizeof what - strlen(what), " window=%u,%u", k->window_left, k->window_right);
     if (k->softcap != 0.0f)
@@ -175,7 +177,7 @@ static int run_backward_case(clflash_context *shared, size_t n)
     if (tb_case_init_features(&t, &d, k->bias, k->alibi, k->lens, 9500 + n) != 0) {
         printf("FAILED: out of host memory\n");
         failed = 1;
-    } else if ((st = tb_run(c, &t, k->algo, 0, NULL)) != CLFLASH_SUCCESS) {
+    } else if ((st = tb_run(c, &t, k->algo, k->cpu_path, NULL)) != CLFLASH_SUCCESS) {
         printf("FAILED %s %s: %s (%s)\n", algo, what, clflash_status_string(st), clflash_last_error_detail());
         failed = 1;
     } else if (tb_check(&t, msg, sizeof msg)) {
