@@ -2,7 +2,8 @@
  * nv_mma_forward.cl - the forward pass on NVIDIA tensor cores, through inline PTX (mma.sync,
  * ldmatrix, cp.async, shfl.sync), in FlashAttention-2's manner. Chosen by the planner only on
  * NVIDIA devices of compute capability >= 8.0, for fp16 and bf16 storage, head_dim a multiple of 16
- * up to 256, causal or not, GQA, lse, any seq_q and seq_k; everything else runs the portable kernel
+ * up to 256, with every feature of the descriptor (causal, sliding window, softcap, bias, ALiBi,
+ * key lengths), GQA, lse, any seq_q and seq_k; everything else runs the portable kernel
  * (cl/flash_forward.cl), which stays the reference.
  *
  * Why a separate file: the portable kernel does one local-memory load per FMA and stays near the
@@ -26,10 +27,21 @@
  * copies from pointers it advances tile by tile (kv_stream). Q is staged through the same memory
  * once at the start (at head_dim <= 64 its fragments are loaded from global memory instead, while
  * the first tile streams in: NV_Q_DIRECT), and O passes through it at the end so that the stores
- * are 16-byte and coalesced. In the tiles that cross the diagonal or seq_k, each lane's rows get
- * one 32-bit limit per tile, against which the pairs' key offsets are compared.
+ * are 16-byte and coalesced.
  *
- * Scores are in log2 units: the host folds log2(e) into score_scale, and exp2 is ex2.approx.ftz.
+ * Masks. A block visits the key tiles from the one holding its first row's first visible key to its
+ * last row's last one (common.cl's visible_keys: key length, CAUSAL, WINDOW); the tiles outside
+ * them are never loaded. Only the tiles that some row of the block sees in part are masked: there
+ * each lane's rows get a first and a last key (32-bit, relative to the lane's first pair), against
+ * which the pairs' key offsets are compared; the other tiles run without masks.
+ *
+ * Scores are in log2 units and exp2 is ex2.approx.ftz. Without transforms the host folds log2(e)
+ * into score_scale; with SOFTCAP, BIAS or ALIBI it passes the natural scale (as the portable kernel
+ * takes it) and each transform is carried into log2 units here (softcap_log2 for the cap; the bias
+ * and the slopes times log2(e)), in common.cl's order: softcap, then the bias, then ALiBi. With BIAS
+ * each lane reads its rows' biases for a tile into registers one tile ahead, two keys per 8-byte load
+ * when the host found the bias offset and strides even (BIAS_PAIRS); the planner gives a bias one
+ * 16-row slice per warp, which leaves the registers for it.
  * With CAUSAL the query blocks that see the most keys are launched first.
  * A row with no visible key ends with l = 0 and gets O = 0, lse = -inf. Unlike the portable kernel,
  * a masked key's P (0) is still multiplied with its V row inside a tile, so a NaN in V row j reaches
@@ -43,7 +55,8 @@
  * are skipped, and in the tile that crosses it the missing rows are zero-filled and masked.
  *
  * Defines: HEAD_DIM (multiple of 16), BLOCK (keys per tile, multiple of 16), WARPS, M_TILES,
- * CAUSAL, KEYLEN, SPLIT, PACK, WITH_LSE, CLFLASH_DTYPE_F16 or CLFLASH_DTYPE_BF16; NV_RESCALE_THRESH and NV_Q_DIRECT may
+ * CAUSAL, WINDOW, SOFTCAP, BIAS, BIAS_PAIRS, ALIBI, KEYLEN, SPLIT, PACK, WITH_LSE,
+ * CLFLASH_DTYPE_F16 or CLFLASH_DTYPE_BF16; NV_RESCALE_THRESH and NV_Q_DIRECT may
  * be set through the build options (developer tuning, below). The PTX helpers (mma_16x8x16,
  * load_matrix_x4, copy16_async, kv_stream, ...) and THREADS, ROW_STRIDE, CHUNKS, K_STEPS, D_TILES
  * come from nv_mma_common.cl, which the host puts before this file.

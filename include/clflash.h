@@ -409,9 +409,10 @@ typedef struct {
  * feature. On NVIDIA devices of compute capability >= 8.0 (read through cl_nv_device_attribute_query)
  * the planner picks the tensor-core kernel "nv_mma_forward" (cl/nv_mma_forward.cl: inline PTX
  * mma.sync, ldmatrix, cp.async) when all of these hold: dtype F16 or BF16 with O of the same type;
- * head_dim a multiple of 16 up to 256; no window, softcap, bias or ALiBi (causal, GQA, key lengths
- * (since 0.5) and lse are fine); every layout's offset and strides multiples of 8 elements (16 bytes); and a
- * forced block, if any, a multiple of 16 up to 64. Anything else, or the context option
+ * head_dim a multiple of 16 up to 256; every layout's offset and strides multiples of 8 elements
+ * (16 bytes); and a forced block, if any, a multiple of 16 up to 64. Every feature runs on it:
+ * causal, GQA, lse, key lengths (since 0.5), and since 0.5 also sliding windows, softcap, bias (any
+ * layout and broadcast) and ALiBi. Anything else, or the context option
  * portable_only, or CLFLASH_PORTABLE=1, gives the portable kernel. What differs in the tensor-core
  * kernel:
  *  - B obeys the same tile rule, but the kernel keeps the query block and the B x B scores in
@@ -429,6 +430,15 @@ typedef struct {
  *    (a factor 256); until then P may reach 256 and O is not rescaled. O = (sum P V) / (sum P)
  *    and lse are exact either way, and f16/bf16 keep the same relative precision up to 256.
  *  - With causal, the query blocks that see the most keys are launched first (the same work).
+ *  - Windows and key lengths: the key tiles no row of a block sees are never loaded, and only the
+ *    tiles some row sees in part are masked. A window's cost is therefore that of the tiles its
+ *    band touches, about (window + block_q + B) keys per row, not of the visible keys alone.
+ *  - Softcap: tanh(x) is computed as 1 - 2 / (1 + e^(2x)) from the hardware exp2 and reciprocal
+ *    (an absolute error of a few units of 2^-24 times the cap; +-cap at the ends), not by the
+ *    OpenCL tanh the portable kernel uses.
+ *  - Bias: with a bias the work-group's warps hold one 16-row slice each (block_q 64), which
+ *    leaves the registers for the bias of the current and the next key tile; two adjacent keys'
+ *    biases are read with one 8-byte load when the bias offset and every bias stride are even.
  *  - A NaN in V row j reaches every row of the same query block whose key tile holds j, even rows
  *    that do not see key j (their P of 0 still multiplies V on the tensor core). The portable
  *    kernel confines it to the rows that see key j.
@@ -587,9 +597,10 @@ CLFLASH_API clflash_status clflash_merge_states(clflash_context *c, const clflas
  * -INFINITY (it sees no key, or only -INFINITY biases) gets dQ = 0 and adds nothing; a key no
  * query sees (or sees only through a -INFINITY bias) gets dK = dV = 0.
  *
- * On NVIDIA tensor cores: where the forward would run on them (clflash_plan_attention: NVIDIA of
- * compute capability >= 8.0, F16/BF16, head_dim a multiple of 16, no window, softcap, bias, ALiBi
- * or key lengths, 16-byte aligned layouts) and head_dim <= 128, the gradient kernel is
+ * On NVIDIA tensor cores: where the forward's conditions hold (clflash_plan_attention: NVIDIA of
+ * compute capability >= 8.0, F16/BF16, head_dim a multiple of 16, 16-byte aligned layouts), with
+ * head_dim <= 128 and no window, softcap, bias, ALiBi or key lengths (those still run the portable
+ * gradient kernel, whose results the forward's lse serves the same), the gradient kernel is
  * "nv_mma_backward" (cl/nv_mma_backward.cl): the same two kinds of work-group, the same
  * determinism, its five products on mma.sync with fp32 sums. Like FlashAttention-2 it rounds P and
  * dS to the storage type before multiplying them with dO, Q or K, so its gradients differ from the
