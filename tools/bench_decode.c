@@ -16,6 +16,7 @@
 #endif
 
 #include "bench_decode.h"
+#include "bench_common.h"
 #include "tool_common.h"
 
 #include <inttypes.h>
@@ -38,13 +39,6 @@ typedef struct {
     uint32_t warmup;
     double min_time;
 } decode_options;
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void help(FILE *f)
 {
@@ -163,11 +157,11 @@ static double copy_gbps(cl_context ctx, cl_command_queue q, uint64_t bytes)
         clEnqueueCopyBuffer(q, a, b, 0, 0, (size_t)bytes, 0, NULL, NULL); /* first touch */
         clFinish(q);
         for (int rep = 0; rep < 5; rep++) {
-            const double t0 = now();
+            const double t0 = bench_now();
             for (int i = 0; i < 4; i++)
                 clEnqueueCopyBuffer(q, a, b, 0, 0, (size_t)bytes, 0, NULL, NULL);
             clFinish(q);
-            const double gbps = 4.0 * 2.0 * (double)bytes / (now() - t0) / 1e9;
+            const double gbps = 4.0 * 2.0 * (double)bytes / (bench_now() - t0) / 1e9;
             if (gbps > best)
                 best = gbps;
         }
@@ -214,7 +208,7 @@ static double host_read_gbps(unsigned threads)
     for (size_t i = 0; i < n; i++)
         p[i] = (float)(i & 7);
     for (int rep = 0; rep < 5; rep++) {
-        const double t0 = now();
+        const double t0 = bench_now();
         for (unsigned t = 0; t < threads; t++) {
             parts[t].p = p + n / threads * t;
             parts[t].n = n / threads;
@@ -225,7 +219,7 @@ static double host_read_gbps(unsigned threads)
             pthread_join(tid[t], NULL);
             sum += parts[t].sum;
         }
-        const double gbps = (double)n * sizeof *p / (now() - t0) / 1e9;
+        const double gbps = (double)n * sizeof *p / (bench_now() - t0) / 1e9;
         if (gbps > best && sum > 0.0)
             best = gbps;
     }
@@ -253,28 +247,6 @@ static double median(double *v, size_t n)
             v[j - 1] = t;
         }
     return n ? v[n / 2] : 0.0;
-}
-
-static void fill_random(void *dst, size_t n, clflash_dtype t, uint64_t seed)
-{
-    uint64_t s = seed;
-    for (size_t i = 0; i < n; i++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        const float x = (float)((double)(s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-        if (t == CLFLASH_F32) {
-            ((float *)dst)[i] = x;
-        } else {
-            uint32_t u;
-            memcpy(&u, &x, 4);
-            /* truncation is fine for timing inputs; bf16 keeps the top half, f16 is built from it */
-            if (t == CLFLASH_BF16) {
-                ((uint16_t *)dst)[i] = (uint16_t)(u >> 16);
-            } else {
-                const uint32_t sign = (u >> 16) & 0x8000u, e = (u >> 23) & 0xffu;
-                ((uint16_t *)dst)[i] = e < 113 ? (uint16_t)sign : (uint16_t)(sign | ((e - 112) << 10) | ((u >> 13) & 0x3ffu));
-            }
-        }
-    }
 }
 
 static void run_shape(clflash_context *c, cl_command_queue prof, const decode_options *o, uint32_t seq_k,
@@ -326,11 +298,11 @@ static void run_shape(clflash_context *c, cl_command_queue prof, const decode_op
             snprintf(r->detail, sizeof r->detail, "creating the device buffers failed");
             goto done;
         }
-    fill_random(host, (size_t)nq, o->dtype, 1);
+    bench_fill_random(host, (size_t)nq, o->dtype, 1);
     clEnqueueWriteBuffer(prof, q, CL_TRUE, 0, (size_t)(nq * s), host, 0, NULL, NULL);
-    fill_random(host, (size_t)nk, o->dtype, 2);
+    bench_fill_random(host, (size_t)nk, o->dtype, 2);
     clEnqueueWriteBuffer(prof, k, CL_TRUE, 0, (size_t)(nk * s), host, 0, NULL, NULL);
-    fill_random(host, (size_t)nk, o->dtype, 3);
+    bench_fill_random(host, (size_t)nk, o->dtype, 3);
     clEnqueueWriteBuffer(prof, v, CL_TRUE, 0, (size_t)(nk * s), host, 0, NULL, NULL);
     clEnqueueWriteBuffer(prof, lb, CL_TRUE, 0, sizeof(int32_t) * o->batch, lens, 0, NULL, NULL);
 
@@ -349,10 +321,10 @@ static void run_shape(clflash_context *c, cl_command_queue prof, const decode_op
     double wall[21];
     for (int i = 0; i < 21; i++) {
         clFinish(prof);
-        const double t0 = now();
+        const double t0 = bench_now();
         clflash_forward(c, &d, prof, q, k, v, out, NULL, 0, NULL, NULL);
         clFinish(prof);
-        wall[i] = (now() - t0) * 1e3;
+        wall[i] = (bench_now() - t0) * 1e3;
     }
     r->ms_isolated = median(wall, 21);
 
@@ -365,11 +337,11 @@ static void run_shape(clflash_context *c, cl_command_queue prof, const decode_op
         per = 2000;
     double best = 1e30, total = 0.0;
     while (total < o->min_time || r->calls < 3 * per) {
-        const double t0 = now();
+        const double t0 = bench_now();
         for (unsigned i = 0; i < per; i++)
             clflash_forward(c, &d, prof, q, k, v, out, NULL, 0, NULL, NULL);
         clFinish(prof);
-        const double t = now() - t0;
+        const double t = bench_now() - t0;
         total += t;
         r->calls += per;
         if (t / per < best)
@@ -390,17 +362,9 @@ int bench_decode_main(int argc, char **argv)
     int rc = parse(argc, argv, &o);
     if (rc >= 0)
         return rc;
-    if (o.device && setenv("CLFLASH_DEVICE", o.device, 1) != 0)
+    clflash_context *c = bench_open_context(o.device, o.build_options);
+    if (c == NULL)
         return 1;
-
-    clflash_context_options copt = {.struct_size = sizeof copt};
-    copt.build_options = o.build_options;
-    clflash_context *c = NULL;
-    clflash_status st = clflash_context_create_default(&copt, &c);
-    if (st != CLFLASH_SUCCESS) {
-        fprintf(stderr, "%s: no device: %s (%s)\n", tool_name(), clflash_status_string(st), clflash_last_error_detail());
-        return 1;
-    }
     cl_int err;
     cl_command_queue prof = clCreateCommandQueue(clflash_context_cl(c), clflash_context_device(c), 0, &err);
     if (err != CL_SUCCESS) {

@@ -15,6 +15,7 @@
 #endif
 
 #include "bench_features.h"
+#include "bench_common.h"
 #include "tool_common.h"
 
 #include <inttypes.h>
@@ -69,13 +70,6 @@ typedef struct {
     uint32_t warmup;
     double min_time;
 } features_options;
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void help(FILE *f)
 {
@@ -175,8 +169,10 @@ static int parse(int argc, char **argv, features_options *o)
         } else if (strcmp(name, "--softcap") == 0 || strcmp(name, "--min-time") == 0) {
             char *end;
             const double x = strtod(val, &end);
-            if (*end != '\0' || !(x > 0.0) || x > 1e6)
-                return usage_error("%s wants a positive number, not '%s'", name, val);
+            const int is_cap = strcmp(name, "--softcap") == 0;
+            if (*end != '\0' || !(is_cap ? x > 0.0 : x >= 0.0) || x > (is_cap ? 1e6 : 3600.0))
+                return usage_error("%s wants %s, not '%s'", name,
+                                   is_cap ? "a positive number up to 1e6" : "seconds from 0 to 3600", val);
             if (strcmp(name, "--softcap") == 0)
                 o->softcap = (float)x;
             else
@@ -213,27 +209,6 @@ static int parse(int argc, char **argv, features_options *o)
         o->nlengths = 4;
     }
     return -1;
-}
-
-static void fill_random(void *dst, size_t n, clflash_dtype t, uint64_t seed)
-{
-    uint64_t s = seed;
-    for (size_t i = 0; i < n; i++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        const float x = (float)((double)(s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-        if (t == CLFLASH_F32) {
-            ((float *)dst)[i] = x;
-        } else {
-            uint32_t u;
-            memcpy(&u, &x, 4);
-            if (t == CLFLASH_BF16) {
-                ((uint16_t *)dst)[i] = (uint16_t)(u >> 16);
-            } else {
-                const uint32_t sign = (u >> 16) & 0x8000u, e = (u >> 23) & 0xffu;
-                ((uint16_t *)dst)[i] = e < 113 ? (uint16_t)sign : (uint16_t)(sign | ((e - 112) << 10) | ((u >> 13) & 0x3ffu));
-            }
-        }
-    }
 }
 
 /* The visible (query, key) pairs of the call, over every batch entry and query head. */
@@ -311,19 +286,19 @@ static cl_int make_buffers(clflash_context *c, cl_command_queue qu, const featur
     MAKE(lens, sizeof(int32_t) * o->batch);
 #undef MAKE
     if (e == CL_SUCCESS) {
-        fill_random(host, (size_t)nq, o->dtype, 1);
+        bench_fill_random(host, (size_t)nq, o->dtype, 1);
         e = clEnqueueWriteBuffer(qu, b->q, CL_TRUE, 0, (size_t)(nq * s), host, 0, NULL, NULL);
     }
     if (e == CL_SUCCESS) {
-        fill_random(host, (size_t)nk, o->dtype, 2);
+        bench_fill_random(host, (size_t)nk, o->dtype, 2);
         e = clEnqueueWriteBuffer(qu, b->k, CL_TRUE, 0, (size_t)(nk * s), host, 0, NULL, NULL);
     }
     if (e == CL_SUCCESS) {
-        fill_random(host, (size_t)nk, o->dtype, 3);
+        bench_fill_random(host, (size_t)nk, o->dtype, 3);
         e = clEnqueueWriteBuffer(qu, b->v, CL_TRUE, 0, (size_t)(nk * s), host, 0, NULL, NULL);
     }
     if (e == CL_SUCCESS) {
-        fill_random(host, (size_t)n_shared, CLFLASH_F32, 4);
+        bench_fill_random(host, (size_t)n_shared, CLFLASH_F32, 4);
         e = clEnqueueWriteBuffer(qu, b->bias_shared, CL_TRUE, 0, (size_t)(n_shared * 4), host, 0, NULL, NULL);
     }
     if (e == CL_SUCCESS && full) {
@@ -390,13 +365,13 @@ static void run_case(clflash_context *c, cl_command_queue qu, const features_opt
     }
     double t_one = 0.0;
     for (uint32_t w = 0; w < o->warmup + 1; w++) {
-        const double t0 = now();
+        const double t0 = bench_now();
         if ((r->status = clflash_forward(c, &d, qu, b->q, b->k, b->v, b->o, NULL, 0, NULL, NULL)) != CLFLASH_SUCCESS) {
             snprintf(r->detail, sizeof r->detail, "%s", clflash_last_error_detail());
             return;
         }
         clFinish(qu);
-        t_one = now() - t0;
+        t_one = bench_now() - t0;
     }
     unsigned per = t_one > 0 ? (unsigned)(0.05 / t_one) : 100; /* ~50 ms per batch of calls */
     if (per < 1)
@@ -405,11 +380,11 @@ static void run_case(clflash_context *c, cl_command_queue qu, const features_opt
         per = 1000;
     double best = 1e30, total = 0.0;
     while (total < o->min_time || r->calls < 3 * per) {
-        const double t0 = now();
+        const double t0 = bench_now();
         for (unsigned i = 0; i < per; i++)
             clflash_forward(c, &d, qu, b->q, b->k, b->v, b->o, NULL, 0, NULL, NULL);
         clFinish(qu);
-        const double t = now() - t0;
+        const double t = bench_now() - t0;
         total += t;
         r->calls += per;
         if (t / per < best)
@@ -434,16 +409,9 @@ int bench_features_main(int argc, char **argv)
     int rc = parse(argc, argv, &o);
     if (rc >= 0)
         return rc;
-    if (o.device && setenv("CLFLASH_DEVICE", o.device, 1) != 0)
+    clflash_context *c = bench_open_context(o.device, o.build_options);
+    if (c == NULL)
         return 1;
-    clflash_context_options copt = {.struct_size = sizeof copt};
-    copt.build_options = o.build_options;
-    clflash_context *c = NULL;
-    clflash_status st = clflash_context_create_default(&copt, &c);
-    if (st != CLFLASH_SUCCESS) {
-        fprintf(stderr, "%s: no device: %s (%s)\n", tool_name(), clflash_status_string(st), clflash_last_error_detail());
-        return 1;
-    }
     cl_command_queue qu = clflash_context_queue(c);
     buffers b;
     memset(&b, 0, sizeof b);

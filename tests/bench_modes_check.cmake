@@ -1,0 +1,91 @@
+# bench_modes_check.cmake - runs `clflash-bench --features` and `--decode` once at small shapes
+# (JSON) and checks what they printed.
+#
+#   cmake -DBENCH=<clflash-bench> -P bench_modes_check.cmake
+#
+# --features: every case ran, reports a time and a cost, and counts the visible (query, key) pairs
+# the descriptor's rules leave (batch 2, 2 heads, seq 37, window 5, key lengths 37 and 20; the
+# counts are worked out below). --decode: every seq_k ran and reports a time and K/V bytes.
+cmake_minimum_required(VERSION 3.19)
+if(NOT DEFINED BENCH)
+  message(FATAL_ERROR "bench_modes_check.cmake: -DBENCH=... is required")
+endif()
+
+# case name and its visible pairs over 2 batch entries x 2 heads:
+#   plain, softcap, alibi, bias, bias-full  4 * 37 * 37                     = 5476
+#   causal, causal-softcap, causal-alibi    4 * 37 * 38 / 2                 = 2812
+#   keylens (37, 20)                        2 * 37 * (37 + 20)              = 4218
+#   window (5 left and right)               4 * (37 * 11 - 2 * (5+4+3+2+1)) = 1508
+#   causal-window (5 left)                  4 * (37 * 6 - (5+4+3+2+1))      = 828
+set(_cases plain causal keylens window causal-window softcap causal-softcap alibi causal-alibi bias bias-full)
+set(_pairs 5476 2812 4218 1508 828 5476 2812 5476 2812 5476 5476)
+string(REPLACE ";" "," _case_list "${_cases}")
+execute_process(COMMAND "${BENCH}" --features --json --seq 37 --batch 2 --heads 2 --head-dim 16 --dtype f32
+                        --warmup 0 --min-time 0 --window 5 --key-lengths 37,20 --cases ${_case_list}
+  RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _err)
+message(STATUS "clflash-bench --features:\n${_out}\nstderr:\n${_err}")
+if(NOT _rc EQUAL 0)
+  message(FATAL_ERROR "clflash-bench --features exited with ${_rc}")
+endif()
+set(_failed "")
+string(JSON _n ERROR_VARIABLE _jerr LENGTH "${_out}" rows)
+if(_jerr)
+  message(FATAL_ERROR "--features: the output is not the expected JSON: ${_jerr}")
+endif()
+list(LENGTH _cases _want)
+if(NOT _n EQUAL _want)
+  string(APPEND _failed "  --features: ${_n} rows, want ${_want}\n")
+else()
+  math(EXPR _last "${_n} - 1")
+  foreach(_i RANGE ${_last})
+    list(GET _cases ${_i} _case)
+    list(GET _pairs ${_i} _want_pairs)
+    string(JSON _name GET "${_out}" rows ${_i} case)
+    string(JSON _status GET "${_out}" rows ${_i} status)
+    if(NOT _name STREQUAL _case OR NOT _status MATCHES "^CLFLASH_SUCCESS")
+      string(APPEND _failed "  --features row ${_i}: ${_name}, ${_status} (want ${_case}, success)\n")
+      continue()
+    endif()
+    string(JSON _got_pairs GET "${_out}" rows ${_i} pairs)
+    string(JSON _ms GET "${_out}" rows ${_i} ms)
+    string(JSON _cost GET "${_out}" rows ${_i} cost)
+    if(NOT _got_pairs EQUAL _want_pairs)
+      string(APPEND _failed "  --features ${_case}: ${_got_pairs} visible pairs, want ${_want_pairs}\n")
+    endif()
+    if(NOT _ms GREATER 0 OR NOT _cost GREATER 0)
+      string(APPEND _failed "  --features ${_case}: ms ${_ms}, cost ${_cost} (want both > 0)\n")
+    endif()
+  endforeach()
+endif()
+
+execute_process(COMMAND "${BENCH}" --decode --json --heads-q 4 --heads-kv 2 --seq-k 1,333 --head-dim 16
+                        --dtype f32 --warmup 0 --min-time 0
+  RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _err)
+message(STATUS "clflash-bench --decode:\n${_out}\nstderr:\n${_err}")
+if(NOT _rc EQUAL 0)
+  message(FATAL_ERROR "clflash-bench --decode exited with ${_rc}")
+endif()
+string(JSON _n ERROR_VARIABLE _jerr LENGTH "${_out}" rows)
+if(_jerr OR NOT _n EQUAL 2)
+  string(APPEND _failed "  --decode: want 2 rows (${_jerr})\n")
+else()
+  foreach(_i 0 1)
+    string(JSON _status GET "${_out}" rows ${_i} status)
+    string(JSON _seq GET "${_out}" rows ${_i} seq_k)
+    if(NOT _status MATCHES "^CLFLASH_SUCCESS")
+      string(APPEND _failed "  --decode seq_k ${_seq}: ${_status}\n")
+      continue()
+    endif()
+    string(JSON _bytes GET "${_out}" rows ${_i} kv_bytes)
+    string(JSON _ms GET "${_out}" rows ${_i} ms_call)
+    # 2 (K and V) * 2 K/V heads * seq_k * 16 * 4 bytes
+    math(EXPR _want_bytes "2 * 2 * ${_seq} * 16 * 4")
+    if(NOT _bytes EQUAL _want_bytes OR NOT _ms GREATER 0)
+      string(APPEND _failed "  --decode seq_k ${_seq}: ${_bytes} bytes (want ${_want_bytes}), ms ${_ms}\n")
+    endif()
+  endforeach()
+endif()
+if(_failed)
+  message(FATAL_ERROR "clflash-bench modes:\n${_failed}")
+endif()
+message(STATUS "clflash-bench --features and --decode: every row as expected")

@@ -1,0 +1,61 @@
+/*
+ * bench_common.c - the clock, the input data and the context that clflash-bench's timing modes
+ * share (bench_common.h), written once so that --decode and --features time and fill alike.
+ */
+#if !defined(_WIN32) && !defined(_POSIX_C_SOURCE)
+#define _POSIX_C_SOURCE 200809L
+#endif
+
+#include "bench_common.h"
+#include "tool_common.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+double bench_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void bench_fill_random(void *dst, size_t n, clflash_dtype t, uint64_t seed)
+{
+    uint64_t s = seed;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        const float x = (float)((double)(s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+        if (t == CLFLASH_F32) {
+            ((float *)dst)[i] = x;
+        } else {
+            uint32_t u;
+            memcpy(&u, &x, 4);
+            /* bf16 keeps the top half, f16 is built from it */
+            if (t == CLFLASH_BF16) {
+                ((uint16_t *)dst)[i] = (uint16_t)(u >> 16);
+            } else {
+                const uint32_t sign = (u >> 16) & 0x8000u, e = (u >> 23) & 0xffu;
+                ((uint16_t *)dst)[i] = e < 113 ? (uint16_t)sign : (uint16_t)(sign | ((e - 112) << 10) | ((u >> 13) & 0x3ffu));
+            }
+        }
+    }
+}
+
+clflash_context *bench_open_context(const char *device, const char *build_options)
+{
+    if (device && setenv("CLFLASH_DEVICE", device, 1) != 0) {
+        fprintf(stderr, "%s: setting CLFLASH_DEVICE failed\n", tool_name());
+        return NULL;
+    }
+    clflash_context_options copt = {.struct_size = sizeof copt};
+    copt.build_options = build_options;
+    clflash_context *c = NULL;
+    const clflash_status st = clflash_context_create_default(&copt, &c);
+    if (st != CLFLASH_SUCCESS) {
+        fprintf(stderr, "%s: no device: %s (%s)\n", tool_name(), clflash_status_string(st), clflash_last_error_detail());
+        return NULL;
+    }
+    return c;
+}
