@@ -220,7 +220,8 @@ CLFLASH_API clflash_status clflash_context_create(cl_context ctx, cl_device_id d
 
 /* Creates an OpenCL context and queue on a device chosen this way: if the environment variable
  * CLFLASH_DEVICE is set and not empty, it is either an index "P:D" (platform P, device D, from 0, as
- * `clflash-query` lists them) or a case-insensitive substring of the platform or device name;
+ * `clflash-query` lists them) or a case-insensitive substring of the device's or the platform's name
+ * or vendor (the first device that matches; "pocl" matches PoCL's vendor, since 0.5);
  * otherwise the first GPU of any platform, else the first device of any type.
  * Returns: as clflash_context_create, plus CLFLASH_ERROR_NO_DEVICE when no device exists or none
  * matches CLFLASH_DEVICE. */

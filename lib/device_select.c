@@ -1,6 +1,6 @@
 /*
  * device_select.c - clflash_context_create_default: finds a device by the CLFLASH_DEVICE
- * environment variable ("P:D" or a name substring) or by preference (first GPU, else first
+ * environment variable ("P:D" or a substring of a name or vendor) or by preference (first GPU, else first
  * device), and makes an OpenCL context for it.
  *
  * Why separate: choosing a device is policy that tools, tests and applications share, and it is
@@ -61,17 +61,19 @@ static clflash_status find_device(const char *want, found_device *out)
     for (cl_uint p = 0; p < np; p++) {
         cl_device_id devices[64];
         cl_uint nd = 0;
-        char pname[256] = "";
+        char pname[256] = "", pvendor[256] = "";
         if (clGetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, 64, devices, &nd) != CL_SUCCESS)
             continue;
         if (nd > 64)
             nd = 64;
         clGetPlatformInfo(platforms[p], CL_PLATFORM_NAME, sizeof pname - 1, pname, NULL);
+        clGetPlatformInfo(platforms[p], CL_PLATFORM_VENDOR, sizeof pvendor - 1, pvendor, NULL);
         for (cl_uint d = 0; d < nd; d++) {
             found_device f = {platforms[p], devices[d]};
-            char dname[256] = "";
+            char dname[256] = "", dvendor[256] = "";
             cl_device_type type = 0;
             clGetDeviceInfo(devices[d], CL_DEVICE_NAME, sizeof dname - 1, dname, NULL);
+            clGetDeviceInfo(devices[d], CL_DEVICE_VENDOR, sizeof dvendor - 1, dvendor, NULL);
             clGetDeviceInfo(devices[d], CL_DEVICE_TYPE, sizeof type, &type, NULL);
             if (by_index) {
                 if (p == want_p && d == want_d) {
@@ -79,7 +81,10 @@ static clflash_status find_device(const char *want, found_device *out)
                     return CLFLASH_SUCCESS;
                 }
             } else if (want && *want) {
-                if (clflash_contains_nocase(dname, want) || clflash_contains_nocase(pname, want)) {
+                /* names and vendors: PoCL's platform is "Portable Computing Language", its
+                 * vendor "The pocl project" (CLFLASH_DEVICE=pocl) */
+                if (clflash_contains_nocase(dname, want) || clflash_contains_nocase(dvendor, want) ||
+                    clflash_contains_nocase(pname, want) || clflash_contains_nocase(pvendor, want)) {
                     *out = f;
                     return CLFLASH_SUCCESS;
                 }

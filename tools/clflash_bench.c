@@ -303,7 +303,7 @@ static void print_help(FILE *f)
           "  --heads H          heads (default 2)\n"
           "  --causal           causal masking\n"
           "  --device STR       the device: \"P:D\" (as clflash-query lists them) or a\n"
-          "                     case-insensitive part of the platform or device name; sets\n"
+          "                     case-insensitive part of the platform's or device's name or vendor; sets\n"
           "                     CLFLASH_DEVICE. Default: CLFLASH_DEVICE, else the first GPU,\n"
           "                     else the first device\n"
           "  --warmup N         untimed runs before timing (default 2)\n"
