@@ -1,5 +1,5 @@
 # bench_modes_check.cmake - runs `clflash-bench --features` and `--decode` once at small shapes
-# (JSON) and checks what they printed.
+# (JSON) and checks what they printed, and shows that the flash-naive comparison can fail.
 #
 #   cmake -DBENCH=<clflash-bench> -P bench_modes_check.cmake
 #
@@ -85,6 +85,22 @@ else()
     endif()
   endforeach()
 endif()
+# The comparison can fail: a tolerance below f16's rounding makes the row and the exit status fail
+# with a "mismatch" message, where the default tolerance passes.
+foreach(_tol default 1e-9)
+  set(_extra "")
+  if(NOT _tol STREQUAL "default")
+    set(_extra --tolerance ${_tol})
+  endif()
+  execute_process(COMMAND "${BENCH}" --seq 48 --head-dim 16 --heads 2 --dtype f16 --warmup 0 --min-time 0 ${_extra}
+    RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _err)
+  message(STATUS "clflash-bench --tolerance ${_tol}: exit ${_rc}\n${_out}")
+  if(_tol STREQUAL "default" AND NOT _rc EQUAL 0)
+    string(APPEND _failed "  the f16 comparison failed at the default tolerance (exit ${_rc})\n")
+  elseif(NOT _tol STREQUAL "default" AND (NOT _rc EQUAL 1 OR NOT _out MATCHES "mismatch: the largest"))
+    string(APPEND _failed "  --tolerance 1e-9: exit ${_rc} and no mismatch reported (want exit 1 and a mismatch)\n")
+  endif()
+endforeach()
 if(_failed)
   message(FATAL_ERROR "clflash-bench modes:\n${_failed}")
 endif()

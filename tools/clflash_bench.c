@@ -250,6 +250,7 @@ typedef struct {
     const char *build_options; /* --build-options: extra clBuildProgram options, NULL for none */
     uint32_t warmup;
     double min_time;
+    double tolerance; /* --tolerance: the largest |difference| allowed, times max(1, max |value|); 0 = by dtype */
 } options;
 
 static void print_help(FILE *f)
@@ -282,7 +283,8 @@ static void print_help(FILE *f)
           "             CPU device such as PoCL, the device buffers (they live in host memory)\n"
           "Then the outputs are compared on the same inputs: flash against naive, blas against\n"
           "flash (or naive), and the largest absolute difference is reported (skip with\n"
-          "--no-check).\n"
+          "--no-check). A difference above the tolerance times max(1, the largest |value|) fails\n"
+          "the row and the exit status: 1e-4 for f32, 1e-2 for f16, 6e-2 for bf16, or --tolerance.\n"
           "\n"
           "--algo blas: S = scale * Q K^T by cblas_sgemm per head, a row softmax in C, O = P V by\n"
           "cblas_sgemm; fp32 only, on the host, with the BLAS's own threads (OpenBLAS: all cores\n"
@@ -316,6 +318,7 @@ static void print_help(FILE *f)
           "  --csv              print CSV: a header row and one row per result\n"
           "  --json             print one JSON object: device, config, results, date, version\n"
           "  --no-check         do not compare the outputs\n"
+          "  --tolerance T      the comparison's tolerance, above 0 and at most 1 (default by dtype)\n"
           "  --decode           decoding instead (few queries, a long KV cache; GB/s of K/V read):\n"
           "                     see clflash-bench --decode --help\n"
           "  --features         each score feature (causal, window, softcap, ALiBi, bias, key\n"
@@ -422,7 +425,7 @@ static int parse_args(int argc, char **argv, options *o)
     static const char *const flags[] = {"--causal", "--csv", "--json", "--no-check", "--backward", NULL};
     static const char *const valued[] = {"--algo",   "--seq",    "--head-dim", "--dtype",
                                          "--batch",  "--heads",  "--device",   "--warmup",
-                                         "--min-time", "--block", "--build-options", NULL};
+                                         "--min-time", "--block", "--build-options", "--tolerance", NULL};
     for (int i = 1; i < argc; i++) {
         const char *val, *name;
         uint64_t v;
@@ -487,6 +490,11 @@ static int parse_args(int argc, char **argv, options *o)
                                    "%.0f, not '%s'", MAX_MIN_TIME, val);
         } else if (strcmp(name, "--build-options") == 0) {
             o->build_options = val;
+        } else if (strcmp(name, "--tolerance") == 0) {
+            char *end;
+            o->tolerance = strtod(val, &end);
+            if (*end != '\0' || !(o->tolerance > 0.0) || o->tolerance > 1.0)
+                return usage_error("--tolerance wants a number above 0, at most 1, not '%s'", val);
         } else { /* --block */
             if (!parse_uint(val, 1, UINT32_MAX, &v))
                 return usage_error("--block wants a whole number from 1 to %" PRIu32 ", not '%s'",
@@ -1002,11 +1010,22 @@ static void free_outputs(void **out)
 }
 
 /* The largest |a - b| over every output into r, or r->check_error when an output is not finite. */
+/* The largest |difference| two algorithms' outputs may show, as a fraction of max(1, the largest
+ * |value| of the output compared with): by the storage type, a few of its roundings beyond what the
+ * two orders of summation give (fp32: flash and naive differ by about 1e-7 at n = 4096). */
+static double default_tolerance(clflash_dtype t)
+{
+    return t == CLFLASH_F16 ? 1e-2 : t == CLFLASH_BF16 ? 6e-2 : 1e-4;
+}
+
+/* The largest |a - b| over every output into r; r->check_error when an output is not finite or
+ * the difference is above the tolerance (--tolerance, else default_tolerance) times
+ * max(1, max |b|). */
 static void compare_outputs(void *const *a, void *const *b, size_t nout, const tensors *t,
-                            const clflash_attention_desc *d, bench_algo with, result *r)
+                            const clflash_attention_desc *d, bench_algo with, double tolerance, result *r)
 {
     size_t nonfinite[2] = {0, 0};
-    double worst = 0.0;
+    double worst = 0.0, largest = 0.0;
     for (size_t k = 0; k < nout; k++)
         for (size_t i = 0; i < t->count; i++) {
             double f = element_value(a[k], i, d->dtype), g = element_value(b[k], i, d->dtype);
@@ -1014,16 +1033,24 @@ static void compare_outputs(void *const *a, void *const *b, size_t nout, const t
             nonfinite[1] += !isfinite(g);
             if (isfinite(f) && isfinite(g) && fabs(f - g) > worst)
                 worst = fabs(f - g);
+            if (isfinite(g) && fabs(g) > largest)
+                largest = fabs(g);
         }
     r->compared_with = algo_name(with);
     if (nonfinite[0] || nonfinite[1]) {
         r->check_error = xprintf("non-finite outputs (NaN, infinity or never written): %s %zu, %s %zu of %zu",
                                  algo_name(r->algo), nonfinite[0], algo_name(with), nonfinite[1],
                                  nout * t->count);
-    } else {
-        r->checked = 1;
-        r->max_abs_diff = worst;
+        return;
     }
+    r->checked = 1;
+    r->max_abs_diff = worst;
+    const double tol = tolerance > 0.0 ? tolerance : default_tolerance(d->dtype);
+    const double limit = tol * (largest > 1.0 ? largest : 1.0);
+    if (!(worst <= limit))
+        r->check_error = xprintf("mismatch: the largest |%s - %s| is %.3g, above the tolerance %.3g (%g of "
+                                 "max(1, the largest |%s| value %.3g))",
+                                 algo_name(r->algo), algo_name(with), worst, limit, tol, algo_name(with), largest);
 }
 
 /* Compares the algorithms of one sequence length on the same inputs: flash against naive (on the
@@ -1062,10 +1089,10 @@ static void check_seq(bench *bn, const clflash_attention_desc *d, const tensors 
         }
     }
     if (out[ALGO_FLASH] && out[ALGO_NAIVE])
-        compare_outputs(out[ALGO_FLASH], out[ALGO_NAIVE], nout, t, d, ALGO_NAIVE, row[ALGO_FLASH]);
+        compare_outputs(out[ALGO_FLASH], out[ALGO_NAIVE], nout, t, d, ALGO_NAIVE, o->tolerance, row[ALGO_FLASH]);
     if (out[ALGO_BLAS] && (out[ALGO_FLASH] || out[ALGO_NAIVE])) {
         bench_algo with = out[ALGO_FLASH] ? ALGO_FLASH : ALGO_NAIVE;
-        compare_outputs(out[ALGO_BLAS], out[with], nout, t, d, with, row[ALGO_BLAS]);
+        compare_outputs(out[ALGO_BLAS], out[with], nout, t, d, with, o->tolerance, row[ALGO_BLAS]);
     }
     for (int a = 0; a < NUM_ALGOS; a++) {
         if (row[a] && row[a]->check_error)
@@ -1336,7 +1363,7 @@ static void print_table(const bench *bn)
                 if (r->fwd_ms_median > 0.0)
                     snprintf(c[COL_RATIO], CELL, "%.2f", r->ms_median / r->fwd_ms_median);
             }
-            strcpy(c[COL_STATUS], "ok");
+            strcpy(c[COL_STATUS], r->check_error ? "check failed" : "ok");
         } else {
             nfail++;
             snprintf(c[COL_STATUS], CELL, "failed (%zu)", nfail);
@@ -1567,7 +1594,7 @@ static void print_json(const bench *bn, const char *date)
         json_num(&j, "fwd_ms_median", r->have_fwd, r->fwd_ms_median);
         json_num(&j, "bwd_fwd_ratio", ok && r->have_fwd && r->fwd_ms_median > 0.0,
                  r->fwd_ms_median > 0.0 ? r->ms_median / r->fwd_ms_median : 0.0);
-        json_str(&j, "status", ok ? "ok" : clflash_status_string(r->status));
+        json_str(&j, "status", ok ? (r->check_error ? "check failed" : "ok") : clflash_status_string(r->status));
         json_i64(&j, "status_code", r->status);
         json_str(&j, "error_detail", ok ? NULL : r->detail);
         json_bool(&j, "expected_failure", r->expected);
@@ -1643,7 +1670,7 @@ static void print_csv(const bench *bn)
         csv_u64(r->score_matrix_bytes != UINT64_MAX, r->score_matrix_bytes);
         csv_u64(r->have_plan, r->plan.block);
         csv_num(r->checked, r->max_abs_diff);
-        csv_field(ok ? "ok" : clflash_status_string(r->status), 0);
+        csv_field(ok ? (r->check_error ? "check failed" : "ok") : clflash_status_string(r->status), 0);
         csv_field(o->backward ? "backward" : "forward", 0);
         csv_u64(r->peak_rss != 0, r->peak_rss);
         csv_num(r->have_fwd, r->fwd_ms_median);
