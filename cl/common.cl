@@ -5,6 +5,11 @@
  * Why one file: Q, K, V and O are stored as fp32, fp16, bf16 or int8 but all math is fp32, and the
  * conversions and the visibility rules must be identical in every kernel.
  *
+ * Every helper function of the portable kernel files is `static inline`: OpenCL C 1.2 follows C99,
+ * where a plain `inline` function is an inline definition only, and a compiler that does not inline
+ * a call to it leaves an undefined symbol (tests/kernel_linkage.cmake builds each file at -O0 to
+ * check).
+ *
  * Input storage (Q, K, V, and any tensor of the same type): the host defines exactly one of
  * CLFLASH_DTYPE_F32, _F16, _BF16, _I8. Buffers and local tiles hold the raw bits (`bits_t`), so
  * copying a tile into local memory converts nothing; load_g / load_l convert one element to float
@@ -15,12 +20,12 @@
  * Output storage (O, and the naive path's score matrix): CLFLASH_OUT_F32, _F16 or _BF16; when none
  * is defined it is the input type. store_o / load_o write and read one element.
  */
-inline float bf16_to_float(ushort u)
+static inline float bf16_to_float(ushort u)
 {
     return as_float((uint)u << 16);
 }
 /* Round to nearest, ties to even; NaN stays a (quiet) NaN. */
-inline ushort float_to_bf16(float f)
+static inline ushort float_to_bf16(float f)
 {
     uint u = as_uint(f);
     if ((u & 0x7fffffffu) > 0x7f800000u)
@@ -103,14 +108,14 @@ inline ushort float_to_bf16(float f)
 #endif
 
 /* Element (b, h, i, c) of a tensor with the given strides (in elements). */
-inline ulong tensor_index(ulong offset, ulong batch_stride, ulong head_stride, ulong seq_stride,
-                          uint b, uint h, uint i)
+static inline ulong tensor_index(ulong offset, ulong batch_stride, ulong head_stride, ulong seq_stride,
+                                 uint b, uint h, uint i)
 {
     return offset + (ulong)b * batch_stride + (ulong)h * head_stride + (ulong)i * seq_stride;
 }
 
 /* Causal visibility alone, bottom-right aligned: query i sees key j iff j <= i + seq_k - seq_q. */
-inline bool key_visible(uint i, uint j, uint seq_q, uint seq_k)
+static inline bool key_visible(uint i, uint j, uint seq_q, uint seq_k)
 {
 #if CAUSAL
     return (long)j <= (long)i + (long)seq_k - (long)seq_q;
@@ -127,8 +132,8 @@ inline bool key_visible(uint i, uint j, uint seq_q, uint seq_k)
  *   key_len: keys j < key_len (key padding; the host passes seq_k when there is none).
  * The range is empty when hi <= lo. Both ends grow with i, which lets a block of queries skip
  * whole key tiles. */
-inline void visible_keys(uint i, uint seq_q, uint seq_k, uint key_len, uint win_left, uint win_right,
-                         long *lo, long *hi)
+static inline void visible_keys(uint i, uint seq_q, uint seq_k, uint key_len, uint win_left, uint win_right,
+                                long *lo, long *hi)
 {
     const long d = (long)i + (long)seq_k - (long)seq_q;
     long l = 0, h = (long)min(seq_k, key_len);
@@ -147,7 +152,7 @@ inline void visible_keys(uint i, uint seq_q, uint seq_k, uint key_len, uint win_
 }
 
 /* The keys batch entry b has: its key length clamped to [0, seq_k] with KEYLEN, else seq_k. */
-inline uint batch_key_len(__global const int *key_lens, uint b, uint seq_k)
+static inline uint batch_key_len(__global const int *key_lens, uint b, uint seq_k)
 {
 #if KEYLEN
     return (uint)clamp(key_lens[b], 0, (int)seq_k);
@@ -162,8 +167,8 @@ inline uint batch_key_len(__global const int *key_lens, uint b, uint seq_k)
  * [*begin, *end), begin a multiple of `tile`. Both ends of visible_keys grow with the query index,
  * so the tiles before the first row's lo and from the last row's hi on are invisible to the whole
  * block: they are skipped, not computed and masked. */
-inline void block_key_range(uint q0, uint rows, uint seq_q, uint seq_k, uint key_len, uint win_left, uint win_right,
-                            uint tile, uint *begin, uint *end)
+static inline void block_key_range(uint q0, uint rows, uint seq_q, uint seq_k, uint key_len, uint win_left,
+                                   uint win_right, uint tile, uint *begin, uint *end)
 {
     long first_lo, first_hi, last_lo, last_hi;
     visible_keys(q0, seq_q, seq_k, key_len, win_left, win_right, &first_lo, &first_hi);
@@ -174,8 +179,8 @@ inline void block_key_range(uint q0, uint rows, uint seq_q, uint seq_k, uint key
 
 /* The score of (query i, key j) after the optional transforms, in natural-log units:
  * softcap (cap * tanh(s / cap)), then the additive bias, then ALiBi (-slope * |d - j|). */
-inline float transform_score(float s, float softcap, float bias, float alibi_slope, uint i, uint j,
-                             uint seq_q, uint seq_k)
+static inline float transform_score(float s, float softcap, float bias, float alibi_slope, uint i, uint j,
+                                    uint seq_q, uint seq_k)
 {
 #if SOFTCAP
     s = softcap * tanh(s / softcap);
@@ -199,8 +204,8 @@ inline float transform_score(float s, float softcap, float bias, float alibi_slo
 /* For the backward pass: transform_score, computed by the same operations (so P recomputed from
  * it matches the forward's lse), and in *slope its derivative with respect to s. Bias and ALiBi are
  * additive, so only softcap bends it: d(cap * tanh(s / cap))/ds = 1 - tanh^2(s / cap). */
-inline float transform_score_grad(float s, float softcap, float bias, float alibi_slope, uint i, uint j,
-                                  uint seq_q, uint seq_k, float *slope)
+static inline float transform_score_grad(float s, float softcap, float bias, float alibi_slope, uint i, uint j,
+                                         uint seq_q, uint seq_k, float *slope)
 {
 #if SOFTCAP
     const float t = tanh(s / softcap);
@@ -246,11 +251,11 @@ inline float transform_score_grad(float s, float softcap, float bias, float alib
 #define ROW_HEAD(h0, r) ((h0) + (r) % PACK)
 
 /* The work-group's query block (in packed rows) and heads: h0 its first query head, hk its K/V head. */
-inline uint query_block_index(uint n_splits)
+static inline uint query_block_index(uint n_splits)
 {
     return get_group_id(0) / n_splits;
 }
-inline void group_heads(uint group, uint *h0, uint *hk)
+static inline void group_heads(uint group, uint *h0, uint *hk)
 {
 #if PACK > 1
     (void)group;
@@ -264,8 +269,8 @@ inline void group_heads(uint group, uint *h0, uint *hk)
 
 /* With SPLIT, narrows the key range [*begin, *end) to the work-group's part (begin stays a multiple
  * of the tile: both it and the part's start are) and moves O's offset and lse to the part. */
-inline void split_part(uint n_splits, uint split_keys, uint heads_q, uint seq_q, uint *begin, uint *end,
-                       ulong *o_off, __global float **lse)
+static inline void split_part(uint n_splits, uint split_keys, uint heads_q, uint seq_q, uint *begin, uint *end,
+                              ulong *o_off, __global float **lse)
 {
 #if SPLIT
     const uint part = get_group_id(0) % n_splits;

@@ -135,8 +135,8 @@ typedef struct {
 /* P of a (query qi, key kj) pair the row sees, from the raw dot product x = q.k and the row's lse
  * in the log2 domain (l2); *slope receives f'(scale * x) (see the top of the file). bias_row is
  * the row's first bias element, slope_h the head's ALiBi slope (both unused without them). */
-inline float pair_prob(float x, float l2, const bwd_args *a, __global const float *bias, ulong bias_row,
-                       float slope_h, uint qi, uint kj, float *slope)
+static inline float pair_prob(float x, float l2, const bwd_args *a, __global const float *bias, ulong bias_row,
+                              float slope_h, uint qi, uint kj, float *slope)
 {
 #if SOFTCAP || BIAS || ALIBI
 #if BIAS
@@ -162,7 +162,7 @@ inline float pair_prob(float x, float l2, const bwd_args *a, __global const floa
  * d - win_left <= j <= d + win_right (window) and j < key_len; so the first query is bounded by
  * the block's first key and the last query by its last key. A superset is harmless (every pair is
  * still tested with visible_keys); a subset would drop terms. */
-inline void visible_queries(uint k0, uint k_end, const bwd_args *a, uint *q_begin, uint *q_end)
+static inline void visible_queries(uint k0, uint k_end, const bwd_args *a, uint *q_begin, uint *q_end)
 {
     const long shift = (long)a->seq_k - (long)a->seq_q;
     long qb = 0, qe = (long)a->seq_q;
@@ -183,12 +183,12 @@ inline void visible_queries(uint k0, uint k_end, const bwd_args *a, uint *q_begi
 }
 
 /* dK and dV for keys k0 .. k0+BLOCK-1 of kv head hk of batch entry b. */
-inline void dkdv_block(__global const bits_t *q, __global const bits_t *k, __global const bits_t *v,
-                       __global const bits_t *d_o, __global const float *lse, __global const float *dvec,
-                       __global bits_t *dk, __global bits_t *dv, __global const float *bias,
-                       __global const float *alibi, const bwd_args *a, uint k0, uint hk, uint b,
-                       __local bits_t *kt, __local bits_t *vt, __local bits_t *qT, __local bits_t *doT,
-                       __local float *pt, __local float *dst, __local float *row_lse, __local float *row_d)
+static inline void dkdv_block(__global const bits_t *q, __global const bits_t *k, __global const bits_t *v,
+                              __global const bits_t *d_o, __global const float *lse, __global const float *dvec,
+                              __global bits_t *dk, __global bits_t *dv, __global const float *bias,
+                              __global const float *alibi, const bwd_args *a, uint k0, uint hk, uint b,
+                              __local bits_t *kt, __local bits_t *vt, __local bits_t *qT, __local bits_t *doT,
+                              __local float *pt, __local float *dst, __local float *row_lse, __local float *row_d)
 {
     const uint lid = get_local_id(0);
     const uint jr = lid / TPR; /* this work-item's key within the block */
@@ -297,11 +297,11 @@ inline void dkdv_block(__global const bits_t *q, __global const bits_t *k, __glo
 }
 
 /* dQ for queries q0 .. q0+BLOCK-1 of query head h of batch entry b. */
-inline void dq_block(__global const bits_t *q, __global const bits_t *k, __global const bits_t *v,
-                     __global const bits_t *d_o, __global const float *lse, __global const float *dvec,
-                     __global bits_t *dq, __global const float *bias, __global const float *alibi,
-                     const bwd_args *a, uint q0, uint h, uint b, __local bits_t *qt,
-                     __local bits_t *dorow, __local bits_t *kT, __local bits_t *vT, __local float *dst)
+static inline void dq_block(__global const bits_t *q, __global const bits_t *k, __global const bits_t *v,
+                            __global const bits_t *d_o, __global const float *lse, __global const float *dvec,
+                            __global bits_t *dq, __global const float *bias, __global const float *alibi,
+                            const bwd_args *a, uint q0, uint h, uint b, __local bits_t *qt,
+                            __local bits_t *dorow, __local bits_t *kT, __local bits_t *vT, __local float *dst)
 {
     const uint lid = get_local_id(0);
     const uint row = lid / TPR;
@@ -397,7 +397,7 @@ inline void dq_block(__global const bits_t *q, __global const bits_t *k, __globa
 
 #if CLFLASH_USE_CPU_PATH
 /* s[i] = x . cols[.][i] for the BLOCK rows of a transposed tile, 8 rows per float8. */
-inline void cpu_scores(const float *x, __local const float *cols, float *s)
+static inline void cpu_scores(const float *x, __local const float *cols, float *s)
 {
     float8 s8[BLOCK / 8];
     for (uint i8 = 0; i8 < BLOCK / 8; i8++)
@@ -413,7 +413,7 @@ inline void cpu_scores(const float *x, __local const float *cols, float *s)
 }
 
 /* acc += w[r] * rows[r] over rows r < n whose weight is not 0 (a 0 weight adds nothing). */
-inline void cpu_add_rows(float8 *acc, const float *w, __local const float *rows, uint n)
+static inline void cpu_add_rows(float8 *acc, const float *w, __local const float *rows, uint n)
 {
     /* a copy that does not outlive the call, so that it can stay in registers through the loop */
     float8 t[HD8 / 8];
@@ -435,7 +435,7 @@ inline void cpu_add_rows(float8 *acc, const float *w, __local const float *rows,
 }
 
 /* Stores an fp32 gradient row, times mul, in the storage type. */
-inline void cpu_store_row(__global bits_t *dst, ulong at, const float8 *acc, float mul)
+static inline void cpu_store_row(__global bits_t *dst, ulong at, const float8 *acc, float mul)
 {
     float out[HD8];
     for (uint d8 = 0; d8 < HD8 / 8; d8++)
@@ -446,12 +446,12 @@ inline void cpu_store_row(__global bits_t *dst, ulong at, const float8 *acc, flo
 
 /* dK and dV for keys k0 .. k0+BLOCK-1 of kv head hk of batch entry b; work-item lid owns key
  * k0 + lid. */
-inline void dkdv_block_cpu(__global const bits_t *q, __global const bits_t *k, __global const bits_t *v,
-                           __global const bits_t *d_o, __global const float *lse, __global const float *dvec,
-                           __global bits_t *dk, __global bits_t *dv, __global const float *bias,
-                           __global const float *alibi, const bwd_args *a, uint k0, uint hk, uint b,
-                           __local float *qT, __local float *doT, __local float *qf, __local float *dof,
-                           __local float *row_lse, __local float *row_d)
+static inline void dkdv_block_cpu(__global const bits_t *q, __global const bits_t *k, __global const bits_t *v,
+                                  __global const bits_t *d_o, __global const float *lse, __global const float *dvec,
+                                  __global bits_t *dk, __global bits_t *dv, __global const float *bias,
+                                  __global const float *alibi, const bwd_args *a, uint k0, uint hk, uint b,
+                                  __local float *qT, __local float *doT, __local float *qf, __local float *dof,
+                                  __local float *row_lse, __local float *row_d)
 {
     const uint lid = get_local_id(0);
     const uint kj = k0 + lid;
@@ -560,11 +560,11 @@ inline void dkdv_block_cpu(__global const bits_t *q, __global const bits_t *k, _
 
 /* dQ for queries q0 .. q0+BLOCK-1 of query head h of batch entry b; work-item lid owns query
  * q0 + lid. */
-inline void dq_block_cpu(__global const bits_t *q, __global const bits_t *k, __global const bits_t *v,
-                         __global const bits_t *d_o, __global const float *lse, __global const float *dvec,
-                         __global bits_t *dq, __global const float *bias, __global const float *alibi,
-                         const bwd_args *a, uint q0, uint h, uint b, __local float *kT, __local float *vT,
-                         __local float *kf)
+static inline void dq_block_cpu(__global const bits_t *q, __global const bits_t *k, __global const bits_t *v,
+                                __global const bits_t *d_o, __global const float *lse, __global const float *dvec,
+                                __global bits_t *dq, __global const float *bias, __global const float *alibi,
+                                const bwd_args *a, uint q0, uint h, uint b, __local float *kT, __local float *vT,
+                                __local float *kf)
 {
     const uint lid = get_local_id(0);
     const uint hk = h / a->group;

@@ -34,7 +34,7 @@
 
 /* Elements 8 c8 .. 8 c8 + 7 of the row at `at` of Q, K or V as fp32 (zeros past HEAD_DIM): one
  * vector load where the storage type has one, else element by element through load_g. */
-inline float8 load8(__global const bits_t *src, ulong at, uint c8)
+static inline float8 load8(__global const bits_t *src, ulong at, uint c8)
 {
 #if HEAD_DIM % 8 == 0 && defined(CLFLASH_DTYPE_F32)
     return vload8(0, src + at + 8 * c8);

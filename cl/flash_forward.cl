@@ -153,8 +153,8 @@
  * n = 2048, d = 64: softcap cost 3.5 times the plain call). tanh(x) is 1 - 2 / (1 + e^(2x)),
  * within a few units of 2^-24 absolute (what a softmax sees), +-1 where e^(2x) overflows or
  * underflows. bias_at is the bias of key key0 of the row. */
-inline float8 transform_scores8(float8 s, float softcap, __global const float *bias_at, float alibi_slope, uint i,
-                                uint key0, uint seq_q, uint seq_k)
+static inline float8 transform_scores8(float8 s, float softcap, __global const float *bias_at, float alibi_slope,
+                                       uint i, uint key0, uint seq_q, uint seq_k)
 {
 #if SOFTCAP
     s = softcap * (1.0f - 2.0f / (1.0f + exp(s * (2.0f / softcap))));

@@ -1,0 +1,76 @@
+# kernel_linkage.cmake - builds every kernel file with clang at -O0 (nothing inlined) to LLVM IR,
+# with define sets the planners produce, and fails if the IR declares a function it does not
+# define other than an OpenCL builtin (Itanium-mangled, "_Z..."). A helper written `inline`
+# without `static` is, under OpenCL C 1.2's C99 rules, an inline definition only: a compiler that
+# does not inline the call (clang's NVPTX back end at -O3 did, for dkdv_block; every clang back end
+# at -cl-opt-disable) leaves an undefined symbol that the device's linker rejects.
+#
+# The NVIDIA tensor-core files (nv_mma_*.cl), which only NVIDIA's compiler builds and which it
+# inlines whole, keep their plain `inline` helpers until a run on the H200 shows that `static`
+# leaves their code as it is; common.cl, which they include, is checked through the other files.
+#
+#   cmake -DCLANG=<clang or empty> -DCL_DIR=<the cl/ folder> -DWORK=<scratch folder> -P kernel_linkage.cmake
+cmake_minimum_required(VERSION 3.19)
+if(NOT CLANG)
+  message("SKIPPED: clang not found (install it to check the kernels' linkage)")
+  return()
+endif()
+
+set(_common "-cl-std=CL1.2 -D CAUSAL=0 -D WINDOW=0 -D SOFTCAP=0 -D BIAS=0 -D ALIBI=0 -D KEYLEN=0")
+set(_all "-cl-std=CL1.2 -D CAUSAL=1 -D WINDOW=1 -D SOFTCAP=1 -D BIAS=1 -D ALIBI=1 -D KEYLEN=1")
+# name | target | sources after common.cl, joined by + | options
+set(_cases
+  "forward-cpu|spir64|flash_forward.cl|${_all} -D CLFLASH_DTYPE_BF16 -D CLFLASH_OUT_BF16 -D WITH_LSE=1 -D SPLIT=1 -D PACK=1 -D CLFLASH_CPU_PATH=1 -D HEAD_DIM=32 -D BLOCK=64 -D TPR=1 -D LDS_STRIDE=34 -D KT_STRIDE=65 -D P_STRIDE=65"
+  "forward-cpu-plain|spir64|flash_forward.cl|${_common} -D CLFLASH_DTYPE_F32 -D CLFLASH_OUT_F32 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D CLFLASH_CPU_PATH=1 -D HEAD_DIM=7 -D BLOCK=64 -D TPR=1 -D LDS_STRIDE=10 -D KT_STRIDE=65 -D P_STRIDE=65"
+  "forward-regtile|spir64|flash_forward.cl|${_all} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=1 -D SPLIT=1 -D PACK=4 -D RT=1 -D HEAD_DIM=32 -D BLOCK=64 -D BLOCK_Q=64 -D RT_RM=4 -D RT_TC=8 -D CLFLASH_CPU_PATH=0"
+  "forward-lanes|spir64|flash_forward.cl|${_common} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D HEAD_DIM=7 -D BLOCK=64 -D TPR=4 -D LDS_STRIDE=10 -D KT_STRIDE=65 -D P_STRIDE=65 -D CLFLASH_CPU_PATH=0"
+  "decode-cpu|spir64|flash_decode_cpu.cl|${_all} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F32 -D WITH_LSE=1 -D SPLIT=1 -D PACK=4 -D HEAD_DIM=64 -D DEC_ROWS=4 -D DEC_KEYS=32"
+  "merge|spir64|merge_states.cl|-cl-std=CL1.2 -D CLFLASH_DTYPE_BF16 -D CLFLASH_OUT_F32 -D HEAD_DIM=256 -D MERGE_LANES=32 -D MERGE_ROWS=4 -D WITH_LSE=1"
+  "naive|spir64|naive_attention.cl|${_all} -D CLFLASH_DTYPE_BF16 -D CLFLASH_OUT_BF16 -D WITH_LSE=1 -D HEAD_DIM=32 -D SOFTMAX_WG=256"
+  "naive-backward|spir64|naive_backward.cl|${_all} -D CLFLASH_DTYPE_F32 -D CLFLASH_OUT_F32 -D WITH_LSE=0 -D HEAD_DIM=16 -D SOFTMAX_WG=256"
+  "backward-cpu|spir64|flash_backward.cl|${_all} -D CLFLASH_DTYPE_BF16 -D CLFLASH_OUT_BF16 -D WITH_LSE=0 -D CLFLASH_CPU_PATH=1 -D HEAD_DIM=64 -D BLOCK=64 -D TPR=1 -D LDS_STRIDE=66 -D T_STRIDE=65 -D P_STRIDE=65 -D ROWDOT_WG=64"
+  "backward-gpu|spir64|flash_backward.cl|${_all} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D HEAD_DIM=8 -D BLOCK=8 -D TPR=2 -D LDS_STRIDE=10 -D T_STRIDE=9 -D P_STRIDE=9 -D ROWDOT_WG=64 -D CLFLASH_CPU_PATH=0"
+)
+set(_failed "")
+foreach(_case IN LISTS _cases)
+  string(REPLACE "|" ";" _parts "${_case}")
+  list(GET _parts 0 _name)
+  list(GET _parts 1 _target)
+  list(GET _parts 2 _files)
+  string(REPLACE "+" ";" _files "${_files}")
+  list(GET _parts 3 _opts)
+  set(_src "${WORK}/linkage_${_name}.cl")
+  file(READ "${CL_DIR}/common.cl" _text)
+  foreach(_f IN LISTS _files)
+    file(READ "${CL_DIR}/${_f}" _more)
+    string(APPEND _text "${_more}")
+  endforeach()
+  file(WRITE "${_src}" "${_text}")
+  separate_arguments(_optlist UNIX_COMMAND "${_opts}")
+  execute_process(COMMAND "${CLANG}" -x cl -target ${_target} -O0 -emit-llvm -S -Xclang -finclude-default-header
+                          ${_optlist} -o "${WORK}/linkage_${_name}.ll" "${_src}"
+    RESULT_VARIABLE _rc ERROR_VARIABLE _err OUTPUT_QUIET)
+  if(NOT _rc EQUAL 0)
+    string(APPEND _failed "  ${_name}: clang failed (${_rc}):\n${_err}\n")
+    continue()
+  endif()
+  file(STRINGS "${WORK}/linkage_${_name}.ll" _decls REGEX "^declare ")
+  set(_undefined "")
+  foreach(_d IN LISTS _decls)
+    if(_d MATCHES "@([A-Za-z_][A-Za-z0-9_.]*)\\(")
+      set(_fn "${CMAKE_MATCH_1}")
+      if(NOT _fn MATCHES "^_Z" AND NOT _fn MATCHES "^llvm\\.")
+        list(APPEND _undefined "${_fn}")
+      endif()
+    endif()
+  endforeach()
+  if(_undefined)
+    string(REPLACE ";" ", " _list "${_undefined}")
+    string(APPEND _failed "  ${_name}: declared but not defined: ${_list}\n")
+  else()
+    message(STATUS "${_name}: every function it calls is defined or an OpenCL builtin")
+  endif()
+endforeach()
+if(_failed)
+  message(FATAL_ERROR "kernel linkage:\n${_failed}")
+endif()
