@@ -291,7 +291,6 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
 #if SOFTCAP
     /* softcap_log2's argument: 2 log2(e) s2 / cap2, from the raw product q.k */
     const float cap2 = softcap * M_LOG2E_F, cap_in = scale2 * 2.0f * M_LOG2E_F / cap2;
-    (void)scale2;
 #else
     (void)softcap;
 #endif

@@ -276,6 +276,14 @@ static void add_bias(feature_case *fc, unsigned mask_every, uint64_t seed)
         fc->bias[i] = (mask_every && i % mask_every == 3) ? -INFINITY : 2.0f * (float)ref_rng_uniform(&rng);
 }
 
+/* The i8 scales the feature cases use (a real value is the scale times the stored integer). */
+static void set_i8_scales(feature_case *fc)
+{
+    fc->d.q_scale = 1.0f / 64;
+    fc->d.k_scale = 1.0f / 64;
+    fc->d.v_scale = 1.0f / 127;
+}
+
 static void free_case(feature_case *fc)
 {
     free(fc->bias);
@@ -460,11 +468,8 @@ START_TEST(each_feature_in_each_dtype)
     const int feature = _i / 4;
     const clflash_dtype t = all_types[_i % 4];
     feature_case fc = make(2, 2, 1, 19, 23, 16, t, feature == 0 ? CLFLASH_WINDOW : 0);
-    if (t == CLFLASH_I8) {
-        fc.d.q_scale = 1.0f / 64;
-        fc.d.k_scale = 1.0f / 64;
-        fc.d.v_scale = 1.0f / 127;
-    }
+    if (t == CLFLASH_I8)
+        set_i8_scales(&fc);
     switch (feature) {
     case 0: fc.d.window_left = 6; fc.d.window_right = 2; break;
     case 1: fc.d.softcap = 2.5f; fc.d.scale = 1.0f; break;
@@ -496,11 +501,8 @@ START_TEST(each_feature_decoding)
     const clflash_dtype t = all_types[_i % 4];
     feature_case fc = make(2, 8, 2, 2, 700, 48, t, CLFLASH_CAUSAL | (feature == 0 ? CLFLASH_WINDOW : 0));
     fc.d.num_splits = forced ? 3 : 0;
-    if (t == CLFLASH_I8) {
-        fc.d.q_scale = 1.0f / 64;
-        fc.d.k_scale = 1.0f / 64;
-        fc.d.v_scale = 1.0f / 127;
-    }
+    if (t == CLFLASH_I8)
+        set_i8_scales(&fc);
     switch (feature) {
     case 0: fc.d.window_left = 100; fc.d.window_right = 0; break;
     case 1: fc.d.softcap = 2.5f; fc.d.scale = 1.0f; break;
@@ -702,7 +704,7 @@ static int oclgrind_case(int i)
         REQUIRE(fc.lens);
         memcpy(fc.lens, lens, sizeof lens);
         break;
-    case 6: fc.d.out_dtype = CLFLASH_F16; fc.d.q_scale = 1.0f / 64; fc.d.k_scale = 1.0f / 64; fc.d.v_scale = 1.0f / 127; break;
+    case 6: fc.d.out_dtype = CLFLASH_F16; set_i8_scales(&fc); break;
     case 7: fc.d.window_left = 3; fc.d.softcap = 4.0f; add_bias(&fc, 0, 22); break;
     default: break;
     }

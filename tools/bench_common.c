@@ -1,6 +1,7 @@
 /*
- * bench_common.c - the clock, the input data and the context that clflash-bench's timing modes
- * share (bench_common.h), written once so that --decode and --features time and fill alike.
+ * bench_common.c - the clock, the input data, the context and the back-to-back timing loop that
+ * clflash-bench's timing modes share (bench_common.h), written once so that --decode and
+ * --features time and fill alike.
  */
 #if !defined(_WIN32) && !defined(_POSIX_C_SOURCE)
 #define _POSIX_C_SOURCE 200809L
@@ -58,4 +59,29 @@ clflash_context *bench_open_context(const char *device, const char *build_option
         return NULL;
     }
     return c;
+}
+
+double bench_back_to_back(const bench_call *call, double one_call_s, double batch_s, unsigned max_per,
+                          double min_time, unsigned *calls)
+{
+    unsigned per = one_call_s > 0 ? (unsigned)(batch_s / one_call_s) : 100;
+    if (per < 1)
+        per = 1;
+    if (per > max_per)
+        per = max_per;
+    double best = 1e30, total = 0.0;
+    unsigned made = 0;
+    while (total < min_time || made < 3 * per) {
+        const double t0 = bench_now();
+        for (unsigned i = 0; i < per; i++)
+            clflash_forward(call->c, call->d, call->queue, call->q, call->k, call->v, call->o, NULL, 0, NULL, NULL);
+        clFinish(call->queue);
+        const double t = bench_now() - t0;
+        total += t;
+        made += per;
+        if (t / per < best)
+            best = t / per;
+    }
+    *calls += made;
+    return best;
 }

@@ -21,4 +21,19 @@ void bench_fill_random(void *dst, size_t n, clflash_dtype t, uint64_t seed);
  * build options; on failure prints why on stderr and returns NULL. */
 clflash_context *bench_open_context(const char *device, const char *build_options);
 
+/* One forward call as the timing modes repeat it: clflash_forward(c, d, queue, q, k, v, o, no lse). */
+typedef struct {
+    clflash_context *c;
+    const clflash_attention_desc *d;
+    cl_command_queue queue;
+    cl_mem q, k, v, o;
+} bench_call;
+
+/* Back-to-back timing: batches of calls, each enqueued one after another and then finished, until
+ * min_time seconds have passed and at least three batches ran. A batch holds about batch_s seconds
+ * of calls by one_call_s (one call's time; 100 calls if that is not positive), at most max_per.
+ * Returns the fastest batch's seconds per call and adds the calls made to *calls. */
+double bench_back_to_back(const bench_call *call, double one_call_s, double batch_s, unsigned max_per,
+                          double min_time, unsigned *calls);
+
 #endif /* CLFLASH_BENCH_COMMON_H */

@@ -25,7 +25,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define MAX_SEQS 32
 
@@ -328,26 +327,9 @@ static void run_shape(clflash_context *c, cl_command_queue prof, const decode_op
     }
     r->ms_isolated = median(wall, 21);
 
-
-    /* back to back: batches of calls until min_time has passed */
-    unsigned per = (unsigned)(r->ms_isolated > 0 ? 20.0 / r->ms_isolated : 100); /* ~20 ms per batch */
-    if (per < 1)
-        per = 1;
-    if (per > 2000)
-        per = 2000;
-    double best = 1e30, total = 0.0;
-    while (total < o->min_time || r->calls < 3 * per) {
-        const double t0 = bench_now();
-        for (unsigned i = 0; i < per; i++)
-            clflash_forward(c, &d, prof, q, k, v, out, NULL, 0, NULL, NULL);
-        clFinish(prof);
-        const double t = bench_now() - t0;
-        total += t;
-        r->calls += per;
-        if (t / per < best)
-            best = t / per;
-    }
-    r->ms_call = best * 1e3;
+    /* back to back: batches of about 20 ms of calls until min_time has passed */
+    const bench_call call = {c, &d, prof, q, k, v, out};
+    r->ms_call = bench_back_to_back(&call, r->ms_isolated * 1e-3, 0.02, 2000, o->min_time, &r->calls) * 1e3;
 done:
     for (int i = 0; i < 5; i++)
         if (e[i] == CL_SUCCESS)

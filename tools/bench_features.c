@@ -10,10 +10,6 @@
  * figure a feature's cost target is about. Times are back to back (calls enqueued one after
  * another, then clFinish, divided by their number), as PyTorch's CUDA-event timings are.
  */
-#if !defined(_WIN32) && !defined(_POSIX_C_SOURCE)
-#define _POSIX_C_SOURCE 200809L
-#endif
-
 #include "bench_features.h"
 #include "bench_common.h"
 #include "tool_common.h"
@@ -23,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define MAX_LENGTHS 64
 
@@ -260,8 +255,9 @@ static cl_int make_buffers(clflash_context *c, cl_command_queue qu, const featur
     for (size_t i = 0; i < o->ncases; i++)
         full |= (known_cases[o->cases[i]].features & F_BIAS_FULL) != 0;
     const uint64_t n_full = full ? n_shared * o->batch * o->heads : 0;
-    const uint64_t largest = nq > nk ? (nq * s > n_shared * 4 ? nq * s : n_shared * 4)
-                                     : (nk * s > n_shared * 4 ? nk * s : n_shared * 4);
+    uint64_t largest = n_shared * 4; /* the host staging buffer: the largest of Q, K and the shared bias */
+    if ((nq > nk ? nq : nk) * s > largest)
+        largest = (nq > nk ? nq : nk) * s;
     cl_context ctx = clflash_context_cl(c);
     cl_int e = CL_SUCCESS;
     void *host = malloc((size_t)largest);
@@ -373,24 +369,9 @@ static void run_case(clflash_context *c, cl_command_queue qu, const features_opt
         clFinish(qu);
         t_one = bench_now() - t0;
     }
-    unsigned per = t_one > 0 ? (unsigned)(0.05 / t_one) : 100; /* ~50 ms per batch of calls */
-    if (per < 1)
-        per = 1;
-    if (per > 1000)
-        per = 1000;
-    double best = 1e30, total = 0.0;
-    while (total < o->min_time || r->calls < 3 * per) {
-        const double t0 = bench_now();
-        for (unsigned i = 0; i < per; i++)
-            clflash_forward(c, &d, qu, b->q, b->k, b->v, b->o, NULL, 0, NULL, NULL);
-        clFinish(qu);
-        const double t = bench_now() - t0;
-        total += t;
-        r->calls += per;
-        if (t / per < best)
-            best = t / per;
-    }
-    r->ms = best * 1e3;
+    /* batches of about 50 ms of calls */
+    const bench_call call = {c, &d, qu, b->q, b->k, b->v, b->o};
+    r->ms = bench_back_to_back(&call, t_one, 0.05, 1000, o->min_time, &r->calls) * 1e3;
 }
 
 int bench_features_main(int argc, char **argv)

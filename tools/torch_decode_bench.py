@@ -14,21 +14,13 @@ import argparse, json
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import sdpa_kernel, SDPBackend
+from torch_timing import seconds_per_call  # tools/torch_timing.py
 
 DEFAULT_SHAPES = "1,32,8,1,4096;1,32,8,1,32768;1,32,8,1,131072;8,32,8,1,8192;32,32,8,1,4096;1,32,32,1,32768;8,32,8,16,8192"
 
 
-def bench(fn, iters=50):
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    for _ in range(iters):
-        fn()
-    e.record()
-    torch.cuda.synchronize()
-    return s.elapsed_time(e) / iters / 1e3
+def bench(fn):
+    return seconds_per_call(fn, iters=50, warmup=5)
 
 
 def main():

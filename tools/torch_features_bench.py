@@ -21,19 +21,11 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import sdpa_kernel, SDPBackend
 from torch.nn.attention.flex_attention import flex_attention, create_block_mask
+from torch_timing import seconds_per_call  # tools/torch_timing.py
 
 
-def bench(fn, iters=20):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    for _ in range(iters):
-        fn()
-    e.record()
-    torch.cuda.synchronize()
-    return s.elapsed_time(e) / iters / 1e3
+def bench(fn):
+    return seconds_per_call(fn, iters=20, warmup=3)
 
 
 def main():

@@ -18,19 +18,7 @@ import json
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-
-
-def seconds_per_call(fn, iters=10):
-    for _ in range(2):
-        fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / iters / 1e3
+from torch_timing import seconds_per_call  # tools/torch_timing.py
 
 
 def main():
@@ -59,7 +47,7 @@ def main():
                             with sdpa_kernel(backend):
                                 out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
                             grad = torch.randn_like(out)
-                            t = seconds_per_call(lambda: out.backward(grad, retain_graph=True))
+                            t = seconds_per_call(lambda: out.backward(grad, retain_graph=True), iters=10, warmup=2)
                             row[name + "_tflops"] = round(flops / t / 1e12, 1)
                             del q, k, v, out, grad
                         except Exception:
