@@ -2,9 +2,9 @@
  * nv_mma_backward.cl - the backward pass's gradient kernel on NVIDIA tensor cores (inline PTX
  * mma.sync, ldmatrix, cp.async), in FlashAttention-2's manner but without atomics. Chosen by the
  * planner where the tensor-core forward is (NVIDIA, compute capability >= 8.0, fp16 or bf16,
- * head_dim a multiple of 16 up to 128, causal or not, no other mask or score transform); the
- * portable cl/flash_backward.cl does everything else and computes D = rowsum(dO * O) first for
- * both (its flash_backward_rowdot kernel).
+ * head_dim a multiple of 16 up to 128), with every feature of the descriptor (causal, sliding
+ * window, softcap, bias, ALiBi, key lengths); the portable cl/flash_backward.cl does everything
+ * else and computes D = rowsum(dO * O) first for both (its flash_backward_rowdot kernel).
  *
  * Why a separate file: the portable gradient kernel runs on CUDA cores at a few TFLOP/s; here the
  * five products of the backward run on tensor cores, with the gradients accumulated in fp32
@@ -26,11 +26,19 @@
  *                                local memory, double-buffered. Per 16 keys: S = Q K^T, dP = dO V^T,
  *                                P, dS = P (dP - D), dQ += dS K (K read with ldmatrix.trans).
  * dK and dQ are multiplied by the natural scale at the end (dS is the gradient of the scaled
- * score). With CAUSAL, a key group starts at the first query that sees its first key and a query
- * group stops at the last key its last row sees; tiles crossing the diagonal are masked per pair.
- * A row whose lse is -inf (it saw no key) gets P = 0, so dQ = 0 there; a key no query sees gets
- * dK = dV = 0. Rows past seq_q and keys past seq_k are zero-filled in local memory and masked or
- * not stored.
+ * score). A key group visits only the query tiles from the first query that sees one of its keys
+ * to the last (common.cl's visible_keys rules: CAUSAL, WINDOW, the batch entry's key length), and
+ * a query group only the key tiles its rows see (block_key_range); only the tiles that some pair
+ * sees in part are masked per pair. A row whose lse is -inf (it saw no key) gets P = 0, so dQ = 0
+ * there; a key no query sees gets dK = dV = 0. Rows past seq_q and keys past seq_k or the key
+ * length are zero-filled in local memory (never loaded) and masked or not stored.
+ *
+ * Score transforms (SOFTCAP, BIAS, ALIBI) are applied in log2 units by the same operations as in
+ * nv_mma_forward.cl (feature_scores), so P recomputed from the forward's lse is the forward's; the
+ * softcap's derivative 1 - tanh^2 multiplies dS. A key group reads the bias of its pairs as
+ * columns of S^T (eight 4-byte loads per lane and 16 queries, each 32 bytes of one bias row
+ * across the warp), a query group as rows, two keys per load (common bias_pair). Neither writes a
+ * bias gradient.
  *
  * Rounding, compared with the portable kernel (documented in clflash.h): P and dS are rounded to
  * the storage type before their products, as FlashAttention-2 does; the sums are fp32.
@@ -40,7 +48,8 @@
  * 4 * BLOCK floats (two buffers of the tile rows' lse and D).
  *
  * Defines: HEAD_DIM (multiple of 16, <= 128), BLOCK (query rows per tile of a key group and keys
- * per tile of a query group, multiple of 16), WARPS, CAUSAL, CLFLASH_DTYPE_F16 or _BF16;
+ * per tile of a query group, multiple of 16), WARPS, CAUSAL, WINDOW, SOFTCAP, BIAS, BIAS_PAIRS,
+ * ALIBI, KEYLEN, CLFLASH_DTYPE_F16 or _BF16;
  * NV_BWD_STREAM may be set through the build options (developer tuning, below). The PTX
  * helpers and THREADS, ROW_STRIDE, CHUNKS, K_STEPS, D_TILES come from nv_mma_common.cl.
  */
@@ -62,7 +71,98 @@ typedef struct {
     uint seq_q, seq_k, heads_q, group;
     float scale_log2, scale;
     ulong q_off, q_bs, q_hs, q_ss, k_off, k_bs, k_hs, k_ss, v_off, v_bs, v_hs, v_ss, o_off, o_bs, o_hs, o_ss;
+    uint key_len, win_left, win_right; /* key_len: the batch entry's (seq_k without key lengths) */
+    float softcap;
+    ulong bias_off, bias_bs, bias_hs, bias_rs;
 } mma_bwd_args;
+
+/* TRANSFORMS: some score transform is on, and scores are carried in log2 units before P (with the
+ * natural scale from the host, as nv_mma_forward.cl takes it). RANGES: a pair's visibility needs
+ * visible_keys (a window or key lengths); causal alone is written out. */
+#define TRANSFORMS (SOFTCAP || BIAS || ALIBI)
+#define RANGES (WINDOW || KEYLEN)
+
+/* The constants of feature_scores, per call. */
+typedef struct {
+    float scale2;   /* the scale in log2 units */
+    float cap2;     /* the softcap in log2 units */
+    float cap_in;   /* softcap_log2's argument per unit of the raw product: 2 log2(e) scale2 / cap2 */
+    float inv_cap2; /* 1 / cap2 */
+} score_consts;
+
+static inline score_consts make_score_consts(float scale, float softcap)
+{
+    score_consts c;
+    c.scale2 = scale * M_LOG2E_F;
+    c.cap2 = softcap * M_LOG2E_F;
+    c.cap_in = SOFTCAP ? c.scale2 * 2.0f * M_LOG2E_F / c.cap2 : 0.0f;
+    c.inv_cap2 = SOFTCAP ? 1.0f / c.cap2 : 0.0f;
+    return c;
+}
+
+/* Four scores in log2 units from their raw products x, as nv_mma_forward.cl computes them:
+ * softcap (softcap_log2), then the bias (natural units), then ALiBi (slope_l2, the head's slope in
+ * log2 units, times |dist|, each pair's distance from its query's diagonal key). *grad receives
+ * the derivative of the transformed natural score by the scaled one: 1 - tanh^2 with SOFTCAP
+ * (tanh = score / cap2), else 1. */
+static inline float4 feature_scores(float4 x, float4 bias, float4 dist, float slope_l2, const score_consts *c,
+                                    float4 *grad)
+{
+    float4 s;
+#if SOFTCAP
+    s = (float4)(softcap_log2(x.x * c->cap_in, c->cap2), softcap_log2(x.y * c->cap_in, c->cap2),
+                 softcap_log2(x.z * c->cap_in, c->cap2), softcap_log2(x.w * c->cap_in, c->cap2));
+    const float4 th = s * c->inv_cap2;
+    *grad = fma(-th, th, (float4)(1.0f));
+#else
+    s = x * c->scale2;
+    *grad = (float4)(1.0f);
+#endif
+#if BIAS
+    s = fma(bias, (float4)(M_LOG2E_F), s);
+#endif
+#if ALIBI
+    s = fma((float4)(-slope_l2), fabs(dist), s);
+#endif
+    (void)bias;
+    (void)dist;
+    (void)slope_l2;
+    return s;
+}
+
+/* The queries that can see a key of [kv0, kv0 + ROWS): [*first, *end), empty when equal (as
+ * flash_backward.cl's visible_queries: query i sees key j only if j <= d with CAUSAL,
+ * d - win_left <= j <= d + win_right with WINDOW and j < key_len, d = i + seq_k - seq_q). */
+static inline void group_queries(const mma_bwd_args *a, uint kv0, uint *first, uint *end)
+{
+    const long shift = (long)a->seq_k - (long)a->seq_q;
+    long qb = 0, qe = (long)a->seq_q;
+    if (kv0 >= a->key_len)
+        qe = 0; /* every key of the group is padding */
+#if CAUSAL
+    qb = max(qb, (long)kv0 - shift);
+#endif
+#if WINDOW
+    qb = max(qb, (long)kv0 - shift - (long)a->win_right);
+    qe = min(qe, (long)min(kv0 + ROWS, a->seq_k) + (long)a->win_left - shift);
+#endif
+    (void)shift;
+    qb = min(qb, (long)a->seq_q);
+    *first = (uint)qb;
+    *end = (uint)max(qb, qe);
+}
+
+/* visible_keys of query i with the call's rules. */
+static inline void query_keys(const mma_bwd_args *a, uint i, long *lo, long *hi)
+{
+    visible_keys(i, a->seq_q, a->seq_k, a->key_len, a->win_left, a->win_right, lo, hi);
+}
+
+/* 1 where key j is in [lo, hi). */
+static inline int in_range(long j, long lo, long hi)
+{
+    return j >= lo && j < hi;
+}
 
 /* A row's lse as the exponent offset in the log2 domain: +inf for a row that saw no key (or is
  * past seq_q), so that every P of it is exp2(-inf) = 0. */
@@ -233,10 +333,29 @@ static inline void stage_query_tile(const mma_bwd_args *a, __global const ushort
     }
 }
 
+/* The bias of a key group's pairs in one 16-query piece, as S^T's accumulator blocks hold them:
+ * keys k_lo and k_hi (rows g, g + 8) of queries qa and qa + 1 in *b0 (x, y: k_lo; z, w: k_hi) and of
+ * qa + 8, qa + 9 in *b1. Queries past seq_q read row seq_q - 1 (their P is 0); the keys come
+ * clamped to seq_k - 1 by the caller. */
+#if BIAS
+static inline void key_group_bias(__global const float *head, const mma_bwd_args *a, uint qa, uint k_lo, uint k_hi,
+                                  float4 *b0, float4 *b1)
+{
+    const uint last = a->seq_q - 1;
+    __global const float *r0 = head + (ulong)min(qa, last) * a->bias_rs;
+    __global const float *r1 = head + (ulong)min(qa + 1, last) * a->bias_rs;
+    __global const float *r8 = head + (ulong)min(qa + 8, last) * a->bias_rs;
+    __global const float *r9 = head + (ulong)min(qa + 9, last) * a->bias_rs;
+    *b0 = (float4)(r0[k_lo], r1[k_lo], r0[k_hi], r1[k_hi]);
+    *b1 = (float4)(r8[k_lo], r9[k_lo], r8[k_hi], r9[k_hi]);
+}
+#endif
+
 /* dK and dV of keys kv0 .. kv0 + ROWS - 1 of kv head hk of batch entry b. */
 static inline void key_group(const mma_bwd_args *a, __global const ushort *q, __global const ushort *k,
                       __global const ushort *v, __global const ushort *d_o, __global const float *lse,
-                      __global const float *dvec, __global ushort *dk, __global ushort *dv, __local ushort *tiles,
+                      __global const float *dvec, __global ushort *dk, __global ushort *dv,
+                      __global const float *bias, __global const float *alibi, __local ushort *tiles,
                       __local float *stats, uint kv0, uint hk, uint b)
 {
     const uint lane = get_local_id(0) % 32, warp = get_local_id(0) / 32;
@@ -244,21 +363,23 @@ static inline void key_group(const mma_bwd_args *a, __global const ushort *q, __
     const ulong k_base = a->k_off + (ulong)b * a->k_bs + (ulong)hk * a->k_hs;
     const ulong v_base = a->v_off + (ulong)b * a->v_bs + (ulong)hk * a->v_hs;
     const long shift = (long)a->seq_k - (long)a->seq_q; /* query i's diagonal key is i + shift */
-    const float hidden = hidden_score(a->scale_log2); /* S of a masked pair */
+    /* P's exponent: the raw product times p_scale; with transforms the scores come in log2 units */
+    const float p_scale = TRANSFORMS ? 1.0f : a->scale_log2;
+    const float hidden = hidden_score(p_scale); /* the score of a masked pair */
+    const score_consts sc = make_score_consts(a->scale, a->softcap);
+    (void)sc;
+    (void)bias;
+    (void)alibi;
 
-    /* K and V: global -> local -> this warp's A fragments; the staging rows become the query tiles. */
+    /* K and V (keys past the key length as zeros): global -> local -> this warp's A fragments; the
+     * staging rows become the query tiles. */
     uint4 kf[K_STEPS], vf[K_STEPS];
-    load_group_fragments(tiles, k, k_base, a->k_ss, v, v_base, a->v_ss, kv0, a->seq_k, kf, vf);
+    load_group_fragments(tiles, k, k_base, a->k_ss, v, v_base, a->v_ss, kv0, a->key_len, kf, vf);
 
-    /* The queries that see a key of the group: all, or with CAUSAL from the first key's diagonal. */
-    uint q_first = 0;
-#if CAUSAL
-    {
-        const long f = (long)kv0 - shift;
-        q_first = f <= 0 ? 0u : (uint)min(f, (long)a->seq_q);
-    }
-#endif
-    const uint per_head = (a->seq_q - q_first + BLOCK - 1) / BLOCK;
+    /* The queries that see a key of the group. */
+    uint q_first, q_end;
+    group_queries(a, kv0, &q_first, &q_end);
+    const uint per_head = (q_end - q_first + BLOCK - 1) / BLOCK;
     const uint steps = per_head * a->group;
 
     float4 dk_acc[D_TILES], dv_acc[D_TILES];
@@ -267,6 +388,9 @@ static inline void key_group(const mma_bwd_args *a, __global const ushort *q, __
         dk_acc[dt] = dv_acc[dt] = (float4)(0.0f);
     /* The lane's keys: rows g and g + 8 of the warp's 16 (the rows of S^T). */
     const long key_lo = (long)(kv0 + warp * 16 + g), key_hi = key_lo + 8;
+#if BIAS
+    const uint bias_lo = min((uint)key_lo, a->seq_k - 1), bias_hi = min((uint)key_hi, a->seq_k - 1);
+#endif
 
     kv_stream qs; /* NV_BWD_STREAM: the current head's Q and dO */
     if (steps > 0)
@@ -281,32 +405,85 @@ static inline void key_group(const mma_bwd_args *a, __global const ushort *q, __
         __local const ushort *q_rows = tiles + 2 * u * BLOCK * ROW_STRIDE;
         __local const ushort *do_rows = q_rows + BLOCK * ROW_STRIDE;
         __local const float *offs = stats + 2 * u * BLOCK, *ds_row = offs + BLOCK;
-        /* Pairs past a row's diagonal exist only where the tile's first query is before the
-         * group's last key. */
+        /* A tile needs masks only where some pair of its queries and the group's keys is not
+         * visible: both ends of visible_keys grow with the query, so every pair is visible when the
+         * tile's last query's first key is at or before the group's first key and its first query's
+         * last key at or after the group's last key. */
         int masked = 0;
-#if CAUSAL
+#if RANGES
+        {
+            long lo_last, hi_first, unused;
+            query_keys(a, min(q0 + BLOCK, a->seq_q) - 1, &lo_last, &unused);
+            query_keys(a, q0, &unused, &hi_first);
+            masked = lo_last > (long)kv0 || hi_first < (long)(kv0 + ROWS);
+        }
+#elif CAUSAL
         masked = (long)(kv0 + ROWS - 1) > (long)q0 + shift;
 #endif
+#if TRANSFORMS
+        const uint h = hk * a->group + it / per_head; /* the tile's query head */
+#endif
+#if BIAS
+        __global const float *bias_head = bias + a->bias_off + (ulong)b * a->bias_bs + (ulong)h * a->bias_hs;
+#endif
+#if ALIBI
+        const float slope_l2 = alibi[h] * M_LOG2E_F;
+#else
+        const float slope_l2 = 0.0f;
+#endif
+        (void)slope_l2;
 #pragma unroll
         for (uint c = 0; c < CHUNK_STEPS; c++) {
+            /* Columns are queries: s0 holds queries 16c + 2t (x, z) and + 1 (y, w), s1 the same + 8. */
+            const uint col = c * 16 + 2 * t;
+            float4 bias0 = (float4)(0.0f), bias1 = (float4)(0.0f);
+#if BIAS
+            key_group_bias(bias_head, a, q0 + col, bias_lo, bias_hi, &bias0, &bias1); /* before the products */
+#endif
             float4 s0, s1, dp0, dp1;
             row_products(kf, q_rows + c * 16 * ROW_STRIDE, &s0, &s1);
             row_products(vf, do_rows + c * 16 * ROW_STRIDE, &dp0, &dp1);
-            /* Columns are queries: s0 holds queries 16c + 2t (x, z) and + 1 (y, w), s1 the same + 8. */
-            const uint col = c * 16 + 2 * t;
             const float4 off0 = (float4)(offs[col], offs[col + 1], offs[col], offs[col + 1]);
             const float4 off1 = (float4)(offs[col + 8], offs[col + 9], offs[col + 8], offs[col + 9]);
             const float4 dd0 = (float4)(ds_row[col], ds_row[col + 1], ds_row[col], ds_row[col + 1]);
             const float4 dd1 = (float4)(ds_row[col + 8], ds_row[col + 9], ds_row[col + 8], ds_row[col + 9]);
+            float4 grad0 = (float4)(1.0f), grad1 = (float4)(1.0f);
+#if TRANSFORMS
+            /* each pair's distance from its query's diagonal key (exact below 2^24) */
+            const float dist = (float)((long)(q0 + col) + shift - key_lo);
+            const float4 dist0 = (float4)(dist, dist + 1.0f, dist - 8.0f, dist - 7.0f);
+            s0 = feature_scores(s0, bias0, dist0, slope_l2, &sc, &grad0);
+            s1 = feature_scores(s1, bias1, dist0 + 8.0f, slope_l2, &sc, &grad1);
+#endif
+            (void)bias0;
+            (void)bias1;
             if (masked) {
+#if RANGES
+                long lo0, hi0, lo1, hi1, lo8, hi8, lo9, hi9;
+                query_keys(a, q0 + col, &lo0, &hi0);
+                query_keys(a, q0 + col + 1, &lo1, &hi1);
+                query_keys(a, q0 + col + 8, &lo8, &hi8);
+                query_keys(a, q0 + col + 9, &lo9, &hi9);
+                s0 = mask_scores(s0, (int4)(in_range(key_lo, lo0, hi0), in_range(key_lo, lo1, hi1),
+                                            in_range(key_hi, lo0, hi0), in_range(key_hi, lo1, hi1)), hidden);
+                s1 = mask_scores(s1, (int4)(in_range(key_lo, lo8, hi8), in_range(key_lo, lo9, hi9),
+                                            in_range(key_hi, lo8, hi8), in_range(key_hi, lo9, hi9)), hidden);
+#else
                 const long d0 = (long)(q0 + col) + shift; /* the diagonal key of query col */
                 s0 = mask_scores(s0, (int4)(key_lo <= d0, key_lo <= d0 + 1, key_hi <= d0, key_hi <= d0 + 1), hidden);
                 s1 = mask_scores(s1, (int4)(key_lo <= d0 + 8, key_lo <= d0 + 9, key_hi <= d0 + 8, key_hi <= d0 + 9),
                                  hidden);
+#endif
             }
             float4 p0, p1, g0, g1;
-            probabilities(s0, dp0, off0, dd0, a->scale_log2, &p0, &g0);
-            probabilities(s1, dp1, off1, dd1, a->scale_log2, &p1, &g1);
+            probabilities(s0, dp0, off0, dd0, p_scale, &p0, &g0);
+            probabilities(s1, dp1, off1, dd1, p_scale, &p1, &g1);
+#if SOFTCAP
+            g0 *= grad0;
+            g1 *= grad1;
+#endif
+            (void)grad0;
+            (void)grad1;
             add_product(dv_acc, as_fragment(p0, p1), do_rows + c * 16 * ROW_STRIDE);
             add_product(dk_acc, as_fragment(g0, g1), q_rows + c * 16 * ROW_STRIDE);
         }
@@ -323,8 +500,8 @@ static inline void key_group(const mma_bwd_args *a, __global const ushort *q, __
 /* dQ of queries qr0 .. qr0 + ROWS - 1 of query head h of batch entry b. */
 static inline void query_group(const mma_bwd_args *a, __global const ushort *q, __global const ushort *k,
                         __global const ushort *v, __global const ushort *d_o, __global const float *lse,
-                        __global const float *dvec, __global ushort *dq, __local ushort *tiles, uint qr0, uint h,
-                        uint b)
+                        __global const float *dvec, __global ushort *dq, __global const float *bias,
+                        __global const float *alibi, __local ushort *tiles, uint qr0, uint h, uint b)
 {
     const uint lane = get_local_id(0) % 32, warp = get_local_id(0) / 32;
     const uint g = lane / 4, t = lane % 4;
@@ -334,7 +511,12 @@ static inline void query_group(const mma_bwd_args *a, __global const ushort *q, 
     const ulong k_base = a->k_off + (ulong)b * a->k_bs + (ulong)hk * a->k_hs;
     const ulong v_base = a->v_off + (ulong)b * a->v_bs + (ulong)hk * a->v_hs;
     const long shift = (long)a->seq_k - (long)a->seq_q;
-    const float hidden = hidden_score(a->scale_log2); /* S of a masked pair */
+    const float p_scale = TRANSFORMS ? 1.0f : a->scale_log2; /* as in key_group */
+    const float hidden = hidden_score(p_scale);
+    const score_consts sc = make_score_consts(a->scale, a->softcap);
+    (void)sc;
+    (void)bias;
+    (void)alibi;
 
     /* Q and dO: global -> local -> this warp's A fragments; the staging rows become the key tiles. */
     uint4 qf[K_STEPS], df[K_STEPS];
@@ -349,28 +531,53 @@ static inline void query_group(const mma_bwd_args *a, __global const ushort *q, 
     const float d_hi = row_hi < a->seq_q ? dvec[bh * a->seq_q + row_hi] : 0.0f;
     const float4 offs = (float4)(off_lo, off_lo, off_hi, off_hi), dd = (float4)(d_lo, d_lo, d_hi, d_hi);
 
-    /* The keys the group sees: all, or with CAUSAL up to its last row's diagonal. */
-    uint key_end = a->seq_k;
-#if CAUSAL
+    /* The keys the group sees: with RANGES block_key_range's tiles and each lane row's own range;
+     * else all, or with CAUSAL up to its last row's diagonal. */
+    const uint row_last = min(qr0 + ROWS, a->seq_q) - 1;
+    uint key_begin = 0, key_end = a->seq_k;
+#if RANGES
+    long first_hi, last_lo, lo_lo, hi_lo, lo_hi, hi_hi, unused;
+    block_key_range(qr0, ROWS, a->seq_q, a->seq_k, a->key_len, a->win_left, a->win_right, BLOCK, &key_begin,
+                    &key_end);
+    query_keys(a, qr0, &unused, &first_hi);
+    query_keys(a, row_last, &last_lo, &unused);
+    query_keys(a, row_lo, &lo_lo, &hi_lo);
+    query_keys(a, row_hi, &lo_hi, &hi_hi);
+#elif CAUSAL
     {
-        const long end = (long)min(qr0 + ROWS, a->seq_q) - 1 + shift + 1;
+        const long end = (long)row_last + shift + 1;
         key_end = end <= 0 ? 0u : (uint)min(end, (long)a->seq_k);
     }
 #endif
-    const uint n_tiles = (key_end + BLOCK - 1) / BLOCK;
+    (void)row_last;
+    const uint n_tiles = (key_end - key_begin + BLOCK - 1) / BLOCK;
+
+#if BIAS
+    /* the bias rows of the lane's rows (rows past seq_q read the last; their P is 0) */
+    __global const float *bias_head = bias + a->bias_off + (ulong)b * a->bias_bs + (ulong)h * a->bias_hs;
+    __global const float *bias_row_lo = bias_head + (ulong)min(row_lo, a->seq_q - 1) * a->bias_rs;
+    __global const float *bias_row_hi = bias_head + (ulong)min(row_hi, a->seq_q - 1) * a->bias_rs;
+#endif
+#if ALIBI
+    const float slope_l2 = alibi[h] * M_LOG2E_F;
+#else
+    const float slope_l2 = 0.0f;
+#endif
+    (void)slope_l2;
 
     float4 dq_acc[D_TILES];
 #pragma unroll
     for (uint dt = 0; dt < D_TILES; dt++)
         dq_acc[dt] = (float4)(0.0f);
 
-    kv_stream stream = kv_stream_start(k, k_base, a->k_ss, v, v_base, a->v_ss, a->seq_k);
+    /* keys at or past the key length are never read: they become zeros */
+    kv_stream stream = kv_stream_start_at(k, k_base, a->k_ss, v, v_base, a->v_ss, a->key_len, key_begin);
     if (n_tiles > 0) {
         kv_stream_next(&stream, tiles);
         async_commit();
     }
     for (uint j = 0; j < n_tiles; j++) {
-        const uint key0 = j * BLOCK;
+        const uint key0 = key_begin + j * BLOCK;
         async_wait_all();
         barrier(CLK_LOCAL_MEM_FENCE);
         if (j + 1 < n_tiles) {
@@ -379,30 +586,69 @@ static inline void query_group(const mma_bwd_args *a, __global const ushort *q, 
         }
         __local const ushort *k_rows = tiles + (j % 2) * 2 * BLOCK * ROW_STRIDE;
         __local const ushort *v_rows = k_rows + BLOCK * ROW_STRIDE;
+#if RANGES
+        /* every row of the group sees every key of the tile (as key_group's test) */
+        const int masked = (long)key0 < last_lo || (long)(key0 + BLOCK) > first_hi;
+#else
         int masked = key0 + BLOCK > a->seq_k;
 #if CAUSAL
         masked |= (long)(key0 + BLOCK - 1) > (long)qr0 + shift;
 #endif
+#endif
 #pragma unroll
         for (uint c = 0; c < CHUNK_STEPS; c++) {
+            /* Columns are keys: 16c + 2t (x, z) and + 1 (y, w); s1 the same + 8. */
+            const uint key = key0 + c * 16 + 2 * t;
+            float4 bias0 = (float4)(0.0f), bias1 = (float4)(0.0f);
+#if BIAS
+            {
+                const float2 l0 = bias_pair(bias_row_lo, key, a->seq_k), h0 = bias_pair(bias_row_hi, key, a->seq_k);
+                const float2 l8 = bias_pair(bias_row_lo, key + 8, a->seq_k);
+                const float2 h8 = bias_pair(bias_row_hi, key + 8, a->seq_k);
+                bias0 = (float4)(l0.x, l0.y, h0.x, h0.y);
+                bias1 = (float4)(l8.x, l8.y, h8.x, h8.y);
+            }
+#endif
             float4 s0, s1, dp0, dp1;
             row_products(qf, k_rows + c * 16 * ROW_STRIDE, &s0, &s1);
             row_products(df, v_rows + c * 16 * ROW_STRIDE, &dp0, &dp1);
+            float4 grad0 = (float4)(1.0f), grad1 = (float4)(1.0f);
+#if TRANSFORMS
+            const float dist_lo = (float)((long)row_lo + shift - (long)key);
+            const float dist_hi = (float)((long)row_hi + shift - (long)key);
+            const float4 dist0 = (float4)(dist_lo, dist_lo - 1.0f, dist_hi, dist_hi - 1.0f);
+            s0 = feature_scores(s0, bias0, dist0, slope_l2, &sc, &grad0);
+            s1 = feature_scores(s1, bias1, dist0 - 8.0f, slope_l2, &sc, &grad1);
+#endif
+            (void)bias0;
+            (void)bias1;
             if (masked) {
-                /* Columns are keys: 16c + 2t (x, z) and + 1 (y, w); s1 the same + 8. */
-                const long key = (long)(key0 + c * 16 + 2 * t), lim = (long)a->seq_k - 1;
+#if RANGES
+                const long kl = (long)key;
+                s0 = mask_scores(s0, (int4)(in_range(kl, lo_lo, hi_lo), in_range(kl + 1, lo_lo, hi_lo),
+                                            in_range(kl, lo_hi, hi_hi), in_range(kl + 1, lo_hi, hi_hi)), hidden);
+                s1 = mask_scores(s1, (int4)(in_range(kl + 8, lo_lo, hi_lo), in_range(kl + 9, lo_lo, hi_lo),
+                                            in_range(kl + 8, lo_hi, hi_hi), in_range(kl + 9, lo_hi, hi_hi)), hidden);
+#else
+                const long kl = (long)key, lim = (long)a->seq_k - 1;
 #if CAUSAL
                 const long e_lo = min((long)row_lo + shift, lim), e_hi = min((long)row_hi + shift, lim);
 #else
                 const long e_lo = lim, e_hi = lim;
 #endif
-                s0 = mask_scores(s0, (int4)(key <= e_lo, key + 1 <= e_lo, key <= e_hi, key + 1 <= e_hi), hidden);
-                s1 = mask_scores(s1, (int4)(key + 8 <= e_lo, key + 9 <= e_lo, key + 8 <= e_hi, key + 9 <= e_hi),
-                                 hidden);
+                s0 = mask_scores(s0, (int4)(kl <= e_lo, kl + 1 <= e_lo, kl <= e_hi, kl + 1 <= e_hi), hidden);
+                s1 = mask_scores(s1, (int4)(kl + 8 <= e_lo, kl + 9 <= e_lo, kl + 8 <= e_hi, kl + 9 <= e_hi), hidden);
+#endif
             }
             float4 p0, p1, g0, g1;
-            probabilities(s0, dp0, offs, dd, a->scale_log2, &p0, &g0);
-            probabilities(s1, dp1, offs, dd, a->scale_log2, &p1, &g1);
+            probabilities(s0, dp0, offs, dd, p_scale, &p0, &g0);
+            probabilities(s1, dp1, offs, dd, p_scale, &p1, &g1);
+#if SOFTCAP
+            g0 *= grad0;
+            g1 *= grad1;
+#endif
+            (void)grad0;
+            (void)grad1;
             add_product(dq_acc, as_fragment(g0, g1), k_rows + c * 16 * ROW_STRIDE);
         }
     }
@@ -419,20 +665,24 @@ nv_mma_backward(__global const ushort *q, __global const ushort *k, __global con
                 __global ushort *dq, __global ushort *dk, __global ushort *dv, uint seq_q, uint seq_k, uint heads_q,
                 uint heads_kv, uint group, uint tiles_k, float scale_log2, float scale, ulong q_off, ulong q_bs,
                 ulong q_hs, ulong q_ss, ulong k_off, ulong k_bs, ulong k_hs, ulong k_ss, ulong v_off, ulong v_bs,
-                ulong v_hs, ulong v_ss, ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss)
+                ulong v_hs, ulong v_ss, ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss, uint win_left,
+                uint win_right, float softcap, __global const float *bias, ulong bias_off, ulong bias_bs,
+                ulong bias_hs, ulong bias_rs, __global const float *alibi, __global const int *key_lens)
 {
     /* uint4 elements: cp.async and ldmatrix need 16-byte aligned rows */
     __local uint4 words[TILE_ROWS * ROW_STRIDE / 8 + BLOCK];
     __local ushort *const tiles = (__local ushort *)words;
     __local float *const stats = (__local float *)(words + TILE_ROWS * ROW_STRIDE / 8);
-    const mma_bwd_args a = {seq_q, seq_k, heads_q, group, scale_log2, scale, q_off, q_bs, q_hs, q_ss, k_off, k_bs,
-                            k_hs, k_ss, v_off, v_bs, v_hs, v_ss, o_off, o_bs, o_hs, o_ss};
     const uint grp = get_group_id(0), b = get_group_id(2);
+    const mma_bwd_args a = {seq_q,   seq_k,    heads_q,   group,     scale_log2, scale,   q_off,   q_bs,
+                            q_hs,    q_ss,     k_off,     k_bs,      k_hs,       k_ss,    v_off,   v_bs,
+                            v_hs,    v_ss,     o_off,     o_bs,      o_hs,       o_ss,    batch_key_len(key_lens, b, seq_k),
+                            win_left, win_right, softcap, bias_off, bias_bs,   bias_hs, bias_rs};
     if (grp < tiles_k) {
         if (get_group_id(1) >= heads_kv || CLFLASH_BWD_SKIP_DKDV) /* key groups exist per kv head */
             return;
-        key_group(&a, q, k, v, d_o, lse, dvec, dk, dv, tiles, stats, grp * ROWS, get_group_id(1), b);
+        key_group(&a, q, k, v, d_o, lse, dvec, dk, dv, bias, alibi, tiles, stats, grp * ROWS, get_group_id(1), b);
     } else if (!CLFLASH_BWD_SKIP_DQ) {
-        query_group(&a, q, k, v, d_o, lse, dvec, dq, tiles, (grp - tiles_k) * ROWS, get_group_id(1), b);
+        query_group(&a, q, k, v, d_o, lse, dvec, dq, bias, alibi, tiles, (grp - tiles_k) * ROWS, get_group_id(1), b);
     }
 }

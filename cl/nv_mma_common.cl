@@ -9,7 +9,8 @@
  * once, here.
  *
  * Defines it needs: HEAD_DIM (a multiple of 16), WARPS, BLOCK (keys per streamed tile), and
- * CLFLASH_DTYPE_F16 or CLFLASH_DTYPE_BF16.
+ * CLFLASH_DTYPE_F16 or CLFLASH_DTYPE_BF16; BIAS and BIAS_PAIRS (common.cl's feature switches) for
+ * bias_pair.
  */
 
 #define THREADS (32 * WARPS)
@@ -117,6 +118,23 @@ inline float softcap_log2(float y, float cap2)
 {
     return fma(native_recip(1.0f + exp2_ftz(y)), -2.0f * cap2, cap2);
 }
+
+#if BIAS
+/* The bias of keys j and j + 1 of one row (row[j], row[j + 1]); keys past seq_k (a last tile's
+ * padding, masked later) read key seq_k - 1. With BIAS_PAIRS (the host found the bias offset and
+ * strides even, so row + j is 8-byte aligned for even j) one 8-byte load. */
+#ifndef BIAS_PAIRS
+#define BIAS_PAIRS 0
+#endif
+inline float2 bias_pair(__global const float *row, uint j, uint seq_k)
+{
+#if BIAS_PAIRS
+    if (j + 1 < seq_k)
+        return *(__global const float2 *)(row + j);
+#endif
+    return (float2)(row[min(j, seq_k - 1)], row[min(j + 1, seq_k - 1)]);
+}
+#endif
 
 /* 1 in every lane if `pred` is nonzero in any lane of the warp. */
 inline int warp_any(int pred)

@@ -109,21 +109,6 @@ inline void stage_packed_rows(__local ushort *dst, __global const ushort *src, u
 }
 
 #if BIAS
-/* The bias of keys j and j + 1 of one row (row[j], row[j + 1]); keys past seq_k (the last tile's
- * padding, masked later) read key seq_k - 1. With BIAS_PAIRS (the host found the bias offset and
- * strides even, so row + j is 8-byte aligned for even j) one 8-byte load. */
-#ifndef BIAS_PAIRS
-#define BIAS_PAIRS 0
-#endif
-static inline float2 bias_pair(__global const float *row, uint j, uint seq_k)
-{
-#if BIAS_PAIRS
-    if (j + 1 < seq_k)
-        return *(__global const float2 *)(row + j);
-#endif
-    return (float2)(row[min(j, seq_k - 1)], row[min(j + 1, seq_k - 1)]);
-}
-
 /* The bias of the lane's rows (rows lo and hi of each slice) at its keys key0 + 8n + 2t, + 1 of
  * one tile, into registers. */
 static inline void load_bias_tile(float2 dst[M_TILES][S_TILES][2], __global const float *const lo[M_TILES],

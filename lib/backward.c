@@ -116,12 +116,11 @@ clflash_status clflash_validate_backward_call(clflash_context *c, const clflash_
     return CLFLASH_SUCCESS;
 }
 
-/* The gradient kernel's arguments: nine buffers, the shape, the number of key groups, the scales,
- * the q, k, v and o layouts, and (the portable kernel only) the feature arguments the forward
- * kernels take too (window, softcap, bias, ALiBi, key lengths; clflash_set_feature_args without the
- * output scale). */
-static cl_int set_grad_args(cl_kernel kernel, const cl_mem *bufs, const clflash_problem *p, uint64_t tiles_k,
-                            int feature_args)
+/* The gradient kernel's arguments (the portable and the tensor-core kernel take the same): nine
+ * buffers, the shape, the number of key groups, the scales, the q, k, v and o layouts, and the
+ * feature arguments the forward kernels take too (window, softcap, bias, ALiBi, key lengths;
+ * clflash_set_feature_args without the output scale). */
+static cl_int set_grad_args(cl_kernel kernel, const cl_mem *bufs, const clflash_problem *p, uint64_t tiles_k)
 {
     const cl_uint nbuf = 9, seq_q = p->seq_q, seq_k = p->seq_k, heads_q = p->heads_q, heads_kv = p->heads_kv,
                   group = p->group, tk = (cl_uint)tiles_k;
@@ -141,7 +140,7 @@ static cl_int set_grad_args(cl_kernel kernel, const cl_mem *bufs, const clflash_
         err = clflash_set_args(kernel, nbuf, args, sizeof args / sizeof args[0]);
     for (cl_uint i = 0; err == CL_SUCCESS && i < 16; i++)
         err = clSetKernelArg(kernel, nbuf + 8 + i, sizeof(cl_ulong), &lay[i]);
-    if (err == CL_SUCCESS && feature_args)
+    if (err == CL_SUCCESS)
         err = clflash_set_feature_args(kernel, nbuf + 8 + 16, p, 0);
     return err;
 }
@@ -203,7 +202,7 @@ clflash_status clflash_backward(clflash_context *c, const clflash_attention_desc
         const size_t local[3] = {wgs, 1, 1};
         const cl_mem bufs[9] = {q, k, v, d_o, lse, dvec, dq, dk, dv};
         cl_event e = NULL;
-        err = set_grad_args(bk.grads, bufs, &p, bk.key_groups, bk.feature_args);
+        err = set_grad_args(bk.grads, bufs, &p, bk.key_groups);
         if (err == CL_SUCCESS)
             err = clEnqueueNDRangeKernel(qu, bk.grads, 3, NULL, global, local, 1, &pre, &e);
         const clflash_plan plan = bk.plan;

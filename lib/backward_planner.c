@@ -196,7 +196,6 @@ static clflash_status plan_portable(clflash_context *c, const clflash_problem *p
                                   variant_name, lanes, block * lanes);
                 out->key_groups = out->plan.tiles_k;
                 out->query_groups = out->plan.tiles_q;
-                out->feature_args = 1;
                 return CLFLASH_SUCCESS;
             }
             release_kernels(&k);

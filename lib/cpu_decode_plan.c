@@ -44,7 +44,6 @@ clflash_status clflash_plan_cpu_decode(clflash_context *c, const clflash_problem
     clflash_fill_plan(&out->plan, p, clflash_tile_bytes, c->local_mem_budget, keys, rows, 0, KERNEL_NAME, 1, 1);
     out->plan.kv_passes = 1; /* each K/V head's keys are read once for all its rows */
     out->kernel = kernel;
-    out->feature_args = 1;
     clflash_set_split(out, p, splits, p->group);
     return CLFLASH_SUCCESS;
 }

@@ -38,11 +38,9 @@ static cl_int set_flash_args(const clflash_flash_kernel *fk, const clflash_probl
     for (cl_uint i = 0; err == CL_SUCCESS && i < 16; i++)
         err = clSetKernelArg(fk->kernel, 10 + i, sizeof(cl_ulong), &lay[i]);
     cl_uint next = 26;
-    if (err == CL_SUCCESS && fk->feature_args) {
+    if (err == CL_SUCCESS) {
         err = clflash_set_feature_args(fk->kernel, next, p, 1);
         next += CLFLASH_FEATURE_ARGS;
-    } else if (err == CL_SUCCESS) {
-        err = clSetKernelArg(fk->kernel, next++, sizeof(cl_mem), p->key_lengths ? &p->key_lengths : NULL);
     }
     if (err == CL_SUCCESS)
         err = clflash_set_args(fk->kernel, next, split_args, 2);

@@ -272,8 +272,6 @@ CLFLASH_INTERNAL uint32_t clflash_env_u32(const char *name, uint32_t lo, uint32_
 typedef struct {
     clflash_plan plan;         /* plan.splits, plan.packed_heads and plan.workspace_bytes included */
     cl_kernel kernel;          /* created for this call; the caller releases it */
-    int feature_args;          /* 1: the kernel takes the feature arguments after the layouts
-                                  (the portable kernel); 0: it takes only the key lengths */
     uint32_t split_keys;       /* keys per split, a multiple of plan.block (seq_k without splits) */
     clflash_plan_entry *entry; /* the plan cache's entry the kernel goes back to, NULL if none */
 } clflash_flash_kernel;
@@ -392,7 +390,6 @@ typedef struct {
     uint32_t rowdot_wg;         /* the D kernel's work-group size */
     uint64_t key_groups;        /* work-groups writing dK and dV (per kv head) and dQ (per query head): */
     uint64_t query_groups;      /* the gradient kernel's grid is (key_groups + query_groups) groups */
-    int feature_args;           /* 1 if the gradient kernel takes the feature arguments (portable) */
 } clflash_backward_kernels;
 
 /* Plans and builds the flash backward kernels for p (see clflash_plan_backward). If below_block is
@@ -405,7 +402,7 @@ CLFLASH_INTERNAL void clflash_backward_kernels_release(clflash_backward_kernels 
 /* Why the tensor-core gradient kernel cannot run p on c's device, or NULL if it can. */
 CLFLASH_INTERNAL const char *clflash_nv_mma_backward_refusal(const clflash_context *c, const clflash_problem *p);
 /* Plans and builds it (call only when the refusal is NULL): on success replaces out->grads and
- * out->plan, key_groups, query_groups and feature_args, and releases the portable gradient kernel;
+ * out->plan, key_groups and query_groups, and releases the portable gradient kernel;
  * out->rowdot (the portable D kernel) is kept. On failure out is unchanged. */
 CLFLASH_INTERNAL clflash_status clflash_plan_nv_mma_backward(clflash_context *c, const clflash_problem *p,
                                                              uint32_t below_block, clflash_backward_kernels *out);

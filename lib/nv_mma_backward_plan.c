@@ -3,7 +3,8 @@
  * tensor cores (cl/nv_mma_backward.cl), and plans and builds it.
  *
  * Why separate from backward_planner.c: the tensor-core kernel has the forward tensor-core
- * kernel's eligibility rules plus its own register limit (head_dim <= 128), and its own shape: B is
+ * kernel's eligibility rules (every feature included) plus its own register limit
+ * (head_dim <= 128), and its own shape: B is
  * the streamed tile (query rows of a key group, keys of a query group) and obeys the backward rule
  * (4*B*d + 2*B*B) * s, while each work-group's own 16 * WARPS keys or queries (block_q) live in
  * registers. backward_planner.c plans the portable kernels first (their D kernel serves both, and
@@ -27,9 +28,6 @@ const char *clflash_nv_mma_backward_refusal(const clflash_context *c, const clfl
     const char *why = clflash_nv_mma_refusal(c, p);
     if (why != NULL)
         return why;
-    if ((p->flags & ~(uint32_t)CLFLASH_CAUSAL) != 0 || p->softcap != 0.0f || p->bias != NULL ||
-        p->alibi_slopes != NULL || p->key_lengths != NULL)
-        return "a window, softcap, bias, ALiBi or key lengths is set";
     if (p->head_dim > NV_BWD_MAX_HEAD_DIM)
         return "head_dim is above 128 (K, V and the dK and dV sums of 16 keys would not fit a warp's registers)";
     return NULL;
@@ -54,8 +52,8 @@ static clflash_status build(clflash_context *c, const clflash_problem *p, uint32
     char reg_option[48] = "";
     if (regs)
         snprintf(reg_option, sizeof reg_option, " -cl-nv-maxrregcount=%u", regs);
-    snprintf(defines, sizeof defines, "%s -D HEAD_DIM=%u -D BLOCK=%u -D WARPS=%u%s", features, p->head_dim, block, warps,
-             reg_option);
+    snprintf(defines, sizeof defines, "%s -D HEAD_DIM=%u -D BLOCK=%u -D WARPS=%u -D BIAS_PAIRS=%d%s", features,
+             p->head_dim, block, warps, clflash_bias_pairs(p), reg_option);
     if ((st = clflash_get_program(c, CLFLASH_SOURCE_NV_MMA_BACKWARD, defines, &prog)) != CLFLASH_SUCCESS)
         return st;
     *kernel = clCreateKernel(prog, KERNEL_NAME, &err);
@@ -98,7 +96,6 @@ clflash_status clflash_plan_nv_mma_backward(clflash_context *c, const clflash_pr
                               variant_name, 2, 32u * warps);
             out->key_groups = ((uint64_t)p->seq_k + rows - 1) / rows;
             out->query_groups = ((uint64_t)p->seq_q + rows - 1) / rows;
-            out->feature_args = 0;
             return CLFLASH_SUCCESS;
         }
         clReleaseKernel(kernel);

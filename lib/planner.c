@@ -168,7 +168,6 @@ static clflash_status plan_regtile(clflash_context *c, const clflash_problem *p,
                                           regtile_name, cfg.tc, wg);
                         out->plan.kv_passes = (packed_rows + bq - 1) / bq;
                         out->kernel = kernel;
-                        out->feature_args = 1;
                         clflash_set_split(out, p, splits, pack);
                         return CLFLASH_SUCCESS;
                     }
@@ -299,7 +298,6 @@ static clflash_status plan_kernel(clflash_context *c, const clflash_problem *p, 
                 clflash_fill_plan(&out->plan, p, clflash_tile_bytes, budget, block, block, local_bytes, variant_name,
                                   lanes, block * lanes);
                 out->kernel = kernel;
-                out->feature_args = 1;
                 clflash_set_split(out, p, splits, 1);
                 return CLFLASH_SUCCESS;
             }

@@ -162,7 +162,8 @@ static const char *plan_backward_kernel(clflash_context *c, const clflash_attent
     return p.kernel;
 }
 
-/* The backward's gradient kernel: on tensor cores under the forward's rules and head_dim <= 128. */
+/* The backward's gradient kernel: on tensor cores under the forward's rules (every feature) and
+ * head_dim <= 128. */
 START_TEST(backward_selection)
 {
     const int nv = device_is_nvidia_sm80(ctx) && getenv("CLFLASH_PORTABLE") == NULL;
@@ -171,28 +172,36 @@ START_TEST(backward_selection)
         const char *what;
         clflash_attention_desc d;
         int eligible;
-    } cases[10];
+    } cases[12];
     int n = 0;
     cl_int err;
     cl_mem lens = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_WRITE, sizeof(int32_t), NULL, &err);
+    ck_assert_int_eq(err, CL_SUCCESS);
+    cl_mem floats = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_WRITE, 64 * 64 * sizeof(float), NULL, &err);
     ck_assert_int_eq(err, CL_SUCCESS);
 #define CASE(w, desc, el) (cases[n].what = (w), cases[n].d = (desc), cases[n].eligible = (el), n++)
     CASE("f16 d64", th_desc(1, 2, 0, 100, 100, 64, CLFLASH_F16, 0), 1);
     CASE("bf16 d128 causal GQA", th_desc(2, 4, 2, 33, 77, 128, CLFLASH_BF16, CLFLASH_CAUSAL), 1);
     CASE("f16 d16", th_desc(1, 1, 0, 5, 5, 16, CLFLASH_F16, 0), 1);
-    /* the forward takes these on tensor cores; the tensor-core backward does not yet */
+    /* score features */
     clflash_attention_desc kl = th_desc(1, 1, 0, 64, 64, 64, CLFLASH_F16, 0);
     kl.key_lengths = lens;
-    CASE("key lengths", kl, 0);
+    CASE("key lengths", kl, 1);
     clflash_attention_desc wn = th_desc(1, 1, 0, 64, 64, 64, CLFLASH_F16, CLFLASH_WINDOW);
     wn.window_left = 4;
-    CASE("window", wn, 0);
+    CASE("window", wn, 1);
     CASE("f16 d256 (above 128)", th_desc(1, 1, 0, 64, 64, 256, CLFLASH_F16, 0), 0);
     CASE("f16 d144 (above 128)", th_desc(1, 1, 0, 64, 64, 144, CLFLASH_F16, 0), 0);
     CASE("f32", th_desc(1, 1, 0, 64, 64, 64, CLFLASH_F32, 0), 0);
     clflash_attention_desc sc = th_desc(1, 1, 0, 64, 64, 64, CLFLASH_F16, 0);
     sc.softcap = 30.0f;
-    CASE("softcap", sc, 0);
+    CASE("softcap", sc, 1);
+    clflash_attention_desc bi = th_desc(1, 1, 0, 64, 64, 64, CLFLASH_F16, CLFLASH_CAUSAL);
+    bi.bias = floats;
+    CASE("bias", bi, 1);
+    clflash_attention_desc al = th_desc(1, 1, 0, 64, 64, 64, CLFLASH_BF16, 0);
+    al.alibi_slopes = floats;
+    CASE("ALiBi", al, 1);
     clflash_attention_desc fb = th_desc(1, 1, 0, 64, 64, 64, CLFLASH_F16, 0);
     fb.block = 8;
     CASE("forced block 8", fb, 0);
@@ -208,6 +217,7 @@ START_TEST(backward_selection)
     ck_assert_str_eq(plan_backward_kernel(pc, &cases[0].d), portable);
     clflash_context_free(pc);
     clReleaseMemObject(lens);
+    clReleaseMemObject(floats);
 }
 END_TEST
 
@@ -656,6 +666,84 @@ START_TEST(backward_against_reference)
 }
 END_TEST
 
+/* Score features on the tensor-core backward: windows (left only, both, zero-width, wider than the
+ * keys), softcap (with its tanh derivative), every bias kind tb_case_init_features makes (-inf
+ * entries, -inf rows, masked keys; offsets odd and even), ALiBi, key lengths (ragged, all 0), with
+ * causal, GQA and forced blocks, on odd, prime and size-1 shapes. */
+typedef struct {
+    uint32_t batch, hq, hkv, sq, sk, d, flags, block;
+    uint32_t win_left, win_right;
+    float softcap;
+    tb_bias_kind bias;
+    int alibi;
+    tb_lens_kind lens;
+} bwd_feature_shape;
+
+#define W CLFLASH_WINDOW
+#define C CLFLASH_CAUSAL
+static const bwd_feature_shape bwd_feature_shapes[] = {
+    {1, 1, 0, 131, 131, 64, W, 0, 17, 0, 0, TB_NO_BIAS, 0, TB_NO_LENS},
+    {1, 2, 0, 97, 211, 128, W, 0, 5, 23, 0, TB_NO_BIAS, 0, TB_NO_LENS},
+    {1, 1, 0, 77, 300, 64, W | C, 0, 64, 0, 0, TB_NO_BIAS, 0, TB_NO_LENS},
+    {1, 1, 0, 200, 200, 64, W, 16, 0, 0, 0, TB_NO_BIAS, 0, TB_NO_LENS},     /* each row sees only its diagonal */
+    {1, 1, 0, 61, 61, 64, W, 0, 0, 1000, 0, TB_NO_BIAS, 0, TB_NO_LENS},     /* wider than the keys */
+    {2, 4, 2, 129, 257, 128, W | C, 0, 100, 0, 0, TB_NO_BIAS, 0, TB_NO_LENS}, /* GQA */
+    {1, 1, 0, 1, 1, 64, 0, 0, 0, 0, 5.0f, TB_NO_BIAS, 0, TB_NO_LENS},
+    {1, 2, 0, 131, 97, 128, 0, 0, 0, 0, 5.0f, TB_NO_BIAS, 0, TB_NO_LENS},
+    {1, 2, 1, 150, 301, 96, C, 0, 0, 0, 30.0f, TB_NO_BIAS, 0, TB_NO_LENS},
+    {1, 1, 0, 67, 83, 32, 0, 0, 0, 0, 2.0f, TB_NO_BIAS, 0, TB_NO_LENS},     /* the cap bends every score */
+    {2, 3, 0, 45, 53, 64, 0, 0, 0, 0, 0, TB_BIAS_FULL, 0, TB_NO_LENS},      /* odd offset: single loads */
+    {1, 4, 2, 129, 130, 128, C, 0, 0, 0, 0, TB_BIAS_BCAST, 0, TB_NO_LENS},  /* even strides: paired loads */
+    {2, 2, 0, 33, 300, 64, 0, 0, 0, 0, 0, TB_BIAS_KEYS, 0, TB_NO_LENS},     /* keys nobody sees: dK = dV = 0 */
+    {1, 2, 0, 97, 97, 64, C, 0, 0, 0, 0, TB_BIAS_DEAD_ROWS, 0, TB_NO_LENS}, /* rows that see nothing: dQ = 0 */
+    {1, 3, 0, 111, 203, 64, 0, 0, 0, 0, 0, TB_NO_BIAS, 1, TB_NO_LENS},
+    {1, 4, 1, 300, 301, 96, C, 0, 0, 0, 0, TB_NO_BIAS, 1, TB_NO_LENS},
+    {4, 2, 1, 77, 131, 64, 0, 0, 0, 0, 0, TB_NO_BIAS, 0, TB_LENS_RAGGED},   /* lengths (seq_k+1)/2, 0, > seq_k, 1 */
+    {4, 4, 2, 100, 100, 128, C, 0, 0, 0, 0, TB_NO_BIAS, 0, TB_LENS_RAGGED},
+    {2, 1, 0, 33, 47, 64, 0, 0, 0, 0, 0, TB_NO_BIAS, 0, TB_LENS_ZERO},      /* every gradient 0 */
+    {1, 1, 0, 200, 211, 32, W | C, 48, 30, 0, 0, TB_BIAS_KEYS, 0, TB_NO_LENS},
+    /* everything at once */
+    {4, 4, 2, 77, 150, 64, W | C, 0, 40, 0, 20.0f, TB_BIAS_FULL, 1, TB_LENS_RAGGED},
+    {4, 6, 2, 64, 64, 128, W, 16, 7, 7, 10.0f, TB_BIAS_BCAST, 1, TB_LENS_RAGGED},
+};
+#undef W
+#undef C
+#define N_BWD_FEATURE_SHAPES N_OF(bwd_feature_shapes)
+
+/* Each bwd_feature_shapes case in f16 and bf16, as backward_against_reference (every other one
+ * from the device's own forward, which runs the same features on tensor cores). */
+START_TEST(backward_features_against_reference)
+{
+    const bwd_feature_shape *s = &bwd_feature_shapes[_i % N_BWD_FEATURE_SHAPES];
+    const clflash_dtype t = _i < (int)N_BWD_FEATURE_SHAPES ? CLFLASH_F16 : CLFLASH_BF16;
+    clflash_attention_desc d = th_desc(s->batch, s->hq, s->hkv, s->sq, s->sk, s->d, t, s->flags);
+    d.block = s->block;
+    d.window_left = s->win_left;
+    d.window_right = s->win_right;
+    d.softcap = s->softcap;
+    tb_case c;
+    char what[200], msg[2048];
+    ck_assert_msg(tb_case_init_features(&c, &d, s->bias, s->alibi, s->lens, 9300 + (uint64_t)_i) == 0,
+                  "out of host memory");
+    th_desc_str(&c.d, what, sizeof what);
+    /* the planner sees the case's bias layout; the buffers only need to exist */
+    clflash_attention_desc planned = c.d;
+    cl_int err;
+    cl_mem any = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_WRITE, 64, NULL, &err);
+    ck_assert_int_eq(err, CL_SUCCESS);
+    planned.bias = c.bias ? any : NULL;
+    planned.alibi_slopes = c.slopes ? any : NULL;
+    planned.key_lengths = c.lens ? any : NULL;
+    ck_assert_msg(strcmp(plan_backward_kernel(ctx, &planned), "nv_mma_backward") == 0,
+                  "%s: not planned on tensor cores", what);
+    clReleaseMemObject(any);
+    const clflash_status st = tb_run(ctx, &c, TB_FLASH, _i % 2, NULL);
+    ck_assert_msg(st == CLFLASH_SUCCESS, "%s: %s (%s)", what, clflash_status_string(st), clflash_last_error_detail());
+    ck_assert_msg(tb_check(&c, msg, sizeof msg) == 0, "%s: %s", what, msg);
+    tb_case_free(&c);
+}
+END_TEST
+
 /* Same inputs, same bits: every gradient element has one writer and a fixed order of sums. */
 START_TEST(backward_repeatable)
 {
@@ -715,6 +803,7 @@ int main(int argc, char **argv)
         tcase_add_test(tc, split_batch_independent);
     } else if (backward) {
         tcase_add_loop_test(tc, backward_against_reference, 0, 2 * (int)N_BWD_SHAPES);
+        tcase_add_loop_test(tc, backward_features_against_reference, 0, 2 * (int)N_BWD_FEATURE_SHAPES);
         tcase_add_test(tc, backward_repeatable);
     } else {
         tcase_add_test(tc, selection);

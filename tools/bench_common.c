@@ -73,8 +73,14 @@ double bench_back_to_back(const bench_call *call, double one_call_s, double batc
     unsigned made = 0;
     while (total < min_time || made < 3 * per) {
         const double t0 = bench_now();
-        for (unsigned i = 0; i < per; i++)
-            clflash_forward(call->c, call->d, call->queue, call->q, call->k, call->v, call->o, NULL, 0, NULL, NULL);
+        for (unsigned i = 0; i < per; i++) {
+            if (call->d_o != NULL)
+                clflash_backward(call->c, call->d, call->queue, call->q, call->k, call->v, call->o, call->d_o,
+                                 call->lse, call->dq, call->dk, call->dv, 0, NULL, NULL);
+            else
+                clflash_forward(call->c, call->d, call->queue, call->q, call->k, call->v, call->o, NULL, 0, NULL,
+                                NULL);
+        }
         clFinish(call->queue);
         const double t = bench_now() - t0;
         total += t;

@@ -21,12 +21,14 @@ void bench_fill_random(void *dst, size_t n, clflash_dtype t, uint64_t seed);
  * build options; on failure prints why on stderr and returns NULL. */
 clflash_context *bench_open_context(const char *device, const char *build_options);
 
-/* One forward call as the timing modes repeat it: clflash_forward(c, d, queue, q, k, v, o, no lse). */
+/* One call as the timing modes repeat it: clflash_forward(c, d, queue, q, k, v, o, no lse), or with
+ * d_o set clflash_backward(c, d, queue, q, k, v, o, d_o, lse, dq, dk, dv). */
 typedef struct {
     clflash_context *c;
     const clflash_attention_desc *d;
     cl_command_queue queue;
     cl_mem q, k, v, o;
+    cl_mem d_o, lse, dq, dk, dv; /* the backward's (d_o NULL: the forward) */
 } bench_call;
 
 /* Back-to-back timing: batches of calls, each enqueued one after another and then finished, until

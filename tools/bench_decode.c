@@ -328,7 +328,7 @@ static void run_shape(clflash_context *c, cl_command_queue prof, const decode_op
     r->ms_isolated = median(wall, 21);
 
     /* back to back: batches of about 20 ms of calls until min_time has passed */
-    const bench_call call = {c, &d, prof, q, k, v, out};
+    const bench_call call = {.c = c, .d = &d, .queue = prof, .q = q, .k = k, .v = v, .o = out};
     r->ms_call = bench_back_to_back(&call, r->ms_isolated * 1e-3, 0.02, 2000, o->min_time, &r->calls) * 1e3;
 done:
     for (int i = 0; i < 5; i++)

@@ -1,7 +1,8 @@
 /*
- * bench_features.c - `clflash-bench --features`: times the forward with each score feature
- * (causal, sliding window, softcap, ALiBi, an additive bias, key lengths) on one shape, beside the
- * plain call measured in the same run, and reports what each feature costs for the work it leaves.
+ * bench_features.c - `clflash-bench --features`: times the forward (or with --backward the
+ * backward) with each score feature (causal, sliding window, softcap, ALiBi, an additive bias, key
+ * lengths) on one shape, beside the plain call measured in the same run, and reports what each
+ * feature costs for the work it leaves.
  *
  * Why a mode of its own: a feature changes both the work (a window or key lengths hide pairs) and
  * the cost per pair (a tanh per score, a bias read per score). Comparing times alone would credit a
@@ -61,6 +62,7 @@ typedef struct {
     size_t ncases;
     clflash_dtype dtype;
     int json;
+    int backward; /* --backward: time clflash_backward (after one forward with lse) */
     const char *device, *build_options;
     uint32_t warmup;
     double min_time;
@@ -70,11 +72,13 @@ static void help(FILE *f)
 {
     fputs("Usage: clflash-bench --features [options]\n"
           "\n"
-          "Times clflash_forward with each score feature on one shape (seq_q = seq_k = seq,\n"
-          "contiguous [batch][heads][seq][head_dim] tensors) and the plain call in the same run.\n"
+          "Times clflash_forward (with --backward clflash_backward) with each score feature on one\n"
+          "shape (seq_q = seq_k = seq, contiguous [batch][heads][seq][head_dim] tensors) and the\n"
+          "plain call in the same run.\n"
           "  ms        per call, back to back (calls enqueued one after another, then clFinish)\n"
           "  pairs     visible (query, key) pairs of the call, counted on the host\n"
-          "  TFLOP/s   4 * head_dim * pairs / ms\n"
+          "  TFLOP/s   4 * head_dim * pairs / ms (the backward: 10 * head_dim * pairs, five products\n"
+          "            against two)\n"
           "  cost      (ms / plain ms) / (pairs / plain pairs): the time per visible pair against\n"
           "            the plain call's (1.00 = the feature is free; a window is not credited for\n"
           "            the pairs it hides)\n"
@@ -101,6 +105,7 @@ static void help(FILE *f)
           "  --build-options S     extra OpenCL build options for clflash's kernels\n"
           "  --warmup N            untimed calls first (default 3)\n"
           "  --min-time S          seconds of back-to-back calls per case (default 1.0)\n"
+          "  --backward            time clflash_backward (dO random, O and lse from one forward)\n"
           "  --json                one JSON object instead of a table\n",
           f);
 }
@@ -128,7 +133,7 @@ static int add_case(void *ctx, const char *text)
 
 static int parse(int argc, char **argv, features_options *o)
 {
-    static const char *const flags[] = {"--features", "--json", NULL};
+    static const char *const flags[] = {"--features", "--json", "--backward", NULL};
     static const char *const valued[] = {"--batch",       "--heads",  "--heads-kv",    "--seq",
                                          "--head-dim",    "--dtype",  "--window",      "--softcap",
                                          "--key-lengths", "--cases",  "--device",      "--build-options",
@@ -143,6 +148,8 @@ static int parse(int argc, char **argv, features_options *o)
             continue;
         if (strcmp(name, "--json") == 0) {
             o->json = 1;
+        } else if (strcmp(name, "--backward") == 0) {
+            o->backward = 1;
         } else if (strcmp(name, "--dtype") == 0) {
             if (!parse_dtype(val, &o->dtype) || o->dtype == CLFLASH_I8)
                 return usage_error("--dtype wants f32, f16 or bf16, not '%s'", val);
@@ -242,6 +249,7 @@ typedef struct {
 
 typedef struct {
     cl_mem q, k, v, o, bias_shared, bias_full, slopes, lens;
+    cl_mem d_o, lse, dq, dk, dv; /* --backward */
     int32_t *host_lens;
 } buffers;
 
@@ -280,6 +288,13 @@ static cl_int make_buffers(clflash_context *c, cl_command_queue qu, const featur
         MAKE(bias_full, n_full * 4);
     MAKE(slopes, sizeof(float) * o->heads);
     MAKE(lens, sizeof(int32_t) * o->batch);
+    if (o->backward) {
+        MAKE(d_o, nq * s);
+        MAKE(lse, (uint64_t)o->batch * o->heads * o->seq * sizeof(float));
+        MAKE(dq, nq * s);
+        MAKE(dk, nk * s);
+        MAKE(dv, nk * s);
+    }
 #undef MAKE
     if (e == CL_SUCCESS) {
         bench_fill_random(host, (size_t)nq, o->dtype, 1);
@@ -292,6 +307,10 @@ static cl_int make_buffers(clflash_context *c, cl_command_queue qu, const featur
     if (e == CL_SUCCESS) {
         bench_fill_random(host, (size_t)nk, o->dtype, 3);
         e = clEnqueueWriteBuffer(qu, b->v, CL_TRUE, 0, (size_t)(nk * s), host, 0, NULL, NULL);
+    }
+    if (e == CL_SUCCESS && o->backward) {
+        bench_fill_random(host, (size_t)nq, o->dtype, 5);
+        e = clEnqueueWriteBuffer(qu, b->d_o, CL_TRUE, 0, (size_t)(nq * s), host, 0, NULL, NULL);
     }
     if (e == CL_SUCCESS) {
         bench_fill_random(host, (size_t)n_shared, CLFLASH_F32, 4);
@@ -316,7 +335,8 @@ static cl_int make_buffers(clflash_context *c, cl_command_queue qu, const featur
 
 static void free_buffers(buffers *b)
 {
-    cl_mem all[] = {b->q, b->k, b->v, b->o, b->bias_shared, b->bias_full, b->slopes, b->lens};
+    cl_mem all[] = {b->q, b->k, b->v, b->o, b->bias_shared, b->bias_full, b->slopes, b->lens,
+                    b->d_o, b->lse, b->dq, b->dk, b->dv};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i])
             clReleaseMemObject(all[i]);
@@ -355,14 +375,24 @@ static void run_case(clflash_context *c, cl_command_queue qu, const features_opt
     if (f & F_KEYLEN)
         d.key_lengths = b->lens;
     r->pairs = visible_pairs(&d, f & F_KEYLEN ? b->host_lens : NULL);
-    if ((r->status = clflash_plan_attention(c, &d, &r->plan)) != CLFLASH_SUCCESS) {
+    r->status = o->backward ? clflash_plan_backward(c, &d, &r->plan) : clflash_plan_attention(c, &d, &r->plan);
+    /* the backward's O and lse: one forward */
+    if (r->status == CLFLASH_SUCCESS && o->backward &&
+        (r->status = clflash_forward(c, &d, qu, b->q, b->k, b->v, b->o, b->lse, 0, NULL, NULL)) == CLFLASH_SUCCESS)
+        clFinish(qu);
+    if (r->status != CLFLASH_SUCCESS) {
         snprintf(r->detail, sizeof r->detail, "%s", clflash_last_error_detail());
         return;
     }
+    const bench_call call = {c, &d, qu, b->q, b->k, b->v, b->o, o->backward ? b->d_o : NULL, b->lse, b->dq, b->dk,
+                             b->dv};
     double t_one = 0.0;
     for (uint32_t w = 0; w < o->warmup + 1; w++) {
         const double t0 = bench_now();
-        if ((r->status = clflash_forward(c, &d, qu, b->q, b->k, b->v, b->o, NULL, 0, NULL, NULL)) != CLFLASH_SUCCESS) {
+        r->status = o->backward ? clflash_backward(c, &d, qu, b->q, b->k, b->v, b->o, b->d_o, b->lse, b->dq, b->dk,
+                                                   b->dv, 0, NULL, NULL)
+                                : clflash_forward(c, &d, qu, b->q, b->k, b->v, b->o, NULL, 0, NULL, NULL);
+        if (r->status != CLFLASH_SUCCESS) {
             snprintf(r->detail, sizeof r->detail, "%s", clflash_last_error_detail());
             return;
         }
@@ -370,7 +400,6 @@ static void run_case(clflash_context *c, cl_command_queue qu, const features_opt
         t_one = bench_now() - t0;
     }
     /* batches of about 50 ms of calls */
-    const bench_call call = {c, &d, qu, b->q, b->k, b->v, b->o};
     r->ms = bench_back_to_back(&call, t_one, 0.05, 1000, o->min_time, &r->calls) * 1e3;
 }
 
@@ -416,12 +445,15 @@ int bench_features_main(int argc, char **argv)
         if (known_cases[o.cases[i]].features == 0 && rows[i].status == CLFLASH_SUCCESS)
             plain = &rows[i];
     }
+    /* FLOPs per visible pair: two products of 2 * head_dim, five in the backward */
+    const double flops_per_pair = (o.backward ? 10.0 : 4.0) * o.head_dim;
     /* (ms / plain ms) / (pairs / plain pairs) */
 #define COST(r) ((r)->ms / plain->ms / ((double)(r)->pairs / (double)plain->pairs))
     if (o.json) {
         json_writer w = {stdout, 0, {0}};
         json_open(&w, NULL, '{');
         json_str(&w, "tool", "clflash-bench --features");
+        json_str(&w, "pass", o.backward ? "backward" : "forward");
         json_str(&w, "version", clflash_version_string());
         json_str(&w, "device", dev_name);
         json_open(&w, "config", '{');
@@ -445,7 +477,7 @@ int bench_features_main(int argc, char **argv)
                 json_u64(&w, "block", r->plan.block);
                 json_u64(&w, "pairs", r->pairs);
                 json_num(&w, "ms", 1, r->ms);
-                json_num(&w, "tflops", 1, 4.0 * o.head_dim * (double)r->pairs / (r->ms * 1e-3) / 1e12);
+                json_num(&w, "tflops", 1, flops_per_pair * (double)r->pairs / (r->ms * 1e-3) / 1e12);
                 json_num(&w, "cost", plain != NULL, plain ? COST(r) : 0.0);
                 json_u64(&w, "calls", r->calls);
             } else {
@@ -457,7 +489,8 @@ int bench_features_main(int argc, char **argv)
         json_close(&w, '}');
         fputc('\n', stdout);
     } else {
-        printf("clflash-bench --features (clflash %s) on %s\n", clflash_version_string(), dev_name);
+        printf("clflash-bench --features%s (clflash %s) on %s\n", o.backward ? " --backward" : "",
+               clflash_version_string(), dev_name);
         printf("batch %u, heads %u/%u, seq %u, head_dim %u, %s; window %u, softcap %g, key lengths", o.batch, o.heads,
                o.heads_kv, o.seq, o.head_dim, dtype_name(o.dtype), o.window, (double)o.softcap);
         for (size_t i = 0; i < o.nlengths; i++)
@@ -471,7 +504,7 @@ int bench_features_main(int argc, char **argv)
                 continue;
             }
             printf("%-16s %-24s %6u %14" PRIu64 " %10.4f %9.1f", known_cases[r->which].name, r->plan.kernel,
-                   r->plan.block, r->pairs, r->ms, 4.0 * o.head_dim * (double)r->pairs / (r->ms * 1e-3) / 1e12);
+                   r->plan.block, r->pairs, r->ms, flops_per_pair * (double)r->pairs / (r->ms * 1e-3) / 1e12);
             if (plain)
                 printf(" %6.2f", COST(r));
             printf("\n");

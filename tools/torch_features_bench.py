@@ -4,7 +4,7 @@
 Usage (on the GPU machine):
     python3 torch_features_bench.py OUT.json [--batch 4] [--heads 16] [--seq 4096] [--d 128]
         [--dtype float16] [--window 1024] [--softcap 50] [--key-lengths 4096,3000,2048,4096]
-        [--cases plain,causal,causal-window,softcap,alibi,keylens,causal-softcap,bias]
+        [--cases plain,causal,causal-window,softcap,alibi,keylens,causal-softcap,bias] [--backward]
 
 Each case as clflash-bench --features defines it: window = |i - j| <= W, causal-window =
 0 <= i - j <= W, softcap = cap * tanh(s / cap), alibi = s - 2^-(1 + h % 8) * |i - j|, keylens =
@@ -13,8 +13,10 @@ s + B[b][h][i][j]. Backends: flex_attention under torch.compile (Triton) with th
 mask and score_mod, for every case; SDPA's FlashAttention-2 for plain and causal; SDPA's cuDNN and
 mem-efficient backends with the bias as a float attn_mask (broadcast for bias) and, for keylens,
 a boolean mask. A backend that refuses a case gets null. Time per call: the mean of 20 calls
-between CUDA events after 3 warm-up calls. Prints one JSON line per case; writes them all to
-OUT.json.
+between CUDA events after 3 warm-up calls. With --backward (as `clflash-bench --features
+--backward`) the time is that of the backward alone: torch.autograd.grad of one forward's output
+for Q, K and V with a random dO, repeated on the retained graph. Prints one JSON line per case;
+writes them all to OUT.json.
 """
 import argparse, json
 import torch
@@ -40,6 +42,7 @@ def main():
     ap.add_argument("--softcap", type=float, default=50.0)
     ap.add_argument("--key-lengths", default=None)
     ap.add_argument("--cases", default="plain,causal,causal-window,softcap,alibi,keylens,causal-softcap,bias")
+    ap.add_argument("--backward", action="store_true")
     a = ap.parse_args()
     b, h, n, d = a.batch, a.heads, a.seq, a.d
     dtype = getattr(torch, a.dtype)
@@ -49,6 +52,16 @@ def main():
     slopes = torch.tensor([2.0 ** -(1 + i % 8) for i in range(h)], device="cuda", dtype=torch.float32)
     q = torch.randn(b, h, n, d, device="cuda", dtype=dtype)
     k, v = torch.randn_like(q), torch.randn_like(q)
+    for x in (q, k, v):
+        x.requires_grad_(a.backward)
+
+    def timed(fn):
+        """The forward fn's time, or with --backward its backward's."""
+        if not a.backward:
+            return bench(fn)
+        out = fn()
+        d_o = torch.randn_like(out)
+        return bench(lambda: torch.autograd.grad(out, (q, k, v), d_o, retain_graph=True))
     flex = torch.compile(flex_attention, dynamic=False)  # no dynamic shapes after the recompiles the cases cause
 
     def causal(b_, h_, i, j): return i >= j
@@ -86,11 +99,11 @@ def main():
         pairs = int(vis.sum().item()) * h * b
         if per_batch:
             pairs = sum(min(int(lens[x].item()), n) * n for x in range(b)) * h
-        row = dict(case=case, batch=b, heads=h, seq=n, d=d, dtype=a.dtype, window=W, softcap=cap, pairs=pairs,
+        row = dict(case=case, backward=a.backward, batch=b, heads=h, seq=n, d=d, dtype=a.dtype, window=W, softcap=cap, pairs=pairs,
                    torch=torch.__version__)
         try:
             bm = create_block_mask(mask_mod, b if per_batch else None, None, n, n) if mask_mod else None
-            t = bench(lambda: flex(q, k, v, score_mod=score_mod, block_mask=bm))
+            t = timed(lambda: flex(q, k, v, score_mod=score_mod, block_mask=bm))
             row["flex_ms"] = round(t * 1e3, 4)
         except Exception as ex:  # noqa: BLE001 - a refusal is a null, with its reason
             row["flex_ms"] = None
@@ -109,7 +122,7 @@ def main():
         for name, be, m, is_causal in sdpa:
             try:
                 with sdpa_kernel(be):
-                    t = bench(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=is_causal))
+                    t = timed(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=is_causal))
                 row[name + "_ms"] = round(t * 1e3, 4)
             except Exception:  # noqa: BLE001
                 row[name + "_ms"] = None
