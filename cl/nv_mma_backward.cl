@@ -164,6 +164,26 @@ static inline int in_range(long j, long lo, long hi)
     return j >= lo && j < hi;
 }
 
+/* The queries that see key j: [*lo, *hi), visible_keys inverted (both ends of a query's key range
+ * grow with the query, so the queries of a key form a range too): none if j is at or past the key
+ * length; from j - shift with CAUSAL; from j - shift - win_right to j - shift + win_left with
+ * WINDOW; within [0, seq_q). */
+static inline void key_queries(const mma_bwd_args *a, long j, long *lo, long *hi)
+{
+    const long shift = (long)a->seq_k - (long)a->seq_q;
+    long l = 0, h = j < (long)a->key_len ? (long)a->seq_q : 0;
+#if CAUSAL
+    l = max(l, j - shift);
+#endif
+#if WINDOW
+    l = max(l, j - shift - (long)a->win_right);
+    h = min(h, j - shift + (long)a->win_left + 1);
+#endif
+    (void)shift;
+    *lo = l;
+    *hi = h;
+}
+
 /* A row's lse as the exponent offset in the log2 domain: +inf for a row that saw no key (or is
  * past seq_q), so that every P of it is exp2(-inf) = 0. */
 static inline float lse_offset(float lse_natural)
@@ -349,6 +369,18 @@ static inline void key_group_bias(__global const float *head, const mma_bwd_args
     *b0 = (float4)(r0[k_lo], r1[k_lo], r0[k_hi], r1[k_hi]);
     *b1 = (float4)(r8[k_lo], r9[k_lo], r8[k_hi], r9[k_hi]);
 }
+
+/* key_group_bias for every 16-query piece of the tile of queries q0 .. q0 + BLOCK - 1 of query head
+ * h, into registers: issued a tile ahead, so that its latency hides behind a tile's products. */
+static inline void key_group_bias_tile(float4 dst[CHUNK_STEPS][2], const mma_bwd_args *a, __global const float *bias,
+                                       uint b, uint h, uint q0, uint k_lo, uint k_hi)
+{
+    __global const float *head = bias + a->bias_off + (ulong)b * a->bias_bs + (ulong)h * a->bias_hs;
+    const uint t = get_local_id(0) % 4;
+#pragma unroll
+    for (uint c = 0; c < CHUNK_STEPS; c++)
+        key_group_bias(head, a, q0 + c * 16 + 2 * t, k_lo, k_hi, &dst[c][0], &dst[c][1]);
+}
 #endif
 
 /* dK and dV of keys kv0 .. kv0 + ROWS - 1 of kv head hk of batch entry b. */
@@ -388,8 +420,17 @@ static inline void key_group(const mma_bwd_args *a, __global const ushort *q, __
         dk_acc[dt] = dv_acc[dt] = (float4)(0.0f);
     /* The lane's keys: rows g and g + 8 of the warp's 16 (the rows of S^T). */
     const long key_lo = (long)(kv0 + warp * 16 + g), key_hi = key_lo + 8;
+#if RANGES
+    long qlo_lo, qhi_lo, qlo_hi, qhi_hi; /* the queries that see each of the lane's keys */
+    key_queries(a, key_lo, &qlo_lo, &qhi_lo);
+    key_queries(a, key_hi, &qlo_hi, &qhi_hi);
+#endif
 #if BIAS
+    /* the tile's bias, loaded a tile ahead (key_group_bias_tile) */
     const uint bias_lo = min((uint)key_lo, a->seq_k - 1), bias_hi = min((uint)key_hi, a->seq_k - 1);
+    float4 bias_t[CHUNK_STEPS][2];
+    if (steps > 0)
+        key_group_bias_tile(bias_t, a, bias, b, hk * a->group, q_first, bias_lo, bias_hi);
 #endif
 
     kv_stream qs; /* NV_BWD_STREAM: the current head's Q and dO */
@@ -420,13 +461,8 @@ static inline void key_group(const mma_bwd_args *a, __global const ushort *q, __
 #elif CAUSAL
         masked = (long)(kv0 + ROWS - 1) > (long)q0 + shift;
 #endif
-#if TRANSFORMS
-        const uint h = hk * a->group + it / per_head; /* the tile's query head */
-#endif
-#if BIAS
-        __global const float *bias_head = bias + a->bias_off + (ulong)b * a->bias_bs + (ulong)h * a->bias_hs;
-#endif
 #if ALIBI
+        const uint h = hk * a->group + it / per_head; /* the tile's query head */
         const float slope_l2 = alibi[h] * M_LOG2E_F;
 #else
         const float slope_l2 = 0.0f;
@@ -438,7 +474,8 @@ static inline void key_group(const mma_bwd_args *a, __global const ushort *q, __
             const uint col = c * 16 + 2 * t;
             float4 bias0 = (float4)(0.0f), bias1 = (float4)(0.0f);
 #if BIAS
-            key_group_bias(bias_head, a, q0 + col, bias_lo, bias_hi, &bias0, &bias1); /* before the products */
+            bias0 = bias_t[c][0];
+            bias1 = bias_t[c][1];
 #endif
             float4 s0, s1, dp0, dp1;
             row_products(kf, q_rows + c * 16 * ROW_STRIDE, &s0, &s1);
@@ -455,19 +492,22 @@ static inline void key_group(const mma_bwd_args *a, __global const ushort *q, __
             s0 = feature_scores(s0, bias0, dist0, slope_l2, &sc, &grad0);
             s1 = feature_scores(s1, bias1, dist0 + 8.0f, slope_l2, &sc, &grad1);
 #endif
+#if BIAS
+            /* the tile's bias is used: the next tile's loads go out now */
+            if (c == CHUNK_STEPS - 1 && it + 1 < steps)
+                key_group_bias_tile(bias_t, a, bias, b, hk * a->group + (it + 1) / per_head,
+                                    q_first + ((it + 1) % per_head) * BLOCK, bias_lo, bias_hi);
+#endif
             (void)bias0;
             (void)bias1;
             if (masked) {
 #if RANGES
-                long lo0, hi0, lo1, hi1, lo8, hi8, lo9, hi9;
-                query_keys(a, q0 + col, &lo0, &hi0);
-                query_keys(a, q0 + col + 1, &lo1, &hi1);
-                query_keys(a, q0 + col + 8, &lo8, &hi8);
-                query_keys(a, q0 + col + 9, &lo9, &hi9);
-                s0 = mask_scores(s0, (int4)(in_range(key_lo, lo0, hi0), in_range(key_lo, lo1, hi1),
-                                            in_range(key_hi, lo0, hi0), in_range(key_hi, lo1, hi1)), hidden);
-                s1 = mask_scores(s1, (int4)(in_range(key_lo, lo8, hi8), in_range(key_lo, lo9, hi9),
-                                            in_range(key_hi, lo8, hi8), in_range(key_hi, lo9, hi9)), hidden);
+                const long qa = (long)(q0 + col);
+                s0 = mask_scores(s0, (int4)(in_range(qa, qlo_lo, qhi_lo), in_range(qa + 1, qlo_lo, qhi_lo),
+                                            in_range(qa, qlo_hi, qhi_hi), in_range(qa + 1, qlo_hi, qhi_hi)), hidden);
+                s1 = mask_scores(s1, (int4)(in_range(qa + 8, qlo_lo, qhi_lo), in_range(qa + 9, qlo_lo, qhi_lo),
+                                            in_range(qa + 8, qlo_hi, qhi_hi), in_range(qa + 9, qlo_hi, qhi_hi)),
+                                 hidden);
 #else
                 const long d0 = (long)(q0 + col) + shift; /* the diagonal key of query col */
                 s0 = mask_scores(s0, (int4)(key_lo <= d0, key_lo <= d0 + 1, key_hi <= d0, key_hi <= d0 + 1), hidden);
@@ -496,6 +536,25 @@ static inline void key_group(const mma_bwd_args *a, __global const ushort *q, __
     store_rows(dk, k_base, a->k_ss, tiles, kv0, ROWS, a->seq_k);
     store_rows(dv, v_base, a->v_ss, tiles + ROWS * ROW_STRIDE, kv0, ROWS, a->seq_k);
 }
+
+#if BIAS
+/* The bias of a query group's pairs for the key tile key0 .. key0 + BLOCK - 1 as S's accumulator
+ * blocks hold them (rows lo: x, y; hi: z, w; keys 16c + 2t, + 1 in [c][0], + 8, + 9 in [c][1]),
+ * two keys per load (bias_pair), into registers a tile ahead as key_group_bias_tile. */
+static inline void query_group_bias_tile(float4 dst[CHUNK_STEPS][2], __global const float *row_lo,
+                                         __global const float *row_hi, uint key0, uint seq_k)
+{
+    const uint t = get_local_id(0) % 4;
+#pragma unroll
+    for (uint c = 0; c < CHUNK_STEPS; c++) {
+        const uint key = key0 + c * 16 + 2 * t;
+        const float2 l0 = bias_pair(row_lo, key, seq_k), h0 = bias_pair(row_hi, key, seq_k);
+        const float2 l8 = bias_pair(row_lo, key + 8, seq_k), h8 = bias_pair(row_hi, key + 8, seq_k);
+        dst[c][0] = (float4)(l0.x, l0.y, h0.x, h0.y);
+        dst[c][1] = (float4)(l8.x, l8.y, h8.x, h8.y);
+    }
+}
+#endif
 
 /* dQ of queries qr0 .. qr0 + ROWS - 1 of query head h of batch entry b. */
 static inline void query_group(const mma_bwd_args *a, __global const ushort *q, __global const ushort *k,
@@ -557,6 +616,9 @@ static inline void query_group(const mma_bwd_args *a, __global const ushort *q, 
     __global const float *bias_head = bias + a->bias_off + (ulong)b * a->bias_bs + (ulong)h * a->bias_hs;
     __global const float *bias_row_lo = bias_head + (ulong)min(row_lo, a->seq_q - 1) * a->bias_rs;
     __global const float *bias_row_hi = bias_head + (ulong)min(row_hi, a->seq_q - 1) * a->bias_rs;
+    float4 bias_t[CHUNK_STEPS][2]; /* the tile's bias, loaded a tile ahead */
+    if (n_tiles > 0)
+        query_group_bias_tile(bias_t, bias_row_lo, bias_row_hi, key_begin, a->seq_k);
 #endif
 #if ALIBI
     const float slope_l2 = alibi[h] * M_LOG2E_F;
@@ -601,13 +663,8 @@ static inline void query_group(const mma_bwd_args *a, __global const ushort *q, 
             const uint key = key0 + c * 16 + 2 * t;
             float4 bias0 = (float4)(0.0f), bias1 = (float4)(0.0f);
 #if BIAS
-            {
-                const float2 l0 = bias_pair(bias_row_lo, key, a->seq_k), h0 = bias_pair(bias_row_hi, key, a->seq_k);
-                const float2 l8 = bias_pair(bias_row_lo, key + 8, a->seq_k);
-                const float2 h8 = bias_pair(bias_row_hi, key + 8, a->seq_k);
-                bias0 = (float4)(l0.x, l0.y, h0.x, h0.y);
-                bias1 = (float4)(l8.x, l8.y, h8.x, h8.y);
-            }
+            bias0 = bias_t[c][0];
+            bias1 = bias_t[c][1];
 #endif
             float4 s0, s1, dp0, dp1;
             row_products(qf, k_rows + c * 16 * ROW_STRIDE, &s0, &s1);
@@ -619,6 +676,10 @@ static inline void query_group(const mma_bwd_args *a, __global const ushort *q, 
             const float4 dist0 = (float4)(dist_lo, dist_lo - 1.0f, dist_hi, dist_hi - 1.0f);
             s0 = feature_scores(s0, bias0, dist0, slope_l2, &sc, &grad0);
             s1 = feature_scores(s1, bias1, dist0 - 8.0f, slope_l2, &sc, &grad1);
+#endif
+#if BIAS
+            if (c == CHUNK_STEPS - 1 && j + 1 < n_tiles) /* as in key_group */
+                query_group_bias_tile(bias_t, bias_row_lo, bias_row_hi, key0 + BLOCK, a->seq_k);
 #endif
             (void)bias0;
             (void)bias1;

@@ -47,8 +47,13 @@ static void help(FILE *f)
           "cached keys, contiguous [batch][heads][seq][head_dim] tensors, and reports the bytes of\n"
           "K and V read per second (the keys each batch entry sees, once per K/V head: what bounds\n"
           "decoding) beside the device's copy bandwidth measured in the same run.\n"
-          "  back to back  calls enqueued one after another, then clFinish, divided by their number\n"
-          "  isolated      one call, then clFinish (wall clock)\n"
+          "  ms/call   back to back: calls enqueued one after another, then clFinish, divided by\n"
+          "            their number\n"
+          "  isolated  one call, then clFinish (wall clock)\n"
+          "  device    the device's own time of one call (profiling clock): from the queue reaching\n"
+          "            it (a marker enqueued just before) to the end of its last kernel; '-' where\n"
+          "            the queue gives no profiling times\n"
+          "  call/dev  ms/call over device: what each call costs beyond its kernels (1.00 = none)\n"
 
           "GB/s uses the back-to-back time. copy GB/s = 2 * bytes / time of clEnqueueCopyBuffer (read\n"
           "and written); on a CPU device also the host's streaming read with one thread per compute\n"
@@ -233,7 +238,7 @@ typedef struct {
     char detail[256];
     clflash_plan plan;
     uint64_t kv_bytes;
-    double ms_call, ms_isolated;
+    double ms_call, ms_isolated, ms_device; /* ms_device: 0 where the queue gave no profiling times */
     unsigned calls;
 } decode_row;
 
@@ -316,16 +321,34 @@ static void run_shape(clflash_context *c, cl_command_queue prof, const decode_op
         }
     clFinish(prof);
 
-    /* isolated calls: wall clock from the call to clFinish */
-    double wall[21];
+    /* isolated calls: wall clock from the call to clFinish; and the device's own time of the call,
+     * from the queue reaching it (a marker enqueued just before) to the end of its last kernel (the
+     * event clflash_forward returns), by the profiling queue's clock */
+    double wall[21], dev[21];
+    int profiled = 1;
     for (int i = 0; i < 21; i++) {
+        cl_event before = NULL, after = NULL;
+        cl_ulong t_before = 0, t_after = 0;
         clFinish(prof);
         const double t0 = bench_now();
-        clflash_forward(c, &d, prof, q, k, v, out, NULL, 0, NULL, NULL);
+        clEnqueueMarkerWithWaitList(prof, 0, NULL, &before);
+        clflash_forward(c, &d, prof, q, k, v, out, NULL, 0, NULL, &after);
         clFinish(prof);
         wall[i] = (bench_now() - t0) * 1e3;
+        profiled &= before != NULL && after != NULL &&
+                    clGetEventProfilingInfo(before, CL_PROFILING_COMMAND_END, sizeof t_before, &t_before, NULL) ==
+                        CL_SUCCESS &&
+                    clGetEventProfilingInfo(after, CL_PROFILING_COMMAND_END, sizeof t_after, &t_after, NULL) ==
+                        CL_SUCCESS &&
+                    t_after > t_before;
+        dev[i] = profiled ? (double)(t_after - t_before) * 1e-6 : 0.0;
+        if (before)
+            clReleaseEvent(before);
+        if (after)
+            clReleaseEvent(after);
     }
     r->ms_isolated = median(wall, 21);
+    r->ms_device = profiled ? median(dev, 21) : 0.0;
 
     /* back to back: batches of about 20 ms of calls until min_time has passed */
     const bench_call call = {.c = c, .d = &d, .queue = prof, .q = q, .k = k, .v = v, .o = out};
@@ -348,7 +371,8 @@ int bench_decode_main(int argc, char **argv)
     if (c == NULL)
         return 1;
     cl_int err;
-    cl_command_queue prof = clCreateCommandQueue(clflash_context_cl(c), clflash_context_device(c), 0, &err);
+    cl_command_queue prof = clCreateCommandQueue(clflash_context_cl(c), clflash_context_device(c),
+                                                 CL_QUEUE_PROFILING_ENABLE, &err);
     if (err != CL_SUCCESS) {
         fprintf(stderr, "%s: creating a command queue failed (%d)\n", tool_name(), err);
         clflash_context_free(c);
@@ -417,6 +441,7 @@ int bench_decode_main(int argc, char **argv)
                 json_u64(&w, "kv_bytes", r->kv_bytes);
                 json_num(&w, "ms_call", 1, r->ms_call);
                 json_num(&w, "ms_isolated", 1, r->ms_isolated);
+                json_num(&w, "ms_device", r->ms_device > 0, r->ms_device);
                 json_num(&w, "kv_gbps", 1, (double)r->kv_bytes / (r->ms_call * 1e-3) / 1e9);
                 json_u64(&w, "calls", r->calls);
             } else {
@@ -436,17 +461,21 @@ int bench_decode_main(int argc, char **argv)
         printf("copy bandwidth %.1f GB/s (read + written)", copy);
         if (host_read > 0)
             printf(", host streaming read %.1f GB/s (%u threads)", host_read, units);
-        printf("\n\n%8s  %-22s %6s %6s %10s %10s %10s %8s\n", "seq_k", "kernel", "splits", "packed", "K/V MB",
-               "ms/call", "isolated", "GB/s");
+        printf("\n\n%8s  %-22s %6s %6s %10s %10s %10s %10s %8s %8s\n", "seq_k", "kernel", "splits", "packed",
+               "K/V MB", "ms/call", "isolated", "device", "call/dev", "GB/s");
         for (size_t i = 0; i < o.nseq; i++) {
             const decode_row *r = &rows[i];
             if (r->status != CLFLASH_SUCCESS) {
                 printf("%8u  failed: %s (%s)\n", r->seq_k, clflash_status_string(r->status), r->detail);
                 continue;
             }
-            printf("%8u  %-22s %6u %6u %10.1f %10.4f %10.4f %8.1f\n", r->seq_k, r->plan.kernel, r->plan.splits,
-                   r->plan.packed_heads, (double)r->kv_bytes / 1e6, r->ms_call, r->ms_isolated,
-                   (double)r->kv_bytes / (r->ms_call * 1e-3) / 1e9);
+            printf("%8u  %-22s %6u %6u %10.1f %10.4f %10.4f ", r->seq_k, r->plan.kernel, r->plan.splits,
+                   r->plan.packed_heads, (double)r->kv_bytes / 1e6, r->ms_call, r->ms_isolated);
+            if (r->ms_device > 0)
+                printf("%10.4f %8.2f", r->ms_device, r->ms_call / r->ms_device);
+            else
+                printf("%10s %8s", "-", "-");
+            printf(" %8.1f\n", (double)r->kv_bytes / (r->ms_call * 1e-3) / 1e9);
         }
     }
     free(dev_name);
