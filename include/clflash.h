@@ -600,10 +600,12 @@ CLFLASH_API clflash_status clflash_merge_states(clflash_context *c, const clflas
  *
  * On NVIDIA tensor cores: where the forward's conditions hold (clflash_plan_attention: NVIDIA of
  * compute capability >= 8.0, F16/BF16, head_dim a multiple of 16, 16-byte aligned layouts), with
- * head_dim <= 128 and no window, softcap, bias, ALiBi or key lengths (those still run the portable
- * gradient kernel, whose results the forward's lse serves the same), the gradient kernel is
- * "nv_mma_backward" (cl/nv_mma_backward.cl): the same two kinds of work-group, the same
- * determinism, its five products on mma.sync with fp32 sums. Like FlashAttention-2 it rounds P and
+ * head_dim <= 128, the gradient kernel is "nv_mma_backward" (cl/nv_mma_backward.cl), with every
+ * feature below (window, softcap, bias, ALiBi, key lengths): the same two kinds of work-group, the
+ * same determinism, its five products on mma.sync with fp32 sums. It computes the transformed
+ * scores by the same operations as the tensor-core forward, in log2 units, so P recomputed from
+ * that forward's lse matches it; the lse of the portable forward serves as well (the two differ
+ * by rounding). Like FlashAttention-2 it rounds P and
  * dS to the storage type before multiplying them with dO, Q or K, so its gradients differ from the
  * portable kernel's by about one storage-type rounding of those factors (well within the f16/bf16
  * tolerances of tests/backward_harness.c). The portable kernel is forced as for the forward
