@@ -320,6 +320,12 @@ typedef struct {
                              planner's choice, and so the rounding, can change with the batch).
                              See clflash_plan_attention for the planner's rule; the backward
                              ignores it */
+    cl_mem bias_grad;     /* NULL = none; else clflash_backward also writes the bias gradient here,
+                             a float buffer of the context in the bias's own layout (bias_layout
+                             and bias_broadcast): each element the layout addresses is the sum of
+                             dS = P * (dP - D) over the batch entries, heads and query rows that
+                             share it (see clflash_backward). Needs a bias; must be a buffer of its
+                             own. The forward ignores it; clflash_backward_naive refuses it */
 } clflash_attention_desc;
 
 /* The most parts num_splits may ask for (and clflash_merge_states take). */
@@ -621,8 +627,19 @@ CLFLASH_API clflash_status clflash_merge_states(clflash_context *c, const clflas
  *  - softcap: the score is s' = softcap * tanh(s / softcap) of the scaled score s = scale * q.k,
  *    so dS = P * (dP - D) * (1 - tanh^2(s / softcap)) is the gradient with respect to s, and
  *    dQ = scale * dS K, dK = scale * dS^T Q (dV = P^T dO is unchanged).
- *  - bias and alibi_slopes: added to the scores when P is recomputed. Neither gets a gradient:
- *    clflash computes no dBias and no gradient for the slopes.
+ *  - bias and alibi_slopes: added to the scores when P is recomputed. The slopes get no gradient.
+ *  - bias_grad (optional, with a bias): dBias, written in the bias's layout. The score is
+ *    f = softcap(s) + bias + ALiBi, so the gradient of a bias element is dS = P * (dP - D) of its
+ *    pair (no softcap factor); an element broadcast over batch entries, heads or rows
+ *    (bias_broadcast) gets the sum over every pair it is added to, taken in a fixed order (batch
+ *    entry, then head, then query row, ascending), so it is deterministic too. Pairs a query does
+ *    not see and -INFINITY biases add 0; every element the layout addresses is written (gaps of
+ *    the layout are not). A kernel of its own (cl/bias_grad.cl, portable, every device) computes
+ *    it after D and before the gradient kernel, recomputing the tile's scores: it costs about as
+ *    much as half the backward's score work again, on CUDA cores, not tensor cores. With
+ *    bias_grad, if the gradient kernel's enqueue fails after the bias-gradient kernel's, dBias has
+ *    been written (and nothing else); clflash_backward_naive returns CLFLASH_ERROR_UNSUPPORTED for
+ *    it.
  *
  * Supported: F32, F16, BF16 storage; CLFLASH_CAUSAL, CLFLASH_WINDOW, softcap, bias (any layout and
  * broadcast, -INFINITY entries mask), ALiBi, key_lengths, in any combination; GQA/MQA; any
@@ -631,7 +648,9 @@ CLFLASH_API clflash_status clflash_merge_states(clflash_context *c, const clflas
  * CLFLASH_ERROR_INVALID_DTYPE, as everywhere (only I8 input may choose one).
  * Returns: as clflash_forward, plus CLFLASH_ERROR_INVALID_ARGUMENT for a NULL lse, d_o, dq, dk or
  * dv, lse sharing a buffer with an output, or an output sharing a buffer with the descriptor's
- * bias, alibi_slopes or key_lengths; CLFLASH_ERROR_INVALID_LAYOUT when an output overlaps an input
+ * bias, alibi_slopes or key_lengths, or a bias_grad without a bias or that is the same buffer as any
+ * other argument or descriptor buffer; CLFLASH_ERROR_BUFFER_TOO_SMALL for a bias_grad smaller than
+ * the bias layout's extent; CLFLASH_ERROR_INVALID_LAYOUT when an output overlaps an input
  * or another output in the same buffer (outputs may share a buffer at disjoint ranges) or its
  * layout makes two of its elements share an address; CLFLASH_ERROR_UNSUPPORTED as above. On any
  * error found before enqueueing, nothing is enqueued and no caller buffer is touched. If OpenCL

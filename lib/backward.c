@@ -8,7 +8,9 @@
  * without atomics; the price is that P and dS are recomputed by both kinds of work-group (each
  * scores every visible block pair once). The first kernel writes only clflash's temporary and the
  * second is a single enqueue, so a call that fails at enqueue has written no caller buffer (the
- * D kernel, if already enqueued, still runs into the temporary; the header says so). If the
+ * D kernel, if already enqueued, still runs into the temporary; the header says so). With a bias
+ * gradient its kernel (bias_grad.c) runs between the two, chained by events too; if the gradient
+ * kernel's enqueue then fails, dBias alone is written. If the
  * device refuses the planned tile at enqueue (CL_OUT_OF_RESOURCES) and B was not forced, the
  * gradient kernel is planned again below that B, a bounded number of times, as clflash_forward does.
  */
@@ -95,6 +97,11 @@ clflash_status clflash_validate_backward_call(clflash_context *c, const clflash_
                                 out[i].name,
                                 out[i].buf == p->bias ? "bias" : out[i].buf == p->alibi_slopes ? "alibi_slopes"
                                                                                               : "key_lengths");
+    }
+    {
+        const cl_mem others[9] = {q, k, v, o, d_o, lse, dq, dk, dv};
+        if ((st = clflash_check_bias_grad(p, others, 9)) != CLFLASH_SUCCESS)
+            return st;
     }
     /* An output must not overlap an input or another output that shares its buffer (byte ranges
      * from the first to one past the last element; interleaved layouts count as overlapping). */
@@ -196,6 +203,18 @@ clflash_status clflash_backward(clflash_context *c, const clflash_attention_desc
         }
     }
 
+    /* dBias (optional) from the same D, then the gradient kernel after it: its event is the call's */
+    cl_event bias_done = NULL;
+    if (p.bias_grad) {
+        const cl_mem inputs[5] = {q, k, v, d_o, lse};
+        if ((st = clflash_enqueue_bias_grad(c, &p, qu, inputs, dvec, 1, &pre, &bias_done)) != CLFLASH_SUCCESS) {
+            clflash_backward_kernels_release(&bk);
+            clReleaseEvent(pre);
+            clReleaseMemObject(dvec);
+            return st;
+        }
+    }
+
     for (int attempt = 0;; attempt++) {
         const size_t wgs = bk.plan.work_group_size;
         const size_t global[3] = {(size_t)(bk.key_groups + bk.query_groups) * wgs, p.heads_q, p.batch};
@@ -204,7 +223,7 @@ clflash_status clflash_backward(clflash_context *c, const clflash_attention_desc
         cl_event e = NULL;
         err = set_grad_args(bk.grads, bufs, &p, bk.key_groups);
         if (err == CL_SUCCESS)
-            err = clEnqueueNDRangeKernel(qu, bk.grads, 3, NULL, global, local, 1, &pre, &e);
+            err = clEnqueueNDRangeKernel(qu, bk.grads, 3, NULL, global, local, 1, bias_done ? &bias_done : &pre, &e);
         const clflash_plan plan = bk.plan;
         clflash_backward_kernels_release(&bk);
         if (err == CL_SUCCESS) {
@@ -218,12 +237,16 @@ clflash_status clflash_backward(clflash_context *c, const clflash_attention_desc
         } else {
             st = clflash_fail(err, "enqueueing the backward's gradient kernel (B = %u) failed", plan.block);
         }
+        if (bias_done)
+            clReleaseEvent(bias_done);
         clReleaseEvent(pre);
         clReleaseMemObject(dvec);
         return st;
     }
     clReleaseEvent(pre);
     clReleaseMemObject(dvec); /* freed by OpenCL once the enqueued kernels are done with it */
+    if (bias_done)
+        clReleaseEvent(bias_done);
     if (done)
         *done = last;
     else

@@ -92,6 +92,9 @@ clflash_status clflash_backward_naive(clflash_context *c, const clflash_attentio
     if ((st = clflash_validate_backward_call(c, d, queue, q, k, v, o, d_o, lse, dq, dk, dv, num_wait, wait, &p, &qu)) !=
         CLFLASH_SUCCESS)
         return st;
+    if (p.bias_grad)
+        return clflash_fail(CLFLASH_ERROR_UNSUPPORTED,
+                            "clflash_backward_naive does not compute bias_grad; clflash_backward does");
     const uint64_t per_head = clflash_score_matrix_bytes(p.seq_q, p.seq_k, sizeof(float));
     const uint64_t total = (uint64_t)p.batch * p.heads_q;
     const uint64_t matrices = p.softcap != 0.0f ? 3 : 2; /* P, dP and, with softcap, f' */

@@ -140,7 +140,7 @@ CLFLASH_INTERNAL void clflash_scratch_pool_free(clflash_context *c);
 typedef enum { CLFLASH_SOURCE_FLASH_FORWARD, CLFLASH_SOURCE_NAIVE_ATTENTION, CLFLASH_SOURCE_FLASH_BACKWARD,
                CLFLASH_SOURCE_NAIVE_BACKWARD, CLFLASH_SOURCE_NV_MMA_FORWARD,
                CLFLASH_SOURCE_NV_MMA_BACKWARD, CLFLASH_SOURCE_MERGE_STATES,
-               CLFLASH_SOURCE_FLASH_DECODE_CPU } clflash_source_id;
+               CLFLASH_SOURCE_FLASH_DECODE_CPU, CLFLASH_SOURCE_BIAS_GRAD } clflash_source_id;
 
 /* Returns a built program for (source, options) on the context's device, building it the first
  * time; the program stays owned by the cache (do not release it). On a build failure the log is
@@ -180,6 +180,7 @@ typedef struct {
     float softcap;
     cl_mem bias, alibi_slopes, key_lengths;
     clflash_strides bias_strides; /* elements; broadcast dimensions have stride 0 */
+    cl_mem bias_grad;             /* the backward's optional dBias (the forward ignores it) */
 } clflash_problem;
 
 /* A tile rule: clflash_tile_bytes (forward) or clflash_backward_tile_bytes. */
@@ -397,6 +398,18 @@ typedef struct {
 CLFLASH_INTERNAL clflash_status clflash_plan_backward_kernels(clflash_context *c, const clflash_problem *p,
                                                               uint32_t below_block, clflash_backward_kernels *out);
 CLFLASH_INTERNAL void clflash_backward_kernels_release(clflash_backward_kernels *k);
+
+/* ---- bias_grad.c: the backward's optional dBias (cl/bias_grad.cl) -------------------------------- */
+/* With p->bias_grad set: refuses it without a bias, a buffer smaller than the bias layout's extent,
+ * a layout whose non-broadcast elements overlap, or a buffer that is also the descriptor's bias,
+ * slopes or key lengths or one of `others` (the call's other buffers). Succeeds when it is NULL. */
+CLFLASH_INTERNAL clflash_status clflash_check_bias_grad(const clflash_problem *p, const cl_mem *others,
+                                                        size_t n_others);
+/* Enqueues the bias-gradient kernel: inputs = {q, k, v, d_o, lse}, dvec = D = rowsum(dO * O), after
+ * the wait list; writes every element of p->bias_grad that the bias layout addresses. */
+CLFLASH_INTERNAL clflash_status clflash_enqueue_bias_grad(clflash_context *c, const clflash_problem *p,
+                                                          cl_command_queue queue, const cl_mem *inputs, cl_mem dvec,
+                                                          cl_uint num_wait, const cl_event *wait, cl_event *done);
 
 /* ---- nv_mma_backward_plan.c: the NVIDIA tensor-core gradient kernel (cl/nv_mma_backward.cl) --- */
 /* Why the tensor-core gradient kernel cannot run p on c's device, or NULL if it can. */

@@ -34,6 +34,8 @@ extern const char clflash_cl_merge_states[];
 extern const size_t clflash_cl_merge_states_size;
 extern const char clflash_cl_flash_decode_cpu[];
 extern const size_t clflash_cl_flash_decode_cpu_size;
+extern const char clflash_cl_bias_grad[];
+extern const size_t clflash_cl_bias_grad_size;
 
 /* Each clflash_source_id's file name, text and length, in the enum's order, and the text that goes
  * between common.cl and it (the tensor-core kernels' PTX helpers), if any. */
@@ -53,6 +55,7 @@ static const struct {
      &clflash_cl_nv_mma_common_size},
     {"merge_states.cl", clflash_cl_merge_states, &clflash_cl_merge_states_size, NULL, NULL},
     {"flash_decode_cpu.cl", clflash_cl_flash_decode_cpu, &clflash_cl_flash_decode_cpu_size, NULL, NULL},
+    {"bias_grad.cl", clflash_cl_bias_grad, &clflash_cl_bias_grad_size, NULL, NULL},
 };
 
 struct clflash_program_entry {

@@ -192,6 +192,7 @@ clflash_status clflash_resolve_desc(const clflash_attention_desc *caller, clflas
     p->bias = d->bias;
     p->alibi_slopes = d->alibi_slopes;
     p->key_lengths = d->key_lengths;
+    p->bias_grad = d->bias_grad;
 
     {
         const struct { const clflash_layout *in; clflash_strides *out; uint32_t heads, seq; const char *name; }

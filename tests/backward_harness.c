@@ -24,12 +24,12 @@
 void ref_attention_backward(const clflash_attention_desc *d, const float *q, const float *k, const float *v,
                             const float *d_o, double *dq, double *dk, double *dv, unsigned char *key_seen)
 {
-    ref_attention_backward_ex(d, q, k, v, d_o, NULL, dq, dk, dv, key_seen);
+    ref_attention_backward_ex(d, q, k, v, d_o, NULL, dq, dk, dv, NULL, key_seen);
 }
 
 void ref_attention_backward_ex(const clflash_attention_desc *d, const float *q, const float *k, const float *v,
                                const float *d_o, const ref_extras *x, double *dq, double *dk, double *dv,
-                               unsigned char *key_seen)
+                               double *dbias, unsigned char *key_seen)
 {
     const uint32_t hkv = ref_heads_kv(d), group = d->heads_q / hkv, D = d->head_dim;
     const ref_strides qs = ref_resolve_layout(&d->q, d->heads_q, d->seq_q, D);
@@ -49,6 +49,8 @@ void ref_attention_backward_ex(const clflash_attention_desc *d, const float *q, 
     memset(dv, 0, sizeof(double) * d->batch * hkv * d->seq_k * D);
     if (key_seen)
         memset(key_seen, 0, (size_t)d->batch * hkv * d->seq_k);
+    if (dbias)
+        memset(dbias, 0, sizeof(double) * tb_bias_extent(d));
 
     for (uint32_t b = 0; b < d->batch; b++)
         for (uint32_t h = 0; h < d->heads_q; h++) {
@@ -83,6 +85,8 @@ void ref_attention_backward_ex(const clflash_attention_desc *d, const float *q, 
                      * softcap), so the chain rule through scale * q.k adds the scale once. */
                     const double p = exp(s[j] - lse), ds = p * (dp[j] - dsum) * g[j];
                     const size_t krow = (((size_t)b * hkv + hk) * d->seq_k + (size_t)j);
+                    if (dbias) /* the bias is added after the softcap: its gradient has no f' */
+                        dbias[ref_index(&bs, b, h, i, (uint32_t)j)] += p * (dp[j] - dsum);
                     if (key_seen)
                         key_seen[krow] = 1;
                     for (uint32_t c = 0; c < D; c++) {
@@ -274,7 +278,12 @@ int tb_case_init_ex(tb_case *t, const clflash_attention_desc *d, const ref_extra
         for (size_t i = 0; i < t->nrows; i++)
             t->lse[i] = (float)t->ref_lse[i];
     }
-    ref_attention_backward_ex(d, t->qf, t->kf, t->vf, t->dof, &xs, t->ref_dq, t->ref_dk, t->ref_dv, t->key_seen);
+    if (t->bias && !(t->ref_dbias = xcalloc(t->bias_n, sizeof(double)))) {
+        tb_case_free(t);
+        return -1;
+    }
+    ref_attention_backward_ex(d, t->qf, t->kf, t->vf, t->dof, &xs, t->ref_dq, t->ref_dk, t->ref_dv, t->ref_dbias,
+                              t->key_seen);
     tb_reset_outputs(t);
     return 0;
 }
@@ -342,7 +351,8 @@ out:
 void tb_case_free(tb_case *t)
 {
     void *all[] = {t->qf, t->kf, t->vf, t->dof, t->q, t->k, t->v, t->d_o, t->o, t->lse, t->dq, t->dk, t->dv,
-                   t->ref_o, t->ref_lse, t->ref_dq, t->ref_dk, t->ref_dv, t->key_seen, t->bias, t->slopes, t->lens};
+                   t->ref_o, t->ref_lse, t->ref_dq, t->ref_dk, t->ref_dv, t->key_seen, t->bias, t->slopes, t->lens,
+                   t->ref_dbias, t->dbias};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         free(all[i]);
     memset(t, 0, sizeof *t);
@@ -384,7 +394,22 @@ clflash_status tb_run(clflash_context *c, tb_case *t, tb_algo algo, int device_f
         d.alibi_slopes = extra[1] = make_buffer(ctx, CL_MEM_READ_ONLY, t->slopes, d.heads_q * sizeof(float), &e[9]);
     if (t->lens && e[9] == CL_SUCCESS)
         d.key_lengths = extra[2] = make_buffer(ctx, CL_MEM_READ_ONLY, t->lens, d.batch * sizeof(int32_t), &e[9]);
-    clflash_status st = CL_SUCCESS;
+    /* dBias, pre-filled with the sentinel */
+    cl_mem dbias = NULL;
+    cl_int e_bias = CL_SUCCESS;
+    if (t->bias_grad && t->bias) {
+        free(t->dbias);
+        t->dbias = malloc(t->bias_n * sizeof(float));
+        if (t->dbias == NULL) {
+            e_bias = CL_OUT_OF_HOST_MEMORY;
+        } else {
+            const uint32_t s32 = SENTINEL_F32;
+            for (uint64_t i = 0; i < t->bias_n; i++)
+                memcpy(&t->dbias[i], &s32, 4);
+            d.bias_grad = dbias = make_buffer(ctx, CL_MEM_READ_WRITE, t->dbias, t->bias_n * sizeof(float), &e_bias);
+        }
+    }
+    clflash_status st = e_bias;
     for (int i = 0; i < 10 && st == CL_SUCCESS; i++)
         st = e[i];
     if (st == CL_SUCCESS && device_forward) {
@@ -414,9 +439,13 @@ clflash_status tb_run(clflash_context *c, tb_case *t, tb_algo algo, int device_f
             re = clEnqueueReadBuffer(rq, dk, CL_TRUE, 0, t->nk * es, t->dk, 0, NULL, NULL);
         if (re == CL_SUCCESS)
             re = clEnqueueReadBuffer(rq, dv, CL_TRUE, 0, t->nv * es, t->dv, 0, NULL, NULL);
+        if (re == CL_SUCCESS && dbias)
+            re = clEnqueueReadBuffer(rq, dbias, CL_TRUE, 0, t->bias_n * sizeof(float), t->dbias, 0, NULL, NULL);
         if (st == CLFLASH_SUCCESS)
             st = re;
     }
+    if (dbias)
+        clReleaseMemObject(dbias);
     cl_mem all[9] = {q, k, v, o, d_o, lse, dq, dk, dv};
     for (int i = 0; i < 9; i++)
         if (all[i])
@@ -497,6 +526,65 @@ static double max_abs(const double *x, size_t n)
     return m;
 }
 
+/* dBias against the reference: the elements the bias layout addresses within tolerance (exactly 0
+ * where the reference has no term), every other element still the sentinel. */
+static int check_bias_grad(const tb_case *t, char *msg, size_t msg_len)
+{
+    const clflash_attention_desc *d = &t->d;
+    const ref_strides bs = ref_resolve_bias_layout(d);
+    unsigned char *addressed = xcalloc(t->bias_n, 1);
+    double *got = xcalloc(t->bias_n, sizeof(double)), *want = xcalloc(t->bias_n, sizeof(double));
+    char part[900];
+    int failures = 0;
+    if (!addressed || !got || !want) {
+        free(addressed);
+        free(got);
+        free(want);
+        append(msg, msg_len, "dBias: out of host memory");
+        return 1;
+    }
+    for (uint32_t b = 0; b < d->batch; b++)
+        for (uint32_t h = 0; h < d->heads_q; h++)
+            for (uint32_t i = 0; i < d->seq_q; i++)
+                for (uint32_t j = 0; j < d->seq_k; j++)
+                    addressed[ref_index(&bs, b, h, i, j)] = 1;
+    size_t n = 0, zero_bad = 0, gap_bad = 0;
+    uint32_t sentinel;
+    for (uint64_t i = 0; i < t->bias_n; i++) {
+        memcpy(&sentinel, &t->dbias[i], 4);
+        if (!addressed[i]) {
+            gap_bad += sentinel != SENTINEL_F32;
+            continue;
+        }
+        if (t->ref_dbias[i] == 0.0 && t->dbias[i] != 0.0f)
+            zero_bad++;
+        got[n] = t->dbias[i];
+        want[n] = t->ref_dbias[i];
+        n++;
+    }
+    ref_tol tol = tb_tol(d->dtype);
+    const double mx = max_abs(want, n);
+    tol.atol *= mx > 1.0 ? mx : 1.0;
+    if (ref_compare("dBias", got, want, n, tol, part, sizeof part)) {
+        failures++;
+        append(msg, msg_len, part);
+    }
+    if (zero_bad) {
+        failures++;
+        snprintf(part, sizeof part, "dBias: %zu elements no pair adds to are not exactly 0", zero_bad);
+        append(msg, msg_len, part);
+    }
+    if (gap_bad) {
+        failures++;
+        snprintf(part, sizeof part, "dBias: %zu elements in the bias layout's gaps were written", gap_bad);
+        append(msg, msg_len, part);
+    }
+    free(addressed);
+    free(got);
+    free(want);
+    return failures;
+}
+
 int tb_check(const tb_case *t, char *msg, size_t msg_len)
 {
     const clflash_attention_desc *d = &t->d;
@@ -551,6 +639,8 @@ int tb_check(const tb_case *t, char *msg, size_t msg_len)
         }
     }
     free(got);
+    if (t->bias_grad && t->bias)
+        failures += check_bias_grad(t, msg, msg_len);
     return failures;
 }
 

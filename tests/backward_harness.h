@@ -27,12 +27,15 @@ void ref_attention_backward(const clflash_attention_desc *d, const float *q, con
 /* The same with every feature of the descriptor (window, softcap) and of x (bias, ALiBi slopes, key
  * lengths; x may be NULL), as ref_attention_ex defines them. With f the score transform
  * (ref_transform_score) of s = scale * q.k: P_j = exp(f(s_j) - lse), dS_j = P_j (dP_j - D) f'(s_j),
- * and the products as above (scale dS_j k_j, scale dS_j q, P_j dO). The bias and the slopes get no
- * gradient. A row whose visible scores are all -inf contributes nothing; key_seen counts a key as
- * seen only through a pair whose score is not -inf (a -inf bias gives P = 0 exactly). */
+ * and the products as above (scale dS_j k_j, scale dS_j q, P_j dO). The slopes get no gradient.
+ * If dbias is not NULL it receives the bias gradient at the bias layout's positions
+ * (tb_bias_extent(d) elements, zeroed first): P_j (dP_j - D) of each visible pair added at its bias
+ * element, so that broadcast dimensions sum. A row whose visible scores are all -inf contributes
+ * nothing; key_seen counts a key as seen only through a pair whose score is not -inf (a -inf bias
+ * gives P = 0 exactly). */
 void ref_attention_backward_ex(const clflash_attention_desc *d, const float *q, const float *k, const float *v,
                                const float *d_o, const ref_extras *x, double *dq, double *dk, double *dv,
-                               unsigned char *key_seen);
+                               double *dbias, unsigned char *key_seen);
 
 /* ---- one case ------------------------------------------------------------------------------------ */
 typedef struct {
@@ -55,6 +58,9 @@ typedef struct {
     uint64_t bias_n;
     float *slopes;                   /* [heads_q] */
     int32_t *lens;                   /* [batch] */
+    double *ref_dbias;               /* with a bias: the reference dBias at the bias layout's positions */
+    int bias_grad;                   /* 1: tb_run asks the backward for dBias (set it after init) */
+    float *dbias;                    /* with bias_grad: dBias as read back (bias_n floats, sentinel in gaps) */
 } tb_case;
 
 /* Allocates and fills a case (Q uniform in [-2, 2), K, V and dO in [-1, 1)) and computes the
@@ -107,8 +113,9 @@ clflash_status tb_run(clflash_context *c, tb_case *t, tb_algo algo, int device_f
 ref_tol tb_tol(clflash_dtype t);
 
 /* Checks dq, dk, dv against the reference (values within tb_tol, exact zeros for rows that see no
- * key and keys no row sees, gaps untouched). Returns 0 if all hold, else describes the failures in
- * msg and returns their number. */
+ * key and keys no row sees, gaps untouched), and with bias_grad dBias (within tb_tol against the
+ * reference, exactly 0 where no pair adds to it, the bias layout's gaps untouched). Returns 0 if all
+ * hold, else describes the failures in msg and returns their number. */
 int tb_check(const tb_case *t, char *msg, size_t msg_len);
 
 /* Compares the outputs of two runs of the same case bit for bit (exact = 1) or within twice

@@ -30,6 +30,7 @@ set(_cases
   "naive-backward|spir64|naive_backward.cl|${_all} -D CLFLASH_DTYPE_F32 -D CLFLASH_OUT_F32 -D WITH_LSE=0 -D HEAD_DIM=16 -D SOFTMAX_WG=256"
   "backward-cpu|spir64|flash_backward.cl|${_all} -D CLFLASH_DTYPE_BF16 -D CLFLASH_OUT_BF16 -D WITH_LSE=0 -D CLFLASH_CPU_PATH=1 -D HEAD_DIM=64 -D BLOCK=64 -D TPR=1 -D LDS_STRIDE=66 -D T_STRIDE=65 -D P_STRIDE=65 -D ROWDOT_WG=64"
   "backward-gpu|spir64|flash_backward.cl|${_all} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D HEAD_DIM=8 -D BLOCK=8 -D TPR=2 -D LDS_STRIDE=10 -D T_STRIDE=9 -D P_STRIDE=9 -D ROWDOT_WG=64 -D CLFLASH_CPU_PATH=0"
+  "bias-grad|spir64|bias_grad.cl|${_all} -D CLFLASH_DTYPE_BF16 -D HEAD_DIM=40 -D BCAST_BATCH=1 -D BCAST_HEADS=0 -D BCAST_ROWS=1"
 )
 set(_failed "")
 foreach(_case IN LISTS _cases)

@@ -114,6 +114,9 @@ static const backward_case bcases[] = {
     {TB_NAIVE, 1, 2, 1, 19, 17, 8, CLFLASH_BF16, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, TB_NO_BIAS, 1, TB_NO_LENS, 0},
     {TB_FLASH, 2, 2, 1, 13, 19, 8, CLFLASH_F16, 0, 8, 0, 0, 0, 0, 0.0f, 0.0f, TB_NO_BIAS, 0, TB_LENS_RAGGED, 0},
     {TB_NAIVE, 2, 2, 1, 13, 19, 8, CLFLASH_F32, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, TB_NO_BIAS, 0, TB_LENS_RAGGED, 0},
+    /* dBias (bias_grad, on every flash case with a bias): per element, summed over the rows (and heads) */
+    {TB_FLASH, 1, 2, 0, 13, 21, 8, CLFLASH_F16, 0, 8, 0, 0, 0, 0, 0.0f, 2.0f, TB_BIAS_FULL, 0, TB_NO_LENS, 0},
+    {TB_FLASH, 2, 2, 1, 19, 11, 8, CLFLASH_F32, CLFLASH_CAUSAL, 8, 0, 0, 0, 0, 0.0f, 0.0f, TB_BIAS_KEYS, 0, TB_NO_LENS, 0},
     /* everything at once */
     {TB_FLASH, 2, 2, 1, 17, 19, 8, CLFLASH_BF16, WC, 8, 0, 0, 6, 1, 1.0f, 2.5f, TB_BIAS_BCAST, 1, TB_LENS_RAGGED, 0},
     {TB_NAIVE, 2, 2, 1, 17, 19, 8, CLFLASH_F16, WC, 0, 0, 0, 6, 1, 1.0f, 2.5f, TB_BIAS_BCAST, 1, TB_LENS_RAGGED, 0},
@@ -169,7 +172,8 @@ static int run_backward_case(clflash_context *shared, size_t n)
     if (k->softcap != 0.0f)
         snprintf(what + strlen(what), sizeof what - strlen(what), " softcap=%g", (double)k->softcap);
     if (k->bias || k->alibi || k->lens)
-        snprintf(what + strlen(what), sizeof what - strlen(what), "%s%s%s", k->bias ? " bias" : "",
+        snprintf(what + strlen(what), sizeof what - strlen(what), "%s%s%s",
+                 k->bias ? (k->algo == TB_FLASH ? " bias (and dBias)" : " bias") : "",
                  k->alibi ? " alibi" : "", k->lens ? " key-lengths" : "");
     const char *algo = k->algo == TB_FLASH ? "backward" : "naive backward";
     tb_case t;
@@ -177,7 +181,8 @@ static int run_backward_case(clflash_context *shared, size_t n)
     if (tb_case_init_features(&t, &d, k->bias, k->alibi, k->lens, 9500 + n) != 0) {
         printf("FAILED: out of host memory\n");
         failed = 1;
-    } else if ((st = tb_run(c, &t, k->algo, k->cpu_path, NULL)) != CLFLASH_SUCCESS) {
+    } else if ((t.bias_grad = k->algo == TB_FLASH && t.bias != NULL, /* dBias too (the naive path refuses it) */
+                (st = tb_run(c, &t, k->algo, k->cpu_path, NULL))) != CLFLASH_SUCCESS) {
         printf("FAILED %s %s: %s (%s)\n", algo, what, clflash_status_string(st), clflash_last_error_detail());
         failed = 1;
     } else if (tb_check(&t, msg, sizeof msg)) {

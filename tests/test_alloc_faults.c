@@ -6,8 +6,9 @@
  *
  * For each public entry point (context create, create_default, plan, forward, forward_naive,
  * forward_host (with two split-KV parts, so that its scratch and merge paths fail too), the
- * build-log path, backward) and k = 1, 2, 3, ...: fail the k-th heap allocation
- * (or the k-th OpenCL creation/enqueue, with CL_OUT_OF_HOST_MEMORY) inside the call; then require
+ * build-log path, backward (with a bias and bias_grad, so that the dBias kernel fails too)) and
+ * k = 1, 2, 3, ...: fail the k-th heap allocation (or the k-th OpenCL creation/enqueue, with
+ * CL_OUT_OF_HOST_MEMORY) inside the call; then require
  *   - a failure status: CLFLASH_ERROR_OUT_OF_HOST_MEMORY for a heap failure, the injected OpenCL
  *     error (or clflash's out-of-memory status) for an OpenCL one, with a detail message;
  *   - nothing kept: the wrapped heap blocks and the OpenCL objects alive are what they were before
@@ -66,6 +67,7 @@ typedef struct {
     clflash_context *home; /* the loop's context: its OpenCL context and device are everyone's */
     th_case t;
     cl_mem q, k, v, o, lse, d_o, dq, dk, dv;
+    cl_mem bias, dbias; /* the backward's bias and bias_grad (so that its dBias path fails too) */
     /* What a call on a context that never saw a failure returned: O and lse (forward paths),
      * dQ, dK and dV (backward), the plan (plan). */
     unsigned char *good[3];
@@ -152,6 +154,17 @@ static void loop_setup(int ep, env_t *e)
     free(o);
     free(lse);
     e->d_o = from_host(ctx, t->q, t->nq * t->esize);
+    {   /* a small bias, so that the reference's lse still gives finite gradients */
+        const clflash_attention_desc d = fault_desc();
+        const size_t n = (size_t)d.batch * d.heads_q * d.seq_q * d.seq_k;
+        float *b = malloc(n * 4);
+        ck_assert_ptr_nonnull(b);
+        for (size_t i = 0; i < n; i++)
+            b[i] = 0.05f * (float)((int)(i % 7) - 3) / 3.0f;
+        e->bias = from_host(ctx, b, n * 4);
+        e->dbias = from_host(ctx, b, n * 4);
+        free(b);
+    }
     e->dq = from_host(ctx, t->q, t->nq * t->esize);
     e->dk = from_host(ctx, t->k, t->nk * t->esize);
     e->dv = from_host(ctx, t->v, t->nv * t->esize);
@@ -159,7 +172,7 @@ static void loop_setup(int ep, env_t *e)
 
 static void loop_teardown(env_t *e)
 {
-    cl_mem *all[] = {&e->q, &e->k, &e->v, &e->o, &e->lse, &e->d_o, &e->dq, &e->dk, &e->dv};
+    cl_mem *all[] = {&e->q, &e->k, &e->v, &e->o, &e->lse, &e->d_o, &e->dq, &e->dk, &e->dv, &e->bias, &e->dbias};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (*all[i])
             clReleaseMemObject(*all[i]);
@@ -211,9 +224,13 @@ static clflash_status call(env_t *e, clflash_context *c, clflash_context **creat
         split.num_splits = 2;
         return clflash_forward_host(c, &split, e->t.q, e->t.k, e->t.v, e->t.o, e->t.lse);
     }
-    case EP_BACKWARD:
-        return clflash_backward(c, &d, NULL, e->q, e->k, e->v, e->o, e->d_o, e->lse, e->dq, e->dk, e->dv, 0, NULL,
-                                done);
+    case EP_BACKWARD: { /* with a bias and its gradient: the bias-gradient kernel fails too */
+        clflash_attention_desc with_bias = d;
+        with_bias.bias = e->bias;
+        with_bias.bias_grad = e->dbias;
+        return clflash_backward(c, &with_bias, NULL, e->q, e->k, e->v, e->o, e->d_o, e->lse, e->dq, e->dk, e->dv, 0,
+                                NULL, done);
+    }
     default: return CLFLASH_ERROR_INVALID_ARGUMENT;
     }
 }

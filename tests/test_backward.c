@@ -338,14 +338,16 @@ static double loss(const tb_case *t, const float *q, const float *k, const float
     return l;
 }
 
-/* Runs case t through the flash backward and compares, for every input element, the reference's
- * and the device's gradient with the central difference of the loss. */
+/* Runs case t through the flash backward and compares, for every input element (and with a bias
+ * every finite bias element, through bias_grad), the reference's and the device's gradient with the
+ * central difference of the loss. */
 static void fd_check(clflash_context *c, tb_case *t, const char *what)
 {
     const double h = 1.0 / 1024.0;
     const ref_tol fd_tol = {2e-5, 1e-4};   /* the reference against the central difference */
     const ref_tol dev_tol = {5e-5, 5e-4};  /* the device's f32 gradient against it */
     const clflash_attention_desc d = t->d;
+    t->bias_grad = t->bias != NULL;
     const clflash_status st = tb_run(c, t, TB_FLASH, 0, NULL);
     ck_assert_msg(st == CLFLASH_SUCCESS, "%s: %s (%s)", what, clflash_status_string(st), clflash_last_error_detail());
     double *o_dense = malloc(sizeof(double) * t->nrows * d.head_dim);
@@ -386,6 +388,36 @@ static void fd_check(clflash_context *c, tb_case *t, const char *what)
                                       b, hh, i, col, dev, fd);
                         checked++;
                     }
+    }
+    if (t->bias) {
+        /* each bias element once (a broadcast one stands for many pairs) */
+        const ref_strides bs = ref_resolve_bias_layout(&d);
+        unsigned char *done = calloc(t->bias_n, 1);
+        ck_assert_ptr_nonnull(done);
+        for (uint32_t b = 0; b < d.batch; b++)
+            for (uint32_t hh = 0; hh < d.heads_q; hh++)
+                for (uint32_t i = 0; i < d.seq_q; i++)
+                    for (uint32_t j = 0; j < d.seq_k; j++) {
+                        const uint64_t idx = ref_index(&bs, b, hh, i, j);
+                        if (done[idx] || isinf(t->bias[idx]))
+                            continue; /* -inf: the loss does not depend on it */
+                        done[idx] = 1;
+                        const float x0 = t->bias[idx], xp = (float)(x0 + h), xm = (float)(x0 - h);
+                        t->bias[idx] = xp;
+                        const double lp = loss(t, t->qf, t->kf, t->vf, o_dense);
+                        t->bias[idx] = xm;
+                        const double lm = loss(t, t->qf, t->kf, t->vf, o_dense);
+                        t->bias[idx] = x0;
+                        const double fd = (lp - lm) / ((double)xp - (double)xm);
+                        ck_assert_msg(ref_close(t->ref_dbias[idx], fd, fd_tol),
+                                      "%s: dBias[%llu]: reference %.9g, finite difference %.9g", what,
+                                      (unsigned long long)idx, t->ref_dbias[idx], fd);
+                        ck_assert_msg(ref_close(t->dbias[idx], fd, dev_tol),
+                                      "%s: dBias[%llu]: device %.9g, finite difference %.9g", what,
+                                      (unsigned long long)idx, (double)t->dbias[idx], fd);
+                        checked++;
+                    }
+        free(done);
     }
     ck_assert_int_gt(checked, 0);
     free(o_dense);
@@ -489,6 +521,7 @@ static void run_feat(clflash_context *c, const feat_t *f, tb_algo algo, int devi
     tb_case t;
     feat_init(&t, f, seed);
     feat_str(f, &t, what, sizeof what);
+    t.bias_grad = algo == TB_FLASH && t.bias != NULL; /* dBias too (the naive backward refuses it) */
     const clflash_status st = tb_run(c, &t, algo, device_forward, NULL);
     ck_assert_msg(st == CLFLASH_SUCCESS, "%s%s: %s (%s)", algo == TB_NAIVE ? "naive " : "", what,
                   clflash_status_string(st), clflash_last_error_detail());
@@ -585,6 +618,9 @@ static const feat_t feats_fd[] = {
     {1, 2, 1, 5, 7, 3, F32, 0, 0, 0, 2.0f, 1.5f, NO_BIAS, 0, NO_LENS, 0},
     {1, 1, 0, 4, 6, 3, F32, CAUSAL, 0, 0, 3.0f, 0.75f, NO_BIAS, 0, NO_LENS, 0},
     {2, 2, 1, 6, 5, 4, F32, CAUSAL | WIN, 2, 1, 1.5f, 2.0f, BIAS_FULL, 1, LENS_RAGGED, 0},
+    /* dBias summed over broadcast dimensions: batch and heads; heads and rows */
+    {2, 2, 1, 5, 6, 3, F32, CAUSAL, 0, 0, 1.5f, 2.0f, BIAS_BCAST, 0, NO_LENS, 0},
+    {2, 2, 1, 4, 7, 3, F32, 0, 0, 0, 1.0f, 0.0f, BIAS_KEYS, 1, LENS_RAGGED, 0},
 };
 
 START_TEST(backward_features_finite_differences)
@@ -615,7 +651,7 @@ START_TEST(backward_softcap_sensitivity)
     clflash_attention_desc flat = d;
     flat.softcap = 1e6f;
     const ref_extras x = tb_extras(&t);
-    ref_attention_backward_ex(&flat, t.qf, t.kf, t.vf, t.dof, &x, dq, dk, dv, NULL);
+    ref_attention_backward_ex(&flat, t.qf, t.kf, t.vf, t.dof, &x, dq, dk, dv, NULL, NULL);
     double diff = 0.0;
     for (size_t i = 0; i < t.nrows * d.head_dim; i++)
         diff = fmax(diff, fabs(dq[i] - t.ref_dq[i]));
@@ -792,9 +828,13 @@ START_TEST(backward_bad_arguments)
     for (int f = 0; f < 2; f++) {
         clflash_attention_desc d = base;
         cl_mem q = e.q, k = e.k, v = e.v, o = e.o, d_o = e.d_o, lse = e.lse, dq = e.dq, dk = e.dk, dv = e.dv;
-        cl_mem small = NULL;
+        cl_mem small = NULL, bias = NULL;
         const char *name = "";
         clflash_status want = CLFLASH_ERROR_INVALID_ARGUMENT;
+        /* a full [batch][heads][seq_q][seq_k] bias for the bias_grad cases */
+        const size_t bias_bytes = (size_t)base.batch * base.heads_q * base.seq_q * base.seq_k * 4;
+        if (_i >= 25)
+            d.bias = bias = clCreateBuffer(clflash_context_cl(c), CL_MEM_READ_WRITE, bias_bytes, NULL, NULL);
         switch (_i) {
         case 0: name = "NULL lse"; lse = NULL; break;
         case 1: name = "NULL d_o"; d_o = NULL; break;
@@ -853,10 +893,35 @@ START_TEST(backward_bad_arguments)
         case 21: name = "forced block 4096"; d.block = 4096; want = CLFLASH_ERROR_TILE_TOO_LARGE; break;
         case 22: name = "num_wait 1 without a list"; want = CLFLASH_ERROR_INVALID_ARGUMENT; break;
         case 23: name = "out_dtype f16 with f32 input"; d.out_dtype = CLFLASH_F16; want = CLFLASH_ERROR_INVALID_DTYPE; break;
+        case 24:
+            name = "bias_grad without a bias";
+            small = clCreateBuffer(clflash_context_cl(c), CL_MEM_READ_WRITE, 64, NULL, NULL);
+            d.bias_grad = small;
+            break;
+        case 25: name = "bias_grad is dq"; d.bias_grad = e.dq; break;
+        case 26: name = "bias_grad is the bias"; d.bias_grad = bias; break;
+        case 27:
+            name = "bias_grad one element short";
+            small = clCreateBuffer(clflash_context_cl(c), CL_MEM_READ_WRITE, bias_bytes - 4, NULL, NULL);
+            d.bias_grad = small;
+            want = CLFLASH_ERROR_BUFFER_TOO_SMALL;
+            break;
+        case 28: { /* the naive backward does not compute it: refused, nothing written, dBias included */
+            name = "bias_grad through the naive backward";
+            const float pattern = 7.0f;
+            small = clCreateBuffer(clflash_context_cl(c), CL_MEM_READ_WRITE, bias_bytes, NULL, NULL);
+            ck_assert_int_eq(clEnqueueFillBuffer(clflash_context_queue(c), small, &pattern, 4, 0, bias_bytes, 0, NULL,
+                                                 NULL),
+                             CL_SUCCESS);
+            d.bias_grad = small;
+            want = CLFLASH_ERROR_UNSUPPORTED;
+            break;
+        }
         default: break;
         }
-        if (_i == 21 && f == 1) { /* the naive path has no tile */
+        if ((_i == 21 || _i == 28) && f == (_i == 21 ? 1 : 0)) { /* the naive path has no tile; flash takes dBias */
             if (small) clReleaseMemObject(small);
+            if (bias) clReleaseMemObject(bias);
             continue;
         }
         cl_event done = NULL;
@@ -864,8 +929,20 @@ START_TEST(backward_bad_arguments)
                                          _i == 22 ? 1 : 0, NULL, &done);
         expect(fn_names[f], name, st, want);
         ck_assert_msg(done == NULL, "%s, %s: *done was set", fn_names[f], name);
+        if (_i == 28) {
+            float *back = malloc(bias_bytes);
+            ck_assert_ptr_nonnull(back);
+            ck_assert_int_eq(clEnqueueReadBuffer(clflash_context_queue(c), small, CL_TRUE, 0, bias_bytes, back, 0, NULL,
+                                                 NULL),
+                             CL_SUCCESS);
+            for (size_t i = 0; i < bias_bytes / 4; i++)
+                ck_assert_msg(back[i] == 7.0f, "%s: bias_grad was written", name);
+            free(back);
+        }
         if (small)
             clReleaseMemObject(small);
+        if (bias)
+            clReleaseMemObject(bias);
         expect_untouched(c, &e, name);
     }
     if (_i == 15 || _i == 23) { /* the planner refuses them alike */
@@ -882,7 +959,7 @@ START_TEST(backward_bad_arguments)
     clflash_context_free(c);
 }
 END_TEST
-#define N_BAD_ARGUMENTS 24
+#define N_BAD_ARGUMENTS 29
 
 /* A head whose fp32 P matrix exceeds the device's largest allocation: the naive path refuses it
  * before allocating anything; the flash path does not need it. d = 1 keeps the inputs small. */

@@ -31,7 +31,8 @@ enum {
     F_ALIBI = 8,
     F_BIAS_SHARED = 16, /* one [seq][seq] fp32 bias for every batch entry and head */
     F_BIAS_FULL = 32,   /* a [batch][heads][seq][seq] fp32 bias */
-    F_KEYLEN = 64
+    F_KEYLEN = 64,
+    F_BIAS_GRAD = 128   /* with --backward: also dBias (bias_grad), in the shared bias's layout */
 };
 
 static const struct {
@@ -49,6 +50,7 @@ static const struct {
     {"keylens", F_KEYLEN},
     {"bias", F_BIAS_SHARED},
     {"bias-full", F_BIAS_FULL},
+    {"bias-grad", F_BIAS_SHARED | F_BIAS_GRAD},
 };
 #define N_KNOWN (sizeof known_cases / sizeof known_cases[0])
 #define DEFAULT_CASES "plain,causal,causal-window,softcap,alibi,keylens,causal-softcap,bias"
@@ -87,7 +89,7 @@ static void help(FILE *f)
           "  plain, causal, window (window_left = window_right = --window), causal-window (window_left\n"
           "  = --window), softcap, causal-softcap, alibi, causal-alibi (slopes 2^-(1 + h % 8)), keylens\n"
           "  (--key-lengths), bias (one [seq][seq] fp32 bias broadcast over batch and heads), bias-full\n"
-          "  ([batch][heads][seq][seq])\n"
+          "  ([batch][heads][seq][seq]), bias-grad (bias, and with --backward its gradient too)\n"
           "\n"
           "Options:\n"
           "  --batch B             (default 4)\n"
@@ -166,7 +168,8 @@ static int parse(int argc, char **argv, features_options *o)
             o->ncases = 0;
             if (!each_item(val, add_case, o))
                 return usage_error("--cases wants names from: plain, causal, window, causal-window, softcap, "
-                                   "causal-softcap, alibi, causal-alibi, keylens, bias, bias-full; not '%s'",
+                                   "causal-softcap, alibi, causal-alibi, keylens, bias, bias-full, bias-grad; "
+                                   "not '%s'",
                                    val);
         } else if (strcmp(name, "--softcap") == 0 || strcmp(name, "--min-time") == 0) {
             char *end;
@@ -248,7 +251,7 @@ typedef struct {
 } case_row;
 
 typedef struct {
-    cl_mem q, k, v, o, bias_shared, bias_full, slopes, lens;
+    cl_mem q, k, v, o, bias_shared, bias_full, slopes, lens, bias_grad;
     cl_mem d_o, lse, dq, dk, dv; /* --backward */
     int32_t *host_lens;
 } buffers;
@@ -259,9 +262,11 @@ static cl_int make_buffers(clflash_context *c, cl_command_queue qu, const featur
     const uint64_t nq = (uint64_t)o->batch * o->heads * o->seq * o->head_dim;
     const uint64_t nk = (uint64_t)o->batch * o->heads_kv * o->seq * o->head_dim;
     const uint64_t n_shared = (uint64_t)o->seq * o->seq;
-    int full = 0;
-    for (size_t i = 0; i < o->ncases; i++)
+    int full = 0, grad = 0;
+    for (size_t i = 0; i < o->ncases; i++) {
         full |= (known_cases[o->cases[i]].features & F_BIAS_FULL) != 0;
+        grad |= (known_cases[o->cases[i]].features & F_BIAS_GRAD) != 0;
+    }
     const uint64_t n_full = full ? n_shared * o->batch * o->heads : 0;
     uint64_t largest = n_shared * 4; /* the host staging buffer: the largest of Q, K and the shared bias */
     if ((nq > nk ? nq : nk) * s > largest)
@@ -286,6 +291,8 @@ static cl_int make_buffers(clflash_context *c, cl_command_queue qu, const featur
     MAKE(bias_shared, n_shared * 4);
     if (full)
         MAKE(bias_full, n_full * 4);
+    if (grad && o->backward)
+        MAKE(bias_grad, n_shared * 4);
     MAKE(slopes, sizeof(float) * o->heads);
     MAKE(lens, sizeof(int32_t) * o->batch);
     if (o->backward) {
@@ -336,7 +343,7 @@ static cl_int make_buffers(clflash_context *c, cl_command_queue qu, const featur
 static void free_buffers(buffers *b)
 {
     cl_mem all[] = {b->q, b->k, b->v, b->o, b->bias_shared, b->bias_full, b->slopes, b->lens,
-                    b->d_o, b->lse, b->dq, b->dk, b->dv};
+                    b->d_o, b->lse, b->dq, b->dk, b->dv, b->bias_grad};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i])
             clReleaseMemObject(all[i]);
@@ -372,6 +379,8 @@ static void run_case(clflash_context *c, cl_command_queue qu, const features_opt
     }
     if (f & F_BIAS_FULL)
         d.bias = b->bias_full;
+    if (f & F_BIAS_GRAD)
+        d.bias_grad = b->bias_grad; /* NULL without --backward: the forward ignores it anyway */
     if (f & F_KEYLEN)
         d.key_lengths = b->lens;
     r->pairs = visible_pairs(&d, f & F_KEYLEN ? b->host_lens : NULL);

@@ -1,0 +1,194 @@
+/*
+ * bias_grad.cl - the bias gradient of the backward pass (clflash_attention_desc.bias_grad): each
+ * dBias element is the sum of dS = P (dP - D) over every (batch entry, head, query row) the bias
+ * element is added to (its broadcast dimensions), in a fixed order, so the result is deterministic.
+ *
+ * Why a kernel of its own: the gradient kernels' work-groups own rows of dQ or of dK and dV, while a
+ * bias element shared over batch entries, heads or rows collects terms from pairs that many of
+ * those work-groups compute. Without atomics the sum needs a work-group that owns the element and
+ * visits its pairs in order. This one recomputes S = Q K^T and dP = dO V^T for its tile (half the
+ * score work of the backward) from the forward's lse and the backward's D, and needs no memory
+ * beyond its local tiles; every device runs it (it is the portable reference, not tuned).
+ *
+ * A work-group owns TQ x TK dBias elements of one (batch entry, head) of the bias layout (one row
+ * of TK elements when the rows are broadcast). Work-item (r, c) = (lid / TK, lid % TK) computes the
+ * pair (query q0 + r, key k0 + c) for each (batch entry, head) the element covers, in ascending
+ * order, and with the rows broadcast for each query tile of TQ rows in ascending order, from Q, dO,
+ * K and V staged in local memory DC columns at a time; it keeps its sum in a register. With the
+ * rows broadcast the TQ work-items of a key then add their sums in row order. A pair its query does
+ * not see (common.cl's visible_keys: causal, window, key length) adds nothing, nor does a row whose
+ * lse is -inf or a pair whose score is -inf (P = 0). Query tiles that see no key of the tile are
+ * skipped, by the loop's bounds (PoCL miscompiled the same skip written as a branch around the
+ * tile's barriers). The score is common.cl's transform_score (softcap, then the bias, then ALiBi), so P is
+ * the portable kernels'; the bias's own gradient is dS itself (it is added after the softcap).
+ *
+ * Defines: HEAD_DIM, the storage type (CLFLASH_DTYPE_F32, _F16 or _BF16), CAUSAL, WINDOW, SOFTCAP,
+ * ALIBI, KEYLEN (common.cl's feature switches; BIAS is on), and BCAST_BATCH, BCAST_HEADS,
+ * BCAST_ROWS (1 for each dimension the bias is shared over).
+ */
+
+#define TQ 16          /* query rows of a tile */
+#define TK 16          /* keys of a tile */
+#define DC 32          /* columns of head_dim staged at a time */
+#define WG (TQ * TK)   /* work-items per work-group */
+
+#ifndef BCAST_BATCH
+#define BCAST_BATCH 0
+#endif
+#ifndef BCAST_HEADS
+#define BCAST_HEADS 0
+#endif
+#ifndef BCAST_ROWS
+#define BCAST_ROWS 0
+#endif
+
+/* Stages rows row0 .. row0 + n - 1 (those below `limit`, else zeros), columns c0 .. c0 + DC - 1 (those
+ * below HEAD_DIM, else zeros) of two tensors with the same rows into local tiles as floats. */
+static inline void stage_columns(__local float *xt, __local float *yt, __global const bits_t *x, ulong x_base,
+                                 ulong x_ss, __global const bits_t *y, ulong y_base, ulong y_ss, uint row0, uint n,
+                                 uint limit, uint c0)
+{
+    for (uint i = get_local_id(0); i < n * DC; i += WG) {
+        const uint rr = i / DC, cc = i % DC, col = c0 + cc;
+        const bool in = row0 + rr < limit && col < HEAD_DIM;
+        xt[rr * (DC + 1) + cc] = in ? load_g(x, x_base + (ulong)(row0 + rr) * x_ss + col) : 0.0f;
+        yt[rr * (DC + 1) + cc] = in ? load_g(y, y_base + (ulong)(row0 + rr) * y_ss + col) : 0.0f;
+    }
+}
+
+/* The shape, layouts and features every term needs. */
+typedef struct {
+    uint seq_q, seq_k, heads_q, win_left, win_right;
+    float scale, softcap;
+    ulong q_off, q_bs, q_hs, q_ss, k_off, k_bs, k_hs, k_ss, v_off, v_bs, v_hs, v_ss, o_off, o_bs, o_hs, o_ss;
+    ulong bias_off, bias_bs, bias_hs, bias_rs;
+} bg_args;
+
+/* This work-item's term of query tile q0 and key tile k0 of (b, h): dS = P (dP - D) of the pair
+ * (q0 + r, k0 + c), or 0 where the pair does not exist, its query does not see the key, the row's
+ * lse is -inf or P is 0. Every work-item of the group calls it (it stages the tiles, with barriers). */
+static inline float tile_terms(__global const bits_t *q, __global const bits_t *k, __global const bits_t *v,
+                               __global const bits_t *d_o, __global const float *lse, __global const float *dvec,
+                               __global const float *bias, __local float *qt, __local float *dot, __local float *kt,
+                               __local float *vt, uint q0, uint k0, uint b, uint h, uint hk, uint key_len, float slope,
+                               const bg_args *a)
+{
+    const uint r = get_local_id(0) / TK, c = get_local_id(0) % TK;
+    float s = 0.0f, dp = 0.0f;
+    for (uint c0 = 0; c0 < HEAD_DIM; c0 += DC) {
+        barrier(CLK_LOCAL_MEM_FENCE); /* every work-item is done with the previous columns */
+        stage_columns(qt, dot, q, a->q_off + (ulong)b * a->q_bs + (ulong)h * a->q_hs, a->q_ss, d_o,
+                      a->o_off + (ulong)b * a->o_bs + (ulong)h * a->o_hs, a->o_ss, q0, TQ, a->seq_q, c0);
+        stage_columns(kt, vt, k, a->k_off + (ulong)b * a->k_bs + (ulong)hk * a->k_hs, a->k_ss, v,
+                      a->v_off + (ulong)b * a->v_bs + (ulong)hk * a->v_hs, a->v_ss, k0, TK, a->seq_k, c0);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (uint cc = 0; cc < DC; cc++) {
+            s = fma(qt[r * (DC + 1) + cc], kt[c * (DC + 1) + cc], s);
+            dp = fma(dot[r * (DC + 1) + cc], vt[c * (DC + 1) + cc], dp);
+        }
+    }
+    /* the pair's term, computed with its indices clamped into the tensors and kept only where it
+     * counts (written without branches around the values carried over the barriers above) */
+    const uint qi = q0 + r, kj = k0 + c;
+    const uint qc = min(qi, a->seq_q - 1), kc = min(kj, a->seq_k - 1);
+    long lo, hi;
+    visible_keys(qc, a->seq_q, a->seq_k, key_len, a->win_left, a->win_right, &lo, &hi);
+    const ulong row = ((ulong)b * a->heads_q + h) * a->seq_q + qc;
+    const float l = lse[row];
+    const float bias_v = bias[a->bias_off + (ulong)b * a->bias_bs + (ulong)h * a->bias_hs + (ulong)qc * a->bias_rs + kc];
+    const float f = transform_score(s * a->scale, a->softcap, bias_v, slope, qc, kc, a->seq_q, a->seq_k);
+    const float p = exp2(fma(f, M_LOG2E_F, -l * M_LOG2E_F));
+    const int counts = qi < a->seq_q && kj < a->seq_k && (long)kj >= lo && (long)kj < hi && l != -INFINITY &&
+                       p > 0.0f;
+    return counts ? p * (dp - dvec[row]) : 0.0f;
+}
+
+/* The query tiles [*t_lo, *t_hi) with a row that may see a key of [k0, k_end): query i sees key j
+ * only if j < key_len, j <= d with CAUSAL and d - win_left <= j <= d + win_right with WINDOW
+ * (d = i + seq_k - seq_q), so the first row is bounded by k0 and the last by k_end - 1 (a superset is
+ * harmless: every pair is still tested). */
+static inline void seeing_tiles(uint k0, uint k_end, uint key_len, const bg_args *a, uint *t_lo, uint *t_hi)
+{
+    const long shift = (long)a->seq_k - (long)a->seq_q;
+    long qb = 0, qe = k0 < key_len ? (long)a->seq_q : 0;
+#if CAUSAL
+    qb = max(qb, (long)k0 - shift);
+#endif
+#if WINDOW
+    qb = max(qb, (long)k0 - shift - (long)a->win_right);
+    qe = min(qe, (long)k_end + (long)a->win_left - shift);
+#endif
+    (void)k_end;
+    (void)shift;
+    qb = min(qb, (long)a->seq_q);
+    qe = max(qb, qe);
+    *t_lo = (uint)(qb / TQ);
+    *t_hi = (uint)((qe + TQ - 1) / TQ);
+}
+
+/* The grid is (row tiles * key tiles * WG, heads of the bias layout, batch entries of the bias
+ * layout): 1 for a broadcast dimension, and one row tile when the rows are broadcast. */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+bias_grad(__global const bits_t *q, __global const bits_t *k, __global const bits_t *v, __global const bits_t *d_o,
+          __global const float *lse, __global const float *dvec, __global const float *bias, __global float *dbias,
+          __global const float *alibi, __global const int *key_lens, uint batch, uint heads_q, uint group,
+          uint seq_q, uint seq_k, uint key_tiles, float scale, float softcap, uint win_left, uint win_right,
+          ulong q_off, ulong q_bs, ulong q_hs, ulong q_ss, ulong k_off, ulong k_bs, ulong k_hs, ulong k_ss,
+          ulong v_off, ulong v_bs, ulong v_hs, ulong v_ss, ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss,
+          ulong bias_off, ulong bias_bs, ulong bias_hs, ulong bias_rs)
+{
+    __local float qt[TQ * (DC + 1)], dot[TQ * (DC + 1)], kt[TK * (DC + 1)], vt[TK * (DC + 1)];
+    __local float sums[WG];
+    const bg_args a = {seq_q, seq_k, heads_q, win_left, win_right, scale, softcap, q_off, q_bs, q_hs, q_ss,
+                       k_off, k_bs,  k_hs,    k_ss,     v_off,     v_bs,  v_hs,    v_ss,  o_off, o_bs, o_hs,
+                       o_ss,  bias_off, bias_bs, bias_hs, bias_rs};
+    const uint lid = get_local_id(0), r = lid / TK, c = lid % TK;
+    const uint row_tile = get_group_id(0) / key_tiles, k0 = get_group_id(0) % key_tiles * TK;
+    const uint kj = k0 + c;
+    const uint k_end = min(k0 + TK, seq_k);
+    /* the (batch entry, head) of the dBias element, and the ones it covers */
+    const uint ob = get_group_id(2), oh = get_group_id(1);
+    const uint b_first = BCAST_BATCH ? 0 : ob, b_end = BCAST_BATCH ? batch : ob + 1;
+    const uint h_first = BCAST_HEADS ? 0 : oh, h_end = BCAST_HEADS ? heads_q : oh + 1;
+    /* the query tiles it covers: its own, or every one when the rows are broadcast */
+    const uint t_first = BCAST_ROWS ? 0 : row_tile, t_end = BCAST_ROWS ? (seq_q + TQ - 1) / TQ : row_tile + 1;
+    (void)alibi;
+
+    float acc = 0.0f;
+    for (uint b = b_first; b < b_end; b++) {
+        const uint key_len = batch_key_len(key_lens, b, seq_k);
+        for (uint h = h_first; h < h_end; h++) {
+#if ALIBI
+            const float slope = alibi[h];
+#else
+            const float slope = 0.0f;
+#endif
+            /* only the query tiles whose rows can see a key of [k0, k_end): the loop bounds, not a
+             * branch, skip the rest (PoCL wants its barriers out of branches) */
+            uint t_lo, t_hi;
+            seeing_tiles(k0, k_end, key_len, &a, &t_lo, &t_hi);
+            t_lo = max(t_lo, t_first);
+            t_hi = min(t_hi, t_end);
+            for (uint t = t_lo; t < t_hi; t++)
+                acc += tile_terms(q, k, v, d_o, lse, dvec, bias, qt, dot, kt, vt, t * TQ, k0, b, h, h / group, key_len,
+                                  slope, &a);
+        }
+    }
+
+#if BCAST_ROWS
+    /* the TQ work-items of key c add their sums in row order */
+    sums[lid] = acc;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (r == 0 && kj < seq_k) {
+        float total = 0.0f;
+        for (uint rr = 0; rr < TQ; rr++)
+            total += sums[rr * TK + c];
+        dbias[bias_off + (ulong)ob * bias_bs + (ulong)oh * bias_hs + kj] = total;
+    }
+#else
+    (void)sums;
+    const uint oi = row_tile * TQ + r;
+    if (oi < seq_q && kj < seq_k)
+        dbias[bias_off + (ulong)ob * bias_bs + (ulong)oh * bias_hs + (ulong)oi * bias_rs + kj] = acc;
+#endif
+}
