@@ -11,8 +11,8 @@
 #include <stdio.h>
 
 #define KERNEL_NAME "bias_grad"
-#define TILE 16u     /* bias_grad.cl's TQ and TK */
-#define GROUP 256u   /* its work-group size, TQ * TK */
+#define TILE 64u     /* bias_grad.cl's TQ and TK */
+#define GROUP 256u   /* its work-group size, 16 x 16 */
 #define KEY_TAG 0x62677264u /* the kernel cache's key: no other cached kernel starts with it */
 
 /* What the kernel is built for; the kernel cache's key. */
