@@ -182,6 +182,17 @@ static inline void visible_queries(uint k0, uint k_end, const bwd_args *a, uint 
     *q_end = (uint)max(qb, qe);
 }
 
+/* A dQ row's lse in the log2 domain (-inf past seq_q) and, in *d_row, its D (0 past seq_q). The dQ
+ * work-groups read them inside their key loop, after its barrier, not once before it: Intel's CPU
+ * OpenCL compiler (2026.2) gave every work-item of a group the values work-item 63 had read before
+ * a loop with barriers, and every dQ came out NaN or wrong. */
+static inline float row_lse_log2(__global const float *lse, __global const float *dvec, ulong bh, uint qi,
+                                 uint seq_q, float *d_row)
+{
+    *d_row = qi < seq_q ? dvec[bh * seq_q + qi] : 0.0f;
+    return qi < seq_q ? lse[bh * seq_q + qi] * M_LOG2E_F : -INFINITY;
+}
+
 /* dK and dV for keys k0 .. k0+BLOCK-1 of kv head hk of batch entry b. */
 static inline void dkdv_block(__global const bits_t *q, __global const bits_t *k, __global const bits_t *v,
                               __global const bits_t *d_o, __global const float *lse, __global const float *dvec,
@@ -321,9 +332,6 @@ static inline void dq_block(__global const bits_t *q, __global const bits_t *k, 
         qt[r * LDS_STRIDE + c] = in ? q[qbase + (ulong)(q0 + r) * a->q_ss + c] : zero_bits;
         dorow[r * LDS_STRIDE + c] = in ? d_o[obase + (ulong)(q0 + r) * a->o_ss + c] : zero_bits;
     }
-    const float l2 = qi < seq_q ? lse[bh * seq_q + qi] * M_LOG2E_F : -INFINITY;
-    const float d_row = qi < seq_q ? dvec[bh * seq_q + qi] : 0.0f;
-
     /* The key blocks the query block visits (block_key_range) and the keys this row sees, [lo, hi). */
     long lo, hi;
     uint key_begin, key_end;
@@ -350,6 +358,8 @@ static inline void dq_block(__global const bits_t *q, __global const bits_t *k, 
             vT[c * T_STRIDE + r] = in ? v[vbase + (ulong)(k0 + r) * a->v_ss + c] : zero_bits;
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* B2 */
+        float d_row;
+        const float l2 = row_lse_log2(lse, dvec, bh, qi, seq_q, &d_row);
 
         float s[PARTNERS_PER_LANE], dp[PARTNERS_PER_LANE];
         for (uint kk = 0; kk < PARTNERS_PER_LANE; kk++)
@@ -589,9 +599,6 @@ static inline void dq_block_cpu(__global const bits_t *q, __global const bits_t 
     for (uint idx = lid; idx < BLOCK * (HD8 - HEAD_DIM); idx += WG_SIZE)
         kf[idx / (HD8 - HEAD_DIM) * HD8 + HEAD_DIM + idx % (HD8 - HEAD_DIM)] = 0.0f;
 #endif
-    const float l2 = qi < seq_q ? lse[bh * seq_q + qi] * M_LOG2E_F : -INFINITY;
-    const float d_row = qi < seq_q ? dvec[bh * seq_q + qi] : 0.0f;
-
     long lo, hi;
     uint key_begin, key_end;
     block_key_range(q0, BLOCK, seq_q, seq_k, a->key_len, a->win_left, a->win_right, BLOCK, &key_begin, &key_end);
@@ -624,6 +631,8 @@ static inline void dq_block_cpu(__global const bits_t *q, __global const bits_t 
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* C2 */
+        float d_row;
+        const float l2 = row_lse_log2(lse, dvec, bh, qi, seq_q, &d_row);
 
         float s[BLOCK], ds[BLOCK];
         cpu_scores(qrow, kT, s);

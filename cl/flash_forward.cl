@@ -418,7 +418,6 @@ flash_forward(__global const bits_t *q, __global const bits_t *k, __global const
 #if BIAS
     ulong bias_row[RT_RM];
 #endif
-    float slope_r[RT_RM];
 #pragma unroll
     for (uint i = 0; i < RT_RM; i++) {
         const uint row = q0 + tr + RT_TR * i;
@@ -435,11 +434,6 @@ flash_forward(__global const bits_t *q, __global const bits_t *k, __global const
         min_hi = min(min_hi, hi_r[i]);
 #if BIAS
         bias_row[i] = bias_off + (ulong)b * bias_bs + (ulong)h_r[i] * bias_hs + (ulong)qi * bias_rs;
-#endif
-#if ALIBI
-        slope_r[i] = alibi[h_r[i]];
-#else
-        slope_r[i] = 0.0f;
 #endif
     }
 
@@ -513,7 +507,13 @@ flash_forward(__global const bits_t *q, __global const bits_t *k, __global const
 #pragma unroll
             for (uint i = 0; i < RT_RM; i++) {
                 const uint qi = qi_r[i];
-                const float slope = slope_r[i];
+                /* the row's ALiBi slope, read here in the tile loop: read once before it, Intel's CPU
+                 * OpenCL compiler (2026.2) gave the packed rows of other heads one head's slope */
+#if ALIBI
+                const float slope = alibi[h_r[i]];
+#else
+                const float slope = 0.0f;
+#endif
 #pragma unroll
                 for (uint j = 0; j < RT_RN; j++) {
                     const uint key = k0 + tc + RT_TC * j;
