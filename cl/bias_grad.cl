@@ -129,27 +129,14 @@ static inline void tile_terms(__global const bits_t *q, __global const bits_t *k
     }
 }
 
-/* The query tiles [*t_lo, *t_hi) with a row that may see a key of [k0, k_end): query i sees key j
- * only if j < key_len, j <= d with CAUSAL and d - win_left <= j <= d + win_right with WINDOW
- * (d = i + seq_k - seq_q), so the first row is bounded by k0 and the last by k_end - 1 (a superset is
- * harmless: every pair is still tested). */
+/* The query tiles [*t_lo, *t_hi) with a row that may see a key of [k0, k_end) (common.cl's
+ * key_block_queries; a superset is harmless: every pair is still tested). */
 static inline void seeing_tiles(uint k0, uint k_end, uint key_len, const bg_args *a, uint *t_lo, uint *t_hi)
 {
-    const long shift = (long)a->seq_k - (long)a->seq_q;
-    long qb = 0, qe = k0 < key_len ? (long)a->seq_q : 0;
-#if CAUSAL
-    qb = max(qb, (long)k0 - shift);
-#endif
-#if WINDOW
-    qb = max(qb, (long)k0 - shift - (long)a->win_right);
-    qe = min(qe, (long)k_end + (long)a->win_left - shift);
-#endif
-    (void)k_end;
-    (void)shift;
-    qb = min(qb, (long)a->seq_q);
-    qe = max(qb, qe);
-    *t_lo = (uint)(qb / TQ);
-    *t_hi = (uint)((qe + TQ - 1) / TQ);
+    uint qb, qe;
+    key_block_queries(k0, k_end, a->seq_q, a->seq_k, key_len, a->win_left, a->win_right, &qb, &qe);
+    *t_lo = qb / TQ;
+    *t_hi = (qe + TQ - 1) / TQ;
 }
 
 /* The grid is (row tiles * key tiles * WG, heads of the bias layout, batch entries of the bias

@@ -177,6 +177,32 @@ static inline void block_key_range(uint q0, uint rows, uint seq_q, uint seq_k, u
     *end = last_hi <= (long)*begin ? *begin : (uint)last_hi;
 }
 
+/* The queries that can see a key of [k0, k_end) (k0 < k_end): [*q_begin, *q_end), empty when
+ * equal; visible_keys inverted over a block of keys. With d = i + seq_k - seq_q, query i sees key
+ * j only if j < key_len, j <= d (CAUSAL) and d - win_left <= j <= d + win_right (WINDOW), so the
+ * first query is bounded by the block's first key and the last by its last key. For one key
+ * (k_end = k0 + 1) the range is exact; for a block it is the union of its keys' ranges. */
+static inline void key_block_queries(uint k0, uint k_end, uint seq_q, uint seq_k, uint key_len, uint win_left,
+                                     uint win_right, uint *q_begin, uint *q_end)
+{
+    const long shift = (long)seq_k - (long)seq_q;
+    long qb = 0, qe = k0 < key_len ? (long)seq_q : 0; /* a block wholly past the key length: none */
+#if CAUSAL
+    qb = max(qb, (long)k0 - shift);
+#endif
+#if WINDOW
+    qb = max(qb, (long)k0 - shift - (long)win_right);
+    qe = min(qe, (long)k_end + (long)win_left - shift);
+#endif
+    (void)k_end;
+    (void)shift;
+    (void)win_left;
+    (void)win_right;
+    qb = min(qb, (long)seq_q);
+    *q_begin = (uint)qb;
+    *q_end = (uint)max(qb, qe);
+}
+
 /* The score of (query i, key j) after the optional transforms, in natural-log units:
  * softcap (cap * tanh(s / cap)), then the additive bias, then ALiBi (-slope * |d - j|). */
 static inline float transform_score(float s, float softcap, float bias, float alibi_slope, uint i, uint j,

@@ -157,29 +157,12 @@ static inline float pair_prob(float x, float l2, const bwd_args *a, __global con
 #endif
 }
 
-/* The queries that can see a key of [k0, k_end) (k0 < k_end <= seq_k): [*q_begin, *q_end), empty
- * when equal. With d = i + seq_k - seq_q, query i sees key j only if j <= d (causal),
- * d - win_left <= j <= d + win_right (window) and j < key_len; so the first query is bounded by
- * the block's first key and the last query by its last key. A superset is harmless (every pair is
- * still tested with visible_keys); a subset would drop terms. */
+/* The queries that can see a key of [k0, k_end) (k0 < k_end <= seq_k): common.cl's
+ * key_block_queries. A superset of the pairs is harmless (every pair is still tested with
+ * visible_keys); a subset would drop terms. */
 static inline void visible_queries(uint k0, uint k_end, const bwd_args *a, uint *q_begin, uint *q_end)
 {
-    const long shift = (long)a->seq_k - (long)a->seq_q;
-    long qb = 0, qe = (long)a->seq_q;
-    if (k0 >= a->key_len)
-        qe = 0; /* every key of the block is padding */
-#if CAUSAL
-    qb = max(qb, (long)k0 - shift);
-#endif
-#if WINDOW
-    qb = max(qb, (long)k0 - shift - (long)a->win_right);
-    qe = min(qe, (long)k_end + (long)a->win_left - shift);
-#endif
-    (void)k_end;
-    (void)shift;
-    qb = min(qb, (long)a->seq_q);
-    *q_begin = (uint)qb;
-    *q_end = (uint)max(qb, qe);
+    key_block_queries(k0, k_end, a->seq_q, a->seq_k, a->key_len, a->win_left, a->win_right, q_begin, q_end);
 }
 
 /* A dQ row's lse in the log2 domain (-inf past seq_q) and, in *d_row, its D (0 past seq_q). The dQ

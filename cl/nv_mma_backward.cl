@@ -130,26 +130,11 @@ static inline float4 feature_scores(float4 x, float4 bias, float4 dist, float sl
     return s;
 }
 
-/* The queries that can see a key of [kv0, kv0 + ROWS): [*first, *end), empty when equal (as
- * flash_backward.cl's visible_queries: query i sees key j only if j <= d with CAUSAL,
- * d - win_left <= j <= d + win_right with WINDOW and j < key_len, d = i + seq_k - seq_q). */
-static inline void group_queries(const mma_bwd_args *a, uint kv0, uint *first, uint *end)
+/* The queries that can see a key of [k0, k_end): common.cl's key_block_queries with the call's
+ * rules (exact for one key). */
+static inline void key_range_queries(const mma_bwd_args *a, uint k0, uint k_end, uint *first, uint *end)
 {
-    const long shift = (long)a->seq_k - (long)a->seq_q;
-    long qb = 0, qe = (long)a->seq_q;
-    if (kv0 >= a->key_len)
-        qe = 0; /* every key of the group is padding */
-#if CAUSAL
-    qb = max(qb, (long)kv0 - shift);
-#endif
-#if WINDOW
-    qb = max(qb, (long)kv0 - shift - (long)a->win_right);
-    qe = min(qe, (long)min(kv0 + ROWS, a->seq_k) + (long)a->win_left - shift);
-#endif
-    (void)shift;
-    qb = min(qb, (long)a->seq_q);
-    *first = (uint)qb;
-    *end = (uint)max(qb, qe);
+    key_block_queries(k0, k_end, a->seq_q, a->seq_k, a->key_len, a->win_left, a->win_right, first, end);
 }
 
 /* visible_keys of query i with the call's rules. */
@@ -162,26 +147,6 @@ static inline void query_keys(const mma_bwd_args *a, uint i, long *lo, long *hi)
 static inline int in_range(long j, long lo, long hi)
 {
     return j >= lo && j < hi;
-}
-
-/* The queries that see key j: [*lo, *hi), visible_keys inverted (both ends of a query's key range
- * grow with the query, so the queries of a key form a range too): none if j is at or past the key
- * length; from j - shift with CAUSAL; from j - shift - win_right to j - shift + win_left with
- * WINDOW; within [0, seq_q). */
-static inline void key_queries(const mma_bwd_args *a, long j, long *lo, long *hi)
-{
-    const long shift = (long)a->seq_k - (long)a->seq_q;
-    long l = 0, h = j < (long)a->key_len ? (long)a->seq_q : 0;
-#if CAUSAL
-    l = max(l, j - shift);
-#endif
-#if WINDOW
-    l = max(l, j - shift - (long)a->win_right);
-    h = min(h, j - shift + (long)a->win_left + 1);
-#endif
-    (void)shift;
-    *lo = l;
-    *hi = h;
 }
 
 /* A row's lse as the exponent offset in the log2 domain: +inf for a row that saw no key (or is
@@ -313,6 +278,25 @@ static inline uint4 as_fragment(float4 x0, float4 x1)
     return (uint4)(pack_pair(x0.x, x0.y), pack_pair(x0.z, x0.w), pack_pair(x1.x, x1.y), pack_pair(x1.z, x1.w));
 }
 
+/* P and dS of a 16-column piece (two 16 x 8 blocks: x0 the first 8 columns, x1 the next) as A
+ * fragments: probabilities of each block, dS times the softcap's derivative grad with SOFTCAP. */
+static inline void chunk_probabilities(float4 s0, float4 s1, float4 dp0, float4 dp1, float4 off0, float4 off1,
+                                       float4 dd0, float4 dd1, float4 grad0, float4 grad1, float p_scale,
+                                       uint4 *p_frag, uint4 *ds_frag)
+{
+    float4 p0, p1, g0, g1;
+    probabilities(s0, dp0, off0, dd0, p_scale, &p0, &g0);
+    probabilities(s1, dp1, off1, dd1, p_scale, &p1, &g1);
+#if SOFTCAP
+    g0 *= grad0;
+    g1 *= grad1;
+#endif
+    (void)grad0;
+    (void)grad1;
+    *p_frag = as_fragment(p0, p1);
+    *ds_frag = as_fragment(g0, g1);
+}
+
 /* NV_BWD_STREAM: 1 copies a key group's Q and dO tiles through kv_stream (per-work-item pointers,
  * restarted at each query head), 0 through stage_rows (a division and a 64-bit multiply per 16-byte
  * copy). On the H200 (f16, n = 4096 and 16384) the stream gave 1.03x to 1.05x at head_dim 128 and
@@ -410,7 +394,7 @@ static inline void key_group(const mma_bwd_args *a, __global const ushort *q, __
 
     /* The queries that see a key of the group. */
     uint q_first, q_end;
-    group_queries(a, kv0, &q_first, &q_end);
+    key_range_queries(a, kv0, min(kv0 + ROWS, a->seq_k), &q_first, &q_end);
     const uint per_head = (q_end - q_first + BLOCK - 1) / BLOCK;
     const uint steps = per_head * a->group;
 
@@ -421,9 +405,9 @@ static inline void key_group(const mma_bwd_args *a, __global const ushort *q, __
     /* The lane's keys: rows g and g + 8 of the warp's 16 (the rows of S^T). */
     const long key_lo = (long)(kv0 + warp * 16 + g), key_hi = key_lo + 8;
 #if RANGES
-    long qlo_lo, qhi_lo, qlo_hi, qhi_hi; /* the queries that see each of the lane's keys */
-    key_queries(a, key_lo, &qlo_lo, &qhi_lo);
-    key_queries(a, key_hi, &qlo_hi, &qhi_hi);
+    uint qlo_lo, qhi_lo, qlo_hi, qhi_hi; /* the queries that see each of the lane's keys */
+    key_range_queries(a, (uint)key_lo, (uint)key_lo + 1, &qlo_lo, &qhi_lo);
+    key_range_queries(a, (uint)key_hi, (uint)key_hi + 1, &qlo_hi, &qhi_hi);
 #endif
 #if BIAS
     /* the tile's bias, loaded a tile ahead (key_group_bias_tile) */
@@ -515,17 +499,10 @@ static inline void key_group(const mma_bwd_args *a, __global const ushort *q, __
                                  hidden);
 #endif
             }
-            float4 p0, p1, g0, g1;
-            probabilities(s0, dp0, off0, dd0, p_scale, &p0, &g0);
-            probabilities(s1, dp1, off1, dd1, p_scale, &p1, &g1);
-#if SOFTCAP
-            g0 *= grad0;
-            g1 *= grad1;
-#endif
-            (void)grad0;
-            (void)grad1;
-            add_product(dv_acc, as_fragment(p0, p1), do_rows + c * 16 * ROW_STRIDE);
-            add_product(dk_acc, as_fragment(g0, g1), q_rows + c * 16 * ROW_STRIDE);
+            uint4 p_frag, ds_frag;
+            chunk_probabilities(s0, s1, dp0, dp1, off0, off1, dd0, dd1, grad0, grad1, p_scale, &p_frag, &ds_frag);
+            add_product(dv_acc, p_frag, do_rows + c * 16 * ROW_STRIDE);
+            add_product(dk_acc, ds_frag, q_rows + c * 16 * ROW_STRIDE);
         }
     }
 
@@ -701,16 +678,9 @@ static inline void query_group(const mma_bwd_args *a, __global const ushort *q, 
                 s1 = mask_scores(s1, (int4)(kl + 8 <= e_lo, kl + 9 <= e_lo, kl + 8 <= e_hi, kl + 9 <= e_hi), hidden);
 #endif
             }
-            float4 p0, p1, g0, g1;
-            probabilities(s0, dp0, offs, dd, p_scale, &p0, &g0);
-            probabilities(s1, dp1, offs, dd, p_scale, &p1, &g1);
-#if SOFTCAP
-            g0 *= grad0;
-            g1 *= grad1;
-#endif
-            (void)grad0;
-            (void)grad1;
-            add_product(dq_acc, as_fragment(g0, g1), k_rows + c * 16 * ROW_STRIDE);
+            uint4 p_frag, ds_frag; /* P is not needed here */
+            chunk_probabilities(s0, s1, dp0, dp1, offs, offs, dd, dd, grad0, grad1, p_scale, &p_frag, &ds_frag);
+            add_product(dq_acc, ds_frag, k_rows + c * 16 * ROW_STRIDE);
         }
     }
 
