@@ -18,35 +18,6 @@
 
 #define MAX_ENQUEUE_RETRIES 3
 
-/* 1 if no two elements of a tensor with these strides share an address (the dimensions sorted by
- * stride, each stride steps over everything the smaller ones span; other interleavings are
- * rejected as not provably disjoint). */
-static int layout_disjoint(const clflash_strides *s, uint32_t batch, uint32_t heads, uint32_t seq, uint32_t head_dim)
-{
-    struct { uint64_t stride, count; } dims[3] = {{s->seq_stride, seq}, {s->head_stride, heads}, {s->batch_stride, batch}};
-    uint64_t span = head_dim;
-    for (int i = 0; i < 3; i++)
-        for (int j = i + 1; j < 3; j++)
-            if (dims[j].stride < dims[i].stride) {
-                const uint64_t ts = dims[i].stride, tc = dims[i].count;
-                dims[i].stride = dims[j].stride;
-                dims[i].count = dims[j].count;
-                dims[j].stride = ts;
-                dims[j].count = tc;
-            }
-    for (int i = 0; i < 3; i++) {
-        if (dims[i].count <= 1)
-            continue;
-        if (dims[i].stride < span)
-            return 0;
-        const uint64_t step = dims[i].count - 1;
-        if (step > (UINT64_MAX - span) / dims[i].stride)
-            return 0;
-        span += step * dims[i].stride;
-    }
-    return 1;
-}
-
 typedef struct {
     cl_mem buf;
     const clflash_strides *s;
@@ -84,7 +55,7 @@ clflash_status clflash_validate_backward_call(clflash_context *c, const clflash_
                                        out[i].name)))
             return st;
     for (int i = 0; i < 3; i++) {
-        if (!layout_disjoint(out[i].s, p->batch, out[i].heads, out[i].seq, p->head_dim))
+        if (!clflash_output_disjoint(out[i].s, p->batch, out[i].heads, out[i].seq, p->head_dim))
             return clflash_fail(CLFLASH_ERROR_INVALID_LAYOUT,
                                 "the layout of %s (as %s's) makes rows or heads overlap; an output needs a layout "
                                 "whose elements are distinct",

@@ -1,10 +1,10 @@
 /*
  * bias_grad.c - the backward's optional bias gradient (clflash_attention_desc.bias_grad): its checks
- * and the enqueue of cl/bias_grad.cl, which clflash_backward and clflash_backward_naive share.
+ * and the enqueue of cl/bias_grad.cl, which clflash_backward runs after its D kernel.
  *
  * Why a file of its own: dBias is one more output with its own rules (the bias's layout, summed
- * over the broadcast dimensions, a buffer of its own) and its own kernel; both backward entry points
- * call it the same way after their D kernel, so that they give the same bits.
+ * over the broadcast dimensions, a buffer of its own) and its own kernel, independent of which
+ * gradient kernel (portable or tensor-core) the backward plans. clflash_backward_naive refuses it.
  */
 #include "internal.h"
 

@@ -170,7 +170,7 @@ clflash_status clflash_plan_nv_mma(clflash_context *c, const clflash_problem *p,
                               threads);
             out->plan.kv_passes = (rows + block_q - 1) / block_q;
             out->kernel = kernel;
-                    clflash_set_split(out, p, splits, pack);
+            clflash_set_split(out, p, splits, pack);
             return CLFLASH_SUCCESS;
         }
         clReleaseKernel(kernel);
