@@ -55,6 +55,10 @@ inline void async_wait_all(void)
     __asm__ __volatile__("cp.async.wait_group 0;\n" ::: "memory");
 }
 
+/* Waits until at most `pending` (a constant) of this work-item's most recent commit groups are
+ * still in flight: the older ones are complete. */
+#define async_wait_pending(pending) __asm__ __volatile__("cp.async.wait_group %0;\n" ::"n"(pending) : "memory")
+
 /* Four 8x8 matrices of 16-bit elements; lanes 8j..8j+7 give the row addresses of matrix j, and
  * word j of lane l receives row l / 4, elements 2 (l % 4) and 2 (l % 4) + 1 of matrix j. */
 inline uint4 load_matrix_x4(__local const ushort *row)

@@ -21,9 +21,10 @@
  *                    (NV_RESCALE_THRESH);
  *   O += P V         P is packed to f16/bf16 pairs in registers (the S accumulator layout is the
  *                    A fragment layout), V read with ldmatrix.trans; O stays in fp32 registers.
- * Local memory holds two K and two V tiles, each BLOCK x HEAD_DIM in the storage type with rows
- * padded by 16 bytes so that the 8 rows of an ldmatrix fall in distinct banks. cp.async fills
- * them: tile j + 1 streams in while tile j is computed, with one barrier per tile; each work-item
+ * Local memory holds STAGES (2 unless the host asks for more) K and V tiles, each BLOCK x HEAD_DIM
+ * in the storage type with rows padded by 16 bytes so that the 8 rows of an ldmatrix fall in
+ * distinct banks. cp.async fills them: tiles j + 1 .. j + STAGES - 1 stream in while tile j is
+ * computed, with one barrier per tile; each work-item
  * copies from pointers it advances tile by tile (kv_stream). Q is staged through the same memory
  * once at the start (at head_dim <= 64 its fragments are loaded from global memory instead, while
  * the first tile streams in: NV_Q_DIRECT), and O passes through it at the end so that the stores
@@ -54,7 +55,7 @@
  * KEYLEN, keys at or past the batch entry's length are neither loaded nor seen: the tiles past it
  * are skipped, and in the tile that crosses it the missing rows are zero-filled and masked.
  *
- * Defines: HEAD_DIM (multiple of 16), BLOCK (keys per tile, multiple of 16), WARPS, M_TILES,
+ * Defines: HEAD_DIM (multiple of 16), BLOCK (keys per tile, multiple of 16), WARPS, M_TILES, STAGES,
  * CAUSAL, WINDOW, SOFTCAP, BIAS, BIAS_PAIRS, ALIBI, KEYLEN, SPLIT, PACK, WITH_LSE,
  * CLFLASH_DTYPE_F16 or CLFLASH_DTYPE_BF16; NV_RESCALE_THRESH and NV_Q_DIRECT may
  * be set through the build options (developer tuning, below). The PTX helpers (mma_16x8x16,
@@ -84,10 +85,21 @@
 #define NV_Q_DIRECT (HEAD_DIM <= 64)
 #endif
 
+/* STAGES: K/V tiles in local memory, STAGES - 1 of them in flight while one is computed. 2 (double
+ * buffering) unless the host asks for more: decoding, whose work-groups have little to compute per
+ * tile, keeps more bytes in flight with deeper pipelines of smaller tiles (see nv_mma_plan.c). */
+#ifndef STAGES
+#define STAGES 2
+#endif
+#if STAGES < 2
+#error "STAGES must be at least 2"
+#endif
+
 #define BLOCK_Q (16 * M_TILES * WARPS)
 #define S_TILES (BLOCK / 8)           /* n8 tiles of S (keys) */
 #define O_TILES D_TILES               /* n8 tiles of O (columns) */
-#define LOCAL_ROWS (BLOCK_Q > 4 * BLOCK ? BLOCK_Q : 4 * BLOCK) /* two K and two V tiles */
+#define LOCAL_ROWS (BLOCK_Q > 2 * STAGES * BLOCK ? BLOCK_Q : 2 * STAGES * BLOCK) /* STAGES K and V tiles */
+#define STAGE_HALVES (2 * BLOCK * ROW_STRIDE) /* one stage: a K tile and its V tile */
 
 /* Element offset of packed row r from its block's first head and query (common.cl's PACK). */
 inline ulong packed_row_offset(uint r, ulong head_stride, ulong seq_stride)
@@ -139,7 +151,7 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
     /* uint4 elements: cp.async and ldmatrix need 16-byte aligned rows */
     __local uint4 tiles_words[LOCAL_ROWS * ROW_STRIDE / 8];
     __local ushort *const tiles = (__local ushort *)tiles_words;
-    /* Buffer u (0 or 1) holds a K tile at rows 2u BLOCK and its V tile at rows (2u + 1) BLOCK. */
+    /* Stage u (0 .. STAGES - 1) holds a K tile at rows 2u BLOCK and its V tile at rows (2u + 1) BLOCK. */
 
     const uint lane = get_local_id(0) % 32, warp = get_local_id(0) / 32;
     const uint g = lane / 4, t = lane % 4;
@@ -288,8 +300,12 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
 
     /* keys at or past key_len are never read: they become zeros */
     kv_stream stream = kv_stream_start_at(k, k_base, k_ss, v, v_base, v_ss, key_len, key_begin);
-    if (n_tiles > 0) {
-        kv_stream_next(&stream, tiles);
+    /* Tiles 0 .. STAGES - 2 go out first, one commit group each (empty past the last tile), so
+     * that tile j is always group j and STAGES - 2 groups after it may still be in flight. */
+#pragma unroll
+    for (uint u = 0; u + 1 < STAGES; u++) {
+        if (u < n_tiles)
+            kv_stream_next(&stream, tiles + u * STAGE_HALVES);
         async_commit();
     }
 #if NV_Q_DIRECT
@@ -310,16 +326,19 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
         }
     }
 #endif
+    uint stage = 0; /* j % STAGES */
     for (uint j = 0; j < n_tiles; j++) {
         const uint key0 = key_begin + j * BLOCK;
-        async_wait_all();
+        async_wait_pending(STAGES - 2);
         barrier(CLK_LOCAL_MEM_FENCE); /* tile j is in; every warp is done with tile j - 1 */
-        if (j + 1 < n_tiles) {        /* tile j + 1 streams in while tile j is computed */
-            kv_stream_next(&stream, tiles + ((j + 1) % 2) * 2 * BLOCK * ROW_STRIDE);
-            async_commit();
-        }
-        __local const ushort *k_src = k_src0 + (j % 2) * 2 * BLOCK * ROW_STRIDE;
-        __local const ushort *v_src = v_src0 + (j % 2) * 2 * BLOCK * ROW_STRIDE;
+        /* tile j + STAGES - 1 streams into tile j - 1's stage while tiles j .. are computed */
+        const uint refill = stage == 0 ? STAGES - 1 : stage - 1;
+        if (j + STAGES - 1 < n_tiles)
+            kv_stream_next(&stream, tiles + refill * STAGE_HALVES);
+        async_commit();
+        __local const ushort *k_src = k_src0 + stage * STAGE_HALVES;
+        __local const ushort *v_src = v_src0 + stage * STAGE_HALVES;
+        stage = stage + 1 == STAGES ? 0 : stage + 1;
 
         /* S = Q K_j^T: s[mt][n] holds keys key0 + 8n + 2t (+1) of the lane's lo (x, y) and hi
          * (z, w) rows. One K fragment feeds every slice. */

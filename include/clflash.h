@@ -449,9 +449,13 @@ typedef struct {
  *  - A NaN in V row j reaches every row of the same query block whose key tile holds j, even rows
  *    that do not see key j (their P of 0 still multiplies V on the tensor core). The portable
  *    kernel confines it to the rows that see key j.
- * For tuning, CLFLASH_NV_BLOCK (a cap on B, 16..64), CLFLASH_NV_WARPS (warps per work-group, 1..16)
- * and CLFLASH_NV_MTILES (16-row slices per warp, 1..4) override the planner's choices when set to
- * a decimal integer in range (any other value is ignored); they are read at each plan.
+ * Decoding work-groups (one warp, at most 16 rows) keep three K/V tiles in local memory (two in
+ * flight while one is computed) instead of two, with the B that keeps the most keys in flight
+ * within the budget (plan.block; at head_dim 128 in f16 and 48 KiB, B = 16).
+ * For tuning, CLFLASH_NV_BLOCK (a cap on B, 16..64), CLFLASH_NV_WARPS (warps per work-group, 1..16),
+ * CLFLASH_NV_MTILES (16-row slices per warp, 1..4) and CLFLASH_NV_STAGES (K/V tiles in local
+ * memory, 2..8, where they fit) override the planner's choices when set to a decimal integer in
+ * range (any other value is ignored); they are read at each plan.
  *
  * The portable kernel has three paths. CPU devices take its CPU path ("flash_forward_portable");
  * every other device takes the register-tiled path "flash_forward_regtile": each work-item

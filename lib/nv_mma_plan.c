@@ -13,7 +13,8 @@
  *
  * B obeys the users' rule, (3*B*d + B*B) * s <= budget, exactly like the portable kernel's, and
  * the built kernel's real local bytes must fit the budget too. The kernel keeps Q and the score
- * block in registers and double-buffers K and V in local memory (4 * B * (d + 8) * s bytes), so
+ * block in registers and double-buffers K and V in local memory (4 * B * (d + 8) * s bytes; a
+ * decoding work-group of one warp pipelines more stages of smaller tiles: stages_for), so
  * its real bytes differ from the rule's count; where they do not fit, B steps down by 16 (at
  * d = 128 in fp16 the rule allows 48 and the kernel runs 32 against 48 KiB). Its query block
  * (block_q) is separate from B: up to 128 rows, held in registers.
@@ -101,31 +102,70 @@ static void rows_for(const clflash_problem *p, uint64_t rows, uint32_t *warps, u
     *m_tiles = clflash_env_u32("CLFLASH_NV_MTILES", 1, 4, *m_tiles);
 }
 
-/* Bytes of the kernel's local array: a K and a V tile of B rows, each row padded by 16 bytes; Q
- * and O are staged through the same array, which grows if the work-group's query rows need more. */
-static cl_ulong counted_local_bytes(const clflash_problem *p, uint32_t block, uint32_t block_q)
+/* Bytes of the kernel's local array: `stages` K and V tiles of B rows, each row padded by 16 bytes;
+ * Q and O are staged through the same array, which grows if the work-group's query rows need more. */
+static cl_ulong counted_local_bytes(const clflash_problem *p, uint32_t block, uint32_t block_q, uint32_t stages)
 {
-    const uint64_t rows = block_q > 4ull * block ? block_q : 4ull * block;
+    const uint64_t kv_rows = 2ull * stages * block;
+    const uint64_t rows = block_q > kv_rows ? block_q : kv_rows;
     return rows * (p->head_dim + 8) * p->elem_size;
 }
 
+/* The K/V pipeline's depth (the kernel's STAGES) for a block of B keys: 2 (double buffering) for
+ * work-groups of several warps, whose tiles keep the tensor cores busy while the next one loads.
+ * A work-group of one warp (decoding: at most 16 query rows) computes little per tile and waits on
+ * memory: it takes NV_DECODE_STAGES where the local memory budget holds them. Measured on the H200
+ * (f16, d = 128, 2026-12-01; decode_block then picks B = 16): 3 stages against 2 (B = 32) gave
+ * 1.02x to 1.05x at batch 1, heads 32/8, seq_k 32768 and 131072, and the same at batch 8 and with
+ * 32/32 heads; 5 stages gave a further 1.02x at batch 1 but 0.90x to 0.96x at batch 8 (seq_k 8192)
+ * and 32/32 heads, so 3 is the default. CLFLASH_NV_STAGES (2..8) sets the depth instead (developer
+ * tuning); a depth that does not fit falls back to what does. */
+#define NV_DECODE_STAGES 3u
+static uint32_t stages_for(const clflash_problem *p, uint32_t warps, uint32_t block, uint32_t block_q,
+                           uint64_t budget)
+{
+    uint32_t want = clflash_env_u32("CLFLASH_NV_STAGES", 2, 8, warps == 1 ? NV_DECODE_STAGES : 2);
+    while (want > 2 && counted_local_bytes(p, block, block_q, want) > budget)
+        want--;
+    return want;
+}
+
+/* For a one-warp work-group, the block whose pipeline keeps the most keys in flight
+ * ((stages - 1) * B) within the budget, the smaller block on a tie; others keep B. */
+static uint32_t decode_block(const clflash_problem *p, uint32_t warps, uint32_t b, uint32_t block_q, uint64_t budget)
+{
+    if (warps != 1)
+        return b;
+    uint32_t best = b, best_keys = 0;
+    for (uint32_t block = 16; block <= b; block += 16) {
+        const uint32_t stages = stages_for(p, warps, block, block_q, budget);
+        if (counted_local_bytes(p, block, block_q, stages) <= budget && (stages - 1) * block > best_keys) {
+            best = block;
+            best_keys = (stages - 1) * block;
+        }
+    }
+    return best;
+}
+
 static clflash_status build(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t splits, uint32_t pack,
-                            uint32_t block, uint32_t warps, uint32_t m_tiles, cl_kernel *kernel, cl_ulong *local_bytes,
-                            size_t *max_wg)
+                            uint32_t block, uint32_t warps, uint32_t m_tiles, uint32_t stages, cl_kernel *kernel,
+                            cl_ulong *local_bytes, size_t *max_wg)
 {
     char defines[512], features[300];
     cl_program prog;
     cl_int err;
     clflash_status st;
     clflash_forward_defines(p, with_lse, splits, pack, features, sizeof features);
-    snprintf(defines, sizeof defines, "%s -D HEAD_DIM=%u -D BLOCK=%u -D WARPS=%u -D M_TILES=%u -D BIAS_PAIRS=%d",
-             features, p->head_dim, block, warps, m_tiles, clflash_bias_pairs(p));
+    snprintf(defines, sizeof defines,
+             "%s -D HEAD_DIM=%u -D BLOCK=%u -D WARPS=%u -D M_TILES=%u -D STAGES=%u -D BIAS_PAIRS=%d", features,
+             p->head_dim, block, warps, m_tiles, stages, clflash_bias_pairs(p));
     if ((st = clflash_get_program(c, CLFLASH_SOURCE_NV_MMA_FORWARD, defines, &prog)) != CLFLASH_SUCCESS)
         return st;
     *kernel = clCreateKernel(prog, KERNEL_NAME, &err);
     if (err != CL_SUCCESS)
         return clflash_fail(err, "clCreateKernel(%s) failed", KERNEL_NAME);
-    if ((st = clflash_read_kernel_limits(c, *kernel, counted_local_bytes(p, block, 16 * warps * m_tiles), local_bytes, max_wg)) !=
+    if ((st = clflash_read_kernel_limits(c, *kernel, counted_local_bytes(p, block, 16 * warps * m_tiles, stages),
+                                         local_bytes, max_wg)) !=
         CLFLASH_SUCCESS) {
         clReleaseKernel(*kernel);
         *kernel = NULL;
@@ -156,12 +196,17 @@ clflash_status clflash_plan_nv_mma(clflash_context *c, const clflash_problem *p,
     const uint32_t block_q = 16 * warps * m_tiles;
     const uint64_t groups = (uint64_t)p->batch * (p->heads_q / pack) * ((rows + block_q - 1) / block_q);
     const uint32_t splits = clflash_split_count(c, p, groups, NV_GROUPS_PER_UNIT, NV_MIN_SPLIT_KEYS);
+    if (p->block == 0)
+        b = decode_block(p, warps, (uint32_t)b, block_q, budget);
     for (uint32_t block = (uint32_t)b; block >= 16; block -= 16) {
         cl_kernel kernel = NULL;
         cl_ulong local_bytes = 0;
         size_t max_wg = 0;
+        const uint32_t stages = stages_for(p, warps, block, block_q, budget);
+        if (counted_local_bytes(p, block, block_q, stages) > budget && p->block == 0)
+            continue; /* cannot fit: no need to build it */
         clflash_status st =
-            build(c, p, with_lse, splits, pack, block, warps, m_tiles, &kernel, &local_bytes, &max_wg);
+            build(c, p, with_lse, splits, pack, block, warps, m_tiles, stages, &kernel, &local_bytes, &max_wg);
         if (st != CLFLASH_SUCCESS)
             return st;
         if (local_bytes <= budget && threads <= max_wg) {

@@ -29,10 +29,11 @@
 #define IDLE_KERNELS 4
 #define KNOB_CHARS 32
 #define MAX_ENTRIES 256
+#define N_KNOBS 5
 
 typedef struct {
     uint32_t w[20];
-    char knobs[4][KNOB_CHARS]; /* the tuning knobs' values at planning time ("" when unset) */
+    char knobs[N_KNOBS][KNOB_CHARS]; /* the tuning knobs' values at planning time ("" when unset) */
 } plan_key;
 
 struct clflash_plan_entry {
@@ -45,8 +46,8 @@ struct clflash_plan_entry {
     int n_idle;
 };
 
-static const char *const knob_names[4] = {"CLFLASH_NV_WARPS", "CLFLASH_NV_MTILES", "CLFLASH_NV_BLOCK",
-                                          "CLFLASH_REGTILE"};
+static const char *const knob_names[N_KNOBS] = {"CLFLASH_NV_WARPS", "CLFLASH_NV_MTILES", "CLFLASH_NV_BLOCK",
+                                                "CLFLASH_NV_STAGES", "CLFLASH_REGTILE"};
 
 /* 0 if a knob's value is too long to be a key (the call is then planned without the cache). */
 static int make_key(const clflash_problem *p, int with_lse, plan_key *k)
@@ -71,7 +72,7 @@ static int make_key(const clflash_problem *p, int with_lse, plan_key *k)
     k->w[13] = p->num_splits;
     k->w[14] = clflash_aligned8(&p->q) | clflash_aligned8(&p->k) << 1 | clflash_aligned8(&p->v) << 2 |
               clflash_aligned8(&p->o) << 3;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < N_KNOBS; i++) {
         const char *e = getenv(knob_names[i]);
         if (e == NULL)
             continue;

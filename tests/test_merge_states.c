@@ -40,7 +40,8 @@ static double from_storage(clflash_dtype t, const void *src, uint64_t i)
     return t == CLFLASH_F16 ? ref_f16_to_f32(h) : ref_bf16_to_f32(h);
 }
 
-/* lse_kind per part: 0 random, 1 -inf, 2 -inf on every third row, 3 NaN on row 1 */
+/* lse_kind, four entries, part p taking entry p % 4: 0 random, 1 -inf, 2 -inf on every third row,
+ * 3 NaN on row 1 */
 static void case_init(merge_case *t, const clflash_merge_desc *m, const int *lse_kind, uint64_t seed)
 {
     memset(t, 0, sizeof *t);
@@ -75,9 +76,10 @@ static void case_init(merge_case *t, const clflash_merge_desc *m, const int *lse
             const uint32_t i = (uint32_t)(row % m->seq), h = (uint32_t)(row / m->seq % m->heads),
                            b = (uint32_t)(row / m->seq / m->heads);
             float l = (float)(4.0 * ref_rng_uniform(&r));
-            if (lse_kind[p] == 1 || (lse_kind[p] == 2 && row % 3 == 0))
+            const int kind = lse_kind[p % 4]; /* shapes with more parts repeat their four kinds */
+            if (kind == 1 || (kind == 2 && row % 3 == 0))
                 l = -INFINITY;
-            if (lse_kind[p] == 3 && row == 1)
+            if (kind == 3 && row == 1)
                 l = NAN;
             t->part_lse[p * lstride + row] = l;
             for (uint32_t c = 0; c < m->head_dim; c++) {
@@ -247,6 +249,10 @@ static const merge_shape shapes[] = {
     {2, 1, 1, 9, 16, CLFLASH_F32, 0, {1, 1}, 0},                 /* every part empty: O = 0, lse = -inf */
     {3, 1, 2, 4, 24, CLFLASH_F32, 0, {0, 3, 0}, 0},              /* a NaN lse reaches its row only */
     {4, 3, 1, 17, 256, CLFLASH_BF16, CLFLASH_F32, {0, 2, 2, 0}, 0},
+    /* more parts than the kernel's loads in flight (16) and than a row's lanes */
+    {33, 1, 4, 1, 128, CLFLASH_F32, CLFLASH_F16, {0, 2, 0, 0}, 0}, /* a decoding step's merge */
+    {37, 2, 3, 5, 5, CLFLASH_F32, CLFLASH_BF16, {0, 2, 1, 0}, 1},
+    {CLFLASH_MAX_SPLITS, 1, 2, 3, 3, CLFLASH_F16, CLFLASH_F32, {2, 0, 0, 1}, 0},
 };
 
 START_TEST(merge_matches_reference)
@@ -287,7 +293,7 @@ END_TEST
 START_TEST(merge_refuses)
 {
     clflash_context *c = test_context(NULL);
-    const int kinds[2] = {0, 0};
+    const int kinds[4] = {0, 0, 0, 0};
     const clflash_merge_desc good = base_merge(2, 1, 2, 3, 8, CLFLASH_F32, 0);
     merge_case t;
     case_init(&t, &good, kinds, 9);

@@ -54,6 +54,8 @@ static void help(FILE *f)
           "            it (a marker enqueued just before) to the end of its last kernel; '-' where\n"
           "            the queue gives no profiling times\n"
           "  call/dev  ms/call over device: what each call costs beyond its kernels (1.00 = none)\n"
+          "  last      the device time of the call's last kernel alone (with splits, the merge; the\n"
+          "            rest of 'device' is the parts' kernel and the gap between the two)\n"
 
           "GB/s uses the back-to-back time. copy GB/s = 2 * bytes / time of clEnqueueCopyBuffer (read\n"
           "and written); on a CPU device also the host's streaming read with one thread per compute\n"
@@ -239,6 +241,7 @@ typedef struct {
     clflash_plan plan;
     uint64_t kv_bytes;
     double ms_call, ms_isolated, ms_device; /* ms_device: 0 where the queue gave no profiling times */
+    double ms_last;                         /* the last kernel's own time (0 likewise) */
     unsigned calls;
 } decode_row;
 
@@ -324,11 +327,11 @@ static void run_shape(clflash_context *c, cl_command_queue prof, const decode_op
     /* isolated calls: wall clock from the call to clFinish; and the device's own time of the call,
      * from the queue reaching it (a marker enqueued just before) to the end of its last kernel (the
      * event clflash_forward returns), by the profiling queue's clock */
-    double wall[21], dev[21];
+    double wall[21], dev[21], last[21];
     int profiled = 1;
     for (int i = 0; i < 21; i++) {
         cl_event before = NULL, after = NULL;
-        cl_ulong t_before = 0, t_after = 0;
+        cl_ulong t_before = 0, t_after = 0, t_start = 0;
         clFinish(prof);
         const double t0 = bench_now();
         clEnqueueMarkerWithWaitList(prof, 0, NULL, &before);
@@ -340,8 +343,11 @@ static void run_shape(clflash_context *c, cl_command_queue prof, const decode_op
                         CL_SUCCESS &&
                     clGetEventProfilingInfo(after, CL_PROFILING_COMMAND_END, sizeof t_after, &t_after, NULL) ==
                         CL_SUCCESS &&
-                    t_after > t_before;
+                    clGetEventProfilingInfo(after, CL_PROFILING_COMMAND_START, sizeof t_start, &t_start, NULL) ==
+                        CL_SUCCESS &&
+                    t_after > t_before && t_after >= t_start;
         dev[i] = profiled ? (double)(t_after - t_before) * 1e-6 : 0.0;
+        last[i] = profiled ? (double)(t_after - t_start) * 1e-6 : 0.0;
         if (before)
             clReleaseEvent(before);
         if (after)
@@ -349,6 +355,7 @@ static void run_shape(clflash_context *c, cl_command_queue prof, const decode_op
     }
     r->ms_isolated = median(wall, 21);
     r->ms_device = profiled ? median(dev, 21) : 0.0;
+    r->ms_last = profiled ? median(last, 21) : 0.0;
 
     /* back to back: batches of about 20 ms of calls until min_time has passed */
     const bench_call call = {.c = c, .d = &d, .queue = prof, .q = q, .k = k, .v = v, .o = out};
@@ -442,6 +449,7 @@ int bench_decode_main(int argc, char **argv)
                 json_num(&w, "ms_call", 1, r->ms_call);
                 json_num(&w, "ms_isolated", 1, r->ms_isolated);
                 json_num(&w, "ms_device", r->ms_device > 0, r->ms_device);
+                json_num(&w, "ms_last_kernel", r->ms_device > 0, r->ms_last);
                 json_num(&w, "kv_gbps", 1, (double)r->kv_bytes / (r->ms_call * 1e-3) / 1e9);
                 json_u64(&w, "calls", r->calls);
             } else {
@@ -461,8 +469,8 @@ int bench_decode_main(int argc, char **argv)
         printf("copy bandwidth %.1f GB/s (read + written)", copy);
         if (host_read > 0)
             printf(", host streaming read %.1f GB/s (%u threads)", host_read, units);
-        printf("\n\n%8s  %-22s %6s %6s %10s %10s %10s %10s %8s %8s\n", "seq_k", "kernel", "splits", "packed",
-               "K/V MB", "ms/call", "isolated", "device", "call/dev", "GB/s");
+        printf("\n\n%8s  %-22s %6s %6s %10s %10s %10s %10s %8s %8s %8s\n", "seq_k", "kernel", "splits", "packed",
+               "K/V MB", "ms/call", "isolated", "device", "call/dev", "last", "GB/s");
         for (size_t i = 0; i < o.nseq; i++) {
             const decode_row *r = &rows[i];
             if (r->status != CLFLASH_SUCCESS) {
@@ -472,9 +480,9 @@ int bench_decode_main(int argc, char **argv)
             printf("%8u  %-22s %6u %6u %10.1f %10.4f %10.4f ", r->seq_k, r->plan.kernel, r->plan.splits,
                    r->plan.packed_heads, (double)r->kv_bytes / 1e6, r->ms_call, r->ms_isolated);
             if (r->ms_device > 0)
-                printf("%10.4f %8.2f", r->ms_device, r->ms_call / r->ms_device);
+                printf("%10.4f %8.2f %8.4f", r->ms_device, r->ms_call / r->ms_device, r->ms_last);
             else
-                printf("%10s %8s", "-", "-");
+                printf("%10s %8s %8s", "-", "-", "-");
             printf(" %8.1f\n", (double)r->kv_bytes / (r->ms_call * 1e-3) / 1e9);
         }
     }
