@@ -304,7 +304,11 @@ static inline void split_part(uint n_splits, uint split_keys, uint heads_q, uint
     *begin = (uint)max((ulong)*begin, min(lo, (ulong)*end));
     *end = (uint)max((ulong)*begin, min((ulong)*end, hi));
     const ulong rows_all = (ulong)get_num_groups(2) * heads_q * seq_q;
+#ifdef D_REAL
+    *o_off += part * rows_all * D_REAL; /* the tensor-core forward pads HEAD_DIM; parts are D_REAL wide */
+#else
     *o_off += part * rows_all * HEAD_DIM;
+#endif
     *lse += part * rows_all;
 #else
     (void)n_splits;

@@ -10,8 +10,22 @@
  *
  * Defines it needs: HEAD_DIM (a multiple of 16), WARPS, BLOCK (keys per streamed tile), and
  * CLFLASH_DTYPE_F16 or CLFLASH_DTYPE_BF16; BIAS and BIAS_PAIRS (common.cl's feature switches) for
- * bias_pair.
+ * bias_pair. Optional (the forward's padded head dims): D_REAL, the tensors' own head_dim, at most
+ * HEAD_DIM (default HEAD_DIM): local rows hold HEAD_DIM columns, those at or past D_REAL zeros, so
+ * that they add nothing to a product; NV_ALIGNED 0 where some row of Q, K, V or O does not start on
+ * 16 bytes or D_REAL is not a multiple of 8 (default 1): rows are then copied element by element
+ * with ordinary loads instead of cp.async's 16-byte pieces.
  */
+
+#ifndef D_REAL
+#define D_REAL HEAD_DIM
+#endif
+#ifndef NV_ALIGNED
+#define NV_ALIGNED 1
+#endif
+#if D_REAL > HEAD_DIM || (NV_ALIGNED && D_REAL % 8 != 0)
+#error "D_REAL must be at most HEAD_DIM, and a multiple of 8 with NV_ALIGNED"
+#endif
 
 #define THREADS (32 * WARPS)
 #define ROW_STRIDE (HEAD_DIM + 8)     /* halves per local row: 16 bytes of padding */
@@ -159,17 +173,55 @@ inline float lane_xor(float x, uint mask)
     return r;
 }
 
+#if !NV_ALIGNED
+/* Copies element (r, c) of `rows` rows (from `row0`) to dst[r * ROW_STRIDE + c] for every
+ * c < HEAD_DIM: element c of row row0 + r where c < D_REAL and row0 + r < limit, else 0. Row x
+ * starts at src[base + x * seq_stride], or with `packed` (the forward's packed query heads, common.cl's
+ * PACK) at src[base + (x % PACK) * head_stride + (x / PACK) * seq_stride]. Ordinary loads and local
+ * stores, done when it returns (a barrier then makes them visible): 16 loads a work-item, each of a
+ * valid element (base itself for padding), go out before their stores. */
+#define BY_ELEMENT_BATCH 16
+inline void copy_rows_by_element(__local ushort *dst, __global const ushort *src, ulong base, ulong head_stride,
+                                 ulong seq_stride, uint row0, uint rows, uint limit, int packed)
+{
+    const uint n = rows * HEAD_DIM;
+    for (uint e0 = 0; e0 < n; e0 += BY_ELEMENT_BATCH * THREADS) {
+        ushort x[BY_ELEMENT_BATCH];
+#pragma unroll
+        for (uint u = 0; u < BY_ELEMENT_BATCH; u++) {
+            const uint e = e0 + u * THREADS + get_local_id(0), r = e / HEAD_DIM, c = e % HEAD_DIM;
+            const uint row = row0 + r;
+            const int in = e < n && c < D_REAL && row < limit;
+            const ulong at = packed ? (ulong)(row % PACK) * head_stride + (ulong)ROW_QUERY(row) * seq_stride
+                                    : (ulong)row * seq_stride;
+            x[u] = src[in ? base + at + c : base];
+        }
+#pragma unroll
+        for (uint u = 0; u < BY_ELEMENT_BATCH; u++) {
+            const uint e = e0 + u * THREADS + get_local_id(0), r = e / HEAD_DIM, c = e % HEAD_DIM;
+            if (e < n)
+                dst[r * ROW_STRIDE + c] = c < D_REAL && row0 + r < limit ? x[u] : (ushort)0;
+        }
+    }
+}
+#endif
+
 /* Issues the copies of `rows` rows (from `row0`) of one (batch, head) of a tensor into `dst`; rows
- * at or past `limit` become zeros. Every work-item takes every THREADS-th 16-byte chunk. */
+ * at or past `limit` become zeros (and columns at or past D_REAL). Every work-item takes every
+ * THREADS-th 16-byte chunk (without NV_ALIGNED, every THREADS-th element, copied at once). */
 inline void stage_rows(__local ushort *dst, __global const ushort *src, ulong base, ulong seq_stride, uint row0,
                        uint rows, uint limit)
 {
+#if NV_ALIGNED
     for (uint c = get_local_id(0); c < rows * CHUNKS; c += THREADS) {
         const uint r = c / CHUNKS, piece = c % CHUNKS;
-        const int inside = row0 + r < limit;
-        const ulong at = base + (ulong)(inside ? row0 + r : 0) * seq_stride + piece * 8;
+        const int inside = row0 + r < limit && piece * 8 < D_REAL;
+        const ulong at = base + (inside ? (ulong)(row0 + r) * seq_stride + piece * 8 : 0);
         copy16_async(dst + r * ROW_STRIDE + piece * 8, src + at, inside ? 16u : 0u);
     }
+#else
+    copy_rows_by_element(dst, src, base, 0, seq_stride, row0, rows, limit, 0);
+#endif
 }
 
 /* Streaming K and V tiles of BLOCK keys into local memory, tile after tile (the forward, and the
@@ -178,7 +230,7 @@ inline void stage_rows(__local ushort *dst, __global const ushort *src, ulong ba
  * 16-byte piece of rows r, r + ROW_STEP, ... of every tile from pointers it advances by one tile
  * per call: a few additions per copy instead of stage_rows' division and 64-bit multiply (the
  * forward ran 1.05x to 1.15x faster on the H200). Elsewhere stage_rows does it. Needs BLOCK. */
-#if THREADS % CHUNKS == 0 && (BLOCK * CHUNKS) % THREADS == 0
+#if NV_ALIGNED && THREADS % CHUNKS == 0 && (BLOCK * CHUNKS) % THREADS == 0
 #define STREAM_BY_POINTERS 1
 #define ROW_STEP (THREADS / CHUNKS)
 #endif
@@ -211,7 +263,8 @@ inline kv_stream kv_stream_start_at(__global const ushort *k, ulong k_base, ulon
     st.k_step = (ulong)ROW_STEP * k_ss;
     st.v_step = (ulong)ROW_STEP * v_ss;
     st.local_piece = row * ROW_STRIDE + piece * 8;
-    st.rows_left = (long)seq_k - (long)first - (long)row;
+    /* a piece at or past D_REAL (padding) never reads: its rows are never "left" */
+    st.rows_left = piece * 8 < D_REAL ? (long)seq_k - (long)first - (long)row : LONG_MIN / 2;
 #else
     st.k = k;
     st.v = v;

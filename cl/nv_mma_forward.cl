@@ -1,8 +1,8 @@
 /*
  * nv_mma_forward.cl - the forward pass on NVIDIA tensor cores, through inline PTX (mma.sync,
  * ldmatrix, cp.async, shfl.sync), in FlashAttention-2's manner. Chosen by the planner only on
- * NVIDIA devices of compute capability >= 8.0, for fp16 and bf16 storage, head_dim a multiple of 16
- * up to 256, with every feature of the descriptor (causal, sliding window, softcap, bias, ALiBi,
+ * NVIDIA devices of compute capability >= 8.0, for fp16 and bf16 storage, any head_dim up to 256
+ * and any layout, with every feature of the descriptor (causal, sliding window, softcap, bias, ALiBi,
  * key lengths), GQA, lse, any seq_q and seq_k; everything else runs the portable kernel
  * (cl/flash_forward.cl), which stays the reference.
  *
@@ -55,7 +55,13 @@
  * KEYLEN, keys at or past the batch entry's length are neither loaded nor seen: the tiles past it
  * are skipped, and in the tile that crosses it the missing rows are zero-filled and masked.
  *
+ * Head dims that are not multiples of 16 run padded: HEAD_DIM is the next multiple of 16, D_REAL the
+ * tensors' own (nv_mma_common.cl): the padding columns of Q, K and V are zeros in local memory and
+ * O's are not stored; rows that cp.async cannot copy in 16-byte pieces (NV_ALIGNED 0) are copied
+ * element by element, without the overlap of the asynchronous copies.
+ *
  * Defines: HEAD_DIM (multiple of 16), BLOCK (keys per tile, multiple of 16), WARPS, M_TILES, STAGES,
+ * D_REAL, NV_ALIGNED,
  * CAUSAL, WINDOW, SOFTCAP, BIAS, BIAS_PAIRS, ALIBI, KEYLEN, SPLIT, PACK, WITH_LSE,
  * CLFLASH_DTYPE_F16 or CLFLASH_DTYPE_BF16; NV_RESCALE_THRESH and NV_Q_DIRECT may
  * be set through the build options (developer tuning, below). The PTX helpers (mma_16x8x16,
@@ -83,6 +89,10 @@
  * (developer tuning). */
 #ifndef NV_Q_DIRECT
 #define NV_Q_DIRECT (HEAD_DIM <= 64)
+#endif
+#if D_REAL != HEAD_DIM || !NV_ALIGNED /* the direct loads read whole column pairs of 4-byte aligned rows */
+#undef NV_Q_DIRECT
+#define NV_Q_DIRECT 0
 #endif
 
 /* STAGES: K/V tiles in local memory, STAGES - 1 of them in flight while one is computed. 2 (double
@@ -112,12 +122,16 @@ inline ulong packed_row_offset(uint r, ulong head_stride, ulong seq_stride)
 inline void stage_packed_rows(__local ushort *dst, __global const ushort *src, ulong base, ulong head_stride,
                               ulong seq_stride, uint row0, uint rows, uint limit)
 {
+#if NV_ALIGNED
     for (uint c = get_local_id(0); c < rows * CHUNKS; c += THREADS) {
         const uint r = c / CHUNKS, piece = c % CHUNKS;
-        const int inside = row0 + r < limit;
-        const ulong at = base + (inside ? packed_row_offset(row0 + r, head_stride, seq_stride) : 0) + piece * 8;
+        const int inside = row0 + r < limit && piece * 8 < D_REAL;
+        const ulong at = base + (inside ? packed_row_offset(row0 + r, head_stride, seq_stride) + piece * 8 : 0);
         copy16_async(dst + r * ROW_STRIDE + piece * 8, src + at, inside ? 16u : 0u);
     }
+#else
+    copy_rows_by_element(dst, src, base, head_stride, seq_stride, row0, rows, limit, 1);
+#endif
 }
 
 #if BIAS
@@ -548,10 +562,23 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
         __global float *dst_hi = o_part + packed_row_offset(min(r + 8, rows_total - 1), o_hs, o_ss) + 2 * t;
 #pragma unroll
         for (uint dt = 0; dt < O_TILES; dt++) {
+#if D_REAL == HEAD_DIM
             if (r < rows_total)
                 vstore2((float2)(acc[mt][dt].x, acc[mt][dt].y) * inv_lo, 0, dst_lo + dt * 8);
             if (r + 8 < rows_total)
                 vstore2((float2)(acc[mt][dt].z, acc[mt][dt].w) * inv_hi, 0, dst_hi + dt * 8);
+#else
+            /* the part's rows are D_REAL wide: padding columns are not stored */
+            const uint col = dt * 8 + 2 * t;
+            if (r < rows_total && col < D_REAL)
+                dst_lo[dt * 8] = acc[mt][dt].x * inv_lo;
+            if (r < rows_total && col + 1 < D_REAL)
+                dst_lo[dt * 8 + 1] = acc[mt][dt].y * inv_lo;
+            if (r + 8 < rows_total && col < D_REAL)
+                dst_hi[dt * 8] = acc[mt][dt].z * inv_hi;
+            if (r + 8 < rows_total && col + 1 < D_REAL)
+                dst_hi[dt * 8 + 1] = acc[mt][dt].w * inv_hi;
+#endif
         }
     }
 #else
@@ -570,11 +597,19 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
+#if NV_ALIGNED
     for (uint c = get_local_id(0); c < BLOCK_Q * CHUNKS; c += THREADS) {
         const uint r = c / CHUNKS, piece = c % CHUNKS;
-        if (row0 + r < rows_total)
+        if (row0 + r < rows_total && piece * 8 < D_REAL)
             *(__global uint4 *)(o + o_base + packed_row_offset(row0 + r, o_hs, o_ss) + piece * 8) =
                 *(__local const uint4 *)(tiles + r * ROW_STRIDE + piece * 8);
     }
+#else
+    for (uint e = get_local_id(0); e < BLOCK_Q * D_REAL; e += THREADS) {
+        const uint r = e / D_REAL, col = e % D_REAL;
+        if (row0 + r < rows_total)
+            o[o_base + packed_row_offset(row0 + r, o_hs, o_ss) + col] = tiles[r * ROW_STRIDE + col];
+    }
+#endif
 #endif
 }

@@ -416,8 +416,11 @@ typedef struct {
  * feature. On NVIDIA devices of compute capability >= 8.0 (read through cl_nv_device_attribute_query)
  * the planner picks the tensor-core kernel "nv_mma_forward" (cl/nv_mma_forward.cl: inline PTX
  * mma.sync, ldmatrix, cp.async) when all of these hold: dtype F16 or BF16 with O of the same type;
- * head_dim a multiple of 16 up to 256; every layout's offset and strides multiples of 8 elements
- * (16 bytes); and a forced block, if any, a multiple of 16 up to 64. Every feature runs on it:
+ * head_dim up to 256 (since 0.5 any, not only multiples of 16: the kernel pads it to the next
+ * multiple of 16 with zero columns); any layout (since 0.5: where head_dim or some offset or stride
+ * of Q, K, V or O is not a multiple of 8 elements, rows are copied element by element instead of in
+ * 16-byte asynchronous pieces, which is slower); and a forced block, if any, a multiple of 16 up to
+ * 64. Every feature runs on it:
  * causal, GQA, lse, key lengths (since 0.5), and since 0.5 also sliding windows, softcap, bias (any
  * layout and broadcast) and ALiBi. Anything else, or the context option
  * portable_only, or CLFLASH_PORTABLE=1, gives the portable kernel. What differs in the tensor-core
@@ -609,8 +612,8 @@ CLFLASH_API clflash_status clflash_merge_states(clflash_context *c, const clflas
  * query sees (or sees only through a -INFINITY bias) gets dK = dV = 0.
  *
  * On NVIDIA tensor cores: where the forward's conditions hold (clflash_plan_attention: NVIDIA of
- * compute capability >= 8.0, F16/BF16, head_dim a multiple of 16, 16-byte aligned layouts), with
- * head_dim <= 128, the gradient kernel is "nv_mma_backward" (cl/nv_mma_backward.cl), with every
+ * compute capability >= 8.0, F16/BF16), with head_dim a multiple of 16 up to 128 and every offset
+ * and stride of Q, K, V and O a multiple of 8 elements, the gradient kernel is "nv_mma_backward" (cl/nv_mma_backward.cl), with every
  * feature below (window, softcap, bias, ALiBi, key lengths): the same two kinds of work-group, the
  * same determinism, its five products on mma.sync with fp32 sums. It computes the transformed
  * scores by the same operations as the tensor-core forward, in log2 units, so P recomputed from

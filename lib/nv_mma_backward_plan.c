@@ -28,6 +28,10 @@ const char *clflash_nv_mma_backward_refusal(const clflash_context *c, const clfl
     const char *why = clflash_nv_mma_refusal(c, p);
     if (why != NULL)
         return why;
+    if (p->head_dim % 16 != 0)
+        return "head_dim is not a multiple of 16";
+    if (!clflash_nv_rows_aligned(p))
+        return "a layout's offset or stride is not a multiple of 8 elements";
     if (p->head_dim > NV_BWD_MAX_HEAD_DIM)
         return "head_dim is above 128 (K, V and the dK and dV sums of 16 keys would not fit a warp's registers)";
     return NULL;

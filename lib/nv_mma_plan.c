@@ -3,8 +3,9 @@
  * (cl/nv_mma_forward.cl), and plans and builds that kernel.
  *
  * Why separate from planner.c: the tensor-core kernel has its own eligibility rules (device,
- * dtype, head_dim, 16-byte aligned layouts) and its own shape constraints (B a
- * multiple of 16, one warp per 16 query rows), while the tile rule is the same. planner.c asks
+ * dtype, head_dim up to 256) and its own shape constraints (B a multiple of 16, one warp per 16
+ * query rows, head_dim padded to a multiple of 16, rows copied element by element where they are
+ * not 16-byte aligned), while the tile rule is the same. planner.c asks
  * here first and falls back to the portable kernel whenever this file says no.
  *
  * With few queries (decoding) it packs the query heads of a GQA group into one work-group's rows,
@@ -48,13 +49,26 @@ const char *clflash_nv_mma_refusal(const clflash_context *c, const clflash_probl
         return "the dtype is not F16 or BF16";
     if (p->out_dtype != p->dtype)
         return "O's type differs from the input type";
-    if (p->head_dim % 16 != 0 || p->head_dim > NV_MAX_HEAD_DIM)
-        return "head_dim is not a multiple of 16 up to 256";
-    if (!clflash_aligned8(&p->q) || !clflash_aligned8(&p->k) || !clflash_aligned8(&p->v) || !clflash_aligned8(&p->o))
-        return "a layout's offset or stride is not a multiple of 8 elements";
+    if (p->head_dim > NV_MAX_HEAD_DIM)
+        return "head_dim is above 256";
     if (p->block != 0 && (p->block % 16 != 0 || p->block > NV_MAX_BLOCK))
         return "the forced block is not a multiple of 16 up to 64";
     return NULL;
+}
+
+/* The kernel's HEAD_DIM: head_dim rounded up to a multiple of 16 (the mma's k step); the padding
+ * columns are zeros in local memory. */
+static uint32_t padded_dim(const clflash_problem *p)
+{
+    return (p->head_dim + 15) / 16 * 16;
+}
+
+/* 1 if cp.async can copy every row of Q, K, V and O in 16-byte pieces (the kernel's NV_ALIGNED):
+ * head_dim and every offset and stride multiples of 8 elements; else rows go element by element. */
+int clflash_nv_rows_aligned(const clflash_problem *p)
+{
+    return p->head_dim % 8 == 0 && clflash_aligned8(&p->q) && clflash_aligned8(&p->k) && clflash_aligned8(&p->v) &&
+           clflash_aligned8(&p->o);
 }
 
 int clflash_bias_pairs(const clflash_problem *p)
@@ -95,7 +109,7 @@ static void rows_for(const clflash_problem *p, uint64_t rows, uint32_t *warps, u
         *m_tiles = 1;
         *warps = rows >= 64 ? 4 : (uint32_t)(rows + 15) / 16;
     } else {
-        *m_tiles = p->head_dim > 128 ? 1 : 2; /* at d = 256 one slice already holds 200 registers */
+        *m_tiles = padded_dim(p) > 128 ? 1 : 2; /* at d = 256 one slice already holds 200 registers */
         *warps = rows >= 128 ? 4 : (uint32_t)(rows + 31) / 32;
     }
     *warps = clflash_env_u32("CLFLASH_NV_WARPS", 1, 16, *warps);
@@ -108,7 +122,7 @@ static cl_ulong counted_local_bytes(const clflash_problem *p, uint32_t block, ui
 {
     const uint64_t kv_rows = 2ull * stages * block;
     const uint64_t rows = block_q > kv_rows ? block_q : kv_rows;
-    return rows * (p->head_dim + 8) * p->elem_size;
+    return rows * (padded_dim(p) + 8) * p->elem_size;
 }
 
 /* The K/V pipeline's depth (the kernel's STAGES) for a block of B keys: 2 (double buffering) for
@@ -157,8 +171,10 @@ static clflash_status build(clflash_context *c, const clflash_problem *p, int wi
     clflash_status st;
     clflash_forward_defines(p, with_lse, splits, pack, features, sizeof features);
     snprintf(defines, sizeof defines,
-             "%s -D HEAD_DIM=%u -D BLOCK=%u -D WARPS=%u -D M_TILES=%u -D STAGES=%u -D BIAS_PAIRS=%d", features,
-             p->head_dim, block, warps, m_tiles, stages, clflash_bias_pairs(p));
+             "%s -D HEAD_DIM=%u -D D_REAL=%u -D NV_ALIGNED=%d -D BLOCK=%u -D WARPS=%u -D M_TILES=%u -D STAGES=%u "
+             "-D BIAS_PAIRS=%d",
+             features, padded_dim(p), p->head_dim, clflash_nv_rows_aligned(p), block, warps, m_tiles, stages,
+             clflash_bias_pairs(p));
     if ((st = clflash_get_program(c, CLFLASH_SOURCE_NV_MMA_FORWARD, defines, &prog)) != CLFLASH_SUCCESS)
         return st;
     *kernel = clCreateKernel(prog, KERNEL_NAME, &err);

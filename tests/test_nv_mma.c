@@ -85,14 +85,14 @@ START_TEST(selection)
         const char *what;
         clflash_attention_desc d;
         int eligible;
-    } cases[11];
+    } cases[16];
     int n = 0;
 #define CASE(w, desc, el) (cases[n].what = (w), cases[n].d = (desc), cases[n].eligible = (el), n++)
     CASE("f16 d64", th_desc(1, 2, 0, 100, 100, 64, CLFLASH_F16, 0), 1);
     CASE("bf16 d128 causal GQA", th_desc(2, 4, 2, 33, 77, 128, CLFLASH_BF16, CLFLASH_CAUSAL), 1);
     CASE("f16 d16", th_desc(1, 1, 0, 5, 5, 16, CLFLASH_F16, 0), 1);
     CASE("f32", th_desc(1, 1, 0, 64, 64, 64, CLFLASH_F32, 0), 0);
-    CASE("f16 d72 (not a multiple of 16)", th_desc(1, 1, 0, 64, 64, 72, CLFLASH_F16, 0), 0);
+    CASE("f16 d72 (padded to 80)", th_desc(1, 1, 0, 64, 64, 72, CLFLASH_F16, 0), 1);
     CASE("f16 d256", th_desc(1, 1, 0, 64, 64, 256, CLFLASH_F16, 0), 1);
     clflash_attention_desc w = th_desc(1, 1, 0, 64, 64, 64, CLFLASH_F16, CLFLASH_WINDOW);
     w.window_left = 4;
@@ -102,7 +102,7 @@ START_TEST(selection)
     CASE("softcap", sc, 1);
     clflash_attention_desc off = th_desc(1, 1, 0, 64, 64, 64, CLFLASH_F16, 0);
     off.q.offset = 3;
-    CASE("q offset 3 (not 16-byte aligned)", off, 0);
+    CASE("q offset 3 (copied element by element)", off, 1);
     clflash_attention_desc fb = th_desc(1, 1, 0, 64, 64, 64, CLFLASH_F16, 0);
     fb.block = 8;
     CASE("forced block 8", fb, 0);
@@ -172,7 +172,7 @@ START_TEST(backward_selection)
         const char *what;
         clflash_attention_desc d;
         int eligible;
-    } cases[12];
+    } cases[16];
     int n = 0;
     cl_int err;
     cl_mem lens = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_WRITE, sizeof(int32_t), NULL, &err);
@@ -192,6 +192,10 @@ START_TEST(backward_selection)
     CASE("window", wn, 1);
     CASE("f16 d256 (above 128)", th_desc(1, 1, 0, 64, 64, 256, CLFLASH_F16, 0), 0);
     CASE("f16 d144 (above 128)", th_desc(1, 1, 0, 64, 64, 144, CLFLASH_F16, 0), 0);
+    CASE("f16 d72 (not a multiple of 16)", th_desc(1, 1, 0, 64, 64, 72, CLFLASH_F16, 0), 0);
+    clflash_attention_desc odd = th_desc(1, 1, 0, 64, 64, 64, CLFLASH_F16, 0);
+    odd.k.offset = 3;
+    CASE("k offset 3 (not 16-byte aligned)", odd, 0);
     CASE("f32", th_desc(1, 1, 0, 64, 64, 64, CLFLASH_F32, 0), 0);
     clflash_attention_desc sc = th_desc(1, 1, 0, 64, 64, 64, CLFLASH_F16, 0);
     sc.softcap = 30.0f;
@@ -249,7 +253,7 @@ END_TEST
 
 typedef struct {
     uint32_t batch, hq, hkv, sq, sk, d, flags, block;
-    int interleaved; /* [batch][seq][heads][d] layouts with an offset of 8 and gaps */
+    int interleaved; /* [batch][seq][heads][d] layouts with an offset of 8 and gaps (2: of 3 and 5) */
     int rising;      /* K grows 8x from the first key to the last, so that row maxima keep growing */
     float scale;     /* the descriptor's scale (0 = 1/sqrt(d)) */
     uint32_t splits; /* num_splits (0: the planner's) */
@@ -315,6 +319,19 @@ static const mma_shape shapes[] = {
     {2, 6, 3, 2, 333, 256, 0, 0, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0},
     {2, 12, 4, 16, 257, 64, CLFLASH_CAUSAL, 0, 1, 0, 0, 4, 1, 0, 0, 0, 0, 0}, /* interleaved, packed, split, ragged */
     {1, 32, 8, 16, 8192, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    /* head dims padded to a multiple of 16; rows not 16-byte aligned (odd head dims, odd strides) */
+    {1, 2, 0, 67, 131, 40, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 77, 301, 59, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {2, 4, 2, 131, 97, 111, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 2, 1, 61, 257, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 33, 65, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 2, 0, 45, 100, 200, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 50, 70, 255, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {2, 3, 0, 45, 53, 64, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0},             /* odd offsets and strides */
+    {1, 4, 2, 70, 70, 80, CLFLASH_CAUSAL, 32, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 32, 8, 1, 2051, 59, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},           /* decode: packed, split */
+    {2, 8, 2, 5, 300, 40, 0, 0, 2, 0, 0, 3, 1, 0, 0, 0, 0, 0},             /* odd strides, split, ragged */
+    {2, 6, 3, 2, 333, 200, CLFLASH_CAUSAL, 0, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0},
 };
 #define N_SHAPES N_OF(shapes)
 
@@ -351,6 +368,7 @@ static const mma_shape feature_shapes[] = {
     /* everything at once */
     {2, 4, 2, 77, 150, 64, W | C, 0, 1, 0, 0, 0, 1, 40, 0, 20.0f, BIAS_FULL, 1},
     {2, 12, 4, 4, 555, 128, W | C, 0, 0, 0, 0, 5, 1, 200, 0, 10.0f, BIAS_ROWS, 1},
+    {2, 4, 2, 77, 150, 59, W | C, 0, 2, 0, 0, 0, 1, 40, 0, 20.0f, BIAS_FULL, 1}, /* odd head_dim and strides */
 };
 #undef W
 #undef C
@@ -371,14 +389,15 @@ static float get(clflash_dtype t, const uint16_t *buf, uint64_t i)
     return t == CLFLASH_F16 ? ref_f16_to_f32(buf[i]) : ref_bf16_to_f32(buf[i]);
 }
 
-/* Interleaved layout of a tensor with `heads` heads: row stride heads*d + 8 (a gap), offset 8. */
-static clflash_layout interleaved(uint32_t heads, uint32_t seq, uint32_t d)
+/* Interleaved layout of a tensor with `heads` heads: row stride heads*d + 8 (a gap), offset 8; with
+ * `odd`, gaps and offset of 3 and 5 elements, so that no row starts on 16 bytes. */
+static clflash_layout interleaved(uint32_t heads, uint32_t seq, uint32_t d, int odd)
 {
     clflash_layout l;
-    l.offset = 8;
-    l.seq_stride = (uint64_t)heads * d + 8;
+    l.offset = odd ? 3 : 8;
+    l.seq_stride = (uint64_t)heads * d + (odd ? 3 : 8);
     l.head_stride = d;
-    l.batch_stride = l.seq_stride * seq + 8;
+    l.batch_stride = l.seq_stride * seq + (odd ? 5 : 8);
     return l;
 }
 
@@ -637,10 +656,10 @@ static clflash_attention_desc mma_desc(const mma_shape *s, clflash_dtype t)
     else if (s->bias == BIAS_ROWS)
         d.bias_broadcast = CLFLASH_BROADCAST_ROWS;
     if (s->interleaved) {
-        d.q = interleaved(s->hq, s->sq, s->d);
-        d.k = interleaved(hkv, s->sk, s->d);
-        d.v = interleaved(hkv, s->sk, s->d);
-        d.o = interleaved(s->hq, s->sq, s->d);
+        d.q = interleaved(s->hq, s->sq, s->d, s->interleaved == 2);
+        d.k = interleaved(hkv, s->sk, s->d, s->interleaved == 2);
+        d.v = interleaved(hkv, s->sk, s->d, s->interleaved == 2);
+        d.o = interleaved(s->hq, s->sq, s->d, s->interleaved == 2);
     }
     return d;
 }
