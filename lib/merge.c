@@ -13,21 +13,24 @@
 
 #define KERNEL_NAME "merge_states"
 
-/* Work-items per row: a power of two, up to 128, no more than the columns need. With few rows (a
- * decoding step's batch x heads) the merge's time is the latency of its loads, so the more
- * work-items share a row's columns, the sooner it ends (at most 32 per row took 14 us for 32 rows
- * of 33 parts on the H200). */
-static uint32_t merge_lanes(uint32_t head_dim)
+/* Work-items per row: a power of two, no more than the columns need, up to 128 where the rows are
+ * few and up to 32 where they are many. With few rows (a decoding step's batch x heads) the
+ * merge's time is the latency of its loads, so the more work-items share a row's columns, the
+ * sooner it ends (32 rows of 33 parts on the H200: 14 us with at most 32 per row); with many rows
+ * the device is full either way and fewer, longer work-items cost less. */
+#define MERGE_FEW_ROWS 4096u
+static uint32_t merge_lanes(uint32_t head_dim, uint64_t rows)
 {
+    const uint32_t most = rows < MERGE_FEW_ROWS ? 128 : 32;
     uint32_t lanes = 1;
-    while (lanes < 128 && lanes < head_dim)
+    while (lanes < most && lanes < head_dim)
         lanes *= 2;
     return lanes;
 }
 
 /* What the merge kernel is built for; the plan cache's key. */
 typedef struct {
-    uint32_t part_dtype, dtype, head_dim, with_lse;
+    uint32_t part_dtype, dtype, head_dim, with_lse, lanes;
 } merge_build;
 
 /* Rows per work-group: 128 work-items where the rows are narrow, but at most 8 rows, whose parts'
@@ -41,7 +44,7 @@ static uint32_t rows_per_group(uint32_t lanes)
 static clflash_status make_merge_kernel(clflash_context *c, const void *arg, cl_kernel *kernel)
 {
     const merge_build *mb = arg;
-    const uint32_t lanes = merge_lanes(mb->head_dim);
+    const uint32_t lanes = mb->lanes;
     char defines[256];
     cl_program prog;
     cl_int err;
@@ -62,8 +65,9 @@ clflash_status clflash_enqueue_merge(clflash_context *c, const clflash_merge_pro
                                      cl_mem part_o, cl_mem part_lse, cl_mem o, cl_mem lse, cl_uint num_wait,
                                      const cl_event *wait, cl_event *done)
 {
-    const uint32_t lanes = merge_lanes(m->head_dim);
-    const merge_build mb = {(uint32_t)m->part_dtype, (uint32_t)m->dtype, m->head_dim, lse != NULL};
+    const cl_ulong rows = (cl_ulong)m->batch * m->heads * m->seq;
+    const uint32_t lanes = merge_lanes(m->head_dim, rows);
+    const merge_build mb = {(uint32_t)m->part_dtype, (uint32_t)m->dtype, m->head_dim, lse != NULL, lanes};
     cl_kernel kernel;
     clflash_plan_entry *entry;
     cl_int err;
@@ -71,7 +75,6 @@ clflash_status clflash_enqueue_merge(clflash_context *c, const clflash_merge_pro
                                               make_merge_kernel, &mb, &kernel, &entry);
     if (st != CLFLASH_SUCCESS)
         return st;
-    const cl_ulong rows = (cl_ulong)m->batch * m->heads * m->seq;
     const cl_uint parts = m->parts, heads = m->heads, seq = m->seq;
     const cl_ulong lay[10] = {m->part_o.offset, m->part_o.batch_stride, m->part_o.head_stride, m->part_o.seq_stride,
                               m->part_o_stride,  m->part_lse_stride,     m->o.offset,           m->o.batch_stride,
