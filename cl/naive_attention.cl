@@ -1,6 +1,6 @@
 /*
  * naive_attention.cl - the seeds' baseline: attention that materializes the score matrix.
- * The host prepends common.cl and enqueues three kernels per group of heads:
+ * The host prepends common.cl and enqueues three kernels per group of heads, then one naive_store:
  *   naive_scores   S = scale * Q K^T, then softcap, bias and ALiBi; keys a query does not see
  *                  (causal, window, key padding: common.cl's visible_keys) are -INFINITY. S is
  *                  stored in the output type in a temporary [heads][seq_q][seq_k] buffer: the
@@ -8,11 +8,10 @@
  *   naive_softmax  reads each S row twice (max and sum, then normalise) and writes P over it;
  *   naive_pv       O = P V / rowsum(P): dividing by the sum of the stored P undoes its rounding
  *                  in f16 or bf16 (which could otherwise push O = 65504 to infinity).
- * naive_softmax and naive_pv take the call's abort flag as their last argument: the host sets it
- * (before any kernel of the call can start) only when a later enqueue of the same call failed, and
- * then their stores to caller buffers (lse, O) are skipped, so a failed call writes no caller buffer
- * (see lib/naive.c). They still run to the end: an early return before their barriers is not
- * something every OpenCL implementation compiles correctly (PoCL 3.1 wrote out of bounds).
+ * naive_softmax and naive_pv write the call's own temporaries (lse and O, contiguous); one
+ * naive_store at the end copies them to the caller's lse and O. It is the only command of a call
+ * that writes a caller buffer, and the host enqueues it only once every command before it was
+ * enqueued, so a failed call writes no caller buffer (see lib/naive.c).
  * The two products are 16x16 tiled matrix products through local memory (TS = 16): every
  * work-item loads one element of each tile, B1 makes the tiles complete before they are read, and
  * B2 keeps the next load from overwriting a tile that is still being read.
@@ -72,7 +71,7 @@ naive_scores(__global const bits_t *q, __global const bits_t *k, __global out_t 
  * row; a tree in local memory combines them (a barrier after every level); then the row is
  * normalised in place. A row with no visible key gets P = 0 and lse = -INFINITY. */
 __kernel __attribute__((reqd_work_group_size(SOFTMAX_WG, 1, 1))) void
-naive_softmax(__global out_t *s, __global float *lse, uint seq_q, uint seq_k, uint bh0, __global const int *abort_flag)
+naive_softmax(__global out_t *s, __global float *lse, uint seq_q, uint seq_k, uint bh0)
 {
     __local float red_m[SOFTMAX_WG];
     __local float red_l[SOFTMAX_WG];
@@ -111,18 +110,17 @@ naive_softmax(__global out_t *s, __global float *lse, uint seq_q, uint seq_k, ui
     for (uint j = lid; j < seq_k; j += SOFTMAX_WG)
         store_o(row, j, row_sum == 0.0f ? 0.0f : exp(load_o(row, j) - row_max) * inv);
 #if WITH_LSE
-    if (lid == 0 && abort_flag[0] == 0)
+    if (lid == 0)
         lse[(ulong)(bh0 + hb) * seq_q + i] = row_sum == 0.0f ? -INFINITY : row_max + log(row_sum);
 #else
-    (void)abort_flag;
+    (void)lse;
 #endif
 }
 
 __kernel __attribute__((reqd_work_group_size(TS, TS, 1))) void
 naive_pv(__global const out_t *p, __global const bits_t *v, __global out_t *o, uint seq_q,
          uint seq_k, uint heads_q, uint group, uint bh0, ulong v_off, ulong v_bs, ulong v_hs,
-         ulong v_ss, ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss, float out_scale,
-         __global const int *abort_flag)
+         ulong v_ss, ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss, float out_scale)
 {
     __local float ps[TS][TS + 1];
     __local float vs[TS][TS + 1];
@@ -146,7 +144,30 @@ naive_pv(__global const out_t *p, __global const bits_t *v, __global out_t *o, u
         barrier(CLK_LOCAL_MEM_FENCE); /* B2 */
     }
     const uint i = i0 + ty, c = c0 + tx;
-    if (i < seq_q && c < HEAD_DIM && abort_flag[0] == 0)
+    if (i < seq_q && c < HEAD_DIM)
         store_o(o, tensor_index(o_off, o_bs, o_hs, o_ss, b, h, i) + c,
                 p_sum == 0.0f ? 0.0f : acc * (out_scale / p_sum));
+}
+
+/* The call's last command: its temporaries (O as [batch][heads][seq_q][HEAD_DIM] in the output
+ * type, lse as [batch][heads][seq_q]) copied to the caller's O (any layout) and lse, element for
+ * element (no rounding: the same type). A grid-stride loop over rows * HEAD_DIM elements. */
+__kernel void naive_store(__global const out_t *o_tmp, __global const float *lse_tmp, __global out_t *o,
+                          __global float *lse, uint heads_q, uint seq_q, ulong rows, ulong o_off, ulong o_bs,
+                          ulong o_hs, ulong o_ss)
+{
+    for (ulong e = get_global_id(0); e < rows * HEAD_DIM; e += get_global_size(0)) {
+        const ulong row = e / HEAD_DIM;
+        const uint c = (uint)(e % HEAD_DIM);
+        const uint i = (uint)(row % seq_q), h = (uint)(row / seq_q % heads_q), b = (uint)(row / seq_q / heads_q);
+        o[tensor_index(o_off, o_bs, o_hs, o_ss, b, h, i) + c] = o_tmp[e];
+#if WITH_LSE
+        if (c == 0)
+            lse[row] = lse_tmp[row];
+#endif
+    }
+#if !WITH_LSE
+    (void)lse_tmp;
+    (void)lse;
+#endif
 }

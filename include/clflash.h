@@ -206,9 +206,9 @@ typedef struct {
                               keep that rule */
 
 /* Wraps a caller's context and device. clflash retains ctx (and releases it on free), creates its
- * own in-order queue on dev (the one clflash_context_queue returns) and a second, private in-order
- * queue for the library's own small writes (since 0.4: the naive path's abort flag), and copies
- * opt (NULL = defaults). *out is set only on success.
+ * own in-order queue on dev (the one clflash_context_queue returns), and copies opt (NULL =
+ * defaults); 0.4 created a second, private queue for the naive path's abort flag, 0.5 does not.
+ * *out is set only on success.
  * Returns: CLFLASH_SUCCESS; CLFLASH_ERROR_INVALID_ARGUMENT (NULL ctx, dev or out);
  * CLFLASH_ERROR_INVALID_OPTIONS (an invalid struct_size, threads_per_row above 64, or build_options
  * longer than 4096 characters); CLFLASH_ERROR_UNSUPPORTED (options this library does not know are
@@ -529,9 +529,11 @@ CLFLASH_API clflash_status clflash_forward(clflash_context *c, const clflash_att
  * head: the dtype's, F32 or out_dtype for I8 input; as many heads at a time as fit the device's
  * maximum allocation), applies a row softmax in
  * place, then computes P V, each step a tiled kernel. The temporary is released once the work is
- * done. If one of its several enqueues fails, the kernels already enqueued are made to skip their
- * stores to O and lse (a 4-byte flag they read, set through a private queue of the context before
- * they may start), so the failed call writes no caller buffer and the caller's queue stays usable.
+ * done. Its kernels write O and lse to temporaries of the call, and one last kernel copies them to
+ * the caller's O and lse; it is enqueued only when every enqueue before it succeeded, so if one of
+ * the several enqueues fails, the kernels already enqueued still run but write only the
+ * temporaries: the failed call writes no caller buffer and the caller's queue stays usable (since
+ * 0.5; before, an abort flag set through a second queue, an ordering OpenCL does not promise).
  * Additional statuses: CLFLASH_ERROR_SCORE_MATRIX_TOO_LARGE when one head's S exceeds
  * CL_DEVICE_MAX_MEM_ALLOC_SIZE; CLFLASH_ERROR_UNSUPPORTED when the device's work-groups cannot
  * hold 256 work-items (the naive kernels' 16 x 16 tiles). */
@@ -734,15 +736,18 @@ typedef enum { CLFLASH_ALGO_FLASH = 1, CLFLASH_ALGO_NAIVE = 2 } clflash_algo;
  *    seeds' kv_passes; with CLFLASH_CAUSAL or CLFLASH_WINDOW only the key tiles each Q block sees;
  *    key_lengths are not known on the host and count as seq_k), a bias read once per score, lse
  *    not counted;
- *  - NAIVE (`block` ignored): Q, K, V read and O written once, plus the score matrix as
+ *  - NAIVE (`block` ignored): Q, K, V read once, O written twice and read once (its temporary,
+ *    then the caller's layout; since 0.5), plus the score matrix as
  *    clflash_forward_naive moves it: S written, read twice by the softmax (max and sum, then
  *    normalise), P written over it, and read once by P V: 5 * batch * heads_q * seq_q * seq_k * s',
  *    with s' the size of O's storage type (naive keeps S in it), and a bias read once per score.
  * Returns 0 for an invalid descriptor, algorithm or block, UINT64_MAX on overflow. */
 CLFLASH_API uint64_t clflash_traffic_bytes(const clflash_attention_desc *d, clflash_algo algo, uint32_t block);
 
-/* Device bytes clflash_forward_naive allocates for its score matrix on this context's device: one
- * head's seq_q * seq_k * s' (O's storage size) times the number of heads it processes at once. 0 for an invalid
+/* Device bytes clflash_forward_naive allocates on this context's device: its score matrix, one
+ * head's seq_q * seq_k * s' (O's storage size) times the number of heads it processes at once,
+ * plus (since 0.5) its temporary O (batch * heads_q * seq_q * head_dim * s') and lse
+ * (batch * heads_q * seq_q floats, counted whether or not lse is asked for). 0 for an invalid
  * context or descriptor, or when one head's matrix exceeds the device's maximum allocation. */
 CLFLASH_API uint64_t clflash_naive_workspace_bytes(const clflash_context *c, const clflash_attention_desc *d);
 

@@ -1,7 +1,7 @@
 /*
  * context.c - creating, inspecting and freeing a clflash_context around a caller's OpenCL context
- * and device: the device facts, two owned in-order queues (the one clflash_context_queue gives out
- * and a private control queue), the options, and the program cache's lock.
+ * and device: the device facts, the owned in-order queue clflash_context_queue gives out, the
+ * options, and the program cache's lock.
  *
  * Why separate: the context's lifetime rules (what is retained, what is owned, what a free
  * releases) are the library's ownership contract; they live in one place.
@@ -74,18 +74,10 @@ clflash_status clflash_context_create(cl_context ctx, cl_device_id dev, const cl
         free(c);
         return clflash_fail(err, "creating the command queue failed (is dev a device of ctx?)");
     }
-    c->control = clCreateCommandQueue(ctx, dev, 0, &err);
-    if (err != CL_SUCCESS) {
-        clReleaseCommandQueue(c->queue);
-        free(c->build_options);
-        free(c);
-        return clflash_fail(err, "creating the control queue failed");
-    }
     if (pthread_mutex_init(&c->lock, NULL) != 0 ||
         (pthread_mutex_init(&c->pool_lock, NULL) != 0 && (pthread_mutex_destroy(&c->lock), 1)) ||
         (pthread_mutex_init(&c->plan_lock, NULL) != 0 &&
          (pthread_mutex_destroy(&c->pool_lock), pthread_mutex_destroy(&c->lock), 1))) {
-        clReleaseCommandQueue(c->control);
         clReleaseCommandQueue(c->queue);
         free(c->build_options);
         free(c);
@@ -110,11 +102,9 @@ void clflash_context_free(clflash_context *c)
         return;
     c->magic = 0;
     clFinish(c->queue);
-    clFinish(c->control);
     clflash_scratch_pool_free(c);
     clflash_plan_cache_free(c);
     clflash_program_cache_free(c);
-    clReleaseCommandQueue(c->control);
     clReleaseCommandQueue(c->queue);
     clReleaseContext(c->ctx);
     pthread_mutex_destroy(&c->plan_lock);

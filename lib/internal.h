@@ -90,9 +90,6 @@ struct clflash_context {
     cl_context ctx;           /* retained */
     cl_device_id dev;
     cl_command_queue queue;   /* created and owned by the context, in-order */
-    cl_command_queue control; /* a second owned in-order queue that is never given out: the library's
-                                 own small writes that must not wait behind a caller's queue (the
-                                 naive path's abort flag) */
     clflash_device_info info;
     uint64_t local_mem_budget; /* min(device, option) */
     char *build_options;       /* the caller's extra options, "" if none */

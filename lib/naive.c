@@ -5,16 +5,15 @@
  * Why keep it: it is what naive attention does (the O(n^2) bytes written and read back that flash
  * avoids), and so the honest comparison for clflash-bench and a second opinion for the tests.
  * Each step is a tiled kernel (cl/naive_attention.cl); the steps are chained by events so the
- * order also holds on out-of-order queues, and all of them wait on one user event (the gate) that
- * the host completes once every enqueue has been tried.
+ * order also holds on out-of-order queues.
  *
- * A failed call writes no caller buffer: the kernels that store to one (softmax: lse; P V: O) read
- * the call's abort flag (a 4-byte buffer created as 0) and skip those stores when it is set. If an
- * enqueue fails part-way, the flag is set to 1 by a blocking write on the context's private control
- * queue while the gate still holds the enqueued kernels back, and only then is the gate completed,
- * so they run without writing anything but the score matrix. The gate is not failed with a
- * negative status: the OpenCL specification lets a terminated command leave the caller's queue and
- * context unusable. Only if that one write fails too is the gate set to -1, as the last resort.
+ * A failed call writes no caller buffer: the chunks' kernels write the call's own temporaries (O
+ * and lse), and one last kernel, naive_store, copies them to the caller's O and lse. It is enqueued
+ * only when every command before it was, so if an enqueue fails part-way the commands already
+ * enqueued still run but write only the temporaries, which are released after them. (An earlier
+ * design let the chunks write O and lse and, on a failure, set an abort flag that they read through
+ * a second queue while a user event held them back; OpenCL does not promise that order between two
+ * queues, and Intel's CPU runtime ran the kernels with the old flag.)
  */
 #include "internal.h"
 
@@ -24,7 +23,7 @@
 #define TILE 16
 
 typedef struct {
-    cl_kernel scores, softmax, pv;
+    cl_kernel scores, softmax, pv, store;
 } naive_kernels;
 
 static void release_kernels(naive_kernels *nk)
@@ -32,6 +31,8 @@ static void release_kernels(naive_kernels *nk)
     if (nk->scores) clReleaseKernel(nk->scores);
     if (nk->softmax) clReleaseKernel(nk->softmax);
     if (nk->pv) clReleaseKernel(nk->pv);
+    if (nk->store) clReleaseKernel(nk->store);
+    nk->scores = nk->softmax = nk->pv = nk->store = NULL;
 }
 
 static clflash_status make_kernels(clflash_context *c, const clflash_problem *p, int with_lse, naive_kernels *nk,
@@ -39,7 +40,7 @@ static clflash_status make_kernels(clflash_context *c, const clflash_problem *p,
 {
     char defines[512], features[256];
     cl_program prog;
-    cl_int e1, e2, e3;
+    cl_int e1, e2, e3, e4;
     clflash_status st;
     size_t wg = 256, kernel_wg = 0;
     if (c->info.max_work_group_size < TILE * TILE)
@@ -53,9 +54,10 @@ static clflash_status make_kernels(clflash_context *c, const clflash_problem *p,
         nk->scores = clCreateKernel(prog, "naive_scores", &e1);
         nk->softmax = clCreateKernel(prog, "naive_softmax", &e2);
         nk->pv = clCreateKernel(prog, "naive_pv", &e3);
-        if (e1 || e2 || e3) {
+        nk->store = clCreateKernel(prog, "naive_store", &e4);
+        if (e1 || e2 || e3 || e4) {
             release_kernels(nk);
-            return clflash_fail(e1 ? e1 : e2 ? e2 : e3, "creating the naive kernels failed");
+            return clflash_fail(e1 ? e1 : e2 ? e2 : e3 ? e3 : e4, "creating the naive kernels failed");
         }
         if ((e1 = clGetKernelWorkGroupInfo(nk->softmax, c->dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof kernel_wg,
                                            &kernel_wg, NULL)) != CL_SUCCESS) {
@@ -65,7 +67,6 @@ static clflash_status make_kernels(clflash_context *c, const clflash_problem *p,
         if (kernel_wg >= wg || wg == 1)
             break;
         release_kernels(nk); /* the softmax kernel runs fewer items here: rebuild it narrower */
-        nk->scores = nk->softmax = nk->pv = NULL;
         wg /= 2;
     }
     *softmax_wg = wg;
@@ -90,11 +91,9 @@ clflash_status clflash_forward_naive(clflash_context *c, const clflash_attention
     naive_kernels nk = {0};
     size_t softmax_wg = 0;
     uint64_t per_head, total, chunk;
-    cl_mem s = NULL, abort_flag = NULL;
+    cl_mem s = NULL, o_tmp = NULL, lse_tmp = NULL;
     cl_int err = CL_SUCCESS;
-    cl_int go = 0;
-    cl_event prev = NULL, gate = NULL;
-    cl_event *first_wait = NULL;
+    cl_event prev = NULL;
 
     clflash_clear_detail();
     if ((st = clflash_validate_call(c, d, queue, q, k, v, o, lse, num_wait, wait, &p, &qu)) != CLFLASH_SUCCESS)
@@ -106,40 +105,26 @@ clflash_status clflash_forward_naive(clflash_context *c, const clflash_attention
         return clflash_fail(CLFLASH_ERROR_SCORE_MATRIX_TOO_LARGE,
                             "one head's score matrix needs %llu bytes; the device's largest allocation is %llu",
                             (unsigned long long)per_head, (unsigned long long)c->info.max_alloc_size);
+    const uint64_t rows = total * p.seq_q, o_bytes = rows * p.head_dim * p.out_elem_size;
+    if (o_bytes > c->info.max_alloc_size)
+        return clflash_fail(CLFLASH_ERROR_SCORE_MATRIX_TOO_LARGE,
+                            "the naive path's temporary O needs %llu bytes; the device's largest allocation is %llu",
+                            (unsigned long long)o_bytes, (unsigned long long)c->info.max_alloc_size);
 
     if ((st = make_kernels(c, &p, lse != NULL, &nk, &softmax_wg)) != CLFLASH_SUCCESS)
         return st;
     s = clCreateBuffer(c->ctx, CL_MEM_READ_WRITE, (size_t)(chunk * per_head), NULL, &err);
+    if (err == CL_SUCCESS)
+        o_tmp = clCreateBuffer(c->ctx, CL_MEM_READ_WRITE, (size_t)o_bytes, NULL, &err);
+    if (err == CL_SUCCESS && lse != NULL)
+        lse_tmp = clCreateBuffer(c->ctx, CL_MEM_READ_WRITE, (size_t)(rows * sizeof(float)), NULL, &err);
     if (err != CL_SUCCESS) {
+        if (o_tmp) clReleaseMemObject(o_tmp);
+        if (s) clReleaseMemObject(s);
         release_kernels(&nk);
-        return clflash_fail(err, "allocating the %llu-byte score matrix failed", (unsigned long long)(chunk * per_head));
+        return clflash_fail(err, "allocating the naive path's score matrix (%llu bytes) or its temporaries failed",
+                            (unsigned long long)(chunk * per_head));
     }
-    abort_flag = clCreateBuffer(c->ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof go, &go, &err);
-    if (err != CL_SUCCESS) {
-        clReleaseMemObject(s);
-        release_kernels(&nk);
-        return clflash_fail(err, "allocating the naive path's abort flag failed");
-    }
-    /* The kernels wait on the gate, completed below once every enqueue has been tried (see the top
-     * of the file for what happens when one fails). The gate is created after the wait list, so
-     * that no early return releases a user event that was never completed. That used to happen
-     * when the wait list's allocation failed, and on the H200 alloc_faults hung right after the
-     * naive path's heap walk, whose only such failure that was; nothing waited on the event, but
-     * NVIDIA's driver may still wait for it when the context is finished or released. */
-    if ((first_wait = malloc(sizeof(cl_event) * (num_wait + 1))) == NULL)
-        err = CLFLASH_ERROR_OUT_OF_HOST_MEMORY;
-    else
-        gate = clCreateUserEvent(c->ctx, &err);
-    if (err != CL_SUCCESS) {
-        free(first_wait);
-        clReleaseMemObject(abort_flag);
-        clReleaseMemObject(s);
-        release_kernels(&nk);
-        return clflash_fail(err, "creating the naive path's start event or its wait list failed");
-    }
-    for (cl_uint i = 0; i < num_wait; i++)
-        first_wait[i] = wait[i];
-    first_wait[num_wait] = gate;
 
     {
         const cl_uint seq_q = p.seq_q, seq_k = p.seq_k, heads_q = p.heads_q, group = p.group;
@@ -147,16 +132,24 @@ clflash_status clflash_forward_naive(clflash_context *c, const clflash_attention
         const cl_ulong ql[4] = {p.q.offset, p.q.batch_stride, p.q.head_stride, p.q.seq_stride};
         const cl_ulong kl[4] = {p.k.offset, p.k.batch_stride, p.k.head_stride, p.k.seq_stride};
         const cl_ulong vl[4] = {p.v.offset, p.v.batch_stride, p.v.head_stride, p.v.seq_stride};
+        /* P V writes the temporary O: contiguous [batch][heads][seq_q][head_dim] */
+        const cl_ulong tl[4] = {0, (cl_ulong)p.heads_q * p.seq_q * p.head_dim, (cl_ulong)p.seq_q * p.head_dim,
+                                p.head_dim};
         const cl_ulong ol[4] = {p.o.offset, p.o.batch_stride, p.o.head_stride, p.o.seq_stride};
+        const cl_ulong all_rows = rows;
         const clflash_arg score_args[] = {
             {sizeof(cl_mem), &q}, {sizeof(cl_mem), &k}, {sizeof(cl_mem), &s}, {sizeof(cl_uint), &seq_q},
             {sizeof(cl_uint), &seq_k}, {sizeof(cl_uint), &heads_q}, {sizeof(cl_uint), &group}};
         const clflash_arg softmax_args[] = {
-            {sizeof(cl_mem), &s}, {sizeof(cl_mem), lse ? &lse : NULL}, {sizeof(cl_uint), &seq_q},
+            {sizeof(cl_mem), &s}, {sizeof(cl_mem), lse_tmp ? &lse_tmp : NULL}, {sizeof(cl_uint), &seq_q},
             {sizeof(cl_uint), &seq_k}};
         const clflash_arg pv_args[] = {
-            {sizeof(cl_mem), &s}, {sizeof(cl_mem), &v}, {sizeof(cl_mem), &o}, {sizeof(cl_uint), &seq_q},
+            {sizeof(cl_mem), &s}, {sizeof(cl_mem), &v}, {sizeof(cl_mem), &o_tmp}, {sizeof(cl_uint), &seq_q},
             {sizeof(cl_uint), &seq_k}, {sizeof(cl_uint), &heads_q}, {sizeof(cl_uint), &group}};
+        const clflash_arg store_args[] = {
+            {sizeof(cl_mem), &o_tmp}, {sizeof(cl_mem), lse_tmp ? &lse_tmp : NULL}, {sizeof(cl_mem), &o},
+            {sizeof(cl_mem), lse ? &lse : NULL}, {sizeof(cl_uint), &heads_q}, {sizeof(cl_uint), &seq_q},
+            {sizeof(cl_ulong), &all_rows}};
         const size_t tile_local[3] = {TILE, TILE, 1}, softmax_local[3] = {softmax_wg, 1, 1};
 
         err = clflash_set_args(nk.scores, 0, score_args, 7);
@@ -167,13 +160,12 @@ clflash_status clflash_forward_naive(clflash_context *c, const clflash_attention
             err = clSetKernelArg(nk.scores, 9 + i, sizeof(cl_ulong), &ql[i]);
             if (!err) err = clSetKernelArg(nk.scores, 13 + i, sizeof(cl_ulong), &kl[i]);
             if (!err) err = clSetKernelArg(nk.pv, 8 + i, sizeof(cl_ulong), &vl[i]);
-            if (!err) err = clSetKernelArg(nk.pv, 12 + i, sizeof(cl_ulong), &ol[i]);
+            if (!err) err = clSetKernelArg(nk.pv, 12 + i, sizeof(cl_ulong), &tl[i]);
+            if (!err) err = clSetKernelArg(nk.store, 7 + i, sizeof(cl_ulong), &ol[i]);
         }
         if (!err) err = clflash_set_args(nk.softmax, 0, softmax_args, 4);
         if (!err) err = clflash_set_args(nk.pv, 0, pv_args, 7);
-        /* the abort flag is the last argument of the two kernels that write caller buffers */
-        if (!err) err = clSetKernelArg(nk.softmax, 5, sizeof(cl_mem), &abort_flag);
-        if (!err) err = clSetKernelArg(nk.pv, 17, sizeof(cl_mem), &abort_flag);
+        if (!err) err = clflash_set_args(nk.store, 0, store_args, 7);
 
         for (uint64_t bh0 = 0; !err && bh0 < total; bh0 += chunk) {
             const cl_uint first = (cl_uint)bh0;
@@ -186,7 +178,7 @@ clflash_status clflash_forward_naive(clflash_context *c, const clflash_attention
             if (!err) err = clSetKernelArg(nk.softmax, 4, sizeof(cl_uint), &first);
             if (!err) err = clSetKernelArg(nk.pv, 7, sizeof(cl_uint), &first);
             if (!err) err = prev ? enqueue(qu, nk.scores, g_scores, tile_local, 1, &prev, &e1)
-                                 : enqueue(qu, nk.scores, g_scores, tile_local, num_wait + 1, first_wait, &e1);
+                                 : enqueue(qu, nk.scores, g_scores, tile_local, num_wait, wait, &e1);
             if (!err) err = enqueue(qu, nk.softmax, g_softmax, softmax_local, 1, &e1, &e2);
             if (!err) err = enqueue(qu, nk.pv, g_pv, tile_local, 1, &e2, &e3);
             if (prev) clReleaseEvent(prev);
@@ -194,19 +186,22 @@ clflash_status clflash_forward_naive(clflash_context *c, const clflash_attention
             if (e2) clReleaseEvent(e2);
             prev = e3;
         }
+        /* the only command that writes the caller's buffers, enqueued only after all the others */
+        if (!err) {
+            const uint64_t n = rows * p.head_dim;
+            const size_t local = 256, most = (size_t)1 << 24;
+            const uint64_t groups = (n + local - 1) / local;
+            const size_t global = groups > most / local ? most : (size_t)(groups * local); /* a grid-stride loop */
+            cl_event e4 = NULL;
+            err = clEnqueueNDRangeKernel(qu, nk.store, 1, NULL, &global, &local, 1, &prev, &e4);
+            clReleaseEvent(prev);
+            prev = e4;
+        }
     }
-    {
-        const cl_int stop = 1;
-        cl_int gate_status = CL_COMPLETE;
-        if (err != CL_SUCCESS &&
-            clEnqueueWriteBuffer(c->control, abort_flag, CL_TRUE, 0, sizeof stop, &stop, 0, NULL, NULL) != CL_SUCCESS)
-            gate_status = -1; /* the flag could not be set: terminate what was enqueued instead */
-        clSetUserEventStatus(gate, gate_status);
-    }
-    clReleaseEvent(gate);
-    free(first_wait);
     release_kernels(&nk);
-    clReleaseMemObject(abort_flag); /* both freed by OpenCL once the enqueued kernels are done with them */
+    /* freed by OpenCL once the enqueued kernels are done with them */
+    if (lse_tmp) clReleaseMemObject(lse_tmp);
+    clReleaseMemObject(o_tmp);
     clReleaseMemObject(s);
     if (err != CL_SUCCESS) {
         if (prev) clReleaseEvent(prev);

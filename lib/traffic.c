@@ -1,6 +1,6 @@
 /*
  * traffic.c - the cost models: the global-memory bytes flash and naive attention must move for a
- * descriptor, and the device memory the naive path allocates for its score matrix.
+ * descriptor, and the device memory the naive path allocates for its score matrix and temporaries.
  *
  * Why: the seeds' claim is about memory movement, and clflash-bench prints these figures next to
  * the measured time so the claim can be checked against the device's bandwidth. The models count
@@ -77,6 +77,8 @@ uint64_t clflash_traffic_bytes(const clflash_attention_desc *d, clflash_algo alg
     if (algo == CLFLASH_ALGO_NAIVE) {
         kv = mul(mul(mul((uint64_t)p.batch * p.heads_kv, p.seq_k), p.head_dim), 2 * p.elem_size);
         total = add(q_o, kv);
+        /* O goes through a temporary: written there, read back, written to the caller's layout */
+        total = add(total, mul(2, mul(mul(mul(bh, p.seq_q), p.head_dim), p.out_elem_size)));
         return add(total, mul(5, mul(bh, clflash_score_matrix_bytes(p.seq_q, p.seq_k, p.out_elem_size))));
     }
     return 0;
@@ -104,6 +106,12 @@ uint64_t clflash_naive_workspace_bytes(const clflash_context *c, const clflash_a
     clflash_clear_detail();
     if (!ok)
         return 0;
-    return clflash_naive_heads_per_chunk(&p, c->info.max_alloc_size) *
-           clflash_score_matrix_bytes(p.seq_q, p.seq_k, p.out_elem_size);
+    const uint64_t chunk = clflash_naive_heads_per_chunk(&p, c->info.max_alloc_size);
+    if (chunk == 0)
+        return 0;
+    const uint64_t rows = (uint64_t)p.batch * p.heads_q * p.seq_q;
+    /* the score matrices of one chunk of heads, the temporary O and (with lse) the temporary lse */
+    return add(add(mul(chunk, clflash_score_matrix_bytes(p.seq_q, p.seq_k, p.out_elem_size)),
+                   mul(mul(rows, p.head_dim), p.out_elem_size)),
+               mul(rows, sizeof(float)));
 }
