@@ -92,6 +92,8 @@ struct clflash_context {
     cl_command_queue queue;   /* created and owned by the context, in-order */
     clflash_device_info info;
     uint64_t local_mem_budget; /* min(device, option) */
+    uint32_t local_report_factor; /* how many times the real static size CL_KERNEL_LOCAL_MEM_SIZE
+                                     reports (plan_common.c); 0 until measured, under lock */
     char *build_options;       /* the caller's extra options, "" if none */
     uint32_t threads_per_row;  /* 0 = tuned; else the caller's choice */
     int portable_only;         /* never a vendor kernel (option portable_only or CLFLASH_PORTABLE=1) */

@@ -111,6 +111,48 @@ uint32_t clflash_lds_stride(uint32_t head_dim, size_t elem_size)
     return words * per_word;
 }
 
+/* How many times a kernel's real static local memory the implementation reports as its
+ * CL_KERNEL_LOCAL_MEM_SIZE: 1 for most, 2 for Mesa's rusticl 22.3 on llvmpipe (measured there:
+ * 4096 to 32000 static bytes read 8192 to 64000, and kernels whose report exceeded the device's
+ * 32 KiB ran and gave the right results). Read from a probe kernel with a 1 KiB local array, once
+ * per context and only when needed (clflash_read_kernel_limits); 1 if the probe cannot be built. */
+#define PROBE_LOCAL_BYTES 1024u
+static uint32_t local_report_factor(clflash_context *c)
+{
+    const char *src = "__kernel void clflash_local_probe(__global float *o)\n"
+                                   "{\n"
+                                   "    __local float t[256];\n"
+                                   "    t[get_local_id(0) % 256] = (float)get_local_id(0);\n"
+                                   "    barrier(CLK_LOCAL_MEM_FENCE);\n"
+                                   "    o[get_global_id(0)] = t[(get_local_id(0) + 1) % 256];\n"
+                                   "}\n";
+    pthread_mutex_lock(&c->lock);
+    uint32_t factor = c->local_report_factor;
+    pthread_mutex_unlock(&c->lock);
+    if (factor != 0)
+        return factor;
+    factor = 1;
+    cl_int err;
+    cl_program prog = clCreateProgramWithSource(c->ctx, 1, &src, NULL, &err);
+    if (err == CL_SUCCESS && clBuildProgram(prog, 1, &c->dev, "", NULL, NULL) == CL_SUCCESS) {
+        cl_kernel k = clCreateKernel(prog, "clflash_local_probe", &err);
+        cl_ulong reported = 0;
+        if (err == CL_SUCCESS &&
+            clGetKernelWorkGroupInfo(k, c->dev, CL_KERNEL_LOCAL_MEM_SIZE, sizeof reported, &reported, NULL) ==
+                CL_SUCCESS &&
+            reported >= 2 * PROBE_LOCAL_BYTES && reported % PROBE_LOCAL_BYTES == 0 && reported <= 8 * PROBE_LOCAL_BYTES)
+            factor = (uint32_t)(reported / PROBE_LOCAL_BYTES);
+        if (err == CL_SUCCESS)
+            clReleaseKernel(k);
+        pthread_mutex_lock(&c->lock);
+        c->local_report_factor = factor;
+        pthread_mutex_unlock(&c->lock);
+    }
+    if (prog != NULL)
+        clReleaseProgram(prog);
+    return factor;
+}
+
 clflash_status clflash_read_kernel_limits(clflash_context *c, cl_kernel kernel, cl_ulong counted,
                                           cl_ulong *local_bytes, size_t *max_wg)
 {
@@ -120,6 +162,13 @@ clflash_status clflash_read_kernel_limits(clflash_context *c, cl_kernel kernel, 
         (err = clGetKernelWorkGroupInfo(kernel, c->dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof *max_wg, max_wg, NULL)) !=
             CL_SUCCESS)
         return clflash_fail(err, "clGetKernelWorkGroupInfo failed");
+    /* A report above the budget where clflash's own count fits may be an implementation's
+     * overstatement: divided by the factor a probe kernel shows (never below the count). */
+    if (*local_bytes > c->local_mem_budget && counted <= c->local_mem_budget) {
+        const uint32_t factor = local_report_factor(c);
+        if (factor > 1)
+            *local_bytes /= factor;
+    }
     if (*local_bytes < counted)
         *local_bytes = counted;
     return CLFLASH_SUCCESS;

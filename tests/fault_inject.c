@@ -419,6 +419,31 @@ cl_int __wrap_clEnqueueNDRangeKernel(cl_command_queue qu, cl_kernel k, cl_uint d
     return err;
 }
 
+/* CL_KERNEL_LOCAL_MEM_SIZE scaled by fi_scale_kernel_local (an implementation that reports its
+ * kernels' local memory wrong, as Mesa's rusticl 22.3 reports twice the static size). */
+static cl_ulong local_report_factor = 1;
+
+void fi_scale_kernel_local(unsigned factor)
+{
+    pthread_mutex_lock(&lock);
+    local_report_factor = factor ? factor : 1;
+    pthread_mutex_unlock(&lock);
+}
+
+cl_int __real_clGetKernelWorkGroupInfo(cl_kernel k, cl_device_id dev, cl_kernel_work_group_info name, size_t size,
+                                       void *value, size_t *size_ret);
+cl_int __wrap_clGetKernelWorkGroupInfo(cl_kernel k, cl_device_id dev, cl_kernel_work_group_info name, size_t size,
+                                       void *value, size_t *size_ret)
+{
+    const cl_int err = __real_clGetKernelWorkGroupInfo(k, dev, name, size, value, size_ret);
+    if (err == CL_SUCCESS && name == CL_KERNEL_LOCAL_MEM_SIZE && value != NULL && size >= sizeof(cl_ulong)) {
+        pthread_mutex_lock(&lock);
+        *(cl_ulong *)value *= local_report_factor;
+        pthread_mutex_unlock(&lock);
+    }
+    return err;
+}
+
 long fi_cl_created(fi_cl_kind kind)
 {
     pthread_mutex_lock(&lock);

@@ -54,6 +54,10 @@ long fi_cl_live(fi_cl_kind kind);
 /* All kinds summed, and a "mem 0, kernel 1, ..." description into buf. */
 long fi_cl_live_total(char *buf, size_t n);
 
+/* Makes every wrapped clGetKernelWorkGroupInfo(CL_KERNEL_LOCAL_MEM_SIZE) report `factor` times the
+ * real value (1 = as it is), as Mesa's rusticl does with 2. */
+void fi_scale_kernel_local(unsigned factor);
+
 /* Makes the next `first_n` wrapped clEnqueueNDRangeKernel calls (-1: all of them, 0: none)
  * return `err` without launching, as a device that refuses a kernel at enqueue would, and restarts
  * the count of launches that fi_ndrange_calls returns. Independent of fi_arm. */

@@ -34,7 +34,7 @@ set(FAULT_INJECT_WRAPPED
   clRetainKernel clReleaseKernel clRetainEvent clReleaseEvent
   clEnqueueReadBuffer clEnqueueWriteBuffer clEnqueueReadBufferRect clEnqueueWriteBufferRect
   clEnqueueFillBuffer clEnqueueCopyBuffer clEnqueueMarkerWithWaitList clEnqueueBarrierWithWaitList
-  clEnqueueNDRangeKernel)
+  clEnqueueNDRangeKernel clGetKernelWorkGroupInfo)
 set(FAULT_INJECT_WRAP_OPTIONS "")
 foreach(_sym IN LISTS FAULT_INJECT_WRAPPED)
   list(APPEND FAULT_INJECT_WRAP_OPTIONS "LINKER:--wrap=${_sym}")

@@ -771,6 +771,40 @@ START_TEST(refused_launches_give_up)
 }
 END_TEST
 
+/* ---- an implementation that overstates its kernels' local memory ------------------------------ */
+
+/* Mesa's rusticl 22.3 reports twice each kernel's static local memory as CL_KERNEL_LOCAL_MEM_SIZE;
+ * here every report is doubled and the budget is 32 KiB (llvmpipe's): the forward and backward
+ * plans must be those of the true reports (before, the backward fell from B = 32 to 8), and the
+ * forward must still give the right result. */
+START_TEST(doubled_local_report)
+{
+    const clflash_attention_desc d = th_desc(1, 2, 1, 37, 41, 64, CLFLASH_F32, CLFLASH_CAUSAL);
+    clflash_context_options opt = {.struct_size = sizeof opt};
+    opt.local_mem_budget = 32768;
+    clflash_plan want_f = {.struct_size = sizeof want_f}, want_b = want_f, got_f = want_f, got_b = want_f;
+    clflash_context *c = test_context(&opt);
+    ck_assert_int_eq(clflash_plan_attention(c, &d, &want_f), CLFLASH_SUCCESS);
+    ck_assert_int_eq(clflash_plan_backward(c, &d, &want_b), CLFLASH_SUCCESS);
+    clflash_context_free(c);
+    fi_scale_kernel_local(2);
+    c = test_context(&opt);
+    const clflash_status sf = clflash_plan_attention(c, &d, &got_f), sb = clflash_plan_backward(c, &d, &got_b);
+    if (sf == CLFLASH_SUCCESS && sb == CLFLASH_SUCCESS)
+        run_and_check(c, &d, TH_FLASH, 1, 1, 93);
+    fi_scale_kernel_local(1);
+    clflash_context_free(c);
+    ck_assert_int_eq(sf, CLFLASH_SUCCESS);
+    ck_assert_int_eq(sb, CLFLASH_SUCCESS);
+    ck_assert_msg(got_f.block == want_f.block && strcmp(got_f.kernel, want_f.kernel) == 0,
+                  "forward: B = %u (%s) with doubled reports, %u (%s) without", got_f.block, got_f.kernel,
+                  want_f.block, want_f.kernel);
+    ck_assert_msg(got_b.block == want_b.block && strcmp(got_b.kernel, want_b.kernel) == 0,
+                  "backward: B = %u (%s) with doubled reports, %u (%s) without", got_b.block, got_b.kernel,
+                  want_b.block, want_b.kernel);
+}
+END_TEST
+
 /* ---- what each test costs (contexts and builds are what a slow device pays for) ------------------ */
 static struct timespec cost_start;
 
@@ -806,6 +840,7 @@ static Suite *faults_suite(void)
     tcase_add_checked_fixture(tr, cost_setup, cost_report);
     tcase_add_test(tr, refused_launch_steps_block_down);
     tcase_add_loop_test(tr, refused_launches_give_up, 0, 3);
+    tcase_add_test(tr, doubled_local_report);
     suite_add_tcase(s, tr);
     return s;
 }
