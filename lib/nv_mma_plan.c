@@ -92,7 +92,7 @@ static uint32_t pack_for(const clflash_problem *p)
 #define NV_MIN_SPLIT_KEYS 256u
 
 /* How the work-group's query rows are laid out: `warps` warps of `m_tiles` 16-row slices each.
- * Measured on the H200 (n = 4096, f16; see README): 4 warps of 2 slices (128 rows) beat 3 to 8
+ * Measured on the H200 (n = 4096, f16; see docs/performance/h200.md): 4 warps of 2 slices (128 rows) beat 3 to 8
  * warps of one slice at d = 64 and 128, because each K or V fragment read from local memory then
  * feeds two mma instead of one. Few rows (`rows`: seq_q, times the packed heads) get fewer, so
  * that decoding (seq_q = 1) does not compute 127 rows of padding. CLFLASH_NV_WARPS and
