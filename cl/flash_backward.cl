@@ -62,7 +62,7 @@
  * The CPU path. PoCL runs a work-group as a loop over its work-items between barriers, one
  * work-item per row (TPR = 1, the CPU plan), and the steps above then cost more in barriers, in
  * per-work-item state kept across them and in scalar loads than in arithmetic. When the host
- * defines CLFLASH_CPU_PATH=1 (lib/backward_planner.c does for devices of type CPU) and TPR == 1
+ * defines CLFLASH_CPU_PATH=1 (lib/backward_plan.c does for devices of type CPU) and TPR == 1
  * and BLOCK is a multiple of 8, flash_backward_grads instead keeps its tiles as fp32 and has two
  * barriers per partner block. With HD8 = HEAD_DIM rounded up to a multiple of 8, its local arrays
  * (the same set for both kinds of group, used differently) are

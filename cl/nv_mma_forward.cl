@@ -97,7 +97,7 @@
 
 /* STAGES: K/V tiles in local memory, STAGES - 1 of them in flight while one is computed. 2 (double
  * buffering) unless the host asks for more: decoding, whose work-groups have little to compute per
- * tile, keeps more bytes in flight with deeper pipelines of smaller tiles (see nv_mma_plan.c). */
+ * tile, keeps more bytes in flight with deeper pipelines of smaller tiles (see nv_mma_forward_plan.c). */
 #ifndef STAGES
 #define STAGES 2
 #endif

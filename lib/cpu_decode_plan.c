@@ -2,7 +2,7 @@
  * cpu_decode_plan.c - plans the CPU decoding kernel (cl/flash_decode_cpu.cl): a forward with few
  * query rows per K/V head (decoding) on a device that takes the portable kernel's CPU path.
  *
- * Why separate from planner.c: the kernel has a shape of its own, one work-item per work-group
+ * Why separate from forward_plan.c: the kernel has a shape of its own, one work-item per work-group
  * holding every packed row (query x GQA head) of one K/V head, with no local memory, so its plan
  * has nothing to fit but the tile rule's B (the keys it takes per chunk, the CPU path's B).
  */

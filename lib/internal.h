@@ -268,7 +268,7 @@ CLFLASH_INTERNAL uint64_t clflash_block_cap(uint64_t b, uint64_t cap, const clfl
  * `fallback`. */
 CLFLASH_INTERNAL uint32_t clflash_env_u32(const char *name, uint32_t lo, uint32_t hi, uint32_t fallback);
 
-/* ---- planner.c ------------------------------------------------------------------------------ */
+/* ---- forward_plan.c ------------------------------------------------------------------------------ */
 typedef struct {
     clflash_plan plan;         /* plan.splits, plan.packed_heads and plan.workspace_bytes included */
     cl_kernel kernel;          /* created for this call; the caller releases it */
@@ -332,7 +332,7 @@ CLFLASH_INTERNAL void clflash_cached_kernel_done(clflash_context *c, clflash_pla
 /* Releases every entry (clflash_context_free). */
 CLFLASH_INTERNAL void clflash_plan_cache_free(clflash_context *c);
 
-/* ---- nv_mma_plan.c: the NVIDIA tensor-core forward (cl/nv_mma_forward.cl) ----------------------- */
+/* ---- nv_mma_forward_plan.c: the NVIDIA tensor-core forward (cl/nv_mma_forward.cl) ----------------------- */
 /* 1 if CLFLASH_PORTABLE is set to a value other than "" and "0". */
 CLFLASH_INTERNAL int clflash_env_portable_only(void);
 /* Why the tensor-core kernel cannot run p on c's device (a static string), or NULL if it can. */
@@ -373,7 +373,7 @@ CLFLASH_INTERNAL void clflash_forward_defines(const clflash_problem *p, int with
 CLFLASH_INTERNAL cl_int clflash_set_feature_args(cl_kernel k, cl_uint first, const clflash_problem *p,
                                                  int include_out_scale);
 
-/* ---- the backward pass (backward_planner.c, backward.c, backward_naive.c) ---------------------- */
+/* ---- the backward pass (backward_plan.c, backward.c, backward_naive.c) ---------------------- */
 /* CLFLASH_ERROR_UNSUPPORTED (with a detail naming it) if p asks for anything the backward kernels
  * do not implement (i8 storage, an out_dtype other than dtype; see clflash_backward in clflash.h). */
 CLFLASH_INTERNAL clflash_status clflash_check_backward_features(const clflash_problem *p);

@@ -2,12 +2,12 @@
  * nv_mma_backward_plan.c - decides whether a backward call's gradient kernel can run on NVIDIA's
  * tensor cores (cl/nv_mma_backward.cl), and plans and builds it.
  *
- * Why separate from backward_planner.c: the tensor-core kernel has the forward tensor-core
+ * Why separate from backward_plan.c: the tensor-core kernel has the forward tensor-core
  * kernel's eligibility rules (every feature included) plus its own register limit
  * (head_dim <= 128), and its own shape: B is
  * the streamed tile (query rows of a key group, keys of a query group) and obeys the backward rule
  * (4*B*d + 2*B*B) * s, while each work-group's own 16 * WARPS keys or queries (block_q) live in
- * registers. backward_planner.c plans the portable kernels first (their D kernel serves both, and
+ * registers. backward_plan.c plans the portable kernels first (their D kernel serves both, and
  * their gradient kernel is the fallback) and then asks here.
  */
 #include "internal.h"

@@ -1,6 +1,6 @@
 /*
- * plan_common.c - what the planners (planner.c and nv_mma_plan.c for the forward,
- * backward_planner.c for the backward) share: the valid block sizes, how to step down after a
+ * plan_common.c - what the planners (forward_plan.c and nv_mma_forward_plan.c for the forward,
+ * backward_plan.c for the backward) share: the valid block sizes, how to step down after a
  * refusal, how many lanes share a row, the bank-friendly row stride of a local tile, reading
  * what a built kernel really needs, filling in the plan they report, and reading the tuning
  * knobs from the environment.

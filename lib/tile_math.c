@@ -1,6 +1,7 @@
 /*
- * tile_math.c - the users' tile rule as pure functions: dtype sizes, the score matrix a naive
- * implementation materializes, one flash tile's bytes, and the largest B that fits a budget.
+ * tile_math.c - the users' tile rules as pure functions: dtype sizes, the score matrix a naive
+ * implementation materializes, one flash tile's bytes (the forward's (3*B*d + B*B) * s and the
+ * backward's (4*B*d + 2*B*B) * s), and the largest B that fits a budget under each.
  *
  * Why separate: these are the seeds' calculator. They need no device, are exact in 64-bit integer
  * arithmetic, saturate to UINT64_MAX instead of wrapping, and are what clflash-query prints.
@@ -44,27 +45,38 @@ uint64_t clflash_tile_bytes(uint64_t block, uint64_t head_dim, uint64_t bytes_pe
     return clflash_mul_sat(clflash_add_sat(qkv, scores), bytes_per_elem);
 }
 
-/* Whether B's tile fits the budget, in exact saturating arithmetic. */
-static int fits(uint64_t block, uint64_t head_dim, uint64_t bytes_per_elem, uint64_t budget)
+uint64_t clflash_backward_tile_bytes(uint64_t block, uint64_t head_dim, uint64_t bytes_per_elem)
 {
-    uint64_t t = clflash_tile_bytes(block, head_dim, bytes_per_elem);
+    const uint64_t blocks = clflash_mul_sat(clflash_mul_sat(4, block), head_dim);
+    const uint64_t squares = clflash_mul_sat(2, clflash_mul_sat(block, block));
+    return clflash_mul_sat(clflash_add_sat(blocks, squares), bytes_per_elem);
+}
+
+typedef uint64_t (*tile_rule)(uint64_t block, uint64_t head_dim, uint64_t bytes_per_elem);
+
+/* Whether B's tile fits the budget, in exact saturating arithmetic. */
+static int fits(tile_rule rule, uint64_t block, uint64_t head_dim, uint64_t bytes_per_elem, uint64_t budget)
+{
+    const uint64_t t = rule(block, head_dim, bytes_per_elem);
     return t != UINT64_MAX && t <= budget; /* a tile too large to count never fits */
 }
 
-uint64_t clflash_max_block(uint64_t local_mem_bytes, uint64_t head_dim, uint64_t bytes_per_elem)
+/* The largest B whose tile (sq * B*B + lin * d * B) * s fits the budget, as the rule computes it:
+ * the positive root of the quadratic, estimated in long double (no overflow for any input) and
+ * corrected with exact integer checks; then a multiple of 16, else 8, 4, 2 or 1, else 0. */
+static uint64_t largest_block(tile_rule rule, long double sq, long double lin, uint64_t local_mem_bytes,
+                              uint64_t head_dim, uint64_t bytes_per_elem)
 {
     static const uint64_t small[] = {8, 4, 2, 1};
     if (head_dim == 0 || bytes_per_elem == 0)
         return 0;
-    /* The largest B with B*B + 3*d*B <= budget/s is the positive root of the quadratic. Estimate it
-     * in long double (no overflow for any input), then correct it with exact integer checks. */
-    long double x = (long double)(local_mem_bytes / bytes_per_elem);
-    long double d3 = 3.0L * (long double)head_dim;
-    long double root = (sqrtl(d3 * d3 + 4.0L * x) - d3) / 2.0L;
+    const long double x = (long double)(local_mem_bytes / bytes_per_elem);
+    const long double c = lin * (long double)head_dim;
+    const long double root = (sqrtl(c * c + 4.0L * sq * x) - c) / (2.0L * sq);
     uint64_t b = root >= 18446744073709551615.0L ? UINT64_MAX : (uint64_t)root;
-    while (b > 0 && !fits(b, head_dim, bytes_per_elem, local_mem_bytes))
+    while (b > 0 && !fits(rule, b, head_dim, bytes_per_elem, local_mem_bytes))
         b--;
-    while (b < UINT64_MAX && fits(b + 1, head_dim, bytes_per_elem, local_mem_bytes))
+    while (b < UINT64_MAX && fits(rule, b + 1, head_dim, bytes_per_elem, local_mem_bytes))
         b++;
     if (b >= 16)
         return b - b % 16;
@@ -72,4 +84,14 @@ uint64_t clflash_max_block(uint64_t local_mem_bytes, uint64_t head_dim, uint64_t
         if (small[i] <= b)
             return small[i];
     return 0;
+}
+
+uint64_t clflash_max_block(uint64_t local_mem_bytes, uint64_t head_dim, uint64_t bytes_per_elem)
+{
+    return largest_block(clflash_tile_bytes, 1.0L, 3.0L, local_mem_bytes, head_dim, bytes_per_elem);
+}
+
+uint64_t clflash_backward_max_block(uint64_t local_mem_bytes, uint64_t head_dim, uint64_t bytes_per_elem)
+{
+    return largest_block(clflash_backward_tile_bytes, 2.0L, 4.0L, local_mem_bytes, head_dim, bytes_per_elem);
 }

@@ -8,16 +8,8 @@
  */
 #include "internal.h"
 
-/* a*b saturating at UINT64_MAX. */
-static uint64_t mul(uint64_t a, uint64_t b)
-{
-    return (a != 0 && b > UINT64_MAX / a) ? UINT64_MAX : a * b;
-}
-
-static uint64_t add(uint64_t a, uint64_t b)
-{
-    return b > UINT64_MAX - a ? UINT64_MAX : a + b;
-}
+#define mul clflash_mul_sat /* saturating at UINT64_MAX (tile_math.c) */
+#define add clflash_add_sat
 
 /* The keys query i sees, [lo, hi), by the same rules as cl/common.cl's visible_keys (causal and
  * window; key lengths live on the device and are taken as seq_k here). */

@@ -1,5 +1,5 @@
 /*
- * planner.c - chooses the tile size B for a call, by the users' rule and then by the real kernel.
+ * forward_plan.c - chooses the tile size B for a call, by the users' rule and then by the real kernel.
  *
  * The rule: one tile holds a Q block, a K block, a V block and the B x B score block,
  * (3*B*d + B*B) * s bytes, and must fit the local memory (the device's, or the context's smaller

@@ -1,11 +1,11 @@
 /*
- * nv_mma_plan.c - decides whether a forward call can run on NVIDIA's tensor cores
+ * nv_mma_forward_plan.c - decides whether a forward call can run on NVIDIA's tensor cores
  * (cl/nv_mma_forward.cl), and plans and builds that kernel.
  *
- * Why separate from planner.c: the tensor-core kernel has its own eligibility rules (device,
+ * Why separate from forward_plan.c: the tensor-core kernel has its own eligibility rules (device,
  * dtype, head_dim up to 256) and its own shape constraints (B a multiple of 16, one warp per 16
  * query rows, head_dim padded to a multiple of 16, rows copied element by element where they are
- * not 16-byte aligned), while the tile rule is the same. planner.c asks
+ * not 16-byte aligned), while the tile rule is the same. forward_plan.c asks
  * here first and falls back to the portable kernel whenever this file says no.
  *
  * With few queries (decoding) it packs the query heads of a GQA group into one work-group's rows,

@@ -1,7 +1,7 @@
 /*
- * backward_planner.c - the backward tile rule and the choice of B for the backward kernels.
+ * backward_plan.c - the choice of B for the backward kernels.
  *
- * The rule: the backward kernels hold a Q, a K, a V and a dO block and the B x B probability and
+ * The rule (tile_math.c): the backward kernels hold a Q, a K, a V and a dO block and the B x B probability and
  * dS blocks, (4*B*d + 2*B*B) * s bytes, the same kind of count as the forward's (3*B*d + B*B) * s.
  * The planner takes the largest B that fits the local memory (the device's, or the context's
  * smaller budget), caps it by the device class's preference, the work-group limits and the
@@ -12,47 +12,10 @@
  */
 #include "internal.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 static const char variant_name[] = "flash_backward_portable";
-
-uint64_t clflash_backward_tile_bytes(uint64_t block, uint64_t head_dim, uint64_t bytes_per_elem)
-{
-    const uint64_t blocks = clflash_mul_sat(clflash_mul_sat(4, block), head_dim);
-    const uint64_t squares = clflash_mul_sat(2, clflash_mul_sat(block, block));
-    return clflash_mul_sat(clflash_add_sat(blocks, squares), bytes_per_elem);
-}
-
-static int fits(uint64_t block, uint64_t head_dim, uint64_t bytes_per_elem, uint64_t budget)
-{
-    const uint64_t t = clflash_backward_tile_bytes(block, head_dim, bytes_per_elem);
-    return t != UINT64_MAX && t <= budget;
-}
-
-uint64_t clflash_backward_max_block(uint64_t local_mem_bytes, uint64_t head_dim, uint64_t bytes_per_elem)
-{
-    static const uint64_t small[] = {8, 4, 2, 1};
-    if (head_dim == 0 || bytes_per_elem == 0)
-        return 0;
-    /* 2*B*B + 4*d*B <= budget/s: B = (sqrt(4d^2 + 2x) - 2d) / 2, estimated in long double and then
-     * corrected by exact integer checks. */
-    const long double x = (long double)(local_mem_bytes / bytes_per_elem);
-    const long double d2 = 2.0L * (long double)head_dim;
-    const long double root = (sqrtl(d2 * d2 + 2.0L * x) - d2) / 2.0L;
-    uint64_t b = root >= 18446744073709551615.0L ? UINT64_MAX : (uint64_t)root;
-    while (b > 0 && !fits(b, head_dim, bytes_per_elem, local_mem_bytes))
-        b--;
-    while (b < UINT64_MAX && fits(b + 1, head_dim, bytes_per_elem, local_mem_bytes))
-        b++;
-    if (b >= 16)
-        return b - b % 16;
-    for (size_t i = 0; i < sizeof small / sizeof small[0]; i++)
-        if (small[i] <= b)
-            return small[i];
-    return 0;
-}
 
 clflash_status clflash_check_backward_features(const clflash_problem *p)
 {
@@ -66,7 +29,7 @@ clflash_status clflash_check_backward_features(const clflash_problem *p)
 
 /* CPU devices take the gradient kernel's CPU path (fp32 tiles, float8 accumulators; see
  * cl/flash_backward.cl) when no build option names CLFLASH_CPU_PATH. Unlike the forward
- * (planner.c's cpu_path(), which obeys "=1" on any device), any mention of it in the caller's
+ * (forward_plan.c's cpu_path(), which obeys "=1" on any device), any mention of it in the caller's
  * build options leaves the choice to the kernel source: its own -D then wins, and this count of
  * local bytes is the portable path's, an over-count if the caller forced the CPU path. */
 static int cpu_path(const clflash_context *c, uint32_t block, uint32_t lanes)
