@@ -18,8 +18,8 @@
  *               rows that do not see key j are right;
  *      V[j][c] only: only column c of the rows that see key j is NaN.
  *    A NaN never turns into a finite value or into the "no key" answer (O = 0, lse = -inf).
- * Masking by a sliding window, key padding or a -inf bias comes with those features (issue 2);
- * their fully-masked rows belong here too once they exist.
+ * Rows that a sliding window, key padding or a -inf bias masks entirely are tested with those
+ * features (test_features.c, test_nv_mma.c).
  */
 #include "check_common.h"
 

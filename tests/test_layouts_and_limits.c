@@ -1,7 +1,7 @@
 /*
- * test_validation_gaps.c - the bad inputs of issue 6 that tests/test_validation.c does not already
- * cover, each refused with its own status before anything is enqueued, through every entry point
- * that takes it (plan, forward_host, forward, forward_naive, backward):
+ * test_layouts_and_limits.c - bad layouts, buffers and sizes that tests/test_validation.c does not
+ * already cover, each refused with its own status before anything is enqueued, through every
+ * entry point that takes it (plan, forward_host, forward, forward_naive, backward):
  *
  *  - O layouts whose heads (or batch entries) overlap while its rows do not, and, the other way,
  *    interleaved but disjoint O layouts ([b][s][h][d], gaps) that must be accepted and be right;
@@ -517,7 +517,7 @@ END_TEST
 
 static Suite *gaps_suite(void)
 {
-    Suite *s = suite_create("validation_gaps");
+    Suite *s = suite_create("layouts_and_limits");
     TCase *tl = tcase_create("layouts");
     tcase_set_timeout(tl, TEST_TIMEOUT_S);
     tcase_add_test(tl, o_overlaps_between_heads_and_batches);
