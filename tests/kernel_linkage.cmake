@@ -1,6 +1,8 @@
 # kernel_linkage.cmake - builds every kernel file with clang at -O0 (nothing inlined) to LLVM IR,
 # with define sets the planners produce, and fails if the IR declares a function it does not
-# define other than an OpenCL builtin (Itanium-mangled, "_Z..."). A helper written `inline`
+# define other than an OpenCL builtin (Itanium-mangled, "_Z..."); then builds each GPU path's
+# define set for three AMD targets and fails on a build error or more than 64 KiB of static
+# local memory. A helper written `inline`
 # without `static` is, under OpenCL C 1.2's C99 rules, an inline definition only: a compiler that
 # does not inline the call (clang's NVPTX back end at -O3 did, for dkdv_block; every clang back end
 # at -cl-opt-disable) leaves an undefined symbol that the device's linker rejects.
@@ -32,6 +34,8 @@ set(_cases
   "backward-gpu|spir64|flash_backward.cl|${_all} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D HEAD_DIM=8 -D BLOCK=8 -D TPR=2 -D LDS_STRIDE=10 -D T_STRIDE=9 -D P_STRIDE=9 -D ROWDOT_WG=64 -D CLFLASH_CPU_PATH=0"
   "bias-grad|spir64|bias_grad.cl|${_all} -D CLFLASH_DTYPE_BF16 -D HEAD_DIM=40 -D BCAST_BATCH=1 -D BCAST_HEADS=0 -D BCAST_ROWS=1"
 )
+# AMD targets the portable kernels are also built for: GCN (gfx906), CDNA 2 (gfx90a), RDNA 2 (gfx1030).
+set(_amd_targets gfx906 gfx90a gfx1030)
 set(_failed "")
 foreach(_case IN LISTS _cases)
   string(REPLACE "|" ";" _parts "${_case}")
@@ -71,6 +75,35 @@ foreach(_case IN LISTS _cases)
   else()
     message(STATUS "${_name}: every function it calls is defined or an OpenCL builtin")
   endif()
+  # The same source for AMD GPUs (clang's amdgcn back end at -O2, without a device library, so
+  # OpenCL builtins stay calls and register counts are not meaningful): it must build, and its
+  # static local memory (exact either way) must fit the 64 KiB of an AMD work-group.
+  set(_for_amd ${_amd_targets})
+  if(_name MATCHES "cpu") # define sets of the CPU paths, which only CPU devices run
+    set(_for_amd "")
+  endif()
+  foreach(_gfx IN LISTS _for_amd)
+    execute_process(COMMAND "${CLANG}" -x cl -target amdgcn-amd-amdhsa -mcpu=${_gfx} -nogpulib -O2 -S
+                            -Xclang -finclude-default-header ${_optlist} -o "${WORK}/linkage_${_name}_${_gfx}.s"
+                            "${_src}"
+      RESULT_VARIABLE _rc ERROR_VARIABLE _err OUTPUT_QUIET)
+    if(NOT _rc EQUAL 0)
+      string(APPEND _failed "  ${_name} for ${_gfx}: clang failed (${_rc}):\n${_err}\n")
+      continue()
+    endif()
+    file(STRINGS "${WORK}/linkage_${_name}_${_gfx}.s" _lds REGEX "\\.group_segment_fixed_size:")
+    set(_most 0)
+    foreach(_l IN LISTS _lds)
+      if(_l MATCHES "([0-9]+)" AND CMAKE_MATCH_1 GREATER _most)
+        set(_most "${CMAKE_MATCH_1}")
+      endif()
+    endforeach()
+    if(_most GREATER 65536)
+      string(APPEND _failed "  ${_name} for ${_gfx}: ${_most} bytes of local memory (above 64 KiB)\n")
+    else()
+      message(STATUS "${_name} for ${_gfx}: builds, ${_most} bytes of local memory")
+    endif()
+  endforeach()
 endforeach()
 if(_failed)
   message(FATAL_ERROR "kernel linkage:\n${_failed}")
