@@ -534,8 +534,8 @@ CLFLASH_API clflash_status clflash_forward(clflash_context *c, const clflash_att
  * the several enqueues fails, the kernels already enqueued still run but write only the
  * temporaries: the failed call writes no caller buffer and the caller's queue stays usable (since
  * 0.5; before, an abort flag set through a second queue, an ordering OpenCL does not promise).
- * Additional statuses: CLFLASH_ERROR_SCORE_MATRIX_TOO_LARGE when one head's S exceeds
- * CL_DEVICE_MAX_MEM_ALLOC_SIZE; CLFLASH_ERROR_UNSUPPORTED when the device's work-groups cannot
+ * Additional statuses: CLFLASH_ERROR_SCORE_MATRIX_TOO_LARGE when one head's S, or (since 0.5) the
+ * call's temporary O, exceeds CL_DEVICE_MAX_MEM_ALLOC_SIZE; CLFLASH_ERROR_UNSUPPORTED when the device's work-groups cannot
  * hold 256 work-items (the naive kernels' 16 x 16 tiles). */
 CLFLASH_API clflash_status clflash_forward_naive(clflash_context *c, const clflash_attention_desc *d,
                                                  cl_command_queue queue, cl_mem q, cl_mem k, cl_mem v,
