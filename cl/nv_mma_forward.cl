@@ -150,6 +150,177 @@ static inline void load_bias_tile(float2 dst[M_TILES][S_TILES][2], __global cons
 }
 #endif
 
+#ifndef FUSED_MERGE
+#define FUSED_MERGE 0
+#endif
+#if FUSED_MERGE && !SPLIT
+#error "FUSED_MERGE merges split parts"
+#endif
+#if FUSED_MERGE
+/* FUSED_MERGE: the split path's merge in the same launch. Each part's work-group, once its part is
+ * stored, makes its stores visible device-wide and takes a ticket for its query block; the one that
+ * draws the last ticket (every other part of the block is then stored) merges the block's parts into
+ * the caller's O and lse and sets the ticket back to 0, so the counters are all 0 again when the
+ * launch ends (the host creates them zeroed and never lets two launches share them). This saves
+ * the merge kernel's launch, which on the H200 cost as much as 10 us of a 50 us decode call. The
+ * arithmetic is merge_states.cl's, in its order, so both give the same bits for the same parts:
+ * top = max of the parts' lse, w_p = exp(lse_p - top) (0 for an empty part, whose O is not read),
+ * O = (sum_p w_p O_p) / sum_p w_p, lse = top + log(sum_p w_p); O = 0 and lse = -inf when every part
+ * is empty. The parts are read with ld.global.cg (from L2, past this SM's L1). */
+#define MERGE_VEC (D_REAL % 4 == 0 ? 4 : 1) /* columns per load: float4 where part rows allow */
+#define MERGE_GROUP 4        /* a work-item's items (runs of MERGE_VEC columns) merged side by side */
+#define MERGE_UNROLL_PARTS 4 /* parts whose loads go out together, for every item of a group */
+#ifndef WITH_OUT_LSE
+#define WITH_OUT_LSE 0 /* the caller's lse (every part has one: WITH_LSE) */
+#endif
+
+static inline void fence_device(void)
+{
+    __asm__ __volatile__("membar.gl;\n" ::: "memory");
+}
+
+static inline float load_l2(__global const float *p)
+{
+    float r;
+    __asm__ __volatile__("ld.global.cg.f32 %0, [%1];\n" : "=f"(r) : "l"((ulong)p) : "memory");
+    return r;
+}
+
+static inline float4 load_l2_4(__global const float *p)
+{
+    float4 r;
+    __asm__ __volatile__("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                         : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w)
+                         : "l"((ulong)p)
+                         : "memory");
+    return r;
+}
+
+static inline void store_out(__global ushort *o, ulong at, float x)
+{
+    o[at] = (ushort)(pack_pair(x, 0.0f) & 0xffffu);
+}
+
+/* Returns 1 in the work-group that merged (the block's last part), 0 in the others. `scratch`: local
+ * memory for BLOCK_Q * (n_splits + 1) floats, free to overwrite. parts_o: the parts' O (part p of
+ * packed row r of this block at parts_o + p * part_stride + packed_row_offset(r) + column), parts_lse
+ * the parts' lse (part p of row index i at parts_lse[p * rows_all + i]). */
+static inline void merge_block_parts(__global uint *ticket, __local uint *arrived, __local float *scratch, uint n_splits,
+                                     uint row0, uint rows_total, uint b, uint h0, uint heads_q, uint seq_q,
+                                     __global const float *parts_o, ulong part_stride, ulong p_hs, ulong p_ss,
+                                     __global const float *parts_lse, ulong rows_all, __global ushort *o,
+                                     ulong o_base, ulong o_hs, ulong o_ss, __global float *lse)
+{
+    fence_device(); /* this work-item's part stores, before the ticket */
+    barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
+    if (get_local_id(0) == 0)
+        *arrived = atomic_inc(ticket);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (*arrived != n_splits - 1)
+        return;
+    fence_device(); /* every other part's stores were fenced before its ticket */
+    if (get_local_id(0) == 0)
+        *ticket = 0; /* ready for the next launch */
+
+    const uint rows = min((uint)BLOCK_Q, rows_total - row0);
+    __local float *const w = scratch;                        /* [row][part]: the lse, then the weights */
+    __local float *const inv = scratch + BLOCK_Q * n_splits; /* [row]: 1 / sum */
+    for (uint e = get_local_id(0); e < rows * n_splits; e += THREADS) {
+        const uint r = row0 + e / n_splits, p = e % n_splits;
+        w[e] = load_l2(parts_lse + p * rows_all + ((ulong)b * heads_q + ROW_HEAD(h0, r)) * seq_q + ROW_QUERY(r));
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint r = get_local_id(0); r < rows; r += THREADS) {
+        __local float *const l = w + r * n_splits;
+        float top = -INFINITY;
+        for (uint p = 0; p < n_splits; p++)
+            top = fmax(top, l[p]);
+        const float ref = top == -INFINITY ? 0.0f : top;
+        float sum = 0.0f;
+        for (uint p = 0; p < n_splits; p++) {
+            const float wp = l[p] == -INFINITY ? 0.0f : exp(l[p] - ref); /* NaN for a NaN lse */
+            sum += wp;
+            l[p] = wp;
+        }
+        inv[r] = sum == 0.0f ? 0.0f : 1.0f / sum;
+#if WITH_OUT_LSE
+        const uint rr = row0 + r;
+        lse[((ulong)b * heads_q + ROW_HEAD(h0, rr)) * seq_q + ROW_QUERY(rr)] = sum == 0.0f ? -INFINITY : ref + log(sum);
+#endif
+    }
+#if !WITH_OUT_LSE
+    (void)lse;
+#endif
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    /* Items MERGE_GROUP at a time: item j of this work-item is e = id + j * THREADS, its row
+     * e / (D_REAL / MERGE_VEC) and MERGE_VEC columns from e % (D_REAL / MERGE_VEC). The loads of
+     * MERGE_UNROLL_PARTS parts for all of a group's items go out before any is used (one memory
+     * latency for MERGE_UNROLL_PARTS * MERGE_GROUP loads); the parts are summed in order. */
+    const uint per_row = D_REAL / MERGE_VEC, items = rows * per_row;
+    for (uint e0 = get_local_id(0); e0 < items; e0 += MERGE_GROUP * THREADS) {
+        float acc[MERGE_GROUP][MERGE_VEC];
+#pragma unroll
+        for (uint j = 0; j < MERGE_GROUP; j++)
+#pragma unroll
+            for (uint v = 0; v < MERGE_VEC; v++)
+                acc[j][v] = 0.0f;
+        for (uint p0 = 0; p0 < n_splits; p0 += MERGE_UNROLL_PARTS) {
+            float x[MERGE_UNROLL_PARTS][MERGE_GROUP][MERGE_VEC];
+#pragma unroll
+            for (uint u = 0; u < MERGE_UNROLL_PARTS; u++)
+#pragma unroll
+                for (uint j = 0; j < MERGE_GROUP; j++) {
+                    const uint e = e0 + j * THREADS, r = e / per_row;
+                    /* && stops before w for an item past the end: its row may be past the scratch */
+                    const int use = e < items && p0 + u < n_splits && w[r * n_splits + p0 + u] != 0.0f;
+                    __global const float *src = parts_o + (ulong)(p0 + u) * part_stride +
+                                                packed_row_offset(row0 + r, p_hs, p_ss) + e % per_row * MERGE_VEC;
+#if MERGE_VEC == 4
+                    const float4 y = use ? load_l2_4(src) : (float4)(0.0f);
+                    x[u][j][0] = y.x;
+                    x[u][j][1] = y.y;
+                    x[u][j][2] = y.z;
+                    x[u][j][3] = y.w;
+#else
+                    x[u][j][0] = use ? load_l2(src) : 0.0f;
+#endif
+                }
+#pragma unroll
+            for (uint u = 0; u < MERGE_UNROLL_PARTS; u++)
+#pragma unroll
+                for (uint j = 0; j < MERGE_GROUP; j++) {
+                    const uint e = e0 + j * THREADS;
+                    if (e >= items || p0 + u >= n_splits)
+                        continue;
+                    const float wp = w[e / per_row * n_splits + p0 + u];
+                    if (wp == 0.0f)
+                        continue; /* an empty part (or one whose weight underflows: it adds nothing) */
+#pragma unroll
+                    for (uint v = 0; v < MERGE_VEC; v++)
+                        acc[j][v] = fma(wp, x[u][j][v], acc[j][v]);
+                }
+        }
+#pragma unroll
+        for (uint j = 0; j < MERGE_GROUP; j++) {
+            const uint e = e0 + j * THREADS, r = e / per_row;
+            if (e >= items)
+                continue;
+            const ulong at = o_base + packed_row_offset(row0 + r, o_hs, o_ss) + e % per_row * MERGE_VEC;
+            const float s = inv[r];
+#if MERGE_VEC == 4 && NV_ALIGNED
+            *(__global uint2 *)(o + at) =
+                (uint2)(pack_pair(acc[j][0] * s, acc[j][1] * s), pack_pair(acc[j][2] * s, acc[j][3] * s));
+#else
+#pragma unroll
+            for (uint v = 0; v < MERGE_VEC; v++)
+                store_out(o, at + v, acc[j][v] * s);
+#endif
+        }
+    }
+}
+#endif
+
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1)))
 void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global const ushort *v,
                     __global ushort *o, __global float *lse, uint seq_q, uint seq_k, uint heads_q, uint group,
@@ -160,11 +331,19 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
                     ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss, uint win_left, uint win_right, float softcap,
                     float out_scale, __global const float *bias, ulong bias_off, ulong bias_bs, ulong bias_hs,
                     ulong bias_rs, __global const float *alibi, __global const int *key_lens, uint n_splits,
-                    uint split_keys)
+                    uint split_keys
+#if FUSED_MERGE
+                    , __global uint *tickets, __global ushort *o_out, __global float *lse_out, ulong out_off,
+                    ulong out_bs, ulong out_hs, ulong out_ss
+#endif
+                    )
 {
     /* uint4 elements: cp.async and ldmatrix need 16-byte aligned rows */
     __local uint4 tiles_words[LOCAL_ROWS * ROW_STRIDE / 8];
     __local ushort *const tiles = (__local ushort *)tiles_words;
+#if FUSED_MERGE
+    __local uint arrived; /* the block's ticket, as drawn by work-item 0 */
+#endif
     /* Stage u (0 .. STAGES - 1) holds a K tile at rows 2u BLOCK and its V tile at rows (2u + 1) BLOCK. */
 
     const uint lane = get_local_id(0) % 32, warp = get_local_id(0) / 32;
@@ -234,6 +413,10 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
         const long end = (long)q_last + shift + 1;
         key_end = end <= 0 ? 0u : (uint)min(end, (long)key_len);
     }
+#endif
+#if FUSED_MERGE
+    __global const float *const parts_lse = lse; /* part 0's, before split_part moves lse to this part's */
+    const ulong parts_o_off = o_off;
 #endif
     split_part(n_splits, split_keys, heads_q, seq_q, &key_begin, &key_end, &o_off, &lse);
     const uint n_tiles = (key_end - key_begin + BLOCK - 1) / BLOCK;
@@ -581,6 +764,18 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
 #endif
         }
     }
+#if FUSED_MERGE
+    {
+        const uint n_q = get_num_groups(0) / n_splits;
+        const ulong rows_all = (ulong)get_num_groups(2) * heads_q * seq_q;
+        barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the tiles: they become the merge's scratch */
+        merge_block_parts(tickets + ((ulong)b * get_num_groups(1) + hg) * n_q + row0 / BLOCK_Q, &arrived,
+                          (__local float *)tiles_words, n_splits, row0, rows_total, b, h0, heads_q, seq_q,
+                          (__global const float *)o + parts_o_off + (ulong)b * o_bs + (ulong)h0 * o_hs,
+                          rows_all * D_REAL, o_hs, o_ss, parts_lse, rows_all, o_out,
+                          out_off + (ulong)b * out_bs + (ulong)h0 * out_hs, out_hs, out_ss, lse_out);
+    }
+#endif
 #else
     /* O: registers -> local (this warp's rows) -> 16-byte coalesced stores. */
     barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the last tile */

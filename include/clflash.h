@@ -382,7 +382,9 @@ typedef struct {
                                     heads_q / heads_kv heads of one K/V head, which is then read
                                     once for all of them); 1 without packing */
     uint64_t workspace_bytes;    /* device scratch the call takes from the context's pool: the
-                                    splits' partial O (fp32) and lse; 0 without splits */
+                                    splits' partial O (fp32) and lse; 0 without splits (the
+                                    tensor-core kernel adds 4 bytes per query block, its merge
+                                    counters) */
 } clflash_plan;
 
 /* Decoding: GQA packing and split-KV (since 0.5; the forward only).
@@ -392,9 +394,11 @@ typedef struct {
  *    query heads of a K/V head, query-major (row r is query r / group of head r % group), and reads
  *    each K/V tile once for all of them. plan.block_q then counts those packed rows.
  *  - Split-KV (plan.splits): the keys are cut into parts of plan.block-aligned ranges, each part
- *    computed by its own work-groups into fp32 partial results (O and lse), which a second kernel
- *    merges exactly as clflash_merge_states does; the forward's lse is the merged one, the same up
- *    to rounding as without parts. d->num_splits forces the count (1: none; N: exactly N). With 0
+ *    computed by its own work-groups into fp32 partial results (O and lse), which are merged exactly
+ *    as clflash_merge_states does (the same bits for the same parts): on the tensor cores by the
+ *    last work-group of each query block to finish, in the same launch, where the block's weights
+ *    fit its local memory (else, and on the portable kernel, by a merge kernel launched after it);
+ *    the forward's lse is the merged one, the same up to rounding as without parts. d->num_splits forces the count (1: none; N: exactly N). With 0
  *    the planner's rule: let G be the work-groups the call would launch without parts (batch x
  *    heads (K/V heads when packed) x query blocks) and T = compute units x the kernel's target per
  *    unit (the tensor-core kernel 2, the portable GPU path 4, CPUs 2). If G >= T there is one part;
@@ -457,8 +461,9 @@ typedef struct {
  * within the budget (plan.block; at head_dim 128 in f16 and 48 KiB, B = 16).
  * For tuning, CLFLASH_NV_BLOCK (a cap on B, 16..64), CLFLASH_NV_WARPS (warps per work-group, 1..16),
  * CLFLASH_NV_MTILES (16-row slices per warp, 1..4) and CLFLASH_NV_STAGES (K/V tiles in local
- * memory, 2..8, where they fit) override the planner's choices when set to a decimal integer in
- * range (any other value is ignored); they are read at each plan.
+ * memory, 2..8, where they fit) override the planner's choices, and CLFLASH_NV_FUSED_MERGE=0 sends
+ * split parts to the merge kernel instead of merging them in the flash kernel's launch, when set to
+ * a decimal integer in range (any other value is ignored); they are read at each plan.
  *
  * The portable kernel has three paths. CPU devices take its CPU path ("flash_forward_portable");
  * every other device takes the register-tiled path "flash_forward_regtile": each work-item

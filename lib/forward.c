@@ -47,11 +47,38 @@ static cl_int set_flash_args(const clflash_flash_kernel *fk, const clflash_probl
     return err;
 }
 
+/* The flash kernels' argument count up to and including the split ones. */
+#define FLASH_ARGS (26 + CLFLASH_FEATURE_ARGS + 2)
+
 /* The parts' O as a [batch][heads_q][seq_q][head_dim] layout (the kernel adds a part's offset). */
 static clflash_strides parts_layout(const clflash_problem *p)
 {
     const uint64_t ss = p->head_dim, hs = (uint64_t)p->seq_q * ss, bs = (uint64_t)p->heads_q * hs;
     return (clflash_strides){0, bs, hs, ss};
+}
+
+/* The fused split path (fk->merge_tickets > 0): the kernel's arguments past the split ones are the
+ * block counters (a zeroed scratch buffer, which the kernel leaves zeroed), the caller's O and lse and
+ * O's layout; the one launch writes the parts and merges them into O and lse. */
+static cl_int enqueue_fused(clflash_context *c, const clflash_flash_kernel *fk, const clflash_problem *p,
+                            cl_command_queue qu, const size_t *global, const size_t *local, cl_mem o, cl_mem lse,
+                            cl_uint num_wait, const cl_event *wait, cl_event *flash_done, clflash_status *lib_status)
+{
+    clflash_scratch *tickets = NULL;
+    *lib_status = clflash_scratch_acquire_zeroed(c, clflash_mul_sat(fk->merge_tickets, sizeof(cl_uint)), qu, &tickets);
+    if (*lib_status != CLFLASH_SUCCESS)
+        return CL_SUCCESS;
+    cl_mem t = clflash_scratch_buffer(tickets);
+    const cl_ulong lay[4] = {p->o.offset, p->o.batch_stride, p->o.head_stride, p->o.seq_stride};
+    const clflash_arg args[] = {{sizeof(cl_mem), &t},           {sizeof(cl_mem), &o},
+                                {sizeof(cl_mem), lse ? &lse : NULL}, {sizeof(cl_ulong), &lay[0]},
+                                {sizeof(cl_ulong), &lay[1]},    {sizeof(cl_ulong), &lay[2]},
+                                {sizeof(cl_ulong), &lay[3]}};
+    cl_int err = clflash_set_args(fk->kernel, FLASH_ARGS, args, sizeof args / sizeof args[0]);
+    if (err == CL_SUCCESS)
+        err = clEnqueueNDRangeKernel(qu, fk->kernel, 3, NULL, global, local, num_wait, wait, flash_done);
+    clflash_scratch_release(c, tickets, err == CL_SUCCESS ? *flash_done : NULL, qu);
+    return err;
 }
 
 /* Enqueues the split path: the flash kernel into scratch parts, then their merge into o and lse. */
@@ -74,9 +101,13 @@ static cl_int enqueue_split(clflash_context *c, const clflash_flash_kernel *fk, 
         return CL_SUCCESS;
     }
     err = set_flash_args(fk, p, q, k, v, clflash_scratch_buffer(part_o), clflash_scratch_buffer(part_lse), &parts);
-    if (err == CL_SUCCESS)
+    if (fk->merge_tickets > 0) {
+        if (err == CL_SUCCESS)
+            err = enqueue_fused(c, fk, p, qu, global, local, o, lse, num_wait, wait, &flash_done, lib_status);
+    } else if (err == CL_SUCCESS) {
         err = clEnqueueNDRangeKernel(qu, fk->kernel, 3, NULL, global, local, num_wait, wait, &flash_done);
-    if (err == CL_SUCCESS) {
+    }
+    if (err == CL_SUCCESS && fk->merge_tickets == 0) {
         const clflash_merge_problem m = {fk->plan.splits, p->batch, p->heads_q, p->seq_q, p->head_dim,
                                          CLFLASH_F32, p->out_dtype, parts, p->o, rows * p->head_dim, rows};
         *lib_status = clflash_enqueue_merge(c, &m, qu, clflash_scratch_buffer(part_o), clflash_scratch_buffer(part_lse),
@@ -86,12 +117,14 @@ static cl_int enqueue_split(clflash_context *c, const clflash_flash_kernel *fk, 
     cl_event last = merge_done ? merge_done : flash_done;
     clflash_scratch_release(c, part_o, last, qu);
     clflash_scratch_release(c, part_lse, last, qu);
-    if (flash_done)
-        clReleaseEvent(flash_done);
     if (merge_done && done)
         *done = merge_done;
     else if (merge_done)
         clReleaseEvent(merge_done);
+    if (fk->merge_tickets > 0 && flash_done && done)
+        *done = flash_done; /* the fused kernel wrote O and lse itself */
+    else if (flash_done)
+        clReleaseEvent(flash_done);
     return err;
 }
 

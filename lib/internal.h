@@ -126,6 +126,12 @@ CLFLASH_INTERNAL clflash_status clflash_read_options(const clflash_context_optio
  * exceed the device's largest allocation, or CLFLASH_ERROR_OUT_OF_HOST_MEMORY). Thread-safe. */
 CLFLASH_INTERNAL clflash_status clflash_scratch_acquire(clflash_context *c, uint64_t bytes, cl_command_queue queue,
                                                         clflash_scratch **out);
+/* The same for a zeroed buffer (the fused split path's tickets): all zeros when created, and its
+ * users promise to leave it all zeros when their work completes; one whose last use failed (an
+ * event with a negative status) is zeroed again before it is handed out. Kept apart from the other
+ * buffers. */
+CLFLASH_INTERNAL clflash_status clflash_scratch_acquire_zeroed(clflash_context *c, uint64_t bytes,
+                                                               cl_command_queue queue, clflash_scratch **out);
 CLFLASH_INTERNAL cl_mem clflash_scratch_buffer(const clflash_scratch *s);
 /* Hands s back; it stays in use until `last_use` (the event of the last command enqueued on `queue`
  * that touches it, NULL if nothing was enqueued) completes. NULL s is a no-op. */
@@ -273,6 +279,8 @@ typedef struct {
     clflash_plan plan;         /* plan.splits, plan.packed_heads and plan.workspace_bytes included */
     cl_kernel kernel;          /* created for this call; the caller releases it */
     uint32_t split_keys;       /* keys per split, a multiple of plan.block (seq_k without splits) */
+    uint64_t merge_tickets;    /* > 0: the kernel merges its parts itself (the tensor-core kernel's
+                                  FUSED_MERGE) with this many zeroed counters; 0: the merge kernel does */
     clflash_plan_entry *entry; /* the plan cache's entry the kernel goes back to, NULL if none */
 } clflash_flash_kernel;
 

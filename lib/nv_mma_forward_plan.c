@@ -10,7 +10,8 @@
  *
  * With few queries (decoding) it packs the query heads of a GQA group into one work-group's rows,
  * so each K/V tile is read once for all of them, and splits the keys into parts (split-KV) when the
- * work-groups would not fill the device; cl/merge_states.cl then combines the parts.
+ * work-groups would not fill the device; the kernel's last part of each block then merges them
+ * (fused_merge_fits), or cl/merge_states.cl does where they do not fit.
  *
  * B obeys the users' rule, (3*B*d + B*B) * s <= budget, exactly like the portable kernel's, and
  * the built kernel's real local bytes must fit the budget too. The kernel keeps Q and the score
@@ -161,9 +162,21 @@ static uint32_t decode_block(const clflash_problem *p, uint32_t warps, uint32_t 
     return best;
 }
 
+/* Split-KV's merge in the flash kernel's own launch (its FUSED_MERGE: the last part of each query
+ * block to finish merges the block's parts) rather than in a merge kernel launched after it. Measured
+ * on the H200 (f16, d = 128, heads 32/8, 2026-12-01, see docs/performance/h200.md): the launch it saves
+ * cost up to 10 us of a 50 us decoding call. It needs the block's parts' weights in the kernel's local
+ * array (block_q * (splits + 1) floats); CLFLASH_NV_FUSED_MERGE=0 turns it off (developer tuning). */
+static int fused_merge_fits(const clflash_problem *p, uint32_t splits, uint32_t block, uint32_t block_q,
+                            uint32_t stages)
+{
+    return splits > 1 && clflash_env_u32("CLFLASH_NV_FUSED_MERGE", 0, 1, 1) == 1 &&
+           (uint64_t)block_q * (splits + 1u) * sizeof(float) <= counted_local_bytes(p, block, block_q, stages);
+}
+
 static clflash_status build(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t splits, uint32_t pack,
-                            uint32_t block, uint32_t warps, uint32_t m_tiles, uint32_t stages, cl_kernel *kernel,
-                            cl_ulong *local_bytes, size_t *max_wg)
+                            uint32_t block, uint32_t warps, uint32_t m_tiles, uint32_t stages, int fused,
+                            cl_kernel *kernel, cl_ulong *local_bytes, size_t *max_wg)
 {
     char defines[512], features[300];
     cl_program prog;
@@ -172,9 +185,9 @@ static clflash_status build(clflash_context *c, const clflash_problem *p, int wi
     clflash_forward_defines(p, with_lse, splits, pack, features, sizeof features);
     snprintf(defines, sizeof defines,
              "%s -D HEAD_DIM=%u -D D_REAL=%u -D NV_ALIGNED=%d -D BLOCK=%u -D WARPS=%u -D M_TILES=%u -D STAGES=%u "
-             "-D BIAS_PAIRS=%d",
+             "-D BIAS_PAIRS=%d -D FUSED_MERGE=%d -D WITH_OUT_LSE=%d",
              features, padded_dim(p), p->head_dim, clflash_nv_rows_aligned(p), block, warps, m_tiles, stages,
-             clflash_bias_pairs(p));
+             clflash_bias_pairs(p), fused, fused && with_lse);
     if ((st = clflash_get_program(c, CLFLASH_SOURCE_NV_MMA_FORWARD, defines, &prog)) != CLFLASH_SUCCESS)
         return st;
     *kernel = clCreateKernel(prog, KERNEL_NAME, &err);
@@ -221,8 +234,9 @@ clflash_status clflash_plan_nv_mma(clflash_context *c, const clflash_problem *p,
         const uint32_t stages = stages_for(p, warps, block, block_q, budget);
         if (counted_local_bytes(p, block, block_q, stages) > budget && p->block == 0)
             continue; /* cannot fit: no need to build it */
-        clflash_status st =
-            build(c, p, with_lse, splits, pack, block, warps, m_tiles, stages, &kernel, &local_bytes, &max_wg);
+        const int fused = fused_merge_fits(p, splits, block, block_q, stages);
+        clflash_status st = build(c, p, with_lse, splits, pack, block, warps, m_tiles, stages, fused, &kernel,
+                                  &local_bytes, &max_wg);
         if (st != CLFLASH_SUCCESS)
             return st;
         if (local_bytes <= budget && threads <= max_wg) {
@@ -231,6 +245,7 @@ clflash_status clflash_plan_nv_mma(clflash_context *c, const clflash_problem *p,
                               threads);
             out->plan.kv_passes = (rows + block_q - 1) / block_q;
             out->kernel = kernel;
+            out->merge_tickets = fused ? (uint64_t)p->batch * (p->heads_q / pack) * out->plan.kv_passes : 0;
             clflash_set_split(out, p, splits, pack);
             return CLFLASH_SUCCESS;
         }

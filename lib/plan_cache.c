@@ -29,7 +29,7 @@
 #define IDLE_KERNELS 4
 #define KNOB_CHARS 32
 #define MAX_ENTRIES 256
-#define N_KNOBS 5
+#define N_KNOBS 6
 
 typedef struct {
     uint32_t w[20];
@@ -47,7 +47,8 @@ struct clflash_plan_entry {
 };
 
 static const char *const knob_names[N_KNOBS] = {"CLFLASH_NV_WARPS", "CLFLASH_NV_MTILES", "CLFLASH_NV_BLOCK",
-                                                "CLFLASH_NV_STAGES", "CLFLASH_REGTILE"};
+                                                "CLFLASH_NV_STAGES", "CLFLASH_REGTILE",
+                                                "CLFLASH_NV_FUSED_MERGE"};
 
 /* 0 if a knob's value is too long to be a key (the call is then planned without the cache). */
 static int make_key(const clflash_problem *p, int with_lse, plan_key *k)

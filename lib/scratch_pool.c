@@ -14,6 +14,11 @@
  * enqueueing (OpenCL keeps a buffer alive until the commands that use it finish). All buffers are
  * released by clflash_context_free. One mutex of its own guards the list, so a program build
  * (under the context's other lock) never holds a call back here.
+ *
+ * Zeroed buffers (the tensor-core split path's tickets, which its kernel counts up and sets back to
+ * 0) are a kind of their own: created from zeros, never handed to a call that asks for the other
+ * kind (which would leave data in them), and recreated from zeros when their last use failed,
+ * since a launch that did not run to its end may have left a count behind.
  */
 #include "internal.h"
 
@@ -31,6 +36,7 @@ struct clflash_scratch {
     cl_command_queue busy_queue; /* the queue that work is on (retained), NULL when none */
     int taken;     /* held by a call that has not handed it back */
     int pooled;    /* 0: a call's own buffer, freed when handed back */
+    int zeroed;    /* the zeroed kind: all zeros whenever no work uses it */
 };
 
 /* 1 if q executes its commands in order (so work enqueued on it later runs after work before). */
@@ -60,13 +66,30 @@ static int finished(cl_event e)
     return status == CL_COMPLETE || status < 0;
 }
 
+/* 1 if e's work failed (it may have stopped anywhere). */
+static int failed(cl_event e)
+{
+    cl_int status = CL_QUEUED;
+    return clGetEventInfo(e, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL) == CL_SUCCESS &&
+           status < 0;
+}
+
+/* Creates s's buffer of at least `bytes`; all zeros (copied from a zeroed host block) for s->zeroed. */
 static clflash_status create_buffer(clflash_context *c, uint64_t bytes, clflash_scratch *s)
 {
     cl_int err;
+    void *zeros = NULL;
     s->bytes = (bytes + SIZE_STEP - 1) / SIZE_STEP * SIZE_STEP;
     if (s->bytes > c->info.max_alloc_size)
         s->bytes = bytes; /* the rounding must not make a possible allocation impossible */
-    s->buf = clCreateBuffer(c->ctx, CL_MEM_READ_WRITE, (size_t)s->bytes, NULL, &err);
+    if (s->zeroed && (zeros = calloc(1, (size_t)s->bytes)) == NULL) {
+        s->buf = NULL;
+        return clflash_fail(CLFLASH_ERROR_OUT_OF_HOST_MEMORY, "allocating %llu zero bytes failed",
+                            (unsigned long long)s->bytes);
+    }
+    s->buf = clCreateBuffer(c->ctx, CL_MEM_READ_WRITE | (zeros ? CL_MEM_COPY_HOST_PTR : 0), (size_t)s->bytes, zeros,
+                            &err);
+    free(zeros);
     if (err != CL_SUCCESS) {
         s->buf = NULL;
         return clflash_fail(err, "creating a %llu-byte scratch buffer failed", (unsigned long long)s->bytes);
@@ -74,8 +97,8 @@ static clflash_status create_buffer(clflash_context *c, uint64_t bytes, clflash_
     return CLFLASH_SUCCESS;
 }
 
-clflash_status clflash_scratch_acquire(clflash_context *c, uint64_t bytes, cl_command_queue queue,
-                                       clflash_scratch **out)
+static clflash_status acquire(clflash_context *c, uint64_t bytes, int zeroed, cl_command_queue queue,
+                              clflash_scratch **out)
 {
     clflash_scratch *best = NULL, *idle_small = NULL;
     int entries = 0;
@@ -88,20 +111,21 @@ clflash_status clflash_scratch_acquire(clflash_context *c, uint64_t bytes, cl_co
     pthread_mutex_lock(&c->pool_lock);
     for (clflash_scratch *s = c->scratch; s; s = s->next) {
         entries++;
-        if (s->taken)
+        if (s->taken || s->zeroed != zeroed)
             continue;
         /* the marker of the last use stays until a call that uses the buffer replaces it */
         const int idle = s->busy == NULL || finished(s->busy);
         if (!idle && !(ordered && s->busy_queue == queue))
             continue; /* in use by work this call's commands would not wait for */
-        if (s->bytes >= bytes) {
+        const int dirty = zeroed && s->busy != NULL && failed(s->busy); /* counts may be left in it */
+        if (s->bytes >= bytes && !dirty) {
             if (best == NULL || s->bytes < best->bytes)
                 best = s;
         } else if (idle_small == NULL && idle) {
             idle_small = s;
         }
     }
-    if (best == NULL && idle_small != NULL) { /* grow an idle buffer that is too small */
+    if (best == NULL && idle_small != NULL) { /* grow (or zero again) an idle buffer */
         clReleaseMemObject(idle_small->buf);
         idle_small->buf = NULL;
         if ((st = create_buffer(c, bytes, idle_small)) != CLFLASH_SUCCESS) {
@@ -119,7 +143,7 @@ clflash_status clflash_scratch_acquire(clflash_context *c, uint64_t bytes, cl_co
         clflash_scratch *s = calloc(1, sizeof *s);
         if (s == NULL) {
             st = clflash_fail(CLFLASH_ERROR_OUT_OF_HOST_MEMORY, "allocating a scratch entry failed");
-        } else if ((st = create_buffer(c, bytes, s)) != CLFLASH_SUCCESS) {
+        } else if ((s->zeroed = zeroed, st = create_buffer(c, bytes, s)) != CLFLASH_SUCCESS) {
             free(s);
         } else {
             s->pooled = entries < POOL_ENTRIES;
@@ -135,6 +159,18 @@ clflash_status clflash_scratch_acquire(clflash_context *c, uint64_t bytes, cl_co
     pthread_mutex_unlock(&c->pool_lock);
     *out = best;
     return st;
+}
+
+clflash_status clflash_scratch_acquire(clflash_context *c, uint64_t bytes, cl_command_queue queue,
+                                       clflash_scratch **out)
+{
+    return acquire(c, bytes, 0, queue, out);
+}
+
+clflash_status clflash_scratch_acquire_zeroed(clflash_context *c, uint64_t bytes, cl_command_queue queue,
+                                              clflash_scratch **out)
+{
+    return acquire(c, bytes, 1, queue, out);
 }
 
 cl_mem clflash_scratch_buffer(const clflash_scratch *s)

@@ -12,7 +12,8 @@
  *                         both ways, causal in all three alignments (rows that see no key), GQA
  *                         and MQA, forced blocks of 16 and 32 (many tiles and partial tiles), an
  *                         interleaved strided layout with an offset, against the fp64 reference,
- *                         with O's gaps checked untouched.
+ *                         with O's gaps checked untouched; split parts merged in the flash
+ *                         kernel's launch and by the merge kernel give the same bits.
  *   test_nv_mma backward_numerics  likewise on a tensor-core device only: the same for the
  *                         tensor-core backward (cl/nv_mma_backward.cl,
  *                         head_dim up to 128, forced B up to 48) against the fp64 reference
@@ -20,6 +21,10 @@
  *
  * Own small harness: the shared one stores only f32 and f16.
  */
+#if !defined(_POSIX_C_SOURCE)
+#define _POSIX_C_SOURCE 200809L /* setenv, unsetenv */
+#endif
+
 #include "backward_harness.h"
 #include "check_common.h"
 
@@ -604,6 +609,82 @@ START_TEST(split_batch_independent)
 }
 END_TEST
 
+/* Split parts merged in the flash kernel's own launch (the last part of each query block: the
+ * default) and by the merge kernel (CLFLASH_NV_FUSED_MERGE=0) give the same bits, O and lse; the
+ * fused kernel leaves its block counters ready for the next call (three fused calls in a row, the
+ * same bits). The cases: the planner's parts with packed heads, forced parts with ragged lengths
+ * (one entry 0) and causal, more parts than key tiles (empty parts) at an unaligned head_dim
+ * without lse, and a several-warp query block. Their values are checked against the reference by
+ * the numerics shapes above, which take the fused path by default. */
+static const struct {
+    uint32_t batch, hq, hkv, sq, sk, d, flags, splits;
+    int ragged, with_lse;
+} fused_cases[] = {
+    {1, 32, 8, 1, 4099, 128, 0, 0, 0, 1},
+    {3, 8, 2, 5, 1000, 64, CLFLASH_CAUSAL, 7, 1, 1},
+    {1, 4, 4, 1, 100, 59, 0, 37, 0, 0},
+    {2, 6, 3, 40, 777, 128, CLFLASH_CAUSAL, 3, 0, 1},
+};
+
+START_TEST(fused_merge_same_bits)
+{
+    const __typeof__(fused_cases[0]) *fc = &fused_cases[_i];
+    clflash_attention_desc d = th_desc(fc->batch, fc->hq, fc->hkv, fc->sq, fc->sk, fc->d, CLFLASH_F16, fc->flags);
+    d.num_splits = fc->splits;
+    const size_t nq = (size_t)fc->batch * fc->hq * fc->sq * fc->d, nk = (size_t)fc->batch * fc->hkv * fc->sk * fc->d;
+    const size_t rows = (size_t)fc->batch * fc->hq * fc->sq;
+    uint16_t *host = malloc((nq + 2 * nk) * 2), *o[4];
+    float *lse[4];
+    ck_assert(host);
+    ref_rng r;
+    ref_rng_seed(&r, 4242 + (uint64_t)_i);
+    for (size_t i = 0; i < nq + 2 * nk; i++) host[i] = ref_f32_to_f16((float)(2.0 * ref_rng_uniform(&r)));
+    int32_t lens[3] = {(int32_t)fc->sk, 0, (int32_t)fc->sk / 3 + 1};
+    cl_mem bq = upload(host, nq * 2), bk = upload(host + nq, nk * 2), bv = upload(host + nq + nk, nk * 2);
+    cl_mem blens = fc->ragged ? upload(lens, sizeof lens) : NULL;
+    d.key_lengths = blens;
+    cl_command_queue qu = clflash_context_queue(ctx);
+    for (int run = 0; run < 4; run++) { /* runs 0..2 fused, 3 through the merge kernel */
+        setenv("CLFLASH_NV_FUSED_MERGE", run < 3 ? "1" : "0", 1);
+        clflash_plan plan = {.struct_size = sizeof plan};
+        ck_assert_int_eq(clflash_plan_attention(ctx, &d, &plan), CLFLASH_SUCCESS);
+        ck_assert_str_eq(plan.kernel, "nv_mma_forward");
+        ck_assert_uint_gt(plan.splits, 1);
+        o[run] = malloc(nq * 2);
+        lse[run] = malloc(rows * 4);
+        ck_assert(o[run] && lse[run]);
+        for (size_t i = 0; i < nq; i++) o[run][i] = SENTINEL;
+        for (size_t i = 0; i < rows; i++) lse[run][i] = -777.0f;
+        cl_mem bo = upload(o[run], nq * 2), bl = fc->with_lse ? upload(lse[run], rows * 4) : NULL;
+        const clflash_status st = clflash_forward(ctx, &d, NULL, bq, bk, bv, bo, bl, 0, NULL, NULL);
+        ck_assert_msg(st == CLFLASH_SUCCESS, "case %d run %d: %s (%s)", _i, run, clflash_status_string(st),
+                      clflash_last_error_detail());
+        ck_assert_int_eq(clEnqueueReadBuffer(qu, bo, CL_TRUE, 0, nq * 2, o[run], 0, NULL, NULL), CL_SUCCESS);
+        if (bl)
+            ck_assert_int_eq(clEnqueueReadBuffer(qu, bl, CL_TRUE, 0, rows * 4, lse[run], 0, NULL, NULL), CL_SUCCESS);
+        clReleaseMemObject(bo);
+        if (bl)
+            clReleaseMemObject(bl);
+    }
+    unsetenv("CLFLASH_NV_FUSED_MERGE");
+    size_t written = 0;
+    for (size_t i = 0; i < nq; i++) written += o[0][i] != SENTINEL;
+    ck_assert_msg(written > nq / 2, "case %d: the fused call wrote %zu of %zu elements of O", _i, written, nq);
+    for (int run = 1; run < 4; run++) {
+        ck_assert_msg(memcmp(o[0], o[run], nq * 2) == 0, "case %d: O of run %d differs from the first fused run",
+                      _i, run);
+        ck_assert_msg(memcmp(lse[0], lse[run], rows * 4) == 0, "case %d: lse of run %d differs", _i, run);
+    }
+    for (int run = 0; run < 4; run++) free(o[run]), free(lse[run]);
+    clReleaseMemObject(bq);
+    clReleaseMemObject(bk);
+    clReleaseMemObject(bv);
+    if (blens)
+        clReleaseMemObject(blens);
+    free(host);
+}
+END_TEST
+
 /* ---- backward numerics ------------------------------------------------------------------------ */
 
 /* head_dim <= 128; the same kinds of shape as the forward's, and forced blocks 16, 32 and 48. */
@@ -820,6 +901,7 @@ int main(int argc, char **argv)
         tcase_add_loop_test(tc, features_against_reference, 0, 2 * (int)N_FEATURE_SHAPES);
         tcase_add_test(tc, repeatable);
         tcase_add_test(tc, split_batch_independent);
+        tcase_add_loop_test(tc, fused_merge_same_bits, 0, (int)N_OF(fused_cases));
     } else if (backward) {
         tcase_add_loop_test(tc, backward_against_reference, 0, 2 * (int)N_BWD_SHAPES);
         tcase_add_loop_test(tc, backward_features_against_reference, 0, 2 * (int)N_BWD_FEATURE_SHAPES);
