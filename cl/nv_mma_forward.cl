@@ -164,19 +164,28 @@ static inline void load_bias_tile(float2 dst[M_TILES][S_TILES][2], __global cons
  * launch ends (the host creates them zeroed and never lets two launches share them). This saves
  * the merge kernel's launch, which on the H200 cost as much as 10 us of a 50 us decode call. The
  * arithmetic is merge_states.cl's, in its order, so both give the same bits for the same parts:
- * top = max of the parts' lse, w_p = exp(lse_p - top) (0 for an empty part, whose O is not read),
- * O = (sum_p w_p O_p) / sum_p w_p, lse = top + log(sum_p w_p); O = 0 and lse = -inf when every part
- * is empty. The parts are read with ld.global.cg (from L2, past this SM's L1). */
+ * top = max of the parts' lse, w_p = exp(lse_p - top) (0 for an empty part, whose O, zeros, is
+ * read but not added), O = (sum_p w_p O_p) / sum_p w_p, lse = top + log(sum_p w_p); O = 0 and
+ * lse = -inf when every part is empty. The parts are read with ld.global.cg (from L2, past this
+ * SM's L1). MERGE_UNROLL_PARTS and MERGE_LSE_BATCH may be set through the build options
+ * (developer tuning). */
 #define MERGE_VEC (D_REAL % 4 == 0 ? 4 : 1) /* columns per load: float4 where part rows allow */
 #define MERGE_GROUP 4        /* a work-item's items (runs of MERGE_VEC columns) merged side by side */
-#define MERGE_UNROLL_PARTS 4 /* parts whose loads go out together, for every item of a group */
+#ifndef MERGE_UNROLL_PARTS
+#define MERGE_UNROLL_PARTS 8 /* parts whose loads go out together, for every item of a group */
+#endif
+#ifndef MERGE_LSE_BATCH
+#define MERGE_LSE_BATCH 8 /* lse loads per work-item in flight */
+#endif
 #ifndef WITH_OUT_LSE
 #define WITH_OUT_LSE 0 /* the caller's lse (every part has one: WITH_LSE) */
 #endif
 
+/* Orders this work-item's memory accesses before and after it at GPU scope (release and acquire
+ * around the ticket's atomic). */
 static inline void fence_device(void)
 {
-    __asm__ __volatile__("membar.gl;\n" ::: "memory");
+    __asm__ __volatile__("fence.acq_rel.gpu;\n" ::: "memory");
 }
 
 static inline float load_l2(__global const float *p)
@@ -222,31 +231,45 @@ static inline void merge_block_parts(__global uint *ticket, __local uint *arrive
     if (get_local_id(0) == 0)
         *ticket = 0; /* ready for the next launch */
 
-    const uint rows = min((uint)BLOCK_Q, rows_total - row0);
+    const uint rows = min((uint)BLOCK_Q, rows_total - row0), pairs = rows * n_splits;
     __local float *const w = scratch;                        /* [row][part]: the lse, then the weights */
-    __local float *const inv = scratch + BLOCK_Q * n_splits; /* [row]: 1 / sum */
-    for (uint e = get_local_id(0); e < rows * n_splits; e += THREADS) {
-        const uint r = row0 + e / n_splits, p = e % n_splits;
-        w[e] = load_l2(parts_lse + p * rows_all + ((ulong)b * heads_q + ROW_HEAD(h0, r)) * seq_q + ROW_QUERY(r));
+    __local float *const inv = scratch + BLOCK_Q * n_splits; /* [row]: the reference maximum, then 1 / sum */
+    /* The parts' lse, MERGE_LSE_BATCH loads per work-item in flight. */
+    for (uint e0 = get_local_id(0); e0 < pairs; e0 += MERGE_LSE_BATCH * THREADS) {
+        float l[MERGE_LSE_BATCH];
+#pragma unroll
+        for (uint j = 0; j < MERGE_LSE_BATCH; j++) {
+            const uint e = min(e0 + j * THREADS, pairs - 1), r = row0 + e / n_splits, p = e % n_splits;
+            l[j] = load_l2(parts_lse + p * rows_all + ((ulong)b * heads_q + ROW_HEAD(h0, r)) * seq_q + ROW_QUERY(r));
+        }
+#pragma unroll
+        for (uint j = 0; j < MERGE_LSE_BATCH; j++)
+            if (e0 + j * THREADS < pairs)
+                w[e0 + j * THREADS] = l[j];
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     for (uint r = get_local_id(0); r < rows; r += THREADS) {
-        __local float *const l = w + r * n_splits;
         float top = -INFINITY;
         for (uint p = 0; p < n_splits; p++)
-            top = fmax(top, l[p]);
-        const float ref = top == -INFINITY ? 0.0f : top;
+            top = fmax(top, w[r * n_splits + p]);
+        inv[r] = top == -INFINITY ? 0.0f : top;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint e = get_local_id(0); e < pairs; e += THREADS) { /* the weights, side by side */
+        const float l = w[e];
+        w[e] = l == -INFINITY ? 0.0f : exp(l - inv[e / n_splits]); /* NaN for a NaN lse */
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint r = get_local_id(0); r < rows; r += THREADS) {
         float sum = 0.0f;
-        for (uint p = 0; p < n_splits; p++) {
-            const float wp = l[p] == -INFINITY ? 0.0f : exp(l[p] - ref); /* NaN for a NaN lse */
-            sum += wp;
-            l[p] = wp;
-        }
-        inv[r] = sum == 0.0f ? 0.0f : 1.0f / sum;
+        for (uint p = 0; p < n_splits; p++)
+            sum += w[r * n_splits + p];
 #if WITH_OUT_LSE
         const uint rr = row0 + r;
-        lse[((ulong)b * heads_q + ROW_HEAD(h0, rr)) * seq_q + ROW_QUERY(rr)] = sum == 0.0f ? -INFINITY : ref + log(sum);
+        lse[((ulong)b * heads_q + ROW_HEAD(h0, rr)) * seq_q + ROW_QUERY(rr)] =
+            sum == 0.0f ? -INFINITY : inv[r] + log(sum);
 #endif
+        inv[r] = sum == 0.0f ? 0.0f : 1.0f / sum;
     }
 #if !WITH_OUT_LSE
     (void)lse;
@@ -272,8 +295,9 @@ static inline void merge_block_parts(__global uint *ticket, __local uint *arrive
 #pragma unroll
                 for (uint j = 0; j < MERGE_GROUP; j++) {
                     const uint e = e0 + j * THREADS, r = e / per_row;
-                    /* && stops before w for an item past the end: its row may be past the scratch */
-                    const int use = e < items && p0 + u < n_splits && w[r * n_splits + p0 + u] != 0.0f;
+                    /* every part's O is stored (zeros for an empty one): the loads need not wait for
+                     * the weights */
+                    const int use = e < items && p0 + u < n_splits;
                     __global const float *src = parts_o + (ulong)(p0 + u) * part_stride +
                                                 packed_row_offset(row0 + r, p_hs, p_ss) + e % per_row * MERGE_VEC;
 #if MERGE_VEC == 4
