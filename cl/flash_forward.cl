@@ -2,7 +2,9 @@
  * flash_forward.cl - the portable FlashAttention forward kernel: exact attention by tiles and an
  * online softmax, in plain OpenCL C 1.2, for any device. The host prepends common.cl.
  *
- * Three paths share one kernel signature and one set of rules; the host's defines pick one:
+ * Three paths share one kernel signature and one set of rules; the host's defines pick one, and
+ * each is a function of its own (forward_lanes, forward_regtile, forward_cpu) that the kernel calls
+ * with the path's local arrays:
  *   RT=1              the register-tiled path, the GPU default (described second below);
  *   CLFLASH_CPU_PATH  the CPU path, for PoCL (described third);
  *   neither           the lane-per-row path, described first: the original GPU path, kept so
@@ -179,19 +181,27 @@ static inline float8 transform_scores8(float8 s, float softcap, __global const f
 }
 #endif
 
-__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
-flash_forward(__global const bits_t *q, __global const bits_t *k, __global const bits_t *v,
-              __global out_t *o, __global float *lse, uint seq_q, uint seq_k, uint heads_q,
-              uint group, float score_scale, ulong q_off, ulong q_bs, ulong q_hs, ulong q_ss,
-              ulong k_off, ulong k_bs, ulong k_hs, ulong k_ss, ulong v_off, ulong v_bs, ulong v_hs,
-              ulong v_ss, ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss, uint win_left,
-              uint win_right, float softcap, float out_scale, __global const float *bias,
-              ulong bias_off, ulong bias_bs, ulong bias_hs, ulong bias_rs,
-              __global const float *alibi, __global const int *key_lens, uint n_splits, uint split_keys)
-{
+/* The kernel's arguments (the host sets them by position: forward.c), which each path's function
+ * takes first. */
+#define FORWARD_PARAMS \
+    __global const bits_t *q, __global const bits_t *k, __global const bits_t *v, \
+    __global out_t *o, __global float *lse, uint seq_q, uint seq_k, uint heads_q, uint group, \
+    float score_scale, ulong q_off, ulong q_bs, ulong q_hs, ulong q_ss, ulong k_off, ulong k_bs, \
+    ulong k_hs, ulong k_ss, ulong v_off, ulong v_bs, ulong v_hs, ulong v_ss, ulong o_off, \
+    ulong o_bs, ulong o_hs, ulong o_ss, uint win_left, uint win_right, float softcap, \
+    float out_scale, __global const float *bias, ulong bias_off, ulong bias_bs, ulong bias_hs, \
+    ulong bias_rs, __global const float *alibi, __global const int *key_lens, uint n_splits, \
+    uint split_keys
+#define FORWARD_ARGS \
+    q, k, v, o, lse, seq_q, seq_k, heads_q, group, score_scale, q_off, q_bs, q_hs, q_ss, k_off, \
+    k_bs, k_hs, k_ss, v_off, v_bs, v_hs, v_ss, o_off, o_bs, o_hs, o_ss, win_left, win_right, \
+    softcap, out_scale, bias, bias_off, bias_bs, bias_hs, bias_rs, alibi, key_lens, n_splits, \
+    split_keys
+
 #if CLFLASH_USE_CPU_PATH
-    __local float kf[HEAD_DIM * BLOCK]; /* transposed: kf[c][j] */
-    __local float vf[BLOCK * HD8];
+/* The CPU path (described above): one work-item per query row. */
+static inline void forward_cpu(FORWARD_PARAMS, __local float *kf, __local float *vf)
+{
 
     const uint lid = get_local_id(0); /* = the row: one work-item per row */
     const uint q0 = query_block_index(n_splits) * BLOCK;
@@ -370,11 +380,12 @@ flash_forward(__global const bits_t *q, __global const bits_t *k, __global const
         lse[(ulong)bh * seq_q + qi] = l == 0.0f ? -INFINITY : (m + log2(l)) * M_LN2_F;
 #endif
     }
-#elif RT /* the register-tiled path */
-    __local float4 qs4[BLOCK_Q * RT_QS4]; /* qs[r][c]: the Q block, fp32 */
-    __local float4 kv4[BLOCK * RT_KS4];   /* kv[j][c]: the K tile, then the V tile, fp32 */
-    __local float4 pt4[BLOCK * RT_PS4];   /* pt[j][tr * RT_RM + i]: P, key-major */
-    __local float red[BLOCK_Q * RT_TC];   /* red[tr * RT_RM + i][tc]: per-work-item maxima, then sums */
+}
+#elif RT
+/* The register-tiled path (described above): RT_RM rows x keys per work-item. */
+static inline void forward_regtile(FORWARD_PARAMS, __local float4 *qs4, __local float4 *kv4, __local float4 *pt4,
+                                   __local float *red)
+{
     __local float *const qs = (__local float *)qs4;
     __local float *const kv = (__local float *)kv4;
     __local float *const pt = (__local float *)pt4;
@@ -657,12 +668,12 @@ flash_forward(__global const bits_t *q, __global const bits_t *k, __global const
 #endif
         }
     }
-#else /* the lane-per-row path */
-    __local bits_t qt[BLOCK * LDS_STRIDE];
-    __local bits_t kt[HEAD_DIM * KT_STRIDE]; /* transposed: kt[c][j] */
-    __local bits_t vt[BLOCK * LDS_STRIDE];
-    __local float pt[BLOCK * P_STRIDE];
-    __local float rowmax[BLOCK * TPR];
+}
+#else
+/* The lane-per-row path (described above): TPR work-items per query row. */
+static inline void forward_lanes(FORWARD_PARAMS, __local bits_t *qt, __local bits_t *kt, __local bits_t *vt,
+                                 __local float *pt, __local float *rowmax)
+{
 
     const uint lid = get_local_id(0);
     const uint row = lid / TPR;
@@ -788,5 +799,29 @@ flash_forward(__global const bits_t *q, __global const bits_t *k, __global const
             lse[(ulong)bh * seq_q + qi] = l == 0.0f ? -INFINITY : (m + log2(l)) * M_LN2_F;
 #endif
     }
-#endif /* CLFLASH_USE_CPU_PATH */
+}
+#endif
+
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void flash_forward(FORWARD_PARAMS)
+{
+    /* Each path's local arrays are declared here (OpenCL C 1.2 allows __local variables only at
+     * kernel scope) and passed to the path's function. */
+#if CLFLASH_USE_CPU_PATH
+    __local float kf[HEAD_DIM * BLOCK]; /* transposed: kf[c][j] */
+    __local float vf[BLOCK * HD8];
+    forward_cpu(FORWARD_ARGS, kf, vf);
+#elif RT
+    __local float4 qs4[BLOCK_Q * RT_QS4]; /* qs[r][c]: the Q block, fp32 */
+    __local float4 kv4[BLOCK * RT_KS4];   /* kv[j][c]: the K tile, then the V tile, fp32 */
+    __local float4 pt4[BLOCK * RT_PS4];   /* pt[j][tr * RT_RM + i]: P, key-major */
+    __local float red[BLOCK_Q * RT_TC];   /* red[tr * RT_RM + i][tc]: per-work-item maxima, then sums */
+    forward_regtile(FORWARD_ARGS, qs4, kv4, pt4, red);
+#else
+    __local bits_t qt[BLOCK * LDS_STRIDE];
+    __local bits_t kt[HEAD_DIM * KT_STRIDE]; /* transposed: kt[c][j] */
+    __local bits_t vt[BLOCK * LDS_STRIDE];
+    __local float pt[BLOCK * P_STRIDE];
+    __local float rowmax[BLOCK * TPR];
+    forward_lanes(FORWARD_ARGS, qt, kt, vt, pt, rowmax);
+#endif
 }
