@@ -197,10 +197,14 @@ static inline float8 transform_scores8(float8 s, float softcap, __global const f
     k_bs, k_hs, k_ss, v_off, v_bs, v_hs, v_ss, o_off, o_bs, o_hs, o_ss, win_left, win_right, \
     softcap, out_scale, bias, bias_off, bias_bs, bias_hs, bias_rs, alibi, key_lens, n_splits, \
     split_keys
+/* A path's function, always inlined into the kernel: PoCL 3.1 (LLVM 15) computed wrong results
+ * for the register-tiled and lane paths when their functions, which contain barriers, stayed calls
+ * (test_forward's gpu_paths and test_split_kv on PoCL; Oclgrind and the H200 were right). */
+#define PATH_FUNCTION static inline __attribute__((always_inline))
 
 #if CLFLASH_USE_CPU_PATH
 /* The CPU path (described above): one work-item per query row. */
-static inline void forward_cpu(FORWARD_PARAMS, __local float *kf, __local float *vf)
+PATH_FUNCTION void forward_cpu(FORWARD_PARAMS, __local float *kf, __local float *vf)
 {
 
     const uint lid = get_local_id(0); /* = the row: one work-item per row */
@@ -383,7 +387,7 @@ static inline void forward_cpu(FORWARD_PARAMS, __local float *kf, __local float 
 }
 #elif RT
 /* The register-tiled path (described above): RT_RM rows x keys per work-item. */
-static inline void forward_regtile(FORWARD_PARAMS, __local float4 *qs4, __local float4 *kv4, __local float4 *pt4,
+PATH_FUNCTION void forward_regtile(FORWARD_PARAMS, __local float4 *qs4, __local float4 *kv4, __local float4 *pt4,
                                    __local float *red)
 {
     __local float *const qs = (__local float *)qs4;
@@ -671,7 +675,7 @@ static inline void forward_regtile(FORWARD_PARAMS, __local float4 *qs4, __local 
 }
 #else
 /* The lane-per-row path (described above): TPR work-items per query row. */
-static inline void forward_lanes(FORWARD_PARAMS, __local bits_t *qt, __local bits_t *kt, __local bits_t *vt,
+PATH_FUNCTION void forward_lanes(FORWARD_PARAMS, __local bits_t *qt, __local bits_t *kt, __local bits_t *vt,
                                  __local float *pt, __local float *rowmax)
 {
 
