@@ -101,30 +101,29 @@ static cl_int enqueue_split(clflash_context *c, const clflash_flash_kernel *fk, 
         return CL_SUCCESS;
     }
     err = set_flash_args(fk, p, q, k, v, clflash_scratch_buffer(part_o), clflash_scratch_buffer(part_lse), &parts);
-    if (fk->merge_tickets > 0) {
-        if (err == CL_SUCCESS)
-            err = enqueue_fused(c, fk, p, qu, global, local, o, lse, num_wait, wait, &flash_done, lib_status);
+    if (err == CL_SUCCESS && fk->merge_tickets > 0) {
+        err = enqueue_fused(c, fk, p, qu, global, local, o, lse, num_wait, wait, &flash_done, lib_status);
     } else if (err == CL_SUCCESS) {
         err = clEnqueueNDRangeKernel(qu, fk->kernel, 3, NULL, global, local, num_wait, wait, &flash_done);
-    }
-    if (err == CL_SUCCESS && fk->merge_tickets == 0) {
-        const clflash_merge_problem m = {fk->plan.splits, p->batch, p->heads_q, p->seq_q, p->head_dim,
-                                         CLFLASH_F32, p->out_dtype, parts, p->o, rows * p->head_dim, rows};
-        *lib_status = clflash_enqueue_merge(c, &m, qu, clflash_scratch_buffer(part_o), clflash_scratch_buffer(part_lse),
-                                            o, lse, 1, &flash_done, &merge_done);
+        if (err == CL_SUCCESS) {
+            const clflash_merge_problem m = {fk->plan.splits, p->batch, p->heads_q, p->seq_q, p->head_dim,
+                                             CLFLASH_F32, p->out_dtype, parts, p->o, rows * p->head_dim, rows};
+            *lib_status = clflash_enqueue_merge(c, &m, qu, clflash_scratch_buffer(part_o),
+                                                clflash_scratch_buffer(part_lse), o, lse, 1, &flash_done, &merge_done);
+        }
     }
     /* the parts are in use until the merge (or, if it was not enqueued, the flash kernel) is done */
     cl_event last = merge_done ? merge_done : flash_done;
     clflash_scratch_release(c, part_o, last, qu);
     clflash_scratch_release(c, part_lse, last, qu);
-    if (merge_done && done)
-        *done = merge_done;
-    else if (merge_done)
-        clReleaseEvent(merge_done);
-    if (fk->merge_tickets > 0 && flash_done && done)
-        *done = flash_done; /* the fused kernel wrote O and lse itself */
-    else if (flash_done)
+    /* the command that wrote O and lse, the call's event: none if the merge was not enqueued */
+    cl_event wrote = fk->merge_tickets > 0 ? flash_done : merge_done;
+    if (flash_done && flash_done != wrote)
         clReleaseEvent(flash_done);
+    if (wrote && done)
+        *done = wrote;
+    else if (wrote)
+        clReleaseEvent(wrote);
     return err;
 }
 
