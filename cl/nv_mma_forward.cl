@@ -181,7 +181,12 @@ typedef float4 vec_t;
 typedef float vec_t;
 #define load_vec(p) (*(p))
 #endif
-#define MERGE_GROUP 4        /* a work-item's items (runs of MERGE_VEC columns) merged side by side */
+#ifndef MERGE_GROUP
+#define MERGE_GROUP 4 /* a work-item's items (runs of MERGE_VEC columns) merged side by side */
+#endif
+#ifndef MERGE_PREFETCH
+#define MERGE_PREFETCH 1 /* the first round's loads before the lse phase */
+#endif
 #ifndef MERGE_UNROLL_PARTS
 #define MERGE_UNROLL_PARTS 8 /* parts whose loads go out together, for every item of a group */
 #endif
@@ -204,7 +209,32 @@ static inline void store_out(__global ushort *o, ulong at, float x)
     o[at] = (ushort)(pack_pair(x, 0.0f) & 0xffffu);
 }
 
-/* Returns 1 in the work-group that merged (the block's last part), 0 in the others. `scratch`: local
+/* The offsets (src) and first weights (wrow) of the MERGE_GROUP items from e0, clamped to the last item. */
+static inline void merge_items(uint e0, uint items, uint per_row, uint row0, uint n_splits, ulong p_hs, ulong p_ss,
+                               ulong *src, uint *wrow)
+{
+#pragma unroll
+    for (uint j = 0; j < MERGE_GROUP; j++) {
+        const uint e = min(e0 + j * THREADS, items - 1), r = e / per_row;
+        src[j] = packed_row_offset(row0 + r, p_hs, p_ss) + e % per_row * MERGE_VEC;
+        wrow[j] = r * n_splits;
+    }
+}
+
+/* One round's loads: parts p0 .. p0 + MERGE_UNROLL_PARTS - 1 (clamped to the last part) of every item. */
+static inline void merge_load_round(vec_t x[MERGE_UNROLL_PARTS][MERGE_GROUP], __global const float *parts_o,
+                                    ulong part_stride, const ulong *src, uint p0, uint n_splits)
+{
+#pragma unroll
+    for (uint u = 0; u < MERGE_UNROLL_PARTS; u++) {
+        const ulong part = (ulong)min(p0 + u, n_splits - 1) * part_stride;
+#pragma unroll
+        for (uint j = 0; j < MERGE_GROUP; j++)
+            x[u][j] = load_vec(parts_o + part + src[j]);
+    }
+}
+
+/* The work-group of the block's last part to finish merges; the others return at once. `scratch`: local
  * memory for BLOCK_Q * (n_splits + 1) floats, free to overwrite. parts_o: the parts' O (part p of
  * packed row r of this block at parts_o + p * part_stride + packed_row_offset(r) + column), parts_lse
  * the parts' lse (part p of row index i at parts_lse[p * rows_all + i]). */
@@ -226,6 +256,17 @@ static inline void merge_block_parts(__global uint *ticket, __local uint *arrive
         *ticket = 0; /* ready for the next launch */
 
     const uint rows = min((uint)BLOCK_Q, rows_total - row0), pairs = rows * n_splits;
+    const uint per_row = D_REAL / MERGE_VEC, items = rows * per_row;
+    /* The first round of this work-item's first group of items goes out before the weights are
+     * known, so that its latency overlaps the lse's. */
+    const uint first = get_local_id(0);
+    ulong src[MERGE_GROUP]; /* element offset of item j in part 0 */
+    uint wrow[MERGE_GROUP]; /* its row's first weight */
+    vec_t x[MERGE_UNROLL_PARTS][MERGE_GROUP];
+    merge_items(first, items, per_row, row0, n_splits, p_hs, p_ss, src, wrow);
+#if MERGE_PREFETCH
+    merge_load_round(x, parts_o, part_stride, src, 0, n_splits);
+#endif
     __local float *const w = scratch;                        /* [row][part]: the lse, then the weights */
     __local float *const inv = scratch + BLOCK_Q * n_splits; /* [row]: the reference maximum, then 1 / sum */
     /* The parts' lse, MERGE_LSE_BATCH loads per work-item in flight. */
@@ -278,27 +319,16 @@ static inline void merge_block_parts(__global uint *ticket, __local uint *arrive
      * latency for MERGE_UNROLL_PARTS * MERGE_GROUP loads): the loops have constant trip counts and
      * no branches (an item past the end reads the last item, a part past the end the last part,
      * with weight 0), so that the loaded values stay in registers; the parts are summed in order. */
-    const uint per_row = D_REAL / MERGE_VEC, items = rows * per_row;
-    for (uint e0 = get_local_id(0); e0 < items; e0 += MERGE_GROUP * THREADS) {
+    for (uint e0 = first; e0 < items; e0 += MERGE_GROUP * THREADS) {
         vec_t acc[MERGE_GROUP];
-        ulong src[MERGE_GROUP]; /* element offset of item j in part 0 */
-        uint wrow[MERGE_GROUP]; /* its row's first weight */
 #pragma unroll
-        for (uint j = 0; j < MERGE_GROUP; j++) {
-            const uint e = min(e0 + j * THREADS, items - 1), r = e / per_row;
+        for (uint j = 0; j < MERGE_GROUP; j++)
             acc[j] = (vec_t)(0.0f);
-            src[j] = packed_row_offset(row0 + r, p_hs, p_ss) + e % per_row * MERGE_VEC;
-            wrow[j] = r * n_splits;
-        }
+        if (e0 != first)
+            merge_items(e0, items, per_row, row0, n_splits, p_hs, p_ss, src, wrow);
         for (uint p0 = 0; p0 < n_splits; p0 += MERGE_UNROLL_PARTS) {
-            vec_t x[MERGE_UNROLL_PARTS][MERGE_GROUP];
-#pragma unroll
-            for (uint u = 0; u < MERGE_UNROLL_PARTS; u++) {
-                const ulong part = (ulong)min(p0 + u, n_splits - 1) * part_stride;
-#pragma unroll
-                for (uint j = 0; j < MERGE_GROUP; j++)
-                    x[u][j] = load_vec(parts_o + part + src[j]);
-            }
+            if (!MERGE_PREFETCH || p0 != 0 || e0 != first)
+                merge_load_round(x, parts_o, part_stride, src, p0, n_splits);
 #pragma unroll
             for (uint u = 0; u < MERGE_UNROLL_PARTS; u++)
 #pragma unroll

@@ -401,8 +401,8 @@ typedef struct {
  *    the forward's lse is the merged one, the same up to rounding as without parts. d->num_splits
  *    forces the count (1: none; N: exactly N). With 0 the planner's rule: let G be the work-groups
  *    the call would launch without parts (batch x heads (K/V heads when packed) x query blocks) and
- *    T = compute units x the kernel's target per unit (the tensor-core kernel 2, the portable GPU
- *    path 4, CPUs 2). If G >= T there is one part; else ceil(T / G) parts, at most seq_k / 256
+ *    T = compute units x the kernel's target per unit, rounded up (the tensor-core kernel 2.4, the
+ *    portable GPU path 4, CPUs 2). If G >= T there is one part; else ceil(T / G) parts, at most seq_k / 256
  *    (CPUs: seq_k / 1024) and CLFLASH_MAX_SPLITS, and one if the parts would need more than an
  *    eighth of the device's largest allocation. A part past the last visible key (causal,
  *    key_lengths) is empty and costs its launch only.

@@ -26,9 +26,9 @@ clflash_status clflash_plan_cpu_decode(clflash_context *c, const clflash_problem
     /* keys per chunk: a forced B, else at most 32 (PoCL, 2 cores, d = 128, f32 and f16: chunks of 8
      * to 32 keys read K and V at the same rate within the run-to-run spread) */
     const uint32_t keys = p->block ? block : block < DEC_KEYS_MAX ? block : DEC_KEYS_MAX;
-    uint32_t groups_per_unit, min_keys; /* the portable kernel's CPU rule */
-    clflash_portable_split_rule(c, &groups_per_unit, &min_keys);
-    const uint32_t splits = clflash_split_count(c, p, (uint64_t)p->batch * p->heads_kv, groups_per_unit, min_keys);
+    uint32_t tenths_per_unit, min_keys; /* the portable kernel's CPU rule */
+    clflash_portable_split_rule(c, &tenths_per_unit, &min_keys);
+    const uint32_t splits = clflash_split_count(c, p, (uint64_t)p->batch * p->heads_kv, tenths_per_unit, min_keys);
     char defines[512], features[300];
     cl_program prog;
     cl_int err;

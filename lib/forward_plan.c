@@ -140,10 +140,10 @@ static clflash_status plan_regtile(clflash_context *c, const clflash_problem *p,
     const uint64_t packed_rows = (uint64_t)p->seq_q * pack;
     const uint32_t rows = (uint32_t)((packed_rows + cfg.rm - 1) / cfg.rm * cfg.rm); /* no more than needed */
     const uint32_t bq0 = cfg.bq < rows ? cfg.bq : rows;
-    uint32_t groups_per_unit, min_keys;
-    clflash_portable_split_rule(c, &groups_per_unit, &min_keys);
+    uint32_t tenths_per_unit, min_keys;
+    clflash_portable_split_rule(c, &tenths_per_unit, &min_keys);
     const uint32_t splits = clflash_split_count(
-        c, p, (uint64_t)p->batch * (p->heads_q / pack) * ((packed_rows + bq0 - 1) / bq0), groups_per_unit, min_keys);
+        c, p, (uint64_t)p->batch * (p->heads_q / pack) * ((packed_rows + bq0 - 1) / bq0), tenths_per_unit, min_keys);
     if (!forced && cfg.block_cap && start > cfg.block_cap)
         start = cfg.block_cap;
     const uint32_t floor16 = start < 16 ? start : 16;
@@ -279,10 +279,10 @@ static clflash_status plan_kernel(clflash_context *c, const clflash_problem *p, 
             return plan_regtile(c, p, with_lse, block, forced, rcfg, out);
     }
 
-    uint32_t groups_per_unit, min_keys;
-    clflash_portable_split_rule(c, &groups_per_unit, &min_keys);
+    uint32_t tenths_per_unit, min_keys;
+    clflash_portable_split_rule(c, &tenths_per_unit, &min_keys);
     const uint32_t splits = clflash_split_count(
-        c, p, (uint64_t)p->batch * p->heads_q * ((p->seq_q + block - 1) / block), groups_per_unit, min_keys);
+        c, p, (uint64_t)p->batch * p->heads_q * ((p->seq_q + block - 1) / block), tenths_per_unit, min_keys);
     for (;;) {
         /* The class's work-group cap is a preference; a forced block may exceed it (one lane). */
         uint32_t lanes = clflash_block_lanes(block, tune.threads_per_row,

@@ -286,16 +286,16 @@ typedef struct {
 
 /* plan_common.c: split-KV. The number of parts for a forward whose kernel launches `groups`
  * work-groups without splitting: p->num_splits if the caller forced it, else the planner's rule
- * (clflash.h, clflash_plan_attention): 1 when groups >= compute units * groups_per_unit, else
+ * (clflash.h, clflash_plan_attention): 1 when groups >= T = ceil(compute units * tenths_per_unit / 10), else
  * enough parts to reach that, each of at least min_split_keys keys, at most CLFLASH_MAX_SPLITS,
  * and 1 when the parts would need more than an eighth of the device's largest allocation. */
 CLFLASH_INTERNAL uint32_t clflash_split_count(const clflash_context *c, const clflash_problem *p, uint64_t groups,
-                                              uint32_t groups_per_unit, uint32_t min_split_keys);
+                                              uint32_t tenths_per_unit, uint32_t min_split_keys);
 /* plan_common.c: the split rule's targets for the portable kernels (every path of flash_forward.cl
- * and the CPU decoding kernel): work-groups per compute unit and the shortest part, 4 and 256 keys on
- * GPUs, 2 and 1024 on CPUs (a thread streams a long part best). The minima are multiples of 256, as
+ * and the CPU decoding kernel): work-groups per compute unit (in tenths) and the shortest part, 4 and
+ * 256 keys on GPUs, 2 and 1024 on CPUs (a thread streams a long part best). The minima are multiples of 256, as
  * the plan cache's key assumes. */
-CLFLASH_INTERNAL void clflash_portable_split_rule(const clflash_context *c, uint32_t *groups_per_unit,
+CLFLASH_INTERNAL void clflash_portable_split_rule(const clflash_context *c, uint32_t *tenths_per_unit,
                                                   uint32_t *min_keys);
 /* Records the split fields of out's plan for B = out->plan.block: keys per part a multiple of B
  * (ceil(seq_k / splits) rounded up), the workspace bytes. */

@@ -86,10 +86,13 @@ static uint32_t pack_for(const clflash_problem *p)
     return p->group > 1 && (uint64_t)p->seq_q * p->group <= NV_PACK_ROWS ? p->group : 1;
 }
 
-/* Split-KV: parts until the device holds this many work-groups per compute unit, each part at
- * least this many keys. Measured on the H200 (f16, d = 128, heads 32/8 at batch 1 and 8, 32/32):
- * forced part counts that give about 2 work-groups per SM were the fastest of 1 to 128 parts. */
-#define NV_GROUPS_PER_UNIT 2u
+/* Split-KV: parts until the device holds this many work-groups per compute unit (in tenths), each
+ * part at least this many keys. Measured on the H200 (f16, d = 128, heads 32/8 at batch 1 and 8,
+ * 32/32): forced part counts that give about 2 to 2.5 work-groups per SM were the fastest of 1 to
+ * 128 parts; with the merge in the flash kernel's launch (2026-12-02), batch 1, seq_k 32768 and
+ * 131072: 40 parts (2.4 per SM) 2.73 and 3.69 to 3.72 TB/s against 2.67 and 3.56 for 33 (2 per
+ * SM) and 2.63 and 3.63 for 44; batch 8 (5 parts) and 32/32 heads (10 against 9) the same. */
+#define NV_TENTHS_PER_UNIT 24u
 #define NV_MIN_SPLIT_KEYS 256u
 
 /* How the work-group's query rows are laid out: `warps` warps of `m_tiles` 16-row slices each.
@@ -224,7 +227,7 @@ clflash_status clflash_plan_nv_mma(clflash_context *c, const clflash_problem *p,
     const uint32_t threads = 32 * warps; /* one warp per 16 query rows */
     const uint32_t block_q = 16 * warps * m_tiles;
     const uint64_t groups = (uint64_t)p->batch * (p->heads_q / pack) * ((rows + block_q - 1) / block_q);
-    const uint32_t splits = clflash_split_count(c, p, groups, NV_GROUPS_PER_UNIT, NV_MIN_SPLIT_KEYS);
+    const uint32_t splits = clflash_split_count(c, p, groups, NV_TENTHS_PER_UNIT, NV_MIN_SPLIT_KEYS);
     if (p->block == 0)
         b = decode_block(p, warps, (uint32_t)b, block_q, budget);
     for (uint32_t block = (uint32_t)b; block >= 16; block -= 16) {

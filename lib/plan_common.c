@@ -30,19 +30,19 @@ uint64_t clflash_split_workspace_bytes(const clflash_problem *p, uint32_t splits
     return clflash_mul_sat(clflash_mul_sat(splits, rows), clflash_mul_sat(p->head_dim + 1u, sizeof(float)));
 }
 
-void clflash_portable_split_rule(const clflash_context *c, uint32_t *groups_per_unit, uint32_t *min_keys)
+void clflash_portable_split_rule(const clflash_context *c, uint32_t *tenths_per_unit, uint32_t *min_keys)
 {
     const int cpu = c->info.device_class == CLFLASH_CLASS_CPU;
-    *groups_per_unit = cpu ? 2 : 4;
+    *tenths_per_unit = cpu ? 20 : 40;
     *min_keys = cpu ? 1024 : 256;
 }
 
 uint32_t clflash_split_count(const clflash_context *c, const clflash_problem *p, uint64_t groups,
-                             uint32_t groups_per_unit, uint32_t min_split_keys)
+                             uint32_t tenths_per_unit, uint32_t min_split_keys)
 {
     if (p->num_splits != 0)
         return p->num_splits;
-    const uint64_t target = (uint64_t)c->info.compute_units * groups_per_unit;
+    const uint64_t target = ((uint64_t)c->info.compute_units * tenths_per_unit + 9) / 10;
     if (groups == 0 || groups >= target)
         return 1;
     uint64_t s = (target + groups - 1) / groups;
