@@ -78,7 +78,8 @@
  *       row lid into both layouts (and row_lse, row_d);
  *   C2  they are complete; each work-item does all of its row's work for the block alone: S and
  *       dP against the block's rows (float8 fused multiply-adds down the transposed tiles), P and
- *       dS (the exp2 on 8 pairs at a time without softcap, bias or ALiBi), then dV += P dO and
+ *       dS on 8 pairs at a time (with softcap, bias or ALiBi: which pairs the row sees and their
+ *       biases first, pair by pair, then pair_prob8's transforms), then dV += P dO and
  *       dK += dS Q (dQ += dS K) on 8 columns at a time, skipping the partner rows whose P (dS) is
  *       0, which add nothing.
  * The rules (which pairs are seen, the transforms and f', the -INFINITY lse rows, the skipped
@@ -96,6 +97,7 @@
 #define CLFLASH_USE_CPU_PATH 0
 #endif
 #define WG_SIZE (BLOCK * TPR)
+
 #define PARTNERS_PER_LANE (BLOCK / TPR)
 #define COLS_PER_LANE ((HEAD_DIM + TPR - 1) / TPR)
 #ifndef CLFLASH_BWD_SKIP_DQ
@@ -145,7 +147,7 @@ static inline float pair_prob(float x, float l2, const bwd_args *a, __global con
     const float bias_v = 0.0f;
 #endif
     const float f = transform_score_grad(x * a->scale, a->softcap, bias_v, slope_h, qi, kj, a->seq_q, a->seq_k, slope);
-    return exp2(fma(f, M_LOG2E_F, -l2));
+    return exp2_normal(fma(f, M_LOG2E_F, -l2));
 #else
     (void)bias;
     (void)bias_row;
@@ -153,9 +155,39 @@ static inline float pair_prob(float x, float l2, const bwd_args *a, __global con
     (void)qi;
     (void)kj;
     *slope = 1.0f;
-    return exp2(fma(x, a->scale_log2, -l2));
+    return exp2_normal(fma(x, a->scale_log2, -l2));
 #endif
 }
+
+#if CLFLASH_USE_CPU_PATH && (SOFTCAP || BIAS || ALIBI)
+/* pair_prob on 8 pairs, for the CPU path: x the raw dot products, l2 their rows' lse (log2
+ * domain), extra their biases (0 without a bias) or -INFINITY for a pair the row does not see,
+ * dist ALiBi's d - j; *slope receives f'. float8 arithmetic that a CPU runs in vector registers,
+ * where the pair-by-pair loop called a scalar tanh per pair (PoCL, n = 2048, d = 64, f32:
+ * softcap cost 3.4x to 5x the plain backward). tanh is 1 - 2 / (1 + e^(2x)), as in the forward's
+ * CPU path. */
+static inline float8 pair_prob8(float8 x, float8 l2, float8 extra, float8 dist, const bwd_args *a, float slope_h,
+                                float8 *slope)
+{
+    float8 f = x * a->scale;
+#if SOFTCAP
+    const float8 t = 1.0f - 2.0f / (1.0f + exp2(f * (2.0f * M_LOG2E_F / a->softcap)));
+    f = a->softcap * t;
+    *slope = fma(-t, t, (float8)(1.0f));
+#else
+    *slope = (float8)(1.0f);
+#endif
+    const int8 unseen = extra == (float8)(-INFINITY);
+    f += select(extra, (float8)(0.0f), unseen);
+#if ALIBI
+    f -= slope_h * fabs(dist);
+#else
+    (void)dist;
+    (void)slope_h;
+#endif
+    return select(exp2_normal8(fma(f, (float8)(M_LOG2E_F), -l2)), (float8)(0.0f), unseen);
+}
+#endif
 
 /* The queries that can see a key of [k0, k_end) (k0 < k_end <= seq_k): common.cl's
  * key_block_queries. A superset of the pairs is harmless (every pair is still tested with
@@ -513,28 +545,40 @@ static inline void dkdv_block_cpu(__global const bits_t *q, __global const bits_
             float p[BLOCK], ds[BLOCK];
             cpu_scores(krow, qT, p);  /* S, into p */
             cpu_scores(vrow, doT, ds); /* dP, into ds */
+#if SOFTCAP || BIAS || ALIBI
+            float extra[BLOCK]; /* pair_prob8's: the pair's bias (0 without), -INFINITY if not seen */
+#endif
             for (uint i = 0; i < BLOCK; i++) {
                 const uint qi = q0 + i;
                 const float l2 = row_lse[i];
                 long lo, hi;
                 visible_keys(min(qi, seq_q - 1), seq_q, seq_k, a->key_len, a->win_left, a->win_right, &lo, &hi);
                 const bool seen = qi < seq_q && l2 != -INFINITY && (long)kj >= lo && (long)kj < hi;
-#if SOFTCAP || BIAS || ALIBI
-                float slope = 1.0f, pi = 0.0f;
-                if (seen)
-                    pi = pair_prob(p[i], l2, a, bias, bias_head + (ulong)qi * a->bias_rs, slope_h, qi, kj, &slope);
-                p[i] = pi;
-                ds[i] = pi * (ds[i] - row_d[i]) * slope;
+#if BIAS
+                extra[i] = seen ? bias[bias_head + (ulong)qi * a->bias_rs + kj] : -INFINITY;
+#elif SOFTCAP || ALIBI
+                extra[i] = seen ? 0.0f : -INFINITY;
 #else
                 p[i] = seen ? fma(p[i], a->scale_log2, -l2) : -INFINITY; /* exp2 of it below */
 #endif
             }
-#if !(SOFTCAP || BIAS || ALIBI)
+#if SOFTCAP || BIAS || ALIBI
+            for (uint i8 = 0; i8 < BLOCK / 8; i8++) {
+                /* ALiBi's d - j of rows q0 + 8 * i8 .. + 7, exact in float below 2^24 */
+                const float dist0 = (float)((long)(q0 + 8 * i8) + (long)seq_k - (long)seq_q - (long)kj);
+                float8 slope;
+                const float8 p8 = pair_prob8(vload8(i8, p), vload8(i8, row_lse), vload8(i8, extra),
+                                             (float8)(dist0) + (float8)(0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f),
+                                             a, slope_h, &slope);
+                vstore8(p8, i8, p);
+                vstore8(p8 * (vload8(i8, ds) - vload8(i8, row_d)) * slope, i8, ds);
+            }
+#else
             (void)bias;
             (void)bias_head;
             (void)slope_h;
             for (uint i8 = 0; i8 < BLOCK / 8; i8++) {
-                const float8 p8 = exp2(vload8(i8, p)); /* 0 where not seen */
+                const float8 p8 = exp2_normal8(vload8(i8, p)); /* 0 where not seen */
                 vstore8(p8, i8, p);
                 vstore8(p8 * (vload8(i8, ds) - vload8(i8, row_d)), i8, ds);
             }
@@ -620,24 +664,36 @@ static inline void dq_block_cpu(__global const bits_t *q, __global const bits_t 
         float s[BLOCK], ds[BLOCK];
         cpu_scores(qrow, kT, s);
         cpu_scores(orow, vT, ds); /* dP, into ds */
+#if SOFTCAP || BIAS || ALIBI
+        float extra[BLOCK]; /* pair_prob8's: the pair's bias (0 without), -INFINITY if not seen */
+#endif
         for (uint j = 0; j < BLOCK; j++) {
             const uint key = k0 + j;
             const bool seen = qi < seq_q && l2 != -INFINITY && (long)key >= lo && (long)key < hi;
-#if SOFTCAP || BIAS || ALIBI
-            float slope = 1.0f, p = 0.0f;
-            if (seen)
-                p = pair_prob(s[j], l2, a, bias, bias_row, slope_h, qi, key, &slope);
-            ds[j] = p * (ds[j] - d_row) * slope;
+#if BIAS
+            extra[j] = seen ? bias[bias_row + key] : -INFINITY;
+#elif SOFTCAP || ALIBI
+            extra[j] = seen ? 0.0f : -INFINITY;
 #else
             s[j] = seen ? fma(s[j], a->scale_log2, -l2) : -INFINITY; /* exp2 of it below */
 #endif
         }
-#if !(SOFTCAP || BIAS || ALIBI)
+#if SOFTCAP || BIAS || ALIBI
+        for (uint j8 = 0; j8 < BLOCK / 8; j8++) {
+            /* ALiBi's d - j of keys k0 + 8 * j8 .. + 7, exact in float below 2^24 */
+            const float dist0 = (float)((long)qi + (long)seq_k - (long)seq_q - (long)(k0 + 8 * j8));
+            float8 slope;
+            const float8 p8 = pair_prob8(vload8(j8, s), (float8)(l2), vload8(j8, extra),
+                                         (float8)(dist0) - (float8)(0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f),
+                                         a, slope_h, &slope);
+            vstore8(p8 * (vload8(j8, ds) - (float8)(d_row)) * slope, j8, ds);
+        }
+#else
         (void)bias;
         (void)bias_row;
         (void)slope_h;
         for (uint j8 = 0; j8 < BLOCK / 8; j8++) {
-            const float8 p8 = exp2(vload8(j8, s)); /* 0 where not seen */
+            const float8 p8 = exp2_normal8(vload8(j8, s)); /* 0 where not seen */
             vstore8(p8 * (vload8(j8, ds) - (float8)(d_row)), j8, ds);
         }
 #endif

@@ -187,7 +187,7 @@ flash_decode_cpu(__global const bits_t *q, __global const bits_t *k, __global co
             }
             float8 sum8 = (float8)(0.0f);
             for (uint j8 = 0; j8 < DEC_KEYS8; j8++) {
-                const float8 p8 = exp2(vload8(j8, s[r]) - ref);
+                const float8 p8 = exp2_normal8(vload8(j8, s[r]) - ref);
                 vstore8(p8, j8, s[r]);
                 sum8 += p8;
             }

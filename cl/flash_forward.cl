@@ -159,7 +159,7 @@ static inline float8 transform_scores8(float8 s, float softcap, __global const f
                                        uint i, uint key0, uint seq_q, uint seq_k)
 {
 #if SOFTCAP
-    s = softcap * (1.0f - 2.0f / (1.0f + exp(s * (2.0f / softcap))));
+    s = softcap * (1.0f - 2.0f / (1.0f + exp2(s * (2.0f * M_LOG2E_F / softcap))));
 #endif
 #if BIAS
     s += vload8(0, bias_at);
@@ -341,7 +341,7 @@ PATH_FUNCTION void forward_cpu(FORWARD_PARAMS, __local float *kf, __local float 
         const float alpha = exp2(m - ref); /* 0 while nothing was seen: l and acc are 0 then */
         float8 sum8 = (float8)(0.0f);
         for (uint k8 = 0; k8 < BLOCK / 8; k8++) {
-            const float8 p = exp2(vload8(k8, s) - ref);
+            const float8 p = exp2_normal8(vload8(k8, s) - ref);
             vstore8(p, k8, s);
             sum8 += p;
         }
