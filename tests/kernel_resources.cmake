@@ -1,0 +1,120 @@
+# kernel_resources.cmake - builds the GPU paths of the portable kernels for AMD GPUs with clang's
+# amdgcn back end and libclc's builtins (so that register counts mean what they would on the
+# device), prints each kernel's registers, scratch (spills), local memory and occupancy per target,
+# and fails on a build error, on more than 64 KiB of local memory, or on a VGPR spill that is not
+# listed in _known_spills below. Scratch without spills (private arrays the compiler keeps in
+# memory) is printed, not failed. clflash cannot run AMD GPUs here; this is how a change
+# that would make a kernel spill or overflow on them is seen before a user does.
+#
+# The define sets are the planners' defaults for a GPU with 64 KiB of local memory (lib/
+# forward_plan.c, backward_plan.c, merge_plan in forward.c): the register-tiled forward's RT_RM 4,
+# RT_TC 8 (16 above d = 128), BLOCK_Q 64 (32 above d = 128) at the largest B that fits; the lane
+# path, the backward and the naive kernels at the B and strides their planners compute for the
+# shape. docs/portability.md keeps the table this prints.
+#
+#   cmake -DCLANG=<clang 15 or later, or empty> -DLIBCLC=<amdgcn--amdhsa.bc or empty> -DCL_DIR=<cl/>
+#         -DWORK=<scratch folder> -P kernel_resources.cmake
+cmake_minimum_required(VERSION 3.19)
+if(NOT CLANG OR NOT LIBCLC OR NOT EXISTS "${LIBCLC}")
+  message("SKIPPED: clang 15 or later and libclc's amdgcn--amdhsa.bc are needed (Debian: clang-15 libclc-15)")
+  return()
+endif()
+
+set(_none "-cl-std=CL1.2 -D CAUSAL=0 -D WINDOW=0 -D SOFTCAP=0 -D BIAS=0 -D ALIBI=0 -D KEYLEN=0")
+set(_all "-cl-std=CL1.2 -D CAUSAL=1 -D WINDOW=1 -D SOFTCAP=1 -D BIAS=1 -D ALIBI=1 -D KEYLEN=1")
+set(_fwd "-D CLFLASH_CPU_PATH=0 -D CLFLASH_DTYPE_F16")
+# name | source after common.cl | options
+set(_cases
+  "forward-regtile-d64|flash_forward.cl|${_none} ${_fwd} -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D RT=1 -D HEAD_DIM=64 -D BLOCK=64 -D BLOCK_Q=64 -D RT_RM=4 -D RT_TC=8"
+  "forward-regtile-d128|flash_forward.cl|${_none} ${_fwd} -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D RT=1 -D HEAD_DIM=128 -D BLOCK=32 -D BLOCK_Q=64 -D RT_RM=4 -D RT_TC=8"
+  "forward-regtile-d128-features|flash_forward.cl|${_all} ${_fwd} -D CLFLASH_OUT_F32 -D WITH_LSE=1 -D SPLIT=1 -D PACK=4 -D RT=1 -D HEAD_DIM=128 -D BLOCK=32 -D BLOCK_Q=64 -D RT_RM=4 -D RT_TC=8"
+  "forward-regtile-d256|flash_forward.cl|${_none} ${_fwd} -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D RT=1 -D HEAD_DIM=256 -D BLOCK=16 -D BLOCK_Q=32 -D RT_RM=4 -D RT_TC=16"
+  "forward-lanes-d64|flash_forward.cl|${_none} ${_fwd} -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D HEAD_DIM=64 -D BLOCK=32 -D TPR=4 -D LDS_STRIDE=66 -D KT_STRIDE=33 -D P_STRIDE=33"
+  "merge-d128|merge_states.cl|-cl-std=CL1.2 -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D HEAD_DIM=128 -D MERGE_LANES=32 -D MERGE_ROWS=4 -D MERGE_MAX_PARTS=256 -D WITH_LSE=1"
+  "backward-d64|flash_backward.cl|${_none} -D CLFLASH_CPU_PATH=0 -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D HEAD_DIM=64 -D BLOCK=32 -D TPR=4 -D LDS_STRIDE=66 -D T_STRIDE=33 -D P_STRIDE=33 -D ROWDOT_WG=64"
+  "backward-d128-features|flash_backward.cl|${_all} -D CLFLASH_CPU_PATH=0 -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D HEAD_DIM=128 -D BLOCK=16 -D TPR=4 -D LDS_STRIDE=130 -D T_STRIDE=17 -D P_STRIDE=17 -D ROWDOT_WG=64"
+  "naive-d64|naive_attention.cl|${_none} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=1 -D HEAD_DIM=64 -D SOFTMAX_WG=256"
+  "naive-backward-d64|naive_backward.cl|${_none} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D HEAD_DIM=64 -D SOFTMAX_WG=256"
+  "bias-grad-d64|bias_grad.cl|${_all} -D CLFLASH_DTYPE_F16 -D HEAD_DIM=64 -D BCAST_BATCH=1 -D BCAST_HEADS=1 -D BCAST_ROWS=0"
+)
+# GCN 5 (gfx906), CDNA 2 (gfx90a), CDNA 3 (gfx940), RDNA 2 (gfx1030), RDNA 3 (gfx1100).
+set(_targets gfx906 gfx90a gfx940 gfx1030 gfx1100)
+# "case|target": VGPR spills known and accepted until the tuning table gives these targets their
+# own parameters. On gfx1100 clang 15 gives a wave32 kernel 128 VGPRs, where the register-tiled
+# forward keeps RT_RM x RT_TC float4 accumulators and the naive backward's products kernel a row of
+# both products; GCN and RDNA 2 spill the latter by a few registers. Anything else that spills fails.
+set(_known_spills
+  "forward-regtile-d64|gfx1100" "forward-regtile-d128|gfx1100" "forward-regtile-d128-features|gfx1100"
+  "forward-regtile-d256|gfx1100" "backward-d128-features|gfx1100" "naive-d64|gfx1100"
+  "naive-backward-d64|gfx906" "naive-backward-d64|gfx1030" "naive-backward-d64|gfx1100")
+
+set(_failed "")
+set(_table "")
+foreach(_case IN LISTS _cases)
+  string(REPLACE "|" ";" _parts "${_case}")
+  list(GET _parts 0 _name)
+  list(GET _parts 1 _file)
+  list(GET _parts 2 _opts)
+  set(_src "${WORK}/resources_${_name}.cl")
+  file(READ "${CL_DIR}/common.cl" _text)
+  file(READ "${CL_DIR}/${_file}" _more)
+  file(WRITE "${_src}" "${_text}${_more}")
+  separate_arguments(_optlist UNIX_COMMAND "${_opts}")
+  foreach(_gfx IN LISTS _targets)
+    execute_process(COMMAND "${CLANG}" -x cl -target amdgcn-amd-amdhsa -mcpu=${_gfx} -nogpulib -O2 -c
+                            -Xclang -finclude-default-header -Xclang -mlink-builtin-bitcode -Xclang "${LIBCLC}"
+                            -Wno-linker-warnings -Rpass-analysis=kernel-resource-usage ${_optlist}
+                            -o "${WORK}/resources_${_name}_${_gfx}.o" "${_src}"
+      RESULT_VARIABLE _rc ERROR_VARIABLE _err OUTPUT_QUIET)
+    if(NOT _rc EQUAL 0)
+      string(APPEND _failed "  ${_name} for ${_gfx}: clang failed (${_rc}):\n${_err}\n")
+      continue()
+    endif()
+    # One block of remarks per function that was not inlined: the kernels (every helper is).
+    string(REGEX MATCHALL "remark: +[A-Za-z ]+(\\[[A-Za-z/ ]+\\])?: [^ \n]+" _remarks "${_err}")
+    set(_kernel "")
+    foreach(_r IN LISTS _remarks)
+      if(_r MATCHES "Function Name: (.+)$")
+        set(_kernel "${CMAKE_MATCH_1}")
+        foreach(_k vgpr agpr sgpr scratch occ vspill lds)
+          set(_${_k} "-")
+        endforeach()
+      elseif(_r MATCHES " VGPRs: ([0-9]+)")
+        set(_vgpr "${CMAKE_MATCH_1}")
+      elseif(_r MATCHES " AGPRs: ([0-9]+)")
+        set(_agpr "${CMAKE_MATCH_1}")
+      elseif(_r MATCHES " SGPRs: ([0-9]+)")
+        set(_sgpr "${CMAKE_MATCH_1}")
+      elseif(_r MATCHES "ScratchSize \\[bytes/lane\\]: ([0-9]+)")
+        set(_scratch "${CMAKE_MATCH_1}")
+      elseif(_r MATCHES "Occupancy \\[waves/SIMD\\]: ([0-9]+)")
+        set(_occ "${CMAKE_MATCH_1}")
+      elseif(_r MATCHES "VGPRs Spill: ([0-9]+)")
+        set(_vspill "${CMAKE_MATCH_1}")
+      elseif(_r MATCHES "LDS Size \\[bytes/block\\]: ([0-9]+)")
+        set(_lds "${CMAKE_MATCH_1}")
+        # the last remark of a function's block: its row is complete
+        string(APPEND _table "| ${_name} | ${_kernel} | ${_gfx} | ${_vgpr} | ${_agpr} | ${_sgpr} | ${_vspill} | ${_scratch} | ${_lds} | ${_occ} |\n")
+        if(_lds GREATER 65536)
+          string(APPEND _failed "  ${_name} (${_kernel}) for ${_gfx}: ${_lds} bytes of local memory (above 64 KiB)\n")
+        endif()
+        if(_vspill GREATER 0)
+          set(_known "")
+          foreach(_k IN LISTS _known_spills)
+            if(_k STREQUAL "${_name}|${_gfx}")
+              set(_known "${_k}")
+            endif()
+          endforeach()
+          if(NOT _known)
+            string(APPEND _failed "  ${_name} (${_kernel}) for ${_gfx}: ${_vspill} VGPRs spilled, ${_scratch} bytes of scratch per lane\n")
+          endif()
+        endif()
+      endif()
+    endforeach()
+  endforeach()
+endforeach()
+message("| case | kernel | target | VGPRs | AGPRs | SGPRs | VGPRs spilled | scratch bytes/lane | LDS bytes | waves/SIMD |\n"
+        "|---|---|---|---|---|---|---|---|---|---|\n${_table}")
+if(_failed)
+  message(FATAL_ERROR "kernel resources:\n${_failed}")
+endif()
