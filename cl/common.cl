@@ -222,33 +222,11 @@ static inline float8 exp2_normal8(float8 x)
     return select(exp2(select(x, (float8)(-126.0f), tiny)), (float8)(0.0f), tiny);
 }
 
-/* The score of (query i, key j) after the optional transforms, in natural-log units:
- * softcap (cap * tanh(s / cap)), then the additive bias, then ALiBi (-slope * |d - j|). */
-static inline float transform_score(float s, float softcap, float bias, float alibi_slope, uint i, uint j,
-                                    uint seq_q, uint seq_k)
-{
-#if SOFTCAP
-    s = softcap * tanh(s / softcap);
-#endif
-#if BIAS
-    s += bias;
-#endif
-#if ALIBI
-    s -= alibi_slope * fabs((float)((long)i + (long)seq_k - (long)seq_q - (long)j));
-#endif
-    (void)softcap;
-    (void)bias;
-    (void)alibi_slope;
-    (void)i;
-    (void)j;
-    (void)seq_q;
-    (void)seq_k;
-    return s;
-}
-
-/* For the backward pass: transform_score, computed by the same operations (so P recomputed from
- * it matches the forward's lse), and in *slope its derivative with respect to s. Bias and ALiBi are
- * additive, so only softcap bends it: d(cap * tanh(s / cap))/ds = 1 - tanh^2(s / cap). */
+/* The score of (query i, key j) after the optional transforms, in natural-log units (softcap
+ * cap * tanh(s / cap), then the additive bias, then ALiBi -slope * |d - j|), and in *slope its
+ * derivative with respect to s (the forward's transform_score is this without it, so that P
+ * recomputed in the backward matches the forward's lse). Bias and ALiBi are additive, so only
+ * softcap bends it: d(cap * tanh(s / cap))/ds = 1 - tanh^2(s / cap). */
 static inline float transform_score_grad(float s, float softcap, float bias, float alibi_slope, uint i, uint j,
                                          uint seq_q, uint seq_k, float *slope)
 {
@@ -273,6 +251,16 @@ static inline float transform_score_grad(float s, float softcap, float bias, flo
     (void)seq_q;
     (void)seq_k;
     return s;
+}
+
+/* The score of (query i, key j) after the optional transforms, in natural-log units:
+ * softcap (cap * tanh(s / cap)), then the additive bias, then ALiBi (-slope * |d - j|):
+ * transform_score_grad without its derivative (which the compiler drops). */
+static inline float transform_score(float s, float softcap, float bias, float alibi_slope, uint i, uint j,
+                                    uint seq_q, uint seq_k)
+{
+    float slope;
+    return transform_score_grad(s, softcap, bias, alibi_slope, i, j, seq_q, seq_k, &slope);
 }
 
 /* ---- split-KV and GQA packing (the forward kernels) -------------------------------------------
