@@ -3,21 +3,24 @@
  * and the enqueue of cl/bias_grad.cl, which clflash_backward runs after its D kernel.
  *
  * Why a file of its own: dBias is one more output with its own rules (the bias's layout, summed
- * over the broadcast dimensions, a buffer of its own) and its own kernel, independent of which
- * gradient kernel (portable or tensor-core) the backward plans. clflash_backward_naive refuses it.
+ * over the broadcast dimensions, a buffer of its own) and its own kernel, independent of the
+ * gradient kernel the backward plans. clflash_backward_naive refuses it. Two kernels compute the
+ * same sums with the same arguments and grid: cl/nv_mma_bias_grad.cl on NVIDIA's tensor cores,
+ * wherever the tensor-core backward could run (clflash_nv_mma_backward_refusal), and
+ * cl/bias_grad.cl everywhere else.
  */
 #include "internal.h"
 
 #include <stdio.h>
 
-#define KERNEL_NAME "bias_grad"
-#define TILE 64u     /* bias_grad.cl's TQ and TK */
-#define GROUP 256u   /* its work-group size, 16 x 16 */
+#define TILE 64u            /* both kernels' TQ and TK */
+#define GROUP 256u          /* bias_grad.cl's work-group size, 16 x 16 */
+#define NV_WARPS 4u         /* nv_mma_bias_grad.cl's warps: 16 query rows each, TQ = 64 */
 #define KEY_TAG 0x62677264u /* the kernel cache's key: no other cached kernel starts with it */
 
 /* What the kernel is built for; the kernel cache's key. */
 typedef struct {
-    uint32_t tag, dtype, head_dim, flags, softcap, alibi, keylen, bcast;
+    uint32_t tag, dtype, head_dim, flags, softcap, alibi, keylen, bcast, tensor_cores, bias_pairs;
 } bias_grad_build;
 
 static uint32_t broadcast_bits(const clflash_problem *p)
@@ -30,21 +33,25 @@ static uint32_t broadcast_bits(const clflash_problem *p)
 static clflash_status make_kernel(clflash_context *c, const void *arg, cl_kernel *kernel)
 {
     const bias_grad_build *bb = arg;
-    char defines[320];
+    const char *name = bb->tensor_cores ? "nv_mma_bias_grad" : "bias_grad";
+    char defines[360], shape[64] = "";
     cl_program prog;
     cl_int err;
     clflash_status st;
+    if (bb->tensor_cores)
+        snprintf(shape, sizeof shape, " -D BLOCK=%u -D WARPS=%u -D BIAS_PAIRS=%u", TILE, NV_WARPS, bb->bias_pairs);
     snprintf(defines, sizeof defines,
              "%s -D HEAD_DIM=%u -D CAUSAL=%d -D WINDOW=%d -D SOFTCAP=%u -D BIAS=1 -D ALIBI=%u -D KEYLEN=%u "
-             "-D BCAST_BATCH=%u -D BCAST_HEADS=%u -D BCAST_ROWS=%u",
+             "-D BCAST_BATCH=%u -D BCAST_HEADS=%u -D BCAST_ROWS=%u%s",
              clflash_dtype_define((clflash_dtype)bb->dtype), bb->head_dim, (bb->flags & CLFLASH_CAUSAL) != 0,
              (bb->flags & CLFLASH_WINDOW) != 0, bb->softcap, bb->alibi, bb->keylen, bb->bcast & 1u,
-             (bb->bcast >> 1) & 1u, (bb->bcast >> 2) & 1u);
-    if ((st = clflash_get_program(c, CLFLASH_SOURCE_BIAS_GRAD, defines, &prog)) != CLFLASH_SUCCESS)
+             (bb->bcast >> 1) & 1u, (bb->bcast >> 2) & 1u, shape);
+    if ((st = clflash_get_program(c, bb->tensor_cores ? CLFLASH_SOURCE_NV_MMA_BIAS_GRAD : CLFLASH_SOURCE_BIAS_GRAD,
+                                  defines, &prog)) != CLFLASH_SUCCESS)
         return st;
-    *kernel = clCreateKernel(prog, KERNEL_NAME, &err);
+    *kernel = clCreateKernel(prog, name, &err);
     if (err != CL_SUCCESS)
-        return clflash_fail(err, "clCreateKernel(%s) failed", KERNEL_NAME);
+        return clflash_fail(err, "clCreateKernel(%s) failed", name);
     return CLFLASH_SUCCESS;
 }
 
@@ -91,7 +98,9 @@ clflash_status clflash_enqueue_bias_grad(clflash_context *c, const clflash_probl
                                 p->softcap != 0.0f,
                                 p->alibi_slopes != NULL,
                                 p->key_lengths != NULL,
-                                bc};
+                                bc,
+                                clflash_nv_mma_backward_refusal(c, p) == NULL,
+                                (uint32_t)clflash_bias_pairs(p)};
     cl_kernel kernel;
     clflash_plan_entry *entry;
     clflash_status st = clflash_cached_kernel(c, (const uint32_t *)&bb, sizeof bb / sizeof(uint32_t), make_kernel, &bb,
@@ -132,8 +141,10 @@ clflash_status clflash_enqueue_bias_grad(clflash_context *c, const clflash_probl
     cl_int err = clflash_set_args(kernel, 0, args, n_args);
     for (cl_uint i = 0; err == CL_SUCCESS && i < 20; i++)
         err = clSetKernelArg(kernel, n_args + i, sizeof(cl_ulong), &lay[i]);
-    const size_t global[3] = {(size_t)row_tiles * key_tiles * GROUP, bc & 2u ? 1u : heads_q, bc & 1u ? 1u : batch};
-    const size_t local[3] = {GROUP, 1, 1};
+    const size_t group_size = bb.tensor_cores ? 32u * NV_WARPS : GROUP;
+    const size_t global[3] = {(size_t)row_tiles * key_tiles * group_size, bc & 2u ? 1u : heads_q,
+                              bc & 1u ? 1u : batch};
+    const size_t local[3] = {group_size, 1, 1};
     if (err == CL_SUCCESS)
         err = clEnqueueNDRangeKernel(queue, kernel, 3, NULL, global, local, num_wait, wait, done);
     clflash_cached_kernel_done(c, entry, kernel);

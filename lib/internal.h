@@ -145,7 +145,8 @@ CLFLASH_INTERNAL void clflash_scratch_pool_free(clflash_context *c);
 typedef enum { CLFLASH_SOURCE_FLASH_FORWARD, CLFLASH_SOURCE_NAIVE_ATTENTION, CLFLASH_SOURCE_FLASH_BACKWARD,
                CLFLASH_SOURCE_NAIVE_BACKWARD, CLFLASH_SOURCE_NV_MMA_FORWARD,
                CLFLASH_SOURCE_NV_MMA_BACKWARD, CLFLASH_SOURCE_MERGE_STATES,
-               CLFLASH_SOURCE_FLASH_DECODE_CPU, CLFLASH_SOURCE_BIAS_GRAD } clflash_source_id;
+               CLFLASH_SOURCE_FLASH_DECODE_CPU, CLFLASH_SOURCE_BIAS_GRAD,
+               CLFLASH_SOURCE_NV_MMA_BIAS_GRAD } clflash_source_id;
 
 /* Returns a built program for (source, options) on the context's device, building it the first
  * time; the program stays owned by the cache (do not release it). On a build failure the log is

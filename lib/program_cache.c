@@ -36,26 +36,39 @@ extern const char clflash_cl_flash_decode_cpu[];
 extern const size_t clflash_cl_flash_decode_cpu_size;
 extern const char clflash_cl_bias_grad[];
 extern const size_t clflash_cl_bias_grad_size;
+extern const char clflash_cl_nv_mma_scores[];
+extern const size_t clflash_cl_nv_mma_scores_size;
+extern const char clflash_cl_nv_mma_bias_grad[];
+extern const size_t clflash_cl_nv_mma_bias_grad_size;
 
-/* Each clflash_source_id's file name, text and length, in the enum's order, and the text that goes
- * between common.cl and it (the tensor-core kernels' PTX helpers), if any. */
+/* Each clflash_source_id's file name, text and length, in the enum's order, and the texts that go
+ * between common.cl and it (the tensor-core kernels' PTX helpers and score recomputation), if any. */
+#define MAX_PRELUDES 2
 static const struct {
     const char *name, *text;
     const size_t *size;
-    const char *prelude;
-    const size_t *prelude_size;
+    const char *prelude[MAX_PRELUDES];
+    const size_t *prelude_size[MAX_PRELUDES];
 } sources[] = {
-    {"flash_forward.cl", clflash_cl_flash_forward, &clflash_cl_flash_forward_size, NULL, NULL},
-    {"naive_attention.cl", clflash_cl_naive_attention, &clflash_cl_naive_attention_size, NULL, NULL},
-    {"flash_backward.cl", clflash_cl_flash_backward, &clflash_cl_flash_backward_size, NULL, NULL},
-    {"naive_backward.cl", clflash_cl_naive_backward, &clflash_cl_naive_backward_size, NULL, NULL},
-    {"nv_mma_forward.cl", clflash_cl_nv_mma_forward, &clflash_cl_nv_mma_forward_size, clflash_cl_nv_mma_common,
-     &clflash_cl_nv_mma_common_size},
-    {"nv_mma_backward.cl", clflash_cl_nv_mma_backward, &clflash_cl_nv_mma_backward_size, clflash_cl_nv_mma_common,
-     &clflash_cl_nv_mma_common_size},
-    {"merge_states.cl", clflash_cl_merge_states, &clflash_cl_merge_states_size, NULL, NULL},
-    {"flash_decode_cpu.cl", clflash_cl_flash_decode_cpu, &clflash_cl_flash_decode_cpu_size, NULL, NULL},
-    {"bias_grad.cl", clflash_cl_bias_grad, &clflash_cl_bias_grad_size, NULL, NULL},
+    {"flash_forward.cl", clflash_cl_flash_forward, &clflash_cl_flash_forward_size, {NULL}, {NULL}},
+    {"naive_attention.cl", clflash_cl_naive_attention, &clflash_cl_naive_attention_size, {NULL}, {NULL}},
+    {"flash_backward.cl", clflash_cl_flash_backward, &clflash_cl_flash_backward_size, {NULL}, {NULL}},
+    {"naive_backward.cl", clflash_cl_naive_backward, &clflash_cl_naive_backward_size, {NULL}, {NULL}},
+    {"nv_mma_forward.cl", clflash_cl_nv_mma_forward, &clflash_cl_nv_mma_forward_size, {clflash_cl_nv_mma_common},
+     {&clflash_cl_nv_mma_common_size}},
+    {"nv_mma_backward.cl",
+     clflash_cl_nv_mma_backward,
+     &clflash_cl_nv_mma_backward_size,
+     {clflash_cl_nv_mma_common, clflash_cl_nv_mma_scores},
+     {&clflash_cl_nv_mma_common_size, &clflash_cl_nv_mma_scores_size}},
+    {"merge_states.cl", clflash_cl_merge_states, &clflash_cl_merge_states_size, {NULL}, {NULL}},
+    {"flash_decode_cpu.cl", clflash_cl_flash_decode_cpu, &clflash_cl_flash_decode_cpu_size, {NULL}, {NULL}},
+    {"bias_grad.cl", clflash_cl_bias_grad, &clflash_cl_bias_grad_size, {NULL}, {NULL}},
+    {"nv_mma_bias_grad.cl",
+     clflash_cl_nv_mma_bias_grad,
+     &clflash_cl_nv_mma_bias_grad_size,
+     {clflash_cl_nv_mma_common, clflash_cl_nv_mma_scores},
+     {&clflash_cl_nv_mma_common_size, &clflash_cl_nv_mma_scores_size}},
 };
 
 struct clflash_program_entry {
@@ -112,13 +125,18 @@ static void keep_build_log(clflash_context *c, cl_program prog, clflash_source_i
 static clflash_status build(clflash_context *c, clflash_source_id source, const char *options,
                             cl_program *out)
 {
-    const int with_prelude = sources[source].prelude != NULL;
-    const char *texts[3] = {clflash_cl_common, with_prelude ? sources[source].prelude : sources[source].text,
-                            sources[source].text};
-    size_t sizes[3] = {clflash_cl_common_size, with_prelude ? *sources[source].prelude_size : *sources[source].size,
-                       *sources[source].size};
+    /* common.cl, the preludes, the source */
+    const char *texts[MAX_PRELUDES + 2] = {clflash_cl_common};
+    size_t sizes[MAX_PRELUDES + 2] = {clflash_cl_common_size};
+    cl_uint n = 1;
+    for (int i = 0; i < MAX_PRELUDES && sources[source].prelude[i] != NULL; i++, n++) {
+        texts[n] = sources[source].prelude[i];
+        sizes[n] = *sources[source].prelude_size[i];
+    }
+    texts[n] = sources[source].text;
+    sizes[n++] = *sources[source].size;
     cl_int err;
-    cl_program prog = clCreateProgramWithSource(c->ctx, with_prelude ? 3 : 2, texts, sizes, &err);
+    cl_program prog = clCreateProgramWithSource(c->ctx, n, texts, sizes, &err);
     if (err != CL_SUCCESS)
         return clflash_fail(err, "clCreateProgramWithSource failed for %s", source_name(source));
     err = clBuildProgram(prog, 1, &c->dev, options, NULL, NULL);

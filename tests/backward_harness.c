@@ -24,12 +24,12 @@
 void ref_attention_backward(const clflash_attention_desc *d, const float *q, const float *k, const float *v,
                             const float *d_o, double *dq, double *dk, double *dv, unsigned char *key_seen)
 {
-    ref_attention_backward_ex(d, q, k, v, d_o, NULL, dq, dk, dv, NULL, key_seen);
+    ref_attention_backward_ex(d, q, k, v, d_o, NULL, dq, dk, dv, NULL, NULL, key_seen);
 }
 
 void ref_attention_backward_ex(const clflash_attention_desc *d, const float *q, const float *k, const float *v,
                                const float *d_o, const ref_extras *x, double *dq, double *dk, double *dv,
-                               double *dbias, unsigned char *key_seen)
+                               double *dbias, unsigned char *bias_seen, unsigned char *key_seen)
 {
     const uint32_t hkv = ref_heads_kv(d), group = d->heads_q / hkv, D = d->head_dim;
     const ref_strides qs = ref_resolve_layout(&d->q, d->heads_q, d->seq_q, D);
@@ -51,6 +51,8 @@ void ref_attention_backward_ex(const clflash_attention_desc *d, const float *q, 
         memset(key_seen, 0, (size_t)d->batch * hkv * d->seq_k);
     if (dbias)
         memset(dbias, 0, sizeof(double) * tb_bias_extent(d));
+    if (bias_seen)
+        memset(bias_seen, 0, tb_bias_extent(d));
 
     for (uint32_t b = 0; b < d->batch; b++)
         for (uint32_t h = 0; h < d->heads_q; h++) {
@@ -87,6 +89,8 @@ void ref_attention_backward_ex(const clflash_attention_desc *d, const float *q, 
                     const size_t krow = (((size_t)b * hkv + hk) * d->seq_k + (size_t)j);
                     if (dbias) /* the bias is added after the softcap: its gradient has no f' */
                         dbias[ref_index(&bs, b, h, i, (uint32_t)j)] += p * (dp[j] - dsum);
+                    if (bias_seen)
+                        bias_seen[ref_index(&bs, b, h, i, (uint32_t)j)] = 1;
                     if (key_seen)
                         key_seen[krow] = 1;
                     for (uint32_t c = 0; c < D; c++) {
@@ -278,12 +282,13 @@ int tb_case_init_ex(tb_case *t, const clflash_attention_desc *d, const ref_extra
         for (size_t i = 0; i < t->nrows; i++)
             t->lse[i] = (float)t->ref_lse[i];
     }
-    if (t->bias && !(t->ref_dbias = xcalloc(t->bias_n, sizeof(double)))) {
+    if (t->bias && (!(t->ref_dbias = xcalloc(t->bias_n, sizeof(double))) ||
+                    !(t->ref_dbias_seen = xcalloc(t->bias_n, 1)))) {
         tb_case_free(t);
         return -1;
     }
     ref_attention_backward_ex(d, t->qf, t->kf, t->vf, t->dof, &xs, t->ref_dq, t->ref_dk, t->ref_dv, t->ref_dbias,
-                              t->key_seen);
+                              t->ref_dbias_seen, t->key_seen);
     tb_reset_outputs(t);
     return 0;
 }
@@ -352,7 +357,7 @@ void tb_case_free(tb_case *t)
 {
     void *all[] = {t->qf, t->kf, t->vf, t->dof, t->q, t->k, t->v, t->d_o, t->o, t->lse, t->dq, t->dk, t->dv,
                    t->ref_o, t->ref_lse, t->ref_dq, t->ref_dk, t->ref_dv, t->key_seen, t->bias, t->slopes, t->lens,
-                   t->ref_dbias, t->dbias};
+                   t->ref_dbias, t->ref_dbias_seen, t->dbias};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         free(all[i]);
     memset(t, 0, sizeof *t);
@@ -556,7 +561,7 @@ static int check_bias_grad(const tb_case *t, char *msg, size_t msg_len)
             gap_bad += sentinel != SENTINEL_F32;
             continue;
         }
-        if (t->ref_dbias[i] == 0.0 && t->dbias[i] != 0.0f)
+        if (!t->ref_dbias_seen[i] && t->dbias[i] != 0.0f)
             zero_bad++;
         got[n] = t->dbias[i];
         want[n] = t->ref_dbias[i];

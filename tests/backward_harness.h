@@ -30,12 +30,13 @@ void ref_attention_backward(const clflash_attention_desc *d, const float *q, con
  * and the products as above (scale dS_j k_j, scale dS_j q, P_j dO). The slopes get no gradient.
  * If dbias is not NULL it receives the bias gradient at the bias layout's positions
  * (tb_bias_extent(d) elements, zeroed first): P_j (dP_j - D) of each visible pair added at its bias
- * element, so that broadcast dimensions sum. A row whose visible scores are all -inf contributes
- * nothing; key_seen counts a key as seen only through a pair whose score is not -inf (a -inf bias
- * gives P = 0 exactly). */
+ * element, so that broadcast dimensions sum; bias_seen (if not NULL, as many bytes) gets 1 at each
+ * element some pair adds to (its term may be exactly 0: a row with one visible key has P = 1 and
+ * dP = D). A row whose visible scores are all -inf contributes nothing; key_seen counts a key as
+ * seen only through a pair whose score is not -inf (a -inf bias gives P = 0 exactly). */
 void ref_attention_backward_ex(const clflash_attention_desc *d, const float *q, const float *k, const float *v,
                                const float *d_o, const ref_extras *x, double *dq, double *dk, double *dv,
-                               double *dbias, unsigned char *key_seen);
+                               double *dbias, unsigned char *bias_seen, unsigned char *key_seen);
 
 /* ---- one case ------------------------------------------------------------------------------------ */
 typedef struct {
@@ -59,6 +60,7 @@ typedef struct {
     float *slopes;                   /* [heads_q] */
     int32_t *lens;                   /* [batch] */
     double *ref_dbias;               /* with a bias: the reference dBias at the bias layout's positions */
+    unsigned char *ref_dbias_seen;   /* with a bias: 1 where some pair adds to the reference dBias */
     int bias_grad;                   /* 1: tb_run asks the backward for dBias (set it after init) */
     float *dbias;                    /* with bias_grad: dBias as read back (bias_n floats, sentinel in gaps) */
 } tb_case;

@@ -651,7 +651,7 @@ START_TEST(backward_softcap_sensitivity)
     clflash_attention_desc flat = d;
     flat.softcap = 1e6f;
     const ref_extras x = tb_extras(&t);
-    ref_attention_backward_ex(&flat, t.qf, t.kf, t.vf, t.dof, &x, dq, dk, dv, NULL, NULL);
+    ref_attention_backward_ex(&flat, t.qf, t.kf, t.vf, t.dof, &x, dq, dk, dv, NULL, NULL, NULL);
     double diff = 0.0;
     for (size_t i = 0; i < t.nrows * d.head_dim; i++)
         diff = fmax(diff, fabs(dq[i] - t.ref_dq[i]));

@@ -17,7 +17,9 @@
  *   test_nv_mma backward_numerics  likewise on a tensor-core device only: the same for the
  *                         tensor-core backward (cl/nv_mma_backward.cl,
  *                         head_dim up to 128, forced B up to 48) against the fp64 reference
- *                         gradients, and checks that two runs give the same bits.
+ *                         gradients, with the bias gradient (cl/nv_mma_bias_grad.cl) wherever
+ *                         there is a bias, and checks that two runs give the same bits (dBias
+ *                         summed over batch entries and heads, and over rows, included).
  *
  * Own small harness: the shared one stores only f32 and f16.
  */
@@ -811,7 +813,8 @@ static const bwd_feature_shape bwd_feature_shapes[] = {
 #define N_BWD_FEATURE_SHAPES N_OF(bwd_feature_shapes)
 
 /* Each bwd_feature_shapes case in f16 and bf16, as backward_against_reference (every other one
- * from the device's own forward, which runs the same features on tensor cores). */
+ * from the device's own forward, which runs the same features on tensor cores); with a bias, dBias
+ * too (the tensor-core bias gradient runs wherever the tensor-core backward does). */
 START_TEST(backward_features_against_reference)
 {
     const bwd_feature_shape *s = &bwd_feature_shapes[_i % N_BWD_FEATURE_SHAPES];
@@ -825,6 +828,7 @@ START_TEST(backward_features_against_reference)
     char what[200], msg[2048];
     ck_assert_msg(tb_case_init_features(&c, &d, s->bias, s->alibi, s->lens, 9300 + (uint64_t)_i) == 0,
                   "out of host memory");
+    c.bias_grad = c.bias != NULL;
     th_desc_str(&c.d, what, sizeof what);
     /* the planner sees the case's bias layout; the buffers only need to exist */
     clflash_attention_desc planned = c.d;
@@ -855,6 +859,26 @@ START_TEST(backward_repeatable)
     ck_assert_int_eq(tb_run(ctx, &a, TB_FLASH, 0, NULL), CLFLASH_SUCCESS);
     ck_assert_int_eq(tb_run(ctx, &b, TB_FLASH, 0, NULL), CLFLASH_SUCCESS);
     ck_assert_msg(tb_compare_runs(&a, &b, 1, msg, sizeof msg) == 0, "%s", msg);
+    tb_case_free(&a);
+    tb_case_free(&b);
+}
+END_TEST
+
+/* dBias twice from the same inputs, the same bits: summed over batch entries and heads (a shared
+ * [seq_q][seq_k] bias) and over heads and rows (one bias per batch entry and key). */
+START_TEST(bias_grad_repeatable)
+{
+    const tb_bias_kind kind = _i == 0 ? TB_BIAS_BCAST : TB_BIAS_KEYS;
+    const clflash_attention_desc d = th_desc(3, 4, 2, 131, 203, 64, CLFLASH_F16, CLFLASH_CAUSAL);
+    tb_case a, b;
+    ck_assert_int_eq(tb_case_init_features(&a, &d, kind, 1, TB_NO_LENS, 4343), 0);
+    ck_assert_int_eq(tb_case_init_features(&b, &d, kind, 1, TB_NO_LENS, 4343), 0);
+    a.bias_grad = b.bias_grad = 1;
+    ck_assert_int_eq(tb_run(ctx, &a, TB_FLASH, 0, NULL), CLFLASH_SUCCESS);
+    ck_assert_int_eq(tb_run(ctx, &b, TB_FLASH, 0, NULL), CLFLASH_SUCCESS);
+    ck_assert_uint_eq(a.bias_n, b.bias_n);
+    ck_assert_msg(memcmp(a.dbias, b.dbias, a.bias_n * sizeof(float)) == 0, "dBias (%s) differs between two runs",
+                  _i == 0 ? "shared by batch entries and heads" : "shared by heads and rows");
     tb_case_free(&a);
     tb_case_free(&b);
 }
@@ -906,6 +930,7 @@ int main(int argc, char **argv)
         tcase_add_loop_test(tc, backward_against_reference, 0, 2 * (int)N_BWD_SHAPES);
         tcase_add_loop_test(tc, backward_features_against_reference, 0, 2 * (int)N_BWD_FEATURE_SHAPES);
         tcase_add_test(tc, backward_repeatable);
+        tcase_add_loop_test(tc, bias_grad_repeatable, 0, 2);
     } else {
         tcase_add_test(tc, selection);
         tcase_add_test(tc, plan_fields);

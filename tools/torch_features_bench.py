@@ -9,10 +9,11 @@ Usage (on the GPU machine):
 Each case as clflash-bench --features defines it: window = |i - j| <= W, causal-window =
 0 <= i - j <= W, softcap = cap * tanh(s / cap), alibi = s - 2^-(1 + h % 8) * |i - j|, keylens =
 j < length[b] (cycled over the batch), bias = s + B[i][j] (one fp32 [seq][seq] bias), bias-full =
-s + B[b][h][i][j]. Backends: flex_attention under torch.compile (Triton) with the case's block
+s + B[b][h][i][j], bias-grad = bias with B requiring its gradient (with --backward the backward
+computes dB too, summed over batch and heads, as clflash's bias_grad). Backends: flex_attention under torch.compile (Triton) with the case's block
 mask and score_mod, for every case; SDPA's FlashAttention-2 for plain and causal; SDPA's cuDNN and
-mem-efficient backends with the bias as a float attn_mask (broadcast for bias) and, for keylens,
-a boolean mask. A backend that refuses a case gets null. Time per call: the mean of 20 calls
+mem-efficient backends with the bias as a float attn_mask (broadcast for bias and bias-grad) and,
+for keylens, a boolean mask. A backend that refuses a case gets null. Time per call: the mean of 20 calls
 between CUDA events after 3 warm-up calls. With --backward (as `clflash-bench --features
 --backward`) the time is that of the backward alone: torch.autograd.grad of one forward's output
 for Q, K and V with a random dO, repeated on the retained graph. Prints one JSON line per case;
@@ -55,13 +56,13 @@ def main():
     for x in (q, k, v):
         x.requires_grad_(a.backward)
 
-    def timed(fn):
-        """The forward fn's time, or with --backward its backward's."""
+    def timed(fn, extra=()):
+        """The forward fn's time, or with --backward its backward's (gradients of Q, K, V and extra)."""
         if not a.backward:
             return bench(fn)
         out = fn()
         d_o = torch.randn_like(out)
-        return bench(lambda: torch.autograd.grad(out, (q, k, v), d_o, retain_graph=True))
+        return bench(lambda: torch.autograd.grad(out, (q, k, v) + tuple(extra), d_o, retain_graph=True))
     flex = torch.compile(flex_attention, dynamic=False)  # no dynamic shapes after the recompiles the cases cause
 
     def causal(b_, h_, i, j): return i >= j
@@ -74,12 +75,14 @@ def main():
     bias = None
     bias_full = None
     cases = a.cases.split(",")
-    if "bias" in cases:
+    if "bias" in cases or "bias-grad" in cases:
         bias = torch.rand(n, n, device="cuda", dtype=torch.float32) * 2 - 1
+    bias_g = bias.clone().requires_grad_(a.backward) if "bias-grad" in cases else None
     if "bias-full" in cases:
         bias_full = torch.zeros(b, h, n, n, device="cuda", dtype=torch.float32)
     def add_bias(s, b_, h_, i, j): return s + bias[i, j]
     def add_bias_full(s, b_, h_, i, j): return s + bias_full[b_, h_, i, j]
+    def add_bias_grad(s, b_, h_, i, j): return s + bias_g[i, j]
 
     spec = {  # case: (mask_mod, score_mod, batch-dependent mask)
         "plain": (None, None, False), "causal": (causal, None, False), "window": (window, None, False),
@@ -87,10 +90,12 @@ def main():
         "causal-softcap": (causal, causal_softcap, False), "alibi": (None, alibi, False),
         "causal-alibi": (causal, alibi, False), "keylens": (keylen, None, True),
         "bias": (None, add_bias, False), "bias-full": (None, add_bias_full, False),
+        "bias-grad": (None, add_bias_grad, False),
     }
     rows = []
     for case in cases:
         mask_mod, score_mod, per_batch = spec[case]
+        extra = (bias_g,) if case == "bias-grad" and a.backward else ()
         i_ = torch.arange(n, device="cuda")[:, None]
         j_ = torch.arange(n, device="cuda")[None, :]
         vis = torch.ones(n, n, dtype=torch.bool, device="cuda")
@@ -103,7 +108,7 @@ def main():
                    torch=torch.__version__)
         try:
             bm = create_block_mask(mask_mod, b if per_batch else None, None, n, n) if mask_mod else None
-            t = timed(lambda: flex(q, k, v, score_mod=score_mod, block_mask=bm))
+            t = timed(lambda: flex(q, k, v, score_mod=score_mod, block_mask=bm), extra)
             row["flex_ms"] = round(t * 1e3, 4)
         except Exception as ex:  # noqa: BLE001 - a refusal is a null, with its reason
             row["flex_ms"] = None
@@ -116,13 +121,16 @@ def main():
         if case == "bias":
             m = bias.to(dtype)[None, None].expand(b, h, n, n)
             sdpa += [("cudnn", SDPBackend.CUDNN_ATTENTION, m, False), ("efficient", SDPBackend.EFFICIENT_ATTENTION, m, False)]
+        if case == "bias-grad":
+            m = bias_g.to(dtype)[None, None].expand(b, h, n, n)
+            sdpa += [("cudnn", SDPBackend.CUDNN_ATTENTION, m, False), ("efficient", SDPBackend.EFFICIENT_ATTENTION, m, False)]
         if case == "keylens":
             m = (j_[None, None] < lens[:, None, None, None]).expand(b, h, n, n)
             sdpa += [("cudnn", SDPBackend.CUDNN_ATTENTION, m, False), ("efficient", SDPBackend.EFFICIENT_ATTENTION, m, False)]
         for name, be, m, is_causal in sdpa:
             try:
                 with sdpa_kernel(be):
-                    t = timed(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=is_causal))
+                    t = timed(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=is_causal), extra)
                 row[name + "_ms"] = round(t * 1e3, 4)
             except Exception:  # noqa: BLE001
                 row[name + "_ms"] = None
