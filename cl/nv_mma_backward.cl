@@ -2,7 +2,7 @@
  * nv_mma_backward.cl - the backward pass's gradient kernel on NVIDIA tensor cores (inline PTX
  * mma.sync, ldmatrix, cp.async), in FlashAttention-2's manner but without atomics. Chosen by the
  * planner where the tensor-core forward is (NVIDIA, compute capability >= 8.0, fp16 or bf16,
- * head_dim a multiple of 16 up to 128), with every feature of the descriptor (causal, sliding
+ * head_dim up to 128, padded to a multiple of 16 inside, any layout), with every feature of the descriptor (causal, sliding
  * window, softcap, bias, ALiBi, key lengths); the portable cl/flash_backward.cl does everything
  * else and computes D = rowsum(dO * O) first for both (its flash_backward_rowdot kernel).
  *
@@ -47,7 +47,9 @@
  * the key or query rows at the start and the outputs at the end pass through the same rows) and
  * 4 * BLOCK floats (two buffers of the tile rows' lse and D).
  *
- * Defines: HEAD_DIM (multiple of 16, <= 128), BLOCK (query rows per tile of a key group and keys
+ * Defines: HEAD_DIM (multiple of 16, <= 128; with D_REAL, nv_mma_common.cl's, the tensors' own
+ * head_dim below it: columns past D_REAL are zeros in local memory and are not stored; with
+ * NV_ALIGNED 0 rows are copied and stored element by element), BLOCK (query rows per tile of a key group and keys
  * per tile of a query group, multiple of 16), WARPS, CAUSAL, WINDOW, SOFTCAP, BIAS, BIAS_PAIRS,
  * ALIBI, KEYLEN, CLFLASH_DTYPE_F16 or _BF16;
  * NV_BWD_STREAM may be set through the build options (developer tuning, below). The PTX
@@ -126,16 +128,25 @@ static inline void park_rows(__local ushort *tile, uint row, const float4 *acc, 
     }
 }
 
-/* Stores `rows` local rows to a tensor's rows row0 .. (those below `limit`), 16 bytes at a time. */
+/* Stores `rows` local rows to a tensor's rows row0 .. (those below `limit`), columns below D_REAL:
+ * 16 bytes at a time, or with NV_ALIGNED 0 element by element. */
 static inline void store_rows(__global ushort *dst, ulong base, ulong seq_stride, __local const ushort *tile, uint row0,
                        uint rows, uint limit)
 {
+#if NV_ALIGNED
     for (uint c = get_local_id(0); c < rows * CHUNKS; c += THREADS) {
         const uint r = c / CHUNKS, piece = c % CHUNKS;
-        if (row0 + r < limit)
+        if (row0 + r < limit && piece * 8 < D_REAL)
             *(__global uint4 *)(dst + base + (ulong)(row0 + r) * seq_stride + piece * 8) =
                 *(__local const uint4 *)(tile + r * ROW_STRIDE + piece * 8);
     }
+#else
+    for (uint e = get_local_id(0); e < rows * D_REAL; e += THREADS) {
+        const uint r = e / D_REAL, col = e % D_REAL;
+        if (row0 + r < limit)
+            dst[base + (ulong)(row0 + r) * seq_stride + col] = tile[r * ROW_STRIDE + col];
+    }
+#endif
 }
 
 /* acc[dt] += A (16 x 16, registers) times 16 rows x HEAD_DIM of a local tile read transposed

@@ -29,10 +29,11 @@
  *
  * Local memory: (TQ + TK) rows of HEAD_DIM + 8 halves (35 KB at d = 128) and WARPS * TK floats.
  *
- * Defines: HEAD_DIM (a multiple of 16), BLOCK (TK, a multiple of 16), WARPS, CLFLASH_DTYPE_F16 or
- * _BF16, CAUSAL, WINDOW, SOFTCAP, ALIBI, KEYLEN, BIAS (1), and BCAST_BATCH, BCAST_HEADS,
- * BCAST_ROWS (1 for each dimension the bias is shared over). Rows must start on 16 bytes
- * (NV_ALIGNED, the tensor-core backward's rule).
+ * Defines: HEAD_DIM (a multiple of 16), D_REAL and NV_ALIGNED (nv_mma_common.cl's: the tensors'
+ * head_dim, padded to HEAD_DIM with zeros, and whether rows are copied 16 bytes at a time), BLOCK
+ * (TK, a multiple of 16), WARPS, CLFLASH_DTYPE_F16 or _BF16, CAUSAL, WINDOW, SOFTCAP, ALIBI,
+ * KEYLEN, BIAS (1), BIAS_PAIRS, and BCAST_BATCH, BCAST_HEADS, BCAST_ROWS (1 for each dimension
+ * the bias is shared over).
  */
 
 #define TQ (16 * WARPS) /* query rows of a tile: 16 per warp */

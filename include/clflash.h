@@ -620,9 +620,11 @@ CLFLASH_API clflash_status clflash_merge_states(clflash_context *c, const clflas
  * query sees (or sees only through a -INFINITY bias) gets dK = dV = 0.
  *
  * On NVIDIA tensor cores: where the forward's conditions hold (clflash_plan_attention: NVIDIA of
- * compute capability >= 8.0, F16/BF16), with head_dim a multiple of 16 up to 128 and every offset
- * and stride of Q, K, V and O a multiple of 8 elements, the gradient kernel is "nv_mma_backward" (cl/nv_mma_backward.cl), with every
- * feature below (window, softcap, bias, ALiBi, key lengths): the same two kinds of work-group, the
+ * compute capability >= 8.0, F16/BF16) and head_dim is at most 128, the gradient kernel is
+ * "nv_mma_backward" (cl/nv_mma_backward.cl): any head_dim (since 0.5: padded inside the kernel to
+ * a multiple of 16 with zero columns) and any layout (where head_dim or some offset or stride of
+ * Q, K, V or O is not a multiple of 8 elements, rows are copied and stored element by element,
+ * which is slower), with every feature below (window, softcap, bias, ALiBi, key lengths): the same two kinds of work-group, the
  * same determinism, its five products on mma.sync with fp32 sums. It computes the transformed
  * scores by the same operations as the tensor-core forward, in log2 units, so P recomputed from
  * that forward's lse matches it; the lse of the portable forward serves as well (the two differ

@@ -20,7 +20,7 @@
 
 /* What the kernel is built for; the kernel cache's key. */
 typedef struct {
-    uint32_t tag, dtype, head_dim, flags, softcap, alibi, keylen, bcast, tensor_cores, bias_pairs;
+    uint32_t tag, dtype, head_dim, flags, softcap, alibi, keylen, bcast, tensor_cores, bias_pairs, nv_aligned;
 } bias_grad_build;
 
 static uint32_t broadcast_bits(const clflash_problem *p)
@@ -34,16 +34,18 @@ static clflash_status make_kernel(clflash_context *c, const void *arg, cl_kernel
 {
     const bias_grad_build *bb = arg;
     const char *name = bb->tensor_cores ? "nv_mma_bias_grad" : "bias_grad";
-    char defines[360], shape[64] = "";
+    char defines[400], shape[120] = "";
     cl_program prog;
     cl_int err;
     clflash_status st;
     if (bb->tensor_cores)
-        snprintf(shape, sizeof shape, " -D BLOCK=%u -D WARPS=%u -D BIAS_PAIRS=%u", TILE, NV_WARPS, bb->bias_pairs);
+        snprintf(shape, sizeof shape, " -D D_REAL=%u -D NV_ALIGNED=%u -D BLOCK=%u -D WARPS=%u -D BIAS_PAIRS=%u",
+                 bb->head_dim, bb->nv_aligned, TILE, NV_WARPS, bb->bias_pairs);
     snprintf(defines, sizeof defines,
              "%s -D HEAD_DIM=%u -D CAUSAL=%d -D WINDOW=%d -D SOFTCAP=%u -D BIAS=1 -D ALIBI=%u -D KEYLEN=%u "
              "-D BCAST_BATCH=%u -D BCAST_HEADS=%u -D BCAST_ROWS=%u%s",
-             clflash_dtype_define((clflash_dtype)bb->dtype), bb->head_dim, (bb->flags & CLFLASH_CAUSAL) != 0,
+             clflash_dtype_define((clflash_dtype)bb->dtype),
+             bb->tensor_cores ? (bb->head_dim + 15) / 16 * 16 : bb->head_dim, (bb->flags & CLFLASH_CAUSAL) != 0,
              (bb->flags & CLFLASH_WINDOW) != 0, bb->softcap, bb->alibi, bb->keylen, bb->bcast & 1u,
              (bb->bcast >> 1) & 1u, (bb->bcast >> 2) & 1u, shape);
     if ((st = clflash_get_program(c, bb->tensor_cores ? CLFLASH_SOURCE_NV_MMA_BIAS_GRAD : CLFLASH_SOURCE_BIAS_GRAD,
@@ -100,7 +102,8 @@ clflash_status clflash_enqueue_bias_grad(clflash_context *c, const clflash_probl
                                 p->key_lengths != NULL,
                                 bc,
                                 clflash_nv_mma_backward_refusal(c, p) == NULL,
-                                (uint32_t)clflash_bias_pairs(p)};
+                                (uint32_t)clflash_bias_pairs(p),
+                                (uint32_t)clflash_nv_rows_aligned(p)};
     cl_kernel kernel;
     clflash_plan_entry *entry;
     clflash_status st = clflash_cached_kernel(c, (const uint32_t *)&bb, sizeof bb / sizeof(uint32_t), make_kernel, &bb,

@@ -349,6 +349,7 @@ CLFLASH_INTERNAL const char *clflash_nv_mma_refusal(const clflash_context *c, co
 /* 1 if head_dim and every offset and stride of Q, K, V and O are multiples of 8 elements (rows the
  * tensor-core kernels can copy in 16-byte pieces). */
 CLFLASH_INTERNAL int clflash_nv_rows_aligned(const clflash_problem *p);
+CLFLASH_INTERNAL uint32_t clflash_nv_padded_dim(const clflash_problem *p);
 /* 1 if p has a bias whose offset and strides are all even, so that the tensor-core forward reads
  * two adjacent keys' biases with one 8-byte load (part of the plan cache's key). */
 CLFLASH_INTERNAL int clflash_bias_pairs(const clflash_problem *p);

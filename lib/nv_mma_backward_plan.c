@@ -3,7 +3,8 @@
  * tensor cores (cl/nv_mma_backward.cl), and plans and builds it.
  *
  * Why separate from backward_plan.c: the tensor-core kernel has the forward tensor-core
- * kernel's eligibility rules (every feature included) plus its own register limit
+ * kernel's eligibility rules (every feature included; head dims padded to a multiple of 16 inside
+ * the kernel, rows not 16-byte aligned copied element by element) plus its own register limit
  * (head_dim <= 128), and its own shape: B is
  * the streamed tile (query rows of a key group, keys of a query group) and obeys the backward rule
  * (4*B*d + 2*B*B) * s, while each work-group's own 16 * WARPS keys or queries (block_q) live in
@@ -28,20 +29,17 @@ const char *clflash_nv_mma_backward_refusal(const clflash_context *c, const clfl
     const char *why = clflash_nv_mma_refusal(c, p);
     if (why != NULL)
         return why;
-    if (p->head_dim % 16 != 0)
-        return "head_dim is not a multiple of 16";
-    if (!clflash_nv_rows_aligned(p))
-        return "a layout's offset or stride is not a multiple of 8 elements";
     if (p->head_dim > NV_BWD_MAX_HEAD_DIM)
         return "head_dim is above 128 (K, V and the dK and dV sums of 16 keys would not fit a warp's registers)";
     return NULL;
 }
 
-/* Bytes of the kernel's local array: max(4B, 2 * block_q) rows of d + 8 halves and 4B floats. */
+/* Bytes of the kernel's local array: max(4B, 2 * block_q) rows of d + 8 halves (d padded to a
+ * multiple of 16) and 4B floats. */
 static cl_ulong counted_local_bytes(const clflash_problem *p, uint32_t block, uint32_t block_q)
 {
     const uint64_t rows = 4ull * block > 2ull * block_q ? 4ull * block : 2ull * block_q;
-    return rows * (p->head_dim + 8) * p->elem_size + 4ull * block * sizeof(float);
+    return rows * (clflash_nv_padded_dim(p) + 8) * p->elem_size + 4ull * block * sizeof(float);
 }
 
 static clflash_status build(clflash_context *c, const clflash_problem *p, uint32_t block, uint32_t warps,
@@ -56,8 +54,10 @@ static clflash_status build(clflash_context *c, const clflash_problem *p, uint32
     char reg_option[48] = "";
     if (regs)
         snprintf(reg_option, sizeof reg_option, " -cl-nv-maxrregcount=%u", regs);
-    snprintf(defines, sizeof defines, "%s -D HEAD_DIM=%u -D BLOCK=%u -D WARPS=%u -D BIAS_PAIRS=%d%s", features,
-             p->head_dim, block, warps, clflash_bias_pairs(p), reg_option);
+    snprintf(defines, sizeof defines,
+             "%s -D HEAD_DIM=%u -D D_REAL=%u -D NV_ALIGNED=%d -D BLOCK=%u -D WARPS=%u -D BIAS_PAIRS=%d%s", features,
+             clflash_nv_padded_dim(p), p->head_dim, clflash_nv_rows_aligned(p), block, warps, clflash_bias_pairs(p),
+             reg_option);
     if ((st = clflash_get_program(c, CLFLASH_SOURCE_NV_MMA_BACKWARD, defines, &prog)) != CLFLASH_SUCCESS)
         return st;
     *kernel = clCreateKernel(prog, KERNEL_NAME, &err);

@@ -57,9 +57,9 @@ const char *clflash_nv_mma_refusal(const clflash_context *c, const clflash_probl
     return NULL;
 }
 
-/* The kernel's HEAD_DIM: head_dim rounded up to a multiple of 16 (the mma's k step); the padding
- * columns are zeros in local memory. */
-static uint32_t padded_dim(const clflash_problem *p)
+/* The tensor-core kernels' HEAD_DIM: head_dim rounded up to a multiple of 16 (the mma's k step);
+ * the padding columns are zeros in local memory. */
+uint32_t clflash_nv_padded_dim(const clflash_problem *p)
 {
     return (p->head_dim + 15) / 16 * 16;
 }
@@ -113,7 +113,7 @@ static void rows_for(const clflash_problem *p, uint64_t rows, uint32_t *warps, u
         *m_tiles = 1;
         *warps = rows >= 64 ? 4 : (uint32_t)(rows + 15) / 16;
     } else {
-        *m_tiles = padded_dim(p) > 128 ? 1 : 2; /* at d = 256 one slice already holds 200 registers */
+        *m_tiles = clflash_nv_padded_dim(p) > 128 ? 1 : 2; /* at d = 256 one slice already holds 200 registers */
         *warps = rows >= 128 ? 4 : (uint32_t)(rows + 31) / 32;
     }
     *warps = clflash_env_u32("CLFLASH_NV_WARPS", 1, 16, *warps);
@@ -126,7 +126,7 @@ static cl_ulong counted_local_bytes(const clflash_problem *p, uint32_t block, ui
 {
     const uint64_t kv_rows = 2ull * stages * block;
     const uint64_t rows = block_q > kv_rows ? block_q : kv_rows;
-    return rows * (padded_dim(p) + 8) * p->elem_size;
+    return rows * (clflash_nv_padded_dim(p) + 8) * p->elem_size;
 }
 
 /* The K/V pipeline's depth (the kernel's STAGES) for a block of B keys: 2 (double buffering) for
@@ -189,7 +189,7 @@ static clflash_status build(clflash_context *c, const clflash_problem *p, int wi
     snprintf(defines, sizeof defines,
              "%s -D HEAD_DIM=%u -D D_REAL=%u -D NV_ALIGNED=%d -D BLOCK=%u -D WARPS=%u -D M_TILES=%u -D STAGES=%u "
              "-D BIAS_PAIRS=%d -D FUSED_MERGE=%d -D WITH_OUT_LSE=%d",
-             features, padded_dim(p), p->head_dim, clflash_nv_rows_aligned(p), block, warps, m_tiles, stages,
+             features, clflash_nv_padded_dim(p), p->head_dim, clflash_nv_rows_aligned(p), block, warps, m_tiles, stages,
              clflash_bias_pairs(p), fused, fused && with_lse);
     if ((st = clflash_get_program(c, CLFLASH_SOURCE_NV_MMA_FORWARD, defines, &prog)) != CLFLASH_SUCCESS)
         return st;

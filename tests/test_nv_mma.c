@@ -16,7 +16,8 @@
  *                         kernel's launch and by the merge kernel give the same bits.
  *   test_nv_mma backward_numerics  likewise on a tensor-core device only: the same for the
  *                         tensor-core backward (cl/nv_mma_backward.cl,
- *                         head_dim up to 128, forced B up to 48) against the fp64 reference
+ *                         head_dim up to 128, padded ones and unaligned rows included, forced B
+ *                         up to 48) against the fp64 reference
  *                         gradients, with the bias gradient (cl/nv_mma_bias_grad.cl) wherever
  *                         there is a bias, and checks that two runs give the same bits (dBias
  *                         summed over batch entries and heads, and over rows, included).
@@ -92,7 +93,7 @@ START_TEST(selection)
         const char *what;
         clflash_attention_desc d;
         int eligible;
-    } cases[16];
+    } cases[20];
     int n = 0;
 #define CASE(w, desc, el) (cases[n].what = (w), cases[n].d = (desc), cases[n].eligible = (el), n++)
     CASE("f16 d64", th_desc(1, 2, 0, 100, 100, 64, CLFLASH_F16, 0), 1);
@@ -169,8 +170,8 @@ static const char *plan_backward_kernel(clflash_context *c, const clflash_attent
     return p.kernel;
 }
 
-/* The backward's gradient kernel: on tensor cores under the forward's rules (every feature) and
- * head_dim <= 128. */
+/* The backward's gradient kernel: on tensor cores under the forward's rules (every feature, any
+ * head dim and layout) and head_dim <= 128. */
 START_TEST(backward_selection)
 {
     const int nv = device_is_nvidia_sm80(ctx) && getenv("CLFLASH_PORTABLE") == NULL;
@@ -179,7 +180,7 @@ START_TEST(backward_selection)
         const char *what;
         clflash_attention_desc d;
         int eligible;
-    } cases[16];
+    } cases[20];
     int n = 0;
     cl_int err;
     cl_mem lens = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_WRITE, sizeof(int32_t), NULL, &err);
@@ -199,10 +200,11 @@ START_TEST(backward_selection)
     CASE("window", wn, 1);
     CASE("f16 d256 (above 128)", th_desc(1, 1, 0, 64, 64, 256, CLFLASH_F16, 0), 0);
     CASE("f16 d144 (above 128)", th_desc(1, 1, 0, 64, 64, 144, CLFLASH_F16, 0), 0);
-    CASE("f16 d72 (not a multiple of 16)", th_desc(1, 1, 0, 64, 64, 72, CLFLASH_F16, 0), 0);
+    CASE("f16 d72 (padded to 80)", th_desc(1, 1, 0, 64, 64, 72, CLFLASH_F16, 0), 1);
+    CASE("f16 d59 (padded to 64, rows element by element)", th_desc(1, 1, 0, 64, 64, 59, CLFLASH_F16, 0), 1);
     clflash_attention_desc odd = th_desc(1, 1, 0, 64, 64, 64, CLFLASH_F16, 0);
     odd.k.offset = 3;
-    CASE("k offset 3 (not 16-byte aligned)", odd, 0);
+    CASE("k offset 3 (rows element by element)", odd, 1);
     CASE("f32", th_desc(1, 1, 0, 64, 64, 64, CLFLASH_F32, 0), 0);
     clflash_attention_desc sc = th_desc(1, 1, 0, 64, 64, 64, CLFLASH_F16, 0);
     sc.softcap = 30.0f;
@@ -719,6 +721,15 @@ static const mma_shape bwd_shapes[] = {
     {1, 1, 0, 33, 65, 64, 0, 0, 0, 0, -0.2f, 0, 0, 0, 0, 0, 0, 0},
     {1, 1, 0, 90, 200, 64, CLFLASH_CAUSAL, 0, 0, 0, -0.3f, 0, 0, 0, 0, 0, 0, 0},   /* key groups' causal masks */
     {1, 2, 1, 77, 131, 128, CLFLASH_CAUSAL, 0, 0, 0, -0.1f, 0, 0, 0, 0, 0, 0, 0},
+    /* head dims padded to a multiple of 16; rows not 16-byte aligned (odd head dims, odd strides) */
+    {1, 2, 0, 67, 131, 40, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 77, 301, 59, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {2, 4, 2, 131, 97, 111, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 2, 1, 61, 257, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 33, 65, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 50, 70, 120, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {2, 3, 0, 45, 53, 64, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0},             /* odd offsets and strides */
+    {1, 4, 2, 70, 70, 80, CLFLASH_CAUSAL, 32, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0},
 };
 #define N_BWD_SHAPES N_OF(bwd_shapes)
 
@@ -807,6 +818,10 @@ static const bwd_feature_shape bwd_feature_shapes[] = {
     /* everything at once */
     {4, 4, 2, 77, 150, 64, W | C, 0, 40, 0, 20.0f, TB_BIAS_FULL, 1, TB_LENS_RAGGED},
     {4, 6, 2, 64, 64, 128, W, 16, 7, 7, 10.0f, TB_BIAS_BCAST, 1, TB_LENS_RAGGED},
+    /* padded head dims with every feature (dBias included) */
+    {2, 2, 1, 45, 77, 59, C, 0, 0, 0, 5.0f, TB_BIAS_BCAST, 1, TB_LENS_RAGGED},
+    {1, 2, 0, 33, 100, 40, W, 0, 9, 3, 0, TB_BIAS_KEYS, 0, TB_NO_LENS},
+    {2, 2, 0, 37, 41, 72, 0, 0, 0, 0, 0, TB_BIAS_FULL, 0, TB_NO_LENS},
 };
 #undef W
 #undef C
