@@ -24,3 +24,17 @@ set(_cases
   "naive-backward-d64|naive_backward.cl|${_none} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D HEAD_DIM=64 -D SOFTMAX_WG=256"
   "bias-grad-d64|bias_grad.cl|${_all} -D CLFLASH_DTYPE_F16 -D HEAD_DIM=64 -D BCAST_BATCH=1 -D BCAST_HEADS=1 -D BCAST_ROWS=0"
 )
+
+# For one _cases entry: sets _name, _opts (the options as one string), _body (the kernel file's
+# own text) and _src, the path of a file WORK/<prefix>_<name>.cl holding common.cl and then the
+# kernel file, which it writes (needs CL_DIR and WORK).
+macro(kernel_case_source _entry _prefix)
+  string(REPLACE "|" ";" _parts "${_entry}")
+  list(GET _parts 0 _name)
+  list(GET _parts 1 _file)
+  list(GET _parts 2 _opts)
+  set(_src "${WORK}/${_prefix}_${_name}.cl")
+  file(READ "${CL_DIR}/common.cl" _common)
+  file(READ "${CL_DIR}/${_file}" _body)
+  file(WRITE "${_src}" "${_common}${_body}")
+endmacro()
