@@ -21,6 +21,7 @@
 /* What the kernel is built for; the kernel cache's key. */
 typedef struct {
     uint32_t tag, dtype, head_dim, flags, softcap, alibi, keylen, bcast, tensor_cores, bias_pairs, nv_aligned;
+    uint32_t kernel_dim; /* the kernel's HEAD_DIM: head_dim, padded to a multiple of 16 on tensor cores */
 } bias_grad_build;
 
 static uint32_t broadcast_bits(const clflash_problem *p)
@@ -44,8 +45,7 @@ static clflash_status make_kernel(clflash_context *c, const void *arg, cl_kernel
     snprintf(defines, sizeof defines,
              "%s -D HEAD_DIM=%u -D CAUSAL=%d -D WINDOW=%d -D SOFTCAP=%u -D BIAS=1 -D ALIBI=%u -D KEYLEN=%u "
              "-D BCAST_BATCH=%u -D BCAST_HEADS=%u -D BCAST_ROWS=%u%s",
-             clflash_dtype_define((clflash_dtype)bb->dtype),
-             bb->tensor_cores ? (bb->head_dim + 15) / 16 * 16 : bb->head_dim, (bb->flags & CLFLASH_CAUSAL) != 0,
+             clflash_dtype_define((clflash_dtype)bb->dtype), bb->kernel_dim, (bb->flags & CLFLASH_CAUSAL) != 0,
              (bb->flags & CLFLASH_WINDOW) != 0, bb->softcap, bb->alibi, bb->keylen, bb->bcast & 1u,
              (bb->bcast >> 1) & 1u, (bb->bcast >> 2) & 1u, shape);
     if ((st = clflash_get_program(c, bb->tensor_cores ? CLFLASH_SOURCE_NV_MMA_BIAS_GRAD : CLFLASH_SOURCE_BIAS_GRAD,
@@ -93,6 +93,7 @@ clflash_status clflash_enqueue_bias_grad(clflash_context *c, const clflash_probl
                                          cl_event *done)
 {
     const uint32_t bc = broadcast_bits(p);
+    const int tensor_cores = clflash_nv_mma_backward_refusal(c, p) == NULL;
     const bias_grad_build bb = {KEY_TAG,
                                 (uint32_t)p->dtype,
                                 p->head_dim,
@@ -101,9 +102,10 @@ clflash_status clflash_enqueue_bias_grad(clflash_context *c, const clflash_probl
                                 p->alibi_slopes != NULL,
                                 p->key_lengths != NULL,
                                 bc,
-                                clflash_nv_mma_backward_refusal(c, p) == NULL,
+                                (uint32_t)tensor_cores,
                                 (uint32_t)clflash_bias_pairs(p),
-                                (uint32_t)clflash_nv_rows_aligned(p)};
+                                (uint32_t)clflash_nv_rows_aligned(p),
+                                tensor_cores ? clflash_nv_padded_dim(p) : p->head_dim};
     cl_kernel kernel;
     clflash_plan_entry *entry;
     clflash_status st = clflash_cached_kernel(c, (const uint32_t *)&bb, sizeof bb / sizeof(uint32_t), make_kernel, &bb,
