@@ -52,7 +52,8 @@
  * NV_ALIGNED 0 rows are copied and stored element by element), BLOCK (query rows per tile of a key group and keys
  * per tile of a query group, multiple of 16), WARPS, CAUSAL, WINDOW, SOFTCAP, BIAS, BIAS_PAIRS,
  * ALIBI, KEYLEN, CLFLASH_DTYPE_F16 or _BF16;
- * NV_BWD_STREAM may be set through the build options (developer tuning, below). The PTX
+ * NV_BWD_STREAM (below; the host's default is in lib/nv_mma_backward_plan.c, the
+ * nv_backward.stream tuning setting overrides it). The PTX
  * helpers and THREADS, ROW_STRIDE, CHUNKS, K_STEPS, D_TILES come from nv_mma_common.cl, the score
  * recomputation (row_products, feature_scores, probabilities, masks) from nv_mma_scores.cl.
  */
@@ -191,10 +192,9 @@ static inline void chunk_probabilities(float4 s0, float4 s1, float4 dp0, float4 
 /* NV_BWD_STREAM: 1 copies a key group's Q and dO tiles through kv_stream (per-work-item pointers,
  * restarted at each query head), 0 through stage_rows (a division and a 64-bit multiply per 16-byte
  * copy). On the H200 (f16, n = 4096 and 16384) the stream gave 1.03x to 1.05x at head_dim 128 and
- * 0.92x to 1.02x at 64, so the default is head_dim >= 128. A build option overrides it (developer
- * tuning). */
+ * 0.92x to 1.02x at 64, so the host's default is head_dim >= 128. */
 #ifndef NV_BWD_STREAM
-#define NV_BWD_STREAM (HEAD_DIM >= 128)
+#error "NV_BWD_STREAM is set by the host (lib/nv_mma_backward_plan.c)"
 #endif
 
 /* Issues the copies of query tile `it` (head hk * group + it / per_head, rows q_first + (it %

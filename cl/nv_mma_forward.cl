@@ -63,8 +63,8 @@
  * Defines: HEAD_DIM (multiple of 16), BLOCK (keys per tile, multiple of 16), WARPS, M_TILES, STAGES,
  * D_REAL, NV_ALIGNED,
  * CAUSAL, WINDOW, SOFTCAP, BIAS, BIAS_PAIRS, ALIBI, KEYLEN, SPLIT, PACK, WITH_LSE,
- * CLFLASH_DTYPE_F16 or CLFLASH_DTYPE_BF16; NV_RESCALE_THRESH and NV_Q_DIRECT may
- * be set through the build options (developer tuning, below). The PTX helpers (mma_16x8x16,
+ * CLFLASH_DTYPE_F16 or CLFLASH_DTYPE_BF16, NV_RESCALE_THRESH and NV_Q_DIRECT (below; the host's
+ * defaults are in lib/nv_mma_forward_plan.c, the nv_forward.* tuning settings override them). The PTX helpers (mma_16x8x16,
  * load_matrix_x4, copy16_async, kv_stream, ...) and THREADS, ROW_STRIDE, CHUNKS, K_STEPS, D_TILES
  * come from nv_mma_common.cl, which the host puts before this file.
  */
@@ -77,18 +77,17 @@
  * reach 2^NV_RESCALE_THRESH (exact, in fp32 and f16/bf16 alike) and O and l are not rescaled. -1
  * rescales every tile. At head_dim >= 128 the rescale is 4 * M_TILES * HEAD_DIM / 8 multiplies per
  * lane and tile, and skipping it gave 1.05x to 1.1x on the H200; at 64 the warp vote cost more
- * than it saved. A build option overrides it (developer tuning). */
+ * than it saved, so the host's default is 8 at head_dim >= 128, else -1. */
 #ifndef NV_RESCALE_THRESH
-#define NV_RESCALE_THRESH (HEAD_DIM >= 128 ? 8 : -1)
+#error "NV_RESCALE_THRESH is set by the host (lib/nv_mma_forward_plan.c)"
 #endif
 
 /* NV_Q_DIRECT: 1 loads Q's A fragments from global memory straight into registers while the first
  * K and V tile streams in; 0 stages Q through local memory first (a barrier and a wait before the
  * first tile). On the H200 (f16, n = 1024..16384) direct loads gave 1.02x to 1.05x at head_dim 64
- * and 0.96x to 0.98x at 128, so the default is head_dim <= 64. A build option overrides it
- * (developer tuning). */
+ * and 0.96x to 0.98x at 128, so the host's default is head_dim <= 64. */
 #ifndef NV_Q_DIRECT
-#define NV_Q_DIRECT (HEAD_DIM <= 64)
+#error "NV_Q_DIRECT is set by the host (lib/nv_mma_forward_plan.c)"
 #endif
 #if D_REAL != HEAD_DIM || !NV_ALIGNED /* the direct loads read whole column pairs of 4-byte aligned rows */
 #undef NV_Q_DIRECT

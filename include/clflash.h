@@ -188,7 +188,9 @@ typedef struct {
      * a smaller GPU would (49152 plans as a 48 KiB device does). */
     uint64_t local_mem_budget;
     /* Extra options appended to every clBuildProgram call (for example "-cl-nv-verbose"); NULL or
-     * "" for none. The string is copied. Never pass -cl-finite-math-only: clflash relies on -inf. */
+     * "" for none. The string is copied. Never pass -cl-finite-math-only: clflash relies on -inf.
+     * Options naming CLFLASH_CPU_PATH are CLFLASH_ERROR_INVALID_OPTIONS since 0.5 (the tuning
+     * setting portable.cpu_path chooses that path). */
     const char *build_options;
     /* Added after the contract above. 0: the device class's tuned value. Else the number of
      * work-items that share one query row in the portable kernel, 1 to 64 (a larger value is
@@ -202,6 +204,11 @@ typedef struct {
      * Setting the environment variable CLFLASH_PORTABLE=1 (any value but empty or "0") when the context is
      * created does the same. */
     uint32_t portable_only;
+    /* Added in 0.5 (past 0.5.0's first layout): tuning settings in the syntax of
+     * clflash_context_set_tuning, applied after the tuning file's and before CLFLASH_TUNE's;
+     * NULL or "" for none. Checked and copied at create: a setting that is not valid is
+     * CLFLASH_ERROR_INVALID_OPTIONS (clflash_last_error_detail names it). */
+    const char *tuning;
 } clflash_context_options; /* zero-initialised (but for struct_size) = defaults; fields added later
                               keep that rule */
 
@@ -210,8 +217,9 @@ typedef struct {
  * defaults); 0.4 created a second, private queue for the naive path's abort flag, 0.5 does not.
  * *out is set only on success.
  * Returns: CLFLASH_SUCCESS; CLFLASH_ERROR_INVALID_ARGUMENT (NULL ctx, dev or out);
- * CLFLASH_ERROR_INVALID_OPTIONS (an invalid struct_size, threads_per_row above 64, or build_options
- * longer than 4096 characters); CLFLASH_ERROR_UNSUPPORTED (options this library does not know are
+ * CLFLASH_ERROR_INVALID_OPTIONS (an invalid struct_size, threads_per_row above 64, build_options
+ * longer than 4096 characters or naming CLFLASH_CPU_PATH, or tuning settings that are not valid,
+ * from the option, CLFLASH_TUNE or the file CLFLASH_TUNING_FILE names); CLFLASH_ERROR_UNSUPPORTED (options this library does not know are
  * set: see struct_size); CLFLASH_ERROR_OUT_OF_HOST_MEMORY; or the OpenCL error from querying the device or
  * creating the queue (for example CL_INVALID_CONTEXT, CL_INVALID_DEVICE). */
 CLFLASH_API clflash_status clflash_context_create(cl_context ctx, cl_device_id dev,
@@ -241,6 +249,57 @@ CLFLASH_API cl_command_queue clflash_context_queue(const clflash_context *c); /*
 /* The build log of the last program that failed to build in this context, "" if none did (or c is
  * NULL). The text stays valid until clflash_context_free. */
 CLFLASH_API const char *clflash_context_build_log(const clflash_context *c);
+
+/* Tuning (since 0.5): the kernel parameters the planners choose can be set instead, for devices
+ * the defaults were not measured on and for measurement. `clflash-tune` finds values on a device
+ * and writes them as a tuning file. Settings are rules: a rule is items "key=value" joined by ',',
+ * rules are joined by ';' (whitespace around keys and values is ignored). A rule's items are
+ * conditions and parameters:
+ *  - conditions: device=TEXT (a case-insensitive part of the device's name), dtype=f32|f16|bf16|i8
+ *    (one or more joined by '|'), head_dim=N or head_dim=LO-HI. A rule without a condition applies
+ *    to every call; one whose device does not match this context's device is dropped.
+ *  - parameters (a value outside the range is an error; an empty value, "key=", sets the
+ *    planner's choice again):
+ *      portable.regtile        the portable kernel's GPU path: 0 for the lane-per-row path, or
+ *                              RMxTCxBQ[xB]: RM rows per work-item (1, 2, 4, 8), TC work-items per
+ *                              row group (a power of two up to 32), BQ query rows per work-group
+ *                              (a multiple of RM up to 256), and optionally a cap B on the block
+ *      portable.cpu_path       0 or 1: the portable kernels' CPU path (one work-item per row, fp32
+ *                              tiles) or their GPU paths, on any device (default: CPU devices 1)
+ *      nv_forward.block        16..64, a cap on B of the tensor-core forward
+ *      nv_forward.warps        1..16, its warps per work-group
+ *      nv_forward.mtiles       1..4, its 16-row slices per warp
+ *      nv_forward.stages       2..8, its K/V tiles in local memory (fewer if they do not fit)
+ *      nv_forward.fused_merge  0 or 1: split parts merged in the flash kernel's launch (1) or by
+ *                              the merge kernel
+ *      nv_forward.rescale_thresh  -1..126: O is rescaled when a row maximum grew by more than this
+ *                              (log2 units; -1: every tile). Default 8 at head_dim >= 128, else -1
+ *      nv_forward.q_direct     0 or 1: Q's fragments loaded from global memory straight into
+ *                              registers (default at head_dim <= 64) or staged in local memory
+ *      nv_backward.block       16..64, a cap on B of the tensor-core backward (rounded down to a
+ *                              multiple of 16)
+ *      nv_backward.warps       1..16, its warps per work-group
+ *      nv_backward.maxrregcount  32..255, a register cap passed to NVIDIA's compiler
+ *      nv_backward.stream      0 or 1: how its dK/dV work-groups copy Q and dO (default 1 at
+ *                              head_dim >= 128)
+ * For each call the rules whose conditions hold apply in order, a later value winning. The order:
+ * the file named by the environment variable CLFLASH_TUNING_FILE (one rule per line, '#' starts a
+ * comment), the context option `tuning`, the environment variable CLFLASH_TUNE, all read once
+ * when the context is created (a file that cannot be read, or any setting that is not valid, fails
+ * the create with CLFLASH_ERROR_INVALID_OPTIONS), then each clflash_context_set_tuning call. A
+ * parameter only acts where its kernel runs, and a value the kernel's limits refuse (a block or
+ * stage count that does not fit) steps down as the planner's own choices do. Each plan reports
+ * the parameters its kernel used in clflash_plan.tuning, in this syntax.
+ * Example: "nv_forward.stages=4; dtype=f16,head_dim=65-128,nv_forward.warps=2".
+ *
+ * clflash_context_set_tuning appends the rules of `spec` to the context's (plans cached before keep
+ * their values only for the settings they were made with: a call planned under other settings is
+ * planned again). Safe to call while other threads run calls on the context; a call already
+ * planning uses the rules of its start.
+ * Returns: CLFLASH_SUCCESS; CLFLASH_ERROR_INVALID_ARGUMENT (not a live context, or spec NULL);
+ * CLFLASH_ERROR_INVALID_OPTIONS (spec not valid: nothing of it is applied; the detail says what);
+ * CLFLASH_ERROR_OUT_OF_HOST_MEMORY. */
+CLFLASH_API clflash_status clflash_context_set_tuning(clflash_context *c, const char *spec);
 
 /* ---------------------------------------------------------------------------------------------
  * Describing an attention call.
@@ -370,8 +429,8 @@ typedef struct {
                                     are held in registers, not in the tile rule's local memory);
                                     for flash_forward_regtile 64 (32 at d > 128), which may
                                     exceed B (the Q block is in local memory, counted in
-                                    kernel_local_bytes, not in tile_bytes). The tuning knobs
-                                    CLFLASH_NV_WARPS/_MTILES and CLFLASH_REGTILE can set more
+                                    kernel_local_bytes, not in tile_bytes). The tuning settings
+                                    nv_forward.warps/.mtiles and portable.regtile can set more
                                     (up to 1024 and 256). With packed_heads > 1 it counts packed
                                     rows (queries x heads of a GQA group), and kv_passes is
                                     ceil(seq_q * packed_heads / block_q): the passes over the keys
@@ -385,6 +444,9 @@ typedef struct {
                                     splits' partial O (fp32) and lse; 0 without splits (the
                                     tensor-core kernel adds 4 bytes per query block, its merge
                                     counters) */
+    char tuning[192];            /* the tuning parameters the chosen kernel ran with, as
+                                    "key=value,..." (see clflash_context_set_tuning), whether
+                                    set or the planner's; "" for a kernel without any */
 } clflash_plan;
 
 /* Decoding: GQA packing and split-KV (since 0.5; the forward only).
@@ -460,11 +522,7 @@ typedef struct {
  * Decoding work-groups (one warp, at most 16 rows) keep three K/V tiles in local memory (two in
  * flight while one is computed) instead of two, with the B that keeps the most keys in flight
  * within the budget (plan.block; at head_dim 128 in f16 and 48 KiB, B = 16).
- * For tuning, CLFLASH_NV_BLOCK (a cap on B, 16..64), CLFLASH_NV_WARPS (warps per work-group, 1..16),
- * CLFLASH_NV_MTILES (16-row slices per warp, 1..4) and CLFLASH_NV_STAGES (K/V tiles in local
- * memory, 2..8, where they fit) override the planner's choices, and CLFLASH_NV_FUSED_MERGE=0 sends
- * split parts to the merge kernel instead of merging them in the flash kernel's launch, when set to
- * a decimal integer in range (any other value is ignored); they are read at each plan.
+ * The nv_forward.* tuning parameters (clflash_context_set_tuning) override these choices.
  *
  * The portable kernel has three paths. CPU devices take its CPU path ("flash_forward_portable");
  * every other device takes the register-tiled path "flash_forward_regtile": each work-item
@@ -477,13 +535,9 @@ typedef struct {
  * visible key whose probability underflows to 0 still multiplies its V (an Inf or NaN there then
  * gives NaN, as the exact product would). The lane-per-row path ("flash_forward_portable", one
  * row per 16 work-items) is the earlier GPU path; a context's threads_per_row option selects it,
- * and so does the build option -D CLFLASH_CPU_PATH=0 with the environment variable
- * CLFLASH_REGTILE=0. For tuning, CLFLASH_REGTILE (read at each
- * plan) overrides the choice: "0" gives the lane path; "RMxTCxBQ" or "RMxTCxBQxB" give register
- * tiles of RM rows per work-item (1, 2, 4 or 8), TC work-items per row group (a power of two up to
- * 32), BQ query rows per work-group (a multiple of RM up to 256) and optionally a cap on B; a
- * malformed value is ignored. A context's build_options "-D CLFLASH_CPU_PATH=0" gives a CPU device
- * the GPU paths (the tests run them on PoCL so) and "=1" the CPU path.
+ * and so does the tuning setting portable.regtile=0. portable.regtile=RMxTCxBQ[xB] sets the
+ * register tiles instead of the planner's; portable.cpu_path=0 gives a CPU device the GPU paths
+ * (the tests run them on PoCL so) and =1 any device the CPU path (clflash_context_set_tuning).
  *
  * Plans a forward call: reads the device's local memory (or the context's smaller budget), takes
  * the largest B that fits the tile rule, caps it by work-group limits and the tuned preference for
@@ -632,11 +686,9 @@ CLFLASH_API clflash_status clflash_merge_states(clflash_context *c, const clflas
  * dS to the storage type before multiplying them with dO, Q or K, so its gradients differ from the
  * portable kernel's by about one storage-type rounding of those factors (well within the f16/bf16
  * tolerances of tests/backward_harness.c). The portable kernel is forced as for the forward
- * (clflash_context_options.portable_only, CLFLASH_PORTABLE=1). Developer knobs for tuning, read at
- * each plan, each a decimal integer (any other value is ignored): CLFLASH_NV_BWD_BLOCK, 16..64, a
- * cap on B (the backward rule and the sequence lengths may lower it further; it is rounded down to
- * a multiple of 16); CLFLASH_NV_BWD_WARPS, warps per work-group, 1..16; CLFLASH_NV_BWD_REGS,
- * 32..255, a register cap per work-item passed to NVIDIA's compiler (-cl-nv-maxrregcount).
+ * (clflash_context_options.portable_only, CLFLASH_PORTABLE=1). The nv_backward.* tuning
+ * parameters (clflash_context_set_tuning) set its block cap (the backward rule and the sequence
+ * lengths may lower it further), warps per work-group and register cap.
  *
  * The features, added after the contract, mean what they mean for clflash_forward (pass the same
  * descriptor, bias, slopes and key lengths as the forward that produced O and lse):

@@ -27,15 +27,11 @@ clflash_status clflash_check_backward_features(const clflash_problem *p)
     return CLFLASH_SUCCESS;
 }
 
-/* CPU devices take the gradient kernel's CPU path (fp32 tiles, float8 accumulators; see
- * cl/flash_backward.cl) when no build option names CLFLASH_CPU_PATH. Unlike the forward
- * (forward_plan.c's cpu_path(), which obeys "=1" on any device), any mention of it in the caller's
- * build options leaves the choice to the kernel source: its own -D then wins, and this count of
- * local bytes is the portable path's, an over-count if the caller forced the CPU path. */
-static int cpu_path(const clflash_context *c, uint32_t block, uint32_t lanes)
+/* The gradient kernel's CPU path (fp32 tiles, float8 accumulators; see cl/flash_backward.cl) where
+ * the device class or the portable.cpu_path setting asks for it, as the forward's. */
+static int cpu_path(const clflash_context *c, const clflash_problem *p, uint32_t block, uint32_t lanes)
 {
-    return c->info.device_class == CLFLASH_CLASS_CPU && strstr(c->build_options, "CLFLASH_CPU_PATH") == NULL &&
-           lanes == 1 && block % 8 == 0;
+    return clflash_wants_cpu_path(c, p) && lanes == 1 && block % 8 == 0;
 }
 
 /* clflash's own count of the gradient kernel's __local arrays (flash_backward.cl: rows_a, rows_b,
@@ -45,7 +41,7 @@ static int cpu_path(const clflash_context *c, uint32_t block, uint32_t lanes)
 static cl_ulong counted_local_bytes(const clflash_context *c, const clflash_problem *p, uint32_t block,
                                     uint32_t lanes)
 {
-    if (lanes && cpu_path(c, block, lanes))
+    if (lanes && cpu_path(c, p, block, lanes))
         return 4ull * (2ull * p->head_dim * block + 2ull * block * ((p->head_dim + 7) / 8 * 8) + 2ull * block);
     const uint64_t padded = block | 1u;
     const uint64_t tiles = (2ull * block * clflash_lds_stride(p->head_dim, p->elem_size) + 2ull * p->head_dim * padded) *
@@ -78,7 +74,7 @@ static clflash_status build_variant(clflash_context *c, const clflash_problem *p
     clflash_feature_defines(p, 0, features, sizeof features);
     snprintf(defines, sizeof defines,
              "%s%s -D HEAD_DIM=%u -D BLOCK=%u -D TPR=%u -D LDS_STRIDE=%u -D T_STRIDE=%u -D P_STRIDE=%u -D ROWDOT_WG=%u",
-             features, cpu_path(c, block, lanes) ? " -D CLFLASH_CPU_PATH=1" : "", p->head_dim, block, lanes,
+             features, cpu_path(c, p, block, lanes) ? " -D CLFLASH_CPU_PATH=1" : "", p->head_dim, block, lanes,
              clflash_lds_stride(p->head_dim, p->elem_size), block | 1u, block | 1u,
              rowdot_wg);
     if ((st = clflash_get_program(c, CLFLASH_SOURCE_FLASH_BACKWARD, defines, &prog)) != CLFLASH_SUCCESS)
@@ -157,6 +153,7 @@ static clflash_status plan_portable(clflash_context *c, const clflash_problem *p
                 out->rowdot_wg = rowdot_wg;
                 clflash_fill_plan(&out->plan, p, clflash_backward_tile_bytes, budget, block, block, local_bytes,
                                   variant_name, lanes, block * lanes);
+                clflash_tune_report(&out->plan, "portable.cpu_path=%d", cpu_path(c, p, block, lanes));
                 out->key_groups = out->plan.tiles_k;
                 out->query_groups = out->plan.tiles_q;
                 return CLFLASH_SUCCESS;
@@ -205,7 +202,7 @@ clflash_status clflash_plan_backward(clflash_context *c, const clflash_attention
     clflash_backward_kernels k;
     clflash_status st;
     clflash_clear_detail();
-    if ((st = clflash_check_context(c)) != CLFLASH_SUCCESS || (st = clflash_resolve_desc(d, &p)) != CLFLASH_SUCCESS ||
+    if ((st = clflash_resolve_for_context(c, d, &p)) != CLFLASH_SUCCESS ||
         (st = clflash_check_plan_out(out)) != CLFLASH_SUCCESS)
         return st;
     if ((st = clflash_plan_backward_kernels(c, &p, 0, &k)) != CLFLASH_SUCCESS)

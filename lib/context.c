@@ -1,7 +1,7 @@
 /*
  * context.c - creating, inspecting and freeing a clflash_context around a caller's OpenCL context
  * and device: the device facts, the owned in-order queue clflash_context_queue gives out, the
- * options, and the program cache's lock.
+ * options (the tuning settings among them, read by tuning_params.c), and the caches' locks.
  *
  * Why separate: the context's lifetime rules (what is retained, what is owned, what a free
  * releases) are the library's ownership contract; they live in one place.
@@ -36,6 +36,12 @@ clflash_status clflash_read_options(const clflash_context_options *caller, clfla
         return clflash_fail(CLFLASH_ERROR_INVALID_OPTIONS, "threads_per_row %u is above 64", opt->threads_per_row);
     if (opt->build_options && strlen(opt->build_options) > 4096)
         return clflash_fail(CLFLASH_ERROR_INVALID_OPTIONS, "build_options is longer than 4096 characters");
+    if (opt->build_options && strstr(opt->build_options, "CLFLASH_CPU_PATH") != NULL)
+        return clflash_fail(CLFLASH_ERROR_INVALID_OPTIONS,
+                            "build_options names CLFLASH_CPU_PATH, which the planner sets; use the tuning setting "
+                            "portable.cpu_path=0 or =1 (clflash_context_set_tuning)");
+    if (opt->tuning && strlen(opt->tuning) > 65536)
+        return clflash_fail(CLFLASH_ERROR_INVALID_OPTIONS, "tuning is longer than 65536 characters");
     return CLFLASH_SUCCESS;
 }
 
@@ -77,11 +83,24 @@ clflash_status clflash_context_create(cl_context ctx, cl_device_id dev, const cl
     if (pthread_mutex_init(&c->lock, NULL) != 0 ||
         (pthread_mutex_init(&c->pool_lock, NULL) != 0 && (pthread_mutex_destroy(&c->lock), 1)) ||
         (pthread_mutex_init(&c->plan_lock, NULL) != 0 &&
-         (pthread_mutex_destroy(&c->pool_lock), pthread_mutex_destroy(&c->lock), 1))) {
+         (pthread_mutex_destroy(&c->pool_lock), pthread_mutex_destroy(&c->lock), 1)) ||
+        (pthread_mutex_init(&c->tune_lock, NULL) != 0 &&
+         (pthread_mutex_destroy(&c->plan_lock), pthread_mutex_destroy(&c->pool_lock),
+          pthread_mutex_destroy(&c->lock), 1))) {
         clReleaseCommandQueue(c->queue);
         free(c->build_options);
         free(c);
         return clflash_fail(CLFLASH_ERROR_OUT_OF_HOST_MEMORY, "creating the context's locks failed");
+    }
+    if ((st = clflash_tune_load(c, opt->tuning)) != CLFLASH_SUCCESS) {
+        pthread_mutex_destroy(&c->tune_lock);
+        pthread_mutex_destroy(&c->plan_lock);
+        pthread_mutex_destroy(&c->pool_lock);
+        pthread_mutex_destroy(&c->lock);
+        clReleaseCommandQueue(c->queue);
+        free(c->build_options);
+        free(c);
+        return st;
     }
     clRetainContext(ctx);
     c->ctx = ctx;
@@ -105,8 +124,10 @@ void clflash_context_free(clflash_context *c)
     clflash_scratch_pool_free(c);
     clflash_plan_cache_free(c);
     clflash_program_cache_free(c);
+    clflash_tune_free(c);
     clReleaseCommandQueue(c->queue);
     clReleaseContext(c->ctx);
+    pthread_mutex_destroy(&c->tune_lock);
     pthread_mutex_destroy(&c->plan_lock);
     pthread_mutex_destroy(&c->pool_lock);
     pthread_mutex_destroy(&c->lock);

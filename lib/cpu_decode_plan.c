@@ -42,6 +42,7 @@ clflash_status clflash_plan_cpu_decode(clflash_context *c, const clflash_problem
     if (err != CL_SUCCESS)
         return clflash_fail(err, "clCreateKernel(%s) failed", KERNEL_NAME);
     clflash_fill_plan(&out->plan, p, clflash_tile_bytes, c->local_mem_budget, keys, rows, 0, KERNEL_NAME, 1, 1);
+    clflash_tune_report(&out->plan, "portable.cpu_path=1");
     out->plan.kv_passes = 1; /* each K/V head's keys are read once for all its rows */
     out->kernel = kernel;
     clflash_set_split(out, p, splits, p->group);

@@ -31,15 +31,11 @@
 static const char variant_name[] = "flash_forward_portable";
 static const char regtile_name[] = "flash_forward_regtile";
 
-/* CPU devices take the kernel's CPU path (fp32 K and V tiles; see cl/flash_forward.cl), unless
- * the caller's build options choose with CLFLASH_CPU_PATH (=0 or =1). */
-static int cpu_path(const clflash_context *c, uint32_t block, uint32_t lanes)
+/* The CPU path (fp32 K and V tiles; see cl/flash_forward.cl) where the device class or the
+ * portable.cpu_path setting asks for it and one work-item holds a row of a block of 8k rows. */
+static int cpu_path(const clflash_context *c, const clflash_problem *p, uint32_t block, uint32_t lanes)
 {
-    const char *opt = strstr(c->build_options, "CLFLASH_CPU_PATH");
-    int want = c->info.device_class == CLFLASH_CLASS_CPU;
-    if (opt != NULL)
-        want = strncmp(opt, "CLFLASH_CPU_PATH=0", 18) != 0;
-    return want && lanes == 1 && block % 8 == 0;
+    return clflash_wants_cpu_path(c, p) && lanes == 1 && block % 8 == 0;
 }
 
 /* ---- the register-tiled path ----------------------------------------------------------------- */
@@ -49,47 +45,24 @@ typedef struct {
     uint32_t rm, tc, bq, block_cap; /* block_cap 0: none */
 } regtile_cfg;
 
-static int pow2_upto(long v, long top)
-{
-    return v >= 1 && v <= top && (v & (v - 1)) == 0;
-}
-
-/* The planner's choice, then CLFLASH_REGTILE (developer tuning, see clflash.h): "0" for the
- * lane-per-row path, "RMxTCxBQ" or "RMxTCxBQxB" for these micro-tiles, query rows and a cap on B.
- * Returns 0 for the lane path, 1 for register tiles in *cfg. A malformed value is ignored. */
+/* The planner's choice, or the portable.regtile setting (see clflash.h): 0 for the lane-per-row
+ * path, RMxTCxBQ[xB] for these micro-tiles, query rows and a cap on B (checked when it was set).
+ * Returns 0 for the lane path, 1 for register tiles in *cfg. */
 static int regtile_choice(const clflash_context *c, const clflash_problem *p, regtile_cfg *cfg)
 {
-    const char *e = getenv("CLFLASH_REGTILE");
     if (c->threads_per_row != 0) /* the caller forces lanes per row: the lane path has them */
         return 0;
     cfg->rm = 4;
     cfg->tc = p->head_dim > 128 ? 16 : 8; /* at most 16 float4 accumulators of O per row */
     cfg->bq = p->head_dim > 128 ? 32 : 64;
     cfg->block_cap = 0;
-    if (e != NULL && strcmp(e, "0") == 0)
-        return 0;
-    if (e != NULL && e[0] != '\0') {
-        long v[4] = {0, 0, 0, 0};
-        int n = 0;
-        const char *s = e;
-        for (;;) { /* up to four decimal fields joined by 'x', and nothing else */
-            char *end;
-            if (*s < '0' || *s > '9')
-                return 1;
-            v[n++] = strtol(s, &end, 10);
-            if (*end == '\0')
-                break;
-            if (*end != 'x' || n == 4)
-                return 1;
-            s = end + 1;
-        }
-        if (n >= 3 && pow2_upto(v[0], 8) && pow2_upto(v[1], 32) && v[2] >= v[0] && v[2] <= 256 &&
-            v[2] % v[0] == 0 && (n < 4 || (v[3] >= 1 && v[3] <= 4096))) {
-            cfg->rm = (uint32_t)v[0];
-            cfg->tc = (uint32_t)v[1];
-            cfg->bq = (uint32_t)v[2];
-            cfg->block_cap = n == 4 ? (uint32_t)v[3] : 0;
-        }
+    if (p->tune.set & 1u << CLFLASH_TUNE_PORTABLE_REGTILE) {
+        if (p->tune.regtile[0] == 0)
+            return 0;
+        cfg->rm = p->tune.regtile[0];
+        cfg->tc = p->tune.regtile[1];
+        cfg->bq = p->tune.regtile[2];
+        cfg->block_cap = p->tune.regtile[3];
     }
     return 1;
 }
@@ -166,6 +139,12 @@ static clflash_status plan_regtile(clflash_context *c, const clflash_problem *p,
                     if (local_bytes <= budget && wg <= max_wg) {
                         clflash_fill_plan(&out->plan, p, clflash_tile_bytes, budget, block, bq, local_bytes,
                                           regtile_name, cfg.tc, wg);
+                        if (cfg.block_cap)
+                            clflash_tune_report(&out->plan, "portable.cpu_path=0,portable.regtile=%ux%ux%ux%u", cfg.rm,
+                                                cfg.tc, bq, cfg.block_cap);
+                        else
+                            clflash_tune_report(&out->plan, "portable.cpu_path=0,portable.regtile=%ux%ux%u", cfg.rm,
+                                                cfg.tc, bq);
                         out->plan.kv_passes = (packed_rows + bq - 1) / bq;
                         out->kernel = kernel;
                         clflash_set_split(out, p, splits, pack);
@@ -193,7 +172,7 @@ static clflash_status plan_regtile(clflash_context *c, const clflash_problem *p,
 static cl_ulong counted_local_bytes(const clflash_context *c, const clflash_problem *p, uint32_t block,
                                     uint32_t lanes)
 {
-    if (cpu_path(c, block, lanes))
+    if (cpu_path(c, p, block, lanes))
         return 4ull * block * (p->head_dim + (p->head_dim + 7) / 8 * 8);
     const uint64_t rows = 2ull * block * clflash_lds_stride(p->head_dim, p->elem_size); /* qt, vt */
     const uint64_t tiles = (rows + (uint64_t)p->head_dim * (block | 1u)) * p->elem_size;  /* + kt */
@@ -212,7 +191,7 @@ static clflash_status build_variant(clflash_context *c, const clflash_problem *p
     clflash_forward_defines(p, with_lse, splits, 1, features, sizeof features);
     snprintf(defines, sizeof defines,
              "%s%s -D HEAD_DIM=%u -D BLOCK=%u -D TPR=%u -D LDS_STRIDE=%u -D KT_STRIDE=%u -D P_STRIDE=%u", features,
-             cpu_path(c, block, lanes) ? " -D CLFLASH_CPU_PATH=1" : "", p->head_dim, block, lanes,
+             cpu_path(c, p, block, lanes) ? " -D CLFLASH_CPU_PATH=1" : "", p->head_dim, block, lanes,
              clflash_lds_stride(p->head_dim, p->elem_size), block | 1u, block | 1u);
     if ((st = clflash_get_program(c, CLFLASH_SOURCE_FLASH_FORWARD, defines, &prog)) != CLFLASH_SUCCESS)
         return st;
@@ -268,14 +247,14 @@ static clflash_status plan_kernel(clflash_context *c, const clflash_problem *p, 
     }
 
     /* decoding on a CPU: the kernel that reads each K/V head once for all its query rows */
-    if (c->threads_per_row == 0 && cpu_path(c, block, 1) && clflash_cpu_decode_applies(p))
+    if (c->threads_per_row == 0 && cpu_path(c, p, block, 1) && clflash_cpu_decode_applies(p))
         return clflash_plan_cpu_decode(c, p, with_lse, block, out);
 
     {
         regtile_cfg rcfg;
         const uint32_t lanes0 = clflash_block_lanes(block, tune.threads_per_row,
                                                     tune.max_work_group > block ? tune.max_work_group : block);
-        if (!cpu_path(c, block, lanes0) && regtile_choice(c, p, &rcfg))
+        if (!cpu_path(c, p, block, lanes0) && regtile_choice(c, p, &rcfg))
             return plan_regtile(c, p, with_lse, block, forced, rcfg, out);
     }
 
@@ -297,6 +276,8 @@ static clflash_status plan_kernel(clflash_context *c, const clflash_problem *p, 
             if (local_bytes <= budget && (size_t)block * lanes <= max_wg) {
                 clflash_fill_plan(&out->plan, p, clflash_tile_bytes, budget, block, block, local_bytes, variant_name,
                                   lanes, block * lanes);
+                clflash_tune_report(&out->plan, cpu_path(c, p, block, lanes) ? "portable.cpu_path=1"
+                                                                              : "portable.cpu_path=0,portable.regtile=0");
                 out->kernel = kernel;
                 clflash_set_split(out, p, splits, 1);
                 return CLFLASH_SUCCESS;
@@ -346,7 +327,7 @@ clflash_status clflash_plan_attention(clflash_context *c, const clflash_attentio
     clflash_flash_kernel fk;
     clflash_status st;
     clflash_clear_detail();
-    if ((st = clflash_check_context(c)) != CLFLASH_SUCCESS || (st = clflash_resolve_desc(d, &p)) != CLFLASH_SUCCESS ||
+    if ((st = clflash_resolve_for_context(c, d, &p)) != CLFLASH_SUCCESS ||
         (st = clflash_check_plan_out(out)) != CLFLASH_SUCCESS)
         return st;
     if ((st = clflash_plan_flash(c, &p, 0, 0, &fk)) != CLFLASH_SUCCESS)

@@ -79,6 +79,35 @@ CLFLASH_INTERNAL cl_int clflash_read_device_info(cl_device_id dev, clflash_devic
 /* 1 if `needle` occurs in `hay`, ignoring ASCII case. */
 CLFLASH_INTERNAL int clflash_contains_nocase(const char *hay, const char *needle);
 
+/* ---- tuning_params.c: named kernel parameters set by the user ---------------------------------- */
+typedef enum {
+    CLFLASH_TUNE_PORTABLE_REGTILE,          /* register tiles RMxTCxBQ[xB], or 0: the lane path */
+    CLFLASH_TUNE_PORTABLE_CPU_PATH,         /* the portable kernels' CPU path (0 or 1) */
+    CLFLASH_TUNE_NV_FORWARD_BLOCK,          /* a cap on B */
+    CLFLASH_TUNE_NV_FORWARD_WARPS,
+    CLFLASH_TUNE_NV_FORWARD_MTILES,
+    CLFLASH_TUNE_NV_FORWARD_STAGES,
+    CLFLASH_TUNE_NV_FORWARD_FUSED_MERGE,
+    CLFLASH_TUNE_NV_FORWARD_RESCALE_THRESH, /* the kernel's NV_RESCALE_THRESH */
+    CLFLASH_TUNE_NV_FORWARD_Q_DIRECT,       /* the kernel's NV_Q_DIRECT */
+    CLFLASH_TUNE_NV_BACKWARD_BLOCK,
+    CLFLASH_TUNE_NV_BACKWARD_WARPS,
+    CLFLASH_TUNE_NV_BACKWARD_MAXRREGCOUNT,  /* -cl-nv-maxrregcount */
+    CLFLASH_TUNE_NV_BACKWARD_STREAM,        /* the kernel's NV_BWD_STREAM */
+    CLFLASH_TUNE_COUNT
+} clflash_tune_key;
+
+/* The most rules a context keeps (file, option, environment and set_tuning calls together). */
+#define CLFLASH_MAX_TUNE_RULES 256u
+
+typedef struct {
+    uint32_t set;                   /* bit k: key k has a value */
+    int32_t value[CLFLASH_TUNE_COUNT];
+    uint32_t regtile[4];            /* portable.regtile: RM, TC, BQ, B cap (0: none); all 0 = lanes */
+} clflash_tune_values;
+
+typedef struct clflash_tune_rule clflash_tune_rule;
+
 /* ---- the context (context.c) ----------------------------------------------------------------- */
 typedef struct clflash_program_entry clflash_program_entry;
 typedef struct clflash_log_entry clflash_log_entry;
@@ -107,6 +136,10 @@ struct clflash_context {
 
     pthread_mutex_t plan_lock; /* guards plans */
     clflash_plan_entry *plans; /* the plan and kernel cache (plan_cache.c) */
+
+    pthread_mutex_t tune_lock; /* guards the tuning rules */
+    clflash_tune_rule *tune_rules; /* tuning_params.c: in the order given, for this device */
+    uint32_t tune_count;
 };
 #define CLFLASH_CONTEXT_MAGIC 0x434c464cu /* "CLFL" */
 
@@ -187,6 +220,7 @@ typedef struct {
     cl_mem bias, alibi_slopes, key_lengths;
     clflash_strides bias_strides; /* elements; broadcast dimensions have stride 0 */
     cl_mem bias_grad;             /* the backward's optional dBias (the forward ignores it) */
+    clflash_tune_values tune;     /* the context's tuning settings for this call (tuning_params.c) */
 } clflash_problem;
 
 /* A tile rule: clflash_tile_bytes (forward) or clflash_backward_tile_bytes. */
@@ -200,6 +234,10 @@ CLFLASH_INTERNAL void clflash_fill_plan(clflash_plan *plan, const clflash_proble
 
 /* Checks every field of d and resolves defaults (heads_kv, scale, strides). */
 CLFLASH_INTERNAL clflash_status clflash_resolve_desc(const clflash_attention_desc *d, clflash_problem *p);
+/* clflash_resolve_desc for a call on a live context c, with the context's tuning settings for it
+ * (p->tune). */
+CLFLASH_INTERNAL clflash_status clflash_resolve_for_context(clflash_context *c, const clflash_attention_desc *d,
+                                                           clflash_problem *p);
 
 /* A layout with its zero strides replaced by the contiguous defaults of a [.][heads][seq][head_dim]
  * tensor; 0 if a default overflows. */
@@ -254,6 +292,19 @@ CLFLASH_INTERNAL clflash_status clflash_enqueue_merge(clflash_context *c, const 
  * matrix exceeds max_alloc). */
 CLFLASH_INTERNAL uint64_t clflash_naive_heads_per_chunk(const clflash_problem *p, uint64_t max_alloc);
 
+/* tuning_params.c: reads the tuning file (CLFLASH_TUNING_FILE), the option's spec (NULL: none)
+ * and CLFLASH_TUNE into the context's rules; CLFLASH_ERROR_INVALID_OPTIONS (with the detail:
+ * where, and what is wrong) if any of them is not valid. */
+CLFLASH_INTERNAL clflash_status clflash_tune_load(clflash_context *c, const char *option_spec);
+CLFLASH_INTERNAL void clflash_tune_free(clflash_context *c);
+/* Fills p->tune from the context's rules that match p's dtype and head_dim. */
+CLFLASH_INTERNAL void clflash_tune_resolve(clflash_context *c, clflash_problem *p);
+/* The user's value of k for this call if set, else the planner's. */
+CLFLASH_INTERNAL int32_t clflash_tuned(const clflash_problem *p, clflash_tune_key k, int32_t planner_value);
+CLFLASH_INTERNAL const char *clflash_tune_name(clflash_tune_key k);
+/* Writes the parameters a plan used into plan->tuning (printf-style). */
+CLFLASH_INTERNAL void clflash_tune_report(clflash_plan *plan, const char *fmt, ...);
+
 /* ---- tuning.c: per-device-class preferences --------------------------------------------------- */
 typedef struct {
     uint32_t max_block;        /* cap on B even if a larger tile fits */
@@ -270,10 +321,9 @@ CLFLASH_INTERNAL clflash_tuning clflash_tuning_for_context(const clflash_context
  * the longer sequence rounded up to 16 (a larger block computes only padding) and, after a refused
  * launch, below below_block (0 = no such limit). */
 CLFLASH_INTERNAL uint64_t clflash_block_cap(uint64_t b, uint64_t cap, const clflash_problem *p, uint32_t below_block);
-/* plan_common.c: a developer tuning knob from the environment: the variable's value if it is a
- * decimal integer in [lo, hi] and nothing else, otherwise (unset, empty, malformed, out of range)
- * `fallback`. */
-CLFLASH_INTERNAL uint32_t clflash_env_u32(const char *name, uint32_t lo, uint32_t hi, uint32_t fallback);
+/* plan_common.c: 1 if the portable kernels take their CPU path for p (CPU devices, unless the
+ * portable.cpu_path setting says otherwise), given a block and lanes that path takes. */
+CLFLASH_INTERNAL int clflash_wants_cpu_path(const clflash_context *c, const clflash_problem *p);
 
 /* ---- forward_plan.c ------------------------------------------------------------------------------ */
 typedef struct {

@@ -42,6 +42,13 @@ static cl_ulong counted_local_bytes(const clflash_problem *p, uint32_t block, ui
     return rows * (clflash_nv_padded_dim(p) + 8) * p->elem_size + 4ull * block * sizeof(float);
 }
 
+/* The kernel's NV_BWD_STREAM (see cl/nv_mma_backward.cl for the measurement behind the default), or
+ * the nv_backward.stream setting. */
+static int bwd_stream(const clflash_problem *p)
+{
+    return clflash_tuned(p, CLFLASH_TUNE_NV_BACKWARD_STREAM, clflash_nv_padded_dim(p) >= 128) != 0;
+}
+
 static clflash_status build(clflash_context *c, const clflash_problem *p, uint32_t block, uint32_t warps,
                             cl_kernel *kernel, cl_ulong *local_bytes, size_t *max_wg)
 {
@@ -50,14 +57,15 @@ static clflash_status build(clflash_context *c, const clflash_problem *p, uint32
     cl_int err;
     clflash_status st;
     clflash_feature_defines(p, 0, features, sizeof features);
-    const uint32_t regs = clflash_env_u32("CLFLASH_NV_BWD_REGS", 32, 255, 0); /* a cap for NVIDIA's compiler; 0: none */
+    const uint32_t regs = (uint32_t)clflash_tuned(p, CLFLASH_TUNE_NV_BACKWARD_MAXRREGCOUNT, 0); /* 0: no cap */
     char reg_option[48] = "";
     if (regs)
         snprintf(reg_option, sizeof reg_option, " -cl-nv-maxrregcount=%u", regs);
     snprintf(defines, sizeof defines,
-             "%s -D HEAD_DIM=%u -D D_REAL=%u -D NV_ALIGNED=%d -D BLOCK=%u -D WARPS=%u -D BIAS_PAIRS=%d%s", features,
-             clflash_nv_padded_dim(p), p->head_dim, clflash_nv_rows_aligned(p), block, warps, clflash_bias_pairs(p),
-             reg_option);
+             "%s -D HEAD_DIM=%u -D D_REAL=%u -D NV_ALIGNED=%d -D BLOCK=%u -D WARPS=%u -D BIAS_PAIRS=%d "
+             "-D NV_BWD_STREAM=%d%s",
+             features, clflash_nv_padded_dim(p), p->head_dim, clflash_nv_rows_aligned(p), block, warps,
+             clflash_bias_pairs(p), bwd_stream(p), reg_option);
     if ((st = clflash_get_program(c, CLFLASH_SOURCE_NV_MMA_BACKWARD, defines, &prog)) != CLFLASH_SUCCESS)
         return st;
     *kernel = clCreateKernel(prog, KERNEL_NAME, &err);
@@ -75,14 +83,15 @@ clflash_status clflash_plan_nv_mma_backward(clflash_context *c, const clflash_pr
                                             clflash_backward_kernels *out)
 {
     const uint64_t budget = c->local_mem_budget;
-    const uint32_t warps = clflash_env_u32("CLFLASH_NV_BWD_WARPS", 1, 16, NV_BWD_WARPS);
+    const uint32_t warps = (uint32_t)clflash_tuned(p, CLFLASH_TUNE_NV_BACKWARD_WARPS, NV_BWD_WARPS);
     const uint32_t rows = 16 * warps; /* keys of a key group, queries of a query group */
     uint64_t b;
     if (p->block != 0) {
         b = p->block; /* the portable planner has checked it against the rule and below_block */
     } else {
         b = clflash_block_cap(clflash_backward_max_block(budget, p->head_dim, p->elem_size),
-                              clflash_env_u32("CLFLASH_NV_BWD_BLOCK", 16, NV_BWD_MAX_BLOCK, NV_BWD_MAX_BLOCK), p, below_block);
+                              (uint64_t)clflash_tuned(p, CLFLASH_TUNE_NV_BACKWARD_BLOCK, NV_BWD_MAX_BLOCK), p,
+                              below_block);
         b = b / 16 * 16;
     }
     for (uint32_t block = (uint32_t)b; block >= 16; block -= 16) {
@@ -98,6 +107,13 @@ clflash_status clflash_plan_nv_mma_backward(clflash_context *c, const clflash_pr
             /* threads_per_row 2: a warp's 32 lanes share its 16 rows */
             clflash_fill_plan(&out->plan, p, clflash_backward_tile_bytes, budget, block, rows, local_bytes,
                               variant_name, 2, 32u * warps);
+            clflash_tune_report(&out->plan, "nv_backward.block=%u,nv_backward.warps=%u,nv_backward.stream=%d", block,
+                                warps, bwd_stream(p));
+            if (clflash_tuned(p, CLFLASH_TUNE_NV_BACKWARD_MAXRREGCOUNT, 0) != 0) {
+                const size_t n = strlen(out->plan.tuning);
+                snprintf(out->plan.tuning + n, sizeof out->plan.tuning - n, ",nv_backward.maxrregcount=%d",
+                         (int)clflash_tuned(p, CLFLASH_TUNE_NV_BACKWARD_MAXRREGCOUNT, 0));
+            }
             out->key_groups = ((uint64_t)p->seq_k + rows - 1) / rows;
             out->query_groups = ((uint64_t)p->seq_q + rows - 1) / rows;
             return CLFLASH_SUCCESS;

@@ -99,8 +99,8 @@ static uint32_t pack_for(const clflash_problem *p)
  * Measured on the H200 (n = 4096, f16; see docs/performance/h200.md): 4 warps of 2 slices (128 rows) beat 3 to 8
  * warps of one slice at d = 64 and 128, because each K or V fragment read from local memory then
  * feeds two mma instead of one. Few rows (`rows`: seq_q, times the packed heads) get fewer, so
- * that decoding (seq_q = 1) does not compute 127 rows of padding. CLFLASH_NV_WARPS and
- * CLFLASH_NV_MTILES override both (developer tuning; see clflash.h). */
+ * that decoding (seq_q = 1) does not compute 127 rows of padding. The nv_forward.warps and
+ * nv_forward.mtiles settings override both (see clflash.h). */
 static void rows_for(const clflash_problem *p, uint64_t rows, uint32_t *warps, uint32_t *m_tiles)
 {
     if (rows <= 16) {
@@ -116,8 +116,8 @@ static void rows_for(const clflash_problem *p, uint64_t rows, uint32_t *warps, u
         *m_tiles = clflash_nv_padded_dim(p) > 128 ? 1 : 2; /* at d = 256 one slice already holds 200 registers */
         *warps = rows >= 128 ? 4 : (uint32_t)(rows + 31) / 32;
     }
-    *warps = clflash_env_u32("CLFLASH_NV_WARPS", 1, 16, *warps);
-    *m_tiles = clflash_env_u32("CLFLASH_NV_MTILES", 1, 4, *m_tiles);
+    *warps = (uint32_t)clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_WARPS, (int32_t)*warps);
+    *m_tiles = (uint32_t)clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_MTILES, (int32_t)*m_tiles);
 }
 
 /* Bytes of the kernel's local array: `stages` K and V tiles of B rows, each row padded by 16 bytes;
@@ -136,13 +136,13 @@ static cl_ulong counted_local_bytes(const clflash_problem *p, uint32_t block, ui
  * (f16, d = 128, 2026-12-01; decode_block then picks B = 16): 3 stages against 2 (B = 32) gave
  * 1.02x to 1.05x at batch 1, heads 32/8, seq_k 32768 and 131072, and the same at batch 8 and with
  * 32/32 heads; 5 stages gave a further 1.02x at batch 1 but 0.90x to 0.96x at batch 8 (seq_k 8192)
- * and 32/32 heads, so 3 is the default. CLFLASH_NV_STAGES (2..8) sets the depth instead (developer
- * tuning); a depth that does not fit falls back to what does. */
+ * and 32/32 heads, so 3 is the default. The nv_forward.stages setting (2..8) sets the depth instead;
+ * a depth that does not fit falls back to what does. */
 #define NV_DECODE_STAGES 3u
 static uint32_t stages_for(const clflash_problem *p, uint32_t warps, uint32_t block, uint32_t block_q,
                            uint64_t budget)
 {
-    uint32_t want = clflash_env_u32("CLFLASH_NV_STAGES", 2, 8, warps == 1 ? NV_DECODE_STAGES : 2);
+    uint32_t want = (uint32_t)clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_STAGES, warps == 1 ? NV_DECODE_STAGES : 2);
     while (want > 2 && counted_local_bytes(p, block, block_q, want) > budget)
         want--;
     return want;
@@ -169,12 +169,28 @@ static uint32_t decode_block(const clflash_problem *p, uint32_t warps, uint32_t 
  * block to finish merges the block's parts) rather than in a merge kernel launched after it. Measured
  * on the H200 (f16, d = 128, heads 32/8, 2026-12-01, see docs/performance/h200.md): the launch it saves
  * cost up to 10 us of a 50 us decoding call. It needs the block's parts' weights in the kernel's local
- * array (block_q * (splits + 1) floats); CLFLASH_NV_FUSED_MERGE=0 turns it off (developer tuning). */
+ * array (block_q * (splits + 1) floats); the setting nv_forward.fused_merge=0 turns it off. */
 static int fused_merge_fits(const clflash_problem *p, uint32_t splits, uint32_t block, uint32_t block_q,
                             uint32_t stages)
 {
-    return splits > 1 && clflash_env_u32("CLFLASH_NV_FUSED_MERGE", 0, 1, 1) == 1 &&
+    return splits > 1 && clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_FUSED_MERGE, 1) == 1 &&
            (uint64_t)block_q * (splits + 1u) * sizeof(float) <= counted_local_bytes(p, block, block_q, stages);
+}
+
+/* The kernel's NV_RESCALE_THRESH and NV_Q_DIRECT (see cl/nv_mma_forward.cl for the measurements
+ * behind the defaults), or the nv_forward.rescale_thresh and .q_direct settings. Direct Q loads
+ * read whole column pairs of 4-byte aligned rows: without them (padded head dims, unaligned rows)
+ * Q is staged whatever the setting. */
+static int32_t rescale_thresh(const clflash_problem *p)
+{
+    return clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_RESCALE_THRESH, clflash_nv_padded_dim(p) >= 128 ? 8 : -1);
+}
+
+static int q_direct(const clflash_problem *p)
+{
+    if (clflash_nv_padded_dim(p) != p->head_dim || !clflash_nv_rows_aligned(p))
+        return 0;
+    return clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_Q_DIRECT, p->head_dim <= 64) != 0;
 }
 
 static clflash_status build(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t splits, uint32_t pack,
@@ -188,9 +204,9 @@ static clflash_status build(clflash_context *c, const clflash_problem *p, int wi
     clflash_forward_defines(p, with_lse, splits, pack, features, sizeof features);
     snprintf(defines, sizeof defines,
              "%s -D HEAD_DIM=%u -D D_REAL=%u -D NV_ALIGNED=%d -D BLOCK=%u -D WARPS=%u -D M_TILES=%u -D STAGES=%u "
-             "-D BIAS_PAIRS=%d -D FUSED_MERGE=%d -D WITH_OUT_LSE=%d",
+             "-D BIAS_PAIRS=%d -D FUSED_MERGE=%d -D WITH_OUT_LSE=%d -D NV_RESCALE_THRESH=%d -D NV_Q_DIRECT=%d",
              features, clflash_nv_padded_dim(p), p->head_dim, clflash_nv_rows_aligned(p), block, warps, m_tiles, stages,
-             clflash_bias_pairs(p), fused, fused && with_lse);
+             clflash_bias_pairs(p), fused, fused && with_lse, (int)rescale_thresh(p), q_direct(p));
     if ((st = clflash_get_program(c, CLFLASH_SOURCE_NV_MMA_FORWARD, defines, &prog)) != CLFLASH_SUCCESS)
         return st;
     *kernel = clCreateKernel(prog, KERNEL_NAME, &err);
@@ -215,9 +231,9 @@ clflash_status clflash_plan_nv_mma(clflash_context *c, const clflash_problem *p,
             return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE, "the forced block %u does not fit", p->block);
         b = p->block;
     } else {
-        /* CLFLASH_NV_BLOCK: a developer tuning cap, 16..64 (anything else is ignored) */
+        /* nv_forward.block: a tuning cap, 16..64 */
         b = clflash_block_cap(clflash_max_block(budget, p->head_dim, p->elem_size),
-                              clflash_env_u32("CLFLASH_NV_BLOCK", 16, NV_MAX_BLOCK, NV_MAX_BLOCK), p, below_block);
+                              (uint64_t)clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_BLOCK, NV_MAX_BLOCK), p, below_block);
         b = b / 16 * 16;
     }
     uint32_t warps, m_tiles;
@@ -246,6 +262,11 @@ clflash_status clflash_plan_nv_mma(clflash_context *c, const clflash_problem *p,
             /* threads_per_row 2: a warp's 32 lanes share its 16 rows */
             clflash_fill_plan(&out->plan, p, clflash_tile_bytes, budget, block, block_q, local_bytes, variant_name, 2,
                               threads);
+            clflash_tune_report(&out->plan,
+                                "nv_forward.block=%u,nv_forward.warps=%u,nv_forward.mtiles=%u,nv_forward.stages=%u,"
+                                "nv_forward.fused_merge=%d,nv_forward.rescale_thresh=%d,nv_forward.q_direct=%d",
+                                block, warps, m_tiles, stages, splits > 1 ? fused : (int)clflash_tuned(
+                                    p, CLFLASH_TUNE_NV_FORWARD_FUSED_MERGE, 1), (int)rescale_thresh(p), q_direct(p));
             out->plan.kv_passes = (rows + block_q - 1) / block_q;
             out->kernel = kernel;
             out->merge_tickets = fused ? (uint64_t)p->batch * (p->heads_q / pack) * out->plan.kv_passes : 0;

@@ -9,7 +9,7 @@
  * is what a decoding step at batch 1 costs on the GPU. The key is the planner's inputs: the
  * problem's shape class (everything a plan depends on: types, head_dim, GQA group, heads, batch,
  * seq_q, the features switched on, forced block and splits, layout alignment, lse, the tuning
- * knobs' values) with seq_k reduced to what plans depend on (its length rounded up to 16 up to
+ * settings that apply to the call) with seq_k reduced to what plans depend on (its length rounded up to 16 up to
  * 4096, which caps B, and seq_k / 256 up to 1024, which caps the split count: the split rules'
  * minimum part lengths are multiples of 256). The seq_k-dependent fields of the plan (tiles_k,
  * the score matrix, keys per part, workspace) are recomputed per call.
@@ -27,13 +27,11 @@
 #include <string.h>
 
 #define IDLE_KERNELS 4
-#define KNOB_CHARS 32
 #define MAX_ENTRIES 256
-#define N_KNOBS 6
 
 typedef struct {
-    uint32_t w[20];
-    char knobs[N_KNOBS][KNOB_CHARS]; /* the tuning knobs' values at planning time ("" when unset) */
+    uint32_t w[16];
+    clflash_tune_values tune; /* the tuning settings for the call (tuning_params.c), unset values 0 */
 } plan_key;
 
 struct clflash_plan_entry {
@@ -46,12 +44,7 @@ struct clflash_plan_entry {
     int n_idle;
 };
 
-static const char *const knob_names[N_KNOBS] = {"CLFLASH_NV_WARPS", "CLFLASH_NV_MTILES", "CLFLASH_NV_BLOCK",
-                                                "CLFLASH_NV_STAGES", "CLFLASH_REGTILE",
-                                                "CLFLASH_NV_FUSED_MERGE"};
-
-/* 0 if a knob's value is too long to be a key (the call is then planned without the cache). */
-static int make_key(const clflash_problem *p, int with_lse, plan_key *k)
+static void make_key(const clflash_problem *p, int with_lse, plan_key *k)
 {
     const uint32_t longest = p->seq_q > p->seq_k ? p->seq_q : p->seq_k;
     const uint32_t longest16 = (uint32_t)(((uint64_t)longest + 15) / 16 * 16);
@@ -73,15 +66,7 @@ static int make_key(const clflash_problem *p, int with_lse, plan_key *k)
     k->w[13] = p->num_splits;
     k->w[14] = clflash_aligned8(&p->q) | clflash_aligned8(&p->k) << 1 | clflash_aligned8(&p->v) << 2 |
               clflash_aligned8(&p->o) << 3;
-    for (int i = 0; i < N_KNOBS; i++) {
-        const char *e = getenv(knob_names[i]);
-        if (e == NULL)
-            continue;
-        if (strlen(e) >= KNOB_CHARS)
-            return 0;
-        strcpy(k->knobs[i], e);
-    }
-    return 1;
+    k->tune = p->tune; /* clflash_tune_resolve zeroes what is unset */
 }
 
 /* The plan fields that depend on seq_k exactly, for this call's problem. */
@@ -179,11 +164,7 @@ clflash_status clflash_cached_plan(clflash_context *c, const clflash_problem *p,
 {
     plan_key key;
     clflash_status st;
-    if (!make_key(p, with_lse, &key)) {
-        st = plan(c, p, with_lse, 0, out);
-        out->entry = NULL;
-        return st;
-    }
+    make_key(p, with_lse, &key);
     cl_kernel kernel;
     clflash_plan_entry *e = find_and_take(c, &key, &kernel);
     if (e) { /* a hit: the entry never changes, only its idle list */

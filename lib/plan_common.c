@@ -2,8 +2,8 @@
  * plan_common.c - what the planners (forward_plan.c and nv_mma_forward_plan.c for the forward,
  * backward_plan.c for the backward) share: the valid block sizes, how to step down after a
  * refusal, how many lanes share a row, the bank-friendly row stride of a local tile, reading
- * what a built kernel really needs, filling in the plan they report, and reading the tuning
- * knobs from the environment.
+ * what a built kernel really needs, filling in the plan they report, and whether the portable
+ * kernels take their CPU path.
  *
  * Why one file: the forward and backward plans must round, step and pad B the same way, so that a
  * block the seeds' calculator prints is one both passes accept, and must judge a built kernel by
@@ -14,14 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-uint32_t clflash_env_u32(const char *name, uint32_t lo, uint32_t hi, uint32_t fallback)
+int clflash_wants_cpu_path(const clflash_context *c, const clflash_problem *p)
 {
-    const char *e = getenv(name);
-    char *end = NULL;
-    if (e == NULL || e[0] < '0' || e[0] > '9')
-        return fallback;
-    const unsigned long v = strtoul(e, &end, 10);
-    return *end == '\0' && v >= lo && v <= hi ? (uint32_t)v : fallback;
+    return clflash_tuned(p, CLFLASH_TUNE_PORTABLE_CPU_PATH, c->info.device_class == CLFLASH_CLASS_CPU) != 0;
 }
 
 uint64_t clflash_split_workspace_bytes(const clflash_problem *p, uint32_t splits)

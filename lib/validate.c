@@ -271,13 +271,22 @@ clflash_status clflash_check_queue(const clflash_context *c, cl_command_queue qu
     return CLFLASH_SUCCESS;
 }
 
+clflash_status clflash_resolve_for_context(clflash_context *c, const clflash_attention_desc *d, clflash_problem *p)
+{
+    clflash_status st;
+    if ((st = clflash_check_context(c)) != CLFLASH_SUCCESS || (st = clflash_resolve_desc(d, p)) != CLFLASH_SUCCESS)
+        return st;
+    clflash_tune_resolve(c, p);
+    return CLFLASH_SUCCESS;
+}
+
 clflash_status clflash_validate_call(clflash_context *c, const clflash_attention_desc *d,
                                      cl_command_queue queue, cl_mem q, cl_mem k, cl_mem v, cl_mem o,
                                      cl_mem lse, cl_uint num_wait, const cl_event *wait, clflash_problem *p,
                                      cl_command_queue *queue_out)
 {
     clflash_status st;
-    if ((st = clflash_check_context(c)) != CLFLASH_SUCCESS || (st = clflash_resolve_desc(d, p)) != CLFLASH_SUCCESS)
+    if ((st = clflash_resolve_for_context(c, d, p)) != CLFLASH_SUCCESS)
         return st;
     if ((st = clflash_check_queue(c, queue, num_wait, wait, queue_out)) != CLFLASH_SUCCESS)
         return st;

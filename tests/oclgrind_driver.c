@@ -12,7 +12,7 @@
  * the CPU paths of flash_forward.cl and flash_backward.cl (the ones PoCL runs) in a context of their
  * own.
  */
-#define _POSIX_C_SOURCE 200809L /* setenv */
+#define _POSIX_C_SOURCE 200809L /* snprintf in strict C */
 #include "backward_harness.h"
 #include "harness.h"
 
@@ -26,9 +26,9 @@ typedef struct {
     clflash_dtype dtype;
     uint32_t flags, block;
     int strided_o;
-    int cpu_path; /* build with -D CLFLASH_CPU_PATH=1: 1 with one work-item per row forced (flash_forward.cl's
+    int cpu_path; /* tuning portable.cpu_path=1: 1 with one work-item per row forced (flash_forward.cl's
                      CPU path), 2 with the planner's choice (few rows: flash_decode_cpu.cl) */
-    const char *regtile; /* CLFLASH_REGTILE for the register-tiled path (NULL: the planner's tiles) */
+    const char *regtile; /* portable.regtile for the register-tiled path (NULL: the planner's tiles) */
     uint32_t splits;     /* num_splits (0: the planner's) */
 } driver_case;
 
@@ -120,7 +120,7 @@ static const backward_case bcases[] = {
     /* everything at once */
     {TB_FLASH, 2, 2, 1, 17, 19, 8, CLFLASH_BF16, WC, 8, 0, 0, 6, 1, 1.0f, 2.5f, TB_BIAS_BCAST, 1, TB_LENS_RAGGED, 0},
     {TB_NAIVE, 2, 2, 1, 17, 19, 8, CLFLASH_F16, WC, 0, 0, 0, 6, 1, 1.0f, 2.5f, TB_BIAS_BCAST, 1, TB_LENS_RAGGED, 0},
-    /* the CPU path (-D CLFLASH_CPU_PATH=1, one work-item per row) of the backward and, through the
+    /* the CPU path (portable.cpu_path=1, one work-item per row) of the backward and, through the
      * device forward these cases use, of the forward: several key and query blocks per group (B = 8,
      * 16), GQA, head_dims 7 and 12 (padded tile columns), strided, f32, f16 and bf16, and features
      * with and without the transforms (softcap, bias and ALiBi on whole and masked tiles) */
@@ -143,7 +143,7 @@ static int run_backward_case(clflash_context *shared, size_t n)
         clflash_context_options opt = {.struct_size = sizeof opt};
         opt.threads_per_row = k->cpu_path ? 1 : k->lanes;
         if (k->cpu_path)
-            opt.build_options = "-D CLFLASH_CPU_PATH=1";
+            opt.tuning = "portable.cpu_path=1";
         if ((st = th_context(&opt, &c)) != CLFLASH_SUCCESS) {
             printf("FAILED: no context: %s (%s)\n", clflash_status_string(st), clflash_last_error_detail());
             return 1;
@@ -221,7 +221,7 @@ int main(int argc, char **argv)
      * portable path is the one GPUs run, so it is what these cases check (the cpu_path cases check
      * the other). */
     clflash_context_options portable = {.struct_size = sizeof portable};
-    portable.build_options = "-D CLFLASH_CPU_PATH=0";
+    portable.tuning = "portable.cpu_path=0";
     clflash_status st = th_context(&portable, &c);
     if (st != CLFLASH_SUCCESS) {
         printf("FAILED: no context: %s (%s)\n", clflash_status_string(st), clflash_last_error_detail());
@@ -248,7 +248,7 @@ int main(int argc, char **argv)
         clflash_context *cc = c;
         if (k->cpu_path) {
             clflash_context_options opt = {.struct_size = sizeof opt};
-            opt.build_options = "-D CLFLASH_CPU_PATH=1";
+            opt.tuning = "portable.cpu_path=1";
             opt.threads_per_row = k->cpu_path == 1 ? 1 : 0;
             if ((st = th_context(&opt, &cc)) != CLFLASH_SUCCESS) {
                 printf("FAILED: no context: %s (%s)\n", clflash_status_string(st), clflash_last_error_detail());
@@ -264,7 +264,15 @@ int main(int argc, char **argv)
                 continue;
             }
         }
-        setenv("CLFLASH_REGTILE", k->regtile ? k->regtile : "", 1); /* read at each plan */
+        char regtile[48];
+        snprintf(regtile, sizeof regtile, "portable.regtile=%s", k->regtile ? k->regtile : "");
+        if ((st = clflash_context_set_tuning(cc, regtile)) != CLFLASH_SUCCESS) {
+            printf("FAILED flash %s: %s: %s (%s)\n", what, regtile, clflash_status_string(st), clflash_last_error_detail());
+            failures++;
+            if (cc != c)
+                clflash_context_free(cc);
+            continue;
+        }
         if (k->regtile) {
             /* the configuration must be the one planned: the register-tiled kernel, its row groups, a
              * query block no larger than asked (short sequences shrink it) */

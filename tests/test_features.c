@@ -9,7 +9,7 @@
  * host inputs in the storage type, dequantised copies for the reference, device buffers for the
  * optional inputs, and O read back in its output type.
  */
-#define _POSIX_C_SOURCE 200809L /* setenv */
+#define _POSIX_C_SOURCE 200809L /* snprintf, strdup */
 #include "check_common.h"
 #include "harness.h"
 #include "reference.h"
@@ -47,18 +47,22 @@ static void setup(void)
  * the planner's register tiles; the second small ones (2 rows x 4 work-items per row group, 8-row
  * query blocks, B at most 8), so that every row group and key tile boundary falls inside these
  * shapes. */
-static void setup_gpu_path(void)
+static void setup_tuned(const char *tuning)
 {
     clflash_context_options opt = {.struct_size = sizeof opt};
-    opt.build_options = "-D CLFLASH_CPU_PATH=0";
+    opt.tuning = tuning;
     clflash_status st = th_context(&opt, &ctx);
     ck_assert_msg(st == CLFLASH_SUCCESS, "context: %s (%s)", clflash_status_string(st), clflash_last_error_detail());
 }
 
+static void setup_gpu_path(void)
+{
+    setup_tuned("portable.cpu_path=0");
+}
+
 static void setup_small_tiles(void)
 {
-    setenv("CLFLASH_REGTILE", "2x4x8x8", 1); /* Check runs each test in a child of its own */
-    setup_gpu_path();
+    setup_tuned("portable.cpu_path=0,portable.regtile=2x4x8x8");
 }
 
 static void teardown(void)
@@ -742,7 +746,7 @@ int main(int argc, char **argv)
         last = first + 1;
     }
     clflash_context_options portable = {.struct_size = sizeof portable}; /* the GPU path, not the CPU path (see oclgrind_driver.c) */
-    portable.build_options = "-D CLFLASH_CPU_PATH=0";
+    portable.tuning = "portable.cpu_path=0";
     if ((st = th_context(&portable, &ctx)) != CLFLASH_SUCCESS) {
         printf("FAILED: no context: %s (%s)\n", clflash_status_string(st), clflash_last_error_detail());
         return 1;

@@ -8,7 +8,7 @@
  * PoCL builds one program per (B, threads, head_dim, dtype, causal, lse) variant, so the tables
  * use few head dims x dtypes x flags and many shapes within each variant.
  */
-#define _POSIX_C_SOURCE 200809L /* setenv */
+#define _POSIX_C_SOURCE 200809L /* snprintf, strdup */
 #include "check_common.h"
 
 #include <math.h>
@@ -178,9 +178,9 @@ START_TEST(flash_strided)
 END_TEST
 
 /* ---- the GPU paths of flash_forward.cl ---------------------------------------------------------
- * PoCL normally runs the CPU path; with CLFLASH_CPU_PATH=0 it runs what GPUs run: the register
- * tiles the planner chooses, or the ones CLFLASH_REGTILE sets (RMxTCxBQ[xB]), or with "0" the
- * lane-per-row path. Test _i < N_OF(gpu_shapes) runs shape _i with the planner's tiles; the rest
+ * PoCL normally runs the CPU path; with the tuning setting portable.cpu_path=0 it runs what GPUs
+ * run: the register tiles the planner chooses, or the ones portable.regtile sets (RMxTCxBQ[xB]),
+ * or with "0" the lane-per-row path. Test _i < N_OF(gpu_shapes) runs shape _i with the planner's tiles; the rest
  * run shape _i % N with configuration _i % N_OF(gpu_configs), so each configuration meets several
  * shapes: query blocks and key tiles that the sequences do not fill, key slots past B (tc > B),
  * head dims that are not a multiple of 4 or of 4 * tc, one row per work-item. */
@@ -203,9 +203,10 @@ START_TEST(flash_gpu_paths)
 {
     const int ns = N_OF(gpu_shapes);
     const char *cfg = _i < ns ? "" : gpu_configs[_i % N_OF(gpu_configs)];
-    setenv("CLFLASH_REGTILE", cfg, 1); /* Check runs each test in a child of its own */
+    char tuning[64];
+    snprintf(tuning, sizeof tuning, "portable.cpu_path=0,portable.regtile=%s", cfg);
     clflash_context_options opt = {.struct_size = sizeof opt};
-    opt.build_options = "-D CLFLASH_CPU_PATH=0";
+    opt.tuning = tuning;
     opt.portable_only = 1; /* on NVIDIA, f16 would go to the tensor-core kernel */
     clflash_context *c = test_context(&opt);
     const clflash_attention_desc d = shape_desc(&gpu_shapes[_i % ns]);
@@ -220,9 +221,8 @@ END_TEST
 /* The register tiles through strided layouts with offsets and gaps (small tiles: many groups). */
 START_TEST(flash_gpu_strided)
 {
-    setenv("CLFLASH_REGTILE", _i & 1 ? "2x4x8x8" : "", 1);
     clflash_context_options opt = {.struct_size = sizeof opt};
-    opt.build_options = "-D CLFLASH_CPU_PATH=0";
+    opt.tuning = _i & 1 ? "portable.cpu_path=0,portable.regtile=2x4x8x8" : "portable.cpu_path=0";
     opt.portable_only = 1; /* on NVIDIA, f16 would go to the tensor-core kernel */
     clflash_context *c = test_context(&opt);
     const clflash_attention_desc d = strided_desc(_i / 2, _i & 2 ? F16 : F32, _i & 2 ? CAUSAL : 0);
@@ -231,34 +231,50 @@ START_TEST(flash_gpu_strided)
 }
 END_TEST
 
-/* CLFLASH_REGTILE is read strictly: up to four decimal fields joined by 'x' and nothing else; any
- * other value is ignored (the planner's tiles), while a well-formed one is obeyed. Plans only. */
-START_TEST(flash_regtile_knob_parsing)
+/* portable.regtile is checked when it is set: up to four decimal fields joined by 'x' within their
+ * ranges, or 0; anything else is CLFLASH_ERROR_INVALID_OPTIONS and changes nothing, a valid value
+ * is obeyed and reported in plan.tuning, and an empty value gives the planner's tiles again. Plans
+ * only. */
+START_TEST(flash_regtile_setting_parsing)
 {
     static const char *const malformed[] = {"4x8x64junk", "4x8x64x16x2", "x4x8x64", "4x8", "-4x8x64",
-                                            "4x8x64x", " 4x8x64", "4 x8x64", "abc", "4x8x64x0"};
+                                            "4x8x64x", "4 x8x64", "abc", "4x8x64x0", "3x8x64", "4x8x66",
+                                            "4x64x64", "4x8x512", "00"};
     clflash_context_options opt = {.struct_size = sizeof opt};
-    opt.build_options = "-D CLFLASH_CPU_PATH=0";
+    opt.tuning = "portable.cpu_path=0";
     opt.portable_only = 1;
     clflash_context *c = test_context(&opt);
     const clflash_attention_desc d = th_desc(1, 2, 0, 131, 97, 64, CLFLASH_F32, 0);
     clflash_plan def = {.struct_size = sizeof def}, p = {.struct_size = sizeof p};
-    setenv("CLFLASH_REGTILE", "", 1);
     ck_assert_int_eq(clflash_plan_attention(c, &d, &def), CLFLASH_SUCCESS);
     ck_assert_str_eq(def.kernel, "flash_forward_regtile");
-    setenv("CLFLASH_REGTILE", "2x4x8x8", 1);
+    ck_assert_str_eq(def.tuning, "portable.cpu_path=0,portable.regtile=4x8x64");
+    ck_assert_int_eq(clflash_context_set_tuning(c, "portable.regtile=2x4x8x8"), CLFLASH_SUCCESS);
     ck_assert_int_eq(clflash_plan_attention(c, &d, &p), CLFLASH_SUCCESS);
     ck_assert_msg(p.block_q == 8 && p.block == 8 && p.threads_per_row == 4,
                   "2x4x8x8 planned block_q %u, B %u, %u work-items per row", p.block_q, p.block, p.threads_per_row);
+    ck_assert_str_eq(p.tuning, "portable.cpu_path=0,portable.regtile=2x4x8x8");
     for (size_t i = 0; i < N_OF(malformed); i++) {
-        setenv("CLFLASH_REGTILE", malformed[i], 1);
+        char spec[64];
+        snprintf(spec, sizeof spec, "portable.regtile=%s", malformed[i]);
+        ck_assert_msg(clflash_context_set_tuning(c, spec) == CLFLASH_ERROR_INVALID_OPTIONS,
+                      "\"%s\" was accepted", spec);
+        ck_assert_msg(strstr(clflash_last_error_detail(), "portable.regtile") != NULL, "\"%s\": detail \"%s\"", spec,
+                      clflash_last_error_detail());
         ck_assert_int_eq(clflash_plan_attention(c, &d, &p), CLFLASH_SUCCESS);
-        ck_assert_msg(strcmp(p.kernel, def.kernel) == 0 && p.block_q == def.block_q && p.block == def.block &&
-                          p.threads_per_row == def.threads_per_row,
-                      "CLFLASH_REGTILE=\"%s\" changed the plan (%s, block_q %u, B %u) from the default "
-                      "(%s, block_q %u, B %u)", malformed[i], p.kernel, p.block_q, p.block, def.kernel,
-                      def.block_q, def.block);
+        ck_assert_msg(p.block_q == 8 && p.block == 8, "\"%s\" changed the plan (block_q %u, B %u)", spec, p.block_q,
+                      p.block);
     }
+    ck_assert_int_eq(clflash_context_set_tuning(c, " portable.regtile = 0 "), CLFLASH_SUCCESS);
+    ck_assert_int_eq(clflash_plan_attention(c, &d, &p), CLFLASH_SUCCESS);
+    ck_assert_str_eq(p.kernel, "flash_forward_portable");
+    ck_assert_str_eq(p.tuning, "portable.cpu_path=0,portable.regtile=0");
+    ck_assert_int_eq(clflash_context_set_tuning(c, "portable.regtile="), CLFLASH_SUCCESS);
+    ck_assert_int_eq(clflash_plan_attention(c, &d, &p), CLFLASH_SUCCESS);
+    ck_assert_msg(strcmp(p.kernel, def.kernel) == 0 && p.block_q == def.block_q && p.block == def.block &&
+                      p.threads_per_row == def.threads_per_row && strcmp(p.tuning, def.tuning) == 0,
+                  "clearing portable.regtile planned %s, block_q %u, B %u (%s), not the default", p.kernel, p.block_q,
+                  p.block, p.tuning);
     clflash_context_free(c);
 }
 END_TEST
@@ -382,7 +398,7 @@ static Suite *forward_suite(void)
     tcase_set_timeout(tg, TEST_TIMEOUT_S);
     tcase_add_loop_test(tg, flash_gpu_paths, 0, 3 * N_OF(gpu_shapes));
     tcase_add_loop_test(tg, flash_gpu_strided, 0, 2 * N_LAYOUT_KINDS);
-    tcase_add_test(tg, flash_regtile_knob_parsing);
+    tcase_add_test(tg, flash_regtile_setting_parsing);
     suite_add_tcase(s, tg);
 
     TCase *te = tcase_create("device_buffers");

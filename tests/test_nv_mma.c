@@ -25,7 +25,7 @@
  * Own small harness: the shared one stores only f32 and f16.
  */
 #if !defined(_POSIX_C_SOURCE)
-#define _POSIX_C_SOURCE 200809L /* setenv, unsetenv */
+#define _POSIX_C_SOURCE 200809L /* getenv in strict C */
 #endif
 
 #include "backward_harness.h"
@@ -614,7 +614,7 @@ START_TEST(split_batch_independent)
 END_TEST
 
 /* Split parts merged in the flash kernel's own launch (the last part of each query block: the
- * default) and by the merge kernel (CLFLASH_NV_FUSED_MERGE=0) give the same bits, O and lse; the
+ * default) and by the merge kernel (nv_forward.fused_merge=0) give the same bits, O and lse; the
  * fused kernel leaves its block counters ready for the next call (three fused calls in a row, the
  * same bits). The cases: the planner's parts with packed heads, forced parts with ragged lengths
  * (one entry 0) and causal, more parts than key tiles (empty parts) at an unaligned head_dim
@@ -649,7 +649,8 @@ START_TEST(fused_merge_same_bits)
     d.key_lengths = blens;
     cl_command_queue qu = clflash_context_queue(ctx);
     for (int run = 0; run < 4; run++) { /* runs 0..2 fused, 3 through the merge kernel */
-        setenv("CLFLASH_NV_FUSED_MERGE", run < 3 ? "1" : "0", 1);
+        ck_assert_int_eq(clflash_context_set_tuning(ctx, run < 3 ? "nv_forward.fused_merge=1" : "nv_forward.fused_merge=0"),
+                         CLFLASH_SUCCESS);
         clflash_plan plan = {.struct_size = sizeof plan};
         ck_assert_int_eq(clflash_plan_attention(ctx, &d, &plan), CLFLASH_SUCCESS);
         ck_assert_str_eq(plan.kernel, "nv_mma_forward");
@@ -670,7 +671,6 @@ START_TEST(fused_merge_same_bits)
         if (bl)
             clReleaseMemObject(bl);
     }
-    unsetenv("CLFLASH_NV_FUSED_MERGE");
     size_t written = 0;
     for (size_t i = 0; i < nq; i++) written += o[0][i] != SENTINEL;
     ck_assert_msg(written > nq / 2, "case %d: the fused call wrote %zu of %zu elements of O", _i, written, nq);

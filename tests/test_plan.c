@@ -215,7 +215,7 @@ START_TEST(regtile_budget_48k)
     memset(&opt, 0, sizeof opt);
     opt.struct_size = sizeof opt;
     opt.local_mem_budget = 49152;
-    opt.build_options = "-D CLFLASH_CPU_PATH=0";
+    opt.tuning = "portable.cpu_path=0";
     opt.portable_only = 1; /* on NVIDIA, f16 would go to the tensor-core kernel */
     clflash_context *c = test_context(&opt);
     clflash_attention_desc d = th_desc(1, 2, 0, 4096, 4096, want[_i].d, want[_i].t, 0);

@@ -5,8 +5,8 @@
  * negative), on each path of the portable kernel; that a fixed split count gives the same bits for
  * a request whatever batch it is computed in; what the plan reports; and num_splits' validation.
  *
- * The paths: the context's default (on PoCL the CPU path), the register-tiled GPU path (build
- * option -D CLFLASH_CPU_PATH=0; it packs GQA heads), and the lane-per-row path (threads_per_row).
+ * The paths: the context's default (on PoCL the CPU path), the register-tiled GPU path (tuning
+ * setting portable.cpu_path=0; it packs GQA heads), and the lane-per-row path (threads_per_row).
  */
 #include "check_common.h"
 
@@ -16,7 +16,7 @@ static clflash_context *path_context(path_kind k)
 {
     clflash_context_options opt = {.struct_size = sizeof opt};
     if (k != PATH_DEFAULT)
-        opt.build_options = "-D CLFLASH_CPU_PATH=0";
+        opt.tuning = "portable.cpu_path=0";
     if (k == PATH_LANES)
         opt.threads_per_row = 4;
     return test_context(&opt);

@@ -44,7 +44,7 @@ void bench_fill_random(void *dst, size_t n, clflash_dtype t, uint64_t seed)
     }
 }
 
-clflash_context *bench_open_context(const char *device, const char *build_options)
+clflash_context *bench_open_context(const char *device, const char *build_options, const char *tuning)
 {
     if (device && setenv("CLFLASH_DEVICE", device, 1) != 0) {
         fprintf(stderr, "%s: setting CLFLASH_DEVICE failed\n", tool_name());
@@ -52,6 +52,7 @@ clflash_context *bench_open_context(const char *device, const char *build_option
     }
     clflash_context_options copt = {.struct_size = sizeof copt};
     copt.build_options = build_options;
+    copt.tuning = tuning;
     clflash_context *c = NULL;
     const clflash_status st = clflash_context_create_default(&copt, &c);
     if (st != CLFLASH_SUCCESS) {

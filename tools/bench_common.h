@@ -19,7 +19,7 @@ void bench_fill_random(void *dst, size_t n, clflash_dtype t, uint64_t seed);
 
 /* The default context (after setting CLFLASH_DEVICE to `device` when it is not NULL) with the given
  * build options; on failure prints why on stderr and returns NULL. */
-clflash_context *bench_open_context(const char *device, const char *build_options);
+clflash_context *bench_open_context(const char *device, const char *build_options, const char *tuning);
 
 /* One call as the timing modes repeat it: clflash_forward(c, d, queue, q, k, v, o, no lse), or with
  * d_o set clflash_backward(c, d, queue, q, k, v, o, d_o, lse, dq, dk, dv). */

@@ -34,7 +34,7 @@ typedef struct {
     size_t nseq;
     clflash_dtype dtype;
     int causal, ragged, json;
-    const char *device, *build_options;
+    const char *device, *build_options, *tuning;
     uint32_t warmup;
     double min_time;
 } decode_options;
@@ -74,6 +74,7 @@ static void help(FILE *f)
           "  --splits N         num_splits: 0 the planner (default), 1 none, N parts\n"
           "  --device STR       as clflash-bench --device\n"
           "  --build-options S  extra OpenCL build options for clflash's kernels\n"
+          "  --tune SPEC        tuning settings (clflash_context_options.tuning), as clflash-bench --tune\n"
           "  --warmup N         untimed calls first (default 5)\n"
           "  --min-time S       seconds of back-to-back calls per shape (default 1.0)\n"
           "  --json             one JSON object instead of a table\n",
@@ -94,7 +95,7 @@ static int parse(int argc, char **argv, decode_options *o)
 {
     static const char *const flags[] = {"--decode", "--causal", "--ragged", "--json", NULL};
     static const char *const valued[] = {"--batch", "--heads-q", "--heads-kv", "--seq-q", "--seq-k",
-                                         "--head-dim", "--dtype", "--splits", "--device", "--build-options",
+                                         "--head-dim", "--dtype", "--splits", "--device", "--build-options", "--tune",
                                          "--warmup", "--min-time", NULL};
     for (int i = 1; i < argc; i++) {
         const char *name, *val;
@@ -122,6 +123,8 @@ static int parse(int argc, char **argv, decode_options *o)
             o->device = val;
         } else if (strcmp(name, "--build-options") == 0) {
             o->build_options = val;
+        } else if (strcmp(name, "--tune") == 0) {
+            o->tuning = val;
         } else if (strcmp(name, "--min-time") == 0) {
             char *end;
             o->min_time = strtod(val, &end);
@@ -370,11 +373,11 @@ done:
 
 int bench_decode_main(int argc, char **argv)
 {
-    decode_options o = {1, 32, 8, 1, 128, 0, {4096, 32768, 131072}, 3, CLFLASH_F16, 0, 0, 0, NULL, NULL, 5, 1.0};
+    decode_options o = {1, 32, 8, 1, 128, 0, {4096, 32768, 131072}, 3, CLFLASH_F16, 0, 0, 0, NULL, NULL, NULL, 5, 1.0};
     int rc = parse(argc, argv, &o);
     if (rc >= 0)
         return rc;
-    clflash_context *c = bench_open_context(o.device, o.build_options);
+    clflash_context *c = bench_open_context(o.device, o.build_options, o.tuning);
     if (c == NULL)
         return 1;
     cl_int err;

@@ -65,7 +65,7 @@ typedef struct {
     clflash_dtype dtype;
     int json;
     int backward; /* --backward: time clflash_backward (after one forward with lse) */
-    const char *device, *build_options;
+    const char *device, *build_options, *tuning;
     uint32_t warmup;
     double min_time;
 } features_options;
@@ -105,6 +105,7 @@ static void help(FILE *f)
           "  --cases C[,C...]      which cases, in order\n"
           "  --device STR          as clflash-bench --device\n"
           "  --build-options S     extra OpenCL build options for clflash's kernels\n"
+          "  --tune SPEC           tuning settings (clflash_context_options.tuning), as clflash-bench --tune\n"
           "  --warmup N            untimed calls first (default 3)\n"
           "  --min-time S          seconds of back-to-back calls per case (default 1.0)\n"
           "  --backward            time clflash_backward (dO random, O and lse from one forward)\n"
@@ -138,7 +139,7 @@ static int parse(int argc, char **argv, features_options *o)
     static const char *const flags[] = {"--features", "--json", "--backward", NULL};
     static const char *const valued[] = {"--batch",       "--heads",  "--heads-kv",    "--seq",
                                          "--head-dim",    "--dtype",  "--window",      "--softcap",
-                                         "--key-lengths", "--cases",  "--device",      "--build-options",
+                                         "--key-lengths", "--cases",  "--device",      "--build-options", "--tune",
                                          "--warmup",      "--min-time", NULL};
     for (int i = 1; i < argc; i++) {
         const char *name, *val;
@@ -159,6 +160,8 @@ static int parse(int argc, char **argv, features_options *o)
             o->device = val;
         } else if (strcmp(name, "--build-options") == 0) {
             o->build_options = val;
+        } else if (strcmp(name, "--tune") == 0) {
+            o->tuning = val;
         } else if (strcmp(name, "--key-lengths") == 0) {
             o->nlengths = 0;
             if (!each_item(val, add_length, o))
@@ -428,7 +431,7 @@ int bench_features_main(int argc, char **argv)
     int rc = parse(argc, argv, &o);
     if (rc >= 0)
         return rc;
-    clflash_context *c = bench_open_context(o.device, o.build_options);
+    clflash_context *c = bench_open_context(o.device, o.build_options, o.tuning);
     if (c == NULL)
         return 1;
     cl_command_queue qu = clflash_context_queue(c);

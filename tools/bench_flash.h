@@ -51,6 +51,7 @@ typedef struct {
     int causal, csv, json, no_check;
     const char *device;
     const char *build_options; /* --build-options: extra clBuildProgram options, NULL for none */
+    const char *tuning;        /* --tune: tuning settings, NULL for none */
     uint32_t warmup;
     double min_time;
     double tolerance; /* --tolerance: the largest |difference| allowed, times max(1, max |value|); 0 = by dtype */

@@ -81,9 +81,11 @@ static void print_help(FILE *f)
           "  --min-time S       seconds of timed runs per measurement (default 1.0)\n"
           "  --block B          force the flash tile size B (the plan fails if B does not fit)\n"
           "  --build-options S  extra OpenCL build options for clflash's kernels\n"
-          "                     (clflash_context_options.build_options), e.g. \"-D CLFLASH_CPU_PATH=0\"\n"
-          "                     to time the GPU paths on a CPU (the register tiles; with the\n"
-          "                     environment's CLFLASH_REGTILE=0 the lane-per-row path)\n"
+          "                     (clflash_context_options.build_options)\n"
+          "  --tune SPEC        tuning settings (clflash_context_options.tuning; see\n"
+          "                     clflash_context_set_tuning in clflash.h), e.g. \"portable.cpu_path=0\"\n"
+          "                     to time the GPU paths on a CPU (the register tiles; with\n"
+          "                     \"portable.cpu_path=0,portable.regtile=0\" the lane-per-row path)\n"
           "  --csv              print CSV: a header row and one row per result\n"
           "  --json             print one JSON object: device, config, results, date, version\n"
           "  --no-check         do not compare the outputs\n"
@@ -194,7 +196,7 @@ int parse_args(int argc, char **argv, options *o)
     static const char *const flags[] = {"--causal", "--csv", "--json", "--no-check", "--backward", NULL};
     static const char *const valued[] = {"--algo",   "--seq",    "--head-dim", "--dtype",
                                          "--batch",  "--heads",  "--device",   "--warmup",
-                                         "--min-time", "--block", "--build-options", "--tolerance", NULL};
+                                         "--min-time", "--block", "--build-options", "--tune", "--tolerance", NULL};
     for (int i = 1; i < argc; i++) {
         const char *val, *name;
         uint64_t v;
@@ -259,6 +261,8 @@ int parse_args(int argc, char **argv, options *o)
                                    "%.0f, not '%s'", MAX_MIN_TIME, val);
         } else if (strcmp(name, "--build-options") == 0) {
             o->build_options = val;
+        } else if (strcmp(name, "--tune") == 0) {
+            o->tuning = val;
         } else if (strcmp(name, "--tolerance") == 0) {
             char *end;
             o->tolerance = strtod(val, &end);

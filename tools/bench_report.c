@@ -65,6 +65,7 @@ static void print_plan(const clflash_plan *p, int backward)
     format_unit(p->local_mem_budget, buf, sizeof buf);
     printf("  local mem budget   %" PRIu64 " (%s)\n", p->local_mem_budget, buf);
     printf("  kernel             %s\n", p->kernel ? p->kernel : "(none)");
+    printf("  tuning             %s\n", p->tuning[0] ? p->tuning : "(none)");
     printf("  tiles_q            %" PRIu64 "\n", p->tiles_q);
     printf("  kv_passes          %" PRIu64 "\n", p->kv_passes);
     if (!backward) {
@@ -353,6 +354,7 @@ void print_json(const bench *bn, const char *date)
     json_opt_u64(&j, "forced_block", o->have_block, o->block);
     json_str(&j, "device_request", o->device);
     json_str(&j, "build_options", o->build_options);
+    json_str(&j, "tuning", o->tuning);
     json_str(&j, "timing", "wall clock from enqueue to clFinish, one call per run");
     json_str(&j, "pass", o->backward ? "backward" : "forward");
     json_str(&j, "flops", o->backward ? "2.5 * 4*b*h*n*n*d (halved for causal)" : "4*b*h*n*n*d (halved for causal)");
@@ -402,6 +404,7 @@ void print_json(const bench *bn, const char *date)
         json_bool(&j, "expected_failure", r->expected);
         json_str(&j, "check_error", r->check_error);
         json_str(&j, "kernel", r->have_plan ? r->plan.kernel : NULL);
+        json_str(&j, "tuning", r->have_plan ? r->plan.tuning : NULL);
         json_opt_u64(&j, "threads_per_row", r->have_plan, r->plan.threads_per_row);
         json_opt_u64(&j, "work_group_size", r->have_plan, r->plan.work_group_size);
         json_opt_u64(&j, "tile_bytes", r->have_plan, r->plan.tile_bytes);

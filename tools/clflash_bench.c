@@ -74,6 +74,7 @@ static int run(const options *o)
         memset(&copt, 0, sizeof copt);
         copt.struct_size = sizeof copt;
         copt.build_options = o->build_options;
+        copt.tuning = o->tuning;
         st = clflash_context_create_default(&copt, &bn.ctx);
     }
     if (st != CLFLASH_SUCCESS) {

@@ -716,6 +716,7 @@ static void print_device_human(const options *o, cl_uint pi, cl_uint di, const d
             printf("      threads per row    %u\n", (unsigned)pl->threads_per_row);
             printf("      work-group size    %u\n", (unsigned)pl->work_group_size);
             printf("      kernel             %s\n", pl->kernel ? pl->kernel : "(none)");
+            printf("      tuning             %s\n", pl->tuning[0] ? pl->tuning : "(none)");
         } else {
             char *e = plan_error_text(r);
             printf("      failed: %s\n", e);
@@ -736,6 +737,7 @@ static void print_device_human(const options *o, cl_uint pi, cl_uint di, const d
             printf("      threads per row    %u\n", (unsigned)pl->threads_per_row);
             printf("      work-group size    %u\n", (unsigned)pl->work_group_size);
             printf("      kernel             %s\n", pl->kernel ? pl->kernel : "(none)");
+            printf("      tuning             %s\n", pl->tuning[0] ? pl->tuning : "(none)");
         } else {
             printf("      failed: %s (%d): %s\n", clflash_status_string(r->bw_status), (int)r->bw_status,
                    r->bw_detail ? r->bw_detail : "");
@@ -767,6 +769,7 @@ static void json_plan(json_writer *w, const char *key, const clflash_plan *pl, i
     json_u64(w, "kernel_local_bytes", pl->kernel_local_bytes);
     json_u64(w, "local_mem_budget", pl->local_mem_budget);
     json_str(w, "kernel", pl->kernel);
+    json_str(w, "tuning", pl->tuning);
     json_u64(w, "threads_per_row", pl->threads_per_row);
     json_u64(w, "work_group_size", pl->work_group_size);
     if (with_score)

@@ -1,0 +1,60 @@
+# tune_check.cmake - clflash-tune end to end at a small shape: it sweeps the given candidates, checks
+# each (fp64 on a check shape, agreement with the planner's configuration), writes the winner as a
+# rule (--candidates-only: one of the candidates, not the planner's CPU path), and a second run that
+# loads the file (CLFLASH_TUNING_FILE) plans with exactly that rule's settings. A tolerance no real result meets must make every candidate fail and the tool exit 1:
+# the checks can fail.
+#
+#   cmake -DTUNE=<clflash-tune> -DOUT=<scratch file> -P tune_check.cmake
+cmake_minimum_required(VERSION 3.16)
+
+set(_shape --batch 1 --heads-q 3 --heads-kv 1 --seq-q 41 --seq-k 67 --head-dim 24 --dtype f32 --causal
+           --min-time 0 --warmup 0)
+set(_tries --try "portable.cpu_path=0,portable.regtile=2x4x8x8" --try "portable.cpu_path=0,portable.regtile=1x8x16"
+           --try "portable.cpu_path=0,portable.regtile=0")
+file(REMOVE "${OUT}")
+
+function(run_tune out_var rc_var)
+  execute_process(COMMAND "${TUNE}" ${ARGN} RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _err)
+  message(STATUS "clflash-tune ${ARGN}\n${_out}${_err}")
+  set(${out_var} "${_out}${_err}" PARENT_SCOPE)
+  set(${rc_var} ${_rc} PARENT_SCOPE)
+endfunction()
+
+run_tune(_out _rc ${_shape} ${_tries} --candidates-only --out "${OUT}")
+if(NOT _rc EQUAL 0)
+  message(FATAL_ERROR "clflash-tune exited with ${_rc}")
+endif()
+string(REGEX MATCHALL "\n[0-9.]+ +ok +ok +portable" _passed "${_out}")
+list(LENGTH _passed _npassed)
+if(NOT _npassed EQUAL 3)
+  message(FATAL_ERROR "expected 3 candidates timed with both checks ok, found ${_npassed}")
+endif()
+if(NOT _out MATCHES "\nbest +([^:]+): ")
+  message(FATAL_ERROR "no 'best' line")
+endif()
+set(_best "${CMAKE_MATCH_1}")
+if(NOT _best MATCHES "^portable.cpu_path=0,portable.regtile=(2x4x8x8|1x8x16|0)$")
+  message(FATAL_ERROR "with --candidates-only the best '${_best}' is not one of the candidates")
+endif()
+file(READ "${OUT}" _file)
+if(NOT _file MATCHES "\n?device=[^\n,]+,dtype=f32,head_dim=24,([^\n]+)\n")
+  message(FATAL_ERROR "the tuning file holds no rule for f32, head_dim 24:\n${_file}")
+endif()
+if(NOT CMAKE_MATCH_1 STREQUAL _best)
+  message(FATAL_ERROR "the file's rule '${CMAKE_MATCH_1}' is not the best '${_best}'")
+endif()
+
+# the file loaded: the planner's settings are now the rule's
+set(ENV{CLFLASH_TUNING_FILE} "${OUT}")
+run_tune(_out _rc ${_shape} --try "portable.cpu_path=0,portable.regtile=0")
+unset(ENV{CLFLASH_TUNING_FILE})
+if(NOT _rc EQUAL 0 OR NOT _out MATCHES "planner's settings ${_best}\n")
+  message(FATAL_ERROR "with CLFLASH_TUNING_FILE the plan did not report '${_best}' (rc ${_rc})")
+endif()
+
+# checks that cannot be met: no candidate passes, exit status 1
+run_tune(_out _rc ${_shape} ${_tries} --candidates-only --tolerance 1e-15)
+if(NOT _rc EQUAL 1 OR NOT _out MATCHES "no candidate passed the checks" OR _out MATCHES "\nbest ")
+  message(FATAL_ERROR "with tolerance 1e-15 clflash-tune did not fail the candidates (rc ${_rc})")
+endif()
+message(STATUS "clflash-tune: best '${_best}', loaded back from the file; impossible checks fail")

@@ -1,0 +1,512 @@
+/*
+ * clflash_tune.c - clflash-tune: finds the forward kernel's parameters for one shape on the user's
+ * own device and writes them as a rule of a tuning file (CLFLASH_TUNING_FILE).
+ *
+ * Why: the planners' choices were measured on the devices we have; on an AMD, Intel or other GPU
+ * they are a guess. The tool plans the shape to learn which kernel runs it, sweeps that kernel's
+ * tuning parameters (clflash_context_set_tuning), and for each candidate checks the result twice
+ * before it times it: on a small check shape against an fp64 reference computed here, and on the
+ * timed shape against the planner's own configuration. Only candidates that pass both can win.
+ * The winner is written as the parameters its plan reported, under conditions for this device,
+ * dtype and head_dim, so that loading the file reproduces the plan.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "bench_common.h"
+#include "bench_flash.h"
+#include "tool_common.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_TRIES 64
+
+typedef struct {
+    uint32_t batch, heads_q, heads_kv, seq_q, seq_k, head_dim, warmup;
+    clflash_dtype dtype;
+    int causal, candidates_only;
+    double min_time, tolerance; /* tolerance 0: by dtype */
+    const char *device, *out;
+    const char *tries[MAX_TRIES];
+    size_t ntries, max_candidates;
+} tune_options;
+
+static void help(FILE *f)
+{
+    fputs("Usage: clflash-tune [options]\n"
+          "\n"
+          "Plans a forward call of the given shape, sweeps the tuning parameters of the kernel that\n"
+          "runs it (see clflash_context_set_tuning in clflash.h), checks each candidate against an\n"
+          "fp64 reference on a small shape and against the planner's configuration on this shape,\n"
+          "times the ones that pass, and prints the fastest as a tuning rule for this device, dtype\n"
+          "and head_dim (appended to --out FILE, which CLFLASH_TUNING_FILE can then name).\n"
+          "\n"
+          "  --batch N          batch entries (default 4)\n"
+          "  --heads-q N        query heads (default 16)\n"
+          "  --heads-kv N       K/V heads, dividing --heads-q (default: --heads-q)\n"
+          "  --seq-q N          queries per head (default 4096)\n"
+          "  --seq-k N          keys per head (default: --seq-q)\n"
+          "  --head-dim D       head dimension (default 128)\n"
+          "  --dtype T          f32, f16 or bf16 (default f16)\n"
+          "  --causal           causal masking\n"
+          "  --device STR       as clflash-bench --device\n"
+          "  --try SPEC         a candidate setting to try (repeatable, up to 64); without it the\n"
+          "                     tool's own candidates for the kernel\n"
+          "  --max-candidates N at most N of the tool's candidates (default: all)\n"
+          "  --candidates-only  the planner's configuration is measured but cannot win\n"
+          "  --min-time S       seconds of back-to-back calls per candidate (default 0.3)\n"
+          "  --warmup N         untimed calls per candidate (default 2)\n"
+          "  --tolerance T      the checks' tolerance, |x - ref| <= T * (1 + |ref|) (default by dtype)\n"
+          "  --out FILE         append the winning rule to FILE\n",
+          f);
+}
+
+static int parse(int argc, char **argv, tune_options *o)
+{
+    static const char *const flags[] = {"--causal", "--candidates-only", NULL};
+    static const char *const valued[] = {"--batch",  "--heads-q",   "--heads-kv", "--seq-q",          "--seq-k",
+                                         "--head-dim", "--dtype",   "--device",   "--try",            "--min-time",
+                                         "--warmup", "--tolerance", "--out",      "--max-candidates", NULL};
+    int heads_kv_set = 0, seq_k_set = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *name, *val;
+        const int rc = tool_next_option(argc, argv, &i, flags, valued, help, &name, &val);
+        if (rc >= 0)
+            return rc;
+        uint64_t v = 0;
+        uint32_t *field = NULL;
+        uint64_t lo = 1, hi = 1u << 30;
+        if (strcmp(name, "--causal") == 0) {
+            o->causal = 1;
+        } else if (strcmp(name, "--candidates-only") == 0) {
+            o->candidates_only = 1;
+        } else if (strcmp(name, "--dtype") == 0) {
+            if (!parse_dtype(val, &o->dtype) || o->dtype == CLFLASH_I8)
+                return usage_error("--dtype wants f32, f16 or bf16, not '%s'", val);
+        } else if (strcmp(name, "--device") == 0) {
+            o->device = val;
+        } else if (strcmp(name, "--out") == 0) {
+            o->out = val;
+        } else if (strcmp(name, "--try") == 0) {
+            if (o->ntries == MAX_TRIES)
+                return usage_error("at most %d --try options", MAX_TRIES);
+            o->tries[o->ntries++] = val;
+        } else if (strcmp(name, "--min-time") == 0 || strcmp(name, "--tolerance") == 0) {
+            char *end;
+            const double x = strtod(val, &end);
+            if (*end != '\0' || !(x >= 0.0) || x > 100.0)
+                return usage_error("%s wants a decimal number from 0 to 100, not '%s'", name, val);
+            if (name[2] == 'm')
+                o->min_time = x;
+            else
+                o->tolerance = x;
+        } else if (strcmp(name, "--max-candidates") == 0) {
+            if (!parse_uint(val, 1, 100000, &v))
+                return usage_error("--max-candidates wants a whole number from 1, not '%s'", val);
+            o->max_candidates = (size_t)v;
+        } else {
+            if (strcmp(name, "--batch") == 0) field = &o->batch, hi = CLFLASH_MAX_BATCH;
+            else if (strcmp(name, "--heads-q") == 0) field = &o->heads_q, hi = CLFLASH_MAX_HEADS;
+            else if (strcmp(name, "--heads-kv") == 0) field = &o->heads_kv, hi = CLFLASH_MAX_HEADS, heads_kv_set = 1;
+            else if (strcmp(name, "--seq-q") == 0) field = &o->seq_q, hi = CLFLASH_MAX_SEQ_Q;
+            else if (strcmp(name, "--seq-k") == 0) field = &o->seq_k, hi = CLFLASH_MAX_SEQ_K, seq_k_set = 1;
+            else if (strcmp(name, "--head-dim") == 0) field = &o->head_dim, hi = CLFLASH_MAX_HEAD_DIM;
+            else field = &o->warmup, lo = 0, hi = 1000;
+            if (!parse_uint(val, lo, hi, &v))
+                return usage_error("%s wants a whole number from %llu to %llu, not '%s'", name,
+                                   (unsigned long long)lo, (unsigned long long)hi, val);
+            *field = (uint32_t)v;
+        }
+    }
+    if (!heads_kv_set)
+        o->heads_kv = o->heads_q;
+    if (!seq_k_set)
+        o->seq_k = o->seq_q;
+    if (o->heads_q % o->heads_kv != 0)
+        return usage_error("--heads-kv %u does not divide --heads-q %u", o->heads_kv, o->heads_q);
+    if (o->tolerance == 0.0)
+        o->tolerance = o->dtype == CLFLASH_F32 ? 2e-4 : o->dtype == CLFLASH_F16 ? 4e-3 : 2.5e-2;
+    return -1;
+}
+
+/* ---- candidates ------------------------------------------------------------------------------- */
+
+typedef struct {
+    char **spec;
+    size_t n, cap;
+} spec_list;
+
+static void add_spec(spec_list *l, char *s)
+{
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 64;
+        l->spec = xrealloc(l->spec, l->cap * sizeof *l->spec);
+    }
+    l->spec[l->n++] = s;
+}
+
+/* The register tiles of the portable kernel's GPU path: RM rows per work-item, TC work-items per
+ * row group, BQ query rows per work-group, work-groups of 32 to max_wg work-items. */
+static void regtile_candidates(spec_list *l, size_t max_wg, const char *prefix)
+{
+    static const unsigned rms[] = {1, 2, 4, 8}, tcs[] = {4, 8, 16, 32}, bqs[] = {16, 32, 64, 128};
+    add_spec(l, xprintf("%sportable.regtile=0", prefix));
+    for (size_t a = 0; a < 4; a++)
+        for (size_t b = 0; b < 4; b++)
+            for (size_t q = 0; q < 4; q++) {
+                const unsigned wg = bqs[q] / rms[a] * tcs[b];
+                if (bqs[q] % rms[a] == 0 && wg >= 32 && wg <= max_wg)
+                    add_spec(l, xprintf("%sportable.regtile=%ux%ux%u", prefix, rms[a], tcs[b], bqs[q]));
+            }
+}
+
+/* The tensor-core forward: a cap on B, warps, 16-row slices per warp, K/V stages; few rows (decoding)
+ * also the fused merge of split parts. */
+static void nv_forward_candidates(spec_list *l, int decoding)
+{
+    static const unsigned blocks[] = {16, 32, 48, 64}, warps[] = {1, 2, 4, 8}, mtiles[] = {1, 2}, stages[] = {2, 3, 4};
+    for (size_t b = 0; b < 4; b++)
+        for (size_t w = 0; w < 4; w++)
+            for (size_t m = 0; m < 2; m++)
+                for (size_t s = 0; s < 3; s++)
+                    for (int f = decoding ? 0 : 1; f <= 1; f++)
+                        add_spec(l, xprintf("nv_forward.block=%u,nv_forward.warps=%u,nv_forward.mtiles=%u,"
+                                            "nv_forward.stages=%u,nv_forward.fused_merge=%d",
+                                            blocks[b], warps[w], mtiles[m], stages[s], f));
+}
+
+/* ---- the check shape's fp64 reference ------------------------------------------------------------ */
+
+/* O for [batch][heads][seq][d] inputs (K and V with heads_kv heads), causal aligned bottom-right. */
+static void reference_forward(const tune_options *o, uint32_t batch, uint32_t seq_q, uint32_t seq_k, const void *q,
+                              const void *k, const void *v, double *out)
+{
+    const uint32_t d = o->head_dim, group = o->heads_q / o->heads_kv;
+    const double scale = 1.0 / sqrt((double)d);
+    double *s = xmalloc(seq_k * sizeof *s);
+    for (uint32_t b = 0; b < batch; b++)
+        for (uint32_t h = 0; h < o->heads_q; h++)
+            for (uint32_t i = 0; i < seq_q; i++) {
+                const size_t qrow = (((size_t)b * o->heads_q + h) * seq_q + i) * d;
+                const size_t kbase = ((size_t)b * o->heads_kv + h / group) * seq_k * d;
+                double m = -INFINITY, l = 0.0;
+                for (uint32_t j = 0; j < seq_k; j++) {
+                    if (o->causal && (int64_t)j > (int64_t)i + seq_k - seq_q) {
+                        s[j] = -INFINITY;
+                        continue;
+                    }
+                    double dot = 0.0;
+                    for (uint32_t c = 0; c < d; c++)
+                        dot += element_value(q, qrow + c, o->dtype) * element_value(k, kbase + (size_t)j * d + c, o->dtype);
+                    s[j] = dot * scale;
+                    if (s[j] > m)
+                        m = s[j];
+                }
+                for (uint32_t c = 0; c < d; c++)
+                    out[qrow + c] = 0.0;
+                if (m == -INFINITY)
+                    continue; /* a row that sees no key: O = 0 */
+                for (uint32_t j = 0; j < seq_k; j++) {
+                    if (s[j] == -INFINITY)
+                        continue;
+                    const double p = exp(s[j] - m);
+                    l += p;
+                    for (uint32_t c = 0; c < d; c++)
+                        out[qrow + c] += p * element_value(v, kbase + (size_t)j * d + c, o->dtype);
+                }
+                for (uint32_t c = 0; c < d; c++)
+                    out[qrow + c] /= l;
+            }
+    free(s);
+}
+
+/* ---- device buffers ------------------------------------------------------------------------------ */
+
+typedef struct {
+    clflash_attention_desc d;
+    cl_mem q, k, v, o;
+    void *host_q, *host_k, *host_v;
+    size_t nq, nk; /* elements */
+} problem;
+
+static clflash_attention_desc make_desc(const tune_options *o, uint32_t batch, uint32_t seq_q, uint32_t seq_k)
+{
+    clflash_attention_desc d;
+    memset(&d, 0, sizeof d);
+    d.struct_size = sizeof d;
+    d.batch = batch;
+    d.heads_q = o->heads_q;
+    d.heads_kv = o->heads_kv;
+    d.seq_q = seq_q;
+    d.seq_k = seq_k;
+    d.head_dim = o->head_dim;
+    d.dtype = o->dtype;
+    d.flags = o->causal ? CLFLASH_CAUSAL : 0;
+    return d;
+}
+
+static int make_problem(clflash_context *c, const tune_options *o, uint32_t batch, uint32_t seq_q, uint32_t seq_k,
+                        uint64_t seed, problem *p)
+{
+    const size_t es = clflash_dtype_size(o->dtype);
+    cl_int err = CL_SUCCESS;
+    memset(p, 0, sizeof *p);
+    p->d = make_desc(o, batch, seq_q, seq_k);
+    p->nq = (size_t)batch * o->heads_q * seq_q * o->head_dim;
+    p->nk = (size_t)batch * o->heads_kv * seq_k * o->head_dim;
+    p->host_q = xmalloc(p->nq * es);
+    p->host_k = xmalloc(p->nk * es);
+    p->host_v = xmalloc(p->nk * es);
+    fill_random(p->host_q, p->nq, o->dtype, seed);
+    fill_random(p->host_k, p->nk, o->dtype, seed + 1);
+    fill_random(p->host_v, p->nk, o->dtype, seed + 2);
+    const cl_context ctx = clflash_context_cl(c);
+    const cl_mem_flags in = CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR;
+    p->q = clCreateBuffer(ctx, in, p->nq * es, p->host_q, &err);
+    if (err == CL_SUCCESS)
+        p->k = clCreateBuffer(ctx, in, p->nk * es, p->host_k, &err);
+    if (err == CL_SUCCESS)
+        p->v = clCreateBuffer(ctx, in, p->nk * es, p->host_v, &err);
+    if (err == CL_SUCCESS)
+        p->o = clCreateBuffer(ctx, CL_MEM_READ_WRITE, p->nq * es, NULL, &err);
+    if (err != CL_SUCCESS)
+        fprintf(stderr, "%s: allocating %zu + 2 x %zu elements on the device failed (%d)\n", tool_name(), p->nq, p->nk,
+                (int)err);
+    return err == CL_SUCCESS;
+}
+
+static void free_problem(problem *p)
+{
+    if (p->q) clReleaseMemObject(p->q);
+    if (p->k) clReleaseMemObject(p->k);
+    if (p->v) clReleaseMemObject(p->v);
+    if (p->o) clReleaseMemObject(p->o);
+    free(p->host_q);
+    free(p->host_k);
+    free(p->host_v);
+}
+
+/* Runs the problem's forward once and reads O back into out (nq elements of the dtype). */
+static clflash_status run_once(clflash_context *c, problem *p, void *out)
+{
+    const clflash_status st = clflash_forward(c, &p->d, NULL, p->q, p->k, p->v, p->o, NULL, 0, NULL, NULL);
+    if (st != CLFLASH_SUCCESS)
+        return st;
+    const cl_int err = clEnqueueReadBuffer(clflash_context_queue(c), p->o, CL_TRUE, 0,
+                                           p->nq * clflash_dtype_size(p->d.dtype), out, 0, NULL, NULL);
+    return err == CL_SUCCESS ? CLFLASH_SUCCESS : (clflash_status)err;
+}
+
+/* The largest |x - ref| / (1 + |ref|) over n elements (NaN if any is not finite). */
+static double worst_error(const void *x, clflash_dtype t, const void *ref, clflash_dtype ref_t, const double *ref64,
+                          size_t n)
+{
+    double worst = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        const double a = element_value(x, i, t), b = ref64 ? ref64[i] : element_value(ref, i, ref_t);
+        const double e = fabs(a - b) / (1.0 + fabs(b));
+        if (!(e == e) || isinf(a))
+            return NAN;
+        if (e > worst)
+            worst = e;
+    }
+    return worst;
+}
+
+/* ---- the sweep ------------------------------------------------------------------------------------ */
+
+typedef struct {
+    char tuning[192];
+    double seconds;
+} tried;
+
+static const char *param_keys(const char *kernel)
+{
+    if (strcmp(kernel, "nv_mma_forward") == 0)
+        return "nv_forward.block=,nv_forward.warps=,nv_forward.mtiles=,nv_forward.stages=,nv_forward.fused_merge=";
+    return "portable.cpu_path=,portable.regtile=";
+}
+
+int main(int argc, char **argv)
+{
+    tune_options o;
+    memset(&o, 0, sizeof o);
+    o.batch = 4;
+    o.heads_q = 16;
+    o.seq_q = 4096;
+    o.head_dim = 128;
+    o.dtype = CLFLASH_F16;
+    o.min_time = 0.3;
+    o.warmup = 2;
+    tool_set_name("clflash-tune");
+    int rc = parse(argc, argv, &o);
+    if (rc >= 0)
+        return rc;
+
+    clflash_context *c = bench_open_context(o.device, NULL, NULL);
+    if (c == NULL)
+        return 1;
+    char device_name[256] = "";
+    clGetDeviceInfo(clflash_context_device(c), CL_DEVICE_NAME, sizeof device_name - 1, device_name, NULL);
+    device_name[strcspn(device_name, ",;#")] = '\0'; /* a part of the name is a condition: no separators */
+    trim(device_name);
+    size_t max_wg = 0;
+    clGetDeviceInfo(clflash_context_device(c), CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wg, &max_wg, NULL);
+
+    const clflash_attention_desc shape = make_desc(&o, o.batch, o.seq_q, o.seq_k);
+    clflash_plan def = {.struct_size = sizeof def};
+    clflash_status st = clflash_plan_attention(c, &shape, &def);
+    if (st != CLFLASH_SUCCESS) {
+        fprintf(stderr, "%s: the shape cannot be planned: %s (%s)\n", tool_name(), clflash_status_string(st),
+                clflash_last_error_detail());
+        clflash_context_free(c);
+        return 1;
+    }
+    const char *const clear = param_keys(def.kernel);
+
+    spec_list cands = {0};
+    if (o.ntries) {
+        for (size_t i = 0; i < o.ntries; i++)
+            add_spec(&cands, xstrdup(o.tries[i]));
+    } else if (strcmp(def.kernel, "nv_mma_forward") == 0) {
+        nv_forward_candidates(&cands, def.splits > 1);
+    } else if (strcmp(def.kernel, "flash_forward_regtile") == 0) {
+        regtile_candidates(&cands, max_wg, "portable.cpu_path=0,");
+    } else { /* the CPU paths (flash_forward_portable, flash_decode_cpu): the CPU path or the GPU paths */
+        add_spec(&cands, xstrdup("portable.cpu_path=1"));
+        regtile_candidates(&cands, max_wg, "portable.cpu_path=0,");
+    }
+    const size_t ncand = o.max_candidates && cands.n > o.max_candidates ? o.max_candidates : cands.n;
+
+    /* the check shape: the same heads, dtype, head_dim and mask, few rows, keys not a multiple of B */
+    const uint32_t check_q = o.seq_q < 37 ? o.seq_q : 37, check_k = o.seq_k < 131 ? o.seq_k : 131;
+    problem big, small;
+    if (!make_problem(c, &o, o.batch, o.seq_q, o.seq_k, 1234, &big) ||
+        !make_problem(c, &o, 1, check_q, check_k, 99, &small)) {
+        clflash_context_free(c);
+        return 1;
+    }
+    const size_t es = clflash_dtype_size(o.dtype);
+    double *ref = xmalloc(small.nq * sizeof *ref);
+    reference_forward(&o, 1, check_q, check_k, small.host_q, small.host_k, small.host_v, ref);
+    void *out_def = xmalloc(big.nq * es), *out = xmalloc(big.nq * es), *out_small = xmalloc(small.nq * es);
+
+    printf("device      %s\n", device_name);
+    printf("shape       batch %u, heads %u/%u, seq_q %u, seq_k %u, head_dim %u, %s%s\n", o.batch, o.heads_q, o.heads_kv,
+           o.seq_q, o.seq_k, o.head_dim, dtype_name(o.dtype), o.causal ? ", causal" : "");
+    printf("kernel      %s, planner's settings %s\n", def.kernel, def.tuning[0] ? def.tuning : "(none)");
+    printf("candidates  %zu; checked on batch 1, seq_q %u, seq_k %u against fp64 (tolerance %g)\n\n", ncand,
+           check_q, check_k, o.tolerance);
+
+    /* the planner's configuration first: the agreement check's reference and the time to beat */
+    bench_call call = {c, &big.d, clflash_context_queue(c), big.q, big.k, big.v, big.o, NULL, NULL, NULL, NULL, NULL};
+    unsigned calls = 0;
+    double def_s = -1.0;
+    if ((st = clflash_context_set_tuning(c, clear)) == CLFLASH_SUCCESS && (st = run_once(c, &big, out_def)) == CLFLASH_SUCCESS) {
+        for (uint32_t w = 0; w < o.warmup; w++)
+            clflash_forward(c, &big.d, NULL, big.q, big.k, big.v, big.o, NULL, 0, NULL, NULL);
+        def_s = bench_back_to_back(&call, 0.0, 0.05, 1000, o.min_time, &calls);
+    }
+    if (def_s < 0) {
+        fprintf(stderr, "%s: the planner's configuration failed: %s (%s)\n", tool_name(), clflash_status_string(st),
+                clflash_last_error_detail());
+        clflash_context_free(c);
+        return 1;
+    }
+    const double def_small = run_once(c, &small, out_small) == CLFLASH_SUCCESS
+                                 ? worst_error(out_small, o.dtype, NULL, o.dtype, ref, small.nq)
+                                 : NAN;
+    if (!(def_small <= o.tolerance))
+        printf("warning: the planner's configuration differs from the fp64 reference by %.2e on the check shape\n",
+               def_small);
+    printf("%-10s %-9s %-9s %s\n", "ms", "check", "agrees", "settings the plan reports");
+    printf("%-10.4f %-9s %-9s %s  (the planner's)\n", def_s * 1e3, "-", "-", def.tuning);
+
+    tried *seen = xmalloc((ncand + 1) * sizeof *seen);
+    size_t nseen = 0, passed = 0;
+    tried best = {"", o.candidates_only ? INFINITY : def_s};
+    if (!o.candidates_only)
+        snprintf(best.tuning, sizeof best.tuning, "%s", def.tuning);
+    for (size_t i = 0; i < ncand; i++) {
+        char *spec = xprintf("%s,%s", clear, cands.spec[i]);
+        clflash_plan p = {.struct_size = sizeof p};
+        st = clflash_context_set_tuning(c, spec);
+        free(spec);
+        if (st == CLFLASH_SUCCESS)
+            st = clflash_plan_attention(c, &shape, &p);
+        if (st != CLFLASH_SUCCESS) {
+            printf("%-10s %-9s %-9s %s: %s\n", "-", "refused", "-", cands.spec[i], clflash_last_error_detail());
+            continue;
+        }
+        int dup = !o.candidates_only && strcmp(p.tuning, def.tuning) == 0;
+        for (size_t k = 0; k < nseen && !dup; k++)
+            dup = strcmp(seen[k].tuning, p.tuning) == 0;
+        if (dup)
+            continue; /* stepped down to a configuration already measured */
+        snprintf(seen[nseen++].tuning, sizeof seen[0].tuning, "%s", p.tuning);
+        double e_small = NAN, e_big = NAN;
+        if (run_once(c, &small, out_small) == CLFLASH_SUCCESS)
+            e_small = worst_error(out_small, o.dtype, NULL, o.dtype, ref, small.nq);
+        if (run_once(c, &big, out) == CLFLASH_SUCCESS)
+            e_big = worst_error(out, o.dtype, out_def, o.dtype, NULL, big.nq);
+        const int ok_small = e_small <= o.tolerance, ok_big = e_big <= 2 * o.tolerance;
+        char cs[24], cb[24];
+        snprintf(cs, sizeof cs, ok_small ? "ok" : "FAIL %.1e", e_small);
+        snprintf(cb, sizeof cb, ok_big ? "ok" : "FAIL %.1e", e_big);
+        if (!ok_small || !ok_big) {
+            printf("%-10s %-9s %-9s %s\n", "-", cs, cb, p.tuning);
+            continue;
+        }
+        for (uint32_t w = 0; w < o.warmup; w++)
+            clflash_forward(c, &big.d, NULL, big.q, big.k, big.v, big.o, NULL, 0, NULL, NULL);
+        const double s = bench_back_to_back(&call, 0.0, 0.05, 1000, o.min_time, &calls);
+        passed++;
+        printf("%-10.4f %-9s %-9s %s\n", s * 1e3, cs, cb, p.tuning);
+        fflush(stdout);
+        if (s < best.seconds) {
+            best.seconds = s;
+            snprintf(best.tuning, sizeof best.tuning, "%s", p.tuning);
+        }
+    }
+    if (best.tuning[0])
+        printf("\nbest        %s: %.4f ms, %.3fx the planner's %.4f ms (%zu of %zu candidates passed both checks)\n",
+               best.tuning, best.seconds * 1e3, def_s / best.seconds, def_s * 1e3, passed, nseen);
+
+    rc = 0;
+    if (passed == 0 && ncand > 0) {
+        fprintf(stderr, "%s: no candidate passed the checks\n", tool_name());
+        rc = 1;
+    } else if (o.out) {
+        FILE *f = fopen(o.out, "a");
+        char date[32] = "";
+        const time_t now = time(NULL);
+        strftime(date, sizeof date, "%Y-%m-%d", gmtime(&now));
+        if (f == NULL || fprintf(f,
+                                 "# clflash-tune %s, %s: batch %u, heads %u/%u, seq_q %u, seq_k %u%s: %.4f ms "
+                                 "(the planner's %.4f)\ndevice=%s,dtype=%s,head_dim=%u,%s\n",
+                                 clflash_version_string(), date, o.batch, o.heads_q, o.heads_kv, o.seq_q, o.seq_k,
+                                 o.causal ? ", causal" : "", best.seconds * 1e3, def_s * 1e3, device_name,
+                                 dtype_name(o.dtype), o.head_dim, best.tuning) < 0 ||
+            fclose(f) != 0) {
+            fprintf(stderr, "%s: writing %s failed\n", tool_name(), o.out);
+            rc = 1;
+        } else {
+            printf("written     to %s (load it with CLFLASH_TUNING_FILE=%s)\n", o.out, o.out);
+        }
+    }
+    for (size_t i = 0; i < cands.n; i++)
+        free(cands.spec[i]);
+    free(cands.spec);
+    free(seen);
+    free(ref);
+    free(out_def);
+    free(out);
+    free(out_small);
+    free_problem(&big);
+    free_problem(&small);
+    clflash_context_free(c);
+    return rc;
+}
