@@ -170,8 +170,9 @@ static inline void load_bias_tile(float2 dst[M_TILES][S_TILES][2], __global cons
  * which orders them after the other parts' fenced stores. The merge's loops keep their loads in
  * registers (constant trip counts, no branches inside): a first version with branches in them
  * took 12 us to merge 33 parts of 4 rows in the case above, this one about 6.5 (the tickets alone
- * cost nothing measurable). MERGE_UNROLL_PARTS and MERGE_LSE_BATCH may be set through the build
- * options (developer tuning; 4 and 8 parts measured the same there). */
+ * cost nothing measurable). MERGE_GROUP, MERGE_PREFETCH, MERGE_UNROLL_PARTS and MERGE_LSE_BATCH
+ * come from the host (lib/nv_mma_forward_plan.c: 4, 1, 8 and 8 unless the nv_forward.merge_*
+ * tuning settings say otherwise; 4 and 8 parts measured the same in the case above). */
 #define MERGE_VEC (D_REAL % 4 == 0 ? 4 : 1) /* columns per load: float4 where part rows allow */
 #if MERGE_VEC == 4
 typedef float4 vec_t;
@@ -180,17 +181,11 @@ typedef float4 vec_t;
 typedef float vec_t;
 #define load_vec(p) (*(p))
 #endif
-#ifndef MERGE_GROUP
-#define MERGE_GROUP 4 /* a work-item's items (runs of MERGE_VEC columns) merged side by side */
-#endif
-#ifndef MERGE_PREFETCH
-#define MERGE_PREFETCH 1 /* the first round's loads before the lse phase */
-#endif
-#ifndef MERGE_UNROLL_PARTS
-#define MERGE_UNROLL_PARTS 8 /* parts whose loads go out together, for every item of a group */
-#endif
-#ifndef MERGE_LSE_BATCH
-#define MERGE_LSE_BATCH 8 /* lse loads per work-item in flight */
+/* MERGE_GROUP: a work-item's items (runs of MERGE_VEC columns) merged side by side; MERGE_PREFETCH:
+ * the first round's loads go out before the lse phase; MERGE_UNROLL_PARTS: parts whose loads go out
+ * together, for every item of a group; MERGE_LSE_BATCH: lse loads per work-item in flight. */
+#if !defined(MERGE_GROUP) || !defined(MERGE_PREFETCH) || !defined(MERGE_UNROLL_PARTS) || !defined(MERGE_LSE_BATCH)
+#error "the fused merge's parameters are set by the host (lib/nv_mma_forward_plan.c)"
 #endif
 #ifndef WITH_OUT_LSE
 #define WITH_OUT_LSE 0 /* the caller's lse (every part has one: WITH_LSE) */

@@ -276,6 +276,11 @@ CLFLASH_API const char *clflash_context_build_log(const clflash_context *c);
  *                              (log2 units; -1: every tile). Default 8 at head_dim >= 128, else -1
  *      nv_forward.q_direct     0 or 1: Q's fragments loaded from global memory straight into
  *                              registers (default at head_dim <= 64) or staged in local memory
+ *      nv_forward.merge_group, .merge_parts, .merge_lse_batch, .merge_prefetch  the fused
+ *                              merge of split parts (see cl/nv_mma_forward.cl): items merged
+ *                              side by side per work-item 1..8 (default 4), parts whose loads go
+ *                              out together 1..16 (8), lse loads in flight per work-item 1..16
+ *                              (8), and 0 or 1: the first round's loads before the lse phase (1)
  *      nv_backward.block       16..64, a cap on B of the tensor-core backward (rounded down to a
  *                              multiple of 16)
  *      nv_backward.warps       1..16, its warps per work-group
@@ -444,7 +449,7 @@ typedef struct {
                                     splits' partial O (fp32) and lse; 0 without splits (the
                                     tensor-core kernel adds 4 bytes per query block, its merge
                                     counters) */
-    char tuning[192];            /* the tuning parameters the chosen kernel ran with, as
+    char tuning[384];            /* the tuning parameters the chosen kernel ran with, as
                                     "key=value,..." (see clflash_context_set_tuning), whether
                                     set or the planner's; "" for a kernel without any */
 } clflash_plan;

@@ -193,20 +193,36 @@ static int q_direct(const clflash_problem *p)
     return clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_Q_DIRECT, p->head_dim <= 64) != 0;
 }
 
+/* The fused merge's parameters (cl/nv_mma_forward.cl), or the nv_forward.merge_* settings, as
+ * build options; "" without the fused merge. */
+static void merge_defines(const clflash_problem *p, int fused, char *out, size_t n)
+{
+    if (!fused) {
+        out[0] = '\0';
+        return;
+    }
+    snprintf(out, n, " -D MERGE_GROUP=%d -D MERGE_UNROLL_PARTS=%d -D MERGE_LSE_BATCH=%d -D MERGE_PREFETCH=%d",
+             (int)clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_MERGE_GROUP, 4),
+             (int)clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_MERGE_PARTS, 8),
+             (int)clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_MERGE_LSE_BATCH, 8),
+             (int)clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_MERGE_PREFETCH, 1));
+}
+
 static clflash_status build(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t splits, uint32_t pack,
                             uint32_t block, uint32_t warps, uint32_t m_tiles, uint32_t stages, int fused,
                             cl_kernel *kernel, cl_ulong *local_bytes, size_t *max_wg)
 {
-    char defines[512], features[300];
+    char defines[640], features[300], merge[128];
     cl_program prog;
     cl_int err;
     clflash_status st;
     clflash_forward_defines(p, with_lse, splits, pack, features, sizeof features);
+    merge_defines(p, fused, merge, sizeof merge);
     snprintf(defines, sizeof defines,
              "%s -D HEAD_DIM=%u -D D_REAL=%u -D NV_ALIGNED=%d -D BLOCK=%u -D WARPS=%u -D M_TILES=%u -D STAGES=%u "
-             "-D BIAS_PAIRS=%d -D FUSED_MERGE=%d -D WITH_OUT_LSE=%d -D NV_RESCALE_THRESH=%d -D NV_Q_DIRECT=%d",
+             "-D BIAS_PAIRS=%d -D FUSED_MERGE=%d -D WITH_OUT_LSE=%d -D NV_RESCALE_THRESH=%d -D NV_Q_DIRECT=%d%s",
              features, clflash_nv_padded_dim(p), p->head_dim, clflash_nv_rows_aligned(p), block, warps, m_tiles, stages,
-             clflash_bias_pairs(p), fused, fused && with_lse, (int)rescale_thresh(p), q_direct(p));
+             clflash_bias_pairs(p), fused, fused && with_lse, (int)rescale_thresh(p), q_direct(p), merge);
     if ((st = clflash_get_program(c, CLFLASH_SOURCE_NV_MMA_FORWARD, defines, &prog)) != CLFLASH_SUCCESS)
         return st;
     *kernel = clCreateKernel(prog, KERNEL_NAME, &err);
@@ -267,6 +283,16 @@ clflash_status clflash_plan_nv_mma(clflash_context *c, const clflash_problem *p,
                                 "nv_forward.fused_merge=%d,nv_forward.rescale_thresh=%d,nv_forward.q_direct=%d",
                                 block, warps, m_tiles, stages, splits > 1 ? fused : (int)clflash_tuned(
                                     p, CLFLASH_TUNE_NV_FORWARD_FUSED_MERGE, 1), (int)rescale_thresh(p), q_direct(p));
+            if (fused) {
+                const size_t n = strlen(out->plan.tuning);
+                snprintf(out->plan.tuning + n, sizeof out->plan.tuning - n,
+                         ",nv_forward.merge_group=%d,nv_forward.merge_parts=%d,nv_forward.merge_lse_batch=%d,"
+                         "nv_forward.merge_prefetch=%d",
+                         (int)clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_MERGE_GROUP, 4),
+                         (int)clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_MERGE_PARTS, 8),
+                         (int)clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_MERGE_LSE_BATCH, 8),
+                         (int)clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_MERGE_PREFETCH, 1));
+            }
             out->plan.kv_passes = (rows + block_q - 1) / block_q;
             out->kernel = kernel;
             out->merge_tickets = fused ? (uint64_t)p->batch * (p->heads_q / pack) * out->plan.kv_passes : 0;

@@ -163,19 +163,35 @@ static void regtile_candidates(spec_list *l, size_t max_wg, const char *prefix)
             }
 }
 
-/* The tensor-core forward: a cap on B, warps, 16-row slices per warp, K/V stages; few rows (decoding)
- * also the fused merge of split parts. */
-static void nv_forward_candidates(spec_list *l, int decoding)
+/* The tensor-core forward: a cap on B, warps, 16-row slices per warp, K/V stages. With split parts
+ * (decoding) the work-groups are small and the merge matters: one or two warps, deeper pipelines,
+ * the merge kernel or the fused merge with its load shapes. */
+static void nv_forward_candidates(spec_list *l, int split)
 {
     static const unsigned blocks[] = {16, 32, 48, 64}, warps[] = {1, 2, 4, 8}, mtiles[] = {1, 2}, stages[] = {2, 3, 4};
+    static const unsigned groups[] = {2, 4, 8}, parts[] = {4, 8, 16};
+    if (split) {
+        for (size_t b = 0; b < 2; b++)
+            for (unsigned w = 1; w <= 2; w++)
+                for (unsigned s = 2; s <= 5; s++) {
+                    const char *base = "nv_forward.block=%u,nv_forward.warps=%u,nv_forward.mtiles=1,nv_forward.stages=%u";
+                    char *head = xprintf(base, blocks[b], w, s);
+                    add_spec(l, xprintf("%s,nv_forward.fused_merge=0", head));
+                    for (size_t g = 0; g < 3; g++)
+                        for (size_t u = 0; u < 3; u++)
+                            add_spec(l, xprintf("%s,nv_forward.fused_merge=1,nv_forward.merge_group=%u,"
+                                                "nv_forward.merge_parts=%u",
+                                                head, groups[g], parts[u]));
+                    free(head);
+                }
+        return;
+    }
     for (size_t b = 0; b < 4; b++)
         for (size_t w = 0; w < 4; w++)
             for (size_t m = 0; m < 2; m++)
                 for (size_t s = 0; s < 3; s++)
-                    for (int f = decoding ? 0 : 1; f <= 1; f++)
-                        add_spec(l, xprintf("nv_forward.block=%u,nv_forward.warps=%u,nv_forward.mtiles=%u,"
-                                            "nv_forward.stages=%u,nv_forward.fused_merge=%d",
-                                            blocks[b], warps[w], mtiles[m], stages[s], f));
+                    add_spec(l, xprintf("nv_forward.block=%u,nv_forward.warps=%u,nv_forward.mtiles=%u,nv_forward.stages=%u",
+                                        blocks[b], warps[w], mtiles[m], stages[s]));
 }
 
 /* ---- the check shape's fp64 reference ------------------------------------------------------------ */
@@ -319,14 +335,15 @@ static double worst_error(const void *x, clflash_dtype t, const void *ref, clfla
 /* ---- the sweep ------------------------------------------------------------------------------------ */
 
 typedef struct {
-    char tuning[192];
+    char tuning[sizeof(((clflash_plan *)0)->tuning)];
     double seconds;
 } tried;
 
 static const char *param_keys(const char *kernel)
 {
     if (strcmp(kernel, "nv_mma_forward") == 0)
-        return "nv_forward.block=,nv_forward.warps=,nv_forward.mtiles=,nv_forward.stages=,nv_forward.fused_merge=";
+        return "nv_forward.block=,nv_forward.warps=,nv_forward.mtiles=,nv_forward.stages=,nv_forward.fused_merge=,"
+               "nv_forward.merge_group=,nv_forward.merge_parts=,nv_forward.merge_lse_batch=,nv_forward.merge_prefetch=";
     return "portable.cpu_path=,portable.regtile=";
 }
 
