@@ -346,7 +346,10 @@ static clflash_status read_file(const char *path, clflash_tune_rule **list, uint
             return st;
         }
     }
+    const int failed = ferror(f);
     fclose(f);
+    if (failed) /* a directory, an I/O error */
+        return clflash_fail(CLFLASH_ERROR_INVALID_OPTIONS, "CLFLASH_TUNING_FILE \"%s\" cannot be read", path);
     return CLFLASH_SUCCESS;
 }
 

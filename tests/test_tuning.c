@@ -260,6 +260,9 @@ START_TEST(bad_sources_fail_the_create)
     unlink(path); /* now missing */
     ck_assert_int_eq(th_context(&opt, &c), CLFLASH_ERROR_INVALID_OPTIONS);
     ck_assert_ptr_nonnull(strstr(clflash_last_error_detail(), "cannot be opened"));
+    setenv("CLFLASH_TUNING_FILE", "/", 1); /* a directory opens but cannot be read */
+    ck_assert_int_eq(th_context(&opt, &c), CLFLASH_ERROR_INVALID_OPTIONS);
+    ck_assert_ptr_nonnull(strstr(clflash_last_error_detail(), "\"/\" cannot be"));
     unsetenv("CLFLASH_TUNING_FILE");
     ck_assert_ptr_null(c);
 }
