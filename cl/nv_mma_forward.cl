@@ -64,9 +64,9 @@
  * D_REAL, NV_ALIGNED,
  * CAUSAL, WINDOW, SOFTCAP, BIAS, BIAS_PAIRS, ALIBI, KEYLEN, SPLIT, PACK, WITH_LSE,
  * CLFLASH_DTYPE_F16 or CLFLASH_DTYPE_BF16, NV_RESCALE_THRESH and NV_Q_DIRECT (below; the host's
- * defaults are in lib/nv_mma_forward_plan.c, the nv_forward.* tuning settings override them). The PTX helpers (mma_16x8x16,
- * load_matrix_x4, copy16_async, kv_stream, ...) and THREADS, ROW_STRIDE, CHUNKS, K_STEPS, D_TILES
- * come from nv_mma_common.cl, which the host puts before this file.
+ * defaults are in lib/nv_mma_forward_plan.c, the nv_forward.* tuning settings override them). The
+ * PTX helpers (mma_16x8x16, load_matrix_x4, copy16_async, kv_stream, ...) and THREADS, ROW_STRIDE,
+ * CHUNKS, K_STEPS, D_TILES come from nv_mma_common.cl, which the host puts before this file.
  */
 
 #ifndef M_TILES

@@ -9,9 +9,9 @@
  * is what a decoding step at batch 1 costs on the GPU. The key is the planner's inputs: the
  * problem's shape class (everything a plan depends on: types, head_dim, GQA group, heads, batch,
  * seq_q, the features switched on, forced block and splits, layout alignment, lse, the tuning
- * settings that apply to the call) with seq_k reduced to what plans depend on (its length rounded up to 16 up to
- * 4096, which caps B, and seq_k / 256 up to 1024, which caps the split count: the split rules'
- * minimum part lengths are multiples of 256). The seq_k-dependent fields of the plan (tiles_k,
+ * settings that apply to the call) with seq_k reduced to what plans depend on (its length rounded
+ * up to 16 up to 4096, which caps B, and seq_k / 256 up to 1024, which caps the split count: the
+ * split rules' minimum part lengths are multiples of 256). The seq_k-dependent fields of the plan (tiles_k,
  * the score matrix, keys per part, workspace) are recomputed per call.
  *
  * Kernel objects are not safe to set arguments on from two threads at once: an entry keeps the
