@@ -44,9 +44,10 @@ if(NOT CMAKE_MATCH_1 STREQUAL _best)
   message(FATAL_ERROR "the file's rule '${CMAKE_MATCH_1}' is not the best '${_best}'")
 endif()
 
-# the file loaded: the planner's settings are now the rule's
+# the file loaded: the planner's settings are now the rule's, and the rule tried as a candidate is
+# the planner's configuration again (measured once, not an error)
 set(ENV{CLFLASH_TUNING_FILE} "${OUT}")
-run_tune(_out _rc ${_shape} --try "portable.cpu_path=0,portable.regtile=0")
+run_tune(_out _rc ${_shape} --try "${_best}")
 unset(ENV{CLFLASH_TUNING_FILE})
 if(NOT _rc EQUAL 0 OR NOT _out MATCHES "planner's settings ${_best}\n")
   message(FATAL_ERROR "with CLFLASH_TUNING_FILE the plan did not report '${_best}' (rc ${_rc})")

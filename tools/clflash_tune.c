@@ -493,7 +493,7 @@ int main(int argc, char **argv)
                best.tuning, best.seconds * 1e3, def_s / best.seconds, def_s * 1e3, passed, nseen);
 
     rc = 0;
-    if (passed == 0 && ncand > 0) {
+    if (passed == 0 && (nseen > 0 || o.candidates_only)) { /* (none seen: all were the planner's) */
         fprintf(stderr, "%s: no candidate passed the checks\n", tool_name());
         rc = 1;
     } else if (o.out) {
