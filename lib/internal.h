@@ -306,7 +306,7 @@ CLFLASH_INTERNAL void clflash_tune_resolve(clflash_context *c, clflash_problem *
 /* The user's value of k for this call if set, else the planner's. */
 CLFLASH_INTERNAL int32_t clflash_tuned(const clflash_problem *p, clflash_tune_key k, int32_t planner_value);
 CLFLASH_INTERNAL const char *clflash_tune_name(clflash_tune_key k);
-/* Writes the parameters a plan used into plan->tuning (printf-style). */
+/* Appends the parameters a plan used to plan->tuning (printf-style; clflash_fill_plan empties it). */
 CLFLASH_INTERNAL void clflash_tune_report(clflash_plan *plan, const char *fmt, ...);
 
 /* ---- tuning.c: per-device-class preferences --------------------------------------------------- */

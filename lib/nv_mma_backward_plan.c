@@ -109,11 +109,9 @@ clflash_status clflash_plan_nv_mma_backward(clflash_context *c, const clflash_pr
                               variant_name, 2, 32u * warps);
             clflash_tune_report(&out->plan, "nv_backward.block=%u,nv_backward.warps=%u,nv_backward.stream=%d", block,
                                 warps, bwd_stream(p));
-            if (clflash_tuned(p, CLFLASH_TUNE_NV_BACKWARD_MAXRREGCOUNT, 0) != 0) {
-                const size_t n = strlen(out->plan.tuning);
-                snprintf(out->plan.tuning + n, sizeof out->plan.tuning - n, ",nv_backward.maxrregcount=%d",
-                         (int)clflash_tuned(p, CLFLASH_TUNE_NV_BACKWARD_MAXRREGCOUNT, 0));
-            }
+            if (clflash_tuned(p, CLFLASH_TUNE_NV_BACKWARD_MAXRREGCOUNT, 0) != 0)
+                clflash_tune_report(&out->plan, ",nv_backward.maxrregcount=%d",
+                                    (int)clflash_tuned(p, CLFLASH_TUNE_NV_BACKWARD_MAXRREGCOUNT, 0));
             out->key_groups = ((uint64_t)p->seq_k + rows - 1) / rows;
             out->query_groups = ((uint64_t)p->seq_q + rows - 1) / rows;
             return CLFLASH_SUCCESS;

@@ -193,19 +193,20 @@ static int q_direct(const clflash_problem *p)
     return clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_Q_DIRECT, p->head_dim <= 64) != 0;
 }
 
-/* The fused merge's parameters (cl/nv_mma_forward.cl), or the nv_forward.merge_* settings, as
- * build options; "" without the fused merge. */
-static void merge_defines(const clflash_problem *p, int fused, char *out, size_t n)
+/* The fused merge's MERGE_GROUP, MERGE_UNROLL_PARTS, MERGE_LSE_BATCH and MERGE_PREFETCH (see
+ * cl/nv_mma_forward.cl), or the nv_forward.merge_* settings. */
+typedef struct {
+    int group, parts, lse_batch, prefetch;
+} merge_shape;
+
+static merge_shape merge_shape_for(const clflash_problem *p)
 {
-    if (!fused) {
-        out[0] = '\0';
-        return;
-    }
-    snprintf(out, n, " -D MERGE_GROUP=%d -D MERGE_UNROLL_PARTS=%d -D MERGE_LSE_BATCH=%d -D MERGE_PREFETCH=%d",
-             (int)clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_MERGE_GROUP, 4),
-             (int)clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_MERGE_PARTS, 8),
-             (int)clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_MERGE_LSE_BATCH, 8),
-             (int)clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_MERGE_PREFETCH, 1));
+    merge_shape m;
+    m.group = (int)clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_MERGE_GROUP, 4);
+    m.parts = (int)clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_MERGE_PARTS, 8);
+    m.lse_batch = (int)clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_MERGE_LSE_BATCH, 8);
+    m.prefetch = (int)clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_MERGE_PREFETCH, 1);
+    return m;
 }
 
 static clflash_status build(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t splits, uint32_t pack,
@@ -217,7 +218,11 @@ static clflash_status build(clflash_context *c, const clflash_problem *p, int wi
     cl_int err;
     clflash_status st;
     clflash_forward_defines(p, with_lse, splits, pack, features, sizeof features);
-    merge_defines(p, fused, merge, sizeof merge);
+    const merge_shape m = merge_shape_for(p);
+    merge[0] = '\0';
+    if (fused)
+        snprintf(merge, sizeof merge, " -D MERGE_GROUP=%d -D MERGE_UNROLL_PARTS=%d -D MERGE_LSE_BATCH=%d -D MERGE_PREFETCH=%d",
+                 m.group, m.parts, m.lse_batch, m.prefetch);
     snprintf(defines, sizeof defines,
              "%s -D HEAD_DIM=%u -D D_REAL=%u -D NV_ALIGNED=%d -D BLOCK=%u -D WARPS=%u -D M_TILES=%u -D STAGES=%u "
              "-D BIAS_PAIRS=%d -D FUSED_MERGE=%d -D WITH_OUT_LSE=%d -D NV_RESCALE_THRESH=%d -D NV_Q_DIRECT=%d%s",
@@ -284,14 +289,11 @@ clflash_status clflash_plan_nv_mma(clflash_context *c, const clflash_problem *p,
                                 block, warps, m_tiles, stages, splits > 1 ? fused : (int)clflash_tuned(
                                     p, CLFLASH_TUNE_NV_FORWARD_FUSED_MERGE, 1), (int)rescale_thresh(p), q_direct(p));
             if (fused) {
-                const size_t n = strlen(out->plan.tuning);
-                snprintf(out->plan.tuning + n, sizeof out->plan.tuning - n,
-                         ",nv_forward.merge_group=%d,nv_forward.merge_parts=%d,nv_forward.merge_lse_batch=%d,"
-                         "nv_forward.merge_prefetch=%d",
-                         (int)clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_MERGE_GROUP, 4),
-                         (int)clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_MERGE_PARTS, 8),
-                         (int)clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_MERGE_LSE_BATCH, 8),
-                         (int)clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_MERGE_PREFETCH, 1));
+                const merge_shape m = merge_shape_for(p);
+                clflash_tune_report(&out->plan,
+                                    ",nv_forward.merge_group=%d,nv_forward.merge_parts=%d,nv_forward.merge_lse_batch=%d,"
+                                    "nv_forward.merge_prefetch=%d",
+                                    m.group, m.parts, m.lse_batch, m.prefetch);
             }
             out->plan.kv_passes = (rows + block_q - 1) / block_q;
             out->kernel = kernel;

@@ -446,8 +446,10 @@ int32_t clflash_tuned(const clflash_problem *p, clflash_tune_key k, int32_t plan
 
 void clflash_tune_report(clflash_plan *plan, const char *fmt, ...)
 {
+    const size_t n = strnlen(plan->tuning, sizeof plan->tuning);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(plan->tuning, sizeof plan->tuning, fmt, ap);
+    if (n < sizeof plan->tuning)
+        vsnprintf(plan->tuning + n, sizeof plan->tuning - n, fmt, ap);
     va_end(ap);
 }

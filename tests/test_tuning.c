@@ -14,6 +14,7 @@
 
 #include "check_common.h"
 
+#include <ctype.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -144,7 +145,6 @@ START_TEST(conditions_select_the_calls)
 
     ck_assert_int_eq(clflash_context_set_tuning(c, "head_dim=60-70,portable.regtile=1x2x8"), CLFLASH_SUCCESS);
     ck_assert_str_eq(plan_of(c, 64, CLFLASH_F32).tuning, "portable.cpu_path=0,portable.regtile=1x2x8");
-    ck_assert_str_eq(plan_of(c, 59, CLFLASH_F32).tuning, plan_of(c, 59, CLFLASH_F32).tuning);
     ck_assert_str_eq(plan_of(c, 59, CLFLASH_F32).tuning, "portable.cpu_path=0,portable.regtile=4x8x64");
     ck_assert_str_eq(plan_of(c, 71, CLFLASH_F32).tuning, "portable.cpu_path=0,portable.regtile=4x8x64");
     ck_assert_str_eq(plan_of(c, 64, CLFLASH_F16).tuning, "portable.cpu_path=0,portable.regtile=1x2x8");
@@ -157,14 +157,12 @@ START_TEST(conditions_select_the_calls)
                      CL_SUCCESS);
     const size_t len = strlen(name);
     ck_assert_uint_gt(len, 2);
-    /* the middle third of the name, case changed, without the commas and semicolons of the syntax */
+    /* a run of the name from its middle third, case flipped, up to a separator of the syntax */
     size_t n = 0;
     char part[128];
-    for (size_t i = len / 3; i < len / 3 + len / 3 + 1 && i < len && n < sizeof part - 1; i++)
-        if (name[i] != ',' && name[i] != ';' && name[i] != ' ')
-            part[n++] = (char)(name[i] >= 'a' && name[i] <= 'z' ? name[i] - 32 : name[i] + (name[i] >= 'A' && name[i] <= 'Z' ? 32 : 0));
-        else
-            break;
+    for (size_t i = len / 3; i <= 2 * (len / 3) && i < len && n < sizeof part - 1 && !strchr(",; ", name[i]); i++)
+        part[n++] = (char)(islower((unsigned char)name[i]) ? toupper((unsigned char)name[i])
+                                                            : tolower((unsigned char)name[i]));
     part[n] = '\0';
     if (n == 0) { /* a name whose middle is a separator: its first character will do */
         part[0] = name[0];
