@@ -328,3 +328,38 @@ static inline void split_part(uint n_splits, uint split_keys, uint heads_q, uint
     (void)lse;
 #endif
 }
+
+/* ---- the portable forward: its kernels' arguments and rules -------------------------------------
+ * The portable forward has three paths, a kernel file each: flash_forward_lanes.cl (lane per row),
+ * flash_forward_regtile.cl (register tiles, the GPU default) and flash_forward_cpu.cl (CPU
+ * devices). They share these rules:
+ * Scores are kept in the log2 domain so that exp2 does the work: without softcap, bias or ALiBi
+ * the host passes score_scale = scale * log2(e) (times the int8 scales); with them it passes the
+ * natural scale, and the transformed score is multiplied by log2(e) in the kernel. The visible keys
+ * of a row (causal, sliding window, key padding) are a range [lo, hi) from visible_keys; key tiles
+ * outside the block's union of ranges are never loaded (block_key_range). O is scaled by out_scale
+ * (the int8 V scale, else 1) and stored in the output type.
+ * The running max starts at -INFINITY; a row that has seen no visible key yet uses 0 as its
+ * reference so that no exp2(-inf - -inf) is ever formed. A row that sees no key at all ends with
+ * l = 0 and writes O = 0 and lse = -INFINITY.
+ * Split-KV and GQA packing (above): every path takes its query block from
+ * query_block_index(n_splits) and, with SPLIT, narrows its key tiles to its part and writes the
+ * part's fp32 O and lse (split_part). Only the register-tiled path packs the query heads of a GQA
+ * group into its rows (PACK > 1); its per-row query, head, bias row and ALiBi slope come from the
+ * packed row.
+ *
+ * FORWARD_PARAMS: the arguments of the forward kernels, in order. The host sets them by position
+ * (lib/forward.c, set_flash_args), so every kernel clflash_forward launches takes exactly these:
+ * the three paths above and the CPU decoding kernel (flash_decode_cpu.cl); the tensor-core kernel
+ * (nv_mma_forward.cl) takes the same leading arguments, spelled out in its own file, and more after
+ * them.
+ */
+#define FORWARD_PARAMS \
+    __global const bits_t *q, __global const bits_t *k, __global const bits_t *v, \
+    __global out_t *o, __global float *lse, uint seq_q, uint seq_k, uint heads_q, uint group, \
+    float score_scale, ulong q_off, ulong q_bs, ulong q_hs, ulong q_ss, ulong k_off, ulong k_bs, \
+    ulong k_hs, ulong k_ss, ulong v_off, ulong v_bs, ulong v_hs, ulong v_ss, ulong o_off, \
+    ulong o_bs, ulong o_hs, ulong o_ss, uint win_left, uint win_right, float softcap, \
+    float out_scale, __global const float *bias, ulong bias_off, ulong bias_bs, ulong bias_hs, \
+    ulong bias_rs, __global const float *alibi, __global const int *key_lens, uint n_splits, \
+    uint split_keys

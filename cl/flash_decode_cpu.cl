@@ -50,14 +50,8 @@ static inline float8 load8(__global const bits_t *src, ulong at, uint c8)
 #endif
 }
 
-__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
-flash_decode_cpu(__global const bits_t *q, __global const bits_t *k, __global const bits_t *v, __global out_t *o,
-                 __global float *lse, uint seq_q, uint seq_k, uint heads_q, uint group, float score_scale,
-                 ulong q_off, ulong q_bs, ulong q_hs, ulong q_ss, ulong k_off, ulong k_bs, ulong k_hs, ulong k_ss,
-                 ulong v_off, ulong v_bs, ulong v_hs, ulong v_ss, ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss,
-                 uint win_left, uint win_right, float softcap, float out_scale, __global const float *bias,
-                 ulong bias_off, ulong bias_bs, ulong bias_hs, ulong bias_rs, __global const float *alibi,
-                 __global const int *key_lens, uint n_splits, uint split_keys)
+/* The portable forward's arguments (common.cl: the host sets them by position). */
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void flash_decode_cpu(FORWARD_PARAMS)
 {
     const uint b = get_group_id(2);
     uint h0, hk;

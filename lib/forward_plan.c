@@ -9,12 +9,13 @@
  * many work-items it can run (CL_KERNEL_WORK_GROUP_SIZE). If the kernel does not fit, it first
  * halves the lanes per row, then steps B down. A forced B is used exactly or refused.
  *
- * Which path of cl/flash_forward.cl: CPU devices take the CPU path; other devices the
- * register-tiled path, whose query block (block_q) is separate from B and whose real local arrays
- * (Q, one K-or-V tile and P in fp32) are counted here before building: B steps down while they do
- * not fit, and block_q halves when no B of 16 or more fits. The lane-per-row path remains for a
- * context that forces threads_per_row and for CLFLASH_REGTILE=0 (developer tuning, which can also
- * set the micro-tiles; see clflash.h).
+ * Which path of the portable forward, a kernel file each: CPU devices take the CPU path
+ * (cl/flash_forward_cpu.cl); other devices the register-tiled path (cl/flash_forward_regtile.cl),
+ * whose query block (block_q) is separate from B and whose real local arrays (Q, one K-or-V tile
+ * and P in fp32) are counted here before building: B steps down while they do not fit, and block_q
+ * halves when no B of 16 or more fits. The lane-per-row path (cl/flash_forward_lanes.cl) remains
+ * for a context that forces threads_per_row and for the tuning setting portable.regtile=0 (which
+ * can also set the micro-tiles; see clflash.h).
  *
  * Split-KV and GQA packing (clflash.h): every path can split the keys into parts, and the
  * register-tiled path packs a GQA group's query heads into one work-group's rows when they fit its
@@ -26,12 +27,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define KERNEL_NAME "flash_forward"
+/* The kernels of the three files, and the variant names the plans report (the CPU and lane paths
+ * share one). */
+#define LANES_KERNEL "flash_forward_lanes"
+#define REGTILE_KERNEL "flash_forward_regtile"
+#define CPU_KERNEL "flash_forward_cpu"
 
 static const char variant_name[] = "flash_forward_portable";
 static const char regtile_name[] = "flash_forward_regtile";
 
-/* The CPU path (fp32 K and V tiles; see cl/flash_forward.cl) where the device class or the
+/* The CPU path (fp32 K and V tiles; see cl/flash_forward_cpu.cl) where the device class or the
  * portable.cpu_path setting asks for it and one work-item holds a row of a block of 8k rows. */
 static int cpu_path(const clflash_context *c, const clflash_problem *p, uint32_t block, uint32_t lanes)
 {
@@ -67,9 +72,9 @@ static int regtile_choice(const clflash_context *c, const clflash_problem *p, re
     return 1;
 }
 
-/* Bytes of the register-tiled path's local arrays (see cl/flash_forward.cl): Q (bq rows), one
- * K-or-V tile (B rows), P (B x bq) in fp32 with rows padded by one float4, and bq * tc floats for
- * the row reductions. */
+/* Bytes of the register-tiled path's local arrays (see cl/flash_forward_regtile.cl): Q (bq rows),
+ * one K-or-V tile (B rows), P (B x bq) in fp32 with rows padded by one float4, and bq * tc floats
+ * for the row reductions. */
 static cl_ulong regtile_bytes(const clflash_problem *p, const regtile_cfg *r, uint32_t block)
 {
     const uint64_t d4 = (p->head_dim + 3) / 4, vc = (p->head_dim + 4ull * r->tc - 1) / (4ull * r->tc);
@@ -87,13 +92,13 @@ static clflash_status build_regtile(clflash_context *c, const clflash_problem *p
     cl_int err;
     clflash_status st;
     clflash_forward_defines(p, with_lse, splits, pack, features, sizeof features);
-    snprintf(defines, sizeof defines, "%s -D RT=1 -D HEAD_DIM=%u -D BLOCK=%u -D BLOCK_Q=%u -D RT_RM=%u -D RT_TC=%u",
-             features, p->head_dim, block, r->bq, r->rm, r->tc);
-    if ((st = clflash_get_program(c, CLFLASH_SOURCE_FLASH_FORWARD, defines, &prog)) != CLFLASH_SUCCESS)
+    snprintf(defines, sizeof defines, "%s -D HEAD_DIM=%u -D BLOCK=%u -D BLOCK_Q=%u -D RT_RM=%u -D RT_TC=%u", features,
+             p->head_dim, block, r->bq, r->rm, r->tc);
+    if ((st = clflash_get_program(c, CLFLASH_SOURCE_FLASH_FORWARD_REGTILE, defines, &prog)) != CLFLASH_SUCCESS)
         return st;
-    *kernel = clCreateKernel(prog, KERNEL_NAME, &err);
+    *kernel = clCreateKernel(prog, REGTILE_KERNEL, &err);
     if (err != CL_SUCCESS)
-        return clflash_fail(err, "clCreateKernel(%s) failed", KERNEL_NAME);
+        return clflash_fail(err, "clCreateKernel(%s) failed", REGTILE_KERNEL);
     if ((st = clflash_read_kernel_limits(c, *kernel, regtile_bytes(p, r, block), local_bytes, max_wg)) !=
         CLFLASH_SUCCESS) {
         clReleaseKernel(*kernel);
@@ -179,7 +184,8 @@ static cl_ulong counted_local_bytes(const clflash_context *c, const clflash_prob
     return tiles + 4ull * block * (block | 1u) + 4ull * block * lanes;
 }
 
-/* Builds the kernel for (B, lanes) and reads what it really needs. */
+/* Builds the kernel for (B, lanes), the CPU path's or the lane path's, and reads what it really
+ * needs. */
 static clflash_status build_variant(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t splits,
                                     uint32_t block, uint32_t lanes, cl_kernel *kernel, cl_ulong *local_bytes,
                                     size_t *max_wg)
@@ -188,16 +194,21 @@ static clflash_status build_variant(clflash_context *c, const clflash_problem *p
     cl_program prog;
     cl_int err;
     clflash_status st;
+    const int cpu = cpu_path(c, p, block, lanes);
+    const char *const name = cpu ? CPU_KERNEL : LANES_KERNEL;
     clflash_forward_defines(p, with_lse, splits, 1, features, sizeof features);
-    snprintf(defines, sizeof defines,
-             "%s%s -D HEAD_DIM=%u -D BLOCK=%u -D TPR=%u -D LDS_STRIDE=%u -D KT_STRIDE=%u -D P_STRIDE=%u", features,
-             cpu_path(c, p, block, lanes) ? " -D CLFLASH_CPU_PATH=1" : "", p->head_dim, block, lanes,
-             clflash_lds_stride(p->head_dim, p->elem_size), block | 1u, block | 1u);
-    if ((st = clflash_get_program(c, CLFLASH_SOURCE_FLASH_FORWARD, defines, &prog)) != CLFLASH_SUCCESS)
+    if (cpu) /* one work-item per row, fp32 tiles: no lanes or strides to pass */
+        snprintf(defines, sizeof defines, "%s -D HEAD_DIM=%u -D BLOCK=%u", features, p->head_dim, block);
+    else
+        snprintf(defines, sizeof defines,
+                 "%s -D HEAD_DIM=%u -D BLOCK=%u -D TPR=%u -D LDS_STRIDE=%u -D KT_STRIDE=%u -D P_STRIDE=%u", features,
+                 p->head_dim, block, lanes, clflash_lds_stride(p->head_dim, p->elem_size), block | 1u, block | 1u);
+    if ((st = clflash_get_program(c, cpu ? CLFLASH_SOURCE_FLASH_FORWARD_CPU : CLFLASH_SOURCE_FLASH_FORWARD_LANES,
+                                  defines, &prog)) != CLFLASH_SUCCESS)
         return st;
-    *kernel = clCreateKernel(prog, KERNEL_NAME, &err);
+    *kernel = clCreateKernel(prog, name, &err);
     if (err != CL_SUCCESS)
-        return clflash_fail(err, "clCreateKernel(%s) failed", KERNEL_NAME);
+        return clflash_fail(err, "clCreateKernel(%s) failed", name);
     if ((st = clflash_read_kernel_limits(c, *kernel, counted_local_bytes(c, p, block, lanes), local_bytes, max_wg)) !=
         CLFLASH_SUCCESS) {
         clReleaseKernel(*kernel);

@@ -178,8 +178,10 @@ CLFLASH_INTERNAL void clflash_scratch_release(clflash_context *c, clflash_scratc
 CLFLASH_INTERNAL void clflash_scratch_pool_free(clflash_context *c);
 
 /* ---- program_cache.c ------------------------------------------------------------------------- */
-/* The kernel sources embedded from cl/ (see cmake/embed_cl.cmake). */
-typedef enum { CLFLASH_SOURCE_FLASH_FORWARD, CLFLASH_SOURCE_NAIVE_ATTENTION, CLFLASH_SOURCE_FLASH_BACKWARD,
+/* The kernel sources embedded from cl/ (see cmake/embed_cl.cmake), in the order of program_cache.c's
+ * table of them. */
+typedef enum { CLFLASH_SOURCE_FLASH_FORWARD_LANES, CLFLASH_SOURCE_FLASH_FORWARD_REGTILE,
+               CLFLASH_SOURCE_FLASH_FORWARD_CPU, CLFLASH_SOURCE_NAIVE_ATTENTION, CLFLASH_SOURCE_FLASH_BACKWARD,
                CLFLASH_SOURCE_NAIVE_BACKWARD, CLFLASH_SOURCE_NV_MMA_FORWARD,
                CLFLASH_SOURCE_NV_MMA_BACKWARD, CLFLASH_SOURCE_MERGE_STATES,
                CLFLASH_SOURCE_FLASH_DECODE_CPU, CLFLASH_SOURCE_BIAS_GRAD,
@@ -346,10 +348,10 @@ typedef struct {
  * and 1 when the parts would need more than an eighth of the device's largest allocation. */
 CLFLASH_INTERNAL uint32_t clflash_split_count(const clflash_context *c, const clflash_problem *p, uint64_t groups,
                                               uint32_t tenths_per_unit, uint32_t min_split_keys);
-/* plan_common.c: the split rule's targets for the portable kernels (every path of flash_forward.cl
- * and the CPU decoding kernel): work-groups per compute unit (in tenths) and the shortest part, 4 and
- * 256 keys on GPUs, 2 and 1024 on CPUs (a thread streams a long part best). The minima are multiples of 256, as
- * the plan cache's key assumes. */
+/* plan_common.c: the split rule's targets for the portable kernels (every path of the portable
+ * forward, cl/flash_forward_*.cl, and the CPU decoding kernel): work-groups per compute unit (in
+ * tenths) and the shortest part, 4 and 256 keys on GPUs, 2 and 1024 on CPUs (a thread streams a
+ * long part best). The minima are multiples of 256, as the plan cache's key assumes. */
 CLFLASH_INTERNAL void clflash_portable_split_rule(const clflash_context *c, uint32_t *tenths_per_unit,
                                                   uint32_t *min_keys);
 /* Records the split fields of out's plan for B = out->plan.block: keys per part a multiple of B

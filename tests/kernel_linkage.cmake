@@ -22,10 +22,10 @@ set(_common "-cl-std=CL1.2 -D CAUSAL=0 -D WINDOW=0 -D SOFTCAP=0 -D BIAS=0 -D ALI
 set(_all "-cl-std=CL1.2 -D CAUSAL=1 -D WINDOW=1 -D SOFTCAP=1 -D BIAS=1 -D ALIBI=1 -D KEYLEN=1")
 # name | target | sources after common.cl, joined by + | options
 set(_cases
-  "forward-cpu|spir64|flash_forward.cl|${_all} -D CLFLASH_DTYPE_BF16 -D CLFLASH_OUT_BF16 -D WITH_LSE=1 -D SPLIT=1 -D PACK=1 -D CLFLASH_CPU_PATH=1 -D HEAD_DIM=32 -D BLOCK=64 -D TPR=1 -D LDS_STRIDE=34 -D KT_STRIDE=65 -D P_STRIDE=65"
-  "forward-cpu-plain|spir64|flash_forward.cl|${_common} -D CLFLASH_DTYPE_F32 -D CLFLASH_OUT_F32 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D CLFLASH_CPU_PATH=1 -D HEAD_DIM=7 -D BLOCK=64 -D TPR=1 -D LDS_STRIDE=10 -D KT_STRIDE=65 -D P_STRIDE=65"
-  "forward-regtile|spir64|flash_forward.cl|${_all} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=1 -D SPLIT=1 -D PACK=4 -D RT=1 -D HEAD_DIM=32 -D BLOCK=64 -D BLOCK_Q=64 -D RT_RM=4 -D RT_TC=8 -D CLFLASH_CPU_PATH=0"
-  "forward-lanes|spir64|flash_forward.cl|${_common} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D HEAD_DIM=7 -D BLOCK=64 -D TPR=4 -D LDS_STRIDE=10 -D KT_STRIDE=65 -D P_STRIDE=65 -D CLFLASH_CPU_PATH=0"
+  "forward-cpu|spir64|flash_forward_cpu.cl|${_all} -D CLFLASH_DTYPE_BF16 -D CLFLASH_OUT_BF16 -D WITH_LSE=1 -D SPLIT=1 -D PACK=1 -D HEAD_DIM=32 -D BLOCK=64"
+  "forward-cpu-plain|spir64|flash_forward_cpu.cl|${_common} -D CLFLASH_DTYPE_F32 -D CLFLASH_OUT_F32 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D HEAD_DIM=7 -D BLOCK=64"
+  "forward-regtile|spir64|flash_forward_regtile.cl|${_all} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=1 -D SPLIT=1 -D PACK=4 -D HEAD_DIM=32 -D BLOCK=64 -D BLOCK_Q=64 -D RT_RM=4 -D RT_TC=8"
+  "forward-lanes|spir64|flash_forward_lanes.cl|${_common} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D HEAD_DIM=7 -D BLOCK=64 -D TPR=4 -D LDS_STRIDE=10 -D KT_STRIDE=65 -D P_STRIDE=65"
   "decode-cpu|spir64|flash_decode_cpu.cl|${_all} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F32 -D WITH_LSE=1 -D SPLIT=1 -D PACK=4 -D HEAD_DIM=64 -D DEC_ROWS=4 -D DEC_KEYS=32"
   "merge|spir64|merge_states.cl|-cl-std=CL1.2 -D CLFLASH_DTYPE_BF16 -D CLFLASH_OUT_F32 -D HEAD_DIM=256 -D MERGE_LANES=32 -D MERGE_ROWS=4 -D MERGE_MAX_PARTS=256 -D WITH_LSE=1"
   "naive|spir64|naive_attention.cl|${_all} -D CLFLASH_DTYPE_BF16 -D CLFLASH_OUT_BF16 -D WITH_LSE=1 -D HEAD_DIM=32 -D SOFTMAX_WG=256"

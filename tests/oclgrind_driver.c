@@ -9,8 +9,8 @@
  * every case ran and matched. Prints no word that the wrapper treats as an Oclgrind report.
  * With a case index it runs only that case (the wrapper runs each case in its own process).
  * The main context forces the portable paths (the ones GPUs run); the cases marked cpu_path force
- * the CPU paths of flash_forward.cl and flash_backward.cl (the ones PoCL runs) in a context of their
- * own.
+ * the CPU paths (flash_forward_cpu.cl and flash_backward.cl's, the ones PoCL runs) in a context of
+ * their own.
  */
 #define _POSIX_C_SOURCE 200809L /* snprintf in strict C */
 #include "backward_harness.h"
@@ -26,8 +26,8 @@ typedef struct {
     clflash_dtype dtype;
     uint32_t flags, block;
     int strided_o;
-    int cpu_path; /* tuning portable.cpu_path=1: 1 with one work-item per row forced (flash_forward.cl's
-                     CPU path), 2 with the planner's choice (few rows: flash_decode_cpu.cl) */
+    int cpu_path; /* tuning portable.cpu_path=1: 1 with one work-item per row forced (the CPU path,
+                     flash_forward_cpu.cl), 2 with the planner's choice (few rows: flash_decode_cpu.cl) */
     const char *regtile; /* portable.regtile for the register-tiled path (NULL: the planner's tiles) */
     uint32_t splits;     /* num_splits (0: the planner's) */
 } driver_case;
@@ -217,9 +217,9 @@ int main(int argc, char **argv)
         last = i + 1;
     }
     clflash_context *c = NULL;
-    /* Oclgrind is a CPU-type device, which the planner would give flash_forward.cl's CPU path; the
-     * portable path is the one GPUs run, so it is what these cases check (the cpu_path cases check
-     * the other). */
+    /* Oclgrind is a CPU-type device, which the planner would give the CPU path (flash_forward_cpu.cl);
+     * the portable path is the one GPUs run, so it is what these cases check (the cpu_path cases
+     * check the other). */
     clflash_context_options portable = {.struct_size = sizeof portable};
     portable.tuning = "portable.cpu_path=0";
     clflash_status st = th_context(&portable, &c);

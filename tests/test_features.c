@@ -43,10 +43,10 @@ static void setup(void)
     ck_assert_msg(st == CLFLASH_SUCCESS, "context: %s (%s)", clflash_status_string(st), clflash_last_error_detail());
 }
 
-/* The GPU paths of flash_forward.cl on any device: the CPU path is switched off. The first runs
- * the planner's register tiles; the second small ones (2 rows x 4 work-items per row group, 8-row
- * query blocks, B at most 8), so that every row group and key tile boundary falls inside these
- * shapes. */
+/* The GPU paths (flash_forward_regtile.cl, flash_forward_lanes.cl) on any device: the CPU path is
+ * switched off. The first runs the planner's register tiles; the second small ones (2 rows x 4
+ * work-items per row group, 8-row query blocks, B at most 8), so that every row group and key tile
+ * boundary falls inside these shapes. */
 static void setup_tuned(const char *tuning)
 {
     clflash_context_options opt = {.struct_size = sizeof opt};

@@ -177,7 +177,7 @@ START_TEST(flash_strided)
 }
 END_TEST
 
-/* ---- the GPU paths of flash_forward.cl ---------------------------------------------------------
+/* ---- the GPU paths: flash_forward_regtile.cl, flash_forward_lanes.cl ----------------------------
  * PoCL normally runs the CPU path; with the tuning setting portable.cpu_path=0 it runs what GPUs
  * run: the register tiles the planner chooses, or the ones portable.regtile sets (RMxTCxBQ[xB]),
  * or with "0" the lane-per-row path. Test _i < N_OF(gpu_shapes) runs shape _i with the planner's tiles; the rest
