@@ -255,17 +255,23 @@ CLFLASH_API const char *clflash_context_build_log(const clflash_context *c);
  * and writes them as a tuning file. Settings are rules: a rule is items "key=value" joined by ',',
  * rules are joined by ';' (whitespace around keys and values is ignored). A rule's items are
  * conditions and parameters:
- *  - conditions: device=TEXT (a case-insensitive part of the device's name), dtype=f32|f16|bf16|i8
- *    (one or more joined by '|'), head_dim=N or head_dim=LO-HI. A rule without a condition applies
- *    to every call; one whose device does not match this context's device is dropped.
+ *  - conditions: device=TEXT (a case-insensitive part of the device's name), class=cpu,
+ *    nvidia_gpu, amd_gpu, intel_gpu, other_gpu or other (the device's kind as clflash classes it:
+ *    CPUs, then GPUs by vendor; one or more joined by '|'), dtype=f32|f16|bf16|i8 (likewise),
+ *    head_dim=N or head_dim=LO-HI. A rule without a condition applies to every call; one whose
+ *    device or class does not match this context's device is dropped.
  *  - parameters (a value outside the range is an error; an empty value, "key=", sets the
- *    planner's choice again):
+ *    planner's own choice again, before any rule, the built-in ones included):
  *      portable.regtile        the portable kernel's GPU path: 0 for the lane-per-row path, or
  *                              RMxTCxBQ[xB]: RM rows per work-item (1, 2, 4, 8), TC work-items per
  *                              row group (a power of two up to 32), BQ query rows per work-group
  *                              (a multiple of RM up to 256), and optionally a cap B on the block
  *      portable.cpu_path       0 or 1: the portable kernels' CPU path (one work-item per row, fp32
  *                              tiles) or their GPU paths, on any device (default: CPU devices 1)
+ *      portable.large_grf      0 or 1: the register-tiled path built with Intel's
+ *                              -cl-intel-256-GRF-per-thread (256 registers a thread, half the
+ *                              threads); a compiler that refuses the option builds it without, and
+ *                              the plan then reports portable.large_grf=0 (default 0)
  *      nv_forward.block        16..64, a cap on B of the tensor-core forward
  *      nv_forward.warps        1..16, its warps per work-group
  *      nv_forward.mtiles       1..4, its 16-row slices per warp
@@ -288,8 +294,10 @@ CLFLASH_API const char *clflash_context_build_log(const clflash_context *c);
  *      nv_backward.stream      0 or 1: how its dK/dV work-groups copy Q and dO (default 1 at
  *                              head_dim >= 128)
  * For each call the rules whose conditions hold apply in order, a later value winning. The order:
- * the file named by the environment variable CLFLASH_TUNING_FILE (one rule per line, '#' starts a
- * comment), the context option `tuning`, the environment variable CLFLASH_TUNE, all read once
+ * clflash's built-in rules (register tiles for the AMD and Intel GPU families whose compilers
+ * spill the planner's defaults: docs/tuning.md lists them), the file named by the environment
+ * variable CLFLASH_TUNING_FILE (one rule per line, '#' starts a comment), the context option
+ * `tuning`, the environment variable CLFLASH_TUNE, all read once
  * when the context is created (a file that cannot be read, or any setting that is not valid, fails
  * the create with CLFLASH_ERROR_INVALID_OPTIONS), then each clflash_context_set_tuning call. A
  * parameter only acts where its kernel runs, and a value the kernel's limits refuse (a block or
@@ -484,7 +492,7 @@ typedef struct {
  *    the forced B), block_q its rows, work_group_size 1. Its semantics are the register-tiled path's
  *    (a chunk all rows see entirely multiplies a zero probability's V too).
  *
- * Kernel variants. The portable kernel (cl/flash_forward.cl) runs everywhere and implements every
+ * Kernel variants. The portable kernel (cl/flash_forward_*.cl) runs everywhere and implements every
  * feature. On NVIDIA devices of compute capability >= 8.0 (read through cl_nv_device_attribute_query)
  * the planner picks the tensor-core kernel "nv_mma_forward" (cl/nv_mma_forward.cl: inline PTX
  * mma.sync, ldmatrix, cp.async) when all of these hold: dtype F16 or BF16 with O of the same type;

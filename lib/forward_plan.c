@@ -83,18 +83,38 @@ static cl_ulong regtile_bytes(const clflash_problem *p, const regtile_cfg *r, ui
            4ull * r->bq * r->tc;
 }
 
+/* Intel's compiler option for 256 registers a thread instead of 128 (portable.large_grf). */
+#define INTEL_LARGE_GRF " -cl-intel-256-GRF-per-thread"
+
+/* Builds the register-tiled kernel. *large_grf: 1 to ask for Intel's 256-register mode, and on
+ * return whether the kernel has it: a compiler that refuses the option (every other vendor's does)
+ * gets the kernel without it, and the failed build's log stays in the context's. */
 static clflash_status build_regtile(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t splits,
                                     uint32_t pack, uint32_t block, const regtile_cfg *r, cl_kernel *kernel,
-                                    cl_ulong *local_bytes, size_t *max_wg)
+                                    cl_ulong *local_bytes, size_t *max_wg, int *large_grf)
 {
-    char defines[512], features[300];
+    char defines[560], features[300];
     cl_program prog;
     cl_int err;
     clflash_status st;
     clflash_forward_defines(p, with_lse, splits, pack, features, sizeof features);
-    snprintf(defines, sizeof defines, "%s -D HEAD_DIM=%u -D BLOCK=%u -D BLOCK_Q=%u -D RT_RM=%u -D RT_TC=%u", features,
-             p->head_dim, block, r->bq, r->rm, r->tc);
-    if ((st = clflash_get_program(c, CLFLASH_SOURCE_FLASH_FORWARD_REGTILE, defines, &prog)) != CLFLASH_SUCCESS)
+    const int n = snprintf(defines, sizeof defines, "%s -D HEAD_DIM=%u -D BLOCK=%u -D BLOCK_Q=%u -D RT_RM=%u -D RT_TC=%u",
+                           features, p->head_dim, block, r->bq, r->rm, r->tc);
+    if (*large_grf && n > 0 && (size_t)n + sizeof INTEL_LARGE_GRF <= sizeof defines) {
+        memcpy(defines + n, INTEL_LARGE_GRF, sizeof INTEL_LARGE_GRF);
+        st = clflash_get_program(c, CLFLASH_SOURCE_FLASH_FORWARD_REGTILE, defines, &prog);
+        if (st != CLFLASH_SUCCESS && st != CLFLASH_ERROR_BUILD_FAILED)
+            return st;
+        if (st == CLFLASH_ERROR_BUILD_FAILED) { /* the option refused: the kernel without it */
+            clflash_clear_detail();
+            defines[n] = '\0';
+            *large_grf = 0;
+        }
+    } else {
+        *large_grf = 0;
+    }
+    if (!*large_grf &&
+        (st = clflash_get_program(c, CLFLASH_SOURCE_FLASH_FORWARD_REGTILE, defines, &prog)) != CLFLASH_SUCCESS)
         return st;
     *kernel = clCreateKernel(prog, REGTILE_KERNEL, &err);
     if (err != CL_SUCCESS)
@@ -108,9 +128,10 @@ static clflash_status build_regtile(clflash_context *c, const clflash_problem *p
 }
 
 /* Plans the register-tiled path from `start` (B by the rule, or the forced B): the query rows
- * first (bq halves only when no B of at least min(start, 16) fits), then B steps down. */
+ * first (bq halves only when no B of at least min(start, 16) fits), then B steps down. With `first`
+ * (a dry run), builds nothing and stores the first candidate's RM, TC, BQ and B there. */
 static clflash_status plan_regtile(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t start,
-                                   int forced, regtile_cfg cfg, clflash_flash_kernel *out)
+                                   int forced, regtile_cfg cfg, clflash_flash_kernel *out, uint32_t first[4])
 {
     const uint64_t budget = c->local_mem_budget;
     /* a GQA group's query heads share the work-group when all their rows fit one query block */
@@ -134,11 +155,19 @@ static clflash_status plan_regtile(clflash_context *c, const clflash_problem *p,
                 continue;
             for (uint32_t block = start; block >= 1; block = clflash_block_step_down(block)) {
                 if ((forced || (pass == 0) == (block >= floor16)) && regtile_bytes(p, &r, block) <= budget) {
+                    if (first) {
+                        first[0] = cfg.rm;
+                        first[1] = cfg.tc;
+                        first[2] = bq;
+                        first[3] = block;
+                        return CLFLASH_SUCCESS;
+                    }
                     cl_kernel kernel = NULL;
                     cl_ulong local_bytes = 0;
                     size_t max_wg = 0;
-                    clflash_status st =
-                        build_regtile(c, p, with_lse, splits, pack, block, &r, &kernel, &local_bytes, &max_wg);
+                    int large_grf = clflash_tuned(p, CLFLASH_TUNE_PORTABLE_LARGE_GRF, 0);
+                    clflash_status st = build_regtile(c, p, with_lse, splits, pack, block, &r, &kernel, &local_bytes,
+                                                      &max_wg, &large_grf);
                     if (st != CLFLASH_SUCCESS)
                         return st;
                     if (local_bytes <= budget && wg <= max_wg) {
@@ -150,6 +179,8 @@ static clflash_status plan_regtile(clflash_context *c, const clflash_problem *p,
                         else
                             clflash_tune_report(&out->plan, "portable.cpu_path=0,portable.regtile=%ux%ux%u", cfg.rm,
                                                 cfg.tc, bq);
+                        if (p->tune.set & 1u << CLFLASH_TUNE_PORTABLE_LARGE_GRF) /* what it asked for, got */
+                            clflash_tune_report(&out->plan, ",portable.large_grf=%d", large_grf);
                         out->plan.kv_passes = (packed_rows + bq - 1) / bq;
                         out->kernel = kernel;
                         clflash_set_split(out, p, splits, pack);
@@ -217,6 +248,16 @@ static clflash_status build_variant(clflash_context *c, const clflash_problem *p
     return st;
 }
 
+/* B by the users' rule for the local memory budget, capped by the device class's preference, the
+ * sequence lengths and below_block (a B the device refused at enqueue); 0 if no tile fits. */
+static uint32_t rule_block(const clflash_context *c, const clflash_problem *p, const clflash_tuning *tune,
+                           uint32_t below_block)
+{
+    const uint32_t cap = tune->max_block < tune->max_work_group ? tune->max_block : tune->max_work_group;
+    return clflash_block_round(
+        clflash_block_cap(clflash_max_block(c->local_mem_budget, p->head_dim, p->elem_size), cap, p, below_block));
+}
+
 static clflash_status plan_kernel(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t below_block,
                                   clflash_flash_kernel *out)
 {
@@ -248,9 +289,7 @@ static clflash_status plan_kernel(clflash_context *c, const clflash_problem *p, 
             return clflash_fail(CL_OUT_OF_RESOURCES, "the device refused the forced block %u at enqueue", p->block);
         block = p->block;
     } else {
-        const uint32_t cap = tune.max_block < tune.max_work_group ? tune.max_block : tune.max_work_group;
-        block = clflash_block_round(
-            clflash_block_cap(clflash_max_block(budget, p->head_dim, p->elem_size), cap, p, below_block));
+        block = rule_block(c, p, &tune, below_block);
         if (block == 0)
             return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE,
                                 "even a 1-row tile of head_dim %u does not fit the %llu-byte local memory budget",
@@ -266,7 +305,7 @@ static clflash_status plan_kernel(clflash_context *c, const clflash_problem *p, 
         const uint32_t lanes0 = clflash_block_lanes(block, tune.threads_per_row,
                                                     tune.max_work_group > block ? tune.max_work_group : block);
         if (!cpu_path(c, p, block, lanes0) && regtile_choice(c, p, &rcfg))
-            return plan_regtile(c, p, with_lse, block, forced, rcfg, out);
+            return plan_regtile(c, p, with_lse, block, forced, rcfg, out, NULL);
     }
 
     uint32_t tenths_per_unit, min_keys;
@@ -310,6 +349,19 @@ static clflash_status plan_kernel(clflash_context *c, const clflash_problem *p, 
         if (block == 0)
             return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE, "no block size fits the device's kernel limits");
     }
+}
+
+int clflash_regtile_first_candidate(clflash_context *c, const clflash_problem *p, uint32_t first[4])
+{
+    const clflash_tuning tune = clflash_tuning_for_context(c, p);
+    const uint32_t block = rule_block(c, p, &tune, 0);
+    regtile_cfg cfg;
+    if (block == 0 || p->block != 0 ||
+        cpu_path(c, p, block, clflash_block_lanes(block, tune.threads_per_row,
+                                                  tune.max_work_group > block ? tune.max_work_group : block)) ||
+        !regtile_choice(c, p, &cfg))
+        return 0;
+    return plan_regtile(c, p, 0, block, 0, cfg, NULL, first) == CLFLASH_SUCCESS;
 }
 
 clflash_status clflash_plan_flash(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t below_block,

@@ -83,6 +83,7 @@ CLFLASH_INTERNAL int clflash_contains_nocase(const char *hay, const char *needle
 typedef enum {
     CLFLASH_TUNE_PORTABLE_REGTILE,          /* register tiles RMxTCxBQ[xB], or 0: the lane path */
     CLFLASH_TUNE_PORTABLE_CPU_PATH,         /* the portable kernels' CPU path (0 or 1) */
+    CLFLASH_TUNE_PORTABLE_LARGE_GRF,        /* the register-tiled forward built with Intel's 256 GRF mode */
     CLFLASH_TUNE_NV_FORWARD_BLOCK,          /* a cap on B */
     CLFLASH_TUNE_NV_FORWARD_WARPS,
     CLFLASH_TUNE_NV_FORWARD_MTILES,
@@ -310,6 +311,18 @@ CLFLASH_INTERNAL int32_t clflash_tuned(const clflash_problem *p, clflash_tune_ke
 CLFLASH_INTERNAL const char *clflash_tune_name(clflash_tune_key k);
 /* Appends the parameters a plan used to plan->tuning (printf-style; clflash_fill_plan empties it). */
 CLFLASH_INTERNAL void clflash_tune_report(clflash_plan *plan, const char *fmt, ...);
+/* The values clflash's built-in rules alone give a call of (dtype, head_dim) on a device of this
+ * name and class: what a context there starts from (tests/tuning_table.c). */
+CLFLASH_INTERNAL clflash_status clflash_tune_builtin_values(const char *device_name, clflash_device_class cls,
+                                                            clflash_dtype dtype, uint32_t head_dim,
+                                                            clflash_tune_values *v);
+/* forward_plan.c: the register tiles (RT_RM, RT_TC, BLOCK_Q) and B the planner tries first for the
+ * portable forward's register-tiled path on c, before building anything (tests/tuning_table.c
+ * asks it for GPUs clflash cannot run); 0 if p takes another path there. */
+CLFLASH_INTERNAL int clflash_regtile_first_candidate(clflash_context *c, const clflash_problem *p, uint32_t first[4]);
+/* tuning_builtin.c: the built-in rules, in the tuning files' syntax, general ones first. */
+CLFLASH_INTERNAL uint32_t clflash_builtin_rule_count(void);
+CLFLASH_INTERNAL const char *clflash_builtin_rule(uint32_t i);
 
 /* ---- tuning.c: per-device-class preferences --------------------------------------------------- */
 typedef struct {

@@ -6,10 +6,10 @@
  * right for the devices they were measured on and a guess elsewhere. A user of another device (or
  * clflash-tune, which sweeps the parameters and checks each candidate against the reference) must
  * be able to set them without rebuilding, scoped to a device, a dtype and a head_dim range, and to
- * see which values a plan used. Settings come, in this order (later wins), from the tuning file
- * named by CLFLASH_TUNING_FILE, the context option `tuning`, the environment variable CLFLASH_TUNE
- * and clflash_context_set_tuning; all are read and checked once, when they are given, never per
- * call. Syntax and parameters are documented at clflash_context_set_tuning in clflash.h.
+ * see which values a plan used. Settings come, in this order (later wins), from clflash's built-in
+ * rules (tuning_builtin.c), the tuning file named by CLFLASH_TUNING_FILE, the context option
+ * `tuning`, the environment variable CLFLASH_TUNE and clflash_context_set_tuning; all are read and
+ * checked once, when they are given, never per call. Syntax and parameters are documented at clflash_context_set_tuning in clflash.h.
  */
 #include "internal.h"
 
@@ -29,6 +29,7 @@ typedef struct {
 static const tune_param params[CLFLASH_TUNE_COUNT] = {
     [CLFLASH_TUNE_PORTABLE_REGTILE] = {"portable.regtile", 0, 0},
     [CLFLASH_TUNE_PORTABLE_CPU_PATH] = {"portable.cpu_path", 0, 1},
+    [CLFLASH_TUNE_PORTABLE_LARGE_GRF] = {"portable.large_grf", 0, 1},
     [CLFLASH_TUNE_NV_FORWARD_BLOCK] = {"nv_forward.block", 16, 64},
     [CLFLASH_TUNE_NV_FORWARD_WARPS] = {"nv_forward.warps", 1, 16},
     [CLFLASH_TUNE_NV_FORWARD_MTILES] = {"nv_forward.mtiles", 1, 4},
@@ -49,6 +50,7 @@ static const tune_param params[CLFLASH_TUNE_COUNT] = {
 /* One rule: the conditions it applies under and the values it sets or clears. */
 struct clflash_tune_rule {
     char device[128];             /* a case-insensitive part of the device's name; "" = any */
+    uint32_t classes;             /* bit per clflash_device_class; 0 = any */
     uint32_t dtypes;              /* bit per clflash_dtype; 0 = any */
     uint32_t dim_lo, dim_hi;      /* head_dim range; 0, 0 = any */
     clflash_tune_values values;   /* set: bits of keys given a value */
@@ -138,6 +140,34 @@ static int parse_dtypes(const char *s, size_t n, uint32_t *mask)
     return *mask != 0 && s[n - 1] != '|';
 }
 
+static const char *const class_names[] = {
+    [CLFLASH_CLASS_CPU] = "cpu",           [CLFLASH_CLASS_NVIDIA_GPU] = "nvidia_gpu",
+    [CLFLASH_CLASS_AMD_GPU] = "amd_gpu",   [CLFLASH_CLASS_INTEL_GPU] = "intel_gpu",
+    [CLFLASH_CLASS_OTHER_GPU] = "other_gpu", [CLFLASH_CLASS_OTHER] = "other",
+};
+
+/* class=NAME[|NAME...]: device classes (lib/device_info.c decides a device's). */
+static int parse_classes(const char *s, size_t n, uint32_t *mask)
+{
+    size_t i = 0;
+    *mask = 0;
+    while (i < n) {
+        size_t j = i;
+        int found = 0;
+        while (j < n && s[j] != '|')
+            j++;
+        for (size_t k = 0; k < sizeof class_names / sizeof class_names[0]; k++)
+            if (strlen(class_names[k]) == j - i && strncmp(class_names[k], s + i, j - i) == 0) {
+                *mask |= 1u << k;
+                found = 1;
+            }
+        if (!found)
+            return 0;
+        i = j + 1;
+    }
+    return *mask != 0 && s[n - 1] != '|';
+}
+
 static int parse_dims(const char *s, size_t n, uint32_t *lo, uint32_t *hi)
 {
     const char *dash = memchr(s, '-', n);
@@ -198,6 +228,16 @@ static int parse_item(const char *s, size_t n, const char *where, struct clflash
         }
         return 1;
     }
+    if (kn == 5 && strncmp(key, "class", 5) == 0) {
+        if (vn == 0 || !parse_classes(val, vn, &r->classes)) {
+            clflash_fail(CLFLASH_ERROR_INVALID_OPTIONS,
+                         "%s: class=\"%.*s\" is not cpu, nvidia_gpu, amd_gpu, intel_gpu, other_gpu or other (joined "
+                         "by |)",
+                         where, (int)vn, val);
+            return 0;
+        }
+        return 1;
+    }
     if (kn == 8 && strncmp(key, "head_dim", 8) == 0) {
         if (vn == 0 || !parse_dims(val, vn, &r->dim_lo, &r->dim_hi)) {
             clflash_fail(CLFLASH_ERROR_INVALID_OPTIONS, "%s: head_dim=\"%.*s\" is not N or LO-HI within 1..%u", where,
@@ -242,8 +282,8 @@ static int parse_item(const char *s, size_t n, const char *where, struct clflash
 
 static int same_conditions(const clflash_tune_rule *a, const clflash_tune_rule *b)
 {
-    return strcmp(a->device, b->device) == 0 && a->dtypes == b->dtypes && a->dim_lo == b->dim_lo &&
-           a->dim_hi == b->dim_hi;
+    return strcmp(a->device, b->device) == 0 && a->classes == b->classes && a->dtypes == b->dtypes &&
+           a->dim_lo == b->dim_lo && a->dim_hi == b->dim_hi;
 }
 
 /* Applies rule b after rule a as one rule in a: the same result for every call (cleared values
@@ -304,15 +344,31 @@ static clflash_status parse_spec(const char *spec, const char *where, clflash_tu
     return CLFLASH_SUCCESS;
 }
 
-/* Keeps the rules whose device condition matches this context's device (all do but those naming
- * another device), so that resolving a call looks at conditions on the problem only. */
-static void keep_device_rules(const clflash_context *c, clflash_tune_rule *list, uint32_t *count)
+/* Keeps the rules whose device conditions match a device of this name and class (all do but those
+ * naming another device or class), so that resolving a call looks at conditions on the problem
+ * only. */
+static void keep_device_rules(const char *name, clflash_device_class cls, clflash_tune_rule *list, uint32_t *count)
 {
     uint32_t kept = 0;
     for (uint32_t i = 0; i < *count; i++)
-        if (list[i].device[0] == '\0' || clflash_contains_nocase(c->info.name, list[i].device))
+        if ((list[i].device[0] == '\0' || clflash_contains_nocase(name, list[i].device)) &&
+            (list[i].classes == 0 || (list[i].classes & 1u << cls)))
             list[kept++] = list[i];
     *count = kept;
+}
+
+/* The built-in rules (tuning_builtin.c), parsed like a user's: a rule that does not parse is a
+ * defect of the library, reported as such. */
+static clflash_status read_builtin(clflash_tune_rule **list, uint32_t *count)
+{
+    char where[64];
+    for (uint32_t i = 0; i < clflash_builtin_rule_count(); i++) {
+        snprintf(where, sizeof where, "clflash's built-in tuning rule %u", i + 1);
+        clflash_status st = parse_spec(clflash_builtin_rule(i), where, list, count);
+        if (st != CLFLASH_SUCCESS)
+            return st;
+    }
+    return CLFLASH_SUCCESS;
 }
 
 /* The tuning file: one rule per line, '#' to the end of a line a comment. */
@@ -359,7 +415,8 @@ clflash_status clflash_tune_load(clflash_context *c, const char *option_spec)
     uint32_t count = 0;
     clflash_status st = CLFLASH_SUCCESS;
     const char *file = getenv("CLFLASH_TUNING_FILE"), *env = getenv("CLFLASH_TUNE");
-    if (file != NULL && file[0] != '\0')
+    st = read_builtin(&list, &count);
+    if (st == CLFLASH_SUCCESS && file != NULL && file[0] != '\0')
         st = read_file(file, &list, &count);
     if (st == CLFLASH_SUCCESS && option_spec != NULL)
         st = parse_spec(option_spec, "the tuning option", &list, &count);
@@ -369,7 +426,7 @@ clflash_status clflash_tune_load(clflash_context *c, const char *option_spec)
         free(list);
         return st;
     }
-    keep_device_rules(c, list, &count);
+    keep_device_rules(c->info.name, c->info.device_class, list, &count);
     c->tune_rules = list;
     c->tune_count = count;
     return CLFLASH_SUCCESS;
@@ -395,7 +452,7 @@ clflash_status clflash_context_set_tuning(clflash_context *c, const char *spec)
         count = c->tune_count;
     }
     if ((st = parse_spec(spec, "clflash_context_set_tuning", &list, &count)) == CLFLASH_SUCCESS) {
-        keep_device_rules(c, list, &count);
+        keep_device_rules(c->info.name, c->info.device_class, list, &count);
         free(c->tune_rules);
         c->tune_rules = list;
         c->tune_count = count;
@@ -406,15 +463,13 @@ clflash_status clflash_context_set_tuning(clflash_context *c, const char *spec)
     return st;
 }
 
-void clflash_tune_resolve(clflash_context *c, clflash_problem *p)
+/* Applies the rules that match (dtype, head_dim), in order, to *v. */
+static void apply_rules(const clflash_tune_rule *rules, uint32_t count, clflash_dtype dtype, uint32_t head_dim,
+                        clflash_tune_values *v)
 {
-    clflash_tune_values *v = &p->tune;
-    memset(v, 0, sizeof *v);
-    pthread_mutex_lock(&c->tune_lock);
-    for (uint32_t i = 0; i < c->tune_count; i++) {
-        const clflash_tune_rule *r = &c->tune_rules[i];
-        if ((r->dtypes && !(r->dtypes & 1u << p->dtype)) ||
-            (r->dim_hi && (p->head_dim < r->dim_lo || p->head_dim > r->dim_hi)))
+    for (uint32_t i = 0; i < count; i++) {
+        const clflash_tune_rule *r = &rules[i];
+        if ((r->dtypes && !(r->dtypes & 1u << dtype)) || (r->dim_hi && (head_dim < r->dim_lo || head_dim > r->dim_hi)))
             continue;
         v->set &= ~r->cleared;
         for (int k = 0; k < CLFLASH_TUNE_COUNT; k++)
@@ -424,12 +479,34 @@ void clflash_tune_resolve(clflash_context *c, clflash_problem *p)
             memcpy(v->regtile, r->values.regtile, sizeof v->regtile);
         v->set |= r->values.set;
     }
-    pthread_mutex_unlock(&c->tune_lock);
     for (int k = 0; k < CLFLASH_TUNE_COUNT; k++) /* the same settings give the same bytes (plan_cache.c) */
         if (!(v->set & 1u << k))
             v->value[k] = 0;
     if (!(v->set & 1u << CLFLASH_TUNE_PORTABLE_REGTILE))
         memset(v->regtile, 0, sizeof v->regtile);
+}
+
+void clflash_tune_resolve(clflash_context *c, clflash_problem *p)
+{
+    memset(&p->tune, 0, sizeof p->tune);
+    pthread_mutex_lock(&c->tune_lock);
+    apply_rules(c->tune_rules, c->tune_count, p->dtype, p->head_dim, &p->tune);
+    pthread_mutex_unlock(&c->tune_lock);
+}
+
+clflash_status clflash_tune_builtin_values(const char *device_name, clflash_device_class cls, clflash_dtype dtype,
+                                           uint32_t head_dim, clflash_tune_values *v)
+{
+    clflash_tune_rule *list = NULL;
+    uint32_t count = 0;
+    const clflash_status st = read_builtin(&list, &count);
+    memset(v, 0, sizeof *v);
+    if (st == CLFLASH_SUCCESS) {
+        keep_device_rules(device_name, cls, list, &count);
+        apply_rules(list, count, dtype, head_dim, v);
+    }
+    free(list);
+    return st;
 }
 
 void clflash_tune_free(clflash_context *c)

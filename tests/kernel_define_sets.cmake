@@ -3,19 +3,21 @@
 # both so that every target family builds the same configurations.
 #
 # The define sets are the planners' defaults for a GPU with 64 KiB of local memory (lib/
-# forward_plan.c, backward_plan.c, merge_plan in forward.c): the register-tiled forward's RT_RM 4,
-# RT_TC 8 (16 above d = 128), BLOCK_Q 64 (32 above d = 128) at the largest B that fits; the lane
-# path, the backward and the naive kernels at the B and strides their planners compute for the
-# shape. Each entry of _cases is "name|source after common.cl|options".
+# forward_plan.c, backward_plan.c, merge_plan in forward.c). The register-tiled forward's tiles
+# (RT_RM, RT_TC, BLOCK_Q) and B depend on the target: its cases hold @REGTILE@, which each matrix
+# replaces per target by what the library would plan there (kernel_tuned_options.cmake, through
+# tests/tuning_table: the planner's defaults with the built-in tuning rules). The lane path, the
+# backward and the naive kernels are at the B and strides their planners compute for the shape.
+# Each entry of _cases is "name|source after common.cl|options".
 
 set(_none "-cl-std=CL1.2 -D CAUSAL=0 -D WINDOW=0 -D SOFTCAP=0 -D BIAS=0 -D ALIBI=0 -D KEYLEN=0")
 set(_all "-cl-std=CL1.2 -D CAUSAL=1 -D WINDOW=1 -D SOFTCAP=1 -D BIAS=1 -D ALIBI=1 -D KEYLEN=1")
 set(_fwd "-D CLFLASH_DTYPE_F16")
 set(_cases
-  "forward-regtile-d64|flash_forward_regtile.cl|${_none} ${_fwd} -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D HEAD_DIM=64 -D BLOCK=64 -D BLOCK_Q=64 -D RT_RM=4 -D RT_TC=8"
-  "forward-regtile-d128|flash_forward_regtile.cl|${_none} ${_fwd} -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D HEAD_DIM=128 -D BLOCK=32 -D BLOCK_Q=64 -D RT_RM=4 -D RT_TC=8"
-  "forward-regtile-d128-features|flash_forward_regtile.cl|${_all} ${_fwd} -D CLFLASH_OUT_F32 -D WITH_LSE=1 -D SPLIT=1 -D PACK=4 -D HEAD_DIM=128 -D BLOCK=32 -D BLOCK_Q=64 -D RT_RM=4 -D RT_TC=8"
-  "forward-regtile-d256|flash_forward_regtile.cl|${_none} ${_fwd} -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D HEAD_DIM=256 -D BLOCK=16 -D BLOCK_Q=32 -D RT_RM=4 -D RT_TC=16"
+  "forward-regtile-d64|flash_forward_regtile.cl|${_none} ${_fwd} -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D HEAD_DIM=64 @REGTILE@"
+  "forward-regtile-d128|flash_forward_regtile.cl|${_none} ${_fwd} -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D HEAD_DIM=128 @REGTILE@"
+  "forward-regtile-d128-features|flash_forward_regtile.cl|${_all} ${_fwd} -D CLFLASH_OUT_F32 -D WITH_LSE=1 -D SPLIT=1 -D PACK=4 -D HEAD_DIM=128 @REGTILE@"
+  "forward-regtile-d256|flash_forward_regtile.cl|${_none} ${_fwd} -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D HEAD_DIM=256 @REGTILE@"
   "forward-lanes-d64|flash_forward_lanes.cl|${_none} ${_fwd} -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D HEAD_DIM=64 -D BLOCK=32 -D TPR=4 -D LDS_STRIDE=66 -D KT_STRIDE=33 -D P_STRIDE=33"
   "merge-d128|merge_states.cl|-cl-std=CL1.2 -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D HEAD_DIM=128 -D MERGE_LANES=32 -D MERGE_ROWS=4 -D MERGE_MAX_PARTS=256 -D WITH_LSE=1"
   "backward-d64|flash_backward.cl|${_none} -D CLFLASH_CPU_PATH=0 -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D HEAD_DIM=64 -D BLOCK=32 -D TPR=4 -D LDS_STRIDE=66 -D T_STRIDE=33 -D P_STRIDE=33 -D ROWDOT_WG=64"
@@ -24,6 +26,15 @@ set(_cases
   "naive-backward-d64|naive_backward.cl|${_none} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D HEAD_DIM=64 -D SOFTMAX_WG=256"
   "bias-grad-d64|bias_grad.cl|${_all} -D CLFLASH_DTYPE_F16 -D HEAD_DIM=64 -D BCAST_BATCH=1 -D BCAST_HEADS=1 -D BCAST_ROWS=0"
 )
+
+# The register tiles in a case's options as "RMxTCxBQ, B N" (the tuning syntax's order), or "-".
+function(kernel_tiles_label _opts _out)
+  if(_opts MATCHES "-D BLOCK=([0-9]+) -D BLOCK_Q=([0-9]+) -D RT_RM=([0-9]+) -D RT_TC=([0-9]+)")
+    set(${_out} "${CMAKE_MATCH_3}x${CMAKE_MATCH_4}x${CMAKE_MATCH_2}, B ${CMAKE_MATCH_1}" PARENT_SCOPE)
+  else()
+    set(${_out} "-" PARENT_SCOPE)
+  endif()
+endfunction()
 
 # For one _cases entry: sets _name, _opts (the options as one string), _body (the kernel file's
 # own text) and _src, the path of a file WORK/<prefix>_<name>.cl holding common.cl and then the

@@ -18,19 +18,20 @@ if(NOT OCLOC OR NOT EXISTS "${OCLOC}")
 endif()
 
 include(${CMAKE_CURRENT_LIST_DIR}/kernel_define_sets.cmake)
-# Xe-LP (Tiger Lake, tgllp), Xe-HPG (Arc A770, acm-g10), Xe-HPC (Data Center GPU Max, pvc).
+include(${CMAKE_CURRENT_LIST_DIR}/kernel_tuned_options.cmake)
+# Xe-LP (Tiger Lake, tgllp), Xe-HPG (Arc A770, acm-g10), Xe-HPC (Data Center GPU Max, pvc), each
+# with the OpenCL device name a GPU of the family reports (the built-in tuning rules match names).
 set(_targets tgllp acm-g10 pvc)
-# "case|target": spills known and accepted until the tuning table gives these targets their own
-# parameters (deliver 4 of the portability work: register tiles for Xe, or
-# -cl-intel-256-GRF-per-thread). Intel's compiler (ocloc 22.43) gives a kernel 128 registers: the
-# register-tiled forward (RT_RM x RT_TC float4 accumulators) spills on all three at d <= 128 and at
-# d = 256 on pvc, where it compiles SIMD32; the merge kernel spills on pvc too (SIMD32), and the
-# portable backward's gradient kernel at d = 64 by a few registers on tgllp and acm-g10. Anything
-# else that spills fails.
-set(_known_spills
-  "forward-regtile-d64|tgllp" "forward-regtile-d64|acm-g10" "forward-regtile-d64|pvc"
-  "forward-regtile-d128|tgllp" "forward-regtile-d128|acm-g10" "forward-regtile-d128|pvc"
-  "forward-regtile-d256|pvc" "merge-d128|pvc" "backward-d64|tgllp" "backward-d64|acm-g10")
+set(_device_tgllp "Intel(R) Iris(R) Xe Graphics")
+set(_device_acm-g10 "Intel(R) Arc(TM) A770 Graphics")
+set(_device_pvc "Intel(R) Data Center GPU Max 1550")
+# "case|target": spills known and accepted in kernels whose parameters the tuning table does not
+# set yet. Intel's compiler (ocloc 22.43) gives a kernel 128 registers: the merge kernel spills on
+# pvc (SIMD32), and the portable backward's gradient kernel at d = 64 by a few registers on tgllp
+# and acm-g10. The register-tiled forward is built with the tiles the library plans for each target
+# (@REGTILE@, the built-in rules included) and must not spill anywhere. Anything else that spills
+# fails.
+set(_known_spills "merge-d128|pvc" "backward-d64|tgllp" "backward-d64|acm-g10")
 
 set(_env "")
 if(OCLOC_LIBS)
@@ -41,10 +42,12 @@ set(_table "")
 foreach(_case IN LISTS _cases)
   kernel_case_source("${_case}" intel)
   foreach(_dev IN LISTS _targets)
+    kernel_tuned_options("${_opts}" "${_device_${_dev}}" intel_gpu _target_opts)
+    kernel_tiles_label("${_target_opts}" _tiles)
     set(_out "${WORK}/intel_${_name}_${_dev}")
     file(MAKE_DIRECTORY "${_out}")
     execute_process(COMMAND ${CMAKE_COMMAND} -E env ${_env} "${OCLOC}" compile -file "${_src}" -device ${_dev}
-                            -out_dir "${_out}" -options "${_opts}"
+                            -out_dir "${_out}" -options "${_target_opts}"
       RESULT_VARIABLE _rc OUTPUT_VARIABLE _log ERROR_VARIABLE _err)
     string(APPEND _log "${_err}")
     if(NOT _rc EQUAL 0 OR NOT _log MATCHES "Build succeeded")
@@ -68,15 +71,15 @@ foreach(_case IN LISTS _cases)
         set(_regs "${CMAKE_MATCH_2}")
         set(_spill "${CMAKE_MATCH_3}")
       endif()
-      string(APPEND _table "| ${_name} | ${_k} | ${_dev} | ${_simd} | ${_regs} | ${_spill} |\n")
+      string(APPEND _table "| ${_name} | ${_k} | ${_dev} | ${_tiles} | ${_simd} | ${_regs} | ${_spill} |\n")
       if(_spill GREATER 0 AND NOT "${_name}|${_dev}" IN_LIST _known_spills)
         string(APPEND _failed "  ${_name} (${_k}) for ${_dev}: spilled around ${_spill} (SIMD${_simd}, ${_regs} registers)\n")
       endif()
     endforeach()
   endforeach()
 endforeach()
-message("| case | kernel | target | SIMD | registers | spilled (ocloc's estimate) |\n"
-        "|---|---|---|---|---|---|\n${_table}")
+message("| case | kernel | target | tiles | SIMD | registers | spilled (ocloc's estimate) |\n"
+        "|---|---|---|---|---|---|---|\n${_table}")
 if(_failed)
   message(FATAL_ERROR "kernel resources on Intel GPUs:\n${_failed}")
 endif()

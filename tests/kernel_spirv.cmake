@@ -17,10 +17,13 @@ if(NOT CLANG OR NOT LLVM_SPIRV OR NOT SPIRV_VAL)
 endif()
 
 include(${CMAKE_CURRENT_LIST_DIR}/kernel_define_sets.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/kernel_tuned_options.cmake)
 set(_failed "")
 set(_table "")
 foreach(_case IN LISTS _cases)
   kernel_case_source("${_case}" spirv)
+  # SPIR-V is for any device: the planner's defaults, which no built-in rule changes for other GPUs
+  kernel_tuned_options("${_opts}" "a SPIR-V device" other_gpu _opts)
   set(_bc "${WORK}/spirv_${_name}.bc")
   set(_spv "${WORK}/spirv_${_name}.spv")
   file(REMOVE "${_bc}" "${_spv}")

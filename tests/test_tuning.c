@@ -61,6 +61,7 @@ static const struct {
     {"nv_forward.warps", "is not key=value"},
     {"=3", "is not a tuning parameter"},
     {"portable.cpu_path=2", "in 0..1"},
+    {"portable.large_grf=2", "in 0..1"},
     {"nv_forward.block=15", "in 16..64"},
     {"nv_forward.stages=9", "in 2..8"},
     {"nv_forward.mtiles=5", "in 1..4"},
@@ -80,6 +81,9 @@ static const struct {
     {"head_dim=300,portable.cpu_path=0", "head_dim=\"300\""},
     {"head_dim=-4,portable.cpu_path=0", "head_dim=\"-4\""},
     {"device=,portable.cpu_path=0", "device= needs"},
+    {"class=gpu,portable.cpu_path=0", "class=\"gpu\""},
+    {"class=cpu|,portable.cpu_path=0", "class=\"cpu|\""},
+    {"class=,portable.cpu_path=0", "class=\"\""},
     /* one bad item anywhere: nothing of the spec applies, not even its valid first rule */
     {"portable.regtile=1x2x8; portable.cpu_path=0,bogus=1", "\"bogus\" is not a tuning parameter"},
 };
@@ -119,6 +123,7 @@ START_TEST(good_specs_are_accepted)
         "nv_backward.maxrregcount=32,nv_backward.maxrregcount=255,nv_backward.stream=0,nv_backward.stream=1",
         " dtype = f32|f16|bf16|i8 , head_dim = 1-256 , device = a device nobody has , nv_forward.warps = 2 ",
         "head_dim=128,nv_forward.warps=",
+        "class=cpu|nvidia_gpu|amd_gpu|intel_gpu|other_gpu|other,nv_forward.warps=2; class = amd_gpu , head_dim=64",
     };
     clflash_context *c = tuned_context(NULL);
     for (size_t i = 0; i < N_OF(good); i++)
@@ -172,6 +177,23 @@ START_TEST(conditions_select_the_calls)
     ck_assert_int_eq(clflash_context_set_tuning(c, spec), CLFLASH_SUCCESS);
     ck_assert_msg(strcmp(plan_of(c, 64, CLFLASH_F32).tuning, "portable.cpu_path=0,portable.regtile=0") == 0,
                   "\"%s\" did not apply on \"%s\"", spec, name);
+
+    /* class=: a rule for the other classes is dropped, one for this device's class applies (a CPU
+     * is of class cpu; a GPU of one of the four GPU classes) */
+    cl_device_type type = 0;
+    ck_assert_int_eq(clGetDeviceInfo(clflash_context_device(c), CL_DEVICE_TYPE, sizeof type, &type, NULL),
+                     CL_SUCCESS);
+    const int cpu = (type & CL_DEVICE_TYPE_CPU) != 0;
+    ck_assert_int_eq(clflash_context_set_tuning(c, cpu ? "class=nvidia_gpu|amd_gpu|intel_gpu|other_gpu|other,"
+                                                         "portable.regtile=2x4x8"
+                                                       : "class=cpu|other,portable.regtile=2x4x8"),
+                     CLFLASH_SUCCESS);
+    ck_assert_str_eq(plan_of(c, 64, CLFLASH_F32).tuning, "portable.cpu_path=0,portable.regtile=0");
+    ck_assert_int_eq(clflash_context_set_tuning(c, cpu ? "class=cpu,portable.regtile=1x4x8"
+                                                       : "class=nvidia_gpu|amd_gpu|intel_gpu|other_gpu,"
+                                                         "portable.regtile=1x4x8"),
+                     CLFLASH_SUCCESS);
+    ck_assert_str_eq(plan_of(c, 64, CLFLASH_F32).tuning, "portable.cpu_path=0,portable.regtile=1x4x8");
     clflash_context_free(c);
 }
 END_TEST
@@ -291,6 +313,36 @@ START_TEST(settings_reach_the_calls)
 }
 END_TEST
 
+/* portable.large_grf: Intel's compilers take the option; any other refuses it and the kernel is
+ * built without it. Either way the call is right and the plan says which kernel ran; the context's
+ * build log keeps the refused build. */
+START_TEST(large_grf_builds_with_or_without)
+{
+    clflash_context *c = tuned_context("portable.cpu_path=0,portable.large_grf=1");
+    const clflash_attention_desc d = th_desc(1, 3, 1, 37, 53, 24, CLFLASH_F32, CLFLASH_CAUSAL);
+    clflash_plan p = {.struct_size = sizeof p};
+    ck_assert_int_eq(clflash_plan_attention(c, &d, &p), CLFLASH_SUCCESS);
+    ck_assert_str_eq(p.kernel, "flash_forward_regtile");
+    char vendor[256] = "";
+    ck_assert_int_eq(clGetDeviceInfo(clflash_context_device(c), CL_DEVICE_VENDOR, sizeof vendor - 1, vendor, NULL),
+                     CL_SUCCESS);
+    const char *const with = "portable.cpu_path=0,portable.regtile=4x8x40,portable.large_grf=1";
+    const char *const without = "portable.cpu_path=0,portable.regtile=4x8x40,portable.large_grf=0";
+    if (strstr(vendor, "Intel") == NULL) { /* PoCL, NVIDIA, AMD: the option is refused */
+        ck_assert_str_eq(p.tuning, without);
+        ck_assert_ptr_nonnull(strstr(clflash_context_build_log(c), "256-GRF"));
+    } else {
+        ck_assert_msg(strcmp(p.tuning, with) == 0 || strcmp(p.tuning, without) == 0, "%s", p.tuning);
+    }
+    run_and_check(c, &d, TH_FLASH, 1, 1, 9200);
+    /* without the setting the report does not name it */
+    ck_assert_int_eq(clflash_context_set_tuning(c, "portable.large_grf="), CLFLASH_SUCCESS);
+    ck_assert_int_eq(clflash_plan_attention(c, &d, &p), CLFLASH_SUCCESS);
+    ck_assert_str_eq(p.tuning, "portable.cpu_path=0,portable.regtile=4x8x40");
+    clflash_context_free(c);
+}
+END_TEST
+
 typedef struct {
     clflash_context *c;
     int bad;
@@ -339,6 +391,7 @@ int main(void)
     tcase_add_test(tc, sources_apply_in_order);
     tcase_add_test(tc, bad_sources_fail_the_create);
     tcase_add_test(tc, settings_reach_the_calls);
+    tcase_add_test(tc, large_grf_builds_with_or_without);
     tcase_add_test(tc, settings_change_while_threads_plan);
     suite_add_tcase(s, tc);
     return run_suite(s);

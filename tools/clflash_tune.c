@@ -149,8 +149,9 @@ static void add_spec(spec_list *l, char *s)
 }
 
 /* The register tiles of the portable kernel's GPU path: RM rows per work-item, TC work-items per
- * row group, BQ query rows per work-group, work-groups of 32 to max_wg work-items. */
-static void regtile_candidates(spec_list *l, size_t max_wg, const char *prefix)
+ * row group, BQ query rows per work-group, work-groups of 32 to max_wg work-items; on an Intel GPU
+ * (large_grf) each also in the 256-register mode. */
+static void regtile_candidates(spec_list *l, size_t max_wg, const char *prefix, int large_grf)
 {
     static const unsigned rms[] = {1, 2, 4, 8}, tcs[] = {4, 8, 16, 32}, bqs[] = {16, 32, 64, 128};
     add_spec(l, xprintf("%sportable.regtile=0", prefix));
@@ -159,7 +160,9 @@ static void regtile_candidates(spec_list *l, size_t max_wg, const char *prefix)
             for (size_t q = 0; q < 4; q++) {
                 const unsigned wg = bqs[q] / rms[a] * tcs[b];
                 if (bqs[q] % rms[a] == 0 && wg >= 32 && wg <= max_wg)
-                    add_spec(l, xprintf("%sportable.regtile=%ux%ux%u", prefix, rms[a], tcs[b], bqs[q]));
+                    for (int grf = 0; grf <= large_grf; grf++)
+                        add_spec(l, xprintf("%sportable.regtile=%ux%ux%u%s", prefix, rms[a], tcs[b], bqs[q],
+                                            grf ? ",portable.large_grf=1" : ""));
             }
 }
 
@@ -344,7 +347,7 @@ static const char *param_keys(const char *kernel)
     if (strcmp(kernel, "nv_mma_forward") == 0)
         return "nv_forward.block=,nv_forward.warps=,nv_forward.mtiles=,nv_forward.stages=,nv_forward.fused_merge=,"
                "nv_forward.merge_group=,nv_forward.merge_parts=,nv_forward.merge_lse_batch=,nv_forward.merge_prefetch=";
-    return "portable.cpu_path=,portable.regtile=";
+    return "portable.cpu_path=,portable.regtile=,portable.large_grf=";
 }
 
 int main(int argc, char **argv)
@@ -372,6 +375,11 @@ int main(int argc, char **argv)
     trim(device_name);
     size_t max_wg = 0;
     clGetDeviceInfo(clflash_context_device(c), CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wg, &max_wg, NULL);
+    char vendor[256] = "";
+    cl_device_type type = 0;
+    clGetDeviceInfo(clflash_context_device(c), CL_DEVICE_VENDOR, sizeof vendor - 1, vendor, NULL);
+    clGetDeviceInfo(clflash_context_device(c), CL_DEVICE_TYPE, sizeof type, &type, NULL);
+    const int intel_gpu = strstr(vendor, "Intel") != NULL && (type & CL_DEVICE_TYPE_GPU) != 0;
 
     const clflash_attention_desc shape = make_desc(&o, o.batch, o.seq_q, o.seq_k);
     clflash_plan def = {.struct_size = sizeof def};
@@ -391,10 +399,10 @@ int main(int argc, char **argv)
     } else if (strcmp(def.kernel, "nv_mma_forward") == 0) {
         nv_forward_candidates(&cands, def.splits > 1);
     } else if (strcmp(def.kernel, "flash_forward_regtile") == 0) {
-        regtile_candidates(&cands, max_wg, "portable.cpu_path=0,");
+        regtile_candidates(&cands, max_wg, "portable.cpu_path=0,", intel_gpu);
     } else { /* the CPU paths (flash_forward_portable, flash_decode_cpu): the CPU path or the GPU paths */
         add_spec(&cands, xstrdup("portable.cpu_path=1"));
-        regtile_candidates(&cands, max_wg, "portable.cpu_path=0,");
+        regtile_candidates(&cands, max_wg, "portable.cpu_path=0,", intel_gpu);
     }
     const size_t ncand = o.max_candidates && cands.n > o.max_candidates ? o.max_candidates : cands.n;
 
