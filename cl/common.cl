@@ -363,3 +363,18 @@ static inline void split_part(uint n_splits, uint split_keys, uint heads_q, uint
     float out_scale, __global const float *bias, ulong bias_off, ulong bias_bs, ulong bias_hs, \
     ulong bias_rs, __global const float *alibi, __global const int *key_lens, uint n_splits, \
     uint split_keys
+
+/* FORWARD_ARGS: FORWARD_PARAMS's names, for a kernel that passes them on to its body. */
+#define FORWARD_ARGS \
+    q, k, v, o, lse, seq_q, seq_k, heads_q, group, score_scale, q_off, q_bs, q_hs, q_ss, k_off, \
+    k_bs, k_hs, k_ss, v_off, v_bs, v_hs, v_ss, o_off, o_bs, o_hs, o_ss, win_left, win_right, \
+    softcap, out_scale, bias, bias_off, bias_bs, bias_hs, bias_rs, alibi, key_lens, n_splits, \
+    split_keys
+
+/* PATH_FUNCTION: a forward path's body, a function always inlined into its kernel, which declares
+ * the path's local arrays (OpenCL C 1.2 allows them only at kernel scope) and passes them in.
+ * Always inlined because PoCL 3.1 (LLVM 15) computed wrong results when such a function, which
+ * holds barriers, stayed a call; and because clang's AMD back end allocates registers better for
+ * the body as a function (forward-lanes d = 64 on gfx1100: 64 VGPRs instead of 100 with the body
+ * written in the kernel itself; tests/kernel_resources.cmake prints the counts). */
+#define PATH_FUNCTION static inline __attribute__((always_inline))

@@ -71,12 +71,10 @@ static inline float8 transform_scores8(float8 s, float softcap, __global const f
 }
 #endif
 
-/* One work-item per query row. The local arrays are declared at kernel scope, as OpenCL C 1.2
- * requires. */
-__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void flash_forward_cpu(FORWARD_PARAMS)
+/* One work-item per query row. The body is a function, always inlined (common.cl's PATH_FUNCTION);
+ * its local arrays are declared in the kernel below, at kernel scope as OpenCL C 1.2 requires. */
+PATH_FUNCTION void flash_forward_cpu_body(FORWARD_PARAMS, __local float *kf, __local float *vf)
 {
-    __local float kf[HEAD_DIM * BLOCK]; /* transposed: kf[c][j] */
-    __local float vf[BLOCK * HD8];
 
     const uint lid = get_local_id(0); /* = the row: one work-item per row */
     const uint q0 = query_block_index(n_splits) * BLOCK;
@@ -255,4 +253,12 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void flash_forward
         lse[(ulong)bh * seq_q + qi] = l == 0.0f ? -INFINITY : (m + log2(l)) * M_LN2_F;
 #endif
     }
+}
+
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void flash_forward_cpu(FORWARD_PARAMS)
+{
+    __local float kf[HEAD_DIM * BLOCK]; /* transposed: kf[c][j] */
+    __local float vf[BLOCK * HD8];
+
+    flash_forward_cpu_body(FORWARD_ARGS, kf, vf);
 }

@@ -50,15 +50,10 @@
 #define KEYS_PER_LANE (BLOCK / TPR)
 #define COLS_PER_LANE ((HEAD_DIM + TPR - 1) / TPR)
 
-/* TPR work-items per query row. The local arrays are declared at kernel scope, as OpenCL C 1.2
- * requires. */
-__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void flash_forward_lanes(FORWARD_PARAMS)
+/* TPR work-items per query row. The body is a function, always inlined (common.cl's PATH_FUNCTION);
+ * its local arrays are declared in the kernel below, at kernel scope as OpenCL C 1.2 requires. */
+PATH_FUNCTION void flash_forward_lanes_body(FORWARD_PARAMS, __local bits_t *qt, __local bits_t *kt, __local bits_t *vt, __local float *pt, __local float *rowmax)
 {
-    __local bits_t qt[BLOCK * LDS_STRIDE];
-    __local bits_t kt[HEAD_DIM * KT_STRIDE]; /* transposed: kt[c][j] */
-    __local bits_t vt[BLOCK * LDS_STRIDE];
-    __local float pt[BLOCK * P_STRIDE];
-    __local float rowmax[BLOCK * TPR];
 
     const uint lid = get_local_id(0);
     const uint row = lid / TPR;
@@ -184,4 +179,15 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void flash_forward
             lse[(ulong)bh * seq_q + qi] = l == 0.0f ? -INFINITY : (m + log2(l)) * M_LN2_F;
 #endif
     }
+}
+
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void flash_forward_lanes(FORWARD_PARAMS)
+{
+    __local bits_t qt[BLOCK * LDS_STRIDE];
+    __local bits_t kt[HEAD_DIM * KT_STRIDE]; /* transposed: kt[c][j] */
+    __local bits_t vt[BLOCK * LDS_STRIDE];
+    __local float pt[BLOCK * P_STRIDE];
+    __local float rowmax[BLOCK * TPR];
+
+    flash_forward_lanes_body(FORWARD_ARGS, qt, kt, vt, pt, rowmax);
 }

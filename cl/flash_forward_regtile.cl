@@ -70,14 +70,10 @@
 #define RT_KS4 (RT_KW + 1)
 #define RT_PS4 ((BLOCK_Q + 3) / 4 + 1)
 
-/* RT_RM rows x keys per work-item. The local arrays are declared at kernel scope, as OpenCL C 1.2
- * requires. */
-__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void flash_forward_regtile(FORWARD_PARAMS)
+/* RT_RM rows x keys per work-item. The body is a function, always inlined (common.cl's PATH_FUNCTION);
+ * its local arrays are declared in the kernel below, at kernel scope as OpenCL C 1.2 requires. */
+PATH_FUNCTION void flash_forward_regtile_body(FORWARD_PARAMS, __local float4 *qs4, __local float4 *kv4, __local float4 *pt4, __local float *red)
 {
-    __local float4 qs4[BLOCK_Q * RT_QS4]; /* qs[r][c]: the Q block, fp32 */
-    __local float4 kv4[BLOCK * RT_KS4];   /* kv[j][c]: the K tile, then the V tile, fp32 */
-    __local float4 pt4[BLOCK * RT_PS4];   /* pt[j][tr * RT_RM + i]: P, key-major */
-    __local float red[BLOCK_Q * RT_TC];   /* red[tr * RT_RM + i][tc]: per-work-item maxima, then sums */
     __local float *const qs = (__local float *)qs4;
     __local float *const kv = (__local float *)kv4;
     __local float *const pt = (__local float *)pt4;
@@ -360,4 +356,14 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void flash_forward
 #endif
         }
     }
+}
+
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void flash_forward_regtile(FORWARD_PARAMS)
+{
+    __local float4 qs4[BLOCK_Q * RT_QS4]; /* qs[r][c]: the Q block, fp32 */
+    __local float4 kv4[BLOCK * RT_KS4];   /* kv[j][c]: the K tile, then the V tile, fp32 */
+    __local float4 pt4[BLOCK * RT_PS4];   /* pt[j][tr * RT_RM + i]: P, key-major */
+    __local float red[BLOCK_Q * RT_TC];   /* red[tr * RT_RM + i][tc]: per-work-item maxima, then sums */
+
+    flash_forward_regtile_body(FORWARD_ARGS, qs4, kv4, pt4, red);
 }
