@@ -75,7 +75,6 @@ static inline float8 transform_scores8(float8 s, float softcap, __global const f
  * its local arrays are declared in the kernel below, at kernel scope as OpenCL C 1.2 requires. */
 PATH_FUNCTION void flash_forward_cpu_body(FORWARD_PARAMS, __local float *kf, __local float *vf)
 {
-
     const uint lid = get_local_id(0); /* = the row: one work-item per row */
     const uint q0 = query_block_index(n_splits) * BLOCK;
     const uint h = get_group_id(1);

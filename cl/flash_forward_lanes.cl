@@ -52,9 +52,9 @@
 
 /* TPR work-items per query row. The body is a function, always inlined (common.cl's PATH_FUNCTION);
  * its local arrays are declared in the kernel below, at kernel scope as OpenCL C 1.2 requires. */
-PATH_FUNCTION void flash_forward_lanes_body(FORWARD_PARAMS, __local bits_t *qt, __local bits_t *kt, __local bits_t *vt, __local float *pt, __local float *rowmax)
+PATH_FUNCTION void flash_forward_lanes_body(FORWARD_PARAMS, __local bits_t *qt, __local bits_t *kt, __local bits_t *vt,
+                                            __local float *pt, __local float *rowmax)
 {
-
     const uint lid = get_local_id(0);
     const uint row = lid / TPR;
     const uint lane = lid % TPR;

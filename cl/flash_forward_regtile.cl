@@ -72,7 +72,8 @@
 
 /* RT_RM rows x keys per work-item. The body is a function, always inlined (common.cl's PATH_FUNCTION);
  * its local arrays are declared in the kernel below, at kernel scope as OpenCL C 1.2 requires. */
-PATH_FUNCTION void flash_forward_regtile_body(FORWARD_PARAMS, __local float4 *qs4, __local float4 *kv4, __local float4 *pt4, __local float *red)
+PATH_FUNCTION void flash_forward_regtile_body(FORWARD_PARAMS, __local float4 *qs4, __local float4 *kv4,
+                                              __local float4 *pt4, __local float *red)
 {
     __local float *const qs = (__local float *)qs4;
     __local float *const kv = (__local float *)kv4;
