@@ -354,6 +354,26 @@ static inline void merge_block_parts(__global uint *ticket, __local uint *arrive
 }
 #endif
 
+/* Q_WITH_TILES: Q is staged in the last stage's local memory, its copies going out just before
+ * the first K/V tiles' instead of a whole memory latency before them (decoding blocks of 16 rows
+ * fit one stage). */
+#define Q_WITH_TILES (!NV_Q_DIRECT && BLOCK_Q <= 2 * BLOCK)
+
+/* This warp's A fragments of Q from the staged block at `staged` (rows of ROW_STRIDE). */
+static inline void load_q_fragments(uint4 qf[M_TILES][K_STEPS], __local const ushort *staged, uint warp_row0,
+                                    uint lane)
+{
+#pragma unroll
+    for (uint mt = 0; mt < M_TILES; mt++) {
+        /* matrix j = lane / 8: rows + 8 for j = 1, 3; columns + 8 for j = 2, 3 */
+        __local const ushort *src =
+            staged + (warp_row0 + mt * 16 + lane % 8 + (lane / 8) % 2 * 8) * ROW_STRIDE + lane / 16 * 8;
+#pragma unroll
+        for (uint kk = 0; kk < K_STEPS; kk++)
+            qf[mt][kk] = load_matrix_x4(src + kk * 16);
+    }
+}
+
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1)))
 void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global const ushort *v,
                     __global ushort *o, __global float *lse, uint seq_q, uint seq_k, uint heads_q, uint group,
@@ -409,22 +429,14 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
     const uint key_len = batch_key_len(key_lens, b, seq_k);
     (void)out_scale; /* the I8 output scale: no I8 here */
 
-#if !NV_Q_DIRECT
+#if !NV_Q_DIRECT && !Q_WITH_TILES
     /* Q: global -> local -> this warp's A fragments, kept for the whole call. */
     stage_packed_rows(tiles, q, q_base, q_hs, q_ss, row0, BLOCK_Q, rows_total);
     async_commit();
     async_wait_all();
     barrier(CLK_LOCAL_MEM_FENCE);
     uint4 qf[M_TILES][K_STEPS];
-#pragma unroll
-    for (uint mt = 0; mt < M_TILES; mt++) {
-        /* matrix j = lane / 8: rows + 8 for j = 1, 3; columns + 8 for j = 2, 3 */
-        __local const ushort *src =
-            tiles + (warp_row0 + mt * 16 + lane % 8 + (lane / 8) % 2 * 8) * ROW_STRIDE + lane / 16 * 8;
-#pragma unroll
-        for (uint kk = 0; kk < K_STEPS; kk++)
-            qf[mt][kk] = load_matrix_x4(src + kk * 16);
-    }
+    load_q_fragments(qf, tiles, warp_row0, lane);
     barrier(CLK_LOCAL_MEM_FENCE); /* Q's staging area becomes the K and V tiles */
 #endif
 
@@ -530,6 +542,12 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
 
     /* keys at or past key_len are never read: they become zeros */
     kv_stream stream = kv_stream_start_at(k, k_base, k_ss, v, v_base, v_ss, key_len, key_begin);
+#if Q_WITH_TILES
+    /* Q's copies, a commit group of their own before the tiles' (groups complete in order, so
+     * waiting for all but the STAGES - 1 newest waits for Q alone) */
+    stage_packed_rows(tiles + (STAGES - 1) * STAGE_HALVES, q, q_base, q_hs, q_ss, row0, BLOCK_Q, rows_total);
+    async_commit();
+#endif
     /* Tiles 0 .. STAGES - 2 go out first, one commit group each (empty past the last tile), so
      * that tile j is always group j and STAGES - 2 groups after it may still be in flight. */
 #pragma unroll
@@ -538,6 +556,14 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
             kv_stream_next(&stream, tiles + u * STAGE_HALVES);
         async_commit();
     }
+#if Q_WITH_TILES
+    /* Q in; the first refill of its stage (tile STAGES - 1, at j = 0) comes after the loop's
+     * barrier, when every warp has its fragments. */
+    async_wait_pending(STAGES - 1);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    uint4 qf[M_TILES][K_STEPS];
+    load_q_fragments(qf, tiles + (STAGES - 1) * STAGE_HALVES, warp_row0, lane);
+#endif
 #if NV_Q_DIRECT
     /* A fragment words (see mma_16x8x16): x row g, columns 2t, 2t + 1 of the k16 step; y row g + 8;
      * z and w the same 8 columns on. Rows past seq_q read row seq_q - 1 and become zeros. */
