@@ -2,9 +2,10 @@
  * nv_mma_backward.cl - the backward pass's gradient kernel on NVIDIA tensor cores (inline PTX
  * mma.sync, ldmatrix, cp.async), in FlashAttention-2's manner but without atomics. Chosen by the
  * planner where the tensor-core forward is (NVIDIA, compute capability >= 8.0, fp16 or bf16,
- * head_dim up to 128, padded to a multiple of 16 inside, any layout), with every feature of the descriptor (causal, sliding
- * window, softcap, bias, ALiBi, key lengths); the portable cl/flash_backward.cl does everything
- * else and computes D = rowsum(dO * O) first for both (its flash_backward_rowdot kernel).
+ * head_dim up to 256, padded to a multiple of 16 inside (of 32 above 128), any layout), with
+ * every feature of the descriptor (causal, sliding window, softcap, bias, ALiBi, key lengths);
+ * the portable cl/flash_backward.cl does everything else and computes D = rowsum(dO * O) first
+ * for both (its flash_backward_rowdot kernel).
  *
  * Why a separate file: the portable gradient kernel runs on CUDA cores at a few TFLOP/s; here the
  * five products of the backward run on tensor cores, with the gradients accumulated in fp32
@@ -14,9 +15,11 @@
  * exactly one writer and the result is deterministic:
  *   groups [0, tiles_k)          dK and dV of ROWS = 16 * WARPS keys of one kv head. Warp w owns
  *                                16 keys and keeps their K and V rows in registers as mma A
- *                                fragments. Query tiles of BLOCK rows (Q, dO, and the rows' lse
- *                                and D) stream through local memory, double-buffered with
- *                                cp.async, over every query head of the kv head's group. Per 16
+ *                                fragments (above head_dim 128 two warps share 16 keys, each
+ *                                with half of the columns, and ROWS = 8 * WARPS: D_SPLIT below).
+ *                                Query tiles of BLOCK rows (Q, dO, and the rows' lse and D)
+ *                                stream through local memory, double-buffered with cp.async,
+ *                                over every query head of the kv head's group. Per 16
  *                                queries: S^T = K Q^T and dP^T = V dO^T (mma), P^T = exp2(S^T *
  *                                scale - lse) from the saved statistics, dS^T = P^T (dP^T - D),
  *                                then dV += P^T dO and dK += dS^T Q (mma, P^T and dS^T packed to
@@ -44,21 +47,32 @@
  * the storage type before their products, as FlashAttention-2 does; the sums are fp32.
  *
  * Local memory: max(4 * BLOCK, 2 * ROWS) rows of HEAD_DIM + 8 halves (two buffers of two tiles;
- * the key or query rows at the start and the outputs at the end pass through the same rows) and
- * 4 * BLOCK floats (two buffers of the tile rows' lse and D).
+ * the key or query rows at the start and the outputs at the end pass through the same rows),
+ * 4 * BLOCK floats (two buffers of the tile rows' lse and D) and, with D_SPLIT 2, 2 KiB per warp
+ * and 16 rows of a tile for the partial products the warps of a pair swap (42 KB at head_dim 256,
+ * BLOCK 16, 4 warps).
  *
- * Defines: HEAD_DIM (multiple of 16, <= 128; with D_REAL, nv_mma_common.cl's, the tensors' own
+ * Defines: HEAD_DIM (multiple of 16, <= 128, or of 32, <= 256, with D_SPLIT 2; with D_REAL, nv_mma_common.cl's, the tensors' own
  * head_dim below it: columns past D_REAL are zeros in local memory and are not stored; with
  * NV_ALIGNED 0 rows are copied and stored element by element), BLOCK (query rows per tile of a key group and keys
  * per tile of a query group, multiple of 16), WARPS, CAUSAL, WINDOW, SOFTCAP, BIAS, BIAS_PAIRS,
- * ALIBI, KEYLEN, CLFLASH_DTYPE_F16 or _BF16;
+ * ALIBI, KEYLEN, CLFLASH_DTYPE_F16 or _BF16; D_SPLIT (1, or 2 above head_dim 128: warps per 16
+ * rows, WARPS a multiple of it);
  * NV_BWD_STREAM (below; the host's default is in lib/nv_mma_backward_plan.c, the
  * nv_backward.stream tuning setting overrides it). The PTX
  * helpers and THREADS, ROW_STRIDE, CHUNKS, K_STEPS, D_TILES come from nv_mma_common.cl, the score
  * recomputation (row_products, feature_scores, probabilities, masks) from nv_mma_scores.cl.
  */
 
-#define ROWS (16 * WARPS) /* keys of a key group, queries of a query group */
+/* ROWS: keys of a key group, queries of a query group. With D_SPLIT 2 (the host's, above head_dim
+ * 128; nv_mma_scores.cl) warps 2s and 2s + 1 share rows 16s .. 16s + 15, each holding SHARE_DIM
+ * columns of them (its share: the first or the second half) in its fragments and sums. */
+#define ROWS (16 * WARPS / D_SPLIT)
+#define SHARE_TILES (SHARE_DIM / 8) /* n8 tiles of a share */
+#if WARPS % D_SPLIT != 0
+#error "WARPS must be a multiple of D_SPLIT (the host checks nv_backward.warps)"
+#endif
+
 /* Measuring aid, as in flash_backward.cl: -D CLFLASH_BWD_SKIP_DQ=1 (or _SKIP_DKDV=1) in a context's
  * build options makes the groups of that kind return at once, so each kind can be timed alone. */
 #ifndef CLFLASH_BWD_SKIP_DQ
@@ -69,6 +83,43 @@
 #endif
 #define TILE_ROWS (4 * BLOCK > 2 * ROWS ? 4 * BLOCK : 2 * ROWS)
 #define CHUNK_STEPS (BLOCK / 16) /* 16-row pieces of a streamed tile */
+
+/* The first column of this warp's share. */
+static inline uint share_column(void)
+{
+    return get_local_id(0) / 32 % D_SPLIT * SHARE_DIM;
+}
+
+/* With D_SPLIT 2, S and dP of a 16-column piece are sums over both shares: each warp of a pair
+ * writes its part to its slot (piece c of the tile, SWAP_SLOTS float4 per warp), and after a
+ * barrier adds its partner's, so both hold the same sums (a + b = b + a exactly). Every work-item
+ * calls it at the same point of the loop. A slot is written again only in the next tile, after the
+ * loop's barrier, by which time its reader is done with it. */
+#define SWAP_SLOTS (D_SPLIT > 1 ? CHUNK_STEPS * 4 * 32 : 1)
+static inline void add_partner_share(__local float4 *swap, uint c, float4 *s0, float4 *s1, float4 *dp0, float4 *dp1)
+{
+#if D_SPLIT > 1
+    const uint lane = get_local_id(0) % 32, warp = get_local_id(0) / 32;
+    __local float4 *mine = swap + warp * SWAP_SLOTS + c * 128 + lane;
+    __local const float4 *theirs = swap + (warp ^ 1) * SWAP_SLOTS + c * 128 + lane;
+    mine[0] = *s0;
+    mine[32] = *s1;
+    mine[64] = *dp0;
+    mine[96] = *dp1;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    *s0 += theirs[0];
+    *s1 += theirs[32];
+    *dp0 += theirs[64];
+    *dp1 += theirs[96];
+#else
+    (void)swap;
+    (void)c;
+    (void)s0;
+    (void)s1;
+    (void)dp0;
+    (void)dp1;
+#endif
+}
 
 /* The shape and the layouts, as the kernel received them. */
 typedef struct {
@@ -99,7 +150,7 @@ static inline void query_keys(const mma_bwd_args *a, uint i, long *lo, long *hi)
 
 /* The prologue both kinds of work-group share: ROWS rows from row0 of two tensors (x at x_base,
  * y at y_base; rows at or past `rows` as zeros) pass through local memory into this warp's 16
- * rows' A fragments, which the work-group keeps for the whole call. On return the staging rows are
+ * rows' A fragments (of its share of the columns), which the work-group keeps for the whole call. On return the staging rows are
  * free again. */
 static inline void load_group_fragments(__local ushort *tiles, __global const ushort *x, ulong x_base, ulong x_ss,
                                         __global const ushort *y, ulong y_base, ulong y_ss, uint row0, uint rows,
@@ -110,20 +161,20 @@ static inline void load_group_fragments(__local ushort *tiles, __global const us
     async_commit();
     async_wait_all();
     barrier(CLK_LOCAL_MEM_FENCE);
-    const uint warp = get_local_id(0) / 32;
-    load_row_fragments(tiles, warp * 16, x_frag);
-    load_row_fragments(tiles + ROWS * ROW_STRIDE, warp * 16, y_frag);
+    const uint warp = get_local_id(0) / 32, slab = warp / D_SPLIT, col0 = warp % D_SPLIT * SHARE_DIM;
+    load_row_fragments(tiles + col0, slab * 16, x_frag);
+    load_row_fragments(tiles + ROWS * ROW_STRIDE + col0, slab * 16, y_frag);
     barrier(CLK_LOCAL_MEM_FENCE);
 }
 
-/* Writes a warp's 16 x HEAD_DIM accumulator block, times `mul`, as storage-type rows `row` ..
- * `row` + 15 of a local tile (lane rows g and g + 8, columns 8 dt + 2t and + 1). */
+/* Writes a warp's 16 x SHARE_DIM accumulator block, times `mul`, as storage-type rows `row` ..
+ * `row` + 15 of a local tile (lane rows g and g + 8, columns 8 dt + 2t and + 1 of the share). */
 static inline void park_rows(__local ushort *tile, uint row, const float4 *acc, float mul)
 {
     const uint lane = get_local_id(0) % 32;
-    __local uint *dst = (__local uint *)(tile + (row + lane / 4) * ROW_STRIDE + 2 * (lane % 4));
+    __local uint *dst = (__local uint *)(tile + (row + lane / 4) * ROW_STRIDE + share_column() + 2 * (lane % 4));
 #pragma unroll
-    for (uint dt = 0; dt < D_TILES; dt++) {
+    for (uint dt = 0; dt < SHARE_TILES; dt++) {
         dst[dt * 4] = pack_pair(acc[dt].x * mul, acc[dt].y * mul);
         dst[dt * 4 + 8 * ROW_STRIDE / 2] = pack_pair(acc[dt].z * mul, acc[dt].w * mul);
     }
@@ -150,14 +201,16 @@ static inline void store_rows(__global ushort *dst, ulong base, ulong seq_stride
 #endif
 }
 
-/* acc[dt] += A (16 x 16, registers) times 16 rows x HEAD_DIM of a local tile read transposed
- * (rows are the k dimension): the products dV += P^T dO, dK += dS^T Q and dQ += dS K. */
+/* acc[dt] += A (16 x 16, registers) times 16 rows x SHARE_DIM (the warp's share) of a local tile
+ * read transposed (rows are the k dimension): the products dV += P^T dO, dK += dS^T Q and
+ * dQ += dS K. */
 static inline void add_product(float4 *acc, uint4 a, __local const ushort *rows)
 {
     const uint lane = get_local_id(0) % 32;
-    __local const ushort *src = rows + ((lane / 8) % 2 * 8 + lane % 8) * ROW_STRIDE + lane / 16 * 8;
+    __local const ushort *src =
+        rows + ((lane / 8) % 2 * 8 + lane % 8) * ROW_STRIDE + share_column() + lane / 16 * 8;
 #pragma unroll
-    for (uint dt = 0; dt < D_TILES; dt += 2) {
+    for (uint dt = 0; dt < SHARE_TILES; dt += 2) {
         const uint4 f = load_matrix_x4_trans(src + dt * 8);
         acc[dt] = mma_16x8x16(a, f.x, f.y, acc[dt]);
         acc[dt + 1] = mma_16x8x16(a, f.z, f.w, acc[dt + 1]);
@@ -263,9 +316,9 @@ static inline void key_group(const mma_bwd_args *a, __global const ushort *q, __
                       __global const ushort *v, __global const ushort *d_o, __global const float *lse,
                       __global const float *dvec, __global ushort *dk, __global ushort *dv,
                       __global const float *bias, __global const float *alibi, __local ushort *tiles,
-                      __local float *stats, uint kv0, uint hk, uint b)
+                      __local float *stats, __local float4 *swap, uint kv0, uint hk, uint b)
 {
-    const uint lane = get_local_id(0) % 32, warp = get_local_id(0) / 32;
+    const uint lane = get_local_id(0) % 32, slab = get_local_id(0) / 32 / D_SPLIT;
     const uint g = lane / 4, t = lane % 4;
     const ulong k_base = a->k_off + (ulong)b * a->k_bs + (ulong)hk * a->k_hs;
     const ulong v_base = a->v_off + (ulong)b * a->v_bs + (ulong)hk * a->v_hs;
@@ -280,7 +333,7 @@ static inline void key_group(const mma_bwd_args *a, __global const ushort *q, __
 
     /* K and V (keys past the key length as zeros): global -> local -> this warp's A fragments; the
      * staging rows become the query tiles. */
-    uint4 kf[K_STEPS], vf[K_STEPS];
+    uint4 kf[SHARE_STEPS], vf[SHARE_STEPS];
     load_group_fragments(tiles, k, k_base, a->k_ss, v, v_base, a->v_ss, kv0, a->key_len, kf, vf);
 
     /* The queries that see a key of the group. */
@@ -289,12 +342,12 @@ static inline void key_group(const mma_bwd_args *a, __global const ushort *q, __
     const uint per_head = (q_end - q_first + BLOCK - 1) / BLOCK;
     const uint steps = per_head * a->group;
 
-    float4 dk_acc[D_TILES], dv_acc[D_TILES];
+    float4 dk_acc[SHARE_TILES], dv_acc[SHARE_TILES];
 #pragma unroll
-    for (uint dt = 0; dt < D_TILES; dt++)
+    for (uint dt = 0; dt < SHARE_TILES; dt++)
         dk_acc[dt] = dv_acc[dt] = (float4)(0.0f);
     /* The lane's keys: rows g and g + 8 of the warp's 16 (the rows of S^T). */
-    const long key_lo = (long)(kv0 + warp * 16 + g), key_hi = key_lo + 8;
+    const long key_lo = (long)(kv0 + slab * 16 + g), key_hi = key_lo + 8;
 #if RANGES
     uint qlo_lo, qhi_lo, qlo_hi, qhi_hi; /* the queries that see each of the lane's keys */
     key_range_queries(a, (uint)key_lo, (uint)key_lo + 1, &qlo_lo, &qhi_lo);
@@ -353,8 +406,9 @@ static inline void key_group(const mma_bwd_args *a, __global const ushort *q, __
             bias1 = bias_t[c][1];
 #endif
             float4 s0, s1, dp0, dp1;
-            row_products(kf, q_rows + c * 16 * ROW_STRIDE, &s0, &s1);
-            row_products(vf, do_rows + c * 16 * ROW_STRIDE, &dp0, &dp1);
+            row_products(kf, q_rows + c * 16 * ROW_STRIDE + share_column(), &s0, &s1);
+            row_products(vf, do_rows + c * 16 * ROW_STRIDE + share_column(), &dp0, &dp1);
+            add_partner_share(swap, c, &s0, &s1, &dp0, &dp1);
             const float4 off0 = (float4)(offs[col], offs[col + 1], offs[col], offs[col + 1]);
             const float4 off1 = (float4)(offs[col + 8], offs[col + 9], offs[col + 8], offs[col + 9]);
             const float4 dd0 = (float4)(ds_row[col], ds_row[col + 1], ds_row[col], ds_row[col + 1]);
@@ -398,8 +452,8 @@ static inline void key_group(const mma_bwd_args *a, __global const ushort *q, __
     }
 
     barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the last tile */
-    park_rows(tiles, warp * 16, dk_acc, a->scale);
-    park_rows(tiles + ROWS * ROW_STRIDE, warp * 16, dv_acc, 1.0f);
+    park_rows(tiles, slab * 16, dk_acc, a->scale);
+    park_rows(tiles + ROWS * ROW_STRIDE, slab * 16, dv_acc, 1.0f);
     barrier(CLK_LOCAL_MEM_FENCE);
     store_rows(dk, k_base, a->k_ss, tiles, kv0, ROWS, a->seq_k);
     store_rows(dv, v_base, a->v_ss, tiles + ROWS * ROW_STRIDE, kv0, ROWS, a->seq_k);
@@ -428,9 +482,10 @@ static inline void query_group_bias_tile(float4 dst[CHUNK_STEPS][2], __global co
 static inline void query_group(const mma_bwd_args *a, __global const ushort *q, __global const ushort *k,
                         __global const ushort *v, __global const ushort *d_o, __global const float *lse,
                         __global const float *dvec, __global ushort *dq, __global const float *bias,
-                        __global const float *alibi, __local ushort *tiles, uint qr0, uint h, uint b)
+                        __global const float *alibi, __local ushort *tiles, __local float4 *swap, uint qr0, uint h,
+                        uint b)
 {
-    const uint lane = get_local_id(0) % 32, warp = get_local_id(0) / 32;
+    const uint lane = get_local_id(0) % 32, slab = get_local_id(0) / 32 / D_SPLIT;
     const uint g = lane / 4, t = lane % 4;
     const uint hk = h / a->group;
     const ulong q_base = a->q_off + (ulong)b * a->q_bs + (ulong)h * a->q_hs;
@@ -446,11 +501,11 @@ static inline void query_group(const mma_bwd_args *a, __global const ushort *q, 
     (void)alibi;
 
     /* Q and dO: global -> local -> this warp's A fragments; the staging rows become the key tiles. */
-    uint4 qf[K_STEPS], df[K_STEPS];
+    uint4 qf[SHARE_STEPS], df[SHARE_STEPS];
     load_group_fragments(tiles, q, q_base, a->q_ss, d_o, o_base, a->o_ss, qr0, a->seq_q, qf, df);
 
     /* The lane's rows g and g + 8 of the warp's 16: lse offsets and D. */
-    const uint row_lo = qr0 + warp * 16 + g, row_hi = row_lo + 8;
+    const uint row_lo = qr0 + slab * 16 + g, row_hi = row_lo + 8;
     const ulong bh = (ulong)b * a->heads_q + h;
     const float off_lo = row_lo < a->seq_q ? lse_offset(lse[bh * a->seq_q + row_lo]) : INFINITY;
     const float off_hi = row_hi < a->seq_q ? lse_offset(lse[bh * a->seq_q + row_hi]) : INFINITY;
@@ -495,9 +550,9 @@ static inline void query_group(const mma_bwd_args *a, __global const ushort *q, 
 #endif
     (void)slope_l2;
 
-    float4 dq_acc[D_TILES];
+    float4 dq_acc[SHARE_TILES];
 #pragma unroll
-    for (uint dt = 0; dt < D_TILES; dt++)
+    for (uint dt = 0; dt < SHARE_TILES; dt++)
         dq_acc[dt] = (float4)(0.0f);
 
     /* keys at or past the key length are never read: they become zeros */
@@ -535,8 +590,9 @@ static inline void query_group(const mma_bwd_args *a, __global const ushort *q, 
             bias1 = bias_t[c][1];
 #endif
             float4 s0, s1, dp0, dp1;
-            row_products(qf, k_rows + c * 16 * ROW_STRIDE, &s0, &s1);
-            row_products(df, v_rows + c * 16 * ROW_STRIDE, &dp0, &dp1);
+            row_products(qf, k_rows + c * 16 * ROW_STRIDE + share_column(), &s0, &s1);
+            row_products(df, v_rows + c * 16 * ROW_STRIDE + share_column(), &dp0, &dp1);
+            add_partner_share(swap, c, &s0, &s1, &dp0, &dp1);
             float4 grad0 = (float4)(1.0f), grad1 = (float4)(1.0f);
 #if TRANSFORMS
             const float dist_lo = (float)((long)row_lo + shift - (long)key);
@@ -576,7 +632,7 @@ static inline void query_group(const mma_bwd_args *a, __global const ushort *q, 
     }
 
     barrier(CLK_LOCAL_MEM_FENCE);
-    park_rows(tiles, warp * 16, dq_acc, a->scale);
+    park_rows(tiles, slab * 16, dq_acc, a->scale);
     barrier(CLK_LOCAL_MEM_FENCE);
     store_rows(dq, q_base, a->q_ss, tiles, qr0, ROWS, a->seq_q);
 }
@@ -595,6 +651,7 @@ nv_mma_backward(__global const ushort *q, __global const ushort *k, __global con
     __local uint4 words[TILE_ROWS * ROW_STRIDE / 8 + BLOCK];
     __local ushort *const tiles = (__local ushort *)words;
     __local float *const stats = (__local float *)(words + TILE_ROWS * ROW_STRIDE / 8);
+    __local float4 swap[WARPS * SWAP_SLOTS]; /* add_partner_share's, with D_SPLIT 2 */
     const uint grp = get_group_id(0), b = get_group_id(2);
     const mma_bwd_args a = {seq_q,   seq_k,    heads_q,   group,     scale_log2, scale,   q_off,   q_bs,
                             q_hs,    q_ss,     k_off,     k_bs,      k_hs,       k_ss,    v_off,   v_bs,
@@ -603,8 +660,10 @@ nv_mma_backward(__global const ushort *q, __global const ushort *k, __global con
     if (grp < tiles_k) {
         if (get_group_id(1) >= heads_kv || CLFLASH_BWD_SKIP_DKDV) /* key groups exist per kv head */
             return;
-        key_group(&a, q, k, v, d_o, lse, dvec, dk, dv, bias, alibi, tiles, stats, grp * ROWS, get_group_id(1), b);
+        key_group(&a, q, k, v, d_o, lse, dvec, dk, dv, bias, alibi, tiles, stats, swap, grp * ROWS, get_group_id(1),
+                  b);
     } else if (!CLFLASH_BWD_SKIP_DQ) {
-        query_group(&a, q, k, v, d_o, lse, dvec, dq, bias, alibi, tiles, (grp - tiles_k) * ROWS, get_group_id(1), b);
+        query_group(&a, q, k, v, d_o, lse, dvec, dq, bias, alibi, tiles, swap, (grp - tiles_k) * ROWS,
+                    get_group_id(1), b);
     }
 }

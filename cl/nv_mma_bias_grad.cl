@@ -3,7 +3,8 @@
  * tensor cores: each dBias element is the sum of dS = P (dP - D) over every (batch entry, head,
  * query row) the bias element is added to (its broadcast dimensions), in a fixed order, so the
  * result is deterministic. The planner takes it wherever the tensor-core backward runs
- * (nv_mma_backward.cl); bias_grad.cl is the portable version of the same sums.
+ * (nv_mma_backward.cl) at head_dim up to 128; bias_grad.cl is the portable version of the same
+ * sums.
  *
  * Why a kernel of its own: a bias shared over batch entries, heads or rows collects terms from
  * pairs that many gradient work-groups compute; without atomics the sum needs a work-group that

@@ -15,6 +15,16 @@
  * natural scale from the host, as nv_mma_forward.cl takes it). */
 #define TRANSFORMS (SOFTCAP || BIAS || ALIBI)
 
+/* D_SPLIT (set by the host for nv_mma_backward.cl above head_dim 128, else 1): the warps that share
+ * 16 rows, each holding SHARE_DIM = HEAD_DIM / D_SPLIT of their columns, so that K, V and the dK
+ * and dV sums of 16 keys fit a warp's registers at any head_dim up to 256. The products below are
+ * over one such share; the caller passes tiles offset to its first column. */
+#ifndef D_SPLIT
+#define D_SPLIT 1
+#endif
+#define SHARE_DIM (HEAD_DIM / D_SPLIT)
+#define SHARE_STEPS (SHARE_DIM / 16) /* k16 steps of a product over one share */
+
 /* The constants of feature_scores, per call. */
 typedef struct {
     float scale2;   /* the scale in log2 units */
@@ -77,26 +87,27 @@ static inline float lse_offset(float lse_natural)
 }
 
 /* Loads 16 rows' A fragments (rows `row` .. `row` + 15 of a tile in local memory) for every k16
- * step over head_dim: matrix j = lane / 8 takes rows + 8 for j = 1, 3 and columns + 8 for
+ * step over one share of head_dim: matrix j = lane / 8 takes rows + 8 for j = 1, 3 and columns + 8 for
  * j = 2, 3. */
 static inline void load_row_fragments(__local const ushort *tile, uint row, uint4 *frag)
 {
     const uint lane = get_local_id(0) % 32;
     __local const ushort *src = tile + (row + lane % 8 + (lane / 8) % 2 * 8) * ROW_STRIDE + lane / 16 * 8;
 #pragma unroll
-    for (uint kk = 0; kk < K_STEPS; kk++)
+    for (uint kk = 0; kk < SHARE_STEPS; kk++)
         frag[kk] = load_matrix_x4(src + kk * 16);
 }
 
-/* (x0, x1) = A (16 x HEAD_DIM, registers) times 16 rows of a local tile, transposed: the 16 x 16
- * products S = Q K^T, dP = dO V^T and their transposes; x0 holds columns 0..7, x1 8..15. */
+/* (x0, x1) = A (16 x SHARE_DIM, registers) times 16 rows of a local tile, transposed: the 16 x 16
+ * products S = Q K^T, dP = dO V^T and their transposes (with D_SPLIT > 1 one share's part of
+ * them); x0 holds columns 0..7, x1 8..15. */
 static inline void row_products(const uint4 *a, __local const ushort *rows, float4 *x0, float4 *x1)
 {
     const uint lane = get_local_id(0) % 32;
     __local const ushort *src = rows + (lane / 16 * 8 + lane % 8) * ROW_STRIDE + (lane / 8) % 2 * 8;
     float4 s0 = (float4)(0.0f), s1 = (float4)(0.0f);
 #pragma unroll
-    for (uint kk = 0; kk < K_STEPS; kk++) {
+    for (uint kk = 0; kk < SHARE_STEPS; kk++) {
         const uint4 f = load_matrix_x4(src + kk * 16);
         s0 = mma_16x8x16(a[kk], f.x, f.y, s0);
         s1 = mma_16x8x16(a[kk], f.z, f.w, s1);

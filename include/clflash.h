@@ -687,12 +687,14 @@ CLFLASH_API clflash_status clflash_merge_states(clflash_context *c, const clflas
  * query sees (or sees only through a -INFINITY bias) gets dK = dV = 0.
  *
  * On NVIDIA tensor cores: where the forward's conditions hold (clflash_plan_attention: NVIDIA of
- * compute capability >= 8.0, F16/BF16) and head_dim is at most 128, the gradient kernel is
- * "nv_mma_backward" (cl/nv_mma_backward.cl): any head_dim (since 0.5: padded inside the kernel to
- * a multiple of 16 with zero columns) and any layout (where head_dim or some offset or stride of
- * Q, K, V or O is not a multiple of 8 elements, rows are copied and stored element by element,
- * which is slower), with every feature below (window, softcap, bias, ALiBi, key lengths): the same two kinds of work-group, the
- * same determinism, its five products on mma.sync with fp32 sums. It computes the transformed
+ * compute capability >= 8.0, F16/BF16, head_dim at most 256), the gradient kernel is
+ * "nv_mma_backward" (cl/nv_mma_backward.cl): any head_dim up to 256 (since 0.5: padded inside the
+ * kernel to a multiple of 16 with zero columns, of 32 above 128, where two warps share each 16
+ * rows, one half of the columns each; up to 0.5.0's first release, head_dim up to 128 only) and
+ * any layout (where head_dim or some offset or stride of Q, K, V or O is not a multiple of 8
+ * elements, rows are copied and stored element by element, which is slower), with every feature
+ * below (window, softcap, bias, ALiBi, key lengths): the same two kinds of work-group, the same
+ * determinism, its five products on mma.sync with fp32 sums. It computes the transformed
  * scores by the same operations as the tensor-core forward, in log2 units, so P recomputed from
  * that forward's lse matches it; the lse of the portable forward serves as well (the two differ
  * by rounding). Like FlashAttention-2 it rounds P and
@@ -701,7 +703,9 @@ CLFLASH_API clflash_status clflash_merge_states(clflash_context *c, const clflas
  * tolerances of tests/backward_harness.c). The portable kernel is forced as for the forward
  * (clflash_context_options.portable_only, CLFLASH_PORTABLE=1). The nv_backward.* tuning
  * parameters (clflash_context_set_tuning) set its block cap (the backward rule and the sequence
- * lengths may lower it further), warps per work-group and register cap.
+ * lengths may lower it further), warps per work-group (above head_dim 128 an even count: an odd
+ * setting steps down, to 2 at least) and register cap. The bias gradient runs on tensor cores
+ * (cl/nv_mma_bias_grad.cl) up to head_dim 128 and in the portable kernel above.
  *
  * The features, added after the contract, mean what they mean for clflash_forward (pass the same
  * descriptor, bias, slopes and key lengths as the forward that produced O and lse):
@@ -791,12 +795,15 @@ CLFLASH_API uint64_t clflash_backward_max_block(uint64_t local_mem_bytes, uint64
  * = the gradient kernel's; kv_passes = tiles_q (the dQ work-groups stream K and V once per Q block;
  * the dK/dV work-groups stream Q and dO once per K/V block and query head of their group);
  * threads_per_row = work-items per block row.
- * On NVIDIA tensor cores (kernel = "nv_mma_backward"; chosen under the forward's tensor-core rules
- * with head_dim <= 128, see clflash_backward) each work-group keeps block_q keys (dK/dV groups) or
- * queries (dQ groups) in registers, 16 per warp, and B (block) is the tile it streams through local
- * memory: query rows for a dK/dV group, keys for a dQ group. B obeys the same backward rule;
- * kernel_local_bytes is the real use, max(4B, 2 block_q) * (head_dim + 8) * s + 16B bytes (two
- * double-buffered tile pairs). kv_passes = ceil(seq_q / block_q); work_group_size = 2 * block_q.
+ * On NVIDIA tensor cores (kernel = "nv_mma_backward"; chosen under the forward's tensor-core rules,
+ * see clflash_backward) each work-group keeps block_q keys (dK/dV groups) or queries (dQ groups)
+ * in registers, 16 per warp (above head_dim 128, 16 per two warps), and B (block) is the tile it
+ * streams through local memory: query rows for a dK/dV group, keys for a dQ group. B obeys the
+ * same backward rule; kernel_local_bytes is the real use, max(4B, 2 block_q) * (d + 8) * s + 16B
+ * bytes (two double-buffered tile pairs; d is head_dim padded to 16, or to 32 above 128, where
+ * 2 KiB per warp and 16 rows of B of partial products come on top). kv_passes =
+ * ceil(seq_q / block_q); threads_per_row = 2 (4 above head_dim 128); work_group_size =
+ * threads_per_row * block_q.
  * Returns: as clflash_plan_attention, plus CLFLASH_ERROR_UNSUPPORTED for I8 storage, which the
  * backward does not support (see clflash_backward). */
 CLFLASH_API clflash_status clflash_plan_backward(clflash_context *c, const clflash_attention_desc *d,

@@ -6,8 +6,8 @@
  * over the broadcast dimensions, a buffer of its own) and its own kernel, independent of the
  * gradient kernel the backward plans. clflash_backward_naive refuses it. Two kernels compute the
  * same sums with the same arguments and grid: cl/nv_mma_bias_grad.cl on NVIDIA's tensor cores,
- * wherever the tensor-core backward could run (clflash_nv_mma_backward_refusal), and
- * cl/bias_grad.cl everywhere else.
+ * wherever the tensor-core backward could run (clflash_nv_mma_backward_refusal) and head_dim is
+ * at most 128, and cl/bias_grad.cl everywhere else.
  */
 #include "internal.h"
 
@@ -93,7 +93,9 @@ clflash_status clflash_enqueue_bias_grad(clflash_context *c, const clflash_probl
                                          cl_event *done)
 {
     const uint32_t bc = broadcast_bits(p);
-    const int tensor_cores = clflash_nv_mma_backward_refusal(c, p) == NULL;
+    /* nv_mma_bias_grad.cl keeps a warp's 16 query rows over the whole head_dim in registers: up to
+     * 128 (the tensor-core backward splits the columns between two warps above that; this does not) */
+    const int tensor_cores = clflash_nv_mma_backward_refusal(c, p) == NULL && p->head_dim <= 128;
     const bias_grad_build bb = {KEY_TAG,
                                 (uint32_t)p->dtype,
                                 p->head_dim,

@@ -3,9 +3,11 @@
  * tensor cores (cl/nv_mma_backward.cl), and plans and builds it.
  *
  * Why separate from backward_plan.c: the tensor-core kernel has the forward tensor-core
- * kernel's eligibility rules (every feature included; head dims padded to a multiple of 16 inside
- * the kernel, rows not 16-byte aligned copied element by element) plus its own register limit
- * (head_dim <= 128), and its own shape: B is
+ * kernel's eligibility rules (every feature included; head dims up to 256, padded to a multiple
+ * of 16 inside the kernel, rows not 16-byte aligned copied element by element), and its own
+ * shape: above head_dim 128 two warps share each 16 rows, each holding half of the columns (the
+ * kernel's D_SPLIT; head dims there padded to a multiple of 32), so that a warp's K, V and dK and
+ * dV sums fit its registers at any head_dim. B is
  * the streamed tile (query rows of a key group, keys of a query group) and obeys the backward rule
  * (4*B*d + 2*B*B) * s, while each work-group's own 16 * WARPS keys or queries (block_q) live in
  * registers. backward_plan.c plans the portable kernels first (their D kernel serves both, and
@@ -20,33 +22,44 @@
 #define KERNEL_NAME "nv_mma_backward"
 static const char variant_name[] = "nv_mma_backward";
 
-#define NV_BWD_MAX_HEAD_DIM 128u
+#define NV_BWD_SPLIT_ABOVE 128u /* head dims above this split each 16 rows' columns between two warps */
 #define NV_BWD_MAX_BLOCK 64u
 #define NV_BWD_WARPS 4u
 
 const char *clflash_nv_mma_backward_refusal(const clflash_context *c, const clflash_problem *p)
 {
-    const char *why = clflash_nv_mma_refusal(c, p);
-    if (why != NULL)
-        return why;
-    if (p->head_dim > NV_BWD_MAX_HEAD_DIM)
-        return "head_dim is above 128 (K, V and the dK and dV sums of 16 keys would not fit a warp's registers)";
-    return NULL;
+    return clflash_nv_mma_refusal(c, p); /* head_dim up to 256, as the forward */
 }
 
-/* Bytes of the kernel's local array: max(4B, 2 * block_q) rows of d + 8 halves (d padded to a
- * multiple of 16) and 4B floats. */
-static cl_ulong counted_local_bytes(const clflash_problem *p, uint32_t block, uint32_t block_q)
+/* The kernel's D_SPLIT: warps that share 16 rows. */
+static uint32_t column_split(const clflash_problem *p)
+{
+    return p->head_dim > NV_BWD_SPLIT_ABOVE ? 2u : 1u;
+}
+
+/* The kernel's HEAD_DIM: head_dim padded to a multiple of 16, or of 32 where two warps take half
+ * of it each (a half must be whole k16 steps). */
+static uint32_t padded_dim(const clflash_problem *p)
+{
+    const uint32_t unit = 16 * column_split(p);
+    return (p->head_dim + unit - 1) / unit * unit;
+}
+
+/* Bytes of the kernel's local arrays: max(4B, 2 * block_q) rows of d + 8 halves (d padded as
+ * padded_dim), 4B floats, and the swap slots of add_partner_share (2 KiB per warp and 16 rows of
+ * B with two warps per 16 rows, else one float4 per warp). */
+static cl_ulong counted_local_bytes(const clflash_problem *p, uint32_t block, uint32_t block_q, uint32_t warps)
 {
     const uint64_t rows = 4ull * block > 2ull * block_q ? 4ull * block : 2ull * block_q;
-    return rows * (clflash_nv_padded_dim(p) + 8) * p->elem_size + 4ull * block * sizeof(float);
+    const uint64_t swap_slots = column_split(p) > 1 ? block / 16 * 4 * 32 : 1;
+    return rows * (padded_dim(p) + 8) * p->elem_size + 4ull * block * sizeof(float) + warps * swap_slots * 16;
 }
 
 /* The kernel's NV_BWD_STREAM (see cl/nv_mma_backward.cl for the measurement behind the default), or
  * the nv_backward.stream setting. */
 static int bwd_stream(const clflash_problem *p)
 {
-    return clflash_tuned(p, CLFLASH_TUNE_NV_BACKWARD_STREAM, clflash_nv_padded_dim(p) >= 128) != 0;
+    return clflash_tuned(p, CLFLASH_TUNE_NV_BACKWARD_STREAM, padded_dim(p) >= 128) != 0;
 }
 
 static clflash_status build(clflash_context *c, const clflash_problem *p, uint32_t block, uint32_t warps,
@@ -62,16 +75,17 @@ static clflash_status build(clflash_context *c, const clflash_problem *p, uint32
     if (regs)
         snprintf(reg_option, sizeof reg_option, " -cl-nv-maxrregcount=%u", regs);
     snprintf(defines, sizeof defines,
-             "%s -D HEAD_DIM=%u -D D_REAL=%u -D NV_ALIGNED=%d -D BLOCK=%u -D WARPS=%u -D BIAS_PAIRS=%d "
-             "-D NV_BWD_STREAM=%d%s",
-             features, clflash_nv_padded_dim(p), p->head_dim, clflash_nv_rows_aligned(p), block, warps,
+             "%s -D HEAD_DIM=%u -D D_REAL=%u -D D_SPLIT=%u -D NV_ALIGNED=%d -D BLOCK=%u -D WARPS=%u "
+             "-D BIAS_PAIRS=%d -D NV_BWD_STREAM=%d%s",
+             features, padded_dim(p), p->head_dim, column_split(p), clflash_nv_rows_aligned(p), block, warps,
              clflash_bias_pairs(p), bwd_stream(p), reg_option);
     if ((st = clflash_get_program(c, CLFLASH_SOURCE_NV_MMA_BACKWARD, defines, &prog)) != CLFLASH_SUCCESS)
         return st;
     *kernel = clCreateKernel(prog, KERNEL_NAME, &err);
     if (err != CL_SUCCESS)
         return clflash_fail(err, "clCreateKernel(%s) failed", KERNEL_NAME);
-    if ((st = clflash_read_kernel_limits(c, *kernel, counted_local_bytes(p, block, 16 * warps), local_bytes,
+    if ((st = clflash_read_kernel_limits(c, *kernel, counted_local_bytes(p, block, 16 * warps / column_split(p), warps),
+                                         local_bytes,
                                          max_wg)) != CLFLASH_SUCCESS) {
         clReleaseKernel(*kernel);
         *kernel = NULL;
@@ -83,8 +97,14 @@ clflash_status clflash_plan_nv_mma_backward(clflash_context *c, const clflash_pr
                                             clflash_backward_kernels *out)
 {
     const uint64_t budget = c->local_mem_budget;
-    const uint32_t warps = (uint32_t)clflash_tuned(p, CLFLASH_TUNE_NV_BACKWARD_WARPS, NV_BWD_WARPS);
-    const uint32_t rows = 16 * warps; /* keys of a key group, queries of a query group */
+    const uint32_t split = column_split(p);
+    /* with two warps per 16 rows an odd setting steps down to an even count (at least 2), as
+     * other values the kernel's limits refuse step down; the plan reports the count it ran with */
+    uint32_t warps = (uint32_t)clflash_tuned(p, CLFLASH_TUNE_NV_BACKWARD_WARPS, NV_BWD_WARPS);
+    warps = warps / split * split;
+    if (warps == 0)
+        warps = split;
+    const uint32_t rows = 16 * warps / split; /* keys of a key group, queries of a query group */
     uint64_t b;
     if (p->block != 0) {
         b = p->block; /* the portable planner has checked it against the rule and below_block */
@@ -104,9 +124,9 @@ clflash_status clflash_plan_nv_mma_backward(clflash_context *c, const clflash_pr
         if (local_bytes <= budget && 32u * warps <= max_wg) {
             clReleaseKernel(out->grads);
             out->grads = kernel;
-            /* threads_per_row 2: a warp's 32 lanes share its 16 rows */
+            /* threads_per_row 2: a warp's 32 lanes share its 16 rows (times the warps per 16 rows) */
             clflash_fill_plan(&out->plan, p, clflash_backward_tile_bytes, budget, block, rows, local_bytes,
-                              variant_name, 2, 32u * warps);
+                              variant_name, 2 * split, 32u * warps);
             clflash_tune_report(&out->plan, "nv_backward.block=%u,nv_backward.warps=%u,nv_backward.stream=%d", block,
                                 warps, bwd_stream(p));
             if (clflash_tuned(p, CLFLASH_TUNE_NV_BACKWARD_MAXRREGCOUNT, 0) != 0)

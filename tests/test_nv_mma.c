@@ -16,8 +16,8 @@
  *                         kernel's launch and by the merge kernel give the same bits.
  *   test_nv_mma backward_numerics  likewise on a tensor-core device only: the same for the
  *                         tensor-core backward (cl/nv_mma_backward.cl,
- *                         head_dim up to 128, padded ones and unaligned rows included, forced B
- *                         up to 48) against the fp64 reference
+ *                         head_dim up to 256 (two warps per 16 rows above 128), padded ones and
+ *                         unaligned rows included, forced B up to 48) against the fp64 reference
  *                         gradients, with the bias gradient (cl/nv_mma_bias_grad.cl) wherever
  *                         there is a bias, and checks that two runs give the same bits (dBias
  *                         summed over batch entries and heads, and over rows, included).
@@ -171,7 +171,7 @@ static const char *plan_backward_kernel(clflash_context *c, const clflash_attent
 }
 
 /* The backward's gradient kernel: on tensor cores under the forward's rules (every feature, any
- * head dim and layout) and head_dim <= 128. */
+ * head dim up to 256 and any layout). */
 START_TEST(backward_selection)
 {
     const int nv = device_is_nvidia_sm80(ctx) && getenv("CLFLASH_PORTABLE") == NULL;
@@ -198,8 +198,9 @@ START_TEST(backward_selection)
     clflash_attention_desc wn = th_desc(1, 1, 0, 64, 64, 64, CLFLASH_F16, CLFLASH_WINDOW);
     wn.window_left = 4;
     CASE("window", wn, 1);
-    CASE("f16 d256 (above 128)", th_desc(1, 1, 0, 64, 64, 256, CLFLASH_F16, 0), 0);
-    CASE("f16 d144 (above 128)", th_desc(1, 1, 0, 64, 64, 144, CLFLASH_F16, 0), 0);
+    CASE("f16 d256 (two warps per 16 rows)", th_desc(1, 1, 0, 64, 64, 256, CLFLASH_F16, 0), 1);
+    CASE("bf16 d144 (padded to 160, two warps per 16 rows)", th_desc(1, 1, 0, 64, 64, 144, CLFLASH_BF16, 0), 1);
+    CASE("f16 d129 (padded to 160, rows element by element)", th_desc(1, 1, 0, 64, 64, 129, CLFLASH_F16, 0), 1);
     CASE("f16 d72 (padded to 80)", th_desc(1, 1, 0, 64, 64, 72, CLFLASH_F16, 0), 1);
     CASE("f16 d59 (padded to 64, rows element by element)", th_desc(1, 1, 0, 64, 64, 59, CLFLASH_F16, 0), 1);
     clflash_attention_desc odd = th_desc(1, 1, 0, 64, 64, 64, CLFLASH_F16, 0);
@@ -235,13 +236,15 @@ START_TEST(backward_selection)
 END_TEST
 
 /* The tensor-core gradient kernel's plan: B by the backward rule, its real local bytes, and the
- * rows each work-group keeps in registers. */
+ * rows each work-group keeps in registers (above head_dim 128 two warps per 16 rows: half as many
+ * rows per work-group, and an odd nv_backward.warps steps down to an even count). */
 START_TEST(backward_plan_fields)
 {
     if (!tensor_cores(ctx))
         return;
-    static const uint32_t dims[] = {64, 128};
-    for (int i = 0; i < 2; i++) {
+    static const uint32_t dims[] = {64, 128, 160, 256};
+    for (int i = 0; i < 4; i++) {
+        const uint32_t lanes_per_row = dims[i] > 128 ? 4 : 2;
         clflash_attention_desc d = th_desc(1, 1, 0, 4096, 4096, dims[i], CLFLASH_F16, 0);
         clflash_plan p = {.struct_size = sizeof p};
         ck_assert_int_eq(clflash_plan_backward(ctx, &d, &p), CLFLASH_SUCCESS);
@@ -252,9 +255,27 @@ START_TEST(backward_plan_fields)
         ck_assert_uint_le(p.kernel_local_bytes, p.local_mem_budget);
         ck_assert_uint_ge(p.kernel_local_bytes, 4ull * p.block * (dims[i] + 8) * 2); /* two Q/dO or K/V tile pairs */
         ck_assert_uint_eq(p.block_q % 16, 0);
-        ck_assert_uint_eq(p.work_group_size, 2 * p.block_q);
+        ck_assert_uint_eq(p.work_group_size, lanes_per_row * p.block_q);
+        ck_assert_uint_eq(p.threads_per_row, lanes_per_row);
         ck_assert_uint_eq(p.kv_passes, (4096 + p.block_q - 1) / p.block_q);
     }
+    clflash_context_options opt = {.struct_size = sizeof opt};
+    opt.tuning = "nv_backward.warps=3";
+    clflash_context *odd = test_context(&opt);
+    static const struct {
+        uint32_t d, warps;
+    } stepped[] = {{64, 3}, {256, 2}};
+    for (int i = 0; i < 2; i++) {
+        clflash_attention_desc d = th_desc(1, 1, 0, 300, 300, stepped[i].d, CLFLASH_F16, 0);
+        clflash_plan p = {.struct_size = sizeof p};
+        ck_assert_int_eq(clflash_plan_backward(odd, &d, &p), CLFLASH_SUCCESS);
+        ck_assert_str_eq(p.kernel, "nv_mma_backward");
+        ck_assert_uint_eq(p.work_group_size, 32 * stepped[i].warps);
+        char want[32];
+        snprintf(want, sizeof want, "nv_backward.warps=%u", stepped[i].warps);
+        ck_assert_msg(strstr(p.tuning, want) != NULL, "d %u: tuning %s, expected %s", stepped[i].d, p.tuning, want);
+    }
+    clflash_context_free(odd);
 }
 END_TEST
 
@@ -730,6 +751,18 @@ static const mma_shape bwd_shapes[] = {
     {1, 1, 0, 50, 70, 120, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     {2, 3, 0, 45, 53, 64, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0},             /* odd offsets and strides */
     {1, 4, 2, 70, 70, 80, CLFLASH_CAUSAL, 32, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    /* above 128: two warps per 16 rows, each with half of the columns (padded to 32) */
+    {1, 1, 0, 1, 1, 256, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 67, 83, 256, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {2, 4, 2, 131, 97, 256, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 97, 13, 192, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, /* rows that see no key */
+    {1, 2, 1, 77, 301, 160, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 300, 77, 224, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},            /* seq_q > seq_k */
+    {1, 2, 0, 61, 257, 144, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, /* padded to 160 */
+    {1, 1, 0, 33, 65, 129, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},             /* padded, element by element */
+    {1, 2, 1, 50, 70, 255, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {2, 3, 0, 45, 53, 200, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0},             /* odd offsets and strides */
+    {1, 1, 0, 77, 301, 256, 0, 0, 0, 0, -0.1f, 0, 0, 0, 0, 0, 0, 0},        /* a negative scale */
 };
 #define N_BWD_SHAPES N_OF(bwd_shapes)
 
@@ -822,6 +855,14 @@ static const bwd_feature_shape bwd_feature_shapes[] = {
     {2, 2, 1, 45, 77, 59, C, 0, 0, 0, 5.0f, TB_BIAS_BCAST, 1, TB_LENS_RAGGED},
     {1, 2, 0, 33, 100, 40, W, 0, 9, 3, 0, TB_BIAS_KEYS, 0, TB_NO_LENS},
     {2, 2, 0, 37, 41, 72, 0, 0, 0, 0, 0, TB_BIAS_FULL, 0, TB_NO_LENS},
+    /* above head_dim 128 (two warps per 16 rows; dBias from the portable bias kernel) */
+    {1, 2, 0, 97, 211, 256, W, 0, 5, 23, 0, TB_NO_BIAS, 0, TB_NO_LENS},
+    {1, 2, 1, 150, 301, 192, C, 0, 0, 0, 30.0f, TB_NO_BIAS, 0, TB_NO_LENS},
+    {1, 4, 2, 129, 130, 160, C, 0, 0, 0, 0, TB_BIAS_BCAST, 0, TB_NO_LENS},
+    {1, 4, 1, 100, 101, 256, C, 0, 0, 0, 0, TB_NO_BIAS, 1, TB_NO_LENS},
+    {4, 4, 2, 100, 100, 224, C, 0, 0, 0, 0, TB_NO_BIAS, 0, TB_LENS_RAGGED},
+    {4, 4, 2, 77, 150, 256, W | C, 0, 40, 0, 20.0f, TB_BIAS_FULL, 1, TB_LENS_RAGGED},
+    {2, 2, 1, 45, 77, 137, C, 0, 0, 0, 5.0f, TB_BIAS_KEYS, 1, TB_LENS_RAGGED},
 };
 #undef W
 #undef C
@@ -863,10 +904,11 @@ START_TEST(backward_features_against_reference)
 }
 END_TEST
 
-/* Same inputs, same bits: every gradient element has one writer and a fixed order of sums. */
+/* Same inputs, same bits: every gradient element has one writer and a fixed order of sums (at
+ * head_dim 64, and 256 with two warps per 16 rows). */
 START_TEST(backward_repeatable)
 {
-    const clflash_attention_desc d = th_desc(1, 4, 2, 200, 333, 64, CLFLASH_F16, CLFLASH_CAUSAL);
+    const clflash_attention_desc d = th_desc(1, 4, 2, 200, 333, _i == 0 ? 64 : 256, CLFLASH_F16, CLFLASH_CAUSAL);
     tb_case a, b;
     char msg[1024];
     ck_assert_int_eq(tb_case_init(&a, &d, 4242), 0);
@@ -944,7 +986,7 @@ int main(int argc, char **argv)
     } else if (backward) {
         tcase_add_loop_test(tc, backward_against_reference, 0, 2 * (int)N_BWD_SHAPES);
         tcase_add_loop_test(tc, backward_features_against_reference, 0, 2 * (int)N_BWD_FEATURE_SHAPES);
-        tcase_add_test(tc, backward_repeatable);
+        tcase_add_loop_test(tc, backward_repeatable, 0, 2);
         tcase_add_loop_test(tc, bias_grad_repeatable, 0, 2);
     } else {
         tcase_add_test(tc, selection);
