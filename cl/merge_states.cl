@@ -25,7 +25,11 @@
  */
 
 #define COLS ((HEAD_DIM + MERGE_LANES - 1) / MERGE_LANES) /* columns per work-item */
-#define MERGE_UNROLL 16                                   /* parts whose O loads go out together */
+/* Parts whose O loads go out together: 8 loads per work-item in flight (8 parts of one column
+ * with many lanes per row, as in decoding; fewer parts where a work-item has several columns).
+ * Intel's Xe-HPC compiler (SIMD32, 128 registers) spilled with 16 in flight: the loads' 64-bit
+ * addresses take 4 registers each there. */
+#define MERGE_UNROLL (COLS >= 8 ? 1 : 8 / COLS)
 
 __kernel __attribute__((reqd_work_group_size(MERGE_LANES * MERGE_ROWS, 1, 1))) void
 merge_states(__global const bits_t *part_o, __global const float *part_lse, __global out_t *o, __global float *lse,

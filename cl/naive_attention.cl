@@ -35,6 +35,9 @@ naive_scores(__global const bits_t *q, __global const bits_t *k, __global out_t 
     const ulong kbase = tensor_index(k_off, k_bs, k_hs, k_ss, b, hk, 0);
 
     float acc = 0.0f;
+    /* one tile of columns at a time: unrolled, the loads of every tile are hoisted and spill on
+     * RDNA 3 and GCN (clang 15, 128 VGPRs for a wave32 work-group of 256) */
+#pragma unroll 1
     for (uint c0 = 0; c0 < HEAD_DIM; c0 += TS) {
         const uint c = c0 + tx;
         qs[ty][tx] = (i0 + ty < seq_q && c < HEAD_DIM) ? load_g(q, qbase + (ulong)(i0 + ty) * q_ss + c) : 0.0f;

@@ -54,6 +54,9 @@ naive_bwd_products(__global const bits_t *q, __global const bits_t *k, __global 
     const ulong vbase = tensor_index(v_off, v_bs, v_hs, v_ss, b, hk, 0);
 
     float s = 0.0f, dp = 0.0f;
+    /* one tile of columns at a time: unrolled, the loads of every tile are hoisted and spill on
+     * RDNA 3 and GCN (clang 15, 128 VGPRs for a wave32 work-group of 256) */
+#pragma unroll 1
     for (uint c0 = 0; c0 < HEAD_DIM; c0 += TS) {
         const uint c = c0 + tx;
         const bool qin = i0 + ty < seq_q && c < HEAD_DIM, kin = j0 + ty < seq_k && c < HEAD_DIM;

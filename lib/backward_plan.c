@@ -91,6 +91,40 @@ static clflash_status build_variant(clflash_context *c, const clflash_problem *p
     return st;
 }
 
+/* The B the planner tries first when none is forced: the rule's largest B within the budget,
+ * capped by the class's preference, the work-group limit and the sequence lengths, stepped down
+ * until the kernel's own arrays fit; 0 when not even B = 1 fits. */
+static uint32_t first_block(const clflash_context *c, const clflash_problem *p, const clflash_tuning *tune,
+                            uint32_t below_block)
+{
+    const uint32_t cap = tune->max_block < tune->max_work_group ? tune->max_block : tune->max_work_group;
+    uint32_t block = clflash_block_round(clflash_block_cap(
+        clflash_backward_max_block(c->local_mem_budget, p->head_dim, p->elem_size), cap, p, below_block));
+    /* The kernel's own arrays (P and dS in fp32, padded rows) exceed the rule: step down before
+     * building, since a driver may refuse to build a kernel whose static local arrays do not fit
+     * (NVIDIA's does) rather than report their size. */
+    while (block > 0 && counted_local_bytes(c, p, block, 0) > c->local_mem_budget)
+        block = clflash_block_step_down(block);
+    return block;
+}
+
+/* Work-items per row the planner tries first at B = block. */
+static uint32_t first_lanes(const clflash_tuning *tune, uint32_t block)
+{
+    return clflash_block_lanes(block, tune->threads_per_row, tune->max_work_group > block ? tune->max_work_group : block);
+}
+
+int clflash_backward_first_candidate(const clflash_context *c, const clflash_problem *p, uint32_t first[2])
+{
+    const clflash_tuning tune = clflash_tuning_for_context(c, p);
+    const uint32_t block = p->block != 0 ? 0 : first_block(c, p, &tune, 0);
+    if (block == 0)
+        return 0;
+    first[0] = block;
+    first[1] = first_lanes(&tune, block);
+    return 1;
+}
+
 static clflash_status plan_portable(clflash_context *c, const clflash_problem *p, uint32_t below_block,
                                     clflash_backward_kernels *out)
 {
@@ -124,14 +158,7 @@ static clflash_status plan_portable(clflash_context *c, const clflash_problem *p
                                 (unsigned long long)budget);
         block = p->block;
     } else {
-        const uint32_t cap = tune.max_block < tune.max_work_group ? tune.max_block : tune.max_work_group;
-        block = clflash_block_round(clflash_block_cap(clflash_backward_max_block(budget, p->head_dim, p->elem_size),
-                                                      cap, p, below_block));
-        /* The kernel's own arrays (P and dS in fp32, padded rows) exceed the rule: step down before
-         * building, since a driver may refuse to build a kernel whose static local arrays do not fit
-         * (NVIDIA's does) rather than report their size. */
-        while (block > 0 && counted_local_bytes(c, p, block, 0) > budget)
-            block = clflash_block_step_down(block);
+        block = first_block(c, p, &tune, below_block);
         if (block == 0)
             return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE,
                                 "even a 1-row backward tile of head_dim %u does not fit the %llu-byte local memory "
@@ -140,8 +167,7 @@ static clflash_status plan_portable(clflash_context *c, const clflash_problem *p
     }
 
     for (;;) {
-        uint32_t lanes = clflash_block_lanes(block, tune.threads_per_row,
-                                             tune.max_work_group > block ? tune.max_work_group : block);
+        uint32_t lanes = first_lanes(&tune, block);
         for (;;) {
             clflash_backward_kernels k = {0};
             cl_ulong local_bytes = 0;

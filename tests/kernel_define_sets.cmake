@@ -3,11 +3,13 @@
 # both so that every target family builds the same configurations.
 #
 # The define sets are the planners' defaults for a GPU with 64 KiB of local memory (lib/
-# forward_plan.c, backward_plan.c, merge_plan in forward.c). The register-tiled forward's tiles
-# (RT_RM, RT_TC, BLOCK_Q) and B depend on the target: its cases hold @REGTILE@, which each matrix
-# replaces per target by what the library would plan there (kernel_tuned_options.cmake, through
-# tests/tuning_table: the planner's defaults with the built-in tuning rules). The lane path, the
-# backward and the naive kernels are at the B and strides their planners compute for the shape.
+# forward_plan.c, backward_plan.c, lib/merge.c). The register-tiled forward's tiles (RT_RM, RT_TC,
+# BLOCK_Q) and B, and the portable backward's B and work-items per row, depend on the target: their
+# cases hold @REGTILE@ or @BACKWARD@, which each matrix replaces per target by what the library
+# would plan there (kernel_tuned_options.cmake, through tests/tuning_table: the planner's defaults
+# with the built-in tuning rules). The lane path and the naive kernels are at the B and strides
+# their planners compute for the shape; the merge kernel in both of lib/merge.c's shapes (32 lanes
+# per row for many rows, 128 for a decoding step's few, whose parts are fp32).
 # Each entry of _cases is "name|source after common.cl|options".
 
 set(_none "-cl-std=CL1.2 -D CAUSAL=0 -D WINDOW=0 -D SOFTCAP=0 -D BIAS=0 -D ALIBI=0 -D KEYLEN=0")
@@ -20,8 +22,10 @@ set(_cases
   "forward-regtile-d256|flash_forward_regtile.cl|${_none} ${_fwd} -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D HEAD_DIM=256 @REGTILE@"
   "forward-lanes-d64|flash_forward_lanes.cl|${_none} ${_fwd} -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D HEAD_DIM=64 -D BLOCK=32 -D TPR=4 -D LDS_STRIDE=66 -D KT_STRIDE=33 -D P_STRIDE=33"
   "merge-d128|merge_states.cl|-cl-std=CL1.2 -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D HEAD_DIM=128 -D MERGE_LANES=32 -D MERGE_ROWS=4 -D MERGE_MAX_PARTS=256 -D WITH_LSE=1"
-  "backward-d64|flash_backward.cl|${_none} -D CLFLASH_CPU_PATH=0 -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D HEAD_DIM=64 -D BLOCK=32 -D TPR=4 -D LDS_STRIDE=66 -D T_STRIDE=33 -D P_STRIDE=33 -D ROWDOT_WG=64"
-  "backward-d128-features|flash_backward.cl|${_all} -D CLFLASH_CPU_PATH=0 -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D HEAD_DIM=128 -D BLOCK=16 -D TPR=4 -D LDS_STRIDE=130 -D T_STRIDE=17 -D P_STRIDE=17 -D ROWDOT_WG=64"
+  "merge-d128-split-parts|merge_states.cl|-cl-std=CL1.2 -D CLFLASH_DTYPE_F32 -D CLFLASH_OUT_F16 -D HEAD_DIM=128 -D MERGE_LANES=128 -D MERGE_ROWS=1 -D MERGE_MAX_PARTS=256 -D WITH_LSE=1"
+  "backward-d64|flash_backward.cl|${_none} -D CLFLASH_CPU_PATH=0 -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D HEAD_DIM=64 @BACKWARD@"
+  "backward-d128-features|flash_backward.cl|${_all} -D CLFLASH_CPU_PATH=0 -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D HEAD_DIM=128 @BACKWARD@"
+  "backward-d256-f32|flash_backward.cl|${_none} -D CLFLASH_CPU_PATH=0 -D CLFLASH_DTYPE_F32 -D CLFLASH_OUT_F32 -D WITH_LSE=0 -D HEAD_DIM=256 @BACKWARD@"
   "naive-d64|naive_attention.cl|${_none} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=1 -D HEAD_DIM=64 -D SOFTMAX_WG=256"
   "naive-backward-d64|naive_backward.cl|${_none} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D HEAD_DIM=64 -D SOFTMAX_WG=256"
   "bias-grad-d64|bias_grad.cl|${_all} -D CLFLASH_DTYPE_F16 -D HEAD_DIM=64 -D BCAST_BATCH=1 -D BCAST_HEADS=1 -D BCAST_ROWS=0"

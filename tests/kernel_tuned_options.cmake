@@ -1,36 +1,44 @@
-# kernel_tuned_options.cmake - the register-tiled forward's tiles for one target of a compile
-# matrix, as the library would plan them there: a case's options may hold @REGTILE@, which
+# kernel_tuned_options.cmake - the parameters the library would plan for one target of a compile
+# matrix: a case's options may hold @REGTILE@ (the register-tiled forward's tiles and B) or
+# @BACKWARD@ (the portable backward's B, work-items per row and strides), which
 # kernel_tuned_options() replaces by what tests/tuning_table prints for the case's dtype and
 # head_dim on a GPU of that name and class (the planner's defaults with clflash's built-in tuning
 # rules applied). So the matrices build what a user's device would build, and a built-in rule that
 # still spills, or a default changed under a rule, fails there. Included by kernel_resources.cmake,
-# kernel_resources_intel.cmake and kernel_spirv.cmake, which need TUNING_TABLE (the tool's path).
+# kernel_resources_intel.cmake, kernel_spirv.cmake and kernel_nvptx.cmake, which need TUNING_TABLE
+# (the tool's path).
 
 # kernel_tuned_options(<options> <device name> <class> <output variable> [tool arguments...]):
 # further arguments go to the tool (--local-mem BYTES, --max-work-group N; 64 KiB and 256 without).
 function(kernel_tuned_options _opts _device _class _out)
-  if(NOT _opts MATCHES "@REGTILE@")
+  if(_opts MATCHES "@REGTILE@")
+    set(_placeholder "@REGTILE@")
+    set(_kernel forward)
+  elseif(_opts MATCHES "@BACKWARD@")
+    set(_placeholder "@BACKWARD@")
+    set(_kernel backward)
+  else()
     set(${_out} "${_opts}" PARENT_SCOPE)
     return()
   endif()
   if(NOT TUNING_TABLE OR NOT EXISTS "${TUNING_TABLE}")
-    message(FATAL_ERROR "a case asks for the planned register tiles but TUNING_TABLE (tests/tuning_table) is not given")
+    message(FATAL_ERROR "a case asks for planned parameters (${_placeholder}) but TUNING_TABLE (tests/tuning_table) is not given")
   endif()
   if(NOT _opts MATCHES "-D HEAD_DIM=([0-9]+)")
-    message(FATAL_ERROR "a @REGTILE@ case needs -D HEAD_DIM: ${_opts}")
+    message(FATAL_ERROR "a ${_placeholder} case needs -D HEAD_DIM: ${_opts}")
   endif()
   set(_dim "${CMAKE_MATCH_1}")
   if(NOT _opts MATCHES "-D CLFLASH_DTYPE_(F32|F16|BF16|I8)")
-    message(FATAL_ERROR "a @REGTILE@ case needs -D CLFLASH_DTYPE_*: ${_opts}")
+    message(FATAL_ERROR "a ${_placeholder} case needs -D CLFLASH_DTYPE_*: ${_opts}")
   endif()
   string(TOLOWER "${CMAKE_MATCH_1}" _dtype)
   execute_process(COMMAND "${TUNING_TABLE}" --device "${_device}" --class ${_class} --dtype ${_dtype}
-                          --head-dim ${_dim} ${ARGN}
+                          --head-dim ${_dim} --kernel ${_kernel} ${ARGN}
     RESULT_VARIABLE _rc OUTPUT_VARIABLE _defs ERROR_VARIABLE _err OUTPUT_STRIP_TRAILING_WHITESPACE)
   if(NOT _rc EQUAL 0 OR NOT _defs MATCHES "^-D BLOCK=")
-    message(FATAL_ERROR "tuning_table for ${_device} (${_class}, ${_dtype}, head_dim ${_dim}) printed "
-                        "\"${_defs}\" (${_rc}): ${_err}")
+    message(FATAL_ERROR "tuning_table --kernel ${_kernel} for ${_device} (${_class}, ${_dtype}, head_dim ${_dim}) "
+                        "printed \"${_defs}\" (${_rc}): ${_err}")
   endif()
-  string(REPLACE "@REGTILE@" "${_defs}" _opts "${_opts}")
+  string(REPLACE "${_placeholder}" "${_defs}" _opts "${_opts}")
   set(${_out} "${_opts}" PARENT_SCOPE)
 endfunction()

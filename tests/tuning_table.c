@@ -1,7 +1,8 @@
 /*
  * tuning_table.c - prints the register tiles and B that the planner tries first for the
- * register-tiled forward on a GPU clflash cannot run, given the GPU's name and class: the planner's
- * defaults with clflash's built-in tuning rules applied (lib/tuning_builtin.c).
+ * register-tiled forward, or B and the work-items per row of the portable backward, on a GPU
+ * clflash cannot run, given the GPU's name and class: the planner's defaults with clflash's
+ * built-in tuning rules applied (lib/tuning_builtin.c).
  *
  * Why: the compile-matrix tests (kernel_resources.cmake for AMD, kernel_resources_intel.cmake for
  * Intel) must build what the library would build on each target, not a copy of its parameters, so
@@ -9,9 +10,11 @@
  * touched: the context below holds only the facts the planner's arithmetic reads.
  *
  *   tuning_table --device NAME --class CLASS --dtype f32|f16|bf16|i8 --head-dim D [--local-mem BYTES]
- *                [--max-work-group N]
- * prints "-D BLOCK=B -D BLOCK_Q=BQ -D RT_RM=RM -D RT_TC=TC", or "lanes" where the table sends the
- * call to the lane-per-row path.
+ *                [--max-work-group N] [--kernel forward|backward]
+ * prints, for the forward (the default), "-D BLOCK=B -D BLOCK_Q=BQ -D RT_RM=RM -D RT_TC=TC", or
+ * "lanes" where the table sends the call to the lane-per-row path; for the backward's gradient
+ * kernel "-D BLOCK=B -D TPR=T -D LDS_STRIDE=.. -D T_STRIDE=.. -D P_STRIDE=.. -D ROWDOT_WG=..", the
+ * defines lib/backward_plan.c builds it with.
  */
 #include "internal.h"
 
@@ -22,7 +25,8 @@
 static int usage(void)
 {
     fprintf(stderr, "usage: tuning_table --device NAME --class cpu|nvidia_gpu|amd_gpu|intel_gpu|other_gpu|other "
-                    "--dtype f32|f16|bf16|i8 --head-dim D [--local-mem BYTES] [--max-work-group N]\n");
+                    "--dtype f32|f16|bf16|i8 --head-dim D [--local-mem BYTES] [--max-work-group N] "
+                    "[--kernel forward|backward]\n");
     return 2;
 }
 
@@ -35,7 +39,7 @@ int main(int argc, char **argv)
         size_t size;
     } dtypes[] = {{"f32", CLFLASH_F32, 4}, {"f16", CLFLASH_F16, 2}, {"bf16", CLFLASH_BF16, 2}, {"i8", CLFLASH_I8, 1}};
     const char *device = NULL;
-    int cls = -1, dt = -1;
+    int cls = -1, dt = -1, backward = 0;
     long head_dim = 0, local_mem = 65536, max_wg = 256;
 
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -56,6 +60,8 @@ int main(int argc, char **argv)
             local_mem = strtol(v, NULL, 10);
         } else if (strcmp(k, "--max-work-group") == 0) {
             max_wg = strtol(v, NULL, 10);
+        } else if (strcmp(k, "--kernel") == 0 && (strcmp(v, "forward") == 0 || strcmp(v, "backward") == 0)) {
+            backward = strcmp(v, "backward") == 0;
         } else {
             return usage();
         }
@@ -84,6 +90,19 @@ int main(int argc, char **argv)
         CLFLASH_SUCCESS) {
         fprintf(stderr, "tuning_table: %s\n", clflash_last_error_detail());
         return 1;
+    }
+    if (backward) {
+        uint32_t first[2];
+        if (!clflash_backward_first_candidate(&c, &p, first)) {
+            fprintf(stderr, "tuning_table: no backward tile fits %ld bytes at head_dim %ld\n", local_mem, head_dim);
+            return 1;
+        }
+        uint32_t rowdot_wg = 64; /* as lib/backward_plan.c */
+        while (rowdot_wg > 1 && rowdot_wg > (uint32_t)max_wg)
+            rowdot_wg /= 2;
+        printf("-D BLOCK=%u -D TPR=%u -D LDS_STRIDE=%u -D T_STRIDE=%u -D P_STRIDE=%u -D ROWDOT_WG=%u\n", first[0],
+               first[1], clflash_lds_stride(p.head_dim, p.elem_size), first[0] | 1u, first[0] | 1u, rowdot_wg);
+        return 0;
     }
     uint32_t cand[4];
     if (!clflash_regtile_first_candidate(&c, &p, cand)) {
