@@ -31,10 +31,13 @@ set(_cases
   "bias-grad-d64|bias_grad.cl|${_all} -D CLFLASH_DTYPE_F16 -D HEAD_DIM=64 -D BCAST_BATCH=1 -D BCAST_HEADS=1 -D BCAST_ROWS=0"
 )
 
-# The register tiles in a case's options as "RMxTCxBQ, B N" (the tuning syntax's order), or "-".
+# The planned parameters in a case's options: the register tiles as "RMxTCxBQ, B N" (the tuning
+# syntax's order), the backward's as "B N, TPR T", or "-".
 function(kernel_tiles_label _opts _out)
   if(_opts MATCHES "-D BLOCK=([0-9]+) -D BLOCK_Q=([0-9]+) -D RT_RM=([0-9]+) -D RT_TC=([0-9]+)")
     set(${_out} "${CMAKE_MATCH_3}x${CMAKE_MATCH_4}x${CMAKE_MATCH_2}, B ${CMAKE_MATCH_1}" PARENT_SCOPE)
+  elseif(_opts MATCHES "-D BLOCK=([0-9]+) -D TPR=([0-9]+)")
+    set(${_out} "B ${CMAKE_MATCH_1}, TPR ${CMAKE_MATCH_2}" PARENT_SCOPE)
   else()
     set(${_out} "-" PARENT_SCOPE)
   endif()
