@@ -180,6 +180,7 @@ static clflash_status plan_portable(clflash_context *c, const clflash_problem *p
                 clflash_fill_plan(&out->plan, p, clflash_backward_tile_bytes, budget, block, block, local_bytes,
                                   variant_name, lanes, block * lanes);
                 clflash_tune_report(&out->plan, "portable.cpu_path=%d", cpu_path(c, p, block, lanes));
+                clflash_tune_report_portable(&out->plan, p);
                 out->key_groups = out->plan.tiles_k;
                 out->query_groups = out->plan.tiles_q;
                 return CLFLASH_SUCCESS;

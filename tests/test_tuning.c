@@ -62,6 +62,9 @@ static const struct {
     {"=3", "is not a tuning parameter"},
     {"portable.cpu_path=2", "in 0..1"},
     {"portable.large_grf=2", "in 0..1"},
+    {"portable.max_block=0", "in 1..1024"},
+    {"portable.threads_per_row=65", "in 1..64"},
+    {"portable.max_work_group=1025", "in 1..1024"},
     {"nv_forward.block=15", "in 16..64"},
     {"nv_forward.stages=9", "in 2..8"},
     {"nv_forward.mtiles=5", "in 1..4"},
@@ -313,6 +316,49 @@ START_TEST(settings_reach_the_calls)
 }
 END_TEST
 
+/* portable.max_block, .threads_per_row and .max_work_group replace the device class's preferences
+ * in the portable forward (CPU path, lane path) and backward: B, the work-items per row and the
+ * work-group stay within them, the plans report them, and the results stay right. */
+START_TEST(portable_preferences_reach_the_plans)
+{
+    const clflash_attention_desc d = th_desc(1, 2, 1, 77, 131, 40, CLFLASH_F32, CLFLASH_CAUSAL);
+    clflash_context *c = tuned_context("portable.max_block=16");
+    clflash_plan p = {.struct_size = sizeof p};
+    ck_assert_int_eq(clflash_plan_attention(c, &d, &p), CLFLASH_SUCCESS);
+    ck_assert_msg(p.block <= 16, "forward block %u above portable.max_block=16", p.block);
+    ck_assert_msg(strstr(p.tuning, ",portable.max_block=16") != NULL, "forward tuning %s", p.tuning);
+    run_and_check(c, &d, TH_FLASH, 1, 1, 9200);
+    clflash_plan b = {.struct_size = sizeof b};
+    ck_assert_int_eq(clflash_plan_backward(c, &d, &b), CLFLASH_SUCCESS);
+    ck_assert_msg(b.block <= 16, "backward block %u above portable.max_block=16", b.block);
+    ck_assert_msg(strstr(b.tuning, ",portable.max_block=16") != NULL, "backward tuning %s", b.tuning);
+    clflash_context_free(c);
+
+    /* the lane path with at most 4 work-items per row in groups of at most 64 (B = 16 leaves room
+     * for 4; the planner prefers B to lanes, so a larger B would take one) */
+    c = tuned_context("portable.cpu_path=0,portable.regtile=0,portable.threads_per_row=4,portable.max_work_group=64,"
+                      "portable.max_block=16");
+    ck_assert_int_eq(clflash_plan_attention(c, &d, &p), CLFLASH_SUCCESS);
+    ck_assert_str_eq(p.kernel, "flash_forward_portable");
+    ck_assert_uint_eq(p.threads_per_row, 4);
+    ck_assert_uint_le(p.work_group_size, 64);
+    ck_assert_str_eq(p.tuning, "portable.cpu_path=0,portable.regtile=0,portable.max_block=16,"
+                               "portable.threads_per_row=4,portable.max_work_group=64");
+    run_and_check(c, &d, TH_FLASH, 1, 1, 9201);
+    ck_assert_int_eq(clflash_plan_backward(c, &d, &b), CLFLASH_SUCCESS);
+    ck_assert_uint_le(b.threads_per_row, 4);
+    ck_assert_uint_le(b.work_group_size, 64);
+    clflash_context_free(c);
+
+    /* unset, the class's preferences: nothing reported */
+    c = tuned_context(NULL);
+    ck_assert_int_eq(clflash_plan_attention(c, &d, &p), CLFLASH_SUCCESS);
+    ck_assert_msg(strstr(p.tuning, "max_block") == NULL && strstr(p.tuning, "threads_per_row") == NULL,
+                  "tuning %s", p.tuning);
+    clflash_context_free(c);
+}
+END_TEST
+
 /* portable.large_grf: Intel's compilers take the option; any other refuses it and the kernel is
  * built without it. Either way the call is right and the plan says which kernel ran; the context's
  * build log keeps the refused build. */
@@ -392,6 +438,7 @@ int main(void)
     tcase_add_test(tc, bad_sources_fail_the_create);
     tcase_add_test(tc, settings_reach_the_calls);
     tcase_add_test(tc, large_grf_builds_with_or_without);
+    tcase_add_test(tc, portable_preferences_reach_the_plans);
     tcase_add_test(tc, settings_change_while_threads_plan);
     suite_add_tcase(s, tc);
     return run_suite(s);
