@@ -272,16 +272,18 @@ CLFLASH_API const char *clflash_context_build_log(const clflash_context *c);
  *                              -cl-intel-256-GRF-per-thread (256 registers a thread, half the
  *                              threads); a compiler that refuses the option builds it without, and
  *                              the plan then reports portable.large_grf=0 (default 0)
- *      portable.max_block      1..1024, a cap on B of the portable kernels (forward and backward;
- *                              default 64, 32 on devices clflash does not class as CPU or GPU)
- *      portable.threads_per_row  1..64, the most work-items that share a row on their lane and
- *                              backward paths (a power of two that divides B is taken; default
+ *      portable.max_block      1..1024, a cap on B of the portable forward (default 64, 32 on
+ *                              devices clflash does not class as CPU or GPU)
+ *      portable.threads_per_row  1..64, the most work-items that share a row on its lane path (a
+ *                              power of two that divides B is taken; default
  *                              GPUs 16, 4 at head_dim below 16, CPUs 1, others 4; the context
  *                              option threads_per_row, where set, wins)
- *      portable.max_work_group  1..1024, their largest work-group (default GPUs 256, CPUs 64,
+ *      portable.max_work_group  1..1024, its largest work-group (default GPUs 256, CPUs 64,
  *                              others 128; never above the device's limit). B comes first: the
  *                              work-items per row are what is left of the work-group at that B.
  *                              The plan reports these three only where a setting gave them
+ *      portable_backward.max_block, .threads_per_row, .max_work_group  the same for the
+ *                              portable backward (its own, so that each can be tuned alone)
  *      nv_forward.block        16..64, a cap on B of the tensor-core forward
  *      nv_forward.warps        1..16, its warps per work-group
  *      nv_forward.mtiles       1..4, its 16-row slices per warp

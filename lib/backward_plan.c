@@ -116,7 +116,7 @@ static uint32_t first_lanes(const clflash_tuning *tune, uint32_t block)
 
 int clflash_backward_first_candidate(const clflash_context *c, const clflash_problem *p, uint32_t first[2])
 {
-    const clflash_tuning tune = clflash_tuning_for_context(c, p);
+    const clflash_tuning tune = clflash_tuning_for_backward(c, p);
     const uint32_t block = p->block != 0 ? 0 : first_block(c, p, &tune, 0);
     if (block == 0)
         return 0;
@@ -129,7 +129,7 @@ static clflash_status plan_portable(clflash_context *c, const clflash_problem *p
                                     clflash_backward_kernels *out)
 {
     const uint64_t budget = c->local_mem_budget;
-    const clflash_tuning tune = clflash_tuning_for_context(c, p);
+    const clflash_tuning tune = clflash_tuning_for_backward(c, p);
     const int forced = p->block != 0;
     uint32_t block, rowdot_wg = 64;
     clflash_status st;
@@ -180,7 +180,7 @@ static clflash_status plan_portable(clflash_context *c, const clflash_problem *p
                 clflash_fill_plan(&out->plan, p, clflash_backward_tile_bytes, budget, block, block, local_bytes,
                                   variant_name, lanes, block * lanes);
                 clflash_tune_report(&out->plan, "portable.cpu_path=%d", cpu_path(c, p, block, lanes));
-                clflash_tune_report_portable(&out->plan, p);
+                clflash_tune_report_portable(&out->plan, p, 1);
                 out->key_groups = out->plan.tiles_k;
                 out->query_groups = out->plan.tiles_q;
                 return CLFLASH_SUCCESS;

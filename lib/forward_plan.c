@@ -181,7 +181,7 @@ static clflash_status plan_regtile(clflash_context *c, const clflash_problem *p,
                                                 cfg.tc, bq);
                         if (p->tune.set & 1u << CLFLASH_TUNE_PORTABLE_LARGE_GRF) /* what it asked for, got */
                             clflash_tune_report(&out->plan, ",portable.large_grf=%d", large_grf);
-                        clflash_tune_report_portable(&out->plan, p);
+                        clflash_tune_report_portable(&out->plan, p, 0);
                         out->plan.kv_passes = (packed_rows + bq - 1) / bq;
                         out->kernel = kernel;
                         clflash_set_split(out, p, splits, pack);
@@ -329,7 +329,7 @@ static clflash_status plan_kernel(clflash_context *c, const clflash_problem *p, 
                                   lanes, block * lanes);
                 clflash_tune_report(&out->plan, cpu_path(c, p, block, lanes) ? "portable.cpu_path=1"
                                                                               : "portable.cpu_path=0,portable.regtile=0");
-                clflash_tune_report_portable(&out->plan, p);
+                clflash_tune_report_portable(&out->plan, p, 0);
                 out->kernel = kernel;
                 clflash_set_split(out, p, splits, 1);
                 return CLFLASH_SUCCESS;

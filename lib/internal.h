@@ -84,9 +84,12 @@ typedef enum {
     CLFLASH_TUNE_PORTABLE_REGTILE,          /* register tiles RMxTCxBQ[xB], or 0: the lane path */
     CLFLASH_TUNE_PORTABLE_CPU_PATH,         /* the portable kernels' CPU path (0 or 1) */
     CLFLASH_TUNE_PORTABLE_LARGE_GRF,        /* the register-tiled forward built with Intel's 256 GRF mode */
-    CLFLASH_TUNE_PORTABLE_MAX_BLOCK,        /* tuning.c's preferences: a cap on B of the portable kernels, */
-    CLFLASH_TUNE_PORTABLE_THREADS_PER_ROW,  /* the work-items per row they may share, */
-    CLFLASH_TUNE_PORTABLE_MAX_WORK_GROUP,   /* and their largest work-group */
+    CLFLASH_TUNE_PORTABLE_MAX_BLOCK,        /* tuning.c's preferences for the portable forward: a cap on B, */
+    CLFLASH_TUNE_PORTABLE_THREADS_PER_ROW,  /* the work-items per row it may share, */
+    CLFLASH_TUNE_PORTABLE_MAX_WORK_GROUP,   /* and its largest work-group; */
+    CLFLASH_TUNE_BACKWARD_MAX_BLOCK,        /* the same for the portable backward */
+    CLFLASH_TUNE_BACKWARD_THREADS_PER_ROW,
+    CLFLASH_TUNE_BACKWARD_MAX_WORK_GROUP,
     CLFLASH_TUNE_NV_FORWARD_BLOCK,          /* a cap on B */
     CLFLASH_TUNE_NV_FORWARD_WARPS,
     CLFLASH_TUNE_NV_FORWARD_MTILES,
@@ -342,10 +345,13 @@ CLFLASH_INTERNAL clflash_tuning clflash_tuning_for(const clflash_device_info *in
                                                    size_t elem_size);
 /* clflash_tuning_for for the context's device, with the caller's threads_per_row option applied. */
 CLFLASH_INTERNAL clflash_tuning clflash_tuning_for_context(const clflash_context *c, const clflash_problem *p);
-/* Appends to a portable plan's tuning report the portable.max_block, .threads_per_row and
- * .max_work_group settings that applied to p (only those set: the plan's block, threads_per_row
- * and work_group_size fields say what they led to). */
-CLFLASH_INTERNAL void clflash_tune_report_portable(clflash_plan *plan, const clflash_problem *p);
+/* The same for the portable backward (its own settings, portable_backward.*). */
+CLFLASH_INTERNAL clflash_tuning clflash_tuning_for_backward(const clflash_context *c, const clflash_problem *p);
+/* Appends to a portable plan's tuning report the preference settings (portable.max_block,
+ * .threads_per_row, .max_work_group, or with `backward` the portable_backward.* ones) that applied
+ * to p (only those set: the plan's block, threads_per_row and work_group_size fields say what they
+ * led to). */
+CLFLASH_INTERNAL void clflash_tune_report_portable(clflash_plan *plan, const clflash_problem *p, int backward);
 
 /* plan_common.c: the largest block a planner starts from, before rounding: b capped by `cap`, by
  * the longer sequence rounded up to 16 (a larger block computes only padding) and, after a refused

@@ -7,7 +7,8 @@
  * ordinary cache-backed memory) and would get B near 350 for d = 128; GPUs want a few hundred
  * work-items per group to hide latency. Every level has a default, so an unknown device still gets
  * a sensible plan; the tuning settings portable.max_block, portable.threads_per_row and
- * portable.max_work_group (tuning_params.c) replace them per device, dtype and head_dim.
+ * portable.max_work_group (the forward's) and portable_backward.* (the backward's; tuning_params.c)
+ * replace them per device, dtype and head_dim.
  */
 #include "internal.h"
 
@@ -44,15 +45,16 @@ clflash_tuning clflash_tuning_for(const clflash_device_info *info, uint32_t head
     return t;
 }
 
-clflash_tuning clflash_tuning_for_context(const clflash_context *c, const clflash_problem *p)
+/* The class's preferences, then the tuning settings keys[0..2] (a cap on B, work-items per row,
+ * work-group; the device's work-group limit still caps the last), then the context option
+ * threads_per_row. */
+static clflash_tuning tuned_preferences(const clflash_context *c, const clflash_problem *p,
+                                        const clflash_tune_key keys[3])
 {
     clflash_tuning tune = clflash_tuning_for(&c->info, p->head_dim, p->elem_size);
-    /* The tuning settings portable.max_block, .threads_per_row and .max_work_group replace the
-     * class's preferences (the device's work-group limit still caps the last). */
-    tune.max_block = (uint32_t)clflash_tuned(p, CLFLASH_TUNE_PORTABLE_MAX_BLOCK, (int32_t)tune.max_block);
-    tune.threads_per_row =
-        (uint32_t)clflash_tuned(p, CLFLASH_TUNE_PORTABLE_THREADS_PER_ROW, (int32_t)tune.threads_per_row);
-    tune.max_work_group = (uint32_t)clflash_tuned(p, CLFLASH_TUNE_PORTABLE_MAX_WORK_GROUP, (int32_t)tune.max_work_group);
+    tune.max_block = (uint32_t)clflash_tuned(p, keys[0], (int32_t)tune.max_block);
+    tune.threads_per_row = (uint32_t)clflash_tuned(p, keys[1], (int32_t)tune.threads_per_row);
+    tune.max_work_group = (uint32_t)clflash_tuned(p, keys[2], (int32_t)tune.max_work_group);
     if (c->info.max_work_group_size && tune.max_work_group > c->info.max_work_group_size)
         tune.max_work_group = (uint32_t)c->info.max_work_group_size;
     if (c->threads_per_row) { /* the caller's override wins over the class's preference */
@@ -65,11 +67,25 @@ clflash_tuning clflash_tuning_for_context(const clflash_context *c, const clflas
     return tune;
 }
 
-void clflash_tune_report_portable(clflash_plan *plan, const clflash_problem *p)
+static const clflash_tune_key forward_keys[3] = {CLFLASH_TUNE_PORTABLE_MAX_BLOCK, CLFLASH_TUNE_PORTABLE_THREADS_PER_ROW,
+                                                 CLFLASH_TUNE_PORTABLE_MAX_WORK_GROUP};
+static const clflash_tune_key backward_keys[3] = {CLFLASH_TUNE_BACKWARD_MAX_BLOCK, CLFLASH_TUNE_BACKWARD_THREADS_PER_ROW,
+                                                  CLFLASH_TUNE_BACKWARD_MAX_WORK_GROUP};
+
+clflash_tuning clflash_tuning_for_context(const clflash_context *c, const clflash_problem *p)
 {
-    static const clflash_tune_key keys[] = {CLFLASH_TUNE_PORTABLE_MAX_BLOCK, CLFLASH_TUNE_PORTABLE_THREADS_PER_ROW,
-                                            CLFLASH_TUNE_PORTABLE_MAX_WORK_GROUP};
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+    return tuned_preferences(c, p, forward_keys);
+}
+
+clflash_tuning clflash_tuning_for_backward(const clflash_context *c, const clflash_problem *p)
+{
+    return tuned_preferences(c, p, backward_keys);
+}
+
+void clflash_tune_report_portable(clflash_plan *plan, const clflash_problem *p, int backward)
+{
+    const clflash_tune_key *keys = backward ? backward_keys : forward_keys;
+    for (size_t i = 0; i < 3; i++)
         if (p->tune.set & 1u << keys[i])
             clflash_tune_report(plan, ",%s=%d", clflash_tune_name(keys[i]), (int)p->tune.value[keys[i]]);
 }

@@ -65,6 +65,7 @@ static const struct {
     {"portable.max_block=0", "in 1..1024"},
     {"portable.threads_per_row=65", "in 1..64"},
     {"portable.max_work_group=1025", "in 1..1024"},
+    {"portable_backward.threads_per_row=0", "in 1..64"},
     {"nv_forward.block=15", "in 16..64"},
     {"nv_forward.stages=9", "in 2..8"},
     {"nv_forward.mtiles=5", "in 1..4"},
@@ -317,12 +318,13 @@ START_TEST(settings_reach_the_calls)
 END_TEST
 
 /* portable.max_block, .threads_per_row and .max_work_group replace the device class's preferences
- * in the portable forward (CPU path, lane path) and backward: B, the work-items per row and the
- * work-group stay within them, the plans report them, and the results stay right. */
+ * in the portable forward (CPU path, lane path), portable_backward.* in the backward: B, the
+ * work-items per row and the work-group stay within them, the plans report them, each kernel only
+ * its own, and the results stay right. */
 START_TEST(portable_preferences_reach_the_plans)
 {
     const clflash_attention_desc d = th_desc(1, 2, 1, 77, 131, 40, CLFLASH_F32, CLFLASH_CAUSAL);
-    clflash_context *c = tuned_context("portable.max_block=16");
+    clflash_context *c = tuned_context("portable.max_block=16,portable_backward.max_block=8");
     clflash_plan p = {.struct_size = sizeof p};
     ck_assert_int_eq(clflash_plan_attention(c, &d, &p), CLFLASH_SUCCESS);
     ck_assert_msg(p.block <= 16, "forward block %u above portable.max_block=16", p.block);
@@ -330,14 +332,16 @@ START_TEST(portable_preferences_reach_the_plans)
     run_and_check(c, &d, TH_FLASH, 1, 1, 9200);
     clflash_plan b = {.struct_size = sizeof b};
     ck_assert_int_eq(clflash_plan_backward(c, &d, &b), CLFLASH_SUCCESS);
-    ck_assert_msg(b.block <= 16, "backward block %u above portable.max_block=16", b.block);
-    ck_assert_msg(strstr(b.tuning, ",portable.max_block=16") != NULL, "backward tuning %s", b.tuning);
+    ck_assert_msg(b.block <= 8, "backward block %u above portable_backward.max_block=8", b.block);
+    ck_assert_str_eq(b.tuning, "portable.cpu_path=1,portable_backward.max_block=8");
+    ck_assert_msg(strstr(p.tuning, "portable_backward") == NULL, "forward tuning %s", p.tuning);
     clflash_context_free(c);
 
     /* the lane path with at most 4 work-items per row in groups of at most 64 (B = 16 leaves room
      * for 4; the planner prefers B to lanes, so a larger B would take one) */
     c = tuned_context("portable.cpu_path=0,portable.regtile=0,portable.threads_per_row=4,portable.max_work_group=64,"
-                      "portable.max_block=16");
+                      "portable.max_block=16,portable_backward.max_block=16,portable_backward.threads_per_row=4,"
+                      "portable_backward.max_work_group=64");
     ck_assert_int_eq(clflash_plan_attention(c, &d, &p), CLFLASH_SUCCESS);
     ck_assert_str_eq(p.kernel, "flash_forward_portable");
     ck_assert_uint_eq(p.threads_per_row, 4);
@@ -346,8 +350,10 @@ START_TEST(portable_preferences_reach_the_plans)
                                "portable.threads_per_row=4,portable.max_work_group=64");
     run_and_check(c, &d, TH_FLASH, 1, 1, 9201);
     ck_assert_int_eq(clflash_plan_backward(c, &d, &b), CLFLASH_SUCCESS);
-    ck_assert_uint_le(b.threads_per_row, 4);
+    ck_assert_uint_eq(b.threads_per_row, 4);
     ck_assert_uint_le(b.work_group_size, 64);
+    ck_assert_str_eq(b.tuning, "portable.cpu_path=0,portable_backward.max_block=16,"
+                               "portable_backward.threads_per_row=4,portable_backward.max_work_group=64");
     clflash_context_free(c);
 
     /* unset, the class's preferences: nothing reported */

@@ -166,6 +166,23 @@ static void regtile_candidates(spec_list *l, size_t max_wg, const char *prefix, 
             }
 }
 
+/* The portable kernels' preferences on their lane path (GPU) or CPU path: a cap on B, and on the
+ * lane path the work-items per row (B x lanes within max_wg). */
+static void preference_candidates(spec_list *l, size_t max_wg, const char *prefix, int lanes)
+{
+    static const unsigned blocks[] = {16, 32, 64, 128}, tprs[] = {1, 2, 4, 8, 16, 32};
+    for (size_t b = 0; b < 4; b++) {
+        if (!lanes) {
+            add_spec(l, xprintf("%sportable.max_block=%u", prefix, blocks[b]));
+            continue;
+        }
+        for (size_t t = 0; t < 6; t++)
+            if (blocks[b] * tprs[t] <= max_wg)
+                add_spec(l, xprintf("%sportable.max_block=%u,portable.threads_per_row=%u,portable.max_work_group=%u",
+                                    prefix, blocks[b], tprs[t], blocks[b] * tprs[t]));
+    }
+}
+
 /* The tensor-core forward: a cap on B, warps, 16-row slices per warp, K/V stages. With split parts
  * (decoding) the work-groups are small and the merge matters: one or two warps, deeper pipelines,
  * the merge kernel or the fused merge with its load shapes. */
@@ -347,7 +364,8 @@ static const char *param_keys(const char *kernel)
     if (strcmp(kernel, "nv_mma_forward") == 0)
         return "nv_forward.block=,nv_forward.warps=,nv_forward.mtiles=,nv_forward.stages=,nv_forward.fused_merge=,"
                "nv_forward.merge_group=,nv_forward.merge_parts=,nv_forward.merge_lse_batch=,nv_forward.merge_prefetch=";
-    return "portable.cpu_path=,portable.regtile=,portable.large_grf=";
+    return "portable.cpu_path=,portable.regtile=,portable.large_grf=,portable.max_block=,portable.threads_per_row=,"
+           "portable.max_work_group=";
 }
 
 int main(int argc, char **argv)
@@ -398,10 +416,13 @@ int main(int argc, char **argv)
             add_spec(&cands, xstrdup(o.tries[i]));
     } else if (strcmp(def.kernel, "nv_mma_forward") == 0) {
         nv_forward_candidates(&cands, def.splits > 1);
-    } else if (strcmp(def.kernel, "flash_forward_regtile") == 0) {
+    } else if (strcmp(def.kernel, "flash_forward_regtile") == 0 || (type & CL_DEVICE_TYPE_CPU) == 0) {
+        /* a GPU: the register tiles, and the lane path's B and work-items per row */
         regtile_candidates(&cands, max_wg, "portable.cpu_path=0,", intel_gpu);
+        preference_candidates(&cands, max_wg, "portable.cpu_path=0,portable.regtile=0,", 1);
     } else { /* the CPU paths (flash_forward_portable, flash_decode_cpu): the CPU path or the GPU paths */
         add_spec(&cands, xstrdup("portable.cpu_path=1"));
+        preference_candidates(&cands, max_wg, "portable.cpu_path=1,", 0);
         regtile_candidates(&cands, max_wg, "portable.cpu_path=0,", intel_gpu);
     }
     const size_t ncand = o.max_candidates && cands.n > o.max_candidates ? o.max_candidates : cands.n;
