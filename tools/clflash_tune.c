@@ -1,6 +1,7 @@
 /*
- * clflash_tune.c - clflash-tune: finds the forward kernel's parameters for one shape on the user's
- * own device and writes them as a rule of a tuning file (CLFLASH_TUNING_FILE).
+ * clflash_tune.c - clflash-tune: finds the forward's (or with --backward the backward's) kernel
+ * parameters for one shape on the user's own device and writes them as a rule of a tuning file
+ * (CLFLASH_TUNING_FILE).
  *
  * Why: the planners' choices were measured on the devices we have; on an AMD, Intel or other GPU
  * they are a guess. The tool plans the shape to learn which kernel runs it, sweeps that kernel's
@@ -15,6 +16,7 @@
 #include "bench_common.h"
 #include "bench_flash.h"
 #include "tool_common.h"
+#include "tune_reference.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -27,7 +29,7 @@
 typedef struct {
     uint32_t batch, heads_q, heads_kv, seq_q, seq_k, head_dim, warmup;
     clflash_dtype dtype;
-    int causal, candidates_only;
+    int causal, candidates_only, backward;
     double min_time, tolerance; /* tolerance 0: by dtype */
     const char *device, *out;
     const char *tries[MAX_TRIES];
@@ -38,9 +40,10 @@ static void help(FILE *f)
 {
     fputs("Usage: clflash-tune [options]\n"
           "\n"
-          "Plans a forward call of the given shape, sweeps the tuning parameters of the kernel that\n"
-          "runs it (see clflash_context_set_tuning in clflash.h), checks each candidate against an\n"
-          "fp64 reference on a small shape and against the planner's configuration on this shape,\n"
+          "Plans a forward call of the given shape (with --backward a backward call), sweeps the\n"
+          "tuning parameters of the kernel that runs it (see clflash_context_set_tuning in clflash.h),\n"
+          "checks each candidate against an fp64 reference on a small shape (O, or dQ, dK and dV)\n"
+          "and against the planner's configuration on this shape,\n"
           "times the ones that pass, and prints the fastest as a tuning rule for this device, dtype\n"
           "and head_dim (appended to --out FILE, which CLFLASH_TUNING_FILE can then name).\n"
           "\n"
@@ -52,6 +55,7 @@ static void help(FILE *f)
           "  --head-dim D       head dimension (default 128)\n"
           "  --dtype T          f32, f16 or bf16 (default f16)\n"
           "  --causal           causal masking\n"
+          "  --backward         tune the backward's gradient kernel (O and lse from the forward, once)\n"
           "  --device STR       as clflash-bench --device\n"
           "  --try SPEC         a candidate setting to try (repeatable, up to 64); without it the\n"
           "                     tool's own candidates for the kernel\n"
@@ -59,14 +63,15 @@ static void help(FILE *f)
           "  --candidates-only  the planner's configuration is measured but cannot win\n"
           "  --min-time S       seconds of back-to-back calls per candidate (default 0.3)\n"
           "  --warmup N         untimed calls per candidate (default 2)\n"
-          "  --tolerance T      the checks' tolerance, |x - ref| <= T * (1 + |ref|) (default by dtype)\n"
+          "  --tolerance T      the checks' tolerance, |x - ref| <= T * (1 + |ref|) (default by dtype,\n"
+          "                     twice as large for the backward)\n"
           "  --out FILE         append the winning rule to FILE\n",
           f);
 }
 
 static int parse(int argc, char **argv, tune_options *o)
 {
-    static const char *const flags[] = {"--causal", "--candidates-only", NULL};
+    static const char *const flags[] = {"--causal", "--candidates-only", "--backward", NULL};
     static const char *const valued[] = {"--batch",  "--heads-q",   "--heads-kv", "--seq-q",          "--seq-k",
                                          "--head-dim", "--dtype",   "--device",   "--try",            "--min-time",
                                          "--warmup", "--tolerance", "--out",      "--max-candidates", NULL};
@@ -83,6 +88,8 @@ static int parse(int argc, char **argv, tune_options *o)
             o->causal = 1;
         } else if (strcmp(name, "--candidates-only") == 0) {
             o->candidates_only = 1;
+        } else if (strcmp(name, "--backward") == 0) {
+            o->backward = 1;
         } else if (strcmp(name, "--dtype") == 0) {
             if (!parse_dtype(val, &o->dtype) || o->dtype == CLFLASH_I8)
                 return usage_error("--dtype wants f32, f16 or bf16, not '%s'", val);
@@ -128,7 +135,7 @@ static int parse(int argc, char **argv, tune_options *o)
     if (o->heads_q % o->heads_kv != 0)
         return usage_error("--heads-kv %u does not divide --heads-q %u", o->heads_kv, o->heads_q);
     if (o->tolerance == 0.0)
-        o->tolerance = o->dtype == CLFLASH_F32 ? 2e-4 : o->dtype == CLFLASH_F16 ? 4e-3 : 2.5e-2;
+        o->tolerance = (o->dtype == CLFLASH_F32 ? 2e-4 : o->dtype == CLFLASH_F16 ? 4e-3 : 2.5e-2) * (o->backward ? 2 : 1);
     return -1;
 }
 
@@ -214,6 +221,33 @@ static void nv_forward_candidates(spec_list *l, int split)
                                         blocks[b], warps[w], mtiles[m], stages[s]));
 }
 
+/* The backward's gradient kernels: on tensor cores a cap on B, warps and how the dK/dV groups copy
+ * Q and dO; the portable kernel's B and work-items per row (B x lanes within max_wg), on a CPU also
+ * on its CPU path (one work-item per row). */
+static void nv_backward_candidates(spec_list *l)
+{
+    static const unsigned blocks[] = {16, 32, 48, 64}, warps[] = {2, 4, 8};
+    for (size_t b = 0; b < 4; b++)
+        for (size_t w = 0; w < 3; w++)
+            for (int stream = 0; stream <= 1; stream++)
+                add_spec(l, xprintf("nv_backward.block=%u,nv_backward.warps=%u,nv_backward.stream=%d", blocks[b],
+                                    warps[w], stream));
+}
+
+static void portable_backward_candidates(spec_list *l, size_t max_wg, int cpu)
+{
+    static const unsigned blocks[] = {8, 16, 32, 64}, tprs[] = {1, 2, 4, 8, 16};
+    for (size_t b = 0; b < 4; b++) {
+        if (cpu)
+            add_spec(l, xprintf("portable.cpu_path=1,portable_backward.max_block=%u", blocks[b]));
+        for (size_t t = 0; t < 5; t++)
+            if (blocks[b] * tprs[t] <= max_wg)
+                add_spec(l, xprintf("portable.cpu_path=0,portable_backward.max_block=%u,"
+                                    "portable_backward.threads_per_row=%u,portable_backward.max_work_group=%u",
+                                    blocks[b], tprs[t], blocks[b] * tprs[t]));
+    }
+}
+
 /* ---- the check shape's fp64 reference ------------------------------------------------------------ */
 
 /* O for [batch][heads][seq][d] inputs (K and V with heads_kv heads), causal aligned bottom-right. */
@@ -264,8 +298,10 @@ static void reference_forward(const tune_options *o, uint32_t batch, uint32_t se
 typedef struct {
     clflash_attention_desc d;
     cl_mem q, k, v, o;
-    void *host_q, *host_k, *host_v;
+    cl_mem d_o, lse, dq, dk, dv; /* --backward: O and lse from one forward, dO random */
+    void *host_q, *host_k, *host_v, *host_do;
     size_t nq, nk; /* elements */
+    size_t nout;   /* elements a run reads back: O (nq), or dQ, dK, dV (nq + 2 nk) */
 } problem;
 
 static clflash_attention_desc make_desc(const tune_options *o, uint32_t batch, uint32_t seq_q, uint32_t seq_k)
@@ -308,6 +344,30 @@ static int make_problem(clflash_context *c, const tune_options *o, uint32_t batc
         p->v = clCreateBuffer(ctx, in, p->nk * es, p->host_v, &err);
     if (err == CL_SUCCESS)
         p->o = clCreateBuffer(ctx, CL_MEM_READ_WRITE, p->nq * es, NULL, &err);
+    p->nout = p->nq;
+    if (err == CL_SUCCESS && o->backward) {
+        const size_t rows = (size_t)batch * o->heads_q * seq_q;
+        p->nout = p->nq + 2 * p->nk;
+        p->host_do = xmalloc(p->nq * es);
+        fill_random(p->host_do, p->nq, o->dtype, seed + 3);
+        p->d_o = clCreateBuffer(ctx, in, p->nq * es, p->host_do, &err);
+        if (err == CL_SUCCESS)
+            p->lse = clCreateBuffer(ctx, CL_MEM_READ_WRITE, rows * sizeof(float), NULL, &err);
+        if (err == CL_SUCCESS)
+            p->dq = clCreateBuffer(ctx, CL_MEM_READ_WRITE, p->nq * es, NULL, &err);
+        if (err == CL_SUCCESS)
+            p->dk = clCreateBuffer(ctx, CL_MEM_READ_WRITE, p->nk * es, NULL, &err);
+        if (err == CL_SUCCESS)
+            p->dv = clCreateBuffer(ctx, CL_MEM_READ_WRITE, p->nk * es, NULL, &err);
+        if (err == CL_SUCCESS) { /* O and lse once, with the context's settings before any candidate */
+            const clflash_status st = clflash_forward(c, &p->d, NULL, p->q, p->k, p->v, p->o, p->lse, 0, NULL, NULL);
+            if (st != CLFLASH_SUCCESS) {
+                fprintf(stderr, "%s: the forward for the backward's O and lse failed: %s (%s)\n", tool_name(),
+                        clflash_status_string(st), clflash_last_error_detail());
+                return 0;
+            }
+        }
+    }
     if (err != CL_SUCCESS)
         fprintf(stderr, "%s: allocating %zu + 2 x %zu elements on the device failed (%d)\n", tool_name(), p->nq, p->nk,
                 (int)err);
@@ -320,20 +380,53 @@ static void free_problem(problem *p)
     if (p->k) clReleaseMemObject(p->k);
     if (p->v) clReleaseMemObject(p->v);
     if (p->o) clReleaseMemObject(p->o);
+    const cl_mem grads[] = {p->d_o, p->lse, p->dq, p->dk, p->dv};
+    for (size_t i = 0; i < sizeof grads / sizeof grads[0]; i++)
+        if (grads[i])
+            clReleaseMemObject(grads[i]);
     free(p->host_q);
     free(p->host_k);
     free(p->host_v);
+    free(p->host_do);
 }
 
-/* Runs the problem's forward once and reads O back into out (nq elements of the dtype). */
+/* One call as the timing repeats it: the forward, or with d_o the backward. */
+static clflash_status call_once(clflash_context *c, const problem *p)
+{
+    if (p->d_o)
+        return clflash_backward(c, &p->d, NULL, p->q, p->k, p->v, p->o, p->d_o, p->lse, p->dq, p->dk, p->dv, 0, NULL,
+                                NULL);
+    return clflash_forward(c, &p->d, NULL, p->q, p->k, p->v, p->o, NULL, 0, NULL, NULL);
+}
+
+/* Runs the problem's call once and reads its output back into out (nout elements of the dtype: O,
+ * or dQ, dK and dV one after another). */
 static clflash_status run_once(clflash_context *c, problem *p, void *out)
 {
-    const clflash_status st = clflash_forward(c, &p->d, NULL, p->q, p->k, p->v, p->o, NULL, 0, NULL, NULL);
+    const clflash_status st = call_once(c, p);
     if (st != CLFLASH_SUCCESS)
         return st;
-    const cl_int err = clEnqueueReadBuffer(clflash_context_queue(c), p->o, CL_TRUE, 0,
-                                           p->nq * clflash_dtype_size(p->d.dtype), out, 0, NULL, NULL);
+    const size_t es = clflash_dtype_size(p->d.dtype);
+    const cl_command_queue queue = clflash_context_queue(c);
+    cl_int err;
+    if (p->d_o) {
+        char *at = out;
+        err = clEnqueueReadBuffer(queue, p->dq, CL_TRUE, 0, p->nq * es, at, 0, NULL, NULL);
+        if (err == CL_SUCCESS)
+            err = clEnqueueReadBuffer(queue, p->dk, CL_TRUE, 0, p->nk * es, at + p->nq * es, 0, NULL, NULL);
+        if (err == CL_SUCCESS)
+            err = clEnqueueReadBuffer(queue, p->dv, CL_TRUE, 0, p->nk * es, at + (p->nq + p->nk) * es, 0, NULL, NULL);
+    } else {
+        err = clEnqueueReadBuffer(queue, p->o, CL_TRUE, 0, p->nq * es, out, 0, NULL, NULL);
+    }
     return err == CL_SUCCESS ? CLFLASH_SUCCESS : (clflash_status)err;
+}
+
+/* The plan of the problem's call: clflash_plan_attention, or with --backward clflash_plan_backward. */
+static clflash_status plan_call(clflash_context *c, const tune_options *o, const clflash_attention_desc *d,
+                                clflash_plan *p)
+{
+    return o->backward ? clflash_plan_backward(c, d, p) : clflash_plan_attention(c, d, p);
 }
 
 /* The largest |x - ref| / (1 + |ref|) over n elements (NaN if any is not finite). */
@@ -361,6 +454,11 @@ typedef struct {
 
 static const char *param_keys(const char *kernel)
 {
+    if (strcmp(kernel, "nv_mma_backward") == 0)
+        return "nv_backward.block=,nv_backward.warps=,nv_backward.maxrregcount=,nv_backward.stream=";
+    if (strcmp(kernel, "flash_backward_portable") == 0)
+        return "portable.cpu_path=,portable_backward.max_block=,portable_backward.threads_per_row=,"
+               "portable_backward.max_work_group=";
     if (strcmp(kernel, "nv_mma_forward") == 0)
         return "nv_forward.block=,nv_forward.warps=,nv_forward.mtiles=,nv_forward.stages=,nv_forward.fused_merge=,"
                "nv_forward.merge_group=,nv_forward.merge_parts=,nv_forward.merge_lse_batch=,nv_forward.merge_prefetch=";
@@ -401,7 +499,7 @@ int main(int argc, char **argv)
 
     const clflash_attention_desc shape = make_desc(&o, o.batch, o.seq_q, o.seq_k);
     clflash_plan def = {.struct_size = sizeof def};
-    clflash_status st = clflash_plan_attention(c, &shape, &def);
+    clflash_status st = plan_call(c, &o, &shape, &def);
     if (st != CLFLASH_SUCCESS) {
         fprintf(stderr, "%s: the shape cannot be planned: %s (%s)\n", tool_name(), clflash_status_string(st),
                 clflash_last_error_detail());
@@ -414,6 +512,10 @@ int main(int argc, char **argv)
     if (o.ntries) {
         for (size_t i = 0; i < o.ntries; i++)
             add_spec(&cands, xstrdup(o.tries[i]));
+    } else if (strcmp(def.kernel, "nv_mma_backward") == 0) {
+        nv_backward_candidates(&cands);
+    } else if (o.backward) {
+        portable_backward_candidates(&cands, max_wg, (type & CL_DEVICE_TYPE_CPU) != 0);
     } else if (strcmp(def.kernel, "nv_mma_forward") == 0) {
         nv_forward_candidates(&cands, def.splits > 1);
     } else if (strcmp(def.kernel, "flash_forward_regtile") == 0 || (type & CL_DEVICE_TYPE_CPU) == 0) {
@@ -436,13 +538,20 @@ int main(int argc, char **argv)
         return 1;
     }
     const size_t es = clflash_dtype_size(o.dtype);
-    double *ref = xmalloc(small.nq * sizeof *ref);
-    reference_forward(&o, 1, check_q, check_k, small.host_q, small.host_k, small.host_v, ref);
-    void *out_def = xmalloc(big.nq * es), *out = xmalloc(big.nq * es), *out_small = xmalloc(small.nq * es);
+    double *ref = xmalloc(small.nout * sizeof *ref);
+    if (o.backward) {
+        const tune_shape ts = {1, o.heads_q, o.heads_kv, check_q, check_k, o.head_dim, o.dtype, o.causal};
+        tune_reference_backward(&ts, small.host_q, small.host_k, small.host_v, small.host_do, ref, ref + small.nq,
+                                ref + small.nq + small.nk);
+    } else {
+        reference_forward(&o, 1, check_q, check_k, small.host_q, small.host_k, small.host_v, ref);
+    }
+    void *out_def = xmalloc(big.nout * es), *out = xmalloc(big.nout * es), *out_small = xmalloc(small.nout * es);
 
     printf("device      %s\n", device_name);
-    printf("shape       batch %u, heads %u/%u, seq_q %u, seq_k %u, head_dim %u, %s%s\n", o.batch, o.heads_q, o.heads_kv,
-           o.seq_q, o.seq_k, o.head_dim, dtype_name(o.dtype), o.causal ? ", causal" : "");
+    printf("shape       batch %u, heads %u/%u, seq_q %u, seq_k %u, head_dim %u, %s%s%s\n", o.batch, o.heads_q,
+           o.heads_kv, o.seq_q, o.seq_k, o.head_dim, dtype_name(o.dtype), o.causal ? ", causal" : "",
+           o.backward ? ", backward" : "");
     printf("kernel      %s, planner's settings %s\n", def.kernel, def.tuning[0] ? def.tuning : "(none)");
     printf("candidates  %zu; checked on batch 1, seq_q %u, seq_k %u against fp64 (tolerance %g)\n\n", ncand,
            check_q, check_k, o.tolerance);
@@ -450,12 +559,13 @@ int main(int argc, char **argv)
     /* the planner's configuration first (with the settings the context already has, a tuning file's
      * among them: the configuration "def" reports): the agreement check's reference and the time to
      * beat; each candidate below then sets every parameter of the kernel */
-    bench_call call = {c, &big.d, clflash_context_queue(c), big.q, big.k, big.v, big.o, NULL, NULL, NULL, NULL, NULL};
+    bench_call call = {c, &big.d, clflash_context_queue(c), big.q, big.k, big.v, big.o, big.d_o, big.lse, big.dq, big.dk,
+                       big.dv};
     unsigned calls = 0;
     double def_s = -1.0;
     if ((st = run_once(c, &big, out_def)) == CLFLASH_SUCCESS) {
         for (uint32_t w = 0; w < o.warmup; w++)
-            clflash_forward(c, &big.d, NULL, big.q, big.k, big.v, big.o, NULL, 0, NULL, NULL);
+            call_once(c, &big);
         def_s = bench_back_to_back(&call, 0.0, 0.05, 1000, o.min_time, &calls);
     }
     if (def_s < 0) {
@@ -465,7 +575,7 @@ int main(int argc, char **argv)
         return 1;
     }
     const double def_small = run_once(c, &small, out_small) == CLFLASH_SUCCESS
-                                 ? worst_error(out_small, o.dtype, NULL, o.dtype, ref, small.nq)
+                                 ? worst_error(out_small, o.dtype, NULL, o.dtype, ref, small.nout)
                                  : NAN;
     if (!(def_small <= o.tolerance))
         printf("warning: the planner's configuration differs from the fp64 reference by %.2e on the check shape\n",
@@ -484,7 +594,7 @@ int main(int argc, char **argv)
         st = clflash_context_set_tuning(c, spec);
         free(spec);
         if (st == CLFLASH_SUCCESS)
-            st = clflash_plan_attention(c, &shape, &p);
+            st = plan_call(c, &o, &shape, &p);
         if (st != CLFLASH_SUCCESS) {
             printf("%-10s %-9s %-9s %s: %s\n", "-", "refused", "-", cands.spec[i], clflash_last_error_detail());
             continue;
@@ -497,9 +607,9 @@ int main(int argc, char **argv)
         snprintf(seen[nseen++].tuning, sizeof seen[0].tuning, "%s", p.tuning);
         double e_small = NAN, e_big = NAN;
         if (run_once(c, &small, out_small) == CLFLASH_SUCCESS)
-            e_small = worst_error(out_small, o.dtype, NULL, o.dtype, ref, small.nq);
+            e_small = worst_error(out_small, o.dtype, NULL, o.dtype, ref, small.nout);
         if (run_once(c, &big, out) == CLFLASH_SUCCESS)
-            e_big = worst_error(out, o.dtype, out_def, o.dtype, NULL, big.nq);
+            e_big = worst_error(out, o.dtype, out_def, o.dtype, NULL, big.nout);
         const int ok_small = e_small <= o.tolerance, ok_big = e_big <= 2 * o.tolerance;
         char cs[24], cb[24];
         snprintf(cs, sizeof cs, ok_small ? "ok" : "FAIL %.1e", e_small);
@@ -509,7 +619,7 @@ int main(int argc, char **argv)
             continue;
         }
         for (uint32_t w = 0; w < o.warmup; w++)
-            clflash_forward(c, &big.d, NULL, big.q, big.k, big.v, big.o, NULL, 0, NULL, NULL);
+            call_once(c, &big);
         const double s = bench_back_to_back(&call, 0.0, 0.05, 1000, o.min_time, &calls);
         passed++;
         printf("%-10.4f %-9s %-9s %s\n", s * 1e3, cs, cb, p.tuning);
@@ -533,10 +643,10 @@ int main(int argc, char **argv)
         const time_t now = time(NULL);
         strftime(date, sizeof date, "%Y-%m-%d", gmtime(&now));
         if (f == NULL || fprintf(f,
-                                 "# clflash-tune %s, %s: batch %u, heads %u/%u, seq_q %u, seq_k %u%s: %.4f ms "
+                                 "# clflash-tune %s, %s: batch %u, heads %u/%u, seq_q %u, seq_k %u%s%s: %.4f ms "
                                  "(the planner's %.4f)\ndevice=%s,dtype=%s,head_dim=%u,%s\n",
                                  clflash_version_string(), date, o.batch, o.heads_q, o.heads_kv, o.seq_q, o.seq_k,
-                                 o.causal ? ", causal" : "", best.seconds * 1e3, def_s * 1e3, device_name,
+                                 o.causal ? ", causal" : "", o.backward ? ", backward" : "", best.seconds * 1e3, def_s * 1e3, device_name,
                                  dtype_name(o.dtype), o.head_dim, best.tuning) < 0 ||
             fclose(f) != 0) {
             fprintf(stderr, "%s: writing %s failed\n", tool_name(), o.out);
