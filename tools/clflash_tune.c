@@ -248,52 +248,7 @@ static void portable_backward_candidates(spec_list *l, size_t max_wg, int cpu)
     }
 }
 
-/* ---- the check shape's fp64 reference ------------------------------------------------------------ */
-
-/* O for [batch][heads][seq][d] inputs (K and V with heads_kv heads), causal aligned bottom-right. */
-static void reference_forward(const tune_options *o, uint32_t batch, uint32_t seq_q, uint32_t seq_k, const void *q,
-                              const void *k, const void *v, double *out)
-{
-    const uint32_t d = o->head_dim, group = o->heads_q / o->heads_kv;
-    const double scale = 1.0 / sqrt((double)d);
-    double *s = xmalloc(seq_k * sizeof *s);
-    for (uint32_t b = 0; b < batch; b++)
-        for (uint32_t h = 0; h < o->heads_q; h++)
-            for (uint32_t i = 0; i < seq_q; i++) {
-                const size_t qrow = (((size_t)b * o->heads_q + h) * seq_q + i) * d;
-                const size_t kbase = ((size_t)b * o->heads_kv + h / group) * seq_k * d;
-                double m = -INFINITY, l = 0.0;
-                for (uint32_t j = 0; j < seq_k; j++) {
-                    if (o->causal && (int64_t)j > (int64_t)i + seq_k - seq_q) {
-                        s[j] = -INFINITY;
-                        continue;
-                    }
-                    double dot = 0.0;
-                    for (uint32_t c = 0; c < d; c++)
-                        dot += element_value(q, qrow + c, o->dtype) * element_value(k, kbase + (size_t)j * d + c, o->dtype);
-                    s[j] = dot * scale;
-                    if (s[j] > m)
-                        m = s[j];
-                }
-                for (uint32_t c = 0; c < d; c++)
-                    out[qrow + c] = 0.0;
-                if (m == -INFINITY)
-                    continue; /* a row that sees no key: O = 0 */
-                for (uint32_t j = 0; j < seq_k; j++) {
-                    if (s[j] == -INFINITY)
-                        continue;
-                    const double p = exp(s[j] - m);
-                    l += p;
-                    for (uint32_t c = 0; c < d; c++)
-                        out[qrow + c] += p * element_value(v, kbase + (size_t)j * d + c, o->dtype);
-                }
-                for (uint32_t c = 0; c < d; c++)
-                    out[qrow + c] /= l;
-            }
-    free(s);
-}
-
-/* ---- device buffers ------------------------------------------------------------------------------ */
+/* ---- device buffers (the check shape's fp64 reference: tools/tune_reference.c) ------------------ */
 
 typedef struct {
     clflash_attention_desc d;
@@ -539,13 +494,12 @@ int main(int argc, char **argv)
     }
     const size_t es = clflash_dtype_size(o.dtype);
     double *ref = xmalloc(small.nout * sizeof *ref);
-    if (o.backward) {
-        const tune_shape ts = {1, o.heads_q, o.heads_kv, check_q, check_k, o.head_dim, o.dtype, o.causal};
-        tune_reference_backward(&ts, small.host_q, small.host_k, small.host_v, small.host_do, ref, ref + small.nq,
+    const tune_shape check = {1, o.heads_q, o.heads_kv, check_q, check_k, o.head_dim, o.dtype, o.causal};
+    if (o.backward)
+        tune_reference_backward(&check, small.host_q, small.host_k, small.host_v, small.host_do, ref, ref + small.nq,
                                 ref + small.nq + small.nk);
-    } else {
-        reference_forward(&o, 1, check_q, check_k, small.host_q, small.host_k, small.host_v, ref);
-    }
+    else
+        tune_reference_forward(&check, small.host_q, small.host_k, small.host_v, ref);
     void *out_def = xmalloc(big.nout * es), *out = xmalloc(big.nout * es), *out_small = xmalloc(small.nout * es);
 
     printf("device      %s\n", device_name);

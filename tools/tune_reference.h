@@ -1,5 +1,5 @@
 /*
- * tune_reference.h - the fp64 backward clflash-tune checks its backward candidates against
+ * tune_reference.h - the fp64 attention clflash-tune checks its candidates against
  * (tools/tune_reference.c).
  */
 #ifndef CLFLASH_TUNE_REFERENCE_H
@@ -17,6 +17,10 @@ typedef struct {
     clflash_dtype dtype;
     int causal;
 } tune_shape;
+
+/* O of attention in fp64 from Q, K and V in the shape's dtype ([batch][heads_q][seq_q][head_dim]
+ * values); a row that sees no key gets O = 0. */
+void tune_reference_forward(const tune_shape *s, const void *q, const void *k, const void *v, double *out);
 
 /* dQ, dK and dV of attention in fp64 from Q, K, V and dO in the shape's dtype: P recomputed
  * exactly, D = rowsum(dO * O), dS = P (dP - D); dK and dV sum the query heads of each K/V head.
