@@ -84,11 +84,11 @@
  *       0, which add nothing.
  * The rules (which pairs are seen, the transforms and f', the -INFINITY lse rows, the skipped
  * block ranges) are those above; each gradient element still has one writer summing in a fixed
- * order. A CLFLASH_CPU_PATH=1 or =0 in the context's build_options forces the choice (the Oclgrind
- * driver runs this path so); on a GPU build nothing here is compiled.
+ * order. The host passes CLFLASH_CPU_PATH (1 or 0) with every build (lib/backward_plan.c: the
+ * device class or the portable.cpu_path setting); on a GPU build nothing here is compiled.
  */
 #ifndef CLFLASH_CPU_PATH
-#define CLFLASH_CPU_PATH 0
+#error "CLFLASH_CPU_PATH is set by the host (lib/backward_plan.c)"
 #endif
 #if CLFLASH_CPU_PATH && TPR == 1 && BLOCK % 8 == 0
 #define CLFLASH_USE_CPU_PATH 1

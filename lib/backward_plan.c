@@ -73,8 +73,9 @@ static clflash_status build_variant(clflash_context *c, const clflash_problem *p
     clflash_status st;
     clflash_feature_defines(p, 0, features, sizeof features);
     snprintf(defines, sizeof defines,
-             "%s%s -D HEAD_DIM=%u -D BLOCK=%u -D TPR=%u -D LDS_STRIDE=%u -D T_STRIDE=%u -D P_STRIDE=%u -D ROWDOT_WG=%u",
-             features, cpu_path(c, p, block, lanes) ? " -D CLFLASH_CPU_PATH=1" : "", p->head_dim, block, lanes,
+             "%s -D CLFLASH_CPU_PATH=%d -D HEAD_DIM=%u -D BLOCK=%u -D TPR=%u -D LDS_STRIDE=%u -D T_STRIDE=%u "
+             "-D P_STRIDE=%u -D ROWDOT_WG=%u",
+             features, cpu_path(c, p, block, lanes), p->head_dim, block, lanes,
              clflash_lds_stride(p->head_dim, p->elem_size), block | 1u, block | 1u,
              rowdot_wg);
     if ((st = clflash_get_program(c, CLFLASH_SOURCE_FLASH_BACKWARD, defines, &prog)) != CLFLASH_SUCCESS)
