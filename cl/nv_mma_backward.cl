@@ -52,8 +52,9 @@
  * and 16 rows of a tile for the partial products the warps of a pair swap (42 KB at head_dim 256,
  * BLOCK 16, 4 warps).
  *
- * Defines: HEAD_DIM (multiple of 16, <= 128, or of 32, <= 256, with D_SPLIT 2; with D_REAL, nv_mma_common.cl's, the tensors' own
- * head_dim below it: columns past D_REAL are zeros in local memory and are not stored; with
+ * Defines: HEAD_DIM (multiple of 16, <= 128, or of 32, <= 256, with D_SPLIT 2; with D_REAL,
+ * nv_mma_common.cl's, the tensors' own head_dim below it: columns past D_REAL are zeros in local
+ * memory and are not stored; with
  * NV_ALIGNED 0 rows are copied and stored element by element), BLOCK (query rows per tile of a key group and keys
  * per tile of a query group, multiple of 16), WARPS, CAUSAL, WINDOW, SOFTCAP, BIAS, BIAS_PAIRS,
  * ALIBI, KEYLEN, CLFLASH_DTYPE_F16 or _BF16; D_SPLIT (1, or 2 above head_dim 128: warps per 16
@@ -70,7 +71,7 @@
 #define ROWS (16 * WARPS / D_SPLIT)
 #define SHARE_TILES (SHARE_DIM / 8) /* n8 tiles of a share */
 #if WARPS % D_SPLIT != 0
-#error "WARPS must be a multiple of D_SPLIT (the host checks nv_backward.warps)"
+#error "WARPS must be a multiple of D_SPLIT (the host steps nv_backward.warps down to one)"
 #endif
 
 /* Measuring aid, as in flash_backward.cl: -D CLFLASH_BWD_SKIP_DQ=1 (or _SKIP_DKDV=1) in a context's
@@ -150,8 +151,8 @@ static inline void query_keys(const mma_bwd_args *a, uint i, long *lo, long *hi)
 
 /* The prologue both kinds of work-group share: ROWS rows from row0 of two tensors (x at x_base,
  * y at y_base; rows at or past `rows` as zeros) pass through local memory into this warp's 16
- * rows' A fragments (of its share of the columns), which the work-group keeps for the whole call. On return the staging rows are
- * free again. */
+ * rows' A fragments (of its share of the columns), which the work-group keeps for the whole call.
+ * On return the staging rows are free again. */
 static inline void load_group_fragments(__local ushort *tiles, __global const ushort *x, ulong x_base, ulong x_ss,
                                         __global const ushort *y, ulong y_base, ulong y_ss, uint row0, uint rows,
                                         uint4 *x_frag, uint4 *y_frag)

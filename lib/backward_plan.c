@@ -115,7 +115,16 @@ static uint32_t first_lanes(const clflash_tuning *tune, uint32_t block)
     return clflash_block_lanes(block, tune->threads_per_row, tune->max_work_group > block ? tune->max_work_group : block);
 }
 
-int clflash_backward_first_candidate(const clflash_context *c, const clflash_problem *p, uint32_t first[2])
+/* The D kernel's work-group: 64 work-items, fewer where the device allows fewer. */
+static uint32_t rowdot_group(const clflash_context *c)
+{
+    uint32_t wg = 64;
+    while (wg > 1 && wg > c->info.max_work_group_size)
+        wg /= 2;
+    return wg;
+}
+
+int clflash_backward_first_candidate(const clflash_context *c, const clflash_problem *p, uint32_t first[3])
 {
     const clflash_tuning tune = clflash_tuning_for_backward(c, p);
     const uint32_t block = p->block != 0 ? 0 : first_block(c, p, &tune, 0);
@@ -123,6 +132,7 @@ int clflash_backward_first_candidate(const clflash_context *c, const clflash_pro
         return 0;
     first[0] = block;
     first[1] = first_lanes(&tune, block);
+    first[2] = rowdot_group(c);
     return 1;
 }
 
@@ -132,13 +142,12 @@ static clflash_status plan_portable(clflash_context *c, const clflash_problem *p
     const uint64_t budget = c->local_mem_budget;
     const clflash_tuning tune = clflash_tuning_for_backward(c, p);
     const int forced = p->block != 0;
-    uint32_t block, rowdot_wg = 64;
+    const uint32_t rowdot_wg = rowdot_group(c);
+    uint32_t block;
     clflash_status st;
 
     if ((st = clflash_check_backward_features(p)) != CLFLASH_SUCCESS)
         return st;
-    while (rowdot_wg > 1 && rowdot_wg > c->info.max_work_group_size)
-        rowdot_wg /= 2;
     if (forced) {
         const uint64_t tile = clflash_backward_tile_bytes(p->block, p->head_dim, p->elem_size);
         if (tile > budget)

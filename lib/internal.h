@@ -326,10 +326,11 @@ CLFLASH_INTERNAL clflash_status clflash_tune_builtin_values(const char *device_n
  * portable forward's register-tiled path on c, before building anything (tests/tuning_table.c
  * asks it for GPUs clflash cannot run); 0 if p takes another path there. */
 CLFLASH_INTERNAL int clflash_regtile_first_candidate(clflash_context *c, const clflash_problem *p, uint32_t first[4]);
-/* backward_plan.c: the portable backward's first (B, work-items per row) for p on c, as plan_portable
- * tries them before any build (the compile matrices build that); 0 when B is forced or none fits. */
+/* backward_plan.c: the portable backward's first (B, work-items per row, the D kernel's work-group)
+ * for p on c, as plan_portable tries them before any build (the compile matrices build that); 0
+ * when B is forced or none fits. */
 CLFLASH_INTERNAL int clflash_backward_first_candidate(const clflash_context *c, const clflash_problem *p,
-                                                      uint32_t first[2]);
+                                                      uint32_t first[3]);
 /* tuning_builtin.c: the built-in rules, in the tuning files' syntax, general ones first. */
 CLFLASH_INTERNAL uint32_t clflash_builtin_rule_count(void);
 CLFLASH_INTERNAL const char *clflash_builtin_rule(uint32_t i);

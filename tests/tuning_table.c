@@ -92,16 +92,13 @@ int main(int argc, char **argv)
         return 1;
     }
     if (backward) {
-        uint32_t first[2];
+        uint32_t first[3];
         if (!clflash_backward_first_candidate(&c, &p, first)) {
             fprintf(stderr, "tuning_table: no backward tile fits %ld bytes at head_dim %ld\n", local_mem, head_dim);
             return 1;
         }
-        uint32_t rowdot_wg = 64; /* as lib/backward_plan.c */
-        while (rowdot_wg > 1 && rowdot_wg > (uint32_t)max_wg)
-            rowdot_wg /= 2;
         printf("-D BLOCK=%u -D TPR=%u -D LDS_STRIDE=%u -D T_STRIDE=%u -D P_STRIDE=%u -D ROWDOT_WG=%u\n", first[0],
-               first[1], clflash_lds_stride(p.head_dim, p.elem_size), first[0] | 1u, first[0] | 1u, rowdot_wg);
+               first[1], clflash_lds_stride(p.head_dim, p.elem_size), first[0] | 1u, first[0] | 1u, first[2]);
         return 0;
     }
     uint32_t cand[4];
