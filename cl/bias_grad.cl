@@ -36,14 +36,8 @@
 #define DC 16          /* columns of head_dim staged at a time */
 #define WG 256         /* work-items per work-group: 16 x 16 */
 
-#ifndef BCAST_BATCH
-#define BCAST_BATCH 0
-#endif
-#ifndef BCAST_HEADS
-#define BCAST_HEADS 0
-#endif
-#ifndef BCAST_ROWS
-#define BCAST_ROWS 0
+#if !defined(BCAST_BATCH) || !defined(BCAST_HEADS) || !defined(BCAST_ROWS)
+#error "BCAST_BATCH, BCAST_HEADS and BCAST_ROWS are set by the host (lib/bias_grad.c)"
 #endif
 
 /* Stages rows row0 .. row0 + n - 1 (those below `limit`, else zeros), columns c0 .. c0 + DC - 1 (those

@@ -17,8 +17,12 @@
  * vstore_half, which need no cl_khr_fp16 (PoCL and NVIDIA report none). int8 loads the stored
  * integer; the host folds the per-tensor scales into the score scale and the output scale.
  *
- * Output storage (O, and the naive path's score matrix): CLFLASH_OUT_F32, _F16 or _BF16; when none
- * is defined it is the input type. store_o / load_o write and read one element.
+ * Output storage (O, the naive path's score matrix, dBias): the host defines exactly one of
+ * CLFLASH_OUT_F32, _F16 or _BF16. store_o / load_o write and read one element.
+ *
+ * Nothing here has a default: every switch and parameter a kernel reads comes from the host's -D
+ * options (lib/dispatch_util.c for the dtype, output and feature switches; each kernel's planner for
+ * the rest), and a build without one stops at an #error naming the file that sets it.
  */
 static inline float bf16_to_float(ushort u)
 {
@@ -65,16 +69,8 @@ static inline ushort float_to_bf16(float f)
 #error "define one of CLFLASH_DTYPE_F32, CLFLASH_DTYPE_F16, CLFLASH_DTYPE_BF16, CLFLASH_DTYPE_I8"
 #endif
 
-#if !defined(CLFLASH_OUT_F32) && !defined(CLFLASH_OUT_F16) && !defined(CLFLASH_OUT_BF16)
-#if CLFLASH_IN_KIND == 1
-#define CLFLASH_OUT_F32
-#elif CLFLASH_IN_KIND == 2
-#define CLFLASH_OUT_F16
-#elif CLFLASH_IN_KIND == 3
-#define CLFLASH_OUT_BF16
-#else
-#error "int8 input needs an output type: define CLFLASH_OUT_F32, CLFLASH_OUT_F16 or CLFLASH_OUT_BF16"
-#endif
+#if defined(CLFLASH_OUT_F32) + defined(CLFLASH_OUT_F16) + defined(CLFLASH_OUT_BF16) != 1
+#error "define one of CLFLASH_OUT_F32, CLFLASH_OUT_F16, CLFLASH_OUT_BF16 (lib/dispatch_util.c)"
 #endif
 #if defined(CLFLASH_OUT_F32)
 #define out_t float
@@ -90,21 +86,12 @@ static inline ushort float_to_bf16(float f)
 #define store_o(p, i, x) ((p)[i] = float_to_bf16(x))
 #endif
 
-/* Feature switches the host sets with -D; a kernel built without them has the feature off. */
-#ifndef CAUSAL
-#define CAUSAL 0
-#endif
-#ifndef WINDOW
-#define WINDOW 0
-#endif
-#ifndef SOFTCAP
-#define SOFTCAP 0
-#endif
-#ifndef BIAS
-#define BIAS 0
-#endif
-#ifndef ALIBI
-#define ALIBI 0
+/* Feature switches (0 or 1), set by the host for every kernel (lib/dispatch_util.c,
+ * clflash_feature_defines), those that take no features included; WITH_LSE: 1 where the kernel
+ * writes the rows' lse. */
+#if !defined(CAUSAL) || !defined(WINDOW) || !defined(SOFTCAP) || !defined(BIAS) || !defined(ALIBI) || \
+    !defined(KEYLEN) || !defined(WITH_LSE)
+#error "CAUSAL, WINDOW, SOFTCAP, BIAS, ALIBI, KEYLEN and WITH_LSE are set by the host (lib/dispatch_util.c)"
 #endif
 
 /* Element (b, h, i, c) of a tensor with the given strides (in elements). */
@@ -274,12 +261,10 @@ static inline float transform_score(float s, float softcap, float bias, float al
  * h0 + r % PACK, h0 = PACK * the K/V head. Consecutive rows share a query, so a block's rows still
  * see key ranges that grow with the row. PACK = 1 is the unpacked kernel (row r = query r).
  */
-#ifndef SPLIT
-#define SPLIT 0
+#if defined(SPLIT) != defined(PACK)
+#error "SPLIT and PACK are set together (lib/dispatch_util.c, clflash_forward_defines)"
 #endif
-#ifndef PACK
-#define PACK 1
-#endif
+#ifdef SPLIT /* the forward kernels; the others are built without SPLIT and PACK */
 #define ROW_QUERY(r) ((r) / PACK)
 #define ROW_HEAD(h0, r) ((h0) + (r) % PACK)
 
@@ -378,3 +363,4 @@ static inline void split_part(uint n_splits, uint split_keys, uint heads_q, uint
  * the body as a function (forward-lanes d = 64 on gfx1100: 64 VGPRs instead of 100 with the body
  * written in the kernel itself; tests/kernel_resources.cmake prints the counts). */
 #define PATH_FUNCTION static inline __attribute__((always_inline))
+#endif /* SPLIT */

@@ -28,6 +28,9 @@
  * Defines: HEAD_DIM, DEC_ROWS (rows per work-item), DEC_KEYS (keys per chunk), PACK (the GQA group
  * or 1), the storage types and the feature switches of common.cl, WITH_LSE, SPLIT.
  */
+#ifndef SPLIT
+#error "a forward kernel is built with SPLIT and PACK (lib/dispatch_util.c, clflash_forward_defines)"
+#endif
 
 #define HD8 ((HEAD_DIM + 7) / 8)
 #define DEC_KEYS8 ((DEC_KEYS + 7) / 8)

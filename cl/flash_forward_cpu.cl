@@ -28,6 +28,9 @@
  * Defines: HEAD_DIM, BLOCK (a multiple of 8), the storage types and feature switches of common.cl,
  * WITH_LSE, SPLIT, PACK (1: the CPU path does not pack GQA heads).
  */
+#ifndef SPLIT
+#error "a forward kernel is built with SPLIT and PACK (lib/dispatch_util.c, clflash_forward_defines)"
+#endif
 #if BLOCK % 8 != 0
 #error "the CPU path scores 8 keys at a time: BLOCK must be a multiple of 8"
 #endif

@@ -42,6 +42,9 @@
  * Defines: HEAD_DIM, BLOCK, TPR (work-items per row, a power of two dividing BLOCK), LDS_STRIDE,
  * KT_STRIDE, P_STRIDE, the storage types and feature switches of common.cl, WITH_LSE, SPLIT, PACK.
  */
+#ifndef SPLIT
+#error "a forward kernel is built with SPLIT and PACK (lib/dispatch_util.c, clflash_forward_defines)"
+#endif
 #if PACK > 1
 #error "only the register-tiled path packs GQA heads"
 #endif

@@ -60,6 +60,9 @@
  * Defines: HEAD_DIM, BLOCK, BLOCK_Q, RT_RM, RT_TC, the storage types and feature switches of
  * common.cl, WITH_LSE, SPLIT, PACK.
  */
+#ifndef SPLIT
+#error "a forward kernel is built with SPLIT and PACK (lib/dispatch_util.c, clflash_forward_defines)"
+#endif
 #define RT_TR (BLOCK_Q / RT_RM)                                 /* row groups */
 #define WG_SIZE (RT_TR * RT_TC)
 #define RT_RN ((BLOCK + RT_TC - 1) / RT_TC)                     /* keys per work-item */

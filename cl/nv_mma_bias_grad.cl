@@ -44,14 +44,8 @@
 #error "BLOCK must be a multiple of 16"
 #endif
 
-#ifndef BCAST_BATCH
-#define BCAST_BATCH 0
-#endif
-#ifndef BCAST_HEADS
-#define BCAST_HEADS 0
-#endif
-#ifndef BCAST_ROWS
-#define BCAST_ROWS 0
+#if !defined(BCAST_BATCH) || !defined(BCAST_HEADS) || !defined(BCAST_ROWS)
+#error "BCAST_BATCH, BCAST_HEADS and BCAST_ROWS are set by the host (lib/bias_grad.c)"
 #endif
 
 /* The shape, layouts and features every term needs. */

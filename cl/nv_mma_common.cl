@@ -8,20 +8,17 @@
  * same way, and the fragment layouts (PTX ISA, checked on the H200: see DEVICE.md) are written down
  * once, here.
  *
- * Defines it needs: HEAD_DIM (a multiple of 16), WARPS, BLOCK (keys per streamed tile), and
- * CLFLASH_DTYPE_F16 or CLFLASH_DTYPE_BF16; BIAS and BIAS_PAIRS (common.cl's feature switches) for
- * bias_pair. Optional (the forward's padded head dims): D_REAL, the tensors' own head_dim, at most
- * HEAD_DIM (default HEAD_DIM): local rows hold HEAD_DIM columns, those at or past D_REAL zeros, so
- * that they add nothing to a product; NV_ALIGNED 0 where some row of Q, K, V or O does not start on
- * 16 bytes or D_REAL is not a multiple of 8 (default 1): rows are then copied element by element
- * with ordinary loads instead of cp.async's 16-byte pieces.
+ * Defines it needs, all from the host: HEAD_DIM (a multiple of 16), WARPS, BLOCK (keys per streamed
+ * tile), and CLFLASH_DTYPE_F16 or CLFLASH_DTYPE_BF16; BIAS (common.cl's feature switch) and
+ * BIAS_PAIRS for bias_pair; D_REAL, the tensors' own head_dim, at most HEAD_DIM (HEAD_DIM itself
+ * unless the head dim is padded): local rows hold HEAD_DIM columns, those at or past D_REAL zeros,
+ * so that they add nothing to a product; NV_ALIGNED, 1 where every row of Q, K, V and O starts on
+ * 16 bytes and D_REAL is a multiple of 8, else 0: rows are then copied element by element with
+ * ordinary loads instead of cp.async's 16-byte pieces.
  */
 
-#ifndef D_REAL
-#define D_REAL HEAD_DIM
-#endif
-#ifndef NV_ALIGNED
-#define NV_ALIGNED 1
+#if !defined(D_REAL) || !defined(NV_ALIGNED) || !defined(BIAS_PAIRS)
+#error "D_REAL, NV_ALIGNED and BIAS_PAIRS are set by the host (lib/nv_mma_forward_plan.c, nv_mma_backward_plan.c, bias_grad.c)"
 #endif
 #if D_REAL > HEAD_DIM || (NV_ALIGNED && D_REAL % 8 != 0)
 #error "D_REAL must be at most HEAD_DIM, and a multiple of 8 with NV_ALIGNED"
@@ -43,14 +40,14 @@
 #endif
 
 /* The shared-window address of a local pointer, as PTX's .shared instructions take it. */
-inline uint shared_addr(__local const ushort *p)
+static inline uint shared_addr(__local const ushort *p)
 {
     return (uint)(size_t)p;
 }
 
 /* Copies 16 bytes from global to local without passing through registers; `bytes` < 16 fills the
  * rest with zeros (0 reads nothing). */
-inline void copy16_async(__local ushort *dst, __global const ushort *src, uint bytes)
+static inline void copy16_async(__local ushort *dst, __global const ushort *src, uint bytes)
 {
     __asm__ __volatile__("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
                          :
@@ -58,13 +55,13 @@ inline void copy16_async(__local ushort *dst, __global const ushort *src, uint b
                          : "memory");
 }
 
-inline void async_commit(void)
+static inline void async_commit(void)
 {
     __asm__ __volatile__("cp.async.commit_group;\n" ::: "memory");
 }
 
 /* Waits for every copy this work-item issued; a barrier then makes all of them visible. */
-inline void async_wait_all(void)
+static inline void async_wait_all(void)
 {
     __asm__ __volatile__("cp.async.wait_group 0;\n" ::: "memory");
 }
@@ -75,7 +72,7 @@ inline void async_wait_all(void)
 
 /* Four 8x8 matrices of 16-bit elements; lanes 8j..8j+7 give the row addresses of matrix j, and
  * word j of lane l receives row l / 4, elements 2 (l % 4) and 2 (l % 4) + 1 of matrix j. */
-inline uint4 load_matrix_x4(__local const ushort *row)
+static inline uint4 load_matrix_x4(__local const ushort *row)
 {
     uint a, b, c, d;
     __asm__ __volatile__("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -86,7 +83,7 @@ inline uint4 load_matrix_x4(__local const ushort *row)
 
 /* The same, transposed: word j of lane l receives rows 2 (l % 4) and 2 (l % 4) + 1 of column
  * l / 4 of matrix j. */
-inline uint4 load_matrix_x4_trans(__local const ushort *row)
+static inline uint4 load_matrix_x4_trans(__local const ushort *row)
 {
     uint a, b, c, d;
     __asm__ __volatile__("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -99,7 +96,7 @@ inline uint4 load_matrix_x4_trans(__local const ushort *row)
  * row g + 8; words 0 and 1 columns 2t, 2t + 1, words 2 and 3 the same + 8 (g = lane / 4,
  * t = lane % 4). B: k = 2t, 2t + 1 in word 0, + 8 in word 1, column g. acc: rows g (x, y) and
  * g + 8 (z, w), columns 2t and 2t + 1. */
-inline float4 mma_16x8x16(uint4 a, uint b0, uint b1, float4 acc)
+static inline float4 mma_16x8x16(uint4 a, uint b0, uint b1, float4 acc)
 {
     float d0 = acc.x, d1 = acc.y, d2 = acc.z, d3 = acc.w;
     __asm__ __volatile__(MMA_OP " {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
@@ -109,7 +106,7 @@ inline float4 mma_16x8x16(uint4 a, uint b0, uint b1, float4 acc)
 }
 
 /* Two floats as one word of the storage type, `lo` in the low half (rounded to nearest even). */
-inline uint pack_pair(float lo, float hi)
+static inline uint pack_pair(float lo, float hi)
 {
     uint r;
     __asm__(CVT_PAIR " %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
@@ -119,7 +116,7 @@ inline uint pack_pair(float lo, float hi)
 /* 2^x by the special-function unit, results below 2^-126 flushed to 0 (what CUDA's exp2f gives
  * with fast math). OpenCL's native_exp2 becomes the non-flushing ex2.approx.f32, which sm_90 wraps
  * in extra instructions for subnormals: 7% slower forward on the H200 (f16, d = 128, n = 4096). */
-inline float exp2_ftz(float x)
+static inline float exp2_ftz(float x)
 {
     float r;
     __asm__("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
@@ -132,7 +129,7 @@ inline float exp2_ftz(float x)
  * of the exact value (an absolute error, which is what the softmax sees), and +-cap2 at the ends,
  * where 2^y overflows to infinity or flushes to 0. PTX's tanh.approx.f32 would save an
  * instruction but is good only to 2^-11 relative: at a cap of 50 it moves a score by up to 0.02. */
-inline float softcap_log2(float y, float cap2)
+static inline float softcap_log2(float y, float cap2)
 {
     return fma(native_recip(1.0f + exp2_ftz(y)), -2.0f * cap2, cap2);
 }
@@ -141,10 +138,7 @@ inline float softcap_log2(float y, float cap2)
 /* The bias of keys j and j + 1 of one row (row[j], row[j + 1]); keys past seq_k (a last tile's
  * padding, masked later) read key seq_k - 1. With BIAS_PAIRS (the host found the bias offset and
  * strides even, so row + j is 8-byte aligned for even j) one 8-byte load. */
-#ifndef BIAS_PAIRS
-#define BIAS_PAIRS 0
-#endif
-inline float2 bias_pair(__global const float *row, uint j, uint seq_k)
+static inline float2 bias_pair(__global const float *row, uint j, uint seq_k)
 {
 #if BIAS_PAIRS
     if (j + 1 < seq_k)
@@ -155,7 +149,7 @@ inline float2 bias_pair(__global const float *row, uint j, uint seq_k)
 #endif
 
 /* 1 in every lane if `pred` is nonzero in any lane of the warp. */
-inline int warp_any(int pred)
+static inline int warp_any(int pred)
 {
     int r;
     __asm__ __volatile__("{\n .reg .pred p;\n setp.ne.s32 p, %1, 0;\n vote.sync.any.pred p, p, 0xffffffff;\n"
@@ -166,7 +160,7 @@ inline int warp_any(int pred)
 }
 
 /* x combined with the value of lane (lane ^ mask) of the same warp. */
-inline float lane_xor(float x, uint mask)
+static inline float lane_xor(float x, uint mask)
 {
     float r;
     __asm__ __volatile__("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;\n" : "=f"(r) : "f"(x), "r"(mask));
@@ -176,13 +170,13 @@ inline float lane_xor(float x, uint mask)
 #if !NV_ALIGNED
 /* Copies element (r, c) of `rows` rows (from `row0`) to dst[r * ROW_STRIDE + c] for every
  * c < HEAD_DIM: element c of row row0 + r where c < D_REAL and row0 + r < limit, else 0. Row x
- * starts at src[base + x * seq_stride], or with `packed` (the forward's packed query heads, common.cl's
- * PACK) at src[base + (x % PACK) * head_stride + (x / PACK) * seq_stride]. Ordinary loads and local
+ * starts at src[base + (x % pack) * head_stride + (x / pack) * seq_stride]: pack is 1 for rows of
+ * one head, the forward's PACK for its packed query heads (common.cl). Ordinary loads and local
  * stores, done when it returns (a barrier then makes them visible): 16 loads a work-item, each of a
  * valid element (base itself for padding), go out before their stores. */
 #define BY_ELEMENT_BATCH 16
-inline void copy_rows_by_element(__local ushort *dst, __global const ushort *src, ulong base, ulong head_stride,
-                                 ulong seq_stride, uint row0, uint rows, uint limit, int packed)
+static inline void copy_rows_by_element(__local ushort *dst, __global const ushort *src, ulong base, ulong head_stride,
+                                 ulong seq_stride, uint row0, uint rows, uint limit, uint pack)
 {
     const uint n = rows * HEAD_DIM;
     for (uint e0 = 0; e0 < n; e0 += BY_ELEMENT_BATCH * THREADS) {
@@ -192,8 +186,7 @@ inline void copy_rows_by_element(__local ushort *dst, __global const ushort *src
             const uint e = e0 + u * THREADS + get_local_id(0), r = e / HEAD_DIM, c = e % HEAD_DIM;
             const uint row = row0 + r;
             const int in = e < n && c < D_REAL && row < limit;
-            const ulong at = packed ? (ulong)(row % PACK) * head_stride + (ulong)ROW_QUERY(row) * seq_stride
-                                    : (ulong)row * seq_stride;
+            const ulong at = (ulong)(row % pack) * head_stride + (ulong)(row / pack) * seq_stride;
             x[u] = src[in ? base + at + c : base];
         }
 #pragma unroll
@@ -209,7 +202,7 @@ inline void copy_rows_by_element(__local ushort *dst, __global const ushort *src
 /* Issues the copies of `rows` rows (from `row0`) of one (batch, head) of a tensor into `dst`; rows
  * at or past `limit` become zeros (and columns at or past D_REAL). Every work-item takes every
  * THREADS-th 16-byte chunk (without NV_ALIGNED, every THREADS-th element, copied at once). */
-inline void stage_rows(__local ushort *dst, __global const ushort *src, ulong base, ulong seq_stride, uint row0,
+static inline void stage_rows(__local ushort *dst, __global const ushort *src, ulong base, ulong seq_stride, uint row0,
                        uint rows, uint limit)
 {
 #if NV_ALIGNED
@@ -220,7 +213,7 @@ inline void stage_rows(__local ushort *dst, __global const ushort *src, ulong ba
         copy16_async(dst + r * ROW_STRIDE + piece * 8, src + at, inside ? 16u : 0u);
     }
 #else
-    copy_rows_by_element(dst, src, base, 0, seq_stride, row0, rows, limit, 0);
+    copy_rows_by_element(dst, src, base, 0, seq_stride, row0, rows, limit, 1);
 #endif
 }
 
@@ -250,7 +243,7 @@ typedef struct {
 } kv_stream;
 
 /* A stream whose first tile starts at row `first` (the backward's key groups stream Q and dO). */
-inline kv_stream kv_stream_start_at(__global const ushort *k, ulong k_base, ulong k_ss, __global const ushort *v,
+static inline kv_stream kv_stream_start_at(__global const ushort *k, ulong k_base, ulong k_ss, __global const ushort *v,
                                     ulong v_base, ulong v_ss, uint seq_k, uint first)
 {
     kv_stream st;
@@ -278,7 +271,7 @@ inline kv_stream kv_stream_start_at(__global const ushort *k, ulong k_base, ulon
     return st;
 }
 
-inline kv_stream kv_stream_start(__global const ushort *k, ulong k_base, ulong k_ss, __global const ushort *v,
+static inline kv_stream kv_stream_start(__global const ushort *k, ulong k_base, ulong k_ss, __global const ushort *v,
                                  ulong v_base, ulong v_ss, uint seq_k)
 {
     return kv_stream_start_at(k, k_base, k_ss, v, v_base, v_ss, seq_k, 0);
@@ -286,7 +279,7 @@ inline kv_stream kv_stream_start(__global const ushort *k, ulong k_base, ulong k
 
 /* Issues the copies of the next K tile into dst and its V tile into dst + BLOCK rows; keys at or
  * past seq_k become zeros. */
-inline void kv_stream_next(kv_stream *st, __local ushort *dst)
+static inline void kv_stream_next(kv_stream *st, __local ushort *dst)
 {
 #ifdef STREAM_BY_POINTERS
     dst += st->local_piece;

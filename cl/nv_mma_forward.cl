@@ -69,8 +69,13 @@
  * CHUNKS, K_STEPS, D_TILES come from nv_mma_common.cl, which the host puts before this file.
  */
 
-#ifndef M_TILES
-#define M_TILES 1
+#ifndef SPLIT
+#error "a forward kernel is built with SPLIT and PACK (lib/dispatch_util.c, clflash_forward_defines)"
+#endif
+/* M_TILES (16-row slices per warp), STAGES, FUSED_MERGE and WITH_OUT_LSE: the host's
+ * (lib/nv_mma_forward_plan.c), like every parameter below. */
+#if !defined(M_TILES) || !defined(STAGES) || !defined(FUSED_MERGE) || !defined(WITH_OUT_LSE)
+#error "M_TILES, STAGES, FUSED_MERGE and WITH_OUT_LSE are set by the host (lib/nv_mma_forward_plan.c)"
 #endif
 /* NV_RESCALE_THRESH (log2 units): a row's reference maximum, against which P = exp2(s - m) is taken,
  * moves only when some row of the warp sees a score more than this above its own; until then P may
@@ -94,12 +99,9 @@
 #define NV_Q_DIRECT 0
 #endif
 
-/* STAGES: K/V tiles in local memory, STAGES - 1 of them in flight while one is computed. 2 (double
- * buffering) unless the host asks for more: decoding, whose work-groups have little to compute per
- * tile, keeps more bytes in flight with deeper pipelines of smaller tiles (see nv_mma_forward_plan.c). */
-#ifndef STAGES
-#define STAGES 2
-#endif
+/* STAGES: K/V tiles in local memory, STAGES - 1 of them in flight while one is computed. The host
+ * asks for 2 (double buffering) except when decoding, whose work-groups have little to compute per
+ * tile and keep more bytes in flight with deeper pipelines of smaller tiles (nv_mma_forward_plan.c). */
 #if STAGES < 2
 #error "STAGES must be at least 2"
 #endif
@@ -111,14 +113,14 @@
 #define STAGE_HALVES (2 * BLOCK * ROW_STRIDE) /* one stage: a K tile and its V tile */
 
 /* Element offset of packed row r from its block's first head and query (common.cl's PACK). */
-inline ulong packed_row_offset(uint r, ulong head_stride, ulong seq_stride)
+static inline ulong packed_row_offset(uint r, ulong head_stride, ulong seq_stride)
 {
     return (ulong)(r % PACK) * head_stride + (ulong)ROW_QUERY(r) * seq_stride;
 }
 
 /* Issues the copies of packed rows row0 .. row0 + rows - 1 of Q (from the block's first head) into
  * dst; rows at or past `limit` become zeros. stage_rows with packed addresses. */
-inline void stage_packed_rows(__local ushort *dst, __global const ushort *src, ulong base, ulong head_stride,
+static inline void stage_packed_rows(__local ushort *dst, __global const ushort *src, ulong base, ulong head_stride,
                               ulong seq_stride, uint row0, uint rows, uint limit)
 {
 #if NV_ALIGNED
@@ -129,7 +131,7 @@ inline void stage_packed_rows(__local ushort *dst, __global const ushort *src, u
         copy16_async(dst + r * ROW_STRIDE + piece * 8, src + at, inside ? 16u : 0u);
     }
 #else
-    copy_rows_by_element(dst, src, base, head_stride, seq_stride, row0, rows, limit, 1);
+    copy_rows_by_element(dst, src, base, head_stride, seq_stride, row0, rows, limit, PACK);
 #endif
 }
 
@@ -149,9 +151,6 @@ static inline void load_bias_tile(float2 dst[M_TILES][S_TILES][2], __global cons
 }
 #endif
 
-#ifndef FUSED_MERGE
-#define FUSED_MERGE 0
-#endif
 #if FUSED_MERGE && !SPLIT
 #error "FUSED_MERGE merges split parts"
 #endif
@@ -187,9 +186,7 @@ typedef float vec_t;
 #if !defined(MERGE_GROUP) || !defined(MERGE_PREFETCH) || !defined(MERGE_UNROLL_PARTS) || !defined(MERGE_LSE_BATCH)
 #error "the fused merge's parameters are set by the host (lib/nv_mma_forward_plan.c)"
 #endif
-#ifndef WITH_OUT_LSE
-#define WITH_OUT_LSE 0 /* the caller's lse (every part has one: WITH_LSE) */
-#endif
+/* WITH_OUT_LSE: the merge writes the caller's lse (every part has one: WITH_LSE). */
 
 /* Orders this work-item's memory accesses before and after it at GPU scope (release and acquire
  * around the ticket's atomic). */

@@ -15,12 +15,12 @@
  * natural scale from the host, as nv_mma_forward.cl takes it). */
 #define TRANSFORMS (SOFTCAP || BIAS || ALIBI)
 
-/* D_SPLIT (set by the host for nv_mma_backward.cl above head_dim 128, else 1): the warps that share
- * 16 rows, each holding SHARE_DIM = HEAD_DIM / D_SPLIT of their columns, so that K, V and the dK
- * and dV sums of 16 keys fit a warp's registers at any head_dim up to 256. The products below are
- * over one such share; the caller passes tiles offset to its first column. */
+/* D_SPLIT (set by the host: 2 for nv_mma_backward.cl above head_dim 128, else 1): the warps that
+ * share 16 rows, each holding SHARE_DIM = HEAD_DIM / D_SPLIT of their columns, so that K, V and the
+ * dK and dV sums of 16 keys fit a warp's registers at any head_dim up to 256. The products below
+ * are over one such share; the caller passes tiles offset to its first column. */
 #ifndef D_SPLIT
-#define D_SPLIT 1
+#error "D_SPLIT is set by the host (lib/nv_mma_backward_plan.c, bias_grad.c)"
 #endif
 #define SHARE_DIM (HEAD_DIM / D_SPLIT)
 #define SHARE_STEPS (SHARE_DIM / 16) /* k16 steps of a product over one share */

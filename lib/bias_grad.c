@@ -40,11 +40,13 @@ static clflash_status make_kernel(clflash_context *c, const void *arg, cl_kernel
     cl_int err;
     clflash_status st;
     if (bb->tensor_cores)
-        snprintf(shape, sizeof shape, " -D D_REAL=%u -D NV_ALIGNED=%u -D BLOCK=%u -D WARPS=%u -D BIAS_PAIRS=%u",
-                 bb->head_dim, bb->nv_aligned, TILE, NV_WARPS, bb->bias_pairs);
+        snprintf(shape, sizeof shape,
+                 " -D D_REAL=%u -D D_SPLIT=1 -D NV_ALIGNED=%u -D BLOCK=%u -D WARPS=%u -D BIAS_PAIRS=%u", bb->head_dim,
+                 bb->nv_aligned, TILE, NV_WARPS, bb->bias_pairs);
+    /* dBias is fp32 (CLFLASH_OUT_F32), and no lse is written */
     snprintf(defines, sizeof defines,
-             "%s -D HEAD_DIM=%u -D CAUSAL=%d -D WINDOW=%d -D SOFTCAP=%u -D BIAS=1 -D ALIBI=%u -D KEYLEN=%u "
-             "-D BCAST_BATCH=%u -D BCAST_HEADS=%u -D BCAST_ROWS=%u%s",
+             "%s -D CLFLASH_OUT_F32 -D WITH_LSE=0 -D HEAD_DIM=%u -D CAUSAL=%d -D WINDOW=%d -D SOFTCAP=%u -D BIAS=1 "
+             "-D ALIBI=%u -D KEYLEN=%u -D BCAST_BATCH=%u -D BCAST_HEADS=%u -D BCAST_ROWS=%u%s",
              clflash_dtype_define((clflash_dtype)bb->dtype), bb->kernel_dim, (bb->flags & CLFLASH_CAUSAL) != 0,
              (bb->flags & CLFLASH_WINDOW) != 0, bb->softcap, bb->alibi, bb->keylen, bb->bcast & 1u,
              (bb->bcast >> 1) & 1u, (bb->bcast >> 2) & 1u, shape);

@@ -45,14 +45,17 @@ static clflash_status make_merge_kernel(clflash_context *c, const void *arg, cl_
 {
     const merge_build *mb = arg;
     const uint32_t lanes = mb->lanes;
-    char defines[256];
+    char defines[400], features[256];
     cl_program prog;
     cl_int err;
     clflash_status st;
-    snprintf(defines, sizeof defines,
-             "%s %s -D HEAD_DIM=%u -D MERGE_LANES=%u -D MERGE_ROWS=%u -D MERGE_MAX_PARTS=%u -D WITH_LSE=%u",
-             clflash_dtype_define((clflash_dtype)mb->part_dtype), clflash_out_define((clflash_dtype)mb->dtype), mb->head_dim,
-             lanes, rows_per_group(lanes), CLFLASH_MAX_SPLITS, mb->with_lse);
+    /* the storage types and WITH_LSE, with every feature switch off: a problem without features */
+    clflash_problem as_built = {0};
+    as_built.dtype = (clflash_dtype)mb->part_dtype;
+    as_built.out_dtype = (clflash_dtype)mb->dtype;
+    clflash_feature_defines(&as_built, (int)mb->with_lse, features, sizeof features);
+    snprintf(defines, sizeof defines, "%s -D HEAD_DIM=%u -D MERGE_LANES=%u -D MERGE_ROWS=%u -D MERGE_MAX_PARTS=%u",
+             features, mb->head_dim, lanes, rows_per_group(lanes), CLFLASH_MAX_SPLITS);
     if ((st = clflash_get_program(c, CLFLASH_SOURCE_MERGE_STATES, defines, &prog)) != CLFLASH_SUCCESS)
         return st;
     *kernel = clCreateKernel(prog, KERNEL_NAME, &err);

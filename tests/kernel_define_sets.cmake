@@ -21,14 +21,14 @@ set(_cases
   "forward-regtile-d128-features|flash_forward_regtile.cl|${_all} ${_fwd} -D CLFLASH_OUT_F32 -D WITH_LSE=1 -D SPLIT=1 -D PACK=4 -D HEAD_DIM=128 @REGTILE@"
   "forward-regtile-d256|flash_forward_regtile.cl|${_none} ${_fwd} -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D HEAD_DIM=256 @REGTILE@"
   "forward-lanes-d64|flash_forward_lanes.cl|${_none} ${_fwd} -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D HEAD_DIM=64 -D BLOCK=32 -D TPR=4 -D LDS_STRIDE=66 -D KT_STRIDE=33 -D P_STRIDE=33"
-  "merge-d128|merge_states.cl|-cl-std=CL1.2 -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D HEAD_DIM=128 -D MERGE_LANES=32 -D MERGE_ROWS=4 -D MERGE_MAX_PARTS=256 -D WITH_LSE=1"
-  "merge-d128-split-parts|merge_states.cl|-cl-std=CL1.2 -D CLFLASH_DTYPE_F32 -D CLFLASH_OUT_F16 -D HEAD_DIM=128 -D MERGE_LANES=128 -D MERGE_ROWS=1 -D MERGE_MAX_PARTS=256 -D WITH_LSE=1"
+  "merge-d128|merge_states.cl|${_none} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D HEAD_DIM=128 -D MERGE_LANES=32 -D MERGE_ROWS=4 -D MERGE_MAX_PARTS=256 -D WITH_LSE=1"
+  "merge-d128-split-parts|merge_states.cl|${_none} -D CLFLASH_DTYPE_F32 -D CLFLASH_OUT_F16 -D HEAD_DIM=128 -D MERGE_LANES=128 -D MERGE_ROWS=1 -D MERGE_MAX_PARTS=256 -D WITH_LSE=1"
   "backward-d64|flash_backward.cl|${_none} -D CLFLASH_CPU_PATH=0 -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D HEAD_DIM=64 @BACKWARD@"
   "backward-d128-features|flash_backward.cl|${_all} -D CLFLASH_CPU_PATH=0 -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D HEAD_DIM=128 @BACKWARD@"
   "backward-d256-f32|flash_backward.cl|${_none} -D CLFLASH_CPU_PATH=0 -D CLFLASH_DTYPE_F32 -D CLFLASH_OUT_F32 -D WITH_LSE=0 -D HEAD_DIM=256 @BACKWARD@"
   "naive-d64|naive_attention.cl|${_none} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=1 -D HEAD_DIM=64 -D SOFTMAX_WG=256"
   "naive-backward-d64|naive_backward.cl|${_none} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D HEAD_DIM=64 -D SOFTMAX_WG=256"
-  "bias-grad-d64|bias_grad.cl|${_all} -D CLFLASH_DTYPE_F16 -D HEAD_DIM=64 -D BCAST_BATCH=1 -D BCAST_HEADS=1 -D BCAST_ROWS=0"
+  "bias-grad-d64|bias_grad.cl|${_all} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F32 -D WITH_LSE=0 -D HEAD_DIM=64 -D BCAST_BATCH=1 -D BCAST_HEADS=1 -D BCAST_ROWS=0"
 )
 
 # The planned parameters in a case's options: the register tiles as "RMxTCxBQ, B N" (the tuning
@@ -43,16 +43,22 @@ function(kernel_tiles_label _opts _out)
   endif()
 endfunction()
 
-# For one _cases entry: sets _name, _opts (the options as one string), _body (the kernel file's
+# For one _cases entry: sets _name, _opts (the options as one string), _body (the kernel files'
 # own text) and _src, the path of a file WORK/<prefix>_<name>.cl holding common.cl and then the
-# kernel file, which it writes (needs CL_DIR and WORK).
+# kernel files (one, or several joined by "+", in the host's order), which it writes (needs CL_DIR
+# and WORK).
 macro(kernel_case_source _entry _prefix)
   string(REPLACE "|" ";" _parts "${_entry}")
   list(GET _parts 0 _name)
-  list(GET _parts 1 _file)
+  list(GET _parts 1 _files)
   list(GET _parts 2 _opts)
+  string(REPLACE "+" ";" _files "${_files}")
   set(_src "${WORK}/${_prefix}_${_name}.cl")
   file(READ "${CL_DIR}/common.cl" _common)
-  file(READ "${CL_DIR}/${_file}" _body)
+  set(_body "")
+  foreach(_f IN LISTS _files)
+    file(READ "${CL_DIR}/${_f}" _more)
+    string(APPEND _body "${_more}")
+  endforeach()
   file(WRITE "${_src}" "${_common}${_body}")
 endmacro()

@@ -7,9 +7,10 @@
 # does not inline the call (clang's NVPTX back end at -O3 did, for dkdv_block; every clang back end
 # at -cl-opt-disable) leaves an undefined symbol that the device's linker rejects.
 #
-# The NVIDIA tensor-core files (nv_mma_*.cl), which only NVIDIA's compiler builds and which it
-# inlines whole, keep their plain `inline` helpers until a run on the H200 shows that `static`
-# leaves their code as it is; common.cl, which they include, is checked through the other files.
+# The NVIDIA tensor-core files (nv_mma_*.cl, after nv_mma_common.cl and, for the gradients,
+# nv_mma_scores.cl) are built for clang's nvptx64 target, whose inline-asm constraints they use;
+# clang left nv_mma_common.cl's copy_rows_by_element an undefined call while it was `inline`
+# without `static` (NVIDIA's driver inlines everything, so only other toolchains could see it).
 #
 #   cmake -DCLANG=<clang or empty> -DCL_DIR=<the cl/ folder> -DWORK=<scratch folder> -P kernel_linkage.cmake
 cmake_minimum_required(VERSION 3.19)
@@ -27,12 +28,16 @@ set(_cases
   "forward-regtile|spir64|flash_forward_regtile.cl|${_all} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=1 -D SPLIT=1 -D PACK=4 -D HEAD_DIM=32 -D BLOCK=64 -D BLOCK_Q=64 -D RT_RM=4 -D RT_TC=8"
   "forward-lanes|spir64|flash_forward_lanes.cl|${_common} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D HEAD_DIM=7 -D BLOCK=64 -D TPR=4 -D LDS_STRIDE=10 -D KT_STRIDE=65 -D P_STRIDE=65"
   "decode-cpu|spir64|flash_decode_cpu.cl|${_all} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F32 -D WITH_LSE=1 -D SPLIT=1 -D PACK=4 -D HEAD_DIM=64 -D DEC_ROWS=4 -D DEC_KEYS=32"
-  "merge|spir64|merge_states.cl|-cl-std=CL1.2 -D CLFLASH_DTYPE_BF16 -D CLFLASH_OUT_F32 -D HEAD_DIM=256 -D MERGE_LANES=32 -D MERGE_ROWS=4 -D MERGE_MAX_PARTS=256 -D WITH_LSE=1"
+  "merge|spir64|merge_states.cl|${_common} -D CLFLASH_DTYPE_BF16 -D CLFLASH_OUT_F32 -D HEAD_DIM=256 -D MERGE_LANES=32 -D MERGE_ROWS=4 -D MERGE_MAX_PARTS=256 -D WITH_LSE=1"
   "naive|spir64|naive_attention.cl|${_all} -D CLFLASH_DTYPE_BF16 -D CLFLASH_OUT_BF16 -D WITH_LSE=1 -D HEAD_DIM=32 -D SOFTMAX_WG=256"
   "naive-backward|spir64|naive_backward.cl|${_all} -D CLFLASH_DTYPE_F32 -D CLFLASH_OUT_F32 -D WITH_LSE=0 -D HEAD_DIM=16 -D SOFTMAX_WG=256"
   "backward-cpu|spir64|flash_backward.cl|${_all} -D CLFLASH_DTYPE_BF16 -D CLFLASH_OUT_BF16 -D WITH_LSE=0 -D CLFLASH_CPU_PATH=1 -D HEAD_DIM=64 -D BLOCK=64 -D TPR=1 -D LDS_STRIDE=66 -D T_STRIDE=65 -D P_STRIDE=65 -D ROWDOT_WG=64"
   "backward-gpu|spir64|flash_backward.cl|${_all} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D HEAD_DIM=8 -D BLOCK=8 -D TPR=2 -D LDS_STRIDE=10 -D T_STRIDE=9 -D P_STRIDE=9 -D ROWDOT_WG=64 -D CLFLASH_CPU_PATH=0"
-  "bias-grad|spir64|bias_grad.cl|${_all} -D CLFLASH_DTYPE_BF16 -D HEAD_DIM=40 -D BCAST_BATCH=1 -D BCAST_HEADS=0 -D BCAST_ROWS=1"
+  "bias-grad|spir64|bias_grad.cl|${_all} -D CLFLASH_DTYPE_BF16 -D CLFLASH_OUT_F32 -D WITH_LSE=0 -D HEAD_DIM=40 -D BCAST_BATCH=1 -D BCAST_HEADS=0 -D BCAST_ROWS=1"
+  "nv-forward|nvptx64-unknown-nvidiacl|nv_mma_common.cl+nv_mma_forward.cl|${_all} -D CLFLASH_DTYPE_BF16 -D CLFLASH_OUT_F32 -D WITH_LSE=1 -D SPLIT=1 -D PACK=4 -D HEAD_DIM=80 -D D_REAL=77 -D NV_ALIGNED=0 -D BLOCK=16 -D WARPS=1 -D M_TILES=1 -D STAGES=3 -D BIAS_PAIRS=0 -D FUSED_MERGE=1 -D WITH_OUT_LSE=1 -D NV_RESCALE_THRESH=-1 -D NV_Q_DIRECT=0 -D MERGE_GROUP=4 -D MERGE_UNROLL_PARTS=8 -D MERGE_LSE_BATCH=8 -D MERGE_PREFETCH=1"
+  "nv-forward-aligned|nvptx64-unknown-nvidiacl|nv_mma_common.cl+nv_mma_forward.cl|${_common} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D HEAD_DIM=64 -D D_REAL=64 -D NV_ALIGNED=1 -D BLOCK=64 -D WARPS=4 -D M_TILES=2 -D STAGES=2 -D BIAS_PAIRS=0 -D FUSED_MERGE=0 -D WITH_OUT_LSE=0 -D NV_RESCALE_THRESH=-1 -D NV_Q_DIRECT=1"
+  "nv-backward|nvptx64-unknown-nvidiacl|nv_mma_common.cl+nv_mma_scores.cl+nv_mma_backward.cl|${_all} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D HEAD_DIM=256 -D D_REAL=250 -D D_SPLIT=2 -D NV_ALIGNED=0 -D BLOCK=16 -D WARPS=4 -D BIAS_PAIRS=1 -D NV_BWD_STREAM=1"
+  "nv-bias-grad|nvptx64-unknown-nvidiacl|nv_mma_common.cl+nv_mma_scores.cl+nv_mma_bias_grad.cl|${_all} -D CLFLASH_DTYPE_BF16 -D CLFLASH_OUT_F32 -D WITH_LSE=0 -D HEAD_DIM=48 -D D_REAL=40 -D D_SPLIT=1 -D NV_ALIGNED=1 -D BLOCK=64 -D WARPS=4 -D BIAS_PAIRS=0 -D BCAST_BATCH=0 -D BCAST_HEADS=1 -D BCAST_ROWS=1"
 )
 # AMD targets the portable kernels are also built for: GCN (gfx906), CDNA 2 (gfx90a), RDNA 2 (gfx1030).
 set(_amd_targets gfx906 gfx90a gfx1030)
@@ -79,7 +84,7 @@ foreach(_case IN LISTS _cases)
   # OpenCL builtins stay calls and register counts are not meaningful): it must build, and its
   # static local memory (exact either way) must fit the 64 KiB of an AMD work-group.
   set(_for_amd ${_amd_targets})
-  if(_name MATCHES "cpu") # define sets of the CPU paths, which only CPU devices run
+  if(_name MATCHES "cpu" OR _target MATCHES "nvptx") # the CPU paths, which only CPU devices run, and NVIDIA's
     set(_for_amd "")
   endif()
   foreach(_gfx IN LISTS _for_amd)
