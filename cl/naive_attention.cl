@@ -1,5 +1,5 @@
 /*
- * naive_attention.cl - the seeds' baseline: attention that materializes the score matrix.
+ * naive_attention.cl - the baseline: attention that materializes the score matrix.
  * The host prepends common.cl and enqueues three kernels per group of heads, then one naive_store:
  *   naive_scores   S = scale * Q K^T, then softcap, bias and ALiBi; keys a query does not see
  *                  (causal, window, key padding: common.cl's visible_keys) are -INFINITY. S is

@@ -192,7 +192,7 @@ typedef struct {
      * Options naming CLFLASH_CPU_PATH are CLFLASH_ERROR_INVALID_OPTIONS since 0.5 (the tuning
      * setting portable.cpu_path chooses that path). */
     const char *build_options;
-    /* Added after the contract above. 0: the device class's tuned value. Else the number of
+    /* Added after the fields above. 0: the device class's tuned value. Else the number of
      * work-items that share one query row in the portable kernel, 1 to 64 (a larger value is
      * CLFLASH_ERROR_INVALID_OPTIONS at create; the planner rounds it down to a power of two that
      * divides B): lets tests and tuning force what the device would decide. For
@@ -333,7 +333,7 @@ CLFLASH_API clflash_status clflash_context_set_tuning(clflash_context *c, const 
 /* Causal masking, aligned bottom-right: query i sees key j iff j <= i + seq_k - seq_q. When
  * seq_q > seq_k the first seq_q - seq_k queries see no key: their O rows are 0 and lse is -inf. */
 #define CLFLASH_CAUSAL (1u << 0)
-/* Sliding window (added after the contract): with d = i + seq_k - seq_q, query i sees key j iff
+/* Sliding window: with d = i + seq_k - seq_q, query i sees key j iff
  * d - window_left <= j <= d + window_right (the descriptor's fields). With CLFLASH_CAUSAL as well,
  * both rules hold. */
 #define CLFLASH_WINDOW (1u << 1)
@@ -374,7 +374,7 @@ typedef struct {
                           CLFLASH_ERROR_TILE_TOO_LARGE */
     clflash_layout q, k, v, o;
 
-    /* ---- Added after the contract above. Zero keeps each one off or at its default. ---------- */
+    /* ---- Added after the fields above. Zero keeps each one off or at its default. ------------ */
     clflash_dtype out_dtype; /* O's storage type: 0 = dtype (F32 when dtype is I8). F32, F16 or BF16
                                 with I8 input; otherwise 0 or dtype itself */
     float q_scale, k_scale, v_scale; /* I8 only (must be 0 otherwise): real value = scale * stored
@@ -442,7 +442,7 @@ typedef struct {
                                     "flash_forward_portable", "flash_forward_regtile" (the
                                     portable kernel's register-tiled GPU path, added after 0.3),
                                     "nv_mma_forward" or "flash_decode_cpu" (since 0.5) */
-    /* Added after the contract above (zero-initialised readers may ignore them): */
+    /* Added after the fields above (zero-initialised readers may ignore them): */
     uint32_t threads_per_row;    /* work-items that share one query row */
     uint32_t work_group_size;    /* work-items per work-group: block * threads_per_row on the lane
                                     and CPU paths; (block_q / rows per work-item) *
@@ -609,7 +609,7 @@ CLFLASH_API clflash_status clflash_forward(clflash_context *c, const clflash_att
                                            cl_mem o, cl_mem lse, cl_uint num_wait,
                                            const cl_event *wait, cl_event *done);
 
-/* The seeds' baseline, with the same arguments and results as clflash_forward: it materializes
+/* The naive baseline, with the same arguments and results as clflash_forward: it materializes
  * S = scale * Q K^T in a device buffer of O's storage type (seq_q * seq_k * its size bytes per
  * head: the dtype's, F32 or out_dtype for I8 input; as many heads at a time as fit the device's
  * maximum allocation), applies a row softmax in
@@ -719,7 +719,7 @@ CLFLASH_API clflash_status clflash_merge_states(clflash_context *c, const clflas
  * setting steps down, to 2 at least) and register cap. The bias gradient runs on tensor cores
  * (cl/nv_mma_bias_grad.cl) up to head_dim 128 and in the portable kernel above.
  *
- * The features, added after the contract, mean what they mean for clflash_forward (pass the same
+ * The features mean what they mean for clflash_forward (pass the same
  * descriptor, bias, slopes and key lengths as the forward that produced O and lse):
  *  - CLFLASH_WINDOW and key_lengths: the same visibility rule; invisible pairs add nothing.
  *  - softcap: the score is s' = softcap * tanh(s / softcap) of the scaled score s = scale * q.k,
@@ -828,7 +828,7 @@ typedef enum { CLFLASH_ALGO_FLASH = 1, CLFLASH_ALGO_NAIVE = 2 } clflash_algo;
 
 /* Global-memory bytes the algorithm must read and write for descriptor d (its dtype's size s):
  *  - FLASH with tile size `block`: Q read and O written once, K and V read once per Q block (the
- *    seeds' kv_passes; with CLFLASH_CAUSAL or CLFLASH_WINDOW only the key tiles each Q block sees;
+ *    plan's kv_passes; with CLFLASH_CAUSAL or CLFLASH_WINDOW only the key tiles each Q block sees;
  *    key_lengths are not known on the host and count as seq_k), a bias read once per score, lse
  *    not counted;
  *  - NAIVE (`block` ignored): Q, K, V read once, O written twice and read once (its temporary,

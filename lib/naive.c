@@ -1,5 +1,5 @@
 /*
- * naive.c - clflash_forward_naive: the seeds' baseline. It materializes S = scale * Q K^T for as
+ * naive.c - clflash_forward_naive: the baseline the flash path is measured against. It materializes S = scale * Q K^T for as
  * many heads at a time as one allocation allows, softmaxes it in place, and multiplies by V.
  *
  * Why keep it: it is what naive attention does (the O(n^2) bytes written and read back that flash

@@ -6,7 +6,7 @@
  * kernels take their CPU path.
  *
  * Why one file: the forward and backward plans must round, step and pad B the same way, so that a
- * block the seeds' calculator prints is one both passes accept, and must judge a built kernel by
+ * block the tile calculator prints is one both passes accept, and must judge a built kernel by
  * the same numbers.
  */
 #include "internal.h"

@@ -3,7 +3,7 @@
  * implementation materializes, one flash tile's bytes (the forward's (3*B*d + B*B) * s and the
  * backward's (4*B*d + 2*B*B) * s), and the largest B that fits a budget under each.
  *
- * Why separate: these are the seeds' calculator. They need no device, are exact in 64-bit integer
+ * Why separate: these are the tile calculator (the README's figures). They need no device, are exact in 64-bit integer
  * arithmetic, saturate to UINT64_MAX instead of wrapping, and are what clflash-query prints.
  */
 #include "clflash.h"

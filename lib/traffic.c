@@ -2,7 +2,7 @@
  * traffic.c - the cost models: the global-memory bytes flash and naive attention must move for a
  * descriptor, and the device memory the naive path allocates for its score matrix and temporaries.
  *
- * Why: the seeds' claim is about memory movement, and clflash-bench prints these figures next to
+ * Why: FlashAttention's claim is about memory movement, and clflash-bench prints these figures next to
  * the measured time so the claim can be checked against the device's bandwidth. The models count
  * what our kernels are designed to move from and to global memory, not what caches absorb.
  */

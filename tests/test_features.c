@@ -340,7 +340,7 @@ END_TEST
 
 START_TEST(i8_plans_with_one_byte_tiles)
 {
-    /* The seed: B = 256 at d = 128 needs 327,680 bytes in fp16 but 163,840 in int8. */
+    /* The README's case: B = 256 at d = 128 needs 327,680 bytes in fp16 but 163,840 in int8. */
     clflash_attention_desc d = th_desc(1, 1, 0, 4096, 4096, 128, CLFLASH_I8, 0);
     clflash_plan p = {.struct_size = sizeof p};
     d.block = 16;

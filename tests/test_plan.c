@@ -2,7 +2,7 @@
  * test_plan.c - the planner: its fields follow the tile rule; a forced B is used exactly (and the
  * results stay right) or refused with CLFLASH_ERROR_TILE_TOO_LARGE without writing anything; a
  * context's local_mem_budget caps the plan (49152 plans as a 48 KiB GPU would, and results still
- * match at d = 128); the seed table through the planner.
+ * match at d = 128); the README's tile table through the planner.
  */
 #include "check_common.h"
 
@@ -283,12 +283,12 @@ START_TEST(budget_too_small)
 }
 END_TEST
 
-/* ---- the seed table through the planner --------------------------------------------------------- */
+/* ---- the tile table through the planner --------------------------------------------------------- */
 
-/* n = 1024 .. 16384, B = 64 forced, d = 128, fp16: the plan's figures are the seed's. Planning never
+/* n = 1024 .. 16384, B = 64 forced, d = 128, fp16: the plan's figures are the README's. Planning never
  * looks at buffers, so n = 16384 costs nothing. On a device with less local memory than the
  * 56 KiB tile (a 48 KiB GPU), B = 64 must be refused instead. */
-START_TEST(seed_table_plan)
+START_TEST(tile_table_plan)
 {
     static const uint64_t n[] = {1024, 4096, 8192, 16384};
     static const uint64_t mib[] = {2, 32, 128, 512};
@@ -338,7 +338,7 @@ static Suite *plan_suite(void)
     TCase *tc = tcase_create("fields");
     tcase_set_timeout(tc, TEST_TIMEOUT_S);
     tcase_add_loop_test(tc, plan_fields, 0, N_OF(plan_shapes));
-    tcase_add_loop_test(tc, seed_table_plan, 0, 4);
+    tcase_add_loop_test(tc, tile_table_plan, 0, 4);
     tcase_add_test(tc, more_shapes_than_the_plan_cache);
     suite_add_tcase(s, tc);
 

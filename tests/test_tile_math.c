@@ -1,5 +1,5 @@
 /*
- * test_tile_math.c - the pure functions, no device: every figure the seeds quote, the max_block
+ * test_tile_math.c - the pure functions, no device: every figure of the README's tile table, the max_block
  * rules, overflow saturation, dtype sizes, versions and status strings. Also checks the test
  * suite's own helpers (fp16 conversion, the fp64 reference on hand-computed cases) so that a
  * failure elsewhere can be trusted to be the library's.
@@ -15,9 +15,9 @@
 #define KIB 1024ull
 #define MIB (1024ull * 1024ull)
 
-/* ---- seed figures ------------------------------------------------------------------------------ */
+/* ---- tile figures ------------------------------------------------------------------------------ */
 
-START_TEST(seed_naive_vs_tile)
+START_TEST(naive_vs_tile)
 {
     ck_assert_uint_eq(clflash_score_matrix_bytes(4096, 4096, 2), 33554432u);
     ck_assert_uint_eq(clflash_score_matrix_bytes(4096, 4096, 2), 32 * MIB);
@@ -28,29 +28,29 @@ START_TEST(seed_naive_vs_tile)
 }
 END_TEST
 
-/* The seed's table: n, naive matrix, tiles per axis at B = 64, reduction (n/B)^2. */
+/* The README's tile table: n, naive matrix, tiles per axis at B = 64, reduction (n/B)^2. */
 static const struct {
     uint64_t n, matrix, tiles, reduction;
-} seed_table[] = {
+} tile_table[] = {
     {1024, 2 * MIB, 16, 256},
     {4096, 32 * MIB, 64, 4096},
     {8192, 128 * MIB, 128, 16384},
     {16384, 512 * MIB, 256, 65536},
 };
 
-START_TEST(seed_table_rows)
+START_TEST(tile_table_rows)
 {
-    const uint64_t n = seed_table[_i].n, B = 64;
-    ck_assert_uint_eq(clflash_score_matrix_bytes(n, n, clflash_dtype_size(CLFLASH_F16)), seed_table[_i].matrix);
+    const uint64_t n = tile_table[_i].n, B = 64;
+    ck_assert_uint_eq(clflash_score_matrix_bytes(n, n, clflash_dtype_size(CLFLASH_F16)), tile_table[_i].matrix);
     const uint64_t tiles = (n + B - 1) / B;
-    ck_assert_uint_eq(tiles, seed_table[_i].tiles);
-    ck_assert_uint_eq(tiles * tiles, seed_table[_i].reduction);
+    ck_assert_uint_eq(tiles, tile_table[_i].tiles);
+    ck_assert_uint_eq(tiles * tiles, tile_table[_i].reduction);
     /* the tile never grows with n */
     ck_assert_uint_eq(clflash_tile_bytes(B, 128, clflash_dtype_size(CLFLASH_F16)), 56 * KIB);
 }
 END_TEST
 
-START_TEST(seed_budget_192k)
+START_TEST(budget_192k)
 {
     const uint64_t budget = 192 * KIB;
     ck_assert_uint_eq(budget, 196608u);
@@ -408,9 +408,9 @@ static Suite *tile_math_suite(void)
     Suite *s = suite_create("tile_math");
     TCase *tc = tcase_create("pure");
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, seed_naive_vs_tile);
-    tcase_add_loop_test(tc, seed_table_rows, 0, (int)(sizeof seed_table / sizeof seed_table[0]));
-    tcase_add_test(tc, seed_budget_192k);
+    tcase_add_test(tc, naive_vs_tile);
+    tcase_add_loop_test(tc, tile_table_rows, 0, (int)(sizeof tile_table / sizeof tile_table[0]));
+    tcase_add_test(tc, budget_192k);
     tcase_add_test(tc, max_block_small_cases);
     tcase_add_test(tc, max_block_matches_rule);
     tcase_add_test(tc, max_block_huge_budget);

@@ -4,7 +4,7 @@
  * optionally against materialized attention on the host's BLAS (bench_blas.c) and, with
  * --backward, the backward passes.
  *
- * Why it exists: the seeds promise that tiling attention through local memory removes the
+ * Why it exists: FlashAttention's promise is that tiling attention through local memory removes the
  * n x n score matrix from device memory and cuts global-memory traffic from O(n^2) to
  * O(n * n/B). A user should be able to check that claim on their own hardware with one command,
  * and see it stated plainly: how long each algorithm takes, how many bytes each is modeled to

@@ -1,8 +1,8 @@
 /*
  * clflash_query.c - the `clflash-query` tool: what OpenCL devices are here, how much local memory
- * each has, which tile size B clflash's planner picks on each, and the seeds' tile arithmetic.
+ * each has, which tile size B clflash's planner picks on each, and the tile arithmetic of the README's figures.
  *
- * Why it exists: users arrive with the seed texts in mind ("the 32 MiB score matrix becomes a
+ * Why it exists: users arrive with the README's figures in mind ("the 32 MiB score matrix becomes a
  * 56 KiB tile", "B = 256 does not fit 192 KiB in fp16 but fits in int8") and need a way to check
  * those figures, and to see what the library will actually do on their own hardware, without
  * writing code. It lists every device with the "P:D" index that CLFLASH_DEVICE accepts, plans a
@@ -29,8 +29,8 @@
 #define DEFAULT_HEAD_DIM 128u
 #define DEFAULT_PLAN_SEQ 4096u
 
-/* The seeds' table rows, used when --local-mem is given without --seq. */
-static const uint64_t seed_seqs[] = {1024, 4096, 8192, 16384};
+/* The tile table's rows, used when --local-mem is given without --seq. */
+static const uint64_t table_seqs[] = {1024, 4096, 8192, 16384};
 
 /* ============================================================================================
  * Small helpers.
@@ -76,7 +76,7 @@ static void format_bytes(uint64_t bytes, char *out, size_t cap)
 }
 
 /* ============================================================================================
- * The seeds' table: one row per sequence length.
+ * The tile table: one row per sequence length.
  * ========================================================================================== */
 
 typedef struct {
@@ -90,9 +90,9 @@ typedef struct {
     int fits;
     char reduction[48];       /* an exact integer when B divides n, else the shortest double */
     char reduction_human[48]; /* the same, or rounded to two decimals and marked "~" */
-} seed_row;
+} table_row;
 
-static void compute_row(const calc_params *p, uint64_t n, seed_row *r)
+static void compute_row(const calc_params *p, uint64_t n, table_row *r)
 {
     uint64_t b = p->block; /* 1 .. 2^32-1, and n is 1 .. 2^32-1: no product below overflows */
     r->seq = n;
@@ -143,7 +143,7 @@ static void table_cell(text_table *t, const char *fmt, ...)
     t->cells[t->ncells++] = s;
 }
 
-/* Prints a Markdown-compatible table (it renders as the seeds' tables do) and frees the cells. */
+/* Prints a Markdown-compatible table (it renders as the README's tables do) and frees the cells. */
 static void table_print_free(text_table *t, FILE *f, const char *indent)
 {
     size_t *w = xmalloc(t->ncols * sizeof *w);
@@ -185,8 +185,8 @@ static void table_print_free(text_table *t, FILE *f, const char *indent)
     t->ncells = t->cap = 0;
 }
 
-/* The human seed table for p over the given sequence lengths. */
-static void print_seed_table(const calc_params *p, const uint64_t *seqs, size_t nseq, const char *indent)
+/* The human tile table for p over the given sequence lengths. */
+static void print_tile_table(const calc_params *p, const uint64_t *seqs, size_t nseq, const char *indent)
 {
     static const int right[] = {1, 0, 0, 0, 1, 1, 1, 1};
     char *tile_header = xprintf("one tile (B=%" PRIu64 ")", p->block);
@@ -201,7 +201,7 @@ static void print_seed_table(const calc_params *p, const uint64_t *seqs, size_t 
     headers[6] = "K/V passes";
     headers[7] = "reduction (n/B)^2";
     for (size_t i = 0; i < nseq; i++) {
-        seed_row r;
+        table_row r;
         char score[96], tile[96];
         compute_row(p, seqs[i], &r);
         format_bytes(r.score_bytes, score, sizeof score);
@@ -229,10 +229,10 @@ static void json_bytes(json_writer *w, const char *key, uint64_t v)
     json_opt_u64(w, key, v != UINT64_MAX, v);
 }
 
-/* One seed row as a JSON object with every key the issue tracker promises. */
-static void json_seed_row(json_writer *w, const char *key, const calc_params *p, uint64_t n)
+/* One tile-table row as a JSON object with every documented key (docs/tools.md). */
+static void json_table_row(json_writer *w, const char *key, const calc_params *p, uint64_t n)
 {
-    seed_row r;
+    table_row r;
     compute_row(p, n, &r);
     json_open(w, key, '{');
     if (p->backward)
@@ -287,7 +287,7 @@ static void print_help(FILE *f)
           "  --dtype T          storage type: f32, f16, bf16 or i8 (default f16)\n"
           "  --seq N[,N...]     sequence lengths n (seq_q = seq_k); may be repeated. The first one\n"
           "                     is what devices plan for (default 4096). With --local-mem the\n"
-          "                     default is the seeds' 1024,4096,8192,16384\n"
+          "                     default is 1024,4096,8192,16384\n"
           "  --block B          B for the table rows (default: the largest B that fits);\n"
           "                     the planner still chooses its own B\n"
           "  --local-mem BYTES  calculator mode: plan against BYTES of local memory, no OpenCL\n"
@@ -394,8 +394,8 @@ static int parse_args(int argc, char **argv, options *o)
 static int run_calculator(const options *o)
 {
     calc_params p;
-    const uint64_t *seqs = o->nseq ? o->seqs : seed_seqs;
-    size_t nseq = o->nseq ? o->nseq : sizeof seed_seqs / sizeof seed_seqs[0];
+    const uint64_t *seqs = o->nseq ? o->seqs : table_seqs;
+    size_t nseq = o->nseq ? o->nseq : sizeof table_seqs / sizeof table_seqs[0];
 
     p.local_mem = o->local_mem;
     p.head_dim = o->head_dim;
@@ -423,12 +423,12 @@ static int run_calculator(const options *o)
     if (o->json) {
         json_writer w = {stdout, 0, {0}};
         if (nseq == 1) {
-            json_seed_row(&w, NULL, &p, seqs[0]);
+            json_table_row(&w, NULL, &p, seqs[0]);
         } else {
             json_open(&w, NULL, '{');
             json_open(&w, "rows", '[');
             for (size_t i = 0; i < nseq; i++)
-                json_seed_row(&w, NULL, &p, seqs[i]);
+                json_table_row(&w, NULL, &p, seqs[i]);
             json_close(&w, ']');
             json_close(&w, '}');
         }
@@ -458,7 +458,7 @@ static int run_calculator(const options *o)
                    p.block, p.head_dim, p.block, p.elem, tile,
                    fits ? "fits" : "does NOT fit");
         printf("\n");
-        print_seed_table(&p, seqs, nseq, "");
+        print_tile_table(&p, seqs, nseq, "");
     }
     return 0;
 }
@@ -658,7 +658,7 @@ static char *plan_error_text(const device_report *r)
     return xprintf("%s (%d)", clflash_status_string(r->plan_status), (int)r->plan_status);
 }
 
-/* The local memory a device's seed table is computed against: the device's, capped by --budget. */
+/* The local memory a device's tile table is computed against: the device's, capped by --budget. */
 static calc_params device_calc(const options *o, const device_report *r)
 {
     calc_params p;
@@ -748,14 +748,14 @@ static void print_device_human(const options *o, cl_uint pi, cl_uint di, const d
 
     if (o->have_seq || o->have_block) {
         calc_params p = device_calc(o, r);
-        const uint64_t *seqs = o->nseq ? o->seqs : seed_seqs;
-        size_t nseq = o->nseq ? o->nseq : sizeof seed_seqs / sizeof seed_seqs[0];
+        const uint64_t *seqs = o->nseq ? o->seqs : table_seqs;
+        size_t nseq = o->nseq ? o->nseq : sizeof table_seqs / sizeof table_seqs[0];
         format_bytes(p.local_mem, buf, sizeof buf);
         printf("    tile table (local memory %s, max_block %" PRIu64 "):\n", buf, p.max_block);
         if (p.block == 0 || p.elem == 0)
             printf("      no block size fits\n");
         else
-            print_seed_table(&p, seqs, nseq, "      ");
+            print_tile_table(&p, seqs, nseq, "      ");
     }
 }
 
@@ -836,14 +836,14 @@ static void print_device_json(json_writer *w, const options *o, cl_uint pi, cl_u
 
     if (o->have_seq || o->have_block) {
         calc_params p = device_calc(o, r);
-        const uint64_t *seqs = o->nseq ? o->seqs : seed_seqs;
-        size_t nseq = o->nseq ? o->nseq : sizeof seed_seqs / sizeof seed_seqs[0];
+        const uint64_t *seqs = o->nseq ? o->seqs : table_seqs;
+        size_t nseq = o->nseq ? o->nseq : sizeof table_seqs / sizeof table_seqs[0];
         if (p.block == 0 || p.elem == 0) {
             json_str(w, "rows_error", "no block size fits");
         } else {
             json_open(w, "rows", '[');
             for (size_t i = 0; i < nseq; i++)
-                json_seed_row(w, NULL, &p, seqs[i]);
+                json_table_row(w, NULL, &p, seqs[i]);
             json_close(w, ']');
         }
     }
