@@ -167,11 +167,7 @@ bias_grad(__global const bits_t *q, __global const bits_t *k, __global const bit
     for (uint b = b_first; b < b_end; b++) {
         const uint key_len = batch_key_len(key_lens, b, seq_k);
         for (uint h = h_first; h < h_end; h++) {
-#if ALIBI
-            const float slope = alibi[h];
-#else
-            const float slope = 0.0f;
-#endif
+const float slope = alibi_slope(alibi, h);
             /* only the query tiles whose rows can see a key of [k0, k_end): the loop bounds, not a
              * branch, skip the rest (PoCL wants its barriers out of branches) */
             uint t_lo, t_hi;

@@ -240,6 +240,18 @@ static inline float transform_score_grad(float s, float softcap, float bias, flo
     return s;
 }
 
+/* Head h's ALiBi slope; 0 without ALIBI (alibi is then not read). */
+static inline float alibi_slope(__global const float *alibi, uint h)
+{
+#if ALIBI
+    return alibi[h];
+#else
+    (void)alibi;
+    (void)h;
+    return 0.0f;
+#endif
+}
+
 /* The score of (query i, key j) after the optional transforms, in natural-log units:
  * softcap (cap * tanh(s / cap)), then the additive bias, then ALiBi (-slope * |d - j|):
  * transform_score_grad without its derivative (which the compiler drops). */

@@ -208,6 +208,71 @@ static inline float row_lse_log2(__global const float *lse, __global const float
     return qi < seq_q ? lse[bh * seq_q + qi] * M_LOG2E_F : -INFINITY;
 }
 
+/* Where one (batch entry b, query head h) starts: its rows of Q (q) and of O and dO (o), its lse and
+ * D rows (bh: (b, h) as an index), its first bias element (bias) and its ALiBi slope (0 without
+ * ALiBi). Every kind of work-group, GPU or CPU, reads them the same way. */
+typedef struct {
+    ulong q, o, bh, bias;
+    float slope;
+} head_bases;
+static inline head_bases bases_of_head(const bwd_args *a, __global const float *alibi, uint b, uint h)
+{
+    head_bases hb;
+    hb.q = tensor_index(a->q_off, a->q_bs, a->q_hs, a->q_ss, b, h, 0);
+    hb.o = tensor_index(a->o_off, a->o_bs, a->o_hs, a->o_ss, b, h, 0);
+    hb.bh = (ulong)b * a->heads_q + h;
+    hb.bias = a->bias_off + (ulong)b * a->bias_bs + (ulong)h * a->bias_hs;
+    hb.slope = alibi_slope(alibi, h);
+    return hb;
+}
+
+/* The first K and V elements of K/V head hk of batch entry b. */
+static inline void bases_of_kv(const bwd_args *a, uint b, uint hk, ulong *kbase, ulong *vbase)
+{
+    *kbase = tensor_index(a->k_off, a->k_bs, a->k_hs, a->k_ss, b, hk, 0);
+    *vbase = tensor_index(a->v_off, a->v_bs, a->v_hs, a->v_ss, b, hk, 0);
+}
+
+/* The GPU paths' tiles: rows r0 .. r0 + BLOCK - 1 of two tensors with the same rows (x at xbase,
+ * y at ybase, rows xs and ys apart) into local tiles, zeros at rows not below `limit`; element
+ * (r, c) goes to [r * rs + c * cs] (rs = LDS_STRIDE, cs = 1 for a row-major tile; rs = 1,
+ * cs = T_STRIDE for a transposed one). */
+static inline void stage_tile_pair(__local bits_t *xt, __local bits_t *yt, uint rs, uint cs, __global const bits_t *x,
+                                   ulong xbase, ulong xs, __global const bits_t *y, ulong ybase, ulong ys, uint r0,
+                                   uint limit)
+{
+    for (uint idx = get_local_id(0); idx < BLOCK * HEAD_DIM; idx += WG_SIZE) {
+        const uint r = idx / HEAD_DIM, c = idx % HEAD_DIM;
+        const bool in = r0 + r < limit;
+        xt[r * rs + c * cs] = in ? x[xbase + (ulong)(r0 + r) * xs + c] : zero_bits;
+        yt[r * rs + c * cs] = in ? y[ybase + (ulong)(r0 + r) * ys + c] : zero_bits;
+    }
+}
+
+/* Row `row` of two tensors with the same rows (x at xbase, y at ybase, rows xs and ys apart) as
+ * floats into private arrays, zeros where `row` is not below `limit` (the CPU path's own rows). */
+static inline void load_row_pair(float *x, float *y, __global const bits_t *xt, ulong xbase, ulong xs,
+                                 __global const bits_t *yt, ulong ybase, ulong ys, uint row, uint limit)
+{
+    const ulong xr = xbase + (ulong)min(row, limit - 1) * xs;
+    const ulong yr = ybase + (ulong)min(row, limit - 1) * ys;
+    for (uint c = 0; c < HEAD_DIM; c++) {
+        x[c] = row < limit ? load_g(xt, xr + c) : 0.0f;
+        y[c] = row < limit ? load_g(yt, yr + c) : 0.0f;
+    }
+}
+
+/* For a dQ work-group's query block from q0: the key blocks it visits, [*key_begin, *key_end)
+ * (block_key_range), and the keys its query qi sees, [*lo, *hi) (visible_keys; a qi past seq_q
+ * takes the last query's, and its row adds nothing). */
+static inline void dq_key_ranges(const bwd_args *a, uint q0, uint qi, uint *key_begin, uint *key_end, long *lo,
+                                 long *hi)
+{
+    block_key_range(q0, BLOCK, a->seq_q, a->seq_k, a->key_len, a->win_left, a->win_right, BLOCK, key_begin,
+                    key_end);
+    visible_keys(min(qi, a->seq_q - 1), a->seq_q, a->seq_k, a->key_len, a->win_left, a->win_right, lo, hi);
+}
+
 /* dK and dV for keys k0 .. k0+BLOCK-1 of kv head hk of batch entry b. */
 static inline void dkdv_block(__global const bits_t *q, __global const bits_t *k, __global const bits_t *v,
                               __global const bits_t *d_o, __global const float *lse, __global const float *dvec,
@@ -222,14 +287,9 @@ static inline void dkdv_block(__global const bits_t *q, __global const bits_t *k
     const uint kj = k0 + jr;
     const uint seq_q = a->seq_q, seq_k = a->seq_k;
 
-    const ulong kbase = tensor_index(a->k_off, a->k_bs, a->k_hs, a->k_ss, b, hk, 0);
-    const ulong vbase = tensor_index(a->v_off, a->v_bs, a->v_hs, a->v_ss, b, hk, 0);
-    for (uint idx = lid; idx < BLOCK * HEAD_DIM; idx += WG_SIZE) {
-        const uint r = idx / HEAD_DIM, c = idx % HEAD_DIM;
-        const bool in = k0 + r < seq_k;
-        kt[r * LDS_STRIDE + c] = in ? k[kbase + (ulong)(k0 + r) * a->k_ss + c] : zero_bits;
-        vt[r * LDS_STRIDE + c] = in ? v[vbase + (ulong)(k0 + r) * a->v_ss + c] : zero_bits;
-    }
+    ulong kbase, vbase;
+    bases_of_kv(a, b, hk, &kbase, &vbase);
+    stage_tile_pair(kt, vt, LDS_STRIDE, 1, k, kbase, a->k_ss, v, vbase, a->v_ss, k0, seq_k);
 
     /* Queries outside [q_start, q_end) see none of this block's keys: their blocks are skipped
      * rather than computed and masked. */
@@ -241,24 +301,12 @@ static inline void dkdv_block(__global const bits_t *q, __global const bits_t *k
         acc_k[cc] = acc_v[cc] = 0.0f;
 
     for (uint g = 0; g < a->group; g++) {
-        const uint h = hk * a->group + g;
-        const ulong bh = (ulong)b * a->heads_q + h;
-        const ulong qbase = tensor_index(a->q_off, a->q_bs, a->q_hs, a->q_ss, b, h, 0);
-        const ulong obase = tensor_index(a->o_off, a->o_bs, a->o_hs, a->o_ss, b, h, 0);
-        const ulong bias_head = a->bias_off + (ulong)b * a->bias_bs + (ulong)h * a->bias_hs;
-#if ALIBI
-        const float slope_h = alibi[h];
-#else
-        const float slope_h = 0.0f;
-#endif
+        const head_bases hb = bases_of_head(a, alibi, b, hk * a->group + g);
+        const ulong bh = hb.bh, qbase = hb.q, obase = hb.o, bias_head = hb.bias;
+        const float slope_h = hb.slope;
         for (uint q0 = q_start; q0 < q_end; q0 += BLOCK) {
             barrier(CLK_LOCAL_MEM_FENCE); /* B1 */
-            for (uint idx = lid; idx < BLOCK * HEAD_DIM; idx += WG_SIZE) {
-                const uint r = idx / HEAD_DIM, c = idx % HEAD_DIM;
-                const bool in = q0 + r < seq_q;
-                qT[c * T_STRIDE + r] = in ? q[qbase + (ulong)(q0 + r) * a->q_ss + c] : zero_bits;
-                doT[c * T_STRIDE + r] = in ? d_o[obase + (ulong)(q0 + r) * a->o_ss + c] : zero_bits;
-            }
+            stage_tile_pair(qT, doT, 1, T_STRIDE, q, qbase, a->q_ss, d_o, obase, a->o_ss, q0, seq_q);
             for (uint r = lid; r < BLOCK; r += WG_SIZE) {
                 const bool in = q0 + r < seq_q;
                 row_lse[r] = in ? lse[bh * seq_q + q0 + r] * M_LOG2E_F : -INFINITY;
@@ -335,30 +383,16 @@ static inline void dq_block(__global const bits_t *q, __global const bits_t *k, 
     const uint hk = h / a->group;
     const uint qi = q0 + row;
     const uint seq_q = a->seq_q, seq_k = a->seq_k;
-    const ulong bh = (ulong)b * a->heads_q + h;
-
-    const ulong qbase = tensor_index(a->q_off, a->q_bs, a->q_hs, a->q_ss, b, h, 0);
-    const ulong obase = tensor_index(a->o_off, a->o_bs, a->o_hs, a->o_ss, b, h, 0);
-    const ulong kbase = tensor_index(a->k_off, a->k_bs, a->k_hs, a->k_ss, b, hk, 0);
-    const ulong vbase = tensor_index(a->v_off, a->v_bs, a->v_hs, a->v_ss, b, hk, 0);
-    for (uint idx = lid; idx < BLOCK * HEAD_DIM; idx += WG_SIZE) {
-        const uint r = idx / HEAD_DIM, c = idx % HEAD_DIM;
-        const bool in = q0 + r < seq_q;
-        qt[r * LDS_STRIDE + c] = in ? q[qbase + (ulong)(q0 + r) * a->q_ss + c] : zero_bits;
-        dorow[r * LDS_STRIDE + c] = in ? d_o[obase + (ulong)(q0 + r) * a->o_ss + c] : zero_bits;
-    }
-    /* The key blocks the query block visits (block_key_range) and the keys this row sees, [lo, hi). */
+    const head_bases hb = bases_of_head(a, alibi, b, h);
+    const ulong bh = hb.bh, qbase = hb.q, obase = hb.o;
+    const float slope_h = hb.slope;
+    ulong kbase, vbase;
+    bases_of_kv(a, b, hk, &kbase, &vbase);
+    stage_tile_pair(qt, dorow, LDS_STRIDE, 1, q, qbase, a->q_ss, d_o, obase, a->o_ss, q0, seq_q);
     long lo, hi;
     uint key_begin, key_end;
-    block_key_range(q0, BLOCK, seq_q, seq_k, a->key_len, a->win_left, a->win_right, BLOCK, &key_begin, &key_end);
-    visible_keys(min(qi, seq_q - 1), seq_q, seq_k, a->key_len, a->win_left, a->win_right, &lo, &hi);
-    const ulong bias_row = a->bias_off + (ulong)b * a->bias_bs + (ulong)h * a->bias_hs +
-                           (ulong)min(qi, seq_q - 1) * a->bias_rs;
-#if ALIBI
-    const float slope_h = alibi[h];
-#else
-    const float slope_h = 0.0f;
-#endif
+    dq_key_ranges(a, q0, qi, &key_begin, &key_end, &lo, &hi);
+    const ulong bias_row = hb.bias + (ulong)min(qi, seq_q - 1) * a->bias_rs;
 
     float acc[COLS_PER_LANE];
     for (uint cc = 0; cc < COLS_PER_LANE; cc++)
@@ -366,12 +400,7 @@ static inline void dq_block(__global const bits_t *q, __global const bits_t *k, 
 
     for (uint k0 = key_begin; k0 < key_end; k0 += BLOCK) {
         barrier(CLK_LOCAL_MEM_FENCE); /* B1 */
-        for (uint idx = lid; idx < BLOCK * HEAD_DIM; idx += WG_SIZE) {
-            const uint r = idx / HEAD_DIM, c = idx % HEAD_DIM;
-            const bool in = k0 + r < seq_k;
-            kT[c * T_STRIDE + r] = in ? k[kbase + (ulong)(k0 + r) * a->k_ss + c] : zero_bits;
-            vT[c * T_STRIDE + r] = in ? v[vbase + (ulong)(k0 + r) * a->v_ss + c] : zero_bits;
-        }
+        stage_tile_pair(kT, vT, 1, T_STRIDE, k, kbase, a->k_ss, v, vbase, a->v_ss, k0, seq_k);
         barrier(CLK_LOCAL_MEM_FENCE); /* B2 */
         float d_row;
         const float l2 = row_lse_log2(lse, dvec, bh, qi, seq_q, &d_row);
@@ -481,18 +510,11 @@ static inline void dkdv_block_cpu(__global const bits_t *q, __global const bits_
     const uint lid = get_local_id(0);
     const uint kj = k0 + lid;
     const uint seq_q = a->seq_q, seq_k = a->seq_k;
-    const ulong kbase = tensor_index(a->k_off, a->k_bs, a->k_hs, a->k_ss, b, hk, 0);
-    const ulong vbase = tensor_index(a->v_off, a->v_bs, a->v_hs, a->v_ss, b, hk, 0);
+    ulong kbase, vbase;
+    bases_of_kv(a, b, hk, &kbase, &vbase);
 
     float krow[HEAD_DIM], vrow[HEAD_DIM]; /* zeros past seq_k */
-    {
-        const ulong kr = kbase + (ulong)min(kj, seq_k - 1) * a->k_ss;
-        const ulong vr = vbase + (ulong)min(kj, seq_k - 1) * a->v_ss;
-        for (uint c = 0; c < HEAD_DIM; c++) {
-            krow[c] = kj < seq_k ? load_g(k, kr + c) : 0.0f;
-            vrow[c] = kj < seq_k ? load_g(v, vr + c) : 0.0f;
-        }
-    }
+    load_row_pair(krow, vrow, k, kbase, a->k_ss, v, vbase, a->v_ss, kj, seq_k);
 #if HD8 > HEAD_DIM
     /* the padding columns are zero once and for all (no load writes them); C1 orders these stores
      * before any read */
@@ -511,16 +533,9 @@ static inline void dkdv_block_cpu(__global const bits_t *q, __global const bits_
         acc_k[d8] = acc_v[d8] = (float8)(0.0f);
 
     for (uint g = 0; g < a->group; g++) {
-        const uint h = hk * a->group + g;
-        const ulong bh = (ulong)b * a->heads_q + h;
-        const ulong qbase = tensor_index(a->q_off, a->q_bs, a->q_hs, a->q_ss, b, h, 0);
-        const ulong obase = tensor_index(a->o_off, a->o_bs, a->o_hs, a->o_ss, b, h, 0);
-        const ulong bias_head = a->bias_off + (ulong)b * a->bias_bs + (ulong)h * a->bias_hs;
-#if ALIBI
-        const float slope_h = alibi[h];
-#else
-        const float slope_h = 0.0f;
-#endif
+        const head_bases hb = bases_of_head(a, alibi, b, hk * a->group + g);
+        const ulong bh = hb.bh, qbase = hb.q, obase = hb.o, bias_head = hb.bias;
+        const float slope_h = hb.slope;
         for (uint q0 = q_start; q0 < q_end; q0 += BLOCK) {
             barrier(CLK_LOCAL_MEM_FENCE); /* C1 */
             {
@@ -607,36 +622,22 @@ static inline void dq_block_cpu(__global const bits_t *q, __global const bits_t 
     const uint hk = h / a->group;
     const uint qi = q0 + lid;
     const uint seq_q = a->seq_q, seq_k = a->seq_k;
-    const ulong bh = (ulong)b * a->heads_q + h;
-    const ulong qbase = tensor_index(a->q_off, a->q_bs, a->q_hs, a->q_ss, b, h, 0);
-    const ulong obase = tensor_index(a->o_off, a->o_bs, a->o_hs, a->o_ss, b, h, 0);
-    const ulong kbase = tensor_index(a->k_off, a->k_bs, a->k_hs, a->k_ss, b, hk, 0);
-    const ulong vbase = tensor_index(a->v_off, a->v_bs, a->v_hs, a->v_ss, b, hk, 0);
+    const head_bases hb = bases_of_head(a, alibi, b, h);
+    const ulong bh = hb.bh, qbase = hb.q, obase = hb.o;
+    const float slope_h = hb.slope;
+    ulong kbase, vbase;
+    bases_of_kv(a, b, hk, &kbase, &vbase);
 
     float qrow[HEAD_DIM], orow[HEAD_DIM]; /* zeros past seq_q */
-    {
-        const ulong qr = qbase + (ulong)min(qi, seq_q - 1) * a->q_ss;
-        const ulong orr = obase + (ulong)min(qi, seq_q - 1) * a->o_ss;
-        for (uint c = 0; c < HEAD_DIM; c++) {
-            qrow[c] = qi < seq_q ? load_g(q, qr + c) : 0.0f;
-            orow[c] = qi < seq_q ? load_g(d_o, orr + c) : 0.0f;
-        }
-    }
+    load_row_pair(qrow, orow, q, qbase, a->q_ss, d_o, obase, a->o_ss, qi, seq_q);
 #if HD8 > HEAD_DIM
     for (uint idx = lid; idx < BLOCK * (HD8 - HEAD_DIM); idx += WG_SIZE)
         kf[idx / (HD8 - HEAD_DIM) * HD8 + HEAD_DIM + idx % (HD8 - HEAD_DIM)] = 0.0f;
 #endif
     long lo, hi;
     uint key_begin, key_end;
-    block_key_range(q0, BLOCK, seq_q, seq_k, a->key_len, a->win_left, a->win_right, BLOCK, &key_begin, &key_end);
-    visible_keys(min(qi, seq_q - 1), seq_q, seq_k, a->key_len, a->win_left, a->win_right, &lo, &hi);
-    const ulong bias_row = a->bias_off + (ulong)b * a->bias_bs + (ulong)h * a->bias_hs +
-                           (ulong)min(qi, seq_q - 1) * a->bias_rs;
-#if ALIBI
-    const float slope_h = alibi[h];
-#else
-    const float slope_h = 0.0f;
-#endif
+    dq_key_ranges(a, q0, qi, &key_begin, &key_end, &lo, &hi);
+    const ulong bias_row = hb.bias + (ulong)min(qi, seq_q - 1) * a->bias_rs;
 
     float8 acc[HD8 / 8];
     for (uint d8 = 0; d8 < HD8 / 8; d8++)
@@ -707,7 +708,20 @@ static inline void dq_block_cpu(__global const bits_t *q, __global const bits_t 
 #endif /* CLFLASH_USE_CPU_PATH */
 
 /* The grid is ((tiles_k + tiles_q) * WG_SIZE, heads_q, batch). */
-__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
+/* AMD_WAVES (the host's, portable_backward.amd_waves): 0, or the occupancy in waves per SIMD that
+ * clang's AMD back end schedules the gradient kernel for (amdgpu_waves_per_eu(N, N); other
+ * compilers do not see it). Set where that compiler's own target spills: clang 15 on RDNA 3 keeps
+ * the f32 kernel at head_dim 256 (B 8, TPR 8) to 128 VGPRs and spills 18 of them, at 2 waves per
+ * SIMD; told to schedule for the 2 it gets anyway, it needs 112 and spills none. */
+#ifndef AMD_WAVES
+#error "AMD_WAVES is set by the host (lib/backward_plan.c)"
+#endif
+#if AMD_WAVES > 0 && defined(__AMDGCN__)
+#define GRADS_ATTRIBUTES reqd_work_group_size(WG_SIZE, 1, 1), amdgpu_waves_per_eu(AMD_WAVES, AMD_WAVES)
+#else
+#define GRADS_ATTRIBUTES reqd_work_group_size(WG_SIZE, 1, 1)
+#endif
+__kernel __attribute__((GRADS_ATTRIBUTES)) void
 flash_backward_grads(__global const bits_t *q, __global const bits_t *k, __global const bits_t *v,
                      __global const bits_t *d_o, __global const float *lse, __global const float *dvec,
                      __global bits_t *dq, __global bits_t *dk, __global bits_t *dv, uint seq_q, uint seq_k,

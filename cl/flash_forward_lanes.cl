@@ -84,11 +84,7 @@ PATH_FUNCTION void flash_forward_lanes_body(FORWARD_PARAMS, __local bits_t *qt, 
     block_key_range(q0, BLOCK, seq_q, seq_k, key_len, win_left, win_right, BLOCK, &key_begin, &key_end);
     split_part(n_splits, split_keys, heads_q, seq_q, &key_begin, &key_end, &o_off, &lse);
     visible_keys(min(qi, seq_q - 1), seq_q, seq_k, key_len, win_left, win_right, &lo, &hi);
-#if ALIBI
-    const float slope = alibi[h];
-#else
-    const float slope = 0.0f;
-#endif
+const float slope = alibi_slope(alibi, h);
 #if BIAS
     const ulong bias_row = bias_off + (ulong)b * bias_bs + (ulong)h * bias_hs + (ulong)min(qi, seq_q - 1) * bias_rs;
 #endif

@@ -59,11 +59,7 @@ naive_scores(__global const bits_t *q, __global const bits_t *k, __global out_t 
 #else
             const float bias_v = 0.0f;
 #endif
-#if ALIBI
-            const float slope = alibi[h];
-#else
-            const float slope = 0.0f;
-#endif
+const float slope = alibi_slope(alibi, h);
             x = transform_score(acc * scale, softcap, bias_v, slope, i, j, seq_q, seq_k);
         }
         store_o(s, ((ulong)hb * seq_q + i) * seq_k + j, x);

@@ -87,11 +87,7 @@ naive_bwd_products(__global const bits_t *q, __global const bits_t *k, __global 
 #else
             const float bias_v = 0.0f;
 #endif
-#if ALIBI
-            const float slope_h = alibi[h];
-#else
-            const float slope_h = 0.0f;
-#endif
+const float slope_h = alibi_slope(alibi, h);
             p = exp(transform_score_grad(s * scale, softcap, bias_v, slope_h, i, j, seq_q, seq_k, &slope) - l);
 #else
             p = exp(s * scale - l);

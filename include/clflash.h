@@ -284,6 +284,11 @@ CLFLASH_API const char *clflash_context_build_log(const clflash_context *c);
  *                              The plan reports these three only where a setting gave them
  *      portable_backward.max_block, .threads_per_row, .max_work_group  the same for the
  *                              portable backward (its own, so that each can be tuned alone)
+ *      portable_backward.amd_waves  0..16: 0 (the default), or the occupancy in waves per SIMD
+ *                              that clang's AMD back end schedules the backward's gradient kernel
+ *                              for (amdgpu_waves_per_eu; other compilers ignore it); a built-in
+ *                              rule sets 2 on RDNA 3 in f32 above head_dim 128, where clang spills
+ *                              without it. Reported where set
  *      nv_forward.block        16..64, a cap on B of the tensor-core forward
  *      nv_forward.warps        1..16, its warps per work-group
  *      nv_forward.mtiles       1..4, its 16-row slices per warp

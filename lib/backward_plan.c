@@ -67,17 +67,13 @@ static clflash_status build_variant(clflash_context *c, const clflash_problem *p
                                     uint32_t rowdot_wg, clflash_backward_kernels *out, cl_ulong *local_bytes,
                                     size_t *max_wg)
 {
-    char defines[512], features[256];
+    char defines[512], features[256], shape[240];
     cl_program prog;
     cl_int e1, e2;
     clflash_status st;
     clflash_feature_defines(p, 0, features, sizeof features);
-    snprintf(defines, sizeof defines,
-             "%s -D CLFLASH_CPU_PATH=%d -D HEAD_DIM=%u -D BLOCK=%u -D TPR=%u -D LDS_STRIDE=%u -D T_STRIDE=%u "
-             "-D P_STRIDE=%u -D ROWDOT_WG=%u",
-             features, cpu_path(c, p, block, lanes), p->head_dim, block, lanes,
-             clflash_lds_stride(p->head_dim, p->elem_size), block | 1u, block | 1u,
-             rowdot_wg);
+    clflash_backward_shape_defines(c, p, block, lanes, rowdot_wg, shape, sizeof shape);
+    snprintf(defines, sizeof defines, "%s -D HEAD_DIM=%u %s", features, p->head_dim, shape);
     if ((st = clflash_get_program(c, CLFLASH_SOURCE_FLASH_BACKWARD, defines, &prog)) != CLFLASH_SUCCESS)
         return st;
     out->rowdot = clCreateKernel(prog, "flash_backward_rowdot", &e1);
@@ -122,6 +118,18 @@ static uint32_t rowdot_group(const clflash_context *c)
     while (wg > 1 && wg > c->info.max_work_group_size)
         wg /= 2;
     return wg;
+}
+
+/* AMD_WAVES: 0, or the occupancy (waves per SIMD) clang's AMD back end schedules the gradient
+ * kernel for (portable_backward.amd_waves; see cl/flash_backward.cl). */
+void clflash_backward_shape_defines(const clflash_context *c, const clflash_problem *p, uint32_t block, uint32_t lanes,
+                                    uint32_t rowdot_wg, char *buf, size_t size)
+{
+    snprintf(buf, size,
+             "-D BLOCK=%u -D TPR=%u -D LDS_STRIDE=%u -D T_STRIDE=%u -D P_STRIDE=%u -D ROWDOT_WG=%u -D AMD_WAVES=%d "
+             "-D CLFLASH_CPU_PATH=%d",
+             block, lanes, clflash_lds_stride(p->head_dim, p->elem_size), block | 1u, block | 1u, rowdot_wg,
+             (int)clflash_tuned(p, CLFLASH_TUNE_BACKWARD_AMD_WAVES, 0), cpu_path(c, p, block, lanes));
 }
 
 int clflash_backward_first_candidate(const clflash_context *c, const clflash_problem *p, uint32_t first[3])
@@ -196,16 +204,13 @@ static clflash_status plan_portable(clflash_context *c, const clflash_problem *p
                 return CLFLASH_SUCCESS;
             }
             release_kernels(&k);
-            if (local_bytes <= budget && lanes > 1) {
-                lanes /= 2; /* too many work-items for these kernels: fewer lanes per row */
+            int retry;
+            const clflash_status misfit =
+                clflash_candidate_misfit("backward kernel", block, &lanes, local_bytes, budget, max_wg, forced, &retry);
+            if (misfit != CLFLASH_SUCCESS)
+                return misfit;
+            if (retry)
                 continue;
-            }
-            if (forced)
-                return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE,
-                                    "block %u: the built backward kernel needs %llu bytes of local memory (budget "
-                                    "%llu) and %u work-items (it allows %zu)",
-                                    block, (unsigned long long)local_bytes, (unsigned long long)budget,
-                                    block * lanes, max_wg);
             break;
         }
         block = clflash_block_step_down(block);

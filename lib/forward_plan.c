@@ -335,16 +335,13 @@ static clflash_status plan_kernel(clflash_context *c, const clflash_problem *p, 
                 return CLFLASH_SUCCESS;
             }
             clReleaseKernel(kernel);
-            if (local_bytes <= budget && lanes > 1) {
-                lanes /= 2; /* too many work-items for this kernel: fewer lanes per row */
+            int retry;
+            const clflash_status misfit =
+                clflash_candidate_misfit("kernel", block, &lanes, local_bytes, budget, max_wg, forced, &retry);
+            if (misfit != CLFLASH_SUCCESS)
+                return misfit;
+            if (retry)
                 continue;
-            }
-            if (forced)
-                return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE,
-                                    "block %u: the built kernel needs %llu bytes of local memory (budget %llu) "
-                                    "and %u work-items (kernel allows %zu)",
-                                    block, (unsigned long long)local_bytes, (unsigned long long)budget,
-                                    block * lanes, max_wg);
             break;
         }
         block = clflash_block_step_down(block);

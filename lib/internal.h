@@ -47,6 +47,13 @@ CLFLASH_INTERNAL uint64_t clflash_add_sat(uint64_t a, uint64_t b);
 /* ---- plan_common.c: what the planners share ------------------------------------------------- */
 /* The next smaller block the planners try: multiples of 16, then 8, 4, 2, 1; 0 after 1. */
 CLFLASH_INTERNAL uint32_t clflash_block_step_down(uint32_t b);
+/* A portable planner's built (block, *lanes) candidate did not fit (local_bytes over budget, or
+ * block * *lanes work-items over max_wg): halves *lanes and sets *retry_lanes where the memory fits
+ * and lanes > 1; else, for a forced block, CLFLASH_ERROR_TILE_TOO_LARGE naming `what` (the next
+ * smaller block otherwise). */
+CLFLASH_INTERNAL clflash_status clflash_candidate_misfit(const char *what, uint32_t block, uint32_t *lanes,
+                                                         cl_ulong local_bytes, uint64_t budget, size_t max_wg,
+                                                         int forced, int *retry_lanes);
 /* The largest valid block <= b (a multiple of 16 up to 4096, or 8, 4, 2, 1, 0). */
 CLFLASH_INTERNAL uint32_t clflash_block_round(uint64_t b);
 /* Lanes per row: the largest power of two <= want that divides block, with block * lanes <= max_wg. */
@@ -90,6 +97,7 @@ typedef enum {
     CLFLASH_TUNE_BACKWARD_MAX_BLOCK,        /* the same for the portable backward */
     CLFLASH_TUNE_BACKWARD_THREADS_PER_ROW,
     CLFLASH_TUNE_BACKWARD_MAX_WORK_GROUP,
+    CLFLASH_TUNE_BACKWARD_AMD_WAVES,        /* its gradient kernel's AMD_WAVES (clang's amdgpu_waves_per_eu) */
     CLFLASH_TUNE_NV_FORWARD_BLOCK,          /* a cap on B */
     CLFLASH_TUNE_NV_FORWARD_WARPS,
     CLFLASH_TUNE_NV_FORWARD_MTILES,
@@ -331,6 +339,11 @@ CLFLASH_INTERNAL int clflash_regtile_first_candidate(clflash_context *c, const c
  * when B is forced or none fits. */
 CLFLASH_INTERNAL int clflash_backward_first_candidate(const clflash_context *c, const clflash_problem *p,
                                                       uint32_t first[3]);
+/* backward_plan.c: the portable backward's defines for (block, lanes, the D kernel's work-group)
+ * after the feature switches, beginning "-D BLOCK=": what the planner builds and the compile
+ * matrices print. */
+CLFLASH_INTERNAL void clflash_backward_shape_defines(const clflash_context *c, const clflash_problem *p, uint32_t block,
+                                                     uint32_t lanes, uint32_t rowdot_wg, char *buf, size_t size);
 /* tuning_builtin.c: the built-in rules, in the tuning files' syntax, general ones first. */
 CLFLASH_INTERNAL uint32_t clflash_builtin_rule_count(void);
 CLFLASH_INTERNAL const char *clflash_builtin_rule(uint32_t i);

@@ -70,6 +70,24 @@ uint32_t clflash_block_step_down(uint32_t b)
     return b > 16 ? (b - 1) / 16 * 16 : b / 2;
 }
 
+clflash_status clflash_candidate_misfit(const char *what, uint32_t block, uint32_t *lanes, cl_ulong local_bytes,
+                                       uint64_t budget, size_t max_wg, int forced, int *retry_lanes)
+{
+    *retry_lanes = 0;
+    if (local_bytes <= budget && *lanes > 1) {
+        *lanes /= 2; /* too many work-items for the kernel: fewer lanes per row */
+        *retry_lanes = 1;
+        return CLFLASH_SUCCESS;
+    }
+    if (forced)
+        return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE,
+                            "block %u: the built %s needs %llu bytes of local memory (budget %llu) and %u "
+                            "work-items (it allows %zu)",
+                            block, what, (unsigned long long)local_bytes, (unsigned long long)budget, block * *lanes,
+                            max_wg);
+    return CLFLASH_SUCCESS;
+}
+
 uint32_t clflash_block_round(uint64_t b)
 {
     if (b >= 16)

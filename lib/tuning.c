@@ -88,4 +88,7 @@ void clflash_tune_report_portable(clflash_plan *plan, const clflash_problem *p, 
     for (size_t i = 0; i < 3; i++)
         if (p->tune.set & 1u << keys[i])
             clflash_tune_report(plan, ",%s=%d", clflash_tune_name(keys[i]), (int)p->tune.value[keys[i]]);
+    if (backward && (p->tune.set & 1u << CLFLASH_TUNE_BACKWARD_AMD_WAVES))
+        clflash_tune_report(plan, ",portable_backward.amd_waves=%d",
+                            (int)p->tune.value[CLFLASH_TUNE_BACKWARD_AMD_WAVES]);
 }

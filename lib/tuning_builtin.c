@@ -18,6 +18,10 @@ static const char *const rules[] = {
      * register-tiled forward's 4 x 8 tile (64 query rows) spills 25 to 106 of them; 2 rows x 16
      * key slots with 32 query rows needs 91 to 118 and spills none, at 8 waves per SIMD. */
     "class=amd_gpu, device=gfx11, portable.regtile=2x16x32",
+    /* The same compiler keeps the portable backward's gradient kernel in f32 above head_dim 128
+     * (B 8, TPR 8: 2 x 32 accumulators) to 128 VGPRs and spills 18; scheduled for the 2 waves per
+     * SIMD it runs at anyway (cl/flash_backward.cl, AMD_WAVES) it needs 112 and spills none. */
+    "class=amd_gpu, device=gfx11, dtype=f32, head_dim=129-256, portable_backward.amd_waves=2",
     /* Intel Xe-LP and Xe-HPG GPUs (SIMD8, 128 registers a thread): the 4 x 8 tile spills 10 to 26
      * registers at head_dim <= 128, 4 x 16 with 64 query rows none. Above 128 the planner's 4 x 16
      * with 32 rows spills none either. */

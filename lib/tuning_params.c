@@ -36,6 +36,7 @@ static const tune_param params[CLFLASH_TUNE_COUNT] = {
     [CLFLASH_TUNE_BACKWARD_MAX_BLOCK] = {"portable_backward.max_block", 1, 1024},
     [CLFLASH_TUNE_BACKWARD_THREADS_PER_ROW] = {"portable_backward.threads_per_row", 1, 64},
     [CLFLASH_TUNE_BACKWARD_MAX_WORK_GROUP] = {"portable_backward.max_work_group", 1, 1024},
+    [CLFLASH_TUNE_BACKWARD_AMD_WAVES] = {"portable_backward.amd_waves", 0, 16},
     [CLFLASH_TUNE_NV_FORWARD_BLOCK] = {"nv_forward.block", 16, 64},
     [CLFLASH_TUNE_NV_FORWARD_WARPS] = {"nv_forward.warps", 1, 16},
     [CLFLASH_TUNE_NV_FORWARD_MTILES] = {"nv_forward.mtiles", 1, 4},

@@ -97,8 +97,9 @@ int main(int argc, char **argv)
             fprintf(stderr, "tuning_table: no backward tile fits %ld bytes at head_dim %ld\n", local_mem, head_dim);
             return 1;
         }
-        printf("-D BLOCK=%u -D TPR=%u -D LDS_STRIDE=%u -D T_STRIDE=%u -D P_STRIDE=%u -D ROWDOT_WG=%u\n", first[0],
-               first[1], clflash_lds_stride(p.head_dim, p.elem_size), first[0] | 1u, first[0] | 1u, first[2]);
+        char shape[240];
+        clflash_backward_shape_defines(&c, &p, first[0], first[1], first[2], shape, sizeof shape);
+        printf("%s\n", shape);
         return 0;
     }
     uint32_t cand[4];
