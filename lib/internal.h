@@ -344,6 +344,13 @@ CLFLASH_INTERNAL int clflash_backward_first_candidate(const clflash_context *c, 
  * matrices print. */
 CLFLASH_INTERNAL void clflash_backward_shape_defines(const clflash_context *c, const clflash_problem *p, uint32_t block,
                                                      uint32_t lanes, uint32_t rowdot_wg, char *buf, size_t size);
+/* nv_mma_forward_plan.c and nv_mma_backward_plan.c: the defines of the first kernel the NVIDIA
+ * planners would build for p on c (tests/tuning_table.c prints them for the NVPTX compile matrix);
+ * 0 when none fits. */
+CLFLASH_INTERNAL int clflash_nv_forward_first_defines(const clflash_context *c, const clflash_problem *p, int with_lse,
+                                                      char *buf, size_t size);
+CLFLASH_INTERNAL int clflash_nv_backward_first_defines(const clflash_context *c, const clflash_problem *p, char *buf,
+                                                       size_t size);
 /* tuning_builtin.c: the built-in rules, in the tuning files' syntax, general ones first. */
 CLFLASH_INTERNAL uint32_t clflash_builtin_rule_count(void);
 CLFLASH_INTERNAL const char *clflash_builtin_rule(uint32_t i);

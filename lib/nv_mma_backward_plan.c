@@ -62,23 +62,31 @@ static int bwd_stream(const clflash_problem *p)
     return clflash_tuned(p, CLFLASH_TUNE_NV_BACKWARD_STREAM, padded_dim(p) >= 128) != 0;
 }
 
+/* The kernel's defines for (block, warps): the feature switches, then its shape and parameters. */
+static void kernel_defines(const clflash_problem *p, uint32_t block, uint32_t warps, char *buf, size_t size)
+{
+    char features[256];
+    clflash_feature_defines(p, 0, features, sizeof features);
+    snprintf(buf, size,
+             "%s -D HEAD_DIM=%u -D D_REAL=%u -D D_SPLIT=%u -D NV_ALIGNED=%d -D BLOCK=%u -D WARPS=%u "
+             "-D BIAS_PAIRS=%d -D NV_BWD_STREAM=%d",
+             features, padded_dim(p), p->head_dim, column_split(p), clflash_nv_rows_aligned(p), block, warps,
+             clflash_bias_pairs(p), bwd_stream(p));
+}
+
 static clflash_status build(clflash_context *c, const clflash_problem *p, uint32_t block, uint32_t warps,
                             cl_kernel *kernel, cl_ulong *local_bytes, size_t *max_wg)
 {
-    char defines[512], features[256];
+    char defines[512], shape[440];
     cl_program prog;
     cl_int err;
     clflash_status st;
-    clflash_feature_defines(p, 0, features, sizeof features);
+    kernel_defines(p, block, warps, shape, sizeof shape);
     const uint32_t regs = (uint32_t)clflash_tuned(p, CLFLASH_TUNE_NV_BACKWARD_MAXRREGCOUNT, 0); /* 0: no cap */
     char reg_option[48] = "";
     if (regs)
         snprintf(reg_option, sizeof reg_option, " -cl-nv-maxrregcount=%u", regs);
-    snprintf(defines, sizeof defines,
-             "%s -D HEAD_DIM=%u -D D_REAL=%u -D D_SPLIT=%u -D NV_ALIGNED=%d -D BLOCK=%u -D WARPS=%u "
-             "-D BIAS_PAIRS=%d -D NV_BWD_STREAM=%d%s",
-             features, padded_dim(p), p->head_dim, column_split(p), clflash_nv_rows_aligned(p), block, warps,
-             clflash_bias_pairs(p), bwd_stream(p), reg_option);
+    snprintf(defines, sizeof defines, "%s%s", shape, reg_option);
     if ((st = clflash_get_program(c, CLFLASH_SOURCE_NV_MMA_BACKWARD, defines, &prog)) != CLFLASH_SUCCESS)
         return st;
     *kernel = clCreateKernel(prog, KERNEL_NAME, &err);
@@ -93,10 +101,10 @@ static clflash_status build(clflash_context *c, const clflash_problem *p, uint32
     return st;
 }
 
-clflash_status clflash_plan_nv_mma_backward(clflash_context *c, const clflash_problem *p, uint32_t below_block,
-                                            clflash_backward_kernels *out)
+/* The warps per work-group and the first B the planner tries (0: none). */
+static uint32_t first_candidate(const clflash_context *c, const clflash_problem *p, uint32_t below_block,
+                                uint32_t *warps_out)
 {
-    const uint64_t budget = c->local_mem_budget;
     const uint32_t split = column_split(p);
     /* with two warps per 16 rows an odd setting steps down to an even count (at least 2), as
      * other values the kernel's limits refuse step down; the plan reports the count it ran with */
@@ -104,16 +112,33 @@ clflash_status clflash_plan_nv_mma_backward(clflash_context *c, const clflash_pr
     warps = warps / split * split;
     if (warps == 0)
         warps = split;
+    *warps_out = warps;
+    if (p->block != 0)
+        return p->block; /* the portable planner has checked it against the rule and below_block */
+    const uint64_t b = clflash_block_cap(clflash_backward_max_block(c->local_mem_budget, p->head_dim, p->elem_size),
+                                         (uint64_t)clflash_tuned(p, CLFLASH_TUNE_NV_BACKWARD_BLOCK, NV_BWD_MAX_BLOCK),
+                                         p, below_block);
+    return (uint32_t)(b / 16 * 16);
+}
+
+int clflash_nv_backward_first_defines(const clflash_context *c, const clflash_problem *p, char *buf, size_t size)
+{
+    uint32_t warps;
+    const uint32_t block = first_candidate(c, p, 0, &warps);
+    if (block < 16)
+        return 0;
+    kernel_defines(p, block, warps, buf, size);
+    return 1;
+}
+
+clflash_status clflash_plan_nv_mma_backward(clflash_context *c, const clflash_problem *p, uint32_t below_block,
+                                            clflash_backward_kernels *out)
+{
+    const uint64_t budget = c->local_mem_budget;
+    const uint32_t split = column_split(p);
+    uint32_t warps;
+    const uint64_t b = first_candidate(c, p, below_block, &warps);
     const uint32_t rows = 16 * warps / split; /* keys of a key group, queries of a query group */
-    uint64_t b;
-    if (p->block != 0) {
-        b = p->block; /* the portable planner has checked it against the rule and below_block */
-    } else {
-        b = clflash_block_cap(clflash_backward_max_block(budget, p->head_dim, p->elem_size),
-                              (uint64_t)clflash_tuned(p, CLFLASH_TUNE_NV_BACKWARD_BLOCK, NV_BWD_MAX_BLOCK), p,
-                              below_block);
-        b = b / 16 * 16;
-    }
     for (uint32_t block = (uint32_t)b; block >= 16; block -= 16) {
         cl_kernel kernel = NULL;
         cl_ulong local_bytes = 0;

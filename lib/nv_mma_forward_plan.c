@@ -209,25 +209,33 @@ static merge_shape merge_shape_for(const clflash_problem *p)
     return m;
 }
 
-static clflash_status build(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t splits, uint32_t pack,
-                            uint32_t block, uint32_t warps, uint32_t m_tiles, uint32_t stages, int fused,
-                            cl_kernel *kernel, cl_ulong *local_bytes, size_t *max_wg)
+/* The kernel's defines for one candidate: the feature and split switches, then its shape and parameters. */
+static void kernel_defines(const clflash_problem *p, int with_lse, uint32_t splits, uint32_t pack, uint32_t block,
+                           uint32_t warps, uint32_t m_tiles, uint32_t stages, int fused, char *buf, size_t size)
 {
-    char defines[640], features[300], merge[128];
-    cl_program prog;
-    cl_int err;
-    clflash_status st;
+    char features[300], merge[128];
     clflash_forward_defines(p, with_lse, splits, pack, features, sizeof features);
     const merge_shape m = merge_shape_for(p);
     merge[0] = '\0';
     if (fused)
         snprintf(merge, sizeof merge, " -D MERGE_GROUP=%d -D MERGE_UNROLL_PARTS=%d -D MERGE_LSE_BATCH=%d -D MERGE_PREFETCH=%d",
                  m.group, m.parts, m.lse_batch, m.prefetch);
-    snprintf(defines, sizeof defines,
+    snprintf(buf, size,
              "%s -D HEAD_DIM=%u -D D_REAL=%u -D NV_ALIGNED=%d -D BLOCK=%u -D WARPS=%u -D M_TILES=%u -D STAGES=%u "
              "-D BIAS_PAIRS=%d -D FUSED_MERGE=%d -D WITH_OUT_LSE=%d -D NV_RESCALE_THRESH=%d -D NV_Q_DIRECT=%d%s",
              features, clflash_nv_padded_dim(p), p->head_dim, clflash_nv_rows_aligned(p), block, warps, m_tiles, stages,
              clflash_bias_pairs(p), fused, fused && with_lse, (int)rescale_thresh(p), q_direct(p), merge);
+}
+
+static clflash_status build(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t splits, uint32_t pack,
+                            uint32_t block, uint32_t warps, uint32_t m_tiles, uint32_t stages, int fused,
+                            cl_kernel *kernel, cl_ulong *local_bytes, size_t *max_wg)
+{
+    char defines[640];
+    cl_program prog;
+    cl_int err;
+    clflash_status st;
+    kernel_defines(p, with_lse, splits, pack, block, warps, m_tiles, stages, fused, defines, sizeof defines);
     if ((st = clflash_get_program(c, CLFLASH_SOURCE_NV_MMA_FORWARD, defines, &prog)) != CLFLASH_SUCCESS)
         return st;
     *kernel = clCreateKernel(prog, KERNEL_NAME, &err);
@@ -242,14 +250,18 @@ static clflash_status build(clflash_context *c, const clflash_problem *p, int wi
     return st;
 }
 
-clflash_status clflash_plan_nv_mma(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t below_block,
-                                   clflash_flash_kernel *out)
+/* What the planner decides before it builds anything: the query heads packed per work-group, the
+ * work-group's warps and 16-row slices, the split parts, and the first B it tries (0: none fits;
+ * a forced B that does not fit is reported by the caller). */
+typedef struct {
+    uint32_t pack, warps, m_tiles, splits, block;
+} first_choice;
+static first_choice first_candidate(const clflash_context *c, const clflash_problem *p, uint32_t below_block)
 {
     const uint64_t budget = c->local_mem_budget;
+    first_choice f;
     uint64_t b;
     if (p->block != 0) {
-        if (clflash_tile_bytes(p->block, p->head_dim, p->elem_size) > budget || (below_block && p->block >= below_block))
-            return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE, "the forced block %u does not fit", p->block);
         b = p->block;
     } else {
         /* nv_forward.block: a tuning cap, 16..64 */
@@ -257,16 +269,47 @@ clflash_status clflash_plan_nv_mma(clflash_context *c, const clflash_problem *p,
                               (uint64_t)clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_BLOCK, NV_MAX_BLOCK), p, below_block);
         b = b / 16 * 16;
     }
-    uint32_t warps, m_tiles;
-    const uint32_t pack = pack_for(p);
+    f.pack = pack_for(p);
+    const uint64_t rows = (uint64_t)p->seq_q * f.pack;
+    rows_for(p, rows, &f.warps, &f.m_tiles); /* independent of B */
+    const uint32_t block_q = 16 * f.warps * f.m_tiles;
+    const uint64_t groups = (uint64_t)p->batch * (p->heads_q / f.pack) * ((rows + block_q - 1) / block_q);
+    f.splits = clflash_split_count(c, p, groups, NV_TENTHS_PER_UNIT, NV_MIN_SPLIT_KEYS);
+    if (p->block == 0)
+        b = decode_block(p, f.warps, (uint32_t)b, block_q, budget);
+    f.block = (uint32_t)b;
+    return f;
+}
+
+int clflash_nv_forward_first_defines(const clflash_context *c, const clflash_problem *p, int with_lse, char *buf,
+                                     size_t size)
+{
+    const first_choice f = first_candidate(c, p, 0);
+    const uint32_t block_q = 16 * f.warps * f.m_tiles;
+    for (uint32_t block = f.block; block >= 16; block -= 16) {
+        const uint32_t stages = stages_for(p, f.warps, block, block_q, c->local_mem_budget);
+        if (counted_local_bytes(p, block, block_q, stages) > c->local_mem_budget && p->block == 0)
+            continue; /* as the planner: not built */
+        kernel_defines(p, with_lse, f.splits, f.pack, block, f.warps, f.m_tiles, stages,
+                       fused_merge_fits(p, f.splits, block, block_q, stages), buf, size);
+        return 1;
+    }
+    return 0;
+}
+
+clflash_status clflash_plan_nv_mma(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t below_block,
+                                   clflash_flash_kernel *out)
+{
+    const uint64_t budget = c->local_mem_budget;
+    if (p->block != 0 &&
+        (clflash_tile_bytes(p->block, p->head_dim, p->elem_size) > budget || (below_block && p->block >= below_block)))
+        return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE, "the forced block %u does not fit", p->block);
+    const first_choice f = first_candidate(c, p, below_block);
+    const uint64_t b = f.block;
+    const uint32_t warps = f.warps, m_tiles = f.m_tiles, pack = f.pack, splits = f.splits;
     const uint64_t rows = (uint64_t)p->seq_q * pack;
-    rows_for(p, rows, &warps, &m_tiles); /* independent of B */
     const uint32_t threads = 32 * warps; /* one warp per 16 query rows */
     const uint32_t block_q = 16 * warps * m_tiles;
-    const uint64_t groups = (uint64_t)p->batch * (p->heads_q / pack) * ((rows + block_q - 1) / block_q);
-    const uint32_t splits = clflash_split_count(c, p, groups, NV_TENTHS_PER_UNIT, NV_MIN_SPLIT_KEYS);
-    if (p->block == 0)
-        b = decode_block(p, warps, (uint32_t)b, block_q, budget);
     for (uint32_t block = (uint32_t)b; block >= 16; block -= 16) {
         cl_kernel kernel = NULL;
         cl_ulong local_bytes = 0;

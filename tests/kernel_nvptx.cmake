@@ -10,10 +10,11 @@
 # forward is built with the tiles the library plans for an NVIDIA GPU with 48 KiB of local memory
 # (@REGTILE@, kernel_tuned_options.cmake).
 #
-# The tensor-core kernels (nv_mma_*.cl, _nv_cases below) are built too, in the configurations the
-# NVIDIA planners (lib/nv_mma_forward_plan.c, nv_mma_backward_plan.c, bias_grad.c) report on the
-# H200 for prefill, decoding with split parts merged in the launch and packed heads, padded head
-# dims with unaligned rows, every feature, the backward at head_dim 256 and the bias gradient: their
+# The tensor-core kernels (nv_mma_*.cl, _nv_cases below) are built too, with the defines the NVIDIA
+# planners (lib/nv_mma_forward_plan.c, nv_mma_backward_plan.c) give the first kernel they would
+# build on an H200 (tests/tuning_table --kernel nv_forward|nv_backward) for prefill, decoding with
+# split parts merged in the launch and packed heads, padded head dims with unaligned rows and every
+# feature, the backward at head_dims 59 to 256, and the bias gradient (lib/bias_grad.c's one shape): their
 # inline PTX must assemble for sm_80 and sm_90 and their local memory fit 48 KiB. Their spills are
 # printed but do not fail: only NVIDIA's driver builds these kernels for a device, and its compiler
 # allocates their registers otherwise (clang spills the d = 128 prefill at 255 registers where the
@@ -31,25 +32,41 @@ endif()
 include(${CMAKE_CURRENT_LIST_DIR}/kernel_define_sets.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/kernel_tuned_options.cmake)
 set(_archs sm_80 sm_90)
-# name | files after common.cl, joined by + | options, as lib/nv_mma_*_plan.c and bias_grad.c build them
+# The tensor-core cases: name | files after common.cl, joined by + | the shape, as tests/tuning_table
+# arguments (--kernel nv_forward or nv_backward); the tool prints every define the NVIDIA planner
+# would build the kernel with for that shape on an H200 (48 KiB, 132 compute units), and the case
+# is built with those. The bias gradient's kernel has one fixed shape (lib/bias_grad.c).
 set(_nv_fwd "nv_mma_common.cl+nv_mma_forward.cl")
 set(_nv_bwd "nv_mma_common.cl+nv_mma_scores.cl+nv_mma_backward.cl")
-set(_nv_fwd_common "-D WITH_OUT_LSE=0 -D NV_Q_DIRECT=0 -D BIAS_PAIRS=0")
+set(_prefill "--batch 4 --heads-q 16 --heads-kv 16 --seq-q 4096 --seq-k 4096")
 set(_nv_cases
-  "nv-forward-d64|${_nv_fwd}|${_none} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D HEAD_DIM=64 -D D_REAL=64 -D NV_ALIGNED=1 -D BLOCK=64 -D WARPS=4 -D M_TILES=2 -D STAGES=2 -D BIAS_PAIRS=0 -D FUSED_MERGE=0 -D WITH_OUT_LSE=0 -D NV_RESCALE_THRESH=-1 -D NV_Q_DIRECT=1"
-  "nv-forward-d128|${_nv_fwd}|${_none} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=1 -D SPLIT=0 -D PACK=1 -D HEAD_DIM=128 -D D_REAL=128 -D NV_ALIGNED=1 -D BLOCK=32 -D WARPS=4 -D M_TILES=2 -D STAGES=2 -D FUSED_MERGE=0 -D NV_RESCALE_THRESH=8 ${_nv_fwd_common}"
-  "nv-forward-d256|${_nv_fwd}|${_none} -D CLFLASH_DTYPE_BF16 -D CLFLASH_OUT_BF16 -D WITH_LSE=1 -D SPLIT=0 -D PACK=1 -D HEAD_DIM=256 -D D_REAL=256 -D NV_ALIGNED=1 -D BLOCK=16 -D WARPS=4 -D M_TILES=1 -D STAGES=2 -D FUSED_MERGE=0 -D NV_RESCALE_THRESH=8 ${_nv_fwd_common}"
-  "nv-decode-d128|${_nv_fwd}|${_none} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F32 -D WITH_LSE=1 -D SPLIT=1 -D PACK=4 -D HEAD_DIM=128 -D D_REAL=128 -D NV_ALIGNED=1 -D BLOCK=16 -D WARPS=1 -D M_TILES=1 -D STAGES=3 -D FUSED_MERGE=1 -D NV_RESCALE_THRESH=8 ${_nv_fwd_common} -D MERGE_GROUP=4 -D MERGE_UNROLL_PARTS=8 -D MERGE_LSE_BATCH=8 -D MERGE_PREFETCH=1"
-  "nv-forward-d80-features|${_nv_fwd}|${_all} -D CLFLASH_DTYPE_BF16 -D CLFLASH_OUT_BF16 -D WITH_LSE=1 -D SPLIT=0 -D PACK=1 -D HEAD_DIM=80 -D D_REAL=77 -D NV_ALIGNED=0 -D BLOCK=32 -D WARPS=4 -D M_TILES=1 -D STAGES=2 -D FUSED_MERGE=0 -D NV_RESCALE_THRESH=-1 ${_nv_fwd_common}"
-  "nv-backward-d128|${_nv_bwd}|${_none} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D HEAD_DIM=128 -D D_REAL=128 -D D_SPLIT=1 -D NV_ALIGNED=1 -D BLOCK=32 -D WARPS=4 -D BIAS_PAIRS=0 -D NV_BWD_STREAM=1"
-  "nv-backward-d64-features|${_nv_bwd}|${_all} -D CLFLASH_DTYPE_BF16 -D CLFLASH_OUT_BF16 -D WITH_LSE=0 -D HEAD_DIM=64 -D D_REAL=59 -D D_SPLIT=1 -D NV_ALIGNED=0 -D BLOCK=64 -D WARPS=4 -D BIAS_PAIRS=1 -D NV_BWD_STREAM=0"
-  "nv-backward-d256|${_nv_bwd}|${_none} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D HEAD_DIM=256 -D D_REAL=256 -D D_SPLIT=2 -D NV_ALIGNED=1 -D BLOCK=16 -D WARPS=4 -D BIAS_PAIRS=0 -D NV_BWD_STREAM=1"
-  "nv-bias-grad-d64|nv_mma_common.cl+nv_mma_scores.cl+nv_mma_bias_grad.cl|${_all} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F32 -D WITH_LSE=0 -D HEAD_DIM=64 -D D_REAL=64 -D D_SPLIT=1 -D NV_ALIGNED=1 -D BLOCK=64 -D WARPS=4 -D BIAS_PAIRS=1 -D BCAST_BATCH=1 -D BCAST_HEADS=1 -D BCAST_ROWS=0"
+  "nv-forward-d64|${_nv_fwd}|--kernel nv_forward --dtype f16 --head-dim 64 ${_prefill}"
+  "nv-forward-d128|${_nv_fwd}|--kernel nv_forward --dtype f16 --head-dim 128 ${_prefill} --with-lse 1"
+  "nv-forward-d256|${_nv_fwd}|--kernel nv_forward --dtype bf16 --head-dim 256 ${_prefill}"
+  "nv-decode-d128|${_nv_fwd}|--kernel nv_forward --dtype f16 --head-dim 128 --batch 1 --heads-q 32 --heads-kv 8 --seq-q 1 --seq-k 32768 --with-lse 1"
+  "nv-forward-d77-features|${_nv_fwd}|--kernel nv_forward --dtype bf16 --head-dim 77 ${_prefill} --features 1 --unaligned 1"
+  "nv-backward-d128|${_nv_bwd}|--kernel nv_backward --dtype f16 --head-dim 128 ${_prefill}"
+  "nv-backward-d59-features|${_nv_bwd}|--kernel nv_backward --dtype bf16 --head-dim 59 ${_prefill} --features 1 --unaligned 1"
+  "nv-backward-d256|${_nv_bwd}|--kernel nv_backward --dtype f16 --head-dim 256 ${_prefill}"
+  "nv-bias-grad-d64|nv_mma_common.cl+nv_mma_scores.cl+nv_mma_bias_grad.cl|=${_all} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F32 -D WITH_LSE=0 -D HEAD_DIM=64 -D D_REAL=64 -D D_SPLIT=1 -D NV_ALIGNED=1 -D BLOCK=64 -D WARPS=4 -D BIAS_PAIRS=1 -D BCAST_BATCH=1 -D BCAST_HEADS=1 -D BCAST_ROWS=0"
 )
 set(_failed "")
 set(_table "")
 foreach(_case IN LISTS _cases _nv_cases)
   kernel_case_source("${_case}" nvptx)
+  if(_name MATCHES "^nv-" AND _opts MATCHES "^=")
+    string(SUBSTRING "${_opts}" 1 -1 _opts) # given in full
+  elseif(_name MATCHES "^nv-")
+    separate_arguments(_shape UNIX_COMMAND "${_opts}")
+    execute_process(COMMAND "${TUNING_TABLE}" --device "NVIDIA H200" --class nvidia_gpu --local-mem 49152
+                            --max-work-group 1024 --compute-units 132 ${_shape}
+      RESULT_VARIABLE _rc OUTPUT_VARIABLE _defs ERROR_VARIABLE _err OUTPUT_STRIP_TRAILING_WHITESPACE)
+    if(NOT _rc EQUAL 0 OR NOT _defs MATCHES "^-D CLFLASH_DTYPE_")
+      string(APPEND _failed "  ${_name}: tuning_table ${_opts} printed \"${_defs}\" (${_rc}): ${_err}\n")
+      continue()
+    endif()
+    set(_opts "-cl-std=CL1.2 ${_defs}")
+  endif()
   # as the library would plan them on an NVIDIA GPU reporting 48 KiB of local memory
   kernel_tuned_options("${_opts}" "NVIDIA H100" nvidia_gpu _opts --local-mem 49152 --max-work-group 1024)
   kernel_tiles_label("${_opts}" _tiles)

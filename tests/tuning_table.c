@@ -10,11 +10,16 @@
  * touched: the context below holds only the facts the planner's arithmetic reads.
  *
  *   tuning_table --device NAME --class CLASS --dtype f32|f16|bf16|i8 --head-dim D [--local-mem BYTES]
- *                [--max-work-group N] [--kernel forward|backward]
+ *                [--max-work-group N] [--kernel forward|backward|nv_forward|nv_backward]
+ *                [--batch N --heads-q N --heads-kv N --seq-q N --seq-k N --compute-units N
+ *                 --features 0|1 --with-lse 0|1 --unaligned 0|1]
  * prints, for the forward (the default), "-D BLOCK=B -D BLOCK_Q=BQ -D RT_RM=RM -D RT_TC=TC", or
  * "lanes" where the table sends the call to the lane-per-row path; for the backward's gradient
- * kernel "-D BLOCK=B -D TPR=T -D LDS_STRIDE=.. -D T_STRIDE=.. -D P_STRIDE=.. -D ROWDOT_WG=..", the
- * defines lib/backward_plan.c builds it with.
+ * kernel "-D BLOCK=B -D TPR=T -D LDS_STRIDE=.. -D T_STRIDE=.. -D P_STRIDE=.. -D ROWDOT_WG=.. ...", the
+ * defines lib/backward_plan.c builds it with; for the NVIDIA tensor-core kernels (nv_forward,
+ * nv_backward) every define of the first kernel their planners would build for the shape the
+ * other options give (a long prefill of one head by default; --features 1 turns every feature on,
+ * --unaligned 1 gives rows that do not start on 16 bytes), feature switches included.
  */
 #include "internal.h"
 
@@ -39,8 +44,10 @@ int main(int argc, char **argv)
         size_t size;
     } dtypes[] = {{"f32", CLFLASH_F32, 4}, {"f16", CLFLASH_F16, 2}, {"bf16", CLFLASH_BF16, 2}, {"i8", CLFLASH_I8, 1}};
     const char *device = NULL;
-    int cls = -1, dt = -1, backward = 0;
+    int cls = -1, dt = -1, backward = 0, nv = 0;
     long head_dim = 0, local_mem = 65536, max_wg = 256;
+    long batch = 1, heads_q = 1, heads_kv = 1, seq_q = 4096, seq_k = 4096, units = 0, features = 0, with_lse = 0,
+         unaligned = 0;
 
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
@@ -60,14 +67,35 @@ int main(int argc, char **argv)
             local_mem = strtol(v, NULL, 10);
         } else if (strcmp(k, "--max-work-group") == 0) {
             max_wg = strtol(v, NULL, 10);
-        } else if (strcmp(k, "--kernel") == 0 && (strcmp(v, "forward") == 0 || strcmp(v, "backward") == 0)) {
-            backward = strcmp(v, "backward") == 0;
+        } else if (strcmp(k, "--kernel") == 0 && (strcmp(v, "forward") == 0 || strcmp(v, "backward") == 0 ||
+                                                  strcmp(v, "nv_forward") == 0 || strcmp(v, "nv_backward") == 0)) {
+            backward = strstr(v, "backward") != NULL;
+            nv = strncmp(v, "nv_", 3) == 0;
+        } else if (strcmp(k, "--batch") == 0) {
+            batch = strtol(v, NULL, 10);
+        } else if (strcmp(k, "--heads-q") == 0) {
+            heads_q = strtol(v, NULL, 10);
+        } else if (strcmp(k, "--heads-kv") == 0) {
+            heads_kv = strtol(v, NULL, 10);
+        } else if (strcmp(k, "--seq-q") == 0) {
+            seq_q = strtol(v, NULL, 10);
+        } else if (strcmp(k, "--seq-k") == 0) {
+            seq_k = strtol(v, NULL, 10);
+        } else if (strcmp(k, "--compute-units") == 0) {
+            units = strtol(v, NULL, 10);
+        } else if (strcmp(k, "--features") == 0) {
+            features = strtol(v, NULL, 10);
+        } else if (strcmp(k, "--with-lse") == 0) {
+            with_lse = strtol(v, NULL, 10);
+        } else if (strcmp(k, "--unaligned") == 0) {
+            unaligned = strtol(v, NULL, 10);
         } else {
             return usage();
         }
     }
     if (argc % 2 != 1 || device == NULL || cls < 0 || dt < 0 || head_dim < 1 || head_dim > CLFLASH_MAX_HEAD_DIM ||
-        local_mem < 1024 || max_wg < 1)
+        local_mem < 1024 || max_wg < 1 || batch < 1 || heads_q < 1 || heads_kv < 1 || heads_q % heads_kv != 0 ||
+        seq_q < 1 || seq_k < 1 || units < 0)
         return usage();
 
     clflash_context c;
@@ -80,16 +108,46 @@ int main(int argc, char **argv)
     c.info.local_mem_size = (cl_ulong)local_mem;
     c.info.max_work_group_size = (size_t)max_wg;
     c.local_mem_budget = (uint64_t)local_mem;
-    /* a long prefill: nothing but the device and the rules limits the tiles */
-    p.batch = p.heads_q = p.heads_kv = p.group = 1;
-    p.seq_q = p.seq_k = 4096;
+    c.info.compute_units = (cl_uint)units;
+    c.info.max_alloc_size = (cl_ulong)1 << 40;
+    /* by default a long prefill: nothing but the device and the rules limits the tiles */
+    p.batch = (uint32_t)batch;
+    p.heads_q = (uint32_t)heads_q;
+    p.heads_kv = (uint32_t)heads_kv;
+    p.group = p.heads_q / p.heads_kv;
+    p.seq_q = (uint32_t)seq_q;
+    p.seq_k = (uint32_t)seq_k;
     p.head_dim = (uint32_t)head_dim;
     p.dtype = p.out_dtype = dtypes[dt].t;
     p.elem_size = p.out_elem_size = dtypes[dt].size;
+    /* contiguous [batch][seq][heads][head_dim] tensors, or rows one element off 16 bytes */
+    const clflash_strides rows_of = {.offset = unaligned ? 1 : 0,
+                                     .batch_stride = (uint64_t)seq_q * heads_q * head_dim,
+                                     .head_stride = (uint64_t)head_dim,
+                                     .seq_stride = (uint64_t)heads_q * head_dim};
+    p.q = p.k = p.v = p.o = rows_of;
+    if (features) { /* every feature; the planners read only whether a buffer is given, never its contents */
+        static char stand_in;
+        p.flags = CLFLASH_CAUSAL | CLFLASH_WINDOW;
+        p.window_left = 256;
+        p.softcap = 50.0f;
+        p.bias = p.alibi_slopes = p.key_lengths = (cl_mem)(void *)&stand_in;
+    }
     if (clflash_tune_builtin_values(device, (clflash_device_class)cls, p.dtype, p.head_dim, &p.tune) !=
         CLFLASH_SUCCESS) {
         fprintf(stderr, "tuning_table: %s\n", clflash_last_error_detail());
         return 1;
+    }
+    if (nv) {
+        char defines[700];
+        const int ok = backward ? clflash_nv_backward_first_defines(&c, &p, defines, sizeof defines)
+                                : clflash_nv_forward_first_defines(&c, &p, (int)with_lse, defines, sizeof defines);
+        if (!ok) {
+            fprintf(stderr, "tuning_table: no tensor-core tile fits %ld bytes at head_dim %ld\n", local_mem, head_dim);
+            return 1;
+        }
+        printf("%s\n", defines);
+        return 0;
     }
     if (backward) {
         uint32_t first[3];
