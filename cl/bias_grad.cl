@@ -103,10 +103,11 @@ static inline void tile_terms(__global const bits_t *q, __global const bits_t *k
     }
     /* the terms, computed with the indices clamped into the tensors and kept only where they count
      * (no branches around the values carried over the barriers above) */
+    const uint diag_k = diagonal_keys(key_len, a->seq_k);
     for (uint m = 0; m < RM; m++) {
         const uint qi = q0 + r + 16 * m, qc = min(qi, a->seq_q - 1);
         long lo, hi;
-        visible_keys(qc, a->seq_q, a->seq_k, key_len, a->win_left, a->win_right, &lo, &hi);
+        visible_keys(qc, a->seq_q, diag_k, key_len, a->win_left, a->win_right, &lo, &hi);
         const ulong row = ((ulong)b * a->heads_q + h) * a->seq_q + qc;
         const float l = lse[row], d_row = dvec[row];
         __global const float *bias_row = bias + a->bias_off + (ulong)b * a->bias_bs + (ulong)h * a->bias_hs +
@@ -114,7 +115,7 @@ static inline void tile_terms(__global const bits_t *q, __global const bits_t *k
         for (uint n = 0; n < RN; n++) {
             const uint kj = k0 + c + 16 * n, kc = min(kj, a->seq_k - 1);
             const float f = transform_score(s[m][n] * a->scale, a->softcap, bias_row[kc], slope, qc, kc, a->seq_q,
-                                            a->seq_k);
+                                            diag_k);
             const float p = exp2(fma(f, M_LOG2E_F, -l * M_LOG2E_F));
             const int counts = qi < a->seq_q && kj < a->seq_k && (long)kj >= lo && (long)kj < hi &&
                                l != -INFINITY && p > 0.0f;
@@ -128,7 +129,7 @@ static inline void tile_terms(__global const bits_t *q, __global const bits_t *k
 static inline void seeing_tiles(uint k0, uint k_end, uint key_len, const bg_args *a, uint *t_lo, uint *t_hi)
 {
     uint qb, qe;
-    key_block_queries(k0, k_end, a->seq_q, a->seq_k, key_len, a->win_left, a->win_right, &qb, &qe);
+    key_block_queries(k0, k_end, a->seq_q, diagonal_keys(key_len, a->seq_k), key_len, a->win_left, a->win_right, &qb, &qe);
     *t_lo = qb / TQ;
     *t_hi = (qe + TQ - 1) / TQ;
 }

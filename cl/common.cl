@@ -90,8 +90,8 @@ static inline ushort float_to_bf16(float f)
  * clflash_feature_defines), those that take no features included; WITH_LSE: 1 where the kernel
  * writes the rows' lse. */
 #if !defined(CAUSAL) || !defined(WINDOW) || !defined(SOFTCAP) || !defined(BIAS) || !defined(ALIBI) || \
-    !defined(KEYLEN) || !defined(WITH_LSE)
-#error "CAUSAL, WINDOW, SOFTCAP, BIAS, ALIBI, KEYLEN and WITH_LSE are set by the host (lib/dispatch_util.c)"
+    !defined(KEYLEN) || !defined(KEYLEN_DIAGONAL) || !defined(WITH_LSE)
+#error "CAUSAL, WINDOW, SOFTCAP, BIAS, ALIBI, KEYLEN, KEYLEN_DIAGONAL and WITH_LSE are set by the host (lib/dispatch_util.c)"
 #endif
 
 /* Element (b, h, i, c) of a tensor with the given strides (in elements). */
@@ -146,6 +146,21 @@ static inline uint batch_key_len(__global const int *key_lens, uint b, uint seq_
 #else
     (void)key_lens;
     (void)b;
+    return seq_k;
+#endif
+}
+
+/* The key count query rows align their diagonal to, the `seq_k` that visible_keys,
+ * block_key_range, key_block_queries and the ALiBi distance take: the buffer's seq_k, or with
+ * KEYLEN_DIAGONAL (CLFLASH_ALIGN_TO_KEY_LENGTH) the entry's own key length, so that query i's
+ * diagonal key is i + key_len - seq_q. */
+static inline uint diagonal_keys(uint key_len, uint seq_k)
+{
+#if KEYLEN_DIAGONAL
+    (void)seq_k;
+    return key_len;
+#else
+    (void)key_len;
     return seq_k;
 #endif
 }

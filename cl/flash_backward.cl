@@ -124,12 +124,13 @@ flash_backward_rowdot(__global const bits_t *o, __global const bits_t *d_o, __gl
 }
 
 /* The shape, layout and feature arguments both kinds of group read; key_len is this batch
- * entry's (seq_k without key lengths). */
+ * entry's (seq_k without key lengths), diag_k the key count its diagonal is aligned to
+ * (common.cl's diagonal_keys). */
 typedef struct {
     uint seq_q, seq_k, heads_q, group;
     float scale_log2, scale;
     ulong q_off, q_bs, q_hs, q_ss, k_off, k_bs, k_hs, k_ss, v_off, v_bs, v_hs, v_ss, o_off, o_bs, o_hs, o_ss;
-    uint key_len, win_left, win_right;
+    uint key_len, diag_k, win_left, win_right;
     float softcap;
     ulong bias_off, bias_bs, bias_hs, bias_rs;
 } bwd_args;
@@ -146,7 +147,7 @@ static inline float pair_prob(float x, float l2, const bwd_args *a, __global con
 #else
     const float bias_v = 0.0f;
 #endif
-    const float f = transform_score_grad(x * a->scale, a->softcap, bias_v, slope_h, qi, kj, a->seq_q, a->seq_k, slope);
+    const float f = transform_score_grad(x * a->scale, a->softcap, bias_v, slope_h, qi, kj, a->seq_q, a->diag_k, slope);
     return exp2_normal(fma(f, M_LOG2E_F, -l2));
 #else
     (void)bias;
@@ -194,7 +195,7 @@ static inline float8 pair_prob8(float8 x, float8 l2, float8 extra, float8 dist, 
  * visible_keys); a subset would drop terms. */
 static inline void visible_queries(uint k0, uint k_end, const bwd_args *a, uint *q_begin, uint *q_end)
 {
-    key_block_queries(k0, k_end, a->seq_q, a->seq_k, a->key_len, a->win_left, a->win_right, q_begin, q_end);
+    key_block_queries(k0, k_end, a->seq_q, a->diag_k, a->key_len, a->win_left, a->win_right, q_begin, q_end);
 }
 
 /* A dQ row's lse in the log2 domain (-inf past seq_q) and, in *d_row, its D (0 past seq_q). The dQ
@@ -268,9 +269,9 @@ static inline void load_row_pair(float *x, float *y, __global const bits_t *xt, 
 static inline void dq_key_ranges(const bwd_args *a, uint q0, uint qi, uint *key_begin, uint *key_end, long *lo,
                                  long *hi)
 {
-    block_key_range(q0, BLOCK, a->seq_q, a->seq_k, a->key_len, a->win_left, a->win_right, BLOCK, key_begin,
+    block_key_range(q0, BLOCK, a->seq_q, a->diag_k, a->key_len, a->win_left, a->win_right, BLOCK, key_begin,
                     key_end);
-    visible_keys(min(qi, a->seq_q - 1), a->seq_q, a->seq_k, a->key_len, a->win_left, a->win_right, lo, hi);
+    visible_keys(min(qi, a->seq_q - 1), a->seq_q, a->diag_k, a->key_len, a->win_left, a->win_right, lo, hi);
 }
 
 /* dK and dV for keys k0 .. k0+BLOCK-1 of kv head hk of batch entry b. */
@@ -332,7 +333,7 @@ static inline void dkdv_block(__global const bits_t *q, __global const bits_t *k
                 const uint qi = q0 + i;
                 const float l2 = row_lse[i];
                 long lo, hi;
-                visible_keys(min(qi, seq_q - 1), seq_q, seq_k, a->key_len, a->win_left, a->win_right, &lo, &hi);
+                visible_keys(min(qi, seq_q - 1), seq_q, a->diag_k, a->key_len, a->win_left, a->win_right, &lo, &hi);
                 const bool seen = qi < seq_q && l2 != -INFINITY && (long)kj >= lo && (long)kj < hi;
                 float slope = 1.0f, p = 0.0f;
                 if (seen)
@@ -567,7 +568,7 @@ static inline void dkdv_block_cpu(__global const bits_t *q, __global const bits_
                 const uint qi = q0 + i;
                 const float l2 = row_lse[i];
                 long lo, hi;
-                visible_keys(min(qi, seq_q - 1), seq_q, seq_k, a->key_len, a->win_left, a->win_right, &lo, &hi);
+                visible_keys(min(qi, seq_q - 1), seq_q, a->diag_k, a->key_len, a->win_left, a->win_right, &lo, &hi);
                 const bool seen = qi < seq_q && l2 != -INFINITY && (long)kj >= lo && (long)kj < hi;
 #if BIAS
                 extra[i] = seen ? bias[bias_head + (ulong)qi * a->bias_rs + kj] : -INFINITY;
@@ -580,7 +581,7 @@ static inline void dkdv_block_cpu(__global const bits_t *q, __global const bits_
 #if SOFTCAP || BIAS || ALIBI
             for (uint i8 = 0; i8 < BLOCK / 8; i8++) {
                 /* ALiBi's d - j of rows q0 + 8 * i8 .. + 7, exact in float below 2^24 */
-                const float dist0 = (float)((long)(q0 + 8 * i8) + (long)seq_k - (long)seq_q - (long)kj);
+                const float dist0 = (float)((long)(q0 + 8 * i8) + (long)a->diag_k - (long)seq_q - (long)kj);
                 float8 slope;
                 const float8 p8 = pair_prob8(vload8(i8, p), vload8(i8, row_lse), vload8(i8, extra),
                                              (float8)(dist0) + (float8)(0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f),
@@ -682,7 +683,7 @@ static inline void dq_block_cpu(__global const bits_t *q, __global const bits_t 
 #if SOFTCAP || BIAS || ALIBI
         for (uint j8 = 0; j8 < BLOCK / 8; j8++) {
             /* ALiBi's d - j of keys k0 + 8 * j8 .. + 7, exact in float below 2^24 */
-            const float dist0 = (float)((long)qi + (long)seq_k - (long)seq_q - (long)(k0 + 8 * j8));
+            const float dist0 = (float)((long)qi + (long)a->diag_k - (long)seq_q - (long)(k0 + 8 * j8));
             float8 slope;
             const float8 p8 = pair_prob8(vload8(j8, s), (float8)(l2), vload8(j8, extra),
                                          (float8)(dist0) - (float8)(0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f),
@@ -751,9 +752,9 @@ flash_backward_grads(__global const bits_t *q, __global const bits_t *k, __globa
 #endif
 
     const uint blk = get_group_id(0), h = get_group_id(1), b = get_group_id(2);
-    const uint key_len = batch_key_len(key_lens, b, seq_k);
+    const uint key_len = batch_key_len(key_lens, b, seq_k), diag_k = diagonal_keys(key_len, seq_k);
     const bwd_args a = {seq_q, seq_k, heads_q, group, scale_log2, scale, q_off, q_bs, q_hs, q_ss, k_off, k_bs,
-                        k_hs, k_ss, v_off, v_bs, v_hs, v_ss, o_off, o_bs, o_hs, o_ss, key_len, win_left,
+                        k_hs, k_ss, v_off, v_bs, v_hs, v_ss, o_off, o_bs, o_hs, o_ss, key_len, diag_k, win_left,
                         win_right, softcap, bias_off, bias_bs, bias_hs, bias_rs};
     if (blk < tiles_k) {
         if (h >= heads_kv || CLFLASH_BWD_SKIP_DKDV) /* dK/dV groups exist per kv head */

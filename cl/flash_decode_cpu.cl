@@ -63,11 +63,11 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void flash_decode_cpu(FO
     const uint row0 = query_block_index(n_splits) * DEC_ROWS;
     const uint rows = min((uint)DEC_ROWS, rows_total - row0); /* this work-item's rows */
 
-    const uint key_len = batch_key_len(key_lens, b, seq_k);
+    const uint key_len = batch_key_len(key_lens, b, seq_k), diag_k = diagonal_keys(key_len, seq_k);
     uint key_begin, key_end;
     {
         const uint first = ROW_QUERY(row0), last = ROW_QUERY(row0 + rows - 1);
-        block_key_range(first, last - first + 1, seq_q, seq_k, key_len, win_left, win_right, DEC_KEYS, &key_begin,
+        block_key_range(first, last - first + 1, seq_q, diag_k, key_len, win_left, win_right, DEC_KEYS, &key_begin,
                         &key_end);
     }
     split_part(n_splits, split_keys, heads_q, seq_q, &key_begin, &key_end, &o_off, &lse);
@@ -88,7 +88,7 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void flash_decode_cpu(FO
         const ulong q_at = tensor_index(q_off, q_bs, q_hs, q_ss, b, h_r[r], qi_r[r]);
         for (uint c8 = 0; c8 < HD8; c8++)
             qr[r][c8] = load8(q, q_at, c8) * score_scale;
-        visible_keys(qi_r[r], seq_q, seq_k, key_len, win_left, win_right, &lo_r[r], &hi_r[r]);
+        visible_keys(qi_r[r], seq_q, diag_k, key_len, win_left, win_right, &lo_r[r], &hi_r[r]);
         if (r >= rows)
             hi_r[r] = 0; /* a row past the last one sees nothing */
         max_lo = max(max_lo, lo_r[r]);
@@ -159,7 +159,7 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void flash_decode_cpu(FO
                 const float bias_v = 0.0f;
 #endif
                 const float x =
-                    transform_score(dot, softcap, bias_v, slope_r[r], qi_r[r], key, seq_q, seq_k) * M_LOG2E_F;
+                    transform_score(dot, softcap, bias_v, slope_r[r], qi_r[r], key, seq_q, diag_k) * M_LOG2E_F;
 #else
                 const float x = dot; /* score_scale, already in Q, includes log2(e) */
 #endif

@@ -78,12 +78,12 @@ PATH_FUNCTION void flash_forward_lanes_body(FORWARD_PARAMS, __local bits_t *qt, 
     }
 
     /* The key tiles the block visits (block_key_range) and the keys this row sees, [lo, hi). */
-    const uint key_len = batch_key_len(key_lens, b, seq_k);
+    const uint key_len = batch_key_len(key_lens, b, seq_k), diag_k = diagonal_keys(key_len, seq_k);
     long lo, hi;
     uint key_begin, key_end;
-    block_key_range(q0, BLOCK, seq_q, seq_k, key_len, win_left, win_right, BLOCK, &key_begin, &key_end);
+    block_key_range(q0, BLOCK, seq_q, diag_k, key_len, win_left, win_right, BLOCK, &key_begin, &key_end);
     split_part(n_splits, split_keys, heads_q, seq_q, &key_begin, &key_end, &o_off, &lse);
-    visible_keys(min(qi, seq_q - 1), seq_q, seq_k, key_len, win_left, win_right, &lo, &hi);
+    visible_keys(min(qi, seq_q - 1), seq_q, diag_k, key_len, win_left, win_right, &lo, &hi);
 const float slope = alibi_slope(alibi, h);
 #if BIAS
     const ulong bias_row = bias_off + (ulong)b * bias_bs + (ulong)h * bias_hs + (ulong)min(qi, seq_q - 1) * bias_rs;
@@ -125,7 +125,7 @@ const float slope = alibi_slope(alibi, h);
 #else
             const float bias_v = 0.0f;
 #endif
-            const float x = transform_score(s[kk] * score_scale, softcap, bias_v, slope, qi, key, seq_q, seq_k) * M_LOG2E_F;
+            const float x = transform_score(s[kk] * score_scale, softcap, bias_v, slope, qi, key, seq_q, diag_k) * M_LOG2E_F;
 #else
             const float x = s[kk] * score_scale; /* score_scale includes log2(e) */
 #endif

@@ -105,11 +105,11 @@ PATH_FUNCTION void flash_forward_regtile_body(FORWARD_PARAMS, __local float4 *qs
         qs[r * 4 * RT_QS4 + c] = (row < rows_total && c < HEAD_DIM) ? load_g(q, at) : 0.0f;
     }
 
-    const uint key_len = batch_key_len(key_lens, b, seq_k);
+    const uint key_len = batch_key_len(key_lens, b, seq_k), diag_k = diagonal_keys(key_len, seq_k);
     uint key_begin, key_end;
     {
         const uint first = ROW_QUERY(q0), last = ROW_QUERY(min(q0 + BLOCK_Q, rows_total) - 1);
-        block_key_range(first, last - first + 1, seq_q, seq_k, key_len, win_left, win_right, BLOCK, &key_begin,
+        block_key_range(first, last - first + 1, seq_q, diag_k, key_len, win_left, win_right, BLOCK, &key_begin,
                         &key_end);
     }
     split_part(n_splits, split_keys, heads_q, seq_q, &key_begin, &key_end, &o_off, &lse);
@@ -128,7 +128,7 @@ PATH_FUNCTION void flash_forward_regtile_body(FORWARD_PARAMS, __local float4 *qs
         qi_r[i] = qi;
         h_r[i] = ROW_HEAD(h0, min(row, rows_total - 1));
         long lo, hi;
-        visible_keys(qi, seq_q, seq_k, key_len, win_left, win_right, &lo, &hi);
+        visible_keys(qi, seq_q, diag_k, key_len, win_left, win_right, &lo, &hi);
         if (row >= rows_total)
             hi = 0;
         lo_r[i] = (uint)clamp(lo, 0L, (long)seq_k);
@@ -227,7 +227,7 @@ PATH_FUNCTION void flash_forward_regtile_body(FORWARD_PARAMS, __local float4 *qs
 #else
                     const float bias_v = 0.0f;
 #endif
-                    const float x = transform_score(s[i][j] * score_scale, softcap, bias_v, slope, qi, key, seq_q, seq_k) * M_LOG2E_F;
+                    const float x = transform_score(s[i][j] * score_scale, softcap, bias_v, slope, qi, key, seq_q, diag_k) * M_LOG2E_F;
 #else
                     const float x = s[i][j] * score_scale;
 #endif

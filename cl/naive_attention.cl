@@ -49,9 +49,9 @@ naive_scores(__global const bits_t *q, __global const bits_t *k, __global out_t 
     }
     const uint i = i0 + ty, j = j0 + tx;
     if (i < seq_q && j < seq_k) {
-        const uint key_len = batch_key_len(key_lens, b, seq_k);
+        const uint key_len = batch_key_len(key_lens, b, seq_k), diag_k = diagonal_keys(key_len, seq_k);
         long lo, hi;
-        visible_keys(i, seq_q, seq_k, key_len, win_left, win_right, &lo, &hi);
+        visible_keys(i, seq_q, diag_k, key_len, win_left, win_right, &lo, &hi);
         float x = -INFINITY;
         if ((long)j >= lo && (long)j < hi) {
 #if BIAS
@@ -60,7 +60,7 @@ naive_scores(__global const bits_t *q, __global const bits_t *k, __global out_t 
             const float bias_v = 0.0f;
 #endif
 const float slope = alibi_slope(alibi, h);
-            x = transform_score(acc * scale, softcap, bias_v, slope, i, j, seq_q, seq_k);
+            x = transform_score(acc * scale, softcap, bias_v, slope, i, j, seq_q, diag_k);
         }
         store_o(s, ((ulong)hb * seq_q + i) * seq_k + j, x);
     }

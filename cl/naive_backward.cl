@@ -74,9 +74,9 @@ naive_bwd_products(__global const bits_t *q, __global const bits_t *k, __global 
     const uint i = i0 + ty, j = j0 + tx;
     if (i < seq_q && j < seq_k) {
         const float l = lse[(ulong)bh * seq_q + i];
-        const uint key_len = batch_key_len(key_lens, b, seq_k);
+        const uint key_len = batch_key_len(key_lens, b, seq_k), diag_k = diagonal_keys(key_len, seq_k);
         long lo, hi;
-        visible_keys(i, seq_q, seq_k, key_len, win_left, win_right, &lo, &hi);
+        visible_keys(i, seq_q, diag_k, key_len, win_left, win_right, &lo, &hi);
         const bool seen = l != -INFINITY && (long)j >= lo && (long)j < hi;
         const ulong at = ((ulong)hb * seq_q + i) * seq_k + j;
         float p = 0.0f, slope = 1.0f;
@@ -88,7 +88,7 @@ naive_bwd_products(__global const bits_t *q, __global const bits_t *k, __global 
             const float bias_v = 0.0f;
 #endif
 const float slope_h = alibi_slope(alibi, h);
-            p = exp(transform_score_grad(s * scale, softcap, bias_v, slope_h, i, j, seq_q, seq_k, &slope) - l);
+            p = exp(transform_score_grad(s * scale, softcap, bias_v, slope_h, i, j, seq_q, diag_k, &slope) - l);
 #else
             p = exp(s * scale - l);
 #endif

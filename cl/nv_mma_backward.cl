@@ -127,7 +127,8 @@ typedef struct {
     uint seq_q, seq_k, heads_q, group;
     float scale_log2, scale;
     ulong q_off, q_bs, q_hs, q_ss, k_off, k_bs, k_hs, k_ss, v_off, v_bs, v_hs, v_ss, o_off, o_bs, o_hs, o_ss;
-    uint key_len, win_left, win_right; /* key_len: the batch entry's (seq_k without key lengths) */
+    uint key_len, diag_k, win_left, win_right; /* key_len: the batch entry's (seq_k without key lengths);
+                                                  diag_k: common.cl's diagonal_keys */
     float softcap;
     ulong bias_off, bias_bs, bias_hs, bias_rs;
 } mma_bwd_args;
@@ -140,13 +141,13 @@ typedef struct {
  * rules (exact for one key). */
 static inline void key_range_queries(const mma_bwd_args *a, uint k0, uint k_end, uint *first, uint *end)
 {
-    key_block_queries(k0, k_end, a->seq_q, a->seq_k, a->key_len, a->win_left, a->win_right, first, end);
+    key_block_queries(k0, k_end, a->seq_q, a->diag_k, a->key_len, a->win_left, a->win_right, first, end);
 }
 
 /* visible_keys of query i with the call's rules. */
 static inline void query_keys(const mma_bwd_args *a, uint i, long *lo, long *hi)
 {
-    visible_keys(i, a->seq_q, a->seq_k, a->key_len, a->win_left, a->win_right, lo, hi);
+    visible_keys(i, a->seq_q, a->diag_k, a->key_len, a->win_left, a->win_right, lo, hi);
 }
 
 /* The prologue both kinds of work-group share: ROWS rows from row0 of two tensors (x at x_base,
@@ -323,7 +324,7 @@ static inline void key_group(const mma_bwd_args *a, __global const ushort *q, __
     const uint g = lane / 4, t = lane % 4;
     const ulong k_base = a->k_off + (ulong)b * a->k_bs + (ulong)hk * a->k_hs;
     const ulong v_base = a->v_off + (ulong)b * a->v_bs + (ulong)hk * a->v_hs;
-    const long shift = (long)a->seq_k - (long)a->seq_q; /* query i's diagonal key is i + shift */
+    const long shift = (long)a->diag_k - (long)a->seq_q; /* query i's diagonal key is i + shift */
     /* P's exponent: the raw product times p_scale; with transforms the scores come in log2 units */
     const float p_scale = TRANSFORMS ? 1.0f : a->scale_log2;
     const float hidden = hidden_score(p_scale); /* the score of a masked pair */
@@ -493,7 +494,7 @@ static inline void query_group(const mma_bwd_args *a, __global const ushort *q, 
     const ulong o_base = a->o_off + (ulong)b * a->o_bs + (ulong)h * a->o_hs;
     const ulong k_base = a->k_off + (ulong)b * a->k_bs + (ulong)hk * a->k_hs;
     const ulong v_base = a->v_off + (ulong)b * a->v_bs + (ulong)hk * a->v_hs;
-    const long shift = (long)a->seq_k - (long)a->seq_q;
+    const long shift = (long)a->diag_k - (long)a->seq_q;
     const float p_scale = TRANSFORMS ? 1.0f : a->scale_log2; /* as in key_group */
     const float hidden = hidden_score(p_scale);
     const score_consts sc = make_score_consts(a->scale, a->softcap);
@@ -520,7 +521,7 @@ static inline void query_group(const mma_bwd_args *a, __global const ushort *q, 
     uint key_begin = 0, key_end = a->seq_k;
 #if RANGES
     long first_hi, last_lo, lo_lo, hi_lo, lo_hi, hi_hi, unused;
-    block_key_range(qr0, ROWS, a->seq_q, a->seq_k, a->key_len, a->win_left, a->win_right, BLOCK, &key_begin,
+    block_key_range(qr0, ROWS, a->seq_q, a->diag_k, a->key_len, a->win_left, a->win_right, BLOCK, &key_begin,
                     &key_end);
     query_keys(a, qr0, &unused, &first_hi);
     query_keys(a, row_last, &last_lo, &unused);
@@ -654,10 +655,14 @@ nv_mma_backward(__global const ushort *q, __global const ushort *k, __global con
     __local float *const stats = (__local float *)(words + TILE_ROWS * ROW_STRIDE / 8);
     __local float4 swap[WARPS * SWAP_SLOTS]; /* add_partner_share's, with D_SPLIT 2 */
     const uint grp = get_group_id(0), b = get_group_id(2);
-    const mma_bwd_args a = {seq_q,   seq_k,    heads_q,   group,     scale_log2, scale,   q_off,   q_bs,
-                            q_hs,    q_ss,     k_off,     k_bs,      k_hs,       k_ss,    v_off,   v_bs,
-                            v_hs,    v_ss,     o_off,     o_bs,      o_hs,       o_ss,    batch_key_len(key_lens, b, seq_k),
-                            win_left, win_right, softcap, bias_off, bias_bs,   bias_hs, bias_rs};
+    const uint key_len = batch_key_len(key_lens, b, seq_k);
+    const mma_bwd_args a = {seq_q,    seq_k,    heads_q,   group,    scale_log2,
+                            scale,    q_off,    q_bs,      q_hs,     q_ss,
+                            k_off,    k_bs,     k_hs,      k_ss,     v_off,
+                            v_bs,     v_hs,     v_ss,      o_off,    o_bs,
+                            o_hs,     o_ss,     key_len,   diagonal_keys(key_len, seq_k),
+                            win_left, win_right, softcap,  bias_off, bias_bs,
+                            bias_hs,  bias_rs};
     if (grp < tiles_k) {
         if (get_group_id(1) >= heads_kv || CLFLASH_BWD_SKIP_DKDV) /* key groups exist per kv head */
             return;

@@ -101,7 +101,8 @@ static inline void tile_terms(const nbg_args *a, __global const ushort *q, __glo
     const ulong o_base = a->o_off + (ulong)b * a->o_bs + (ulong)h * a->o_hs;
     const ulong k_base = a->k_off + (ulong)b * a->k_bs + (ulong)hk * a->k_hs;
     const ulong v_base = a->v_off + (ulong)b * a->v_bs + (ulong)hk * a->v_hs;
-    const long shift = (long)a->seq_k - (long)a->seq_q;
+    const uint diag_k = diagonal_keys(key_len, a->seq_k);
+    const long shift = (long)diag_k - (long)a->seq_q;
     /* The lane's rows g and g + 8 of the warp's 16 (rows past seq_q read the last row's data: their
      * lse offset is +inf, so P = 0). Their statistics are loaded first, so that the loads overlap
      * the copies of Q and K. */
@@ -114,8 +115,8 @@ static inline void tile_terms(const nbg_args *a, __global const ushort *q, __glo
     const float4 dd = (float4)(dvec[bh * a->seq_q + rl], dvec[bh * a->seq_q + rl], dvec[bh * a->seq_q + rh],
                                dvec[bh * a->seq_q + rh]);
     long lo_lo, hi_lo, lo_hi, hi_hi;
-    visible_keys(rl, a->seq_q, a->seq_k, key_len, a->win_left, a->win_right, &lo_lo, &hi_lo);
-    visible_keys(rh, a->seq_q, a->seq_k, key_len, a->win_left, a->win_right, &lo_hi, &hi_hi);
+    visible_keys(rl, a->seq_q, diag_k, key_len, a->win_left, a->win_right, &lo_lo, &hi_lo);
+    visible_keys(rh, a->seq_q, diag_k, key_len, a->win_left, a->win_right, &lo_hi, &hi_hi);
     __global const float *bias_head = bias + a->bias_off + (ulong)b * a->bias_bs + (ulong)h * a->bias_hs;
     __global const float *bias_lo = bias_head + (ulong)rl * a->bias_rs;
     __global const float *bias_hi = bias_head + (ulong)rh * a->bias_rs;
@@ -167,7 +168,7 @@ static inline void tile_terms(const nbg_args *a, __global const ushort *q, __glo
 static inline void seeing_tiles(const nbg_args *a, uint k0, uint k_end, uint key_len, uint *t_lo, uint *t_hi)
 {
     uint qb, qe;
-    key_block_queries(k0, k_end, a->seq_q, a->seq_k, key_len, a->win_left, a->win_right, &qb, &qe);
+    key_block_queries(k0, k_end, a->seq_q, diagonal_keys(key_len, a->seq_k), key_len, a->win_left, a->win_right, &qb, &qe);
     *t_lo = qb / TQ;
     *t_hi = (qe + TQ - 1) / TQ;
 }

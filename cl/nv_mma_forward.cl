@@ -422,8 +422,8 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
     const ulong q_base = q_off + (ulong)b * q_bs + (ulong)h0 * q_hs;
     const ulong k_base = k_off + (ulong)b * k_bs + (ulong)hk * k_hs;
     const ulong v_base = v_off + (ulong)b * v_bs + (ulong)hk * v_hs;
-    const long shift = (long)seq_k - (long)seq_q; /* query i's diagonal key is i + shift */
-    const uint key_len = batch_key_len(key_lens, b, seq_k);
+    const uint key_len = batch_key_len(key_lens, b, seq_k), diag_k = diagonal_keys(key_len, seq_k);
+    const long shift = (long)diag_k - (long)seq_q; /* query i's diagonal key is i + shift */
     (void)out_scale; /* the I8 output scale: no I8 here */
 
 #if !NV_Q_DIRECT && !Q_WITH_TILES
@@ -448,7 +448,7 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
     const uint q_first = ROW_QUERY(row0), q_last = ROW_QUERY(min(row0 + BLOCK_Q, rows_total) - 1);
     uint key_begin = 0, key_end = key_len;
 #if WINDOW
-    block_key_range(q_first, q_last - q_first + 1, seq_q, seq_k, key_len, win_left, win_right, BLOCK, &key_begin,
+    block_key_range(q_first, q_last - q_first + 1, seq_q, diag_k, key_len, win_left, win_right, BLOCK, &key_begin,
                     &key_end);
 #elif CAUSAL
     {
@@ -463,8 +463,8 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
     split_part(n_splits, split_keys, heads_q, seq_q, &key_begin, &key_end, &o_off, &lse);
     const uint n_tiles = (key_end - key_begin + BLOCK - 1) / BLOCK;
     long block_first_lo, block_first_hi, block_last_lo, block_last_hi;
-    visible_keys(q_first, seq_q, seq_k, key_len, win_left, win_right, &block_first_lo, &block_first_hi);
-    visible_keys(q_last, seq_q, seq_k, key_len, win_left, win_right, &block_last_lo, &block_last_hi);
+    visible_keys(q_first, seq_q, diag_k, key_len, win_left, win_right, &block_first_lo, &block_first_hi);
+    visible_keys(q_last, seq_q, diag_k, key_len, win_left, win_right, &block_last_lo, &block_last_hi);
     (void)block_first_lo;
     (void)block_last_hi;
 
@@ -638,10 +638,10 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
             if (masked) {
                 long lo, hi;
                 const long pair0 = (long)(key0 + 2 * t);
-                visible_keys(ROW_QUERY(row_lo), seq_q, seq_k, key_len, win_left, win_right, &lo, &hi);
+                visible_keys(ROW_QUERY(row_lo), seq_q, diag_k, key_len, win_left, win_right, &lo, &hi);
                 first_lo = (int)clamp(lo - pair0, 0L, (long)BLOCK);
                 last_lo = (int)clamp(hi - 1 - pair0, -1L, (long)BLOCK);
-                visible_keys(ROW_QUERY(row_lo + 8), seq_q, seq_k, key_len, win_left, win_right, &lo, &hi);
+                visible_keys(ROW_QUERY(row_lo + 8), seq_q, diag_k, key_len, win_left, win_right, &lo, &hi);
                 first_hi = (int)clamp(lo - pair0, 0L, (long)BLOCK);
                 last_hi = (int)clamp(hi - 1 - pair0, -1L, (long)BLOCK);
             }

@@ -342,7 +342,16 @@ CLFLASH_API clflash_status clflash_context_set_tuning(clflash_context *c, const 
  * d - window_left <= j <= d + window_right (the descriptor's fields). With CLFLASH_CAUSAL as well,
  * both rules hold. */
 #define CLFLASH_WINDOW (1u << 1)
-#define CLFLASH_KNOWN_FLAGS (CLFLASH_CAUSAL | CLFLASH_WINDOW)
+/* With key_lengths (a KV cache whose sequences have different lengths): causal, window and ALiBi
+ * take batch entry b's diagonal at its own key length, d = i + L - seq_q with L = key_lengths[b]
+ * (clamped to [0, seq_k]), instead of at the buffer's seq_k. The seq_q queries are then the last
+ * seq_q positions of each sequence, as in FlashAttention's cache_seqlens rule: with causal,
+ * query i of a sequence of L keys sees key j iff j <= i + L - seq_q, so the queries of a ragged
+ * multi-token step never see each other's future. Without this flag key_lengths only hides the
+ * keys j >= L and the diagonal stays at i + seq_k - seq_q (the meaning before 0.5, kept). Without
+ * key_lengths the flag changes nothing. Forward and backward, every kernel. */
+#define CLFLASH_ALIGN_TO_KEY_LENGTH (1u << 2)
+#define CLFLASH_KNOWN_FLAGS (CLFLASH_CAUSAL | CLFLASH_WINDOW | CLFLASH_ALIGN_TO_KEY_LENGTH)
 
 /* Bits of clflash_attention_desc.bias_broadcast: that dimension of the bias has stride 0, so one
  * bias is shared by every batch entry / head / query row. */
@@ -399,7 +408,8 @@ typedef struct {
                              and key j gets -slope[h] * |i + seq_k - seq_q - j| (after softcap) */
     cl_mem key_lengths;   /* NULL = none; else int32[batch] of the context: keys j >= key_lengths[b]
                              are invisible to batch entry b (values are clamped to [0, seq_k]); a
-                             row left with no visible key gets O = 0 and lse = -INFINITY */
+                             row left with no visible key gets O = 0 and lse = -INFINITY. Where
+                             causal, window and ALiBi put the diagonal: CLFLASH_ALIGN_TO_KEY_LENGTH */
 
     /* ---- Added in 0.5 (past 0.5.0's first layout; see struct_size). Zero keeps the default. ---- */
     uint32_t num_splits;  /* split-KV (flash-decoding) for the forward: 0 = the planner decides, 1 =

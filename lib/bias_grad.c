@@ -46,9 +46,10 @@ static clflash_status make_kernel(clflash_context *c, const void *arg, cl_kernel
     /* dBias is fp32 (CLFLASH_OUT_F32), and no lse is written */
     snprintf(defines, sizeof defines,
              "%s -D CLFLASH_OUT_F32 -D WITH_LSE=0 -D HEAD_DIM=%u -D CAUSAL=%d -D WINDOW=%d -D SOFTCAP=%u -D BIAS=1 "
-             "-D ALIBI=%u -D KEYLEN=%u -D BCAST_BATCH=%u -D BCAST_HEADS=%u -D BCAST_ROWS=%u%s",
+             "-D ALIBI=%u -D KEYLEN=%u -D KEYLEN_DIAGONAL=%d -D BCAST_BATCH=%u -D BCAST_HEADS=%u -D BCAST_ROWS=%u%s",
              clflash_dtype_define((clflash_dtype)bb->dtype), bb->kernel_dim, (bb->flags & CLFLASH_CAUSAL) != 0,
-             (bb->flags & CLFLASH_WINDOW) != 0, bb->softcap, bb->alibi, bb->keylen, bb->bcast & 1u,
+             (bb->flags & CLFLASH_WINDOW) != 0, bb->softcap, bb->alibi, bb->keylen,
+             (bb->flags & CLFLASH_ALIGN_TO_KEY_LENGTH) != 0, bb->bcast & 1u,
              (bb->bcast >> 1) & 1u, (bb->bcast >> 2) & 1u, shape);
     if ((st = clflash_get_program(c, bb->tensor_cores ? CLFLASH_SOURCE_NV_MMA_BIAS_GRAD : CLFLASH_SOURCE_BIAS_GRAD,
                                   defines, &prog)) != CLFLASH_SUCCESS)
@@ -101,7 +102,8 @@ clflash_status clflash_enqueue_bias_grad(clflash_context *c, const clflash_probl
     const bias_grad_build bb = {KEY_TAG,
                                 (uint32_t)p->dtype,
                                 p->head_dim,
-                                p->flags & (CLFLASH_CAUSAL | CLFLASH_WINDOW),
+                                (p->flags & (CLFLASH_CAUSAL | CLFLASH_WINDOW)) |
+                                    (clflash_keylen_diagonal(p) ? CLFLASH_ALIGN_TO_KEY_LENGTH : 0u),
                                 p->softcap != 0.0f,
                                 p->alibi_slopes != NULL,
                                 p->key_lengths != NULL,

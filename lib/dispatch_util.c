@@ -37,12 +37,22 @@ const char *clflash_out_define(clflash_dtype t)
     }
 }
 
+/* Only with key_lengths and a rule that has a diagonal, so that other calls share the programs
+ * they had. */
+int clflash_keylen_diagonal(const clflash_problem *p)
+{
+    return (p->flags & CLFLASH_ALIGN_TO_KEY_LENGTH) && p->key_lengths != NULL &&
+           ((p->flags & (CLFLASH_CAUSAL | CLFLASH_WINDOW)) || p->alibi_slopes != NULL);
+}
+
 void clflash_feature_defines(const clflash_problem *p, int with_lse, char *buf, size_t size)
 {
-    snprintf(buf, size, "%s %s -D CAUSAL=%d -D WINDOW=%d -D SOFTCAP=%d -D BIAS=%d -D ALIBI=%d -D KEYLEN=%d -D WITH_LSE=%d",
+    snprintf(buf, size,
+             "%s %s -D CAUSAL=%d -D WINDOW=%d -D SOFTCAP=%d -D BIAS=%d -D ALIBI=%d -D KEYLEN=%d -D KEYLEN_DIAGONAL=%d "
+             "-D WITH_LSE=%d",
              clflash_dtype_define(p->dtype), clflash_out_define(p->out_dtype), (p->flags & CLFLASH_CAUSAL) ? 1 : 0,
              (p->flags & CLFLASH_WINDOW) ? 1 : 0, p->softcap != 0.0f, p->bias != NULL, p->alibi_slopes != NULL,
-             p->key_lengths != NULL, with_lse ? 1 : 0);
+             p->key_lengths != NULL, clflash_keylen_diagonal(p), with_lse ? 1 : 0);
 }
 
 void clflash_forward_defines(const clflash_problem *p, int with_lse, uint32_t splits, uint32_t pack, char *buf,

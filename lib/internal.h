@@ -473,8 +473,11 @@ CLFLASH_INTERNAL cl_int clflash_set_args(cl_kernel k, cl_uint first, const clfla
 CLFLASH_INTERNAL const char *clflash_dtype_define(clflash_dtype t);
 /* "-D CLFLASH_OUT_x" for O's storage type (F16, BF16, else F32). */
 CLFLASH_INTERNAL const char *clflash_out_define(clflash_dtype t);
+/* 1 where the kernels put each entry's diagonal at its key length (their KEYLEN_DIAGONAL): the
+ * flag CLFLASH_ALIGN_TO_KEY_LENGTH with key_lengths and causal, window or ALiBi. */
+CLFLASH_INTERNAL int clflash_keylen_diagonal(const clflash_problem *p);
 /* Writes the -D options that select p's storage types and features (dtype, output type, CAUSAL,
- * WINDOW, SOFTCAP, BIAS, ALIBI, KEYLEN, WITH_LSE) into buf. */
+ * WINDOW, SOFTCAP, BIAS, ALIBI, KEYLEN, KEYLEN_DIAGONAL, WITH_LSE) into buf. */
 CLFLASH_INTERNAL void clflash_feature_defines(const clflash_problem *p, int with_lse, char *buf, size_t size);
 /* The forward kernels' defines: clflash_feature_defines, with O and lse the fp32 parts of the split
  * path when splits > 1 (then always WITH_LSE), plus SPLIT (0 or 1) and PACK (query heads per

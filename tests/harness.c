@@ -361,9 +361,11 @@ const char *th_desc_str(const clflash_attention_desc *d, char *buf, size_t n)
                    : d->dtype == CLFLASH_BF16 ? "bf16" : d->dtype == CLFLASH_I8 ? "i8" : "dtype?";
     int strided = !layout_is_default(&d->q) || !layout_is_default(&d->k) || !layout_is_default(&d->v) ||
                   !layout_is_default(&d->o);
-    snprintf(buf, n, "%s b%u h%u/%u q%u k%u d%u%s scale=%g block=%u%s", dt, d->batch, d->heads_q,
+    snprintf(buf, n, "%s b%u h%u/%u q%u k%u d%u%s%s%s scale=%g block=%u%s", dt, d->batch, d->heads_q,
              d->heads_kv, d->seq_q, d->seq_k, d->head_dim, (d->flags & CLFLASH_CAUSAL) ? " causal" : "",
-             (double)d->scale, d->block, strided ? " strided" : "");
+             (d->flags & CLFLASH_WINDOW) ? " window" : "",
+             (d->flags & CLFLASH_ALIGN_TO_KEY_LENGTH) ? " aligned-to-key-lengths" : "", (double)d->scale, d->block,
+             strided ? " strided" : "");
     return buf;
 }
 

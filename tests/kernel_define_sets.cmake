@@ -12,8 +12,8 @@
 # per row for many rows, 128 for a decoding step's few, whose parts are fp32).
 # Each entry of _cases is "name|source after common.cl|options".
 
-set(_none "-cl-std=CL1.2 -D CAUSAL=0 -D WINDOW=0 -D SOFTCAP=0 -D BIAS=0 -D ALIBI=0 -D KEYLEN=0")
-set(_all "-cl-std=CL1.2 -D CAUSAL=1 -D WINDOW=1 -D SOFTCAP=1 -D BIAS=1 -D ALIBI=1 -D KEYLEN=1")
+set(_none "-cl-std=CL1.2 -D CAUSAL=0 -D WINDOW=0 -D SOFTCAP=0 -D BIAS=0 -D ALIBI=0 -D KEYLEN=0 -D KEYLEN_DIAGONAL=0")
+set(_all "-cl-std=CL1.2 -D CAUSAL=1 -D WINDOW=1 -D SOFTCAP=1 -D BIAS=1 -D ALIBI=1 -D KEYLEN=1 -D KEYLEN_DIAGONAL=1")
 set(_fwd "-D CLFLASH_DTYPE_F16")
 set(_cases
   "forward-regtile-d64|flash_forward_regtile.cl|${_none} ${_fwd} -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D HEAD_DIM=64 @REGTILE@"

@@ -19,8 +19,8 @@ if(NOT CLANG)
   return()
 endif()
 
-set(_common "-cl-std=CL1.2 -D CAUSAL=0 -D WINDOW=0 -D SOFTCAP=0 -D BIAS=0 -D ALIBI=0 -D KEYLEN=0")
-set(_all "-cl-std=CL1.2 -D CAUSAL=1 -D WINDOW=1 -D SOFTCAP=1 -D BIAS=1 -D ALIBI=1 -D KEYLEN=1")
+set(_common "-cl-std=CL1.2 -D CAUSAL=0 -D WINDOW=0 -D SOFTCAP=0 -D BIAS=0 -D ALIBI=0 -D KEYLEN=0 -D KEYLEN_DIAGONAL=0")
+set(_all "-cl-std=CL1.2 -D CAUSAL=1 -D WINDOW=1 -D SOFTCAP=1 -D BIAS=1 -D ALIBI=1 -D KEYLEN=1 -D KEYLEN_DIAGONAL=1")
 # name | target | sources after common.cl, joined by + | options
 set(_cases
   "forward-cpu|spir64|flash_forward_cpu.cl|${_all} -D CLFLASH_DTYPE_BF16 -D CLFLASH_OUT_BF16 -D WITH_LSE=1 -D SPLIT=1 -D PACK=1 -D HEAD_DIM=32 -D BLOCK=64"

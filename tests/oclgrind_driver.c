@@ -120,6 +120,11 @@ static const backward_case bcases[] = {
     /* everything at once */
     {TB_FLASH, 2, 2, 1, 17, 19, 8, CLFLASH_BF16, WC, 8, 0, 0, 6, 1, 1.0f, 2.5f, TB_BIAS_BCAST, 1, TB_LENS_RAGGED, 0},
     {TB_NAIVE, 2, 2, 1, 17, 19, 8, CLFLASH_F16, WC, 0, 0, 0, 6, 1, 1.0f, 2.5f, TB_BIAS_BCAST, 1, TB_LENS_RAGGED, 0},
+    /* diagonals at each entry's key length (CLFLASH_ALIGN_TO_KEY_LENGTH), portable and CPU paths */
+    {TB_FLASH, 4, 2, 1, 5, 19, 8, CLFLASH_F16, WC | CLFLASH_ALIGN_TO_KEY_LENGTH, 8, 0, 0, 3, 0, 0.0f, 0.0f, TB_NO_BIAS, 1,
+     TB_LENS_RAGGED, 0},
+    {TB_FLASH, 4, 2, 1, 5, 19, 8, CLFLASH_F32, CLFLASH_CAUSAL | CLFLASH_ALIGN_TO_KEY_LENGTH, 8, 0, 0, 0, 0, 0.0f, 0.0f,
+     TB_NO_BIAS, 1, TB_LENS_RAGGED, 1},
     /* the CPU path (portable.cpu_path=1, one work-item per row) of the backward and, through the
      * device forward these cases use, of the forward: several key and query blocks per group (B = 8,
      * 16), GQA, head_dims 7 and 12 (padded tile columns), strided, f32, f16 and bf16, and features

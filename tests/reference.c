@@ -152,15 +152,28 @@ void ref_attention(const clflash_attention_desc *d, const float *q, const float 
     ref_attention_ex(d, q, k, v, NULL, o, lse);
 }
 
+/* Batch entry b's keys: its key length clamped to [0, seq_k], else seq_k. */
+static int64_t ref_key_len(const clflash_attention_desc *d, const ref_extras *x, uint32_t b)
+{
+    if (!x || !x->key_lengths)
+        return d->seq_k;
+    const int64_t len = x->key_lengths[b];
+    return len < 0 ? 0 : len < (int64_t)d->seq_k ? len : (int64_t)d->seq_k;
+}
+
+/* Query i's diagonal key in batch entry b: i + seq_k - seq_q, or with CLFLASH_ALIGN_TO_KEY_LENGTH
+ * i + key_len - seq_q. */
+static int64_t ref_diagonal(const clflash_attention_desc *d, const ref_extras *x, uint32_t b, uint32_t i)
+{
+    const int64_t keys = (d->flags & CLFLASH_ALIGN_TO_KEY_LENGTH) ? ref_key_len(d, x, b) : (int64_t)d->seq_k;
+    return (int64_t)i + keys - (int64_t)d->seq_q;
+}
+
 void ref_visible_keys(const clflash_attention_desc *d, const ref_extras *x, uint32_t b, uint32_t i, int64_t *lo,
                       int64_t *hi)
 {
-    const int64_t diag = (int64_t)i + (int64_t)d->seq_k - (int64_t)d->seq_q;
-    int64_t l = 0, h = d->seq_k;
-    if (x && x->key_lengths) {
-        const int64_t len = x->key_lengths[b];
-        h = len < 0 ? 0 : len < h ? len : h;
-    }
+    const int64_t diag = ref_diagonal(d, x, b, i);
+    int64_t l = 0, h = ref_key_len(d, x, b);
     if ((d->flags & CLFLASH_CAUSAL) && diag + 1 < h)
         h = diag + 1;
     if (d->flags & CLFLASH_WINDOW) {
@@ -185,8 +198,7 @@ double ref_transform_score(const clflash_attention_desc *d, const ref_extras *x,
     if (x && x->bias)
         s += (double)x->bias[bs->offset + b * bs->batch_stride + h * bs->head_stride + i * bs->seq_stride + j];
     if (x && x->alibi_slopes) {
-        const int64_t diag = (int64_t)i + (int64_t)d->seq_k - (int64_t)d->seq_q;
-        s -= (double)x->alibi_slopes[h] * fabs((double)(diag - (int64_t)j));
+        s -= (double)x->alibi_slopes[h] * fabs((double)(ref_diagonal(d, x, b, i) - (int64_t)j));
     }
     if (dfds)
         *dfds = g;

@@ -478,6 +478,7 @@ END_TEST
 #define LENS_RAGGED TB_LENS_RAGGED
 #define LENS_ZERO TB_LENS_ZERO
 #define WIN CLFLASH_WINDOW
+#define ALN CLFLASH_ALIGN_TO_KEY_LENGTH
 
 typedef struct {
     uint32_t batch, heads_q, heads_kv, seq_q, seq_k, head_dim;
@@ -569,6 +570,13 @@ static const feat_t feats[] = {
     /* block boundaries: the first row of query block m sees keys from 8m - 8 (the first key of a key
      * block), the last row up to 8m + 8 (the first key of the next key block) */
     {1, 2, 1, 40, 40, 16, F32, WIN, 8, 1, 0.0f, 0.0f, NO_BIAS, 0, NO_LENS, 8},
+    /* diagonals at each entry's key length (a ragged KV cache, lengths (seq_k + 1) / 2, 0, past
+     * seq_k, 1): a multi-token step, causal with a window and ALiBi, every transform with small
+     * blocks, decoding */
+    {4, 2, 1, 5, 37, 16, F32, CAUSAL | ALN, 0, 0, 0.0f, 0.0f, NO_BIAS, 0, LENS_RAGGED, 0},
+    {4, 4, 2, 7, 41, 16, F16, CAUSAL | WIN | ALN, 6, 0, 0.0f, 0.0f, NO_BIAS, 1, LENS_RAGGED, 0},
+    {3, 2, 0, 19, 53, 16, BF16, WIN | ALN, 4, 9, 1.0f, 3.0f, BIAS_FULL, 1, LENS_RAGGED, 8},
+    {4, 2, 1, 1, 61, 16, F32, CAUSAL | ALN, 0, 0, 0.0f, 0.0f, NO_BIAS, 1, LENS_RAGGED, 0},
 };
 
 /* _i: row of feats; both paths against the reference. */

@@ -530,6 +530,44 @@ START_TEST(each_feature_decoding)
 }
 END_TEST
 
+/* CLFLASH_ALIGN_TO_KEY_LENGTH: a ragged KV cache whose entries' diagonals sit at their own key
+ * lengths (a multi-token step; lengths below seq_q, 0, and past seq_k, clamped), with causal,
+ * window and ALiBi, a decoding step with its parts, and the flag without key_lengths (which
+ * changes nothing). _i: case * 3 + type (f32, f16, bf16). */
+static const struct { uint32_t b, hq, hkv, sq, sk, flags, left, right, splits; int alibi, lens; } aligned[] = {
+    {4, 4, 2, 5, 37, CLFLASH_CAUSAL, 0, 0, 0, 0, 1},
+    {4, 2, 1, 7, 41, CLFLASH_CAUSAL | CLFLASH_WINDOW, 6, 0, 0, 1, 1},
+    {4, 2, 0, 9, 33, CLFLASH_WINDOW, 4, 3, 0, 1, 1},
+    {4, 8, 2, 2, 700, CLFLASH_CAUSAL, 0, 0, 3, 1, 1},
+    {2, 2, 1, 6, 29, CLFLASH_CAUSAL, 0, 0, 0, 1, 0},
+};
+
+START_TEST(aligned_to_key_lengths)
+{
+    const int32_t lens[4][4] = {{37, 20, 3, 0}, {41, 44, 7, 1}, {33, 12, 0, 9}, {700, 333, 0, 0}};
+    const int k = _i / 3;
+    const clflash_dtype t = all_types[_i % 3];
+    feature_case fc = make(aligned[k].b, aligned[k].hq, aligned[k].hkv, aligned[k].sq, aligned[k].sk, 16, t,
+                           aligned[k].flags | CLFLASH_ALIGN_TO_KEY_LENGTH);
+    fc.d.window_left = aligned[k].left;
+    fc.d.window_right = aligned[k].right;
+    fc.d.num_splits = aligned[k].splits;
+    if (aligned[k].alibi) {
+        fc.slopes = malloc(aligned[k].hq * sizeof(float));
+        REQUIRE(fc.slopes);
+        for (uint32_t h = 0; h < aligned[k].hq; h++)
+            fc.slopes[h] = 0.25f / (float)(h + 1);
+    }
+    if (aligned[k].lens) {
+        fc.lens = malloc(aligned[k].b * sizeof(int32_t));
+        REQUIRE(fc.lens);
+        memcpy(fc.lens, lens[k], aligned[k].b * sizeof(int32_t));
+    }
+    check_both(&fc, "aligned to key lengths");
+    free_case(&fc);
+}
+END_TEST
+
 /* ---- validation of the new fields --------------------------------------------------------------- */
 static clflash_status plan_status(const clflash_attention_desc *d)
 {
@@ -641,6 +679,7 @@ static Suite *features_suite(void)
     tcase_add_test(tm, everything_at_once);
     tcase_add_loop_test(tm, each_feature_in_each_dtype, 0, 5 * 4);
     tcase_add_loop_test(tm, each_feature_decoding, 0, 5 * 2 * 4);
+    tcase_add_loop_test(tm, aligned_to_key_lengths, 0, 3 * (int)N_OF(aligned));
     tcase_add_test(tv, validation_of_new_fields);
     tcase_add_test(tv, small_feature_buffers_refused);
     tcase_add_test(tv, window_skips_tiles_in_the_traffic_model);
@@ -663,6 +702,7 @@ static Suite *features_suite(void)
     tcase_add_loop_test(tg, key_padding, 0, 2);
     tcase_add_test(tg, everything_at_once);
     tcase_add_loop_test(tg, each_feature_decoding, 0, 5 * 2 * 4);
+    tcase_add_loop_test(tg, aligned_to_key_lengths, 0, 3 * (int)N_OF(aligned));
     suite_add_tcase(s, tg);
 
     TCase *ts = tcase_create("gpu_path_small_tiles");
@@ -671,6 +711,7 @@ static Suite *features_suite(void)
     tcase_add_loop_test(ts, sliding_window, 0, (int)(sizeof windows / sizeof windows[0]));
     tcase_add_test(ts, everything_at_once);
     tcase_add_loop_test(ts, each_feature_in_each_dtype, 0, 5 * 4);
+    tcase_add_loop_test(ts, aligned_to_key_lengths, 0, 3 * (int)N_OF(aligned));
     suite_add_tcase(s, ts);
     return s;
 }

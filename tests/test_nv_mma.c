@@ -370,6 +370,7 @@ static const mma_shape shapes[] = {
  * GQA packing, splits and ragged key lengths, on odd, prime and size-1 shapes. */
 #define W CLFLASH_WINDOW
 #define C CLFLASH_CAUSAL
+#define A CLFLASH_ALIGN_TO_KEY_LENGTH
 static const mma_shape feature_shapes[] = {
     {1, 1, 0, 131, 131, 64, W, 0, 0, 0, 0, 0, 0, 17, 0, 0, 0, 0},
     {1, 2, 0, 97, 211, 128, W, 0, 0, 0, 0, 0, 0, 5, 23, 0, 0, 0},
@@ -399,9 +400,17 @@ static const mma_shape feature_shapes[] = {
     {2, 4, 2, 77, 150, 64, W | C, 0, 1, 0, 0, 0, 1, 40, 0, 20.0f, BIAS_FULL, 1},
     {2, 12, 4, 4, 555, 128, W | C, 0, 0, 0, 0, 5, 1, 200, 0, 10.0f, BIAS_ROWS, 1},
     {2, 4, 2, 77, 150, 59, W | C, 0, 2, 0, 0, 0, 1, 40, 0, 20.0f, BIAS_FULL, 1}, /* odd head_dim and strides */
+    /* diagonals at each entry's key length (CLFLASH_ALIGN_TO_KEY_LENGTH; lengths seq_k, 0, 1,
+     * seq_k / 2 + 1, past seq_k): a multi-token step, a decoding step in parts with a window and
+     * ALiBi, and every feature at once */
+    {5, 4, 2, 7, 300, 128, C | A, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0},
+    {5, 32, 8, 1, 4099, 128, W | C | A, 0, 0, 0, 0, 0, 1, 1000, 0, 0, 0, 1},
+    {5, 8, 2, 5, 700, 64, W | C | A, 0, 0, 0, 0, 3, 1, 300, 0, 0, 0, 1},
+    {5, 4, 2, 77, 150, 59, W | C | A, 0, 2, 0, 0, 0, 1, 40, 0, 20.0f, BIAS_FULL, 1},
 };
 #undef W
 #undef C
+#undef A
 #define N_FEATURE_SHAPES N_OF(feature_shapes)
 
 static float put(clflash_dtype t, uint16_t *buf, uint64_t i, float x)
@@ -827,6 +836,7 @@ typedef struct {
 
 #define W CLFLASH_WINDOW
 #define C CLFLASH_CAUSAL
+#define A CLFLASH_ALIGN_TO_KEY_LENGTH
 static const bwd_feature_shape bwd_feature_shapes[] = {
     {1, 1, 0, 131, 131, 64, W, 0, 17, 0, 0, TB_NO_BIAS, 0, TB_NO_LENS},
     {1, 2, 0, 97, 211, 128, W, 0, 5, 23, 0, TB_NO_BIAS, 0, TB_NO_LENS},
@@ -863,9 +873,14 @@ static const bwd_feature_shape bwd_feature_shapes[] = {
     {4, 4, 2, 100, 100, 224, C, 0, 0, 0, 0, TB_NO_BIAS, 0, TB_LENS_RAGGED},
     {4, 4, 2, 77, 150, 256, W | C, 0, 40, 0, 20.0f, TB_BIAS_FULL, 1, TB_LENS_RAGGED},
     {2, 2, 1, 45, 77, 137, C, 0, 0, 0, 5.0f, TB_BIAS_KEYS, 1, TB_LENS_RAGGED},
+    /* diagonals at each entry's key length (CLFLASH_ALIGN_TO_KEY_LENGTH) */
+    {4, 4, 2, 7, 100, 128, C | A, 0, 0, 0, 0, TB_NO_BIAS, 0, TB_LENS_RAGGED},
+    {4, 4, 2, 77, 150, 64, W | C | A, 0, 40, 0, 20.0f, TB_BIAS_FULL, 1, TB_LENS_RAGGED},
+    {4, 2, 1, 45, 77, 192, W | A, 0, 9, 5, 0, TB_NO_BIAS, 1, TB_LENS_RAGGED},
 };
 #undef W
 #undef C
+#undef A
 #define N_BWD_FEATURE_SHAPES N_OF(bwd_feature_shapes)
 
 /* Each bwd_feature_shapes case in f16 and bf16, as backward_against_reference (every other one
