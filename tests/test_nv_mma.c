@@ -21,6 +21,10 @@
  *                         gradients, with the bias gradient (cl/nv_mma_bias_grad.cl) wherever
  *                         there is a bias, and checks that two runs give the same bits (dBias
  *                         summed over batch entries and heads, and over rows, included).
+ *   test_nv_mma numerics|backward_numerics features FIRST [LAST]
+ *                         only the feature shapes FIRST .. LAST (rows of feature_shapes or
+ *                         bwd_feature_shapes, from 0; LAST defaults to the table's last), in f16
+ *                         and bf16: a short run on a device after a change to one feature.
  *
  * Own small harness: the shared one stores only f32 and f16.
  */
@@ -593,6 +597,7 @@ START_TEST(against_reference)
 }
 END_TEST
 
+/* _i: the row in f16, then (plus N_FEATURE_SHAPES) in bf16. */
 START_TEST(features_against_reference)
 {
     run_shape(&feature_shapes[_i % N_FEATURE_SHAPES], _i < (int)N_FEATURE_SHAPES ? CLFLASH_F16 : CLFLASH_BF16);
@@ -988,11 +993,29 @@ int main(int argc, char **argv)
             return SKIP_CODE;
         }
     }
+    /* "features FIRST [LAST]": those feature rows only, each in both types */
+    int first = -1, last = -1;
+    if (argc > 2) {
+        const int n = forward ? N_FEATURE_SHAPES : N_BWD_FEATURE_SHAPES;
+        char *end = NULL;
+        first = argc > 3 ? (int)strtol(argv[3], &end, 10) : -1;
+        last = argc > 4 ? (int)strtol(argv[4], NULL, 10) : n - 1;
+        if ((!forward && !backward) || strcmp(argv[2], "features") != 0 || first < 0 || last < first || last >= n) {
+            fprintf(stderr, "usage: %s numerics|backward_numerics features FIRST [LAST] (rows 0 .. %d)\n", argv[0],
+                    n - 1);
+            return EXIT_FAILURE;
+        }
+    }
     Suite *s = suite_create("nv_mma");
     TCase *tc = tcase_create(part);
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, TEST_TIMEOUT_S);
-    if (forward) {
+    if (first >= 0) {
+        const TTest *const rows = forward ? features_against_reference : backward_features_against_reference;
+        const int n = forward ? N_FEATURE_SHAPES : N_BWD_FEATURE_SHAPES;
+        tcase_add_loop_test(tc, rows, first, last + 1);
+        tcase_add_loop_test(tc, rows, n + first, n + last + 1);
+    } else if (forward) {
         tcase_add_loop_test(tc, against_reference, 0, 2 * (int)N_SHAPES);
         tcase_add_loop_test(tc, features_against_reference, 0, 2 * (int)N_FEATURE_SHAPES);
         tcase_add_test(tc, repeatable);
