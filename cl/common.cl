@@ -341,6 +341,62 @@ static inline void split_part(uint n_splits, uint split_keys, uint heads_q, uint
 #endif
 }
 
+/* ---- a paged KV cache (the forward kernels) ------------------------------------------------------
+ * PAGED=1: K and V are pools of pages of PAGE_SIZE keys (clflash.h, "Paged KV caches"). The host
+ * passes their layouts with the page in place of the batch (k_bs, v_bs step from one page to the
+ * next) and block_table, int32[batch][pages_per_seq]: key j of batch entry b is slot
+ * j % PAGE_SIZE of page block_table[b * pages_per_seq + j / PAGE_SIZE]. The host guarantees
+ * seq_k <= pages_per_seq * PAGE_SIZE, so every key below seq_k has its entry in b's row; the
+ * entries themselves come from device memory the host cannot check, so each is clamped into
+ * [0, num_pages): a bad one reads some page of the pool, never memory outside it. PAGED=0: K and
+ * V are ordinary tensors and the three arguments are not read. */
+#if !defined(PAGED) || (PAGED && !defined(PAGE_SIZE))
+#error "PAGED (and PAGE_SIZE when paged) are set by the host (lib/dispatch_util.c, clflash_forward_defines)"
+#endif
+
+/* Batch entry b's row of the block table (PAGED), or NULL. */
+static inline __global const int *kv_page_row(__global const int *block_table, uint pages_per_seq, uint b)
+{
+#if PAGED
+    return block_table + (ulong)b * pages_per_seq;
+#else
+    (void)block_table;
+    (void)pages_per_seq;
+    (void)b;
+    return 0;
+#endif
+}
+
+/* The first element of K/V head hk of batch entry b: its row 0, or with PAGED its place within
+ * every page (the page itself comes with each key, kv_row). */
+static inline ulong kv_head_base(ulong offset, ulong batch_stride, ulong head_stride, uint b, uint hk)
+{
+#if PAGED
+    (void)batch_stride;
+    (void)b;
+    return offset + (ulong)hk * head_stride;
+#else
+    return offset + (ulong)b * batch_stride + (ulong)hk * head_stride;
+#endif
+}
+
+/* The first element of key `key`'s row, from its head's base (kv_head_base): base + key *
+ * seq_stride, or with PAGED slot key % PAGE_SIZE of the page the entry's table row names.
+ * page_stride is the layout's batch stride; pages is the entry's table row (kv_page_row). */
+static inline ulong kv_row(ulong base, ulong page_stride, ulong seq_stride, __global const int *pages, uint num_pages,
+                           uint key)
+{
+#if PAGED
+    const uint page = (uint)clamp(pages[key / PAGE_SIZE], 0, (int)num_pages - 1);
+    return base + (ulong)page * page_stride + (ulong)(key % PAGE_SIZE) * seq_stride;
+#else
+    (void)page_stride;
+    (void)pages;
+    (void)num_pages;
+    return base + (ulong)key * seq_stride;
+#endif
+}
+
 /* ---- the portable forward: its kernels' arguments and rules -------------------------------------
  * The portable forward has three paths, a kernel file each: flash_forward_lanes.cl (lane per row),
  * flash_forward_regtile.cl (register tiles, the GPU default) and flash_forward_cpu.cl (CPU
@@ -374,14 +430,14 @@ static inline void split_part(uint n_splits, uint split_keys, uint heads_q, uint
     ulong o_bs, ulong o_hs, ulong o_ss, uint win_left, uint win_right, float softcap, \
     float out_scale, __global const float *bias, ulong bias_off, ulong bias_bs, ulong bias_hs, \
     ulong bias_rs, __global const float *alibi, __global const int *key_lens, uint n_splits, \
-    uint split_keys
+    uint split_keys, __global const int *block_table, uint pages_per_seq, uint num_pages
 
 /* FORWARD_ARGS: FORWARD_PARAMS's names, for a kernel that passes them on to its body. */
 #define FORWARD_ARGS \
     q, k, v, o, lse, seq_q, seq_k, heads_q, group, score_scale, q_off, q_bs, q_hs, q_ss, k_off, \
     k_bs, k_hs, k_ss, v_off, v_bs, v_hs, v_ss, o_off, o_bs, o_hs, o_ss, win_left, win_right, \
     softcap, out_scale, bias, bias_off, bias_bs, bias_hs, bias_rs, alibi, key_lens, n_splits, \
-    split_keys
+    split_keys, block_table, pages_per_seq, num_pages
 
 /* PATH_FUNCTION: a forward path's body, a function always inlined into its kernel, which declares
  * the path's local arrays (OpenCL C 1.2 allows them only at kernel scope) and passes them in.

@@ -111,8 +111,9 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void flash_decode_cpu(FO
         for (uint c8 = 0; c8 < HD8; c8++)
             acc[r][c8] = (float8)(0.0f);
     }
-    const ulong kbase = tensor_index(k_off, k_bs, k_hs, k_ss, b, hk, 0);
-    const ulong vbase = tensor_index(v_off, v_bs, v_hs, v_ss, b, hk, 0);
+    const ulong kbase = kv_head_base(k_off, k_bs, k_hs, b, hk);
+    const ulong vbase = kv_head_base(v_off, v_bs, v_hs, b, hk);
+    __global const int *const pages = kv_page_row(block_table, pages_per_seq, b);
 
     for (uint k0 = key_begin; k0 < key_end; k0 += DEC_KEYS) {
         const uint n = min((uint)DEC_KEYS, key_end - k0);
@@ -123,7 +124,7 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void flash_decode_cpu(FO
         /* scores: each K element is loaded once, into a register, for every row */
         for (uint j = 0; j < n; j++) {
             const uint key = k0 + j;
-            const ulong at = kbase + (ulong)key * k_ss;
+            const ulong at = kv_row(kbase, k_bs, k_ss, pages, num_pages, key);
             /* two accumulators per row (even and odd float8s), unrolled over the rows, so that the
              * chains of dependent multiply-adds are short and live in registers */
             float8 d8[DEC_ROWS], e8[DEC_ROWS];
@@ -196,7 +197,7 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void flash_decode_cpu(FO
          * row sees entirely, where a p that underflowed to 0 still multiplies its V. */
         const bool full = (long)k0 >= max_lo && (long)(k0 + n) <= min_hi;
         for (uint j = 0; j < n; j++) {
-            const ulong at = vbase + (ulong)(k0 + j) * v_ss;
+            const ulong at = kv_row(vbase, v_bs, v_ss, pages, num_pages, k0 + j);
             float p[DEC_ROWS];
             int skip[DEC_ROWS];
 #pragma unroll

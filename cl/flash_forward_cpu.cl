@@ -86,8 +86,9 @@ PATH_FUNCTION void flash_forward_cpu_body(FORWARD_PARAMS, __local float *kf, __l
     const uint hk = h / group;
     const uint qi = q0 + lid;
 
-    const ulong kbase = tensor_index(k_off, k_bs, k_hs, k_ss, b, hk, 0);
-    const ulong vbase = tensor_index(v_off, v_bs, v_hs, v_ss, b, hk, 0);
+    const ulong kbase = kv_head_base(k_off, k_bs, k_hs, b, hk);
+    const ulong vbase = kv_head_base(v_off, v_bs, v_hs, b, hk);
+    __global const int *const pages = kv_page_row(block_table, pages_per_seq, b);
 
     /* This row of Q as fp32 (zeros past seq_q); the padding columns of vf are zero once and for all
      * (no tile load writes them). C1 of the first tile orders these stores before any read. */
@@ -124,8 +125,8 @@ const float slope = alibi_slope(alibi, h);
         {
             /* work-item lid loads key row k0 + lid of K (into column lid of kf) and of V */
             const bool in = k0 + lid < seq_k;
-            const ulong krow = kbase + (ulong)min(k0 + lid, seq_k - 1) * k_ss;
-            const ulong vrow = vbase + (ulong)min(k0 + lid, seq_k - 1) * v_ss;
+            const ulong krow = kv_row(kbase, k_bs, k_ss, pages, num_pages, min(k0 + lid, seq_k - 1));
+            const ulong vrow = kv_row(vbase, v_bs, v_ss, pages, num_pages, min(k0 + lid, seq_k - 1));
             for (uint c = 0; c < HEAD_DIM; c++) {
                 kf[c * BLOCK + lid] = in ? load_g(k, krow + c) : 0.0f;
                 vf[lid * HD8 + c] = in ? load_g(v, vrow + c) : 0.0f;

@@ -69,8 +69,9 @@ PATH_FUNCTION void flash_forward_lanes_body(FORWARD_PARAMS, __local bits_t *qt, 
     const uint qi = q0 + row; /* this row's query index; may be >= seq_q in the last block */
 
     const ulong qbase = tensor_index(q_off, q_bs, q_hs, q_ss, b, h, 0);
-    const ulong kbase = tensor_index(k_off, k_bs, k_hs, k_ss, b, hk, 0);
-    const ulong vbase = tensor_index(v_off, v_bs, v_hs, v_ss, b, hk, 0);
+    const ulong kbase = kv_head_base(k_off, k_bs, k_hs, b, hk);
+    const ulong vbase = kv_head_base(v_off, v_bs, v_hs, b, hk);
+    __global const int *const pages = kv_page_row(block_table, pages_per_seq, b);
 
     for (uint idx = lid; idx < BLOCK * HEAD_DIM; idx += WG_SIZE) {
         const uint r = idx / HEAD_DIM, c = idx % HEAD_DIM;
@@ -100,8 +101,8 @@ const float slope = alibi_slope(alibi, h);
         for (uint idx = lid; idx < BLOCK * HEAD_DIM; idx += WG_SIZE) {
             const uint r = idx / HEAD_DIM, c = idx % HEAD_DIM;
             const bool in = k0 + r < seq_k;
-            kt[c * KT_STRIDE + r] = in ? k[kbase + (ulong)(k0 + r) * k_ss + c] : zero_bits;
-            vt[r * LDS_STRIDE + c] = in ? v[vbase + (ulong)(k0 + r) * v_ss + c] : zero_bits;
+            kt[c * KT_STRIDE + r] = in ? k[kv_row(kbase, k_bs, k_ss, pages, num_pages, k0 + r) + c] : zero_bits;
+            vt[r * LDS_STRIDE + c] = in ? v[kv_row(vbase, v_bs, v_ss, pages, num_pages, k0 + r) + c] : zero_bits;
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* B2 */
 

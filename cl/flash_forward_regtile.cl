@@ -94,8 +94,9 @@ PATH_FUNCTION void flash_forward_regtile_body(FORWARD_PARAMS, __local float4 *qs
     group_heads(group, &h0, &hk);
 
     const ulong qbase = tensor_index(q_off, q_bs, q_hs, q_ss, b, h0, 0);
-    const ulong kbase = tensor_index(k_off, k_bs, k_hs, k_ss, b, hk, 0);
-    const ulong vbase = tensor_index(v_off, v_bs, v_hs, v_ss, b, hk, 0);
+    const ulong kbase = kv_head_base(k_off, k_bs, k_hs, b, hk);
+    const ulong vbase = kv_head_base(v_off, v_bs, v_hs, b, hk);
+    __global const int *const pages = kv_page_row(block_table, pages_per_seq, b);
 
     /* Q as fp32, zero past the last row and in the padding columns (they meet zeros of K). R2 of
      * the first tile orders these stores before any read. */
@@ -157,7 +158,8 @@ PATH_FUNCTION void flash_forward_regtile_body(FORWARD_PARAMS, __local float4 *qs
         for (uint idx = lid; idx < BLOCK * 4 * RT_D4; idx += WG_SIZE) {
             const uint r = idx / (4 * RT_D4), c = idx % (4 * RT_D4);
             kv[r * 4 * RT_KS4 + c] =
-                (k0 + r < seq_k && c < HEAD_DIM) ? load_g(k, kbase + (ulong)(k0 + r) * k_ss + c) : 0.0f;
+                (k0 + r < seq_k && c < HEAD_DIM) ? load_g(k, kv_row(kbase, k_bs, k_ss, pages, num_pages, k0 + r) + c)
+                                                  : 0.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* R2 */
 
@@ -247,7 +249,8 @@ PATH_FUNCTION void flash_forward_regtile_body(FORWARD_PARAMS, __local float4 *qs
         for (uint idx = lid; idx < BLOCK * 4 * RT_VC * RT_TC; idx += WG_SIZE) {
             const uint r = idx / (4 * RT_VC * RT_TC), c = idx % (4 * RT_VC * RT_TC);
             kv[r * 4 * RT_KS4 + c] =
-                (k0 + r < seq_k && c < HEAD_DIM) ? load_g(v, vbase + (ulong)(k0 + r) * v_ss + c) : 0.0f;
+                (k0 + r < seq_k && c < HEAD_DIM) ? load_g(v, kv_row(vbase, v_bs, v_ss, pages, num_pages, k0 + r) + c)
+                                                  : 0.0f;
         }
 #pragma unroll
         for (uint i = 0; i < RT_RM; i++) {

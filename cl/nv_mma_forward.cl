@@ -112,6 +112,81 @@
 #define LOCAL_ROWS (BLOCK_Q > 2 * STAGES * BLOCK ? BLOCK_Q : 2 * STAGES * BLOCK) /* STAGES K and V tiles */
 #define STAGE_HALVES (2 * BLOCK * ROW_STRIDE) /* one stage: a K tile and its V tile */
 
+#if PAGED
+/* K and V tiles from a paged cache (common.cl's PAGED), the stream kv_stream is for tensors: each
+ * work-item copies the 16-byte pieces lid, lid + THREADS, ... of a tile, every row from the pool
+ * page its key's table entry names. The entries of the next tile's rows are read as this tile's
+ * copies go out and used by the next call, so their latency passes behind a tile's computation
+ * instead of holding up the copies. Keys at or past `limit` and the padding columns read nothing
+ * and become zeros. Rows of 16 bytes only: the planner sends other layouts to the portable kernel. */
+#if !NV_ALIGNED
+#error "a paged KV cache on the tensor cores needs NV_ALIGNED (lib/nv_mma_forward_plan.c)"
+#endif
+#define PAGED_ITEMS ((BLOCK * CHUNKS + THREADS - 1) / THREADS) /* pieces per work-item and tile */
+typedef struct {
+    __global const ushort *k, *v;
+    ulong k_base, v_base, k_page, v_page, k_ss, v_ss; /* head bases in a page, page and slot strides */
+    __global const int *pages;                       /* the batch entry's table row */
+    uint num_pages, key0, limit;
+    uint page[PAGED_ITEMS]; /* the pool page of each of this work-item's rows of tile key0 */
+} paged_stream;
+
+static inline void paged_lookup(paged_stream *st)
+{
+#pragma unroll
+    for (uint i = 0; i < PAGED_ITEMS; i++) {
+        const uint c = get_local_id(0) + i * THREADS, key = st->key0 + c / CHUNKS;
+        st->page[i] = c < BLOCK * CHUNKS && key < st->limit
+                          ? (uint)clamp(st->pages[key / PAGE_SIZE], 0, (int)st->num_pages - 1)
+                          : 0u;
+    }
+}
+
+static inline paged_stream paged_stream_start(__global const ushort *k, ulong k_base, ulong k_page, ulong k_ss,
+                                              __global const ushort *v, ulong v_base, ulong v_page, ulong v_ss,
+                                              __global const int *pages, uint num_pages, uint limit, uint first)
+{
+    paged_stream st;
+    st.k = k;
+    st.v = v;
+    st.k_base = k_base;
+    st.v_base = v_base;
+    st.k_page = k_page;
+    st.v_page = v_page;
+    st.k_ss = k_ss;
+    st.v_ss = v_ss;
+    st.pages = pages;
+    st.num_pages = num_pages;
+    st.key0 = first;
+    st.limit = limit;
+    paged_lookup(&st);
+    return st;
+}
+
+/* Issues the copies of the next K tile into dst and its V tile into dst + BLOCK rows. */
+static inline void paged_stream_next(paged_stream *st, __local ushort *dst)
+{
+#pragma unroll
+    for (uint i = 0; i < PAGED_ITEMS; i++) {
+        const uint c = get_local_id(0) + i * THREADS, r = c / CHUNKS, piece = c % CHUNKS, key = st->key0 + r;
+        if (c < BLOCK * CHUNKS) {
+            const int inside = key < st->limit && piece * 8 < D_REAL;
+            const ulong slot = (ulong)(key % PAGE_SIZE), page = st->page[i];
+            const ulong at_k = st->k_base + page * st->k_page + slot * st->k_ss + piece * 8;
+            const ulong at_v = st->v_base + page * st->v_page + slot * st->v_ss + piece * 8;
+            copy16_async(dst + r * ROW_STRIDE + piece * 8, st->k + (inside ? at_k : st->k_base), inside ? 16u : 0u);
+            copy16_async(dst + (BLOCK + r) * ROW_STRIDE + piece * 8, st->v + (inside ? at_v : st->v_base),
+                         inside ? 16u : 0u);
+        }
+    }
+    st->key0 += BLOCK;
+    paged_lookup(st);
+}
+#define kv_tiles_next paged_stream_next
+#else
+#define kv_tiles_next kv_stream_next
+#endif
+
 /* Element offset of packed row r from its block's first head and query (common.cl's PACK). */
 static inline ulong packed_row_offset(uint r, ulong head_stride, ulong seq_stride)
 {
@@ -381,7 +456,7 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
                     ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss, uint win_left, uint win_right, float softcap,
                     float out_scale, __global const float *bias, ulong bias_off, ulong bias_bs, ulong bias_hs,
                     ulong bias_rs, __global const float *alibi, __global const int *key_lens, uint n_splits,
-                    uint split_keys
+                    uint split_keys, __global const int *block_table, uint pages_per_seq, uint num_pages
 #if FUSED_MERGE
                     , __global uint *tickets, __global ushort *o_out, __global float *lse_out, ulong out_off,
                     ulong out_bs, ulong out_hs, ulong out_ss
@@ -420,8 +495,8 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
     const uint rows_total = seq_q * PACK; /* packed rows of one (batch, K/V head); seq_q unpacked */
     const uint warp_row0 = warp * 16 * M_TILES; /* this warp's first row within the block */
     const ulong q_base = q_off + (ulong)b * q_bs + (ulong)h0 * q_hs;
-    const ulong k_base = k_off + (ulong)b * k_bs + (ulong)hk * k_hs;
-    const ulong v_base = v_off + (ulong)b * v_bs + (ulong)hk * v_hs;
+    const ulong k_base = kv_head_base(k_off, k_bs, k_hs, b, hk); /* paged: the head's place in a page */
+    const ulong v_base = kv_head_base(v_off, v_bs, v_hs, b, hk);
     const uint key_len = batch_key_len(key_lens, b, seq_k), diag_k = diagonal_keys(key_len, seq_k);
     const long shift = (long)diag_k - (long)seq_q; /* query i's diagonal key is i + shift */
     (void)out_scale; /* the I8 output scale: no I8 here */
@@ -538,7 +613,15 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
     __local const ushort *v_src0 = tiles + (BLOCK + (lane / 8) % 2 * 8 + lane % 8) * ROW_STRIDE + lane / 16 * 8;
 
     /* keys at or past key_len are never read: they become zeros */
+#if PAGED
+    paged_stream stream = paged_stream_start(k, k_base, k_bs, k_ss, v, v_base, v_bs, v_ss,
+                                             kv_page_row(block_table, pages_per_seq, b), num_pages, key_len, key_begin);
+#else
+    (void)block_table;
+    (void)pages_per_seq;
+    (void)num_pages;
     kv_stream stream = kv_stream_start_at(k, k_base, k_ss, v, v_base, v_ss, key_len, key_begin);
+#endif
 #if Q_WITH_TILES
     /* Q's copies, a commit group of their own before the tiles' (groups complete in order, so
      * waiting for all but the STAGES - 1 newest waits for Q alone) */
@@ -550,7 +633,7 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
 #pragma unroll
     for (uint u = 0; u + 1 < STAGES; u++) {
         if (u < n_tiles)
-            kv_stream_next(&stream, tiles + u * STAGE_HALVES);
+            kv_tiles_next(&stream, tiles + u * STAGE_HALVES);
         async_commit();
     }
 #if Q_WITH_TILES
@@ -587,7 +670,7 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
         /* tile j + STAGES - 1 streams into tile j - 1's stage while tiles j .. are computed */
         const uint refill = stage == 0 ? STAGES - 1 : stage - 1;
         if (j + STAGES - 1 < n_tiles)
-            kv_stream_next(&stream, tiles + refill * STAGE_HALVES);
+            kv_tiles_next(&stream, tiles + refill * STAGE_HALVES);
         async_commit();
         __local const ushort *k_src = k_src0 + stage * STAGE_HALVES;
         __local const ushort *v_src = v_src0 + stage * STAGE_HALVES;

@@ -425,10 +425,42 @@ typedef struct {
                              dS = P * (dP - D) over the batch entries, heads and query rows that
                              share it (see clflash_backward). Needs a bias; must be a buffer of its
                              own. The forward ignores it; clflash_backward_naive refuses it */
+
+    /* ---- A paged KV cache (since 0.5; clflash_forward only). See "Paged KV caches" below. ---- */
+    cl_mem block_table;     /* NULL = K and V are ordinary tensors; else int32[batch][pages_per_seq]
+                               of the context: entry [b][p] is the pool page that holds keys
+                               p * page_size .. (p + 1) * page_size - 1 of batch entry b */
+    uint32_t page_size;     /* keys per page, 1 .. CLFLASH_MAX_PAGE_SIZE (with a block_table) */
+    uint32_t pages_per_seq; /* the block table's row length; seq_k <= pages_per_seq * page_size */
+    uint32_t num_pages;     /* pages in the pool (K's and V's "batch" dimension) */
 } clflash_attention_desc;
 
 /* The most parts num_splits may ask for (and clflash_merge_states take). */
 #define CLFLASH_MAX_SPLITS 256u
+/* The largest page of a paged KV cache, in keys. */
+#define CLFLASH_MAX_PAGE_SIZE 65536u
+
+/* Paged KV caches (since 0.5; clflash_forward and clflash_plan_attention). With d->block_table
+ * set, K and V are pools of num_pages pages of page_size keys each, and the block table says
+ * which pages hold a batch entry's keys: key j of entry b is key slot j % page_size of page
+ * block_table[b][j / page_size]. The pools' layouts (d->k, d->v) are ordinary clflash_layouts
+ * with the page in place of the batch: element (page p, K/V head h, slot r, column c) is at
+ *     offset + p*batch_stride + h*head_stride + r*seq_stride + c
+ * so the contiguous default (zero strides) is a [page][head][slot][head_dim] pool, and
+ * [page][slot][head][head_dim] (FlashAttention's and vLLM's) is {0, page_size*heads_kv*d, d,
+ * heads_kv*d}. seq_k is the longest sequence the call sees (at most pages_per_seq * page_size);
+ * key_lengths gives each entry's own length (keys past it, and the table entries for them, are
+ * never used), and CLFLASH_ALIGN_TO_KEY_LENGTH puts causal/window diagonals at each entry's
+ * length, which is what one step of decoding or chunked prefill against a cache needs. Pages may
+ * be shared between entries (a common prefix) and lie in any order. Q, O and lse are as without
+ * paging. Every forward kernel reads the pages directly, split-KV parts and GQA packing
+ * included; the naive forward and the backward refuse a block table (CLFLASH_ERROR_UNSUPPORTED).
+ * The block table lives in device memory where clflash cannot check it before the kernels run:
+ * an entry outside [0, num_pages) is clamped into it (negative ones read page 0, too large ones
+ * the last page), so a bad table gives wrong attention but never reads outside the pools.
+ * Validation: block_table needs page_size, pages_per_seq and num_pages (each >= 1) and a buffer of
+ * at least batch * pages_per_seq int32s; those three without a block table are
+ * CLFLASH_ERROR_INVALID_ARGUMENT; K and V must hold num_pages pages of their layouts. */
 
 /* What the planner chose for a descriptor on a context's device. The caller sets struct_size
  * (see the top of this header) before passing it; clflash fills the first struct_size bytes and

@@ -24,7 +24,7 @@ clflash_status clflash_check_backward_features(const clflash_problem *p)
         return clflash_fail(CLFLASH_ERROR_UNSUPPORTED,
                             "the backward pass does not support i8 storage (f32, f16 and bf16 storage with every mask "
                             "and score transform are supported)");
-    return CLFLASH_SUCCESS;
+    return clflash_refuse_paged(p, "the backward pass");
 }
 
 /* The gradient kernel's CPU path (fp32 tiles, float8 accumulators; see cl/flash_backward.cl) where

@@ -63,7 +63,11 @@ void clflash_forward_defines(const clflash_problem *p, int with_lse, uint32_t sp
         as_built.out_dtype = CLFLASH_F32; /* the parts are fp32, and every part has its lse */
     clflash_feature_defines(&as_built, with_lse || splits > 1, buf, size);
     const size_t n = strlen(buf);
-    snprintf(buf + n, size - n, " -D SPLIT=%d -D PACK=%u", splits > 1, pack);
+    snprintf(buf + n, size - n, " -D SPLIT=%d -D PACK=%u -D PAGED=%d", splits > 1, pack, p->block_table != NULL);
+    if (p->block_table) {
+        const size_t m = strlen(buf);
+        snprintf(buf + m, size - m, " -D PAGE_SIZE=%u", p->page_size);
+    }
 }
 
 cl_int clflash_set_feature_args(cl_kernel k, cl_uint first, const clflash_problem *p, int include_out_scale)

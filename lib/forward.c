@@ -33,7 +33,12 @@ static cl_int set_flash_args(const clflash_flash_kernel *fk, const clflash_probl
         {sizeof(cl_mem), &o},        {sizeof(cl_mem), lse ? &lse : NULL},
         {sizeof(cl_uint), &seq_q},   {sizeof(cl_uint), &seq_k}, {sizeof(cl_uint), &heads_q},
         {sizeof(cl_uint), &group},   {sizeof(float), &score_scale}};
-    const clflash_arg split_args[] = {{sizeof(cl_uint), &n_splits}, {sizeof(cl_uint), &split_keys}};
+    const cl_uint pages_per_seq = p->pages_per_seq, num_pages = p->num_pages;
+    const clflash_arg tail_args[] = {{sizeof(cl_uint), &n_splits},
+                                     {sizeof(cl_uint), &split_keys},
+                                     {sizeof(cl_mem), p->block_table ? &p->block_table : NULL},
+                                     {sizeof(cl_uint), &pages_per_seq},
+                                     {sizeof(cl_uint), &num_pages}};
     cl_int err = clflash_set_args(fk->kernel, 0, args, sizeof args / sizeof args[0]);
     for (cl_uint i = 0; err == CL_SUCCESS && i < 16; i++)
         err = clSetKernelArg(fk->kernel, 10 + i, sizeof(cl_ulong), &lay[i]);
@@ -43,12 +48,13 @@ static cl_int set_flash_args(const clflash_flash_kernel *fk, const clflash_probl
         next += CLFLASH_FEATURE_ARGS;
     }
     if (err == CL_SUCCESS)
-        err = clflash_set_args(fk->kernel, next, split_args, 2);
+        err = clflash_set_args(fk->kernel, next, tail_args, sizeof tail_args / sizeof tail_args[0]);
     return err;
 }
 
-/* The flash kernels' argument count up to and including the split ones. */
-#define FLASH_ARGS (26 + CLFLASH_FEATURE_ARGS + 2)
+/* The flash kernels' argument count up to and including the split and paging ones (common.cl's
+ * FORWARD_PARAMS). */
+#define FLASH_ARGS (26 + CLFLASH_FEATURE_ARGS + 5)
 
 /* The parts' O as a [batch][heads_q][seq_q][head_dim] layout (the kernel adds a part's offset). */
 static clflash_strides parts_layout(const clflash_problem *p)

@@ -67,8 +67,8 @@ clflash_status clflash_forward_host(clflash_context *c, const clflash_attention_
     if (!q || !k || !v || !o)
         return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "%s is NULL", !q ? "q" : !k ? "k" : !v ? "v" : "o");
     nq = clflash_tensor_extent_bytes(&p.q, p.batch, p.heads_q, p.seq_q, p.head_dim, p.elem_size);
-    nk = clflash_tensor_extent_bytes(&p.k, p.batch, p.heads_kv, p.seq_k, p.head_dim, p.elem_size);
-    nv = clflash_tensor_extent_bytes(&p.v, p.batch, p.heads_kv, p.seq_k, p.head_dim, p.elem_size);
+    nk = clflash_kv_extent_bytes(&p, &p.k); /* paged: the pools */
+    nv = clflash_kv_extent_bytes(&p, &p.v);
     no = clflash_tensor_extent_bytes(&p.o, p.batch, p.heads_q, p.seq_q, p.head_dim, p.out_elem_size);
     nlse = (uint64_t)p.batch * p.heads_q * p.seq_q * sizeof(float);
     if (nq > SIZE_MAX || nk > SIZE_MAX || nv > SIZE_MAX || no > SIZE_MAX)

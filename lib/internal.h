@@ -241,6 +241,10 @@ typedef struct {
     cl_mem bias, alibi_slopes, key_lengths;
     clflash_strides bias_strides; /* elements; broadcast dimensions have stride 0 */
     cl_mem bias_grad;             /* the backward's optional dBias (the forward ignores it) */
+    cl_mem block_table;           /* a paged KV cache (clflash.h), NULL if K and V are tensors */
+    uint32_t page_size, pages_per_seq, num_pages; /* 0 without a block table */
+    uint32_t kv_batch, kv_seq;    /* K's and V's outer dimensions: (batch, seq_k), or paged
+                                     (num_pages, page_size) */
     clflash_tune_values tune;     /* the context's tuning settings for this call (tuning_params.c) */
 } clflash_problem;
 
@@ -281,6 +285,11 @@ CLFLASH_INTERNAL int clflash_aligned8(const clflash_strides *s);
 CLFLASH_INTERNAL uint64_t clflash_tensor_extent_bytes(const clflash_strides *s, uint32_t batch,
                                                       uint32_t heads, uint32_t seq, uint32_t head_dim,
                                                       size_t elem_size);
+
+/* Bytes K's (or V's) buffer must hold for p: its layout over kv_batch x heads_kv x kv_seq rows. */
+CLFLASH_INTERNAL uint64_t clflash_kv_extent_bytes(const clflash_problem *p, const clflash_strides *s);
+/* CLFLASH_ERROR_UNSUPPORTED (with a detail naming `call`) if p has a block table. */
+CLFLASH_INTERNAL clflash_status clflash_refuse_paged(const clflash_problem *p, const char *call);
 
 /* Checks that `buf` is a buffer of at least `need` bytes; `what` names it in the detail. */
 CLFLASH_INTERNAL clflash_status clflash_check_buffer(cl_mem buf, uint64_t need, const char *what);
@@ -480,8 +489,8 @@ CLFLASH_INTERNAL int clflash_keylen_diagonal(const clflash_problem *p);
  * WINDOW, SOFTCAP, BIAS, ALIBI, KEYLEN, KEYLEN_DIAGONAL, WITH_LSE) into buf. */
 CLFLASH_INTERNAL void clflash_feature_defines(const clflash_problem *p, int with_lse, char *buf, size_t size);
 /* The forward kernels' defines: clflash_feature_defines, with O and lse the fp32 parts of the split
- * path when splits > 1 (then always WITH_LSE), plus SPLIT (0 or 1) and PACK (query heads per
- * packed row set, 1 = none). */
+ * path when splits > 1 (then always WITH_LSE), plus SPLIT (0 or 1), PACK (query heads per
+ * packed row set, 1 = none) and PAGED (0 or 1, with PAGE_SIZE for a paged KV cache). */
 CLFLASH_INTERNAL void clflash_forward_defines(const clflash_problem *p, int with_lse, uint32_t splits, uint32_t pack,
                                               char *buf, size_t size);
 /* How many arguments clflash_set_feature_args sets with include_out_scale (the flash kernel's). */

@@ -54,6 +54,8 @@ const char *clflash_nv_mma_refusal(const clflash_context *c, const clflash_probl
         return "head_dim is above 256";
     if (p->block != 0 && (p->block % 16 != 0 || p->block > NV_MAX_BLOCK))
         return "the forced block is not a multiple of 16 up to 64";
+    if (p->block_table != NULL && !clflash_nv_rows_aligned(p))
+        return "a paged KV cache whose rows are not all 16-byte aligned";
     return NULL;
 }
 

@@ -101,6 +101,49 @@ int clflash_output_disjoint(const clflash_strides *s, uint32_t batch, uint32_t h
     return 1;
 }
 
+/* The paged KV cache's fields (clflash.h, "Paged KV caches"), and K's and V's outer dimensions. */
+static clflash_status resolve_paging(const clflash_attention_desc *d, clflash_problem *p)
+{
+    p->block_table = d->block_table;
+    p->page_size = d->page_size;
+    p->pages_per_seq = d->pages_per_seq;
+    p->num_pages = d->num_pages;
+    p->kv_batch = d->batch;
+    p->kv_seq = d->seq_k;
+    if (d->block_table == NULL) {
+        if (d->page_size || d->pages_per_seq || d->num_pages)
+            return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT,
+                                "page_size, pages_per_seq or num_pages is set but block_table is NULL");
+        return CLFLASH_SUCCESS;
+    }
+    if (d->page_size == 0 || d->page_size > CLFLASH_MAX_PAGE_SIZE)
+        return clflash_fail(CLFLASH_ERROR_INVALID_SHAPE, "page_size %u is not in 1 .. %u", d->page_size,
+                            CLFLASH_MAX_PAGE_SIZE);
+    if (d->pages_per_seq == 0 || d->num_pages == 0 || d->num_pages > (uint32_t)INT32_MAX)
+        return clflash_fail(CLFLASH_ERROR_INVALID_SHAPE, "%s is %u; a paged cache needs 1 .. %d",
+                            d->pages_per_seq == 0 ? "pages_per_seq" : "num_pages",
+                            d->pages_per_seq == 0 ? d->pages_per_seq : d->num_pages, INT32_MAX);
+    if ((uint64_t)d->pages_per_seq * d->page_size < d->seq_k)
+        return clflash_fail(CLFLASH_ERROR_INVALID_SHAPE,
+                            "seq_k %u is more than pages_per_seq %u x page_size %u keys a block table row holds",
+                            d->seq_k, d->pages_per_seq, d->page_size);
+    p->kv_batch = d->num_pages;
+    p->kv_seq = d->page_size;
+    return CLFLASH_SUCCESS;
+}
+
+uint64_t clflash_kv_extent_bytes(const clflash_problem *p, const clflash_strides *s)
+{
+    return clflash_tensor_extent_bytes(s, p->kv_batch, p->heads_kv, p->kv_seq, p->head_dim, p->elem_size);
+}
+
+clflash_status clflash_refuse_paged(const clflash_problem *p, const char *call)
+{
+    if (p->block_table == NULL)
+        return CLFLASH_SUCCESS;
+    return clflash_fail(CLFLASH_ERROR_UNSUPPORTED, "%s does not take a paged KV cache (block_table)", call);
+}
+
 clflash_status clflash_resolve_desc(const clflash_attention_desc *caller, clflash_problem *p)
 {
     clflash_attention_desc full; /* the caller's struct_size bytes, zeros past them */
@@ -193,17 +236,19 @@ clflash_status clflash_resolve_desc(const clflash_attention_desc *caller, clflas
     p->alibi_slopes = d->alibi_slopes;
     p->key_lengths = d->key_lengths;
     p->bias_grad = d->bias_grad;
+    if ((st = resolve_paging(d, p)) != CLFLASH_SUCCESS)
+        return st;
 
     {
         const struct { const clflash_layout *in; clflash_strides *out; uint32_t heads, seq; const char *name; }
             t[4] = {{&d->q, &p->q, p->heads_q, p->seq_q, "q"},
-                    {&d->k, &p->k, p->heads_kv, p->seq_k, "k"},
-                    {&d->v, &p->v, p->heads_kv, p->seq_k, "v"},
+                    {&d->k, &p->k, p->heads_kv, p->kv_seq, "k"},
+                    {&d->v, &p->v, p->heads_kv, p->kv_seq, "v"},
                     {&d->o, &p->o, p->heads_q, p->seq_q, "o"}};
         for (int i = 0; i < 4; i++)
             if (!clflash_resolve_strides(t[i].in, t[i].heads, t[i].seq, p->head_dim, t[i].out) ||
-                clflash_tensor_extent_bytes(t[i].out, p->batch, t[i].heads, t[i].seq, p->head_dim,
-                                            i == 3 ? p->out_elem_size : p->elem_size) == UINT64_MAX)
+                clflash_tensor_extent_bytes(t[i].out, i == 1 || i == 2 ? p->kv_batch : p->batch, t[i].heads, t[i].seq,
+                                            p->head_dim, i == 3 ? p->out_elem_size : p->elem_size) == UINT64_MAX)
                 return clflash_fail(CLFLASH_ERROR_INVALID_LAYOUT,
                                     "the layout of %s addresses more than 2^64 bytes", t[i].name);
     }
@@ -292,34 +337,35 @@ clflash_status clflash_validate_call(clflash_context *c, const clflash_attention
         return st;
 
     if ((st = clflash_check_buffer(q, clflash_tensor_extent_bytes(&p->q, p->batch, p->heads_q, p->seq_q, p->head_dim, p->elem_size), "q")) ||
-        (st = clflash_check_buffer(k, clflash_tensor_extent_bytes(&p->k, p->batch, p->heads_kv, p->seq_k, p->head_dim, p->elem_size), "k")) ||
-        (st = clflash_check_buffer(v, clflash_tensor_extent_bytes(&p->v, p->batch, p->heads_kv, p->seq_k, p->head_dim, p->elem_size), "v")) ||
+        (st = clflash_check_buffer(k, clflash_kv_extent_bytes(p, &p->k), "k")) ||
+        (st = clflash_check_buffer(v, clflash_kv_extent_bytes(p, &p->v), "v")) ||
         (st = clflash_check_buffer(o, clflash_tensor_extent_bytes(&p->o, p->batch, p->heads_q, p->seq_q, p->head_dim, p->out_elem_size), "o")))
         return st;
     if (lse && (st = clflash_check_buffer(lse, (uint64_t)p->batch * p->heads_q * p->seq_q * sizeof(float), "lse")))
         return st;
     if ((p->bias && (st = clflash_check_buffer(p->bias, clflash_tensor_extent_bytes(&p->bias_strides, p->batch, p->heads_q, p->seq_q, p->seq_k, sizeof(float)), "bias"))) ||
         (p->alibi_slopes && (st = clflash_check_buffer(p->alibi_slopes, (uint64_t)p->heads_q * sizeof(float), "alibi_slopes"))) ||
-        (p->key_lengths && (st = clflash_check_buffer(p->key_lengths, (uint64_t)p->batch * sizeof(cl_int), "key_lengths"))))
+        (p->key_lengths && (st = clflash_check_buffer(p->key_lengths, (uint64_t)p->batch * sizeof(cl_int), "key_lengths"))) ||
+        (p->block_table && (st = clflash_check_buffer(p->block_table, (uint64_t)p->batch * p->pages_per_seq * sizeof(cl_int), "block_table"))))
         return st;
     {
-        const cl_mem extra[3] = {p->bias, p->alibi_slopes, p->key_lengths};
-        for (int i = 0; i < 3; i++)
+        const cl_mem extra[4] = {p->bias, p->alibi_slopes, p->key_lengths, p->block_table};
+        for (int i = 0; i < 4; i++)
             if (extra[i] && (extra[i] == o || extra[i] == lse))
-                return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "an input of the descriptor (bias, alibi_slopes or "
-                                                                    "key_lengths) is the same buffer as o or lse");
+                return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "an input of the descriptor (bias, alibi_slopes, "
+                                                                    "key_lengths or block_table) is the same buffer as o or lse");
     }
 
     {   /* O must not overlap an input that shares its buffer. */
         uint64_t of, oe, f, e;
         const struct { cl_mem buf; const clflash_strides *s; uint32_t heads, seq; const char *name; } in[3] = {
-            {q, &p->q, p->heads_q, p->seq_q, "q"}, {k, &p->k, p->heads_kv, p->seq_k, "k"},
-            {v, &p->v, p->heads_kv, p->seq_k, "v"}};
+            {q, &p->q, p->heads_q, p->seq_q, "q"}, {k, &p->k, p->heads_kv, p->kv_seq, "k"},
+            {v, &p->v, p->heads_kv, p->kv_seq, "v"}};
         byte_range(&p->o, p->batch, p->heads_q, p->seq_q, p, p->out_elem_size, &of, &oe);
         for (int i = 0; i < 3; i++) {
             if (in[i].buf != o)
                 continue;
-            byte_range(in[i].s, p->batch, in[i].heads, in[i].seq, p, p->elem_size, &f, &e);
+            byte_range(in[i].s, i == 0 ? p->batch : p->kv_batch, in[i].heads, in[i].seq, p, p->elem_size, &f, &e);
             if (f < oe && of < e)
                 return clflash_fail(CLFLASH_ERROR_INVALID_LAYOUT, "o overlaps %s in the same buffer", in[i].name);
         }

@@ -16,11 +16,11 @@ set(_none "-cl-std=CL1.2 -D CAUSAL=0 -D WINDOW=0 -D SOFTCAP=0 -D BIAS=0 -D ALIBI
 set(_all "-cl-std=CL1.2 -D CAUSAL=1 -D WINDOW=1 -D SOFTCAP=1 -D BIAS=1 -D ALIBI=1 -D KEYLEN=1 -D KEYLEN_DIAGONAL=1")
 set(_fwd "-D CLFLASH_DTYPE_F16")
 set(_cases
-  "forward-regtile-d64|flash_forward_regtile.cl|${_none} ${_fwd} -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D HEAD_DIM=64 @REGTILE@"
-  "forward-regtile-d128|flash_forward_regtile.cl|${_none} ${_fwd} -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D HEAD_DIM=128 @REGTILE@"
-  "forward-regtile-d128-features|flash_forward_regtile.cl|${_all} ${_fwd} -D CLFLASH_OUT_F32 -D WITH_LSE=1 -D SPLIT=1 -D PACK=4 -D HEAD_DIM=128 @REGTILE@"
-  "forward-regtile-d256|flash_forward_regtile.cl|${_none} ${_fwd} -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D HEAD_DIM=256 @REGTILE@"
-  "forward-lanes-d64|flash_forward_lanes.cl|${_none} ${_fwd} -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D HEAD_DIM=64 -D BLOCK=32 -D TPR=4 -D LDS_STRIDE=66 -D KT_STRIDE=33 -D P_STRIDE=33"
+  "forward-regtile-d64|flash_forward_regtile.cl|${_none} ${_fwd} -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D PAGED=0 -D HEAD_DIM=64 @REGTILE@"
+  "forward-regtile-d128|flash_forward_regtile.cl|${_none} ${_fwd} -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D PAGED=0 -D HEAD_DIM=128 @REGTILE@"
+  "forward-regtile-d128-features|flash_forward_regtile.cl|${_all} ${_fwd} -D CLFLASH_OUT_F32 -D WITH_LSE=1 -D SPLIT=1 -D PACK=4 -D PAGED=1 -D PAGE_SIZE=16 -D HEAD_DIM=128 @REGTILE@"
+  "forward-regtile-d256|flash_forward_regtile.cl|${_none} ${_fwd} -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D PAGED=0 -D HEAD_DIM=256 @REGTILE@"
+  "forward-lanes-d64|flash_forward_lanes.cl|${_none} ${_fwd} -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D PAGED=0 -D HEAD_DIM=64 -D BLOCK=32 -D TPR=4 -D LDS_STRIDE=66 -D KT_STRIDE=33 -D P_STRIDE=33"
   "merge-d128|merge_states.cl|${_none} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D HEAD_DIM=128 -D MERGE_LANES=32 -D MERGE_ROWS=4 -D MERGE_MAX_PARTS=256 -D WITH_LSE=1"
   "merge-d128-split-parts|merge_states.cl|${_none} -D CLFLASH_DTYPE_F32 -D CLFLASH_OUT_F16 -D HEAD_DIM=128 -D MERGE_LANES=128 -D MERGE_ROWS=1 -D MERGE_MAX_PARTS=256 -D WITH_LSE=1"
   "backward-d64|flash_backward.cl|${_none} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D HEAD_DIM=64 @BACKWARD@"

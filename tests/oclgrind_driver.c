@@ -15,6 +15,7 @@
 #define _POSIX_C_SOURCE 200809L /* snprintf in strict C */
 #include "backward_harness.h"
 #include "harness.h"
+#include "paged_harness.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,7 +137,25 @@ static const backward_case bcases[] = {
     {TB_FLASH, 1, 2, 1, 21, 27, 16, CLFLASH_F32, 0, 8, 0, 0, 0, 0, 0.0f, 3.0f, TB_BIAS_BCAST, 1, TB_NO_LENS, 1},
 };
 
-#define N_CASES (N_FORWARD_CASES + sizeof bcases / sizeof bcases[0])
+#define N_BACKWARD_CASES (sizeof bcases / sizeof bcases[0])
+
+/* Paged KV caches (paged_harness.h): pages of 4 and 8 keys (several per tile), a last page partly
+ * filled, table entries out of the pool (negative, INT32_MAX, num_pages) where no key is visible and
+ * on a visible page, shared pages, an unaligned pool, split parts; on each path: the register tiles
+ * (the shared context), the lane path, the CPU path and the CPU decoding kernel. */
+typedef enum { PAGED_REGTILE, PAGED_LANES, PAGED_CPU, PAGED_CPU_DECODE } paged_path;
+static const struct {
+    pg_spec spec;
+    paged_path path;
+} pcases[] = {
+    {{3, 4, 2, 1, 37, 16, 8, CLFLASH_F32, 0, 0, 0, 3, PG_HEAD_MAJOR, 1, 0, 1, 0, 0}, PAGED_REGTILE},
+    {{2, 2, 1, 5, 29, 7, 4, CLFLASH_F16, CLFLASH_CAUSAL | CLFLASH_ALIGN_TO_KEY_LENGTH, 0, 0, 0, PG_ODD, 1, 0, 1, 0, 1},
+     PAGED_LANES},
+    {{3, 4, 1, 2, 41, 16, 8, CLFLASH_F32, 0, 0, 0, 2, PG_SLOT_MAJOR, 1, 1, 1, 0, 0}, PAGED_CPU_DECODE},
+    {{2, 2, 2, 9, 23, 8, 16, CLFLASH_F16, CLFLASH_CAUSAL, 0, 0, 0, PG_HEAD_MAJOR, 0, 0, 1, 1, 0}, PAGED_CPU},
+};
+
+#define N_CASES (N_FORWARD_CASES + N_BACKWARD_CASES + sizeof pcases / sizeof pcases[0])
 
 /* Runs backward case n; returns 1 on a failure (printed). */
 static int run_backward_case(clflash_context *shared, size_t n)
@@ -203,6 +222,50 @@ static int run_backward_case(clflash_context *shared, size_t n)
     return failed;
 }
 
+/* Runs paged case n; returns 1 on a failure (printed). */
+static int run_paged_case(clflash_context *shared, size_t n)
+{
+    static const char *const paths[4] = {"register tiles", "lanes", "cpu-path", "cpu decode"};
+    static const char *const kernels[4] = {"flash_forward_regtile", "flash_forward_portable", "flash_forward_portable",
+                                           "flash_decode_cpu"};
+    const paged_path path = pcases[n].path;
+    clflash_context *c = shared;
+    clflash_status st;
+    if (path != PAGED_REGTILE) {
+        clflash_context_options opt = {.struct_size = sizeof opt};
+        opt.tuning = path == PAGED_LANES ? "portable.cpu_path=0" : "portable.cpu_path=1";
+        opt.threads_per_row = path == PAGED_LANES ? 4 : path == PAGED_CPU ? 1 : 0;
+        if ((st = th_context(&opt, &c)) != CLFLASH_SUCCESS) {
+            printf("FAILED: no context: %s (%s)\n", clflash_status_string(st), clflash_last_error_detail());
+            return 1;
+        }
+    }
+    char what[256], spec[200], msg[600];
+    snprintf(what, sizeof what, "%s, %s", pg_spec_str(&pcases[n].spec, spec, sizeof spec), paths[path]);
+    pg_case t;
+    const char *kernel = "";
+    int failed = 1;
+    if (pg_case_init(&t, &pcases[n].spec, 9700 + n) != 0) {
+        printf("FAILED: out of host memory\n");
+    } else if ((st = pg_run(c, &t, 0, &kernel, NULL)) != CLFLASH_SUCCESS) {
+        printf("FAILED paged %s: %s (%s)\n", what, clflash_status_string(st), clflash_last_error_detail());
+    } else if (strcmp(kernel, kernels[path]) != 0) {
+        printf("FAILED paged %s: planned %s, not %s\n", what, kernel, kernels[path]);
+    } else if (pg_check(&t, pcases[n].spec.dtype == CLFLASH_F16 ? ref_tol_o(CLFLASH_F16, REF_PATH_FLASH)
+                                                                : ref_tol_o(CLFLASH_F32, REF_PATH_FLASH),
+                        msg, sizeof msg)) {
+        printf("MISMATCH paged %s: %s\n", what, msg);
+    } else {
+        printf("ok paged %s\n", what);
+        failed = 0;
+    }
+    fflush(stdout);
+    pg_case_free(&t);
+    if (c != shared)
+        clflash_context_free(c);
+    return failed;
+}
+
 /* No argument: every case. "--count": print how many there are. A number: only that case. */
 int main(int argc, char **argv)
 {
@@ -237,6 +300,10 @@ int main(int argc, char **argv)
     printf("device: %s\n", name);
     int failures = 0;
     for (size_t n = first; n < last; n++) {
+        if (n >= N_FORWARD_CASES + N_BACKWARD_CASES) {
+            failures += run_paged_case(c, n - N_FORWARD_CASES - N_BACKWARD_CASES);
+            continue;
+        }
         if (n >= N_FORWARD_CASES) {
             failures += run_backward_case(c, n - N_FORWARD_CASES);
             continue;

@@ -30,6 +30,8 @@
 
 typedef struct {
     uint32_t batch, heads_q, heads_kv, seq_q, head_dim, splits;
+    uint32_t page_size; /* 0: contiguous K and V; else a paged cache of such pages */
+    int head_major;     /* the pool's pages [head][slot][d] rather than [slot][head][d] */
     uint32_t seq_k[MAX_SEQS];
     size_t nseq;
     clflash_dtype dtype;
@@ -44,9 +46,10 @@ static void help(FILE *f)
     fputs("Usage: clflash-bench --decode [options]\n"
           "\n"
           "Times clflash_forward on decoding shapes: seq_q new queries per sequence against seq_k\n"
-          "cached keys, contiguous [batch][heads][seq][head_dim] tensors, and reports the bytes of\n"
-          "K and V read per second (the keys each batch entry sees, once per K/V head: what bounds\n"
-          "decoding) beside the device's copy bandwidth measured in the same run.\n"
+          "cached keys (contiguous [batch][heads][seq][head_dim] tensors, or a paged cache), and\n"
+          "reports the bytes of K and V read per second (the keys each batch entry sees, once per\n"
+          "K/V head: what bounds decoding) beside the device's copy bandwidth measured in the same\n"
+          "run.\n"
           "  ms/call   back to back: calls enqueued one after another, then clFinish, divided by\n"
           "            their number\n"
           "  isolated  one call, then clFinish (wall clock)\n"
@@ -72,6 +75,10 @@ static void help(FILE *f)
           "  --causal           causal masking (the new queries see the cache and each other)\n"
           "  --ragged           key_lengths: entry b of the batch has seq_k - b * seq_k / (2 * batch) keys\n"
           "  --splits N         num_splits: 0 the planner (default), 1 none, N parts\n"
+          "  --page-size P      a paged KV cache of P-key pages (block_table), the pages of each\n"
+          "                     sequence scattered over the pool in a shuffled order\n"
+          "  --page-layout L    slot (default: pages [slot][head][head_dim], FlashAttention's and\n"
+          "                     vLLM's) or head ([head][slot][head_dim])\n"
           "  --device STR       as clflash-bench --device\n"
           "  --build-options S  extra OpenCL build options for clflash's kernels\n"
           "  --tune SPEC        tuning settings (clflash_context_options.tuning), as clflash-bench --tune\n"
@@ -96,7 +103,7 @@ static int parse(int argc, char **argv, decode_options *o)
     static const char *const flags[] = {"--decode", "--causal", "--ragged", "--json", NULL};
     static const char *const valued[] = {"--batch", "--heads-q", "--heads-kv", "--seq-q", "--seq-k",
                                          "--head-dim", "--dtype", "--splits", "--device", "--build-options", "--tune",
-                                         "--warmup", "--min-time", NULL};
+                                         "--warmup", "--min-time", "--page-size", "--page-layout", NULL};
     for (int i = 1; i < argc; i++) {
         const char *name, *val;
         uint64_t v = 0;
@@ -119,6 +126,10 @@ static int parse(int argc, char **argv, decode_options *o)
         } else if (strcmp(name, "--dtype") == 0) {
             if (!parse_dtype(val, &o->dtype) || o->dtype == CLFLASH_I8)
                 return usage_error("--dtype wants f32, f16 or bf16, not '%s'", val);
+        } else if (strcmp(name, "--page-layout") == 0) {
+            if (strcmp(val, "slot") != 0 && strcmp(val, "head") != 0)
+                return usage_error("--page-layout wants slot or head, not '%s'", val);
+            o->head_major = strcmp(val, "head") == 0;
         } else if (strcmp(name, "--device") == 0) {
             o->device = val;
         } else if (strcmp(name, "--build-options") == 0) {
@@ -133,6 +144,7 @@ static int parse(int argc, char **argv, decode_options *o)
         } else {
             const uint64_t hi = strcmp(name, "--head-dim") == 0 ? CLFLASH_MAX_HEAD_DIM
                                 : strcmp(name, "--splits") == 0 ? CLFLASH_MAX_SPLITS
+                                : strcmp(name, "--page-size") == 0 ? CLFLASH_MAX_PAGE_SIZE
                                 : strcmp(name, "--warmup") == 0 ? 100000u
                                                                  : 65535u;
             const uint64_t lo = strcmp(name, "--splits") == 0 || strcmp(name, "--warmup") == 0 ? 0 : 1;
@@ -145,6 +157,7 @@ static int parse(int argc, char **argv, decode_options *o)
                               : strcmp(name, "--seq-q") == 0    ? &o->seq_q
                               : strcmp(name, "--head-dim") == 0 ? &o->head_dim
                               : strcmp(name, "--splits") == 0   ? &o->splits
+                              : strcmp(name, "--page-size") == 0 ? &o->page_size
                                                                 : &o->warmup;
             *field = (uint32_t)v;
         }
@@ -264,19 +277,25 @@ static void run_shape(clflash_context *c, cl_command_queue prof, const decode_op
 {
     const size_t s = clflash_dtype_size(o->dtype);
     const uint64_t nq = (uint64_t)o->batch * o->heads_q * o->seq_q * o->head_dim;
-    const uint64_t nk = (uint64_t)o->batch * o->heads_kv * seq_k * o->head_dim;
+    /* paged: each sequence's pages, all of them distinct pages of the pool */
+    const uint32_t pages_per_seq = o->page_size ? (seq_k + o->page_size - 1) / o->page_size : 0;
+    const uint64_t num_pages = (uint64_t)o->batch * pages_per_seq;
+    const uint64_t nk = o->page_size ? num_pages * o->page_size * o->heads_kv * o->head_dim
+                                     : (uint64_t)o->batch * o->heads_kv * seq_k * o->head_dim;
     cl_context ctx = clflash_context_cl(c);
     cl_int e[6] = {0};
     void *host = malloc((size_t)(nk > nq ? nk : nq) * s);
     int32_t *lens = malloc(sizeof(int32_t) * o->batch);
+    int32_t *table = malloc(sizeof(int32_t) * (num_pages ? num_pages : 1));
     memset(r, 0, sizeof *r);
     r->seq_k = seq_k;
     r->plan.struct_size = sizeof r->plan;
-    if (host == NULL || lens == NULL) {
+    if (host == NULL || lens == NULL || table == NULL) {
         r->status = CLFLASH_ERROR_OUT_OF_HOST_MEMORY;
         snprintf(r->detail, sizeof r->detail, "host memory for the inputs");
         free(host);
         free(lens);
+        free(table);
         return;
     }
     cl_mem q = clCreateBuffer(ctx, CL_MEM_READ_ONLY, (size_t)(nq * s), NULL, &e[0]);
@@ -284,6 +303,7 @@ static void run_shape(clflash_context *c, cl_command_queue prof, const decode_op
     cl_mem v = clCreateBuffer(ctx, CL_MEM_READ_ONLY, (size_t)(nk * s), NULL, &e[2]);
     cl_mem out = clCreateBuffer(ctx, CL_MEM_READ_WRITE, (size_t)(nq * s), NULL, &e[3]);
     cl_mem lb = clCreateBuffer(ctx, CL_MEM_READ_ONLY, sizeof(int32_t) * o->batch, NULL, &e[4]);
+    cl_mem tb = clCreateBuffer(ctx, CL_MEM_READ_ONLY, sizeof(int32_t) * (num_pages ? num_pages : 1), NULL, &e[5]);
     clflash_attention_desc d = {.struct_size = sizeof d};
     d.batch = o->batch;
     d.heads_q = o->heads_q;
@@ -301,8 +321,28 @@ static void run_shape(clflash_context *c, cl_command_queue prof, const decode_op
     }
     if (o->ragged)
         d.key_lengths = lb;
+    if (o->page_size) {
+        d.block_table = tb;
+        d.page_size = o->page_size;
+        d.pages_per_seq = pages_per_seq;
+        d.num_pages = (uint32_t)num_pages;
+        const uint64_t hd = o->head_dim, hk = o->heads_kv;
+        if (!o->head_major) /* [page][slot][head][d] */
+            d.k = d.v = (clflash_layout){0, o->page_size * hk * hd, hd, hk * hd};
+        /* the pool's pages in a shuffled order (a fixed permutation) */
+        for (uint64_t i = 0; i < num_pages; i++)
+            table[i] = (int32_t)i;
+        uint64_t x = 0x9e3779b97f4a7c15ull;
+        for (uint64_t i = num_pages; i > 1; i--) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            const uint64_t j = (x >> 33) % i;
+            const int32_t t = table[i - 1];
+            table[i - 1] = table[j];
+            table[j] = t;
+        }
+    }
     r->kv_bytes = 2 * keys * o->heads_kv * o->head_dim * s;
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 6; i++)
         if (e[i] != CL_SUCCESS) {
             r->status = e[i];
             snprintf(r->detail, sizeof r->detail, "creating the device buffers failed");
@@ -315,6 +355,8 @@ static void run_shape(clflash_context *c, cl_command_queue prof, const decode_op
     bench_fill_random(host, (size_t)nk, o->dtype, 3);
     clEnqueueWriteBuffer(prof, v, CL_TRUE, 0, (size_t)(nk * s), host, 0, NULL, NULL);
     clEnqueueWriteBuffer(prof, lb, CL_TRUE, 0, sizeof(int32_t) * o->batch, lens, 0, NULL, NULL);
+    if (num_pages)
+        clEnqueueWriteBuffer(prof, tb, CL_TRUE, 0, sizeof(int32_t) * num_pages, table, 0, NULL, NULL);
 
     if ((r->status = clflash_plan_attention(c, &d, &r->plan)) != CLFLASH_SUCCESS) {
         snprintf(r->detail, sizeof r->detail, "%s", clflash_last_error_detail());
@@ -364,16 +406,18 @@ static void run_shape(clflash_context *c, cl_command_queue prof, const decode_op
     const bench_call call = {.c = c, .d = &d, .queue = prof, .q = q, .k = k, .v = v, .o = out};
     r->ms_call = bench_back_to_back(&call, r->ms_isolated * 1e-3, 0.02, 2000, o->min_time, &r->calls) * 1e3;
 done:
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 6; i++)
         if (e[i] == CL_SUCCESS)
-            clReleaseMemObject((cl_mem[]){q, k, v, out, lb}[i]);
+            clReleaseMemObject((cl_mem[]){q, k, v, out, lb, tb}[i]);
     free(host);
     free(lens);
+    free(table);
 }
 
 int bench_decode_main(int argc, char **argv)
 {
-    decode_options o = {1, 32, 8, 1, 128, 0, {4096, 32768, 131072}, 3, CLFLASH_F16, 0, 0, 0, NULL, NULL, NULL, 5, 1.0};
+    decode_options o = {1, 32, 8, 1, 128, 0, 0, 0, {4096, 32768, 131072}, 3, CLFLASH_F16, 0, 0, 0, NULL, NULL, NULL, 5,
+                        1.0};
     int rc = parse(argc, argv, &o);
     if (rc >= 0)
         return rc;
@@ -435,6 +479,9 @@ int bench_decode_main(int argc, char **argv)
         json_bool(&w, "causal", o.causal);
         json_bool(&w, "ragged", o.ragged);
         json_u64(&w, "num_splits", o.splits);
+        json_u64(&w, "page_size", o.page_size);
+        if (o.page_size)
+            json_str(&w, "page_layout", o.head_major ? "head" : "slot");
         json_close(&w, '}');
         json_open(&w, "rows", '[');
         for (size_t i = 0; i < o.nseq; i++) {
@@ -466,9 +513,12 @@ int bench_decode_main(int argc, char **argv)
     } else {
         printf("clflash-bench --decode (clflash %s) on %s, %u compute units\n", clflash_version_string(), dev_name,
                units);
-        printf("batch %u, heads %u/%u, seq_q %u, head_dim %u, %s%s%s, num_splits %u\n", o.batch, o.heads_q, o.heads_kv,
+        printf("batch %u, heads %u/%u, seq_q %u, head_dim %u, %s%s%s, num_splits %u", o.batch, o.heads_q, o.heads_kv,
                o.seq_q, o.head_dim, dtype_name(o.dtype), o.causal ? ", causal" : "", o.ragged ? ", ragged" : "",
                o.splits);
+        if (o.page_size)
+            printf(", paged: %u-key pages, %s-major", o.page_size, o.head_major ? "head" : "slot");
+        printf("\n");
         printf("copy bandwidth %.1f GB/s (read + written)", copy);
         if (host_read > 0)
             printf(", host streaming read %.1f GB/s (%u threads)", host_read, units);
