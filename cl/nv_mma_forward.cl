@@ -113,33 +113,50 @@
 #define STAGE_HALVES (2 * BLOCK * ROW_STRIDE) /* one stage: a K tile and its V tile */
 
 #if PAGED
-/* K and V tiles from a paged cache (common.cl's PAGED), the stream kv_stream is for tensors: each
- * work-item copies the 16-byte pieces lid, lid + THREADS, ... of a tile, every row from the pool
- * page its key's table entry names. The entries of the next tile's rows are read as this tile's
- * copies go out and used by the next call, so their latency passes behind a tile's computation
- * instead of holding up the copies. Keys at or past `limit` and the padding columns read nothing
- * and become zeros. Rows of 16 bytes only: the planner sends other layouts to the portable kernel. */
+/* K and V tiles from a paged cache (common.cl's PAGED), the stream kv_stream is for tensors. The
+ * table entries a tile needs are read when the tile before it is issued and used one call later,
+ * so their latency passes behind a tile's computation instead of holding up the copies. Keys at or
+ * past `limit` and the padding columns read nothing and become zeros. Rows of 16 bytes only: the
+ * planner sends other layouts to the portable kernel.
+ * Where every tile lies in one page (PAGE_SIZE a multiple of BLOCK: tiles start at multiples of
+ * BLOCK) and kv_stream copies by pointers (STREAM_BY_POINTERS), one entry serves the whole tile and
+ * each work-item copies its piece of rows r, r + ROW_STEP, ... from one pointer, as kv_stream
+ * does (decoding with pages of 16 keys or more). Elsewhere each of a work-item's pieces
+ * lid, lid + THREADS, ... of a tile has its own entry and address. */
 #if !NV_ALIGNED
 #error "a paged KV cache on the tensor cores needs NV_ALIGNED (lib/nv_mma_forward_plan.c)"
 #endif
+#if defined(STREAM_BY_POINTERS) && PAGE_SIZE % BLOCK == 0
+#define PAGED_WHOLE_TILES 1
+#define PAGED_ITEMS 1
+#else
+#define PAGED_WHOLE_TILES 0
 #define PAGED_ITEMS ((BLOCK * CHUNKS + THREADS - 1) / THREADS) /* pieces per work-item and tile */
+#endif
 typedef struct {
     __global const ushort *k, *v;
     ulong k_base, v_base, k_page, v_page, k_ss, v_ss; /* head bases in a page, page and slot strides */
     __global const int *pages;                       /* the batch entry's table row */
     uint num_pages, key0, limit;
-    uint page[PAGED_ITEMS]; /* the pool page of each of this work-item's rows of tile key0 */
+    uint page[PAGED_ITEMS]; /* the pool pages of tile key0: its one page, or each piece's row's */
 } paged_stream;
+
+static inline uint paged_entry(const paged_stream *st, uint key)
+{
+    return key < st->limit ? (uint)clamp(st->pages[key / PAGE_SIZE], 0, (int)st->num_pages - 1) : 0u;
+}
 
 static inline void paged_lookup(paged_stream *st)
 {
+#if PAGED_WHOLE_TILES
+    st->page[0] = paged_entry(st, st->key0);
+#else
 #pragma unroll
     for (uint i = 0; i < PAGED_ITEMS; i++) {
-        const uint c = get_local_id(0) + i * THREADS, key = st->key0 + c / CHUNKS;
-        st->page[i] = c < BLOCK * CHUNKS && key < st->limit
-                          ? (uint)clamp(st->pages[key / PAGE_SIZE], 0, (int)st->num_pages - 1)
-                          : 0u;
+        const uint c = get_local_id(0) + i * THREADS;
+        st->page[i] = c < BLOCK * CHUNKS ? paged_entry(st, st->key0 + c / CHUNKS) : 0u;
     }
+#endif
 }
 
 static inline paged_stream paged_stream_start(__global const ushort *k, ulong k_base, ulong k_page, ulong k_ss,
@@ -166,6 +183,23 @@ static inline paged_stream paged_stream_start(__global const ushort *k, ulong k_
 /* Issues the copies of the next K tile into dst and its V tile into dst + BLOCK rows. */
 static inline void paged_stream_next(paged_stream *st, __local ushort *dst)
 {
+#if PAGED_WHOLE_TILES
+    const uint row = get_local_id(0) / CHUNKS, piece = get_local_id(0) % CHUNKS;
+    const ulong slot = (ulong)(st->key0 % PAGE_SIZE + row), page = st->page[0];
+    __global const ushort *kp = st->k + st->k_base + page * st->k_page + slot * st->k_ss + piece * 8;
+    __global const ushort *vp = st->v + st->v_base + page * st->v_page + slot * st->v_ss + piece * 8;
+    /* a piece at or past D_REAL (padding) never reads */
+    const long rows_left = piece * 8 < D_REAL ? (long)st->limit - (long)st->key0 - (long)row : LONG_MIN / 2;
+    dst += row * ROW_STRIDE + piece * 8;
+#pragma unroll
+    for (uint i = 0; i < BLOCK / ROW_STEP; i++) {
+        const int in = (long)(i * ROW_STEP) < rows_left;
+        copy16_async(dst + i * ROW_STEP * ROW_STRIDE, in ? kp + (ulong)(i * ROW_STEP) * st->k_ss : st->k + st->k_base,
+                     in ? 16u : 0u);
+        copy16_async(dst + (BLOCK + i * ROW_STEP) * ROW_STRIDE,
+                     in ? vp + (ulong)(i * ROW_STEP) * st->v_ss : st->v + st->v_base, in ? 16u : 0u);
+    }
+#else
 #pragma unroll
     for (uint i = 0; i < PAGED_ITEMS; i++) {
         const uint c = get_local_id(0) + i * THREADS, r = c / CHUNKS, piece = c % CHUNKS, key = st->key0 + r;
@@ -179,6 +213,7 @@ static inline void paged_stream_next(paged_stream *st, __local ushort *dst)
                          inside ? 16u : 0u);
         }
     }
+#endif
     st->key0 += BLOCK;
     paged_lookup(st);
 }
