@@ -7,9 +7,9 @@
 #
 # NVIDIA's OpenCL driver compiles the kernels with a compiler of its own, so these figures are not
 # the driver's; what this catches is what any LLVM-based NVPTX toolchain would refuse (a helper
-# that is `inline` without `static` stayed an undefined call here until 0.5.0). The register-tiled
-# forward is built with the tiles the library plans for an NVIDIA GPU with 48 KiB of local memory
-# (@REGTILE@, kernel_tuned_options.cmake).
+# that is `inline` without `static` stayed an undefined call here until 0.5.0). The portable
+# kernels are built with the parameters the library plans for an NVIDIA GPU with 48 KiB of local
+# memory (kernel_define_sets.cmake's placeholders, kernel_tuned_options.cmake).
 #
 # The tensor-core kernels (nv_mma_*.cl, _nv_cases below) are built too, with the defines the NVIDIA
 # planners (lib/nv_mma_forward_plan.c, nv_mma_backward_plan.c) give the first kernel they would

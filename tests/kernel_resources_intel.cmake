@@ -43,8 +43,8 @@ set(_slm_limit_acm-g10 65536)
 set(_slm_limit_pvc 131072)
 # "case|target": spills known and accepted; none today. Intel's compiler (ocloc 22.43) gives a
 # kernel 128 registers. Every kernel is built with the parameters the library plans for each target
-# (@REGTILE@ and @BACKWARD@ through tests/tuning_table, the built-in rules included; the others at
-# their planners' fixed shapes). Anything that spills fails.
+# (the placeholders of kernel_define_sets.cmake through tests/tuning_table, the built-in rules
+# included). Anything that spills fails.
 set(_known_spills "")
 
 set(_env "")
