@@ -40,7 +40,7 @@ static clflash_status make_kernels(clflash_context *c, const clflash_problem *p,
     char defines[512], features[256];
     cl_program prog;
     clflash_status st;
-    size_t wg = 256, kernel_wg = 0;
+    size_t wg = CLFLASH_NAIVE_SOFTMAX_WG, kernel_wg = 0;
     if (c->info.max_work_group_size < TILE * TILE)
         return clflash_fail(CLFLASH_ERROR_UNSUPPORTED,
                             "the naive backward needs work-groups of %d items; the device allows %zu", TILE * TILE,

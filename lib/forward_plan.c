@@ -216,6 +216,12 @@ static cl_ulong counted_local_bytes(const clflash_context *c, const clflash_prob
     return tiles + 4ull * block * (block | 1u) + 4ull * block * lanes;
 }
 
+void clflash_lanes_shape_defines(const clflash_problem *p, uint32_t block, uint32_t lanes, char *buf, size_t size)
+{
+    snprintf(buf, size, "-D BLOCK=%u -D TPR=%u -D LDS_STRIDE=%u -D KT_STRIDE=%u -D P_STRIDE=%u", block, lanes,
+             clflash_lds_stride(p->head_dim, p->elem_size), block | 1u, block | 1u);
+}
+
 /* Builds the kernel for (B, lanes), the CPU path's or the lane path's, and reads what it really
  * needs. */
 static clflash_status build_variant(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t splits,
@@ -229,12 +235,13 @@ static clflash_status build_variant(clflash_context *c, const clflash_problem *p
     const int cpu = cpu_path(c, p, block, lanes);
     const char *const name = cpu ? CPU_KERNEL : LANES_KERNEL;
     clflash_forward_defines(p, with_lse, splits, 1, features, sizeof features);
-    if (cpu) /* one work-item per row, fp32 tiles: no lanes or strides to pass */
+    if (cpu) { /* one work-item per row, fp32 tiles: no lanes or strides to pass */
         snprintf(defines, sizeof defines, "%s -D HEAD_DIM=%u -D BLOCK=%u", features, p->head_dim, block);
-    else
-        snprintf(defines, sizeof defines,
-                 "%s -D HEAD_DIM=%u -D BLOCK=%u -D TPR=%u -D LDS_STRIDE=%u -D KT_STRIDE=%u -D P_STRIDE=%u", features,
-                 p->head_dim, block, lanes, clflash_lds_stride(p->head_dim, p->elem_size), block | 1u, block | 1u);
+    } else {
+        char shape[120];
+        clflash_lanes_shape_defines(p, block, lanes, shape, sizeof shape);
+        snprintf(defines, sizeof defines, "%s -D HEAD_DIM=%u %s", features, p->head_dim, shape);
+    }
     if ((st = clflash_get_program(c, cpu ? CLFLASH_SOURCE_FLASH_FORWARD_CPU : CLFLASH_SOURCE_FLASH_FORWARD_LANES,
                                   defines, &prog)) != CLFLASH_SUCCESS)
         return st;
@@ -361,6 +368,21 @@ int clflash_regtile_first_candidate(clflash_context *c, const clflash_problem *p
         !regtile_choice(c, p, &cfg))
         return 0;
     return plan_regtile(c, p, 0, block, 0, cfg, NULL, first) == CLFLASH_SUCCESS;
+}
+
+int clflash_lanes_first_candidate(const clflash_context *c, const clflash_problem *p, uint32_t first[2])
+{
+    const clflash_tuning tune = clflash_tuning_for_context(c, p);
+    const uint32_t block = rule_block(c, p, &tune, 0);
+    if (block == 0 || p->block != 0)
+        return 0;
+    const uint32_t lanes =
+        clflash_block_lanes(block, tune.threads_per_row, tune.max_work_group > block ? tune.max_work_group : block);
+    if (cpu_path(c, p, block, lanes))
+        return 0;
+    first[0] = block;
+    first[1] = lanes;
+    return 1;
 }
 
 clflash_status clflash_plan_flash(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t below_block,

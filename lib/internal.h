@@ -353,6 +353,21 @@ CLFLASH_INTERNAL int clflash_backward_first_candidate(const clflash_context *c, 
  * matrices print. */
 CLFLASH_INTERNAL void clflash_backward_shape_defines(const clflash_context *c, const clflash_problem *p, uint32_t block,
                                                      uint32_t lanes, uint32_t rowdot_wg, char *buf, size_t size);
+/* forward_plan.c: the lane-per-row path's first (B, work-items per row) for p on c, as the planner
+ * tries them where no register tile is used (portable.regtile=0); 0 when B is forced, none fits or
+ * the CPU path takes p. And that path's defines for (block, lanes), beginning "-D BLOCK=": what the
+ * planner builds and the compile matrices print. */
+CLFLASH_INTERNAL int clflash_lanes_first_candidate(const clflash_context *c, const clflash_problem *p,
+                                                   uint32_t first[2]);
+CLFLASH_INTERNAL void clflash_lanes_shape_defines(const clflash_problem *p, uint32_t block, uint32_t lanes, char *buf,
+                                                  size_t size);
+/* merge.c: the merge kernel's work-items per row for rows of head_dim columns, and its defines for
+ * that many, beginning "-D MERGE_LANES=" (the compile matrices print them). */
+CLFLASH_INTERNAL uint32_t clflash_merge_lanes(uint32_t head_dim, uint64_t rows);
+CLFLASH_INTERNAL void clflash_merge_shape_defines(uint32_t lanes, char *buf, size_t size);
+/* naive.c and backward_naive.c: the softmax kernels' first work-group size (SOFTMAX_WG), halved
+ * where a device's kernel allows fewer work-items. */
+#define CLFLASH_NAIVE_SOFTMAX_WG 256
 /* nv_mma_forward_plan.c and nv_mma_backward_plan.c: the defines of the first kernel the NVIDIA
  * planners would build for p on c (tests/tuning_table.c prints them for the NVPTX compile matrix);
  * 0 when none fits. */

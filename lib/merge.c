@@ -19,7 +19,7 @@
  * sooner it ends (32 rows of 33 parts on the H200: 14 us with at most 32 per row); with many rows
  * the device is full either way and fewer, longer work-items cost less. */
 #define MERGE_FEW_ROWS 4096u
-static uint32_t merge_lanes(uint32_t head_dim, uint64_t rows)
+uint32_t clflash_merge_lanes(uint32_t head_dim, uint64_t rows)
 {
     const uint32_t most = rows < MERGE_FEW_ROWS ? 128 : 32;
     uint32_t lanes = 1;
@@ -41,11 +41,17 @@ static uint32_t rows_per_group(uint32_t lanes)
     return rows < 8 ? rows : 8;
 }
 
+void clflash_merge_shape_defines(uint32_t lanes, char *buf, size_t size)
+{
+    snprintf(buf, size, "-D MERGE_LANES=%u -D MERGE_ROWS=%u -D MERGE_MAX_PARTS=%u", lanes, rows_per_group(lanes),
+             CLFLASH_MAX_SPLITS);
+}
+
 static clflash_status make_merge_kernel(clflash_context *c, const void *arg, cl_kernel *kernel)
 {
     const merge_build *mb = arg;
     const uint32_t lanes = mb->lanes;
-    char defines[400], features[256];
+    char defines[400], features[256], shape[100];
     cl_program prog;
     cl_int err;
     clflash_status st;
@@ -54,8 +60,8 @@ static clflash_status make_merge_kernel(clflash_context *c, const void *arg, cl_
     as_built.dtype = (clflash_dtype)mb->part_dtype;
     as_built.out_dtype = (clflash_dtype)mb->dtype;
     clflash_feature_defines(&as_built, (int)mb->with_lse, features, sizeof features);
-    snprintf(defines, sizeof defines, "%s -D HEAD_DIM=%u -D MERGE_LANES=%u -D MERGE_ROWS=%u -D MERGE_MAX_PARTS=%u",
-             features, mb->head_dim, lanes, rows_per_group(lanes), CLFLASH_MAX_SPLITS);
+    clflash_merge_shape_defines(lanes, shape, sizeof shape);
+    snprintf(defines, sizeof defines, "%s -D HEAD_DIM=%u %s", features, mb->head_dim, shape);
     if ((st = clflash_get_program(c, CLFLASH_SOURCE_MERGE_STATES, defines, &prog)) != CLFLASH_SUCCESS)
         return st;
     *kernel = clCreateKernel(prog, KERNEL_NAME, &err);
@@ -69,7 +75,7 @@ clflash_status clflash_enqueue_merge(clflash_context *c, const clflash_merge_pro
                                      const cl_event *wait, cl_event *done)
 {
     const cl_ulong rows = (cl_ulong)m->batch * m->heads * m->seq;
-    const uint32_t lanes = merge_lanes(m->head_dim, rows);
+    const uint32_t lanes = clflash_merge_lanes(m->head_dim, rows);
     const merge_build mb = {(uint32_t)m->part_dtype, (uint32_t)m->dtype, m->head_dim, lse != NULL, lanes};
     cl_kernel kernel;
     clflash_plan_entry *entry;

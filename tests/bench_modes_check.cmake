@@ -1,5 +1,6 @@
 # bench_modes_check.cmake - runs `clflash-bench --features` and `--decode` once at small shapes
-# (JSON) and checks what they printed, and shows that the flash-naive comparison can fail.
+# (JSON) and checks what they printed, and shows that the flash-naive comparison of the forward
+# and of the backward can fail.
 #
 #   cmake -DBENCH=<clflash-bench> -P bench_modes_check.cmake
 #
@@ -85,23 +86,32 @@ else()
     endif()
   endforeach()
 endif()
-# The comparison can fail: a tolerance below f16's rounding makes the row and the exit status fail
-# with a "mismatch" message, where the default tolerance passes.
-foreach(_tol default 1e-9)
-  set(_extra "")
-  if(NOT _tol STREQUAL "default")
-    set(_extra --tolerance ${_tol})
+# The comparison can fail, forward (O) and backward (dQ, dK, dV) alike: a tolerance below f16's
+# rounding makes the row and the exit status fail with a "mismatch" message, where the default
+# tolerance passes.
+foreach(_pass forward backward)
+  set(_mode "")
+  if(_pass STREQUAL "backward")
+    set(_mode --backward)
   endif()
-  execute_process(COMMAND "${BENCH}" --seq 48 --head-dim 16 --heads 2 --dtype f16 --warmup 0 --min-time 0 ${_extra}
-    RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _err)
-  message(STATUS "clflash-bench --tolerance ${_tol}: exit ${_rc}\n${_out}")
-  if(_tol STREQUAL "default" AND NOT _rc EQUAL 0)
-    string(APPEND _failed "  the f16 comparison failed at the default tolerance (exit ${_rc})\n")
-  elseif(NOT _tol STREQUAL "default" AND (NOT _rc EQUAL 1 OR NOT _out MATCHES "mismatch: the largest"))
-    string(APPEND _failed "  --tolerance 1e-9: exit ${_rc} and no mismatch reported (want exit 1 and a mismatch)\n")
-  endif()
+  foreach(_tol default 1e-9)
+    set(_extra "")
+    if(NOT _tol STREQUAL "default")
+      set(_extra --tolerance ${_tol})
+    endif()
+    execute_process(COMMAND "${BENCH}" ${_mode} --seq 48 --head-dim 16 --heads 2 --dtype f16 --warmup 0
+                            --min-time 0 ${_extra}
+      RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _err)
+    message(STATUS "clflash-bench ${_mode} --tolerance ${_tol}: exit ${_rc}\n${_out}")
+    if(_tol STREQUAL "default" AND NOT _rc EQUAL 0)
+      string(APPEND _failed "  the f16 ${_pass} comparison failed at the default tolerance (exit ${_rc})\n")
+    elseif(NOT _tol STREQUAL "default" AND (NOT _rc EQUAL 1 OR NOT _out MATCHES "mismatch: the largest"))
+      string(APPEND _failed "  ${_pass} --tolerance 1e-9: exit ${_rc} and no mismatch reported"
+                            " (want exit 1 and a mismatch)\n")
+    endif()
+  endforeach()
 endforeach()
 if(_failed)
   message(FATAL_ERROR "clflash-bench modes:\n${_failed}")
 endif()
-message(STATUS "clflash-bench --features and --decode: every row as expected")
+message(STATUS "clflash-bench --features and --decode: every row as expected; both comparisons can fail")

@@ -2,14 +2,13 @@
 # (kernel_resources.cmake for AMD GPUs, kernel_resources_intel.cmake for Intel GPUs), included by
 # both so that every target family builds the same configurations.
 #
-# The define sets are the planners' defaults for a GPU with 64 KiB of local memory (lib/
-# forward_plan.c, backward_plan.c, lib/merge.c). The register-tiled forward's tiles (RT_RM, RT_TC,
-# BLOCK_Q) and B, and the portable backward's B and work-items per row, depend on the target: their
-# cases hold @REGTILE@ or @BACKWARD@, which each matrix replaces per target by what the library
-# would plan there (kernel_tuned_options.cmake, through tests/tuning_table: the planner's defaults
-# with the built-in tuning rules). The lane path and the naive kernels are at the B and strides
-# their planners compute for the shape; the merge kernel in both of lib/merge.c's shapes (32 lanes
-# per row for many rows, 128 for a decoding step's few, whose parts are fp32).
+# The feature switches and storage types are written here; every parameter a planner chooses is a
+# placeholder (@REGTILE@, @LANES@, @BACKWARD@, @MERGE:rows@, @NAIVE@) that each matrix replaces per
+# target by what the library would plan there (kernel_tuned_options.cmake, through tests/tuning_table:
+# the planner's defaults with the built-in tuning rules; lib/forward_plan.c, backward_plan.c,
+# merge.c, naive.c). The merge kernel is built in both of lib/merge.c's shapes: many rows (16384)
+# and a decoding step's few (32 rows, 128 work-items per row, parts in fp32). The bias gradient
+# has no planned parameter: its defines are the problem's feature switches and broadcast flags.
 # Each entry of _cases is "name|source after common.cl|options".
 
 set(_none "-cl-std=CL1.2 -D CAUSAL=0 -D WINDOW=0 -D SOFTCAP=0 -D BIAS=0 -D ALIBI=0 -D KEYLEN=0 -D KEYLEN_DIAGONAL=0")
@@ -20,14 +19,14 @@ set(_cases
   "forward-regtile-d128|flash_forward_regtile.cl|${_none} ${_fwd} -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D PAGED=0 -D HEAD_DIM=128 @REGTILE@"
   "forward-regtile-d128-features|flash_forward_regtile.cl|${_all} ${_fwd} -D CLFLASH_OUT_F32 -D WITH_LSE=1 -D SPLIT=1 -D PACK=4 -D PAGED=1 -D PAGE_SIZE=16 -D HEAD_DIM=128 @REGTILE@"
   "forward-regtile-d256|flash_forward_regtile.cl|${_none} ${_fwd} -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D PAGED=0 -D HEAD_DIM=256 @REGTILE@"
-  "forward-lanes-d64|flash_forward_lanes.cl|${_none} ${_fwd} -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D PAGED=0 -D HEAD_DIM=64 -D BLOCK=32 -D TPR=4 -D LDS_STRIDE=66 -D KT_STRIDE=33 -D P_STRIDE=33"
-  "merge-d128|merge_states.cl|${_none} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D HEAD_DIM=128 -D MERGE_LANES=32 -D MERGE_ROWS=4 -D MERGE_MAX_PARTS=256 -D WITH_LSE=1"
-  "merge-d128-split-parts|merge_states.cl|${_none} -D CLFLASH_DTYPE_F32 -D CLFLASH_OUT_F16 -D HEAD_DIM=128 -D MERGE_LANES=128 -D MERGE_ROWS=1 -D MERGE_MAX_PARTS=256 -D WITH_LSE=1"
+  "forward-lanes-d64|flash_forward_lanes.cl|${_none} ${_fwd} -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D PAGED=0 -D HEAD_DIM=64 @LANES@"
+  "merge-d128|merge_states.cl|${_none} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D HEAD_DIM=128 @MERGE:16384@ -D WITH_LSE=1"
+  "merge-d128-split-parts|merge_states.cl|${_none} -D CLFLASH_DTYPE_F32 -D CLFLASH_OUT_F16 -D HEAD_DIM=128 @MERGE:32@ -D WITH_LSE=1"
   "backward-d64|flash_backward.cl|${_none} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D HEAD_DIM=64 @BACKWARD@"
   "backward-d128-features|flash_backward.cl|${_all} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D HEAD_DIM=128 @BACKWARD@"
   "backward-d256-f32|flash_backward.cl|${_none} -D CLFLASH_DTYPE_F32 -D CLFLASH_OUT_F32 -D WITH_LSE=0 -D HEAD_DIM=256 @BACKWARD@"
-  "naive-d64|naive_attention.cl|${_none} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=1 -D HEAD_DIM=64 -D SOFTMAX_WG=256"
-  "naive-backward-d64|naive_backward.cl|${_none} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D HEAD_DIM=64 -D SOFTMAX_WG=256"
+  "naive-d64|naive_attention.cl|${_none} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=1 -D HEAD_DIM=64 @NAIVE@"
+  "naive-backward-d64|naive_backward.cl|${_none} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D HEAD_DIM=64 @NAIVE@"
   "bias-grad-d64|bias_grad.cl|${_all} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F32 -D WITH_LSE=0 -D HEAD_DIM=64 -D BCAST_BATCH=1 -D BCAST_HEADS=1 -D BCAST_ROWS=0"
 )
 

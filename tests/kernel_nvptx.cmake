@@ -1,14 +1,15 @@
 # kernel_nvptx.cmake - builds every configuration of the portable kernels (kernel_define_sets.cmake,
 # the same as the AMD, Intel and SPIR-V matrices) for NVIDIA GPUs through clang's NVPTX back end
 # with libclc's builtins, assembles the PTX with ptxas for Ampere (sm_80) and Hopper (sm_90), and
-# prints registers, spills and shared memory per kernel; fails on a build or assembly error (an
-# undefined helper, more than the 48 KiB of static local memory a work-group gets) and on a spill.
+# prints registers, spills, shared memory and the occupancy those give (warps per SM) per kernel;
+# fails on a build or assembly error (an undefined helper, more than the 48 KiB of static local
+# memory a work-group gets) and on a spill.
 #
 # NVIDIA's OpenCL driver compiles the kernels with a compiler of its own, so these figures are not
 # the driver's; what this catches is what any LLVM-based NVPTX toolchain would refuse (a helper
-# that is `inline` without `static` stayed an undefined call here until 0.5.0). The register-tiled
-# forward is built with the tiles the library plans for an NVIDIA GPU with 48 KiB of local memory
-# (@REGTILE@, kernel_tuned_options.cmake).
+# that is `inline` without `static` stayed an undefined call here until 0.5.0). The portable
+# kernels are built with the parameters the library plans for an NVIDIA GPU with 48 KiB of local
+# memory (kernel_define_sets.cmake's placeholders, kernel_tuned_options.cmake).
 #
 # The tensor-core kernels (nv_mma_*.cl, _nv_cases below) are built too, with the defines the NVIDIA
 # planners (lib/nv_mma_forward_plan.c, nv_mma_backward_plan.c) give the first kernel they would
@@ -19,6 +20,12 @@
 # printed but do not fail: only NVIDIA's driver builds these kernels for a device, and its compiler
 # allocates their registers otherwise (clang spills the d = 128 prefill at 255 registers where the
 # driver does not; docs/performance/h200.md has the driver's figures).
+#
+# The occupancy is worked out as CUDA's occupancy calculator does (the CUDA toolkit's
+# cuda_occupancy.h): from ptxas's registers per thread, the static shared memory per work-group and
+# the work-group size (the kernel's reqd_work_group_size, read from clang's LLVM IR), with the per-SM
+# limits of sm_80 and sm_90 below. It assumes the driver gives shared memory its largest carveout;
+# a kernel without reqd_work_group_size (its size is the host's choice) shows "-".
 #
 #   cmake -DCLANG=<clang 15 or later, or empty> -DLIBCLC=<nvptx64--nvidiacl.bc or empty>
 #         -DPTXAS=<ptxas, or empty> -DTUNING_TABLE=<tests/tuning_table> -DCL_DIR=<cl/>
@@ -32,6 +39,57 @@ endif()
 include(${CMAKE_CURRENT_LIST_DIR}/kernel_define_sets.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/kernel_tuned_options.cmake)
 set(_archs sm_80 sm_90)
+# Per-SM limits, the same on both but for shared memory: 65536 32-bit registers in 4 sub-partitions
+# of 16384, allocated per warp in units of 256; at most 64 warps (2048 threads) and 32 work-groups;
+# shared memory of 164 KiB (sm_80) or 228 KiB (sm_90), allocated per work-group in units of 128
+# bytes with 1 KiB per work-group reserved for the system. The rules and units are those of the
+# CUDA 13.0 toolkit's cuda_occupancy.h (cudaOccMaxBlocksPerSMRegsLimit, ...SmemLimit); the per-SM
+# figures those of NVIDIA's CCCL arch traits for sm_80 and sm_90 (max_shared_memory_per_multiprocessor,
+# max_blocks_per_multiprocessor, max_threads_per_multiprocessor, reserved_shared_memory_per_block).
+set(_sm_regs 65536)
+set(_sm_subpartitions 4)
+set(_sm_reg_unit 256)
+set(_sm_max_warps 64)
+set(_sm_max_groups 32)
+set(_sm_smem_unit 128)
+set(_sm_smem_reserved 1024)
+set(_sm_smem_sm_80 167936)
+set(_sm_smem_sm_90 233472)
+
+# nvptx_occupancy(<registers per thread> <static shared bytes> <work-group size> <arch> <out warps>
+# <out limit>): the warps per SM that many work-groups give, and what limits them (registers,
+# shared memory, warps or work-groups); 0 warps where one work-group does not fit an SM.
+function(nvptx_occupancy _regs _smem _wg _arch _out_warps _out_limit)
+  math(EXPR _warps_per_group "(${_wg} + 31) / 32")
+  # registers: per warp, rounded up to the allocation unit; a sub-partition holds whole warps, and a
+  # work-group must fit the register file with its warps rounded up to the sub-partitions
+  math(EXPR _per_warp "(${_regs} * 32 + ${_sm_reg_unit} - 1) / ${_sm_reg_unit} * ${_sm_reg_unit}")
+  math(EXPR _rounded_warps "(${_warps_per_group} + ${_sm_subpartitions} - 1) / ${_sm_subpartitions} * ${_sm_subpartitions}")
+  math(EXPR _fit "${_per_warp} * ${_rounded_warps}")
+  if(_fit GREATER _sm_regs)
+    set(_by_regs 0)
+  else()
+    math(EXPR _by_regs "${_sm_regs} / ${_sm_subpartitions} / ${_per_warp} * ${_sm_subpartitions} / ${_warps_per_group}")
+  endif()
+  # shared memory: the static size and the reserved KiB, rounded up to the allocation unit
+  math(EXPR _alloc "(${_smem} + ${_sm_smem_reserved} + ${_sm_smem_unit} - 1) / ${_sm_smem_unit} * ${_sm_smem_unit}")
+  math(EXPR _by_smem "${_sm_smem_${_arch}} / ${_alloc}")
+  math(EXPR _by_warps "${_sm_max_warps} / ${_warps_per_group}")
+  set(_groups ${_sm_max_groups})
+  set(_limit "work-groups")
+  foreach(_l warps regs smem) # of limits that allow as many work-groups, the later one is named
+    if(_by_${_l} LESS_EQUAL _groups)
+      set(_groups ${_by_${_l}})
+      set(_limit ${_l})
+    endif()
+  endforeach()
+  string(REPLACE "regs" "registers" _limit "${_limit}")
+  string(REPLACE "smem" "shared memory" _limit "${_limit}")
+  math(EXPR _warps "${_groups} * ${_warps_per_group}")
+  set(${_out_warps} ${_warps} PARENT_SCOPE)
+  set(${_out_limit} "${_limit}" PARENT_SCOPE)
+endfunction()
+
 # The tensor-core cases: name | files after common.cl, joined by + | the shape, as tests/tuning_table
 # arguments (--kernel nv_forward or nv_backward); the tool prints every define the NVIDIA planner
 # would build the kernel with for that shape on an H200 (48 KiB, 132 compute units), and the case
@@ -89,6 +147,31 @@ foreach(_case IN LISTS _cases _nv_cases)
     string(APPEND _failed "  ${_name}: clang failed (${_rc}):\n${_err}\n")
     continue()
   endif()
+  # The work-group sizes: the front end's IR (no optimisation needed) keeps each kernel's
+  # reqd_work_group_size as metadata, which the PTX does not carry.
+  set(_ll "${WORK}/nvptx_${_name}.ll")
+  execute_process(COMMAND "${CLANG}" -x cl -target nvptx64-unknown-nvidiacl -O0 -S -emit-llvm
+                          -Xclang -finclude-default-header ${_target_opts} ${_optlist} -o "${_ll}" "${_src}"
+    RESULT_VARIABLE _rc ERROR_VARIABLE _err OUTPUT_QUIET)
+  if(NOT _rc EQUAL 0)
+    string(APPEND _failed "  ${_name}: clang -emit-llvm failed (${_rc}):\n${_err}\n")
+    continue()
+  endif()
+  file(STRINGS "${_ll}" _irlines REGEX "^define .*spir_kernel|^![0-9]+ = !{i32 [0-9]+, i32 [0-9]+, i32 [0-9]+}$")
+  foreach(_line IN LISTS _irlines)
+    if(_line MATCHES "^!([0-9]+) = !{i32 ([0-9]+), i32 ([0-9]+), i32 ([0-9]+)}$")
+      math(EXPR _md_${CMAKE_MATCH_1} "${CMAKE_MATCH_2} * ${CMAKE_MATCH_3} * ${CMAKE_MATCH_4}")
+    endif()
+  endforeach()
+  foreach(_line IN LISTS _irlines)
+    if(_line MATCHES "spir_kernel void @([A-Za-z_0-9]+)\\(")
+      set(_kname "${CMAKE_MATCH_1}")
+      set(_wg_${_kname} "-")
+      if(_line MATCHES "!reqd_work_group_size !([0-9]+)")
+        set(_wg_${_kname} "${_md_${CMAKE_MATCH_1}}")
+      endif()
+    endif()
+  endforeach()
   foreach(_arch IN LISTS _archs)
     execute_process(COMMAND "${PTXAS}" -arch=${_arch} -v "${_ptx}" -o "${WORK}/nvptx_${_name}_${_arch}.cubin"
       RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _err)
@@ -115,7 +198,17 @@ foreach(_case IN LISTS _cases _nv_cases)
       if(_e MATCHES "([0-9]+) bytes smem")
         set(_smem "${CMAKE_MATCH_1}")
       endif()
-      string(APPEND _table "| ${_name} | ${_kernel} | ${_arch} | ${_tiles} | ${_regs} | ${_stores} | ${_loads} | ${_smem} |\n")
+      set(_wg "-")
+      if(DEFINED _wg_${_kernel})
+        set(_wg "${_wg_${_kernel}}")
+      endif()
+      set(_occupancy "-")
+      if(NOT _wg STREQUAL "-")
+        nvptx_occupancy(${_regs} ${_smem} ${_wg} ${_arch} _owarps _olimit)
+        set(_occupancy "${_owarps} (${_olimit})")
+      endif()
+      string(APPEND _table "| ${_name} | ${_kernel} | ${_arch} | ${_tiles} | ${_regs} | ${_stores} | ${_loads} | ${_smem} "
+                           "| ${_wg} | ${_occupancy} |\n")
       if(_smem GREATER 49152)
         string(APPEND _failed "  ${_name} (${_kernel}) for ${_arch}: ${_smem} bytes of shared memory (above 48 KiB)\n")
       endif()
@@ -125,8 +218,8 @@ foreach(_case IN LISTS _cases _nv_cases)
     endforeach()
   endforeach()
 endforeach()
-message("| case | kernel | target | tiles | registers | spill stores (bytes) | spill loads (bytes) | shared memory (bytes) |\n"
-        "|---|---|---|---|---|---|---|---|\n${_table}")
+message("| case | kernel | target | tiles | registers | spill stores (bytes) | spill loads (bytes) | shared memory (bytes) "
+        "| work-group | warps/SM (limited by) |\n|---|---|---|---|---|---|---|---|---|---|\n${_table}")
 if(_failed)
   message(FATAL_ERROR "kernels through NVPTX:\n${_failed}")
 endif()

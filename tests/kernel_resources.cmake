@@ -22,9 +22,9 @@ include(${CMAKE_CURRENT_LIST_DIR}/kernel_tuned_options.cmake)
 # GCN 5 (gfx906), CDNA 2 (gfx90a), CDNA 3 (gfx940), RDNA 2 (gfx1030), RDNA 3 (gfx1100).
 set(_targets gfx906 gfx90a gfx940 gfx1030 gfx1100)
 # "case|target": VGPR spills known and accepted; none now. Every kernel is built with the
-# parameters the library plans for each target (@REGTILE@ and @BACKWARD@ through tests/tuning_table,
-# the built-in rules included: on gfx1100 the portable backward at d = 256 in f32 spilled 18 VGPRs
-# until its rule portable_backward.amd_waves=2; the others at their planners' fixed shapes).
+# parameters the library plans for each target (the placeholders of kernel_define_sets.cmake through
+# tests/tuning_table, the built-in rules included: on gfx1100 the portable backward at d = 256 in
+# f32 spilled 18 VGPRs until its rule portable_backward.amd_waves=2).
 # Anything that spills fails.
 set(_known_spills "")
 

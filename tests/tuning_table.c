@@ -1,6 +1,7 @@
 /*
  * tuning_table.c - prints the register tiles and B that the planner tries first for the
- * register-tiled forward, or B and the work-items per row of the portable backward, on a GPU
+ * register-tiled forward, or the parameters of the other kernels the planners build (the lane
+ * path, the portable backward, the merge, the naive path, the tensor-core kernels), on a GPU
  * clflash cannot run, given the GPU's name and class: the planner's defaults with clflash's
  * built-in tuning rules applied (lib/tuning_builtin.c).
  *
@@ -10,13 +11,17 @@
  * touched: the context below holds only the facts the planner's arithmetic reads.
  *
  *   tuning_table --device NAME --class CLASS --dtype f32|f16|bf16|i8 --head-dim D [--local-mem BYTES]
- *                [--max-work-group N] [--kernel forward|backward|nv_forward|nv_backward]
+ *                [--max-work-group N] [--kernel forward|lanes|backward|merge|naive|nv_forward|nv_backward]
  *                [--batch N --heads-q N --heads-kv N --seq-q N --seq-k N --compute-units N
  *                 --features 0|1 --with-lse 0|1 --unaligned 0|1]
  * prints, for the forward (the default), "-D BLOCK=B -D BLOCK_Q=BQ -D RT_RM=RM -D RT_TC=TC", or
- * "lanes" where the table sends the call to the lane-per-row path; for the backward's gradient
- * kernel "-D BLOCK=B -D TPR=T -D LDS_STRIDE=.. -D T_STRIDE=.. -D P_STRIDE=.. -D ROWDOT_WG=.. ...", the
- * defines lib/backward_plan.c builds it with; for the NVIDIA tensor-core kernels (nv_forward,
+ * "lanes" where the table sends the call to the lane-per-row path; for that path (lanes) the
+ * defines of its first B and work-items per row, "-D BLOCK=B -D TPR=T -D LDS_STRIDE=.. ..."; for the
+ * backward's gradient kernel "-D BLOCK=B -D TPR=T -D LDS_STRIDE=.. -D T_STRIDE=.. -D P_STRIDE=..
+ * -D ROWDOT_WG=.. ...", the defines lib/backward_plan.c builds it with; for the merge of split parts
+ * (merge) "-D MERGE_LANES=.. -D MERGE_ROWS=.. -D MERGE_MAX_PARTS=.." for batch x heads-q x seq-q
+ * rows; for the naive path (naive) its softmax kernels' first "-D SOFTMAX_WG=.."; for the NVIDIA
+ * tensor-core kernels (nv_forward,
  * nv_backward) every define of the first kernel their planners would build for the shape the
  * other options give (a long prefill of one head by default; --features 1 turns every feature on,
  * --unaligned 1 gives rows that do not start on 16 bytes), feature switches included.
@@ -31,7 +36,7 @@ static int usage(void)
 {
     fprintf(stderr, "usage: tuning_table --device NAME --class cpu|nvidia_gpu|amd_gpu|intel_gpu|other_gpu|other "
                     "--dtype f32|f16|bf16|i8 --head-dim D [--local-mem BYTES] [--max-work-group N] "
-                    "[--kernel forward|backward]\n");
+                    "[--kernel forward|lanes|backward|merge|naive|nv_forward|nv_backward]\n");
     return 2;
 }
 
@@ -44,7 +49,8 @@ int main(int argc, char **argv)
         size_t size;
     } dtypes[] = {{"f32", CLFLASH_F32, 4}, {"f16", CLFLASH_F16, 2}, {"bf16", CLFLASH_BF16, 2}, {"i8", CLFLASH_I8, 1}};
     const char *device = NULL;
-    int cls = -1, dt = -1, backward = 0, nv = 0;
+    static const char *const kernels[] = {"forward", "lanes", "backward", "merge", "naive", "nv_forward", "nv_backward"};
+    int cls = -1, dt = -1, kernel = 0;
     long head_dim = 0, local_mem = 65536, max_wg = 256;
     long batch = 1, heads_q = 1, heads_kv = 1, seq_q = 4096, seq_k = 4096, units = 0, features = 0, with_lse = 0,
          unaligned = 0;
@@ -67,10 +73,11 @@ int main(int argc, char **argv)
             local_mem = strtol(v, NULL, 10);
         } else if (strcmp(k, "--max-work-group") == 0) {
             max_wg = strtol(v, NULL, 10);
-        } else if (strcmp(k, "--kernel") == 0 && (strcmp(v, "forward") == 0 || strcmp(v, "backward") == 0 ||
-                                                  strcmp(v, "nv_forward") == 0 || strcmp(v, "nv_backward") == 0)) {
-            backward = strstr(v, "backward") != NULL;
-            nv = strncmp(v, "nv_", 3) == 0;
+        } else if (strcmp(k, "--kernel") == 0) {
+            kernel = -1;
+            for (int j = 0; j < (int)(sizeof kernels / sizeof kernels[0]); j++)
+                if (strcmp(v, kernels[j]) == 0)
+                    kernel = j;
         } else if (strcmp(k, "--batch") == 0) {
             batch = strtol(v, NULL, 10);
         } else if (strcmp(k, "--heads-q") == 0) {
@@ -95,8 +102,10 @@ int main(int argc, char **argv)
     }
     if (argc % 2 != 1 || device == NULL || cls < 0 || dt < 0 || head_dim < 1 || head_dim > CLFLASH_MAX_HEAD_DIM ||
         local_mem < 1024 || max_wg < 1 || batch < 1 || heads_q < 1 || heads_kv < 1 || heads_q % heads_kv != 0 ||
-        seq_q < 1 || seq_k < 1 || units < 0)
+        seq_q < 1 || seq_k < 1 || units < 0 || kernel < 0)
         return usage();
+    const char *const which = kernels[kernel];
+    const int nv = strncmp(which, "nv_", 3) == 0, backward = strstr(which, "backward") != NULL;
 
     clflash_context c;
     clflash_problem p;
@@ -147,6 +156,28 @@ int main(int argc, char **argv)
             return 1;
         }
         printf("%s\n", defines);
+        return 0;
+    }
+    if (strcmp(which, "lanes") == 0) {
+        uint32_t first[2];
+        if (!clflash_lanes_first_candidate(&c, &p, first)) {
+            fprintf(stderr, "tuning_table: the lane path takes no B at head_dim %ld here\n", head_dim);
+            return 1;
+        }
+        char shape[120];
+        clflash_lanes_shape_defines(&p, first[0], first[1], shape, sizeof shape);
+        printf("%s\n", shape);
+        return 0;
+    }
+    if (strcmp(which, "merge") == 0) {
+        char shape[100];
+        clflash_merge_shape_defines(clflash_merge_lanes(p.head_dim, (uint64_t)p.batch * p.heads_q * p.seq_q), shape,
+                                    sizeof shape);
+        printf("%s\n", shape);
+        return 0;
+    }
+    if (strcmp(which, "naive") == 0) {
+        printf("-D SOFTMAX_WG=%d\n", CLFLASH_NAIVE_SOFTMAX_WG);
         return 0;
     }
     if (backward) {
