@@ -344,6 +344,10 @@ CLFLASH_INTERNAL int clflash_backward_first_candidate(const clflash_context *c, 
  * matrices print. */
 CLFLASH_INTERNAL void clflash_backward_shape_defines(const clflash_context *c, const clflash_problem *p, uint32_t block,
                                                      uint32_t lanes, uint32_t rowdot_wg, char *buf, size_t size);
+/* The backward kernels' measurement switches (cl/flash_backward.cl, cl/nv_mma_backward.cl), off in
+ * every build: a context's build_options follow these defines, so -D CLFLASH_BWD_SKIP_DQ=1 there
+ * redefines one to time the other kind of work-group alone. */
+#define CLFLASH_BWD_SKIP_DEFINES "-D CLFLASH_BWD_SKIP_DQ=0 -D CLFLASH_BWD_SKIP_DKDV=0"
 /* nv_mma_forward_plan.c and nv_mma_backward_plan.c: the defines of the first kernel the NVIDIA
  * planners would build for p on c (tests/tuning_table.c prints them for the NVPTX compile matrix);
  * 0 when none fits. */

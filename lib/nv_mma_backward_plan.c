@@ -69,7 +69,7 @@ static void kernel_defines(const clflash_problem *p, uint32_t block, uint32_t wa
     clflash_feature_defines(p, 0, features, sizeof features);
     snprintf(buf, size,
              "%s -D HEAD_DIM=%u -D D_REAL=%u -D D_SPLIT=%u -D NV_ALIGNED=%d -D BLOCK=%u -D WARPS=%u "
-             "-D BIAS_PAIRS=%d -D NV_BWD_STREAM=%d",
+             "-D BIAS_PAIRS=%d -D NV_BWD_STREAM=%d " CLFLASH_BWD_SKIP_DEFINES,
              features, padded_dim(p), p->head_dim, column_split(p), clflash_nv_rows_aligned(p), block, warps,
              clflash_bias_pairs(p), bwd_stream(p));
 }
