@@ -170,6 +170,9 @@ CLFLASH_INTERNAL clflash_status clflash_check_context(const clflash_context *c);
  * creates anything. */
 CLFLASH_INTERNAL clflash_status clflash_read_options(const clflash_context_options *caller,
                                                      clflash_context_options *opt);
+/* 1 if CLFLASH_PORTABLE is set to a value other than "" and "0" (clflash_context_create reads it
+ * into the context's portable_only). */
+CLFLASH_INTERNAL int clflash_env_portable_only(void);
 
 /* ---- scratch_pool.c: device scratch buffers reused across calls -------------------------------- */
 /* A buffer of at least `bytes` for commands to be enqueued on `queue`: one no enqueued work still
@@ -453,8 +456,6 @@ CLFLASH_INTERNAL void clflash_cached_kernel_done(clflash_context *c, clflash_pla
 CLFLASH_INTERNAL void clflash_plan_cache_free(clflash_context *c);
 
 /* ---- nv_mma_forward_plan.c: the NVIDIA tensor-core forward (cl/nv_mma_forward.cl) ----------------------- */
-/* 1 if CLFLASH_PORTABLE is set to a value other than "" and "0". */
-CLFLASH_INTERNAL int clflash_env_portable_only(void);
 /* Why the tensor-core kernel cannot run p on c's device (a static string), or NULL if it can. */
 CLFLASH_INTERNAL const char *clflash_nv_mma_refusal(const clflash_context *c, const clflash_problem *p);
 /* 1 if head_dim and every offset and stride of Q, K, V and O are multiples of 8 elements (rows the

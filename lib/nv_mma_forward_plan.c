@@ -24,8 +24,6 @@
 #include "internal.h"
 
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #define KERNEL_NAME "nv_mma_forward"
 static const char variant_name[] = "nv_mma_forward";
@@ -33,12 +31,6 @@ static const char variant_name[] = "nv_mma_forward";
 /* Largest B the kernel takes: S lives in registers (B / 2 floats per lane). */
 #define NV_MAX_BLOCK 64u
 #define NV_MAX_HEAD_DIM 256u
-
-int clflash_env_portable_only(void)
-{
-    const char *e = getenv("CLFLASH_PORTABLE");
-    return e != NULL && e[0] != '\0' && strcmp(e, "0") != 0;
-}
 
 const char *clflash_nv_mma_refusal(const clflash_context *c, const clflash_problem *p)
 {
