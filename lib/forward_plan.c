@@ -1,5 +1,5 @@
 /*
- * forward_plan.c - chooses the tile size B for a call, by the users' rule and then by the real kernel.
+ * forward_plan.c - chooses the tile size B for a call, by the tile rule and then by the real kernel.
  *
  * The rule: one tile holds a Q block, a K block, a V block and the B x B score block,
  * (3*B*d + B*B) * s bytes, and must fit the local memory (the device's, or the context's smaller
@@ -249,7 +249,7 @@ static clflash_status build_variant(clflash_context *c, const clflash_problem *p
     return st;
 }
 
-/* B by the users' rule for the local memory budget, capped by the device class's preference, the
+/* B by the tile rule for the local memory budget, capped by the device class's preference, the
  * sequence lengths and below_block (a B the device refused at enqueue); 0 if no tile fits. */
 static uint32_t rule_block(const clflash_context *c, const clflash_problem *p, const clflash_tuning *tune,
                            uint32_t below_block)

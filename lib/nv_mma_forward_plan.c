@@ -13,7 +13,7 @@
  * work-groups would not fill the device; the kernel's last part of each block then merges them
  * (fused_merge_fits), or cl/merge_states.cl does where they do not fit.
  *
- * B obeys the users' rule, (3*B*d + B*B) * s <= budget, exactly like the portable kernel's, and
+ * B obeys the tile rule, (3*B*d + B*B) * s <= budget, exactly like the portable kernel's, and
  * the built kernel's real local bytes must fit the budget too. The kernel keeps Q and the score
  * block in registers and double-buffers K and V in local memory (4 * B * (d + 8) * s bytes; a
  * decoding work-group of one warp pipelines more stages of smaller tiles: stages_for), so
