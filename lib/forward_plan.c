@@ -277,17 +277,10 @@ static clflash_status plan_kernel(clflash_context *c, const clflash_problem *p, 
     }
 
     if (forced) {
-        uint64_t tile = clflash_tile_bytes(p->block, p->head_dim, p->elem_size);
-        if (tile > budget)
-            return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE,
-                                "block %u needs a %llu-byte tile; the local memory budget is %llu bytes", p->block,
-                                (unsigned long long)tile, (unsigned long long)budget);
-        if (p->block > c->info.max_work_group_size)
-            return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE,
-                                "block %u needs %u work-items; the device allows %zu per group", p->block, p->block,
-                                c->info.max_work_group_size);
-        if (below_block && p->block >= below_block)
-            return clflash_fail(CL_OUT_OF_RESOURCES, "the device refused the forced block %u at enqueue", p->block);
+        const clflash_status st = clflash_check_forced_block(
+            c, p->block, clflash_tile_bytes(p->block, p->head_dim, p->elem_size), "tile", below_block);
+        if (st != CLFLASH_SUCCESS)
+            return st;
         block = p->block;
     } else {
         block = rule_block(c, p, &tune, below_block);
@@ -303,9 +296,7 @@ static clflash_status plan_kernel(clflash_context *c, const clflash_problem *p, 
 
     {
         regtile_cfg rcfg;
-        const uint32_t lanes0 = clflash_block_lanes(block, tune.threads_per_row,
-                                                    tune.max_work_group > block ? tune.max_work_group : block);
-        if (!cpu_path(c, p, block, lanes0) && regtile_choice(c, p, &rcfg))
+        if (!cpu_path(c, p, block, clflash_preferred_lanes(&tune, block)) && regtile_choice(c, p, &rcfg))
             return plan_regtile(c, p, with_lse, block, forced, rcfg, out, NULL);
     }
 
@@ -313,40 +304,27 @@ static clflash_status plan_kernel(clflash_context *c, const clflash_problem *p, 
     clflash_portable_split_rule(c, &tenths_per_unit, &min_keys);
     const uint32_t splits = clflash_split_count(
         c, p, (uint64_t)p->batch * p->heads_q * ((p->seq_q + block - 1) / block), tenths_per_unit, min_keys);
-    for (;;) {
-        /* The class's work-group cap is a preference; a forced block may exceed it (one lane). */
-        uint32_t lanes = clflash_block_lanes(block, tune.threads_per_row,
-                                             tune.max_work_group > block ? tune.max_work_group : block);
-        for (;;) {
-            cl_kernel kernel = NULL;
-            cl_ulong local_bytes = 0;
-            size_t max_wg = 0;
-            clflash_status st = build_variant(c, p, with_lse, splits, block, lanes, &kernel, &local_bytes, &max_wg);
-            if (st != CLFLASH_SUCCESS)
-                return st;
-            if (local_bytes <= budget && (size_t)block * lanes <= max_wg) {
-                clflash_fill_plan(&out->plan, p, clflash_tile_bytes, budget, block, block, local_bytes, variant_name,
-                                  lanes, block * lanes);
-                clflash_tune_report(&out->plan, cpu_path(c, p, block, lanes) ? "portable.cpu_path=1"
-                                                                              : "portable.cpu_path=0,portable.regtile=0");
-                clflash_tune_report_portable(&out->plan, p, 0);
-                out->kernel = kernel;
-                clflash_set_split(out, p, splits, 1);
-                return CLFLASH_SUCCESS;
-            }
-            clReleaseKernel(kernel);
-            int retry;
-            const clflash_status misfit =
-                clflash_candidate_misfit("kernel", block, &lanes, local_bytes, budget, max_wg, forced, &retry);
-            if (misfit != CLFLASH_SUCCESS)
-                return misfit;
-            if (retry)
-                continue;
-            break;
+    for (uint32_t lanes = clflash_preferred_lanes(&tune, block);;) {
+        cl_kernel kernel = NULL;
+        cl_ulong local_bytes = 0;
+        size_t max_wg = 0;
+        clflash_status st = build_variant(c, p, with_lse, splits, block, lanes, &kernel, &local_bytes, &max_wg);
+        if (st != CLFLASH_SUCCESS)
+            return st;
+        if (local_bytes <= budget && (size_t)block * lanes <= max_wg) {
+            clflash_fill_plan(&out->plan, p, clflash_tile_bytes, budget, block, block, local_bytes, variant_name,
+                              lanes, block * lanes);
+            clflash_tune_report(&out->plan, cpu_path(c, p, block, lanes) ? "portable.cpu_path=1"
+                                                                          : "portable.cpu_path=0,portable.regtile=0");
+            clflash_tune_report_portable(&out->plan, p, 0);
+            out->kernel = kernel;
+            clflash_set_split(out, p, splits, 1);
+            return CLFLASH_SUCCESS;
         }
-        block = clflash_block_step_down(block);
-        if (block == 0)
-            return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE, "no block size fits the device's kernel limits");
+        clReleaseKernel(kernel);
+        if ((st = clflash_next_candidate("kernel", &tune, &block, &lanes, local_bytes, budget, max_wg, forced)) !=
+            CLFLASH_SUCCESS)
+            return st;
     }
 }
 
@@ -356,8 +334,7 @@ int clflash_regtile_first_candidate(clflash_context *c, const clflash_problem *p
     const uint32_t block = rule_block(c, p, &tune, 0);
     regtile_cfg cfg;
     if (block == 0 || p->block != 0 ||
-        cpu_path(c, p, block, clflash_block_lanes(block, tune.threads_per_row,
-                                                  tune.max_work_group > block ? tune.max_work_group : block)) ||
+        cpu_path(c, p, block, clflash_preferred_lanes(&tune, block)) ||
         !regtile_choice(c, p, &cfg))
         return 0;
     return plan_regtile(c, p, 0, block, 0, cfg, NULL, first) == CLFLASH_SUCCESS;

@@ -47,13 +47,6 @@ CLFLASH_INTERNAL uint64_t clflash_add_sat(uint64_t a, uint64_t b);
 /* ---- plan_common.c: what the planners share ------------------------------------------------- */
 /* The next smaller block the planners try: multiples of 16, then 8, 4, 2, 1; 0 after 1. */
 CLFLASH_INTERNAL uint32_t clflash_block_step_down(uint32_t b);
-/* A portable planner's built (block, *lanes) candidate did not fit (local_bytes over budget, or
- * block * *lanes work-items over max_wg): halves *lanes and sets *retry_lanes where the memory fits
- * and lanes > 1; else, for a forced block, CLFLASH_ERROR_TILE_TOO_LARGE naming `what` (the next
- * smaller block otherwise). */
-CLFLASH_INTERNAL clflash_status clflash_candidate_misfit(const char *what, uint32_t block, uint32_t *lanes,
-                                                         cl_ulong local_bytes, uint64_t budget, size_t max_wg,
-                                                         int forced, int *retry_lanes);
 /* The largest valid block <= b (a multiple of 16 up to 4096, or 8, 4, 2, 1, 0). */
 CLFLASH_INTERNAL uint32_t clflash_block_round(uint64_t b);
 /* Lanes per row: the largest power of two <= want that divides block, with block * lanes <= max_wg. */
@@ -388,6 +381,23 @@ CLFLASH_INTERNAL uint64_t clflash_block_cap(uint64_t b, uint64_t cap, const clfl
 /* plan_common.c: 1 if the portable kernels take their CPU path for p (CPU devices, unless the
  * portable.cpu_path setting says otherwise), given a block and lanes that path takes. */
 CLFLASH_INTERNAL int clflash_wants_cpu_path(const clflash_context *c, const clflash_problem *p);
+/* plan_common.c: the lanes per row a portable planner tries first at B = block: the preference's
+ * threads_per_row within its work-group cap (a forced block above the cap gets one lane). */
+CLFLASH_INTERNAL uint32_t clflash_preferred_lanes(const clflash_tuning *tune, uint32_t block);
+/* plan_common.c: a portable planner's checks of a forced block before it builds anything: its
+ * tile (tile_bytes by the pass's rule; `tile_name` in the message) fits the context's budget, B
+ * work-items fit a work-group, and the device has not refused B at enqueue (below_block). */
+CLFLASH_INTERNAL clflash_status clflash_check_forced_block(const clflash_context *c, uint32_t block,
+                                                           uint64_t tile_bytes, const char *tile_name,
+                                                           uint32_t below_block);
+/* plan_common.c: a portable planner's built (*block, *lanes) did not fit (local_bytes over budget,
+ * or *block * *lanes work-items over max_wg); sets the next candidate: half the lanes where the
+ * memory fits and lanes > 1, else the next smaller block at its preferred lanes.
+ * CLFLASH_ERROR_TILE_TOO_LARGE naming `what` for a forced block that does not fit or when no
+ * block is left. */
+CLFLASH_INTERNAL clflash_status clflash_next_candidate(const char *what, const clflash_tuning *tune, uint32_t *block,
+                                                       uint32_t *lanes, cl_ulong local_bytes, uint64_t budget,
+                                                       size_t max_wg, int forced);
 
 /* ---- forward_plan.c ------------------------------------------------------------------------------ */
 typedef struct {
