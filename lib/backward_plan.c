@@ -123,7 +123,7 @@ void clflash_backward_shape_defines(const clflash_context *c, const clflash_prob
              "-D BLOCK=%u -D TPR=%u -D LDS_STRIDE=%u -D T_STRIDE=%u -D P_STRIDE=%u -D ROWDOT_WG=%u -D AMD_WAVES=%d "
              "-D CLFLASH_CPU_PATH=%d " CLFLASH_BWD_SKIP_DEFINES,
              block, lanes, clflash_lds_stride(p->head_dim, p->elem_size), block | 1u, block | 1u, rowdot_wg,
-             (int)clflash_tuned(p, CLFLASH_TUNE_BACKWARD_AMD_WAVES, 0), cpu_path(c, p, block, lanes));
+             (int)clflash_tune_value(c, p, CLFLASH_TUNE_BACKWARD_AMD_WAVES, NULL), cpu_path(c, p, block, lanes));
 }
 
 int clflash_backward_first_candidate(const clflash_context *c, const clflash_problem *p, uint32_t first[3])

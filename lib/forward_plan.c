@@ -50,25 +50,30 @@ typedef struct {
     uint32_t rm, tc, bq, block_cap; /* block_cap 0: none */
 } regtile_cfg;
 
-/* The planner's choice, or the portable.regtile setting (see clflash.h): 0 for the lane-per-row
- * path, RMxTCxBQ[xB] for these micro-tiles, query rows and a cap on B (checked when it was set).
- * Returns 0 for the lane path, 1 for register tiles in *cfg. */
+void clflash_default_regtile(const clflash_context *c, const clflash_problem *p, uint32_t out[4])
+{
+    (void)c;
+    out[0] = 4;
+    out[1] = p->head_dim > 128 ? 16 : 8; /* at most 16 float4 accumulators of O per row */
+    out[2] = p->head_dim > 128 ? 32 : 64;
+    out[3] = 0;
+}
+
+/* portable.regtile (clflash_default_regtile unless a setting gives it; see clflash.h): 0 for the
+ * lane-per-row path, RMxTCxBQ[xB] for these micro-tiles, query rows and a cap on B (checked when
+ * it was set). Returns 0 for the lane path, 1 for register tiles in *cfg. */
 static int regtile_choice(const clflash_context *c, const clflash_problem *p, regtile_cfg *cfg)
 {
+    uint32_t v[4];
     if (c->threads_per_row != 0) /* the caller forces lanes per row: the lane path has them */
         return 0;
-    cfg->rm = 4;
-    cfg->tc = p->head_dim > 128 ? 16 : 8; /* at most 16 float4 accumulators of O per row */
-    cfg->bq = p->head_dim > 128 ? 32 : 64;
-    cfg->block_cap = 0;
-    if (p->tune.set & 1u << CLFLASH_TUNE_PORTABLE_REGTILE) {
-        if (p->tune.regtile[0] == 0)
-            return 0;
-        cfg->rm = p->tune.regtile[0];
-        cfg->tc = p->tune.regtile[1];
-        cfg->bq = p->tune.regtile[2];
-        cfg->block_cap = p->tune.regtile[3];
-    }
+    clflash_tune_regtile(c, p, v);
+    if (v[0] == 0)
+        return 0;
+    cfg->rm = v[0];
+    cfg->tc = v[1];
+    cfg->bq = v[2];
+    cfg->block_cap = v[3];
     return 1;
 }
 
@@ -165,7 +170,7 @@ static clflash_status plan_regtile(clflash_context *c, const clflash_problem *p,
                     cl_kernel kernel = NULL;
                     cl_ulong local_bytes = 0;
                     size_t max_wg = 0;
-                    int large_grf = clflash_tuned(p, CLFLASH_TUNE_PORTABLE_LARGE_GRF, 0);
+                    int large_grf = clflash_tune_value(c, p, CLFLASH_TUNE_PORTABLE_LARGE_GRF, NULL);
                     clflash_status st = build_regtile(c, p, with_lse, splits, pack, block, &r, &kernel, &local_bytes,
                                                       &max_wg, &large_grf);
                     if (st != CLFLASH_SUCCESS)

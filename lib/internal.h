@@ -316,8 +316,50 @@ CLFLASH_INTERNAL clflash_status clflash_tune_load(clflash_context *c, const char
 CLFLASH_INTERNAL void clflash_tune_free(clflash_context *c);
 /* Fills p->tune from the context's rules that match p's dtype and head_dim. */
 CLFLASH_INTERNAL void clflash_tune_resolve(clflash_context *c, clflash_problem *p);
-/* The user's value of k for this call if set, else the planner's. */
-CLFLASH_INTERNAL int32_t clflash_tuned(const clflash_problem *p, clflash_tune_key k, int32_t planner_value);
+/* What a planner has chosen before it asks for a parameter whose default depends on it. */
+typedef struct {
+    uint32_t warps; /* the tensor-core forward's warps per work-group (nv_forward.stages) */
+} clflash_tune_facts;
+/* A parameter's default where it depends on the device or the problem: tuning_params.c's table
+ * names one for each such parameter; each lives beside the measurements behind it. */
+typedef int32_t (*clflash_tune_default)(const clflash_context *c, const clflash_problem *p,
+                                        const clflash_tune_facts *f);
+/* The value of parameter k for p on c: the tuning settings' where one applies, else the table's
+ * default (its constant, or its rule for c, p and the facts f; f may be NULL except for
+ * nv_forward.stages). Not for portable.regtile, which is a shape: clflash_tune_regtile. */
+CLFLASH_INTERNAL int32_t clflash_tune_value(const clflash_context *c, const clflash_problem *p, clflash_tune_key k,
+                                            const clflash_tune_facts *f);
+/* portable.regtile for p on c: the setting's RM, TC, BQ and B cap (RM 0: the lane path), else the
+ * table's default (clflash_default_regtile). */
+CLFLASH_INTERNAL void clflash_tune_regtile(const clflash_context *c, const clflash_problem *p, uint32_t out[4]);
+/* The defaults tuning_params.c's table names (those that depend on the device or the problem):
+ * plan_common.c: portable.cpu_path, 1 on CPUs. */
+CLFLASH_INTERNAL int32_t clflash_default_cpu_path(const clflash_context *c, const clflash_problem *p,
+                                                  const clflash_tune_facts *f);
+/* forward_plan.c: portable.regtile's register tiles. */
+CLFLASH_INTERNAL void clflash_default_regtile(const clflash_context *c, const clflash_problem *p, uint32_t out[4]);
+/* tuning.c: the device class's preferences, portable.max_block, .threads_per_row and
+ * .max_work_group (and the same portable_backward.* ones). */
+CLFLASH_INTERNAL int32_t clflash_default_max_block(const clflash_context *c, const clflash_problem *p,
+                                                   const clflash_tune_facts *f);
+CLFLASH_INTERNAL int32_t clflash_default_threads_per_row(const clflash_context *c, const clflash_problem *p,
+                                                         const clflash_tune_facts *f);
+CLFLASH_INTERNAL int32_t clflash_default_max_work_group(const clflash_context *c, const clflash_problem *p,
+                                                        const clflash_tune_facts *f);
+/* nv_mma_forward_plan.c: nv_forward.warps, .mtiles, .stages, .rescale_thresh and .q_direct. */
+CLFLASH_INTERNAL int32_t clflash_nv_default_warps(const clflash_context *c, const clflash_problem *p,
+                                                  const clflash_tune_facts *f);
+CLFLASH_INTERNAL int32_t clflash_nv_default_mtiles(const clflash_context *c, const clflash_problem *p,
+                                                   const clflash_tune_facts *f);
+CLFLASH_INTERNAL int32_t clflash_nv_default_stages(const clflash_context *c, const clflash_problem *p,
+                                                   const clflash_tune_facts *f);
+CLFLASH_INTERNAL int32_t clflash_nv_default_rescale_thresh(const clflash_context *c, const clflash_problem *p,
+                                                           const clflash_tune_facts *f);
+CLFLASH_INTERNAL int32_t clflash_nv_default_q_direct(const clflash_context *c, const clflash_problem *p,
+                                                     const clflash_tune_facts *f);
+/* nv_mma_backward_plan.c: nv_backward.stream. */
+CLFLASH_INTERNAL int32_t clflash_nv_default_bwd_stream(const clflash_context *c, const clflash_problem *p,
+                                                       const clflash_tune_facts *f);
 CLFLASH_INTERNAL const char *clflash_tune_name(clflash_tune_key k);
 /* Appends the parameters a plan used to plan->tuning (printf-style; clflash_fill_plan empties it). */
 CLFLASH_INTERNAL void clflash_tune_report(clflash_plan *plan, const char *fmt, ...);

@@ -14,9 +14,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+int32_t clflash_default_cpu_path(const clflash_context *c, const clflash_problem *p, const clflash_tune_facts *f)
+{
+    (void)p;
+    (void)f;
+    return c->info.device_class == CLFLASH_CLASS_CPU;
+}
+
 int clflash_wants_cpu_path(const clflash_context *c, const clflash_problem *p)
 {
-    return clflash_tuned(p, CLFLASH_TUNE_PORTABLE_CPU_PATH, c->info.device_class == CLFLASH_CLASS_CPU) != 0;
+    return clflash_tune_value(c, p, CLFLASH_TUNE_PORTABLE_CPU_PATH, NULL) != 0;
 }
 
 uint64_t clflash_split_workspace_bytes(const clflash_problem *p, uint32_t splits)
