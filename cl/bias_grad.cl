@@ -153,28 +153,24 @@ bias_grad(__global const bits_t *q, __global const bits_t *k, __global const bit
     const uint lid = get_local_id(0), r = lid / 16, c = lid % 16;
     const uint row_tile = get_group_id(0) / key_tiles, k0 = get_group_id(0) % key_tiles * TK;
     const uint k_end = min(k0 + TK, seq_k);
-    /* the (batch entry, head) of the dBias element, and the ones it covers */
-    const uint ob = get_group_id(2), oh = get_group_id(1);
-    const uint b_first = BCAST_BATCH ? 0 : ob, b_end = BCAST_BATCH ? batch : ob + 1;
-    const uint h_first = BCAST_HEADS ? 0 : oh, h_end = BCAST_HEADS ? heads_q : oh + 1;
-    /* the query tiles it covers: its own, or every one when the rows are broadcast */
-    const uint t_first = BCAST_ROWS ? 0 : row_tile, t_end = BCAST_ROWS ? (seq_q + TQ - 1) / TQ : row_tile + 1;
+    const bias_grad_cover cov =
+        bias_grad_group_cover(BCAST_BATCH, BCAST_HEADS, BCAST_ROWS, batch, heads_q, (seq_q + TQ - 1) / TQ, row_tile);
     (void)alibi;
 
     float acc[RM][RN];
     for (uint m = 0; m < RM; m++)
         for (uint n = 0; n < RN; n++)
             acc[m][n] = 0.0f;
-    for (uint b = b_first; b < b_end; b++) {
+    for (uint b = cov.b_first; b < cov.b_end; b++) {
         const uint key_len = batch_key_len(key_lens, b, seq_k);
-        for (uint h = h_first; h < h_end; h++) {
-const float slope = alibi_slope(alibi, h);
+        for (uint h = cov.h_first; h < cov.h_end; h++) {
+            const float slope = alibi_slope(alibi, h);
             /* only the query tiles whose rows can see a key of [k0, k_end): the loop bounds, not a
              * branch, skip the rest (PoCL wants its barriers out of branches) */
             uint t_lo, t_hi;
             seeing_tiles(k0, k_end, key_len, &a, &t_lo, &t_hi);
-            t_lo = max(t_lo, t_first);
-            t_hi = min(t_hi, t_end);
+            t_lo = max(t_lo, cov.t_first);
+            t_hi = min(t_hi, cov.t_end);
             for (uint t = t_lo; t < t_hi; t++)
                 tile_terms(q, k, v, d_o, lse, dvec, bias, qt, dot, kt, vt, t * TQ, k0, b, h, h / group, key_len, slope,
                            &a, acc);
@@ -197,7 +193,7 @@ const float slope = alibi_slope(alibi, h);
             for (uint rr = 0; rr < 16; rr++)
                 total += sums[(c + 16 * n) * 16 + rr];
             if (kj < seq_k)
-                dbias[bias_off + (ulong)ob * bias_bs + (ulong)oh * bias_hs + kj] = total;
+                dbias[bias_off + (ulong)cov.ob * bias_bs + (ulong)cov.oh * bias_hs + kj] = total;
         }
 #else
     (void)sums;
@@ -206,7 +202,8 @@ const float slope = alibi_slope(alibi, h);
         for (uint n = 0; n < RN; n++) {
             const uint kj = k0 + c + 16 * n;
             if (oi < seq_q && kj < seq_k)
-                dbias[bias_off + (ulong)ob * bias_bs + (ulong)oh * bias_hs + (ulong)oi * bias_rs + kj] = acc[m][n];
+                dbias[bias_off + (ulong)cov.ob * bias_bs + (ulong)cov.oh * bias_hs + (ulong)oi * bias_rs + kj] =
+                    acc[m][n];
         }
     }
 #endif

@@ -267,6 +267,33 @@ static inline float alibi_slope(__global const float *alibi, uint h)
 #endif
 }
 
+/* What a work-group of the bias gradient (bias_grad.cl, nv_mma_bias_grad.cl) sums. Both run the
+ * grid lib/bias_grad.c launches: row tiles * key tiles work-groups along dimension 0, the bias
+ * layout's heads along 1 and its batch entries along 2, so a work-group writes dBias elements of
+ * batch entry ob = get_group_id(2) and head oh = get_group_id(1). It sums them over the batch
+ * entries [b_first, b_end), query heads [h_first, h_end) and query tiles [t_first, t_end) they
+ * are added to: all of a dimension the bias is broadcast over (bcast_batch, bcast_heads,
+ * bcast_rows: the kernels' BCAST_* defines), else only its own entry, head and row_tile. */
+typedef struct {
+    uint ob, oh;
+    uint b_first, b_end, h_first, h_end, t_first, t_end;
+} bias_grad_cover;
+
+static inline bias_grad_cover bias_grad_group_cover(bool bcast_batch, bool bcast_heads, bool bcast_rows, uint batch,
+                                                    uint heads_q, uint row_tiles, uint row_tile)
+{
+    bias_grad_cover v;
+    v.ob = get_group_id(2);
+    v.oh = get_group_id(1);
+    v.b_first = bcast_batch ? 0 : v.ob;
+    v.b_end = bcast_batch ? batch : v.ob + 1;
+    v.h_first = bcast_heads ? 0 : v.oh;
+    v.h_end = bcast_heads ? heads_q : v.oh + 1;
+    v.t_first = bcast_rows ? 0 : row_tile;
+    v.t_end = bcast_rows ? row_tiles : row_tile + 1;
+    return v;
+}
+
 /* The score of (query i, key j) after the optional transforms, in natural-log units:
  * softcap (cap * tanh(s / cap)), then the additive bias, then ALiBi (-slope * |d - j|):
  * transform_score_grad without its derivative (which the compiler drops). */

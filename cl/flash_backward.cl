@@ -55,8 +55,10 @@
  * Every barrier is reached by all work-items of a group the same number of times: the branch on
  * the kind and every loop bound depend only on the group ids and the kernel arguments.
  *
- * Measuring aid: built with -D CLFLASH_BWD_SKIP_DQ=1 (or _SKIP_DKDV=1) through a context's build
- * options, the groups of that kind return at once, so each kind can be timed alone.
+ * Measuring aid: the host passes CLFLASH_BWD_SKIP_DQ=0 and CLFLASH_BWD_SKIP_DKDV=0; a context whose
+ * build options add -D CLFLASH_BWD_SKIP_DQ=1 (or _SKIP_DKDV=1), which follow the host's defines and
+ * so redefine it, builds a kernel whose groups of that kind return at once, so that each kind can
+ * be timed alone.
  */
 /*
  * The CPU path. PoCL runs a work-group as a loop over its work-items between barriers, one
@@ -100,11 +102,8 @@
 
 #define PARTNERS_PER_LANE (BLOCK / TPR)
 #define COLS_PER_LANE ((HEAD_DIM + TPR - 1) / TPR)
-#ifndef CLFLASH_BWD_SKIP_DQ
-#define CLFLASH_BWD_SKIP_DQ 0
-#endif
-#ifndef CLFLASH_BWD_SKIP_DKDV
-#define CLFLASH_BWD_SKIP_DKDV 0
+#if !defined(CLFLASH_BWD_SKIP_DQ) || !defined(CLFLASH_BWD_SKIP_DKDV)
+#error "CLFLASH_BWD_SKIP_DQ and CLFLASH_BWD_SKIP_DKDV are set by the host (lib/backward_plan.c)"
 #endif
 
 __kernel __attribute__((reqd_work_group_size(ROWDOT_WG, 1, 1))) void

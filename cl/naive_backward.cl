@@ -17,8 +17,9 @@
  * and finally naive_bwd_store writes dQ = scale * acc_q, dK = scale * acc_k and dV = acc_v in the
  * storage type and layouts: the only kernel that touches the caller's outputs, so a call that fails
  * part-way through its enqueues has written none of them.
- * D is formed from the matrices themselves (the softmax Jacobian), so this path reads O only
- * through the caller's contract, not at all: a second opinion on the flash path's D = rowsum(dO*O).
+ * D is formed from the matrices themselves (the softmax Jacobian), so no kernel here reads O: the
+ * call checks the O buffer like the others, and dO is addressed with O's layout, but O's values
+ * are never used, which makes this path a second opinion on the flash path's D = rowsum(dO*O).
  * Which keys a query sees is common.cl's visible_keys (causal, window, key lengths), as in the
  * forward; unseen pairs get P = 0 and so add nothing. Bias and ALiBi get no gradient.
  *

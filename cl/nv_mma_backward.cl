@@ -74,13 +74,11 @@
 #error "WARPS must be a multiple of D_SPLIT (the host steps nv_backward.warps down to one)"
 #endif
 
-/* Measuring aid, as in flash_backward.cl: -D CLFLASH_BWD_SKIP_DQ=1 (or _SKIP_DKDV=1) in a context's
- * build options makes the groups of that kind return at once, so each kind can be timed alone. */
-#ifndef CLFLASH_BWD_SKIP_DQ
-#define CLFLASH_BWD_SKIP_DQ 0
-#endif
-#ifndef CLFLASH_BWD_SKIP_DKDV
-#define CLFLASH_BWD_SKIP_DKDV 0
+/* Measuring aid, as in flash_backward.cl: the host passes both switches as 0; -D CLFLASH_BWD_SKIP_DQ=1
+ * (or _SKIP_DKDV=1) in a context's build options follows them, redefines one, and makes the groups
+ * of that kind return at once, so that each kind can be timed alone. */
+#if !defined(CLFLASH_BWD_SKIP_DQ) || !defined(CLFLASH_BWD_SKIP_DKDV)
+#error "CLFLASH_BWD_SKIP_DQ and CLFLASH_BWD_SKIP_DKDV are set by the host (lib/nv_mma_backward_plan.c)"
 #endif
 #define TILE_ROWS (4 * BLOCK > 2 * ROWS ? 4 * BLOCK : 2 * ROWS)
 #define CHUNK_STEPS (BLOCK / 16) /* 16-row pieces of a streamed tile */

@@ -199,21 +199,17 @@ nv_mma_bias_grad(__global const ushort *q, __global const ushort *k, __global co
     const uint g = lane / 4, t = lane % 4;
     const uint row_tile = get_group_id(0) / key_tiles, k0 = get_group_id(0) % key_tiles * TK;
     const uint k_end = min(k0 + TK, seq_k);
-    /* the (batch entry, head) of the dBias element, and the ones it covers */
-    const uint ob = get_group_id(2), oh = get_group_id(1);
-    const uint b_first = BCAST_BATCH ? 0 : ob, b_end = BCAST_BATCH ? batch : ob + 1;
-    const uint h_first = BCAST_HEADS ? 0 : oh, h_end = BCAST_HEADS ? heads_q : oh + 1;
-    /* the query tiles it covers: its own, or every one when the rows are broadcast */
-    const uint t_first = BCAST_ROWS ? 0 : row_tile, t_end = BCAST_ROWS ? (seq_q + TQ - 1) / TQ : row_tile + 1;
+    const bias_grad_cover cov =
+        bias_grad_group_cover(BCAST_BATCH, BCAST_HEADS, BCAST_ROWS, batch, heads_q, (seq_q + TQ - 1) / TQ, row_tile);
     (void)alibi;
 
     float4 acc[N_BLOCKS];
 #pragma unroll
     for (uint n = 0; n < N_BLOCKS; n++)
         acc[n] = (float4)(0.0f);
-    for (uint b = b_first; b < b_end; b++) {
+    for (uint b = cov.b_first; b < cov.b_end; b++) {
         const uint key_len = batch_key_len(key_lens, b, seq_k);
-        for (uint h = h_first; h < h_end; h++) {
+        for (uint h = cov.h_first; h < cov.h_end; h++) {
 #if ALIBI
             const float slope_l2 = alibi[h] * M_LOG2E_F;
 #else
@@ -221,8 +217,8 @@ nv_mma_bias_grad(__global const ushort *q, __global const ushort *k, __global co
 #endif
             uint t_lo, t_hi;
             seeing_tiles(&a, k0, k_end, key_len, &t_lo, &t_hi);
-            t_lo = max(t_lo, t_first);
-            t_hi = min(t_hi, t_end);
+            t_lo = max(t_lo, cov.t_first);
+            t_hi = min(t_hi, cov.t_end);
             for (uint qt = t_lo; qt < t_hi; qt++)
                 tile_terms(&a, q, k, v, d_o, lse, dvec, bias, xt, yt, qt * TQ, k0, b, h, key_len, slope_l2, &sc,
                            acc);
@@ -249,12 +245,12 @@ nv_mma_bias_grad(__global const ushort *q, __global const ushort *k, __global co
         for (uint w = 0; w < WARPS; w++)
             total += sums[w * TK + j];
         if (k0 + j < seq_k)
-            dbias[bias_off + (ulong)ob * bias_bs + (ulong)oh * bias_hs + k0 + j] = total;
+            dbias[bias_off + (ulong)cov.ob * bias_bs + (ulong)cov.oh * bias_hs + k0 + j] = total;
     }
 #else
     (void)sums;
     const uint row_lo = row_tile * TQ + warp * 16 + g, row_hi = row_lo + 8;
-    __global float *const out = dbias + bias_off + (ulong)ob * bias_bs + (ulong)oh * bias_hs;
+    __global float *const out = dbias + bias_off + (ulong)cov.ob * bias_bs + (ulong)cov.oh * bias_hs;
 #pragma unroll
     for (uint n = 0; n < N_BLOCKS; n++) {
         const uint key = k0 + 8 * n + 2 * t;

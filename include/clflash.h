@@ -162,17 +162,18 @@ typedef enum { CLFLASH_F32 = 1, CLFLASH_F16 = 2, CLFLASH_BF16 = 3, CLFLASH_I8 = 
 CLFLASH_API size_t clflash_dtype_size(clflash_dtype t);
 
 /* Bytes of one dense score matrix for one head: seq_q * seq_k * bytes_per_score.
- * UINT64_MAX if the product overflows. Seed check: (4096, 4096, 2) = 33,554,432 (32 MiB). */
+ * UINT64_MAX if the product overflows. The tile rule's worked example (n = 4096, fp16):
+ * (4096, 4096, 2) = 33,554,432 (32 MiB). */
 CLFLASH_API uint64_t clflash_score_matrix_bytes(uint64_t seq_q, uint64_t seq_k, uint64_t bytes_per_score);
 
-/* Bytes of one flash tile, the users' rule: (3*B*d + B*B) * s, a Q block, a K block, a V block and
- * the B x B score block. UINT64_MAX on overflow. Seed check: (64, 128, 2) = 57,344 (56 KiB);
- * (256, 128, 2) = 327,680 does not fit 192 KiB, (256, 128, 1) = 163,840 does. */
+/* Bytes of one flash tile, the tile rule: (3*B*d + B*B) * s, a Q block, a K block, a V block and
+ * the B x B score block. UINT64_MAX on overflow. The rule's worked example: (64, 128, 2) = 57,344
+ * (56 KiB); (256, 128, 2) = 327,680 does not fit 192 KiB, (256, 128, 1) = 163,840 does. */
 CLFLASH_API uint64_t clflash_tile_bytes(uint64_t block, uint64_t head_dim, uint64_t bytes_per_elem);
 
 /* The largest B whose tile fits local_mem_bytes: the largest multiple of 16 that fits; if none,
  * the largest of 8, 4, 2, 1 that fits; 0 if none fits (or head_dim or bytes_per_elem is 0).
- * Seed check: (196608, 128, 2) = 160. */
+ * The rule's worked example: (196608, 128, 2) = 160. */
 CLFLASH_API uint64_t clflash_max_block(uint64_t local_mem_bytes, uint64_t head_dim, uint64_t bytes_per_elem);
 
 /* ---------------------------------------------------------------------------------------------
@@ -470,7 +471,7 @@ typedef struct {
     uint32_t block;              /* B, the tile rule's block: keys per K/V tile (and, on the
                                     portable kernel's lane and CPU paths, also the query rows per
                                     work-group; block_q below gives those for every kernel) */
-    uint64_t tile_bytes;         /* the users' rule, (3*B*d + B*B) * dtype size */
+    uint64_t tile_bytes;         /* the tile rule, (3*B*d + B*B) * dtype size */
     uint64_t local_mem_budget;   /* what B was planned against: the device's local memory, or the
                                     context's smaller local_mem_budget */
     uint64_t kernel_local_bytes; /* CL_KERNEL_LOCAL_MEM_SIZE of the built kernel (or clflash's

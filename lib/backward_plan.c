@@ -105,12 +105,6 @@ static uint32_t first_block(const clflash_context *c, const clflash_problem *p, 
     return block;
 }
 
-/* Work-items per row the planner tries first at B = block. */
-static uint32_t first_lanes(const clflash_tuning *tune, uint32_t block)
-{
-    return clflash_block_lanes(block, tune->threads_per_row, tune->max_work_group > block ? tune->max_work_group : block);
-}
-
 /* The D kernel's work-group: 64 work-items, fewer where the device allows fewer. */
 static uint32_t rowdot_group(const clflash_context *c)
 {
@@ -127,9 +121,9 @@ void clflash_backward_shape_defines(const clflash_context *c, const clflash_prob
 {
     snprintf(buf, size,
              "-D BLOCK=%u -D TPR=%u -D LDS_STRIDE=%u -D T_STRIDE=%u -D P_STRIDE=%u -D ROWDOT_WG=%u -D AMD_WAVES=%d "
-             "-D CLFLASH_CPU_PATH=%d",
+             "-D CLFLASH_CPU_PATH=%d " CLFLASH_BWD_SKIP_DEFINES,
              block, lanes, clflash_lds_stride(p->head_dim, p->elem_size), block | 1u, block | 1u, rowdot_wg,
-             (int)clflash_tuned(p, CLFLASH_TUNE_BACKWARD_AMD_WAVES, 0), cpu_path(c, p, block, lanes));
+             (int)clflash_tune_value(c, p, CLFLASH_TUNE_BACKWARD_AMD_WAVES, NULL), cpu_path(c, p, block, lanes));
 }
 
 int clflash_backward_first_candidate(const clflash_context *c, const clflash_problem *p, uint32_t first[3])
@@ -139,7 +133,7 @@ int clflash_backward_first_candidate(const clflash_context *c, const clflash_pro
     if (block == 0)
         return 0;
     first[0] = block;
-    first[1] = first_lanes(&tune, block);
+    first[1] = clflash_preferred_lanes(&tune, block);
     first[2] = rowdot_group(c);
     return 1;
 }
@@ -157,17 +151,10 @@ static clflash_status plan_portable(clflash_context *c, const clflash_problem *p
     if ((st = clflash_check_backward_features(p)) != CLFLASH_SUCCESS)
         return st;
     if (forced) {
-        const uint64_t tile = clflash_backward_tile_bytes(p->block, p->head_dim, p->elem_size);
-        if (tile > budget)
-            return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE,
-                                "block %u needs a %llu-byte backward tile; the local memory budget is %llu bytes",
-                                p->block, (unsigned long long)tile, (unsigned long long)budget);
-        if (p->block > c->info.max_work_group_size)
-            return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE,
-                                "block %u needs %u work-items; the device allows %zu per group", p->block, p->block,
-                                c->info.max_work_group_size);
-        if (below_block && p->block >= below_block)
-            return clflash_fail(CL_OUT_OF_RESOURCES, "the device refused the forced block %u at enqueue", p->block);
+        if ((st = clflash_check_forced_block(c, p->block,
+                                             clflash_backward_tile_bytes(p->block, p->head_dim, p->elem_size),
+                                             "backward tile", below_block)) != CLFLASH_SUCCESS)
+            return st;
         if (counted_local_bytes(c, p, p->block, 0) > budget)
             return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE,
                                 "block %u: the backward kernel's local arrays need %llu bytes; the local memory "
@@ -184,38 +171,27 @@ static clflash_status plan_portable(clflash_context *c, const clflash_problem *p
                                 p->head_dim, (unsigned long long)budget);
     }
 
-    for (;;) {
-        uint32_t lanes = first_lanes(&tune, block);
-        for (;;) {
-            clflash_backward_kernels k = {0};
-            cl_ulong local_bytes = 0;
-            size_t max_wg = 0;
-            if ((st = build_variant(c, p, block, lanes, rowdot_wg, &k, &local_bytes, &max_wg)) != CLFLASH_SUCCESS)
-                return st;
-            if (local_bytes <= budget && (size_t)block * lanes <= max_wg) {
-                *out = k;
-                out->rowdot_wg = rowdot_wg;
-                clflash_fill_plan(&out->plan, p, clflash_backward_tile_bytes, budget, block, block, local_bytes,
-                                  variant_name, lanes, block * lanes);
-                clflash_tune_report(&out->plan, "portable.cpu_path=%d", cpu_path(c, p, block, lanes));
-                clflash_tune_report_portable(&out->plan, p, 1);
-                out->key_groups = out->plan.tiles_k;
-                out->query_groups = out->plan.tiles_q;
-                return CLFLASH_SUCCESS;
-            }
-            release_kernels(&k);
-            int retry;
-            const clflash_status misfit =
-                clflash_candidate_misfit("backward kernel", block, &lanes, local_bytes, budget, max_wg, forced, &retry);
-            if (misfit != CLFLASH_SUCCESS)
-                return misfit;
-            if (retry)
-                continue;
-            break;
+    for (uint32_t lanes = clflash_preferred_lanes(&tune, block);;) {
+        clflash_backward_kernels k = {0};
+        cl_ulong local_bytes = 0;
+        size_t max_wg = 0;
+        if ((st = build_variant(c, p, block, lanes, rowdot_wg, &k, &local_bytes, &max_wg)) != CLFLASH_SUCCESS)
+            return st;
+        if (local_bytes <= budget && (size_t)block * lanes <= max_wg) {
+            *out = k;
+            out->rowdot_wg = rowdot_wg;
+            clflash_fill_plan(&out->plan, p, clflash_backward_tile_bytes, budget, block, block, local_bytes,
+                              variant_name, lanes, block * lanes);
+            clflash_tune_report(&out->plan, "portable.cpu_path=%d", cpu_path(c, p, block, lanes));
+            clflash_tune_report_portable(&out->plan, p, 1);
+            out->key_groups = out->plan.tiles_k;
+            out->query_groups = out->plan.tiles_q;
+            return CLFLASH_SUCCESS;
         }
-        block = clflash_block_step_down(block);
-        if (block == 0)
-            return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE, "no block size fits the device's backward kernel limits");
+        release_kernels(&k);
+        if ((st = clflash_next_candidate("backward kernel", &tune, &block, &lanes, local_bytes, budget, max_wg,
+                                         forced)) != CLFLASH_SUCCESS)
+            return st;
     }
 }
 

@@ -1,7 +1,8 @@
 /*
  * context.c - creating, inspecting and freeing a clflash_context around a caller's OpenCL context
  * and device: the device facts, the owned in-order queue clflash_context_queue gives out, the
- * options (the tuning settings among them, read by tuning_params.c), and the caches' locks.
+ * options (the tuning settings among them, read by tuning_params.c), the environment variable
+ * CLFLASH_PORTABLE (read once, when a context is created), and the caches' locks.
  *
  * Why separate: the context's lifetime rules (what is retained, what is owned, what a free
  * releases) are the library's ownership contract; they live in one place.
@@ -43,6 +44,12 @@ clflash_status clflash_read_options(const clflash_context_options *caller, clfla
     if (opt->tuning && strlen(opt->tuning) > 65536)
         return clflash_fail(CLFLASH_ERROR_INVALID_OPTIONS, "tuning is longer than 65536 characters");
     return CLFLASH_SUCCESS;
+}
+
+int clflash_env_portable_only(void)
+{
+    const char *e = getenv("CLFLASH_PORTABLE");
+    return e != NULL && e[0] != '\0' && strcmp(e, "0") != 0;
 }
 
 clflash_status clflash_context_create(cl_context ctx, cl_device_id dev, const clflash_context_options *caller_opt,

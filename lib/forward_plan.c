@@ -1,5 +1,5 @@
 /*
- * forward_plan.c - chooses the tile size B for a call, by the users' rule and then by the real kernel.
+ * forward_plan.c - chooses the tile size B for a call, by the tile rule and then by the real kernel.
  *
  * The rule: one tile holds a Q block, a K block, a V block and the B x B score block,
  * (3*B*d + B*B) * s bytes, and must fit the local memory (the device's, or the context's smaller
@@ -50,25 +50,30 @@ typedef struct {
     uint32_t rm, tc, bq, block_cap; /* block_cap 0: none */
 } regtile_cfg;
 
-/* The planner's choice, or the portable.regtile setting (see clflash.h): 0 for the lane-per-row
- * path, RMxTCxBQ[xB] for these micro-tiles, query rows and a cap on B (checked when it was set).
- * Returns 0 for the lane path, 1 for register tiles in *cfg. */
+void clflash_default_regtile(const clflash_context *c, const clflash_problem *p, uint32_t out[4])
+{
+    (void)c;
+    out[0] = 4;
+    out[1] = p->head_dim > 128 ? 16 : 8; /* at most 16 float4 accumulators of O per row */
+    out[2] = p->head_dim > 128 ? 32 : 64;
+    out[3] = 0;
+}
+
+/* portable.regtile (clflash_default_regtile unless a setting gives it; see clflash.h): 0 for the
+ * lane-per-row path, RMxTCxBQ[xB] for these micro-tiles, query rows and a cap on B (checked when
+ * it was set). Returns 0 for the lane path, 1 for register tiles in *cfg. */
 static int regtile_choice(const clflash_context *c, const clflash_problem *p, regtile_cfg *cfg)
 {
+    uint32_t v[4];
     if (c->threads_per_row != 0) /* the caller forces lanes per row: the lane path has them */
         return 0;
-    cfg->rm = 4;
-    cfg->tc = p->head_dim > 128 ? 16 : 8; /* at most 16 float4 accumulators of O per row */
-    cfg->bq = p->head_dim > 128 ? 32 : 64;
-    cfg->block_cap = 0;
-    if (p->tune.set & 1u << CLFLASH_TUNE_PORTABLE_REGTILE) {
-        if (p->tune.regtile[0] == 0)
-            return 0;
-        cfg->rm = p->tune.regtile[0];
-        cfg->tc = p->tune.regtile[1];
-        cfg->bq = p->tune.regtile[2];
-        cfg->block_cap = p->tune.regtile[3];
-    }
+    clflash_tune_regtile(c, p, v);
+    if (v[0] == 0)
+        return 0;
+    cfg->rm = v[0];
+    cfg->tc = v[1];
+    cfg->bq = v[2];
+    cfg->block_cap = v[3];
     return 1;
 }
 
@@ -165,7 +170,7 @@ static clflash_status plan_regtile(clflash_context *c, const clflash_problem *p,
                     cl_kernel kernel = NULL;
                     cl_ulong local_bytes = 0;
                     size_t max_wg = 0;
-                    int large_grf = clflash_tuned(p, CLFLASH_TUNE_PORTABLE_LARGE_GRF, 0);
+                    int large_grf = clflash_tune_value(c, p, CLFLASH_TUNE_PORTABLE_LARGE_GRF, NULL);
                     clflash_status st = build_regtile(c, p, with_lse, splits, pack, block, &r, &kernel, &local_bytes,
                                                       &max_wg, &large_grf);
                     if (st != CLFLASH_SUCCESS)
@@ -256,7 +261,7 @@ static clflash_status build_variant(clflash_context *c, const clflash_problem *p
     return st;
 }
 
-/* B by the users' rule for the local memory budget, capped by the device class's preference, the
+/* B by the tile rule for the local memory budget, capped by the device class's preference, the
  * sequence lengths and below_block (a B the device refused at enqueue); 0 if no tile fits. */
 static uint32_t rule_block(const clflash_context *c, const clflash_problem *p, const clflash_tuning *tune,
                            uint32_t below_block)
@@ -284,17 +289,10 @@ static clflash_status plan_kernel(clflash_context *c, const clflash_problem *p, 
     }
 
     if (forced) {
-        uint64_t tile = clflash_tile_bytes(p->block, p->head_dim, p->elem_size);
-        if (tile > budget)
-            return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE,
-                                "block %u needs a %llu-byte tile; the local memory budget is %llu bytes", p->block,
-                                (unsigned long long)tile, (unsigned long long)budget);
-        if (p->block > c->info.max_work_group_size)
-            return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE,
-                                "block %u needs %u work-items; the device allows %zu per group", p->block, p->block,
-                                c->info.max_work_group_size);
-        if (below_block && p->block >= below_block)
-            return clflash_fail(CL_OUT_OF_RESOURCES, "the device refused the forced block %u at enqueue", p->block);
+        const clflash_status st = clflash_check_forced_block(
+            c, p->block, clflash_tile_bytes(p->block, p->head_dim, p->elem_size), "tile", below_block);
+        if (st != CLFLASH_SUCCESS)
+            return st;
         block = p->block;
     } else {
         block = rule_block(c, p, &tune, below_block);
@@ -310,9 +308,7 @@ static clflash_status plan_kernel(clflash_context *c, const clflash_problem *p, 
 
     {
         regtile_cfg rcfg;
-        const uint32_t lanes0 = clflash_block_lanes(block, tune.threads_per_row,
-                                                    tune.max_work_group > block ? tune.max_work_group : block);
-        if (!cpu_path(c, p, block, lanes0) && regtile_choice(c, p, &rcfg))
+        if (!cpu_path(c, p, block, clflash_preferred_lanes(&tune, block)) && regtile_choice(c, p, &rcfg))
             return plan_regtile(c, p, with_lse, block, forced, rcfg, out, NULL);
     }
 
@@ -320,40 +316,27 @@ static clflash_status plan_kernel(clflash_context *c, const clflash_problem *p, 
     clflash_portable_split_rule(c, &tenths_per_unit, &min_keys);
     const uint32_t splits = clflash_split_count(
         c, p, (uint64_t)p->batch * p->heads_q * ((p->seq_q + block - 1) / block), tenths_per_unit, min_keys);
-    for (;;) {
-        /* The class's work-group cap is a preference; a forced block may exceed it (one lane). */
-        uint32_t lanes = clflash_block_lanes(block, tune.threads_per_row,
-                                             tune.max_work_group > block ? tune.max_work_group : block);
-        for (;;) {
-            cl_kernel kernel = NULL;
-            cl_ulong local_bytes = 0;
-            size_t max_wg = 0;
-            clflash_status st = build_variant(c, p, with_lse, splits, block, lanes, &kernel, &local_bytes, &max_wg);
-            if (st != CLFLASH_SUCCESS)
-                return st;
-            if (local_bytes <= budget && (size_t)block * lanes <= max_wg) {
-                clflash_fill_plan(&out->plan, p, clflash_tile_bytes, budget, block, block, local_bytes, variant_name,
-                                  lanes, block * lanes);
-                clflash_tune_report(&out->plan, cpu_path(c, p, block, lanes) ? "portable.cpu_path=1"
-                                                                              : "portable.cpu_path=0,portable.regtile=0");
-                clflash_tune_report_portable(&out->plan, p, 0);
-                out->kernel = kernel;
-                clflash_set_split(out, p, splits, 1);
-                return CLFLASH_SUCCESS;
-            }
-            clReleaseKernel(kernel);
-            int retry;
-            const clflash_status misfit =
-                clflash_candidate_misfit("kernel", block, &lanes, local_bytes, budget, max_wg, forced, &retry);
-            if (misfit != CLFLASH_SUCCESS)
-                return misfit;
-            if (retry)
-                continue;
-            break;
+    for (uint32_t lanes = clflash_preferred_lanes(&tune, block);;) {
+        cl_kernel kernel = NULL;
+        cl_ulong local_bytes = 0;
+        size_t max_wg = 0;
+        clflash_status st = build_variant(c, p, with_lse, splits, block, lanes, &kernel, &local_bytes, &max_wg);
+        if (st != CLFLASH_SUCCESS)
+            return st;
+        if (local_bytes <= budget && (size_t)block * lanes <= max_wg) {
+            clflash_fill_plan(&out->plan, p, clflash_tile_bytes, budget, block, block, local_bytes, variant_name,
+                              lanes, block * lanes);
+            clflash_tune_report(&out->plan, cpu_path(c, p, block, lanes) ? "portable.cpu_path=1"
+                                                                          : "portable.cpu_path=0,portable.regtile=0");
+            clflash_tune_report_portable(&out->plan, p, 0);
+            out->kernel = kernel;
+            clflash_set_split(out, p, splits, 1);
+            return CLFLASH_SUCCESS;
         }
-        block = clflash_block_step_down(block);
-        if (block == 0)
-            return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE, "no block size fits the device's kernel limits");
+        clReleaseKernel(kernel);
+        if ((st = clflash_next_candidate("kernel", &tune, &block, &lanes, local_bytes, budget, max_wg, forced)) !=
+            CLFLASH_SUCCESS)
+            return st;
     }
 }
 
@@ -363,8 +346,7 @@ int clflash_regtile_first_candidate(clflash_context *c, const clflash_problem *p
     const uint32_t block = rule_block(c, p, &tune, 0);
     regtile_cfg cfg;
     if (block == 0 || p->block != 0 ||
-        cpu_path(c, p, block, clflash_block_lanes(block, tune.threads_per_row,
-                                                  tune.max_work_group > block ? tune.max_work_group : block)) ||
+        cpu_path(c, p, block, clflash_preferred_lanes(&tune, block)) ||
         !regtile_choice(c, p, &cfg))
         return 0;
     return plan_regtile(c, p, 0, block, 0, cfg, NULL, first) == CLFLASH_SUCCESS;

@@ -47,13 +47,6 @@ CLFLASH_INTERNAL uint64_t clflash_add_sat(uint64_t a, uint64_t b);
 /* ---- plan_common.c: what the planners share ------------------------------------------------- */
 /* The next smaller block the planners try: multiples of 16, then 8, 4, 2, 1; 0 after 1. */
 CLFLASH_INTERNAL uint32_t clflash_block_step_down(uint32_t b);
-/* A portable planner's built (block, *lanes) candidate did not fit (local_bytes over budget, or
- * block * *lanes work-items over max_wg): halves *lanes and sets *retry_lanes where the memory fits
- * and lanes > 1; else, for a forced block, CLFLASH_ERROR_TILE_TOO_LARGE naming `what` (the next
- * smaller block otherwise). */
-CLFLASH_INTERNAL clflash_status clflash_candidate_misfit(const char *what, uint32_t block, uint32_t *lanes,
-                                                         cl_ulong local_bytes, uint64_t budget, size_t max_wg,
-                                                         int forced, int *retry_lanes);
 /* The largest valid block <= b (a multiple of 16 up to 4096, or 8, 4, 2, 1, 0). */
 CLFLASH_INTERNAL uint32_t clflash_block_round(uint64_t b);
 /* Lanes per row: the largest power of two <= want that divides block, with block * lanes <= max_wg. */
@@ -170,6 +163,9 @@ CLFLASH_INTERNAL clflash_status clflash_check_context(const clflash_context *c);
  * creates anything. */
 CLFLASH_INTERNAL clflash_status clflash_read_options(const clflash_context_options *caller,
                                                      clflash_context_options *opt);
+/* 1 if CLFLASH_PORTABLE is set to a value other than "" and "0" (clflash_context_create reads it
+ * into the context's portable_only). */
+CLFLASH_INTERNAL int clflash_env_portable_only(void);
 
 /* ---- scratch_pool.c: device scratch buffers reused across calls -------------------------------- */
 /* A buffer of at least `bytes` for commands to be enqueued on `queue`: one no enqueued work still
@@ -329,8 +325,50 @@ CLFLASH_INTERNAL clflash_status clflash_tune_load(clflash_context *c, const char
 CLFLASH_INTERNAL void clflash_tune_free(clflash_context *c);
 /* Fills p->tune from the context's rules that match p's dtype and head_dim. */
 CLFLASH_INTERNAL void clflash_tune_resolve(clflash_context *c, clflash_problem *p);
-/* The user's value of k for this call if set, else the planner's. */
-CLFLASH_INTERNAL int32_t clflash_tuned(const clflash_problem *p, clflash_tune_key k, int32_t planner_value);
+/* What a planner has chosen before it asks for a parameter whose default depends on it. */
+typedef struct {
+    uint32_t warps; /* the tensor-core forward's warps per work-group (nv_forward.stages) */
+} clflash_tune_facts;
+/* A parameter's default where it depends on the device or the problem: tuning_params.c's table
+ * names one for each such parameter; each lives beside the measurements behind it. */
+typedef int32_t (*clflash_tune_default)(const clflash_context *c, const clflash_problem *p,
+                                        const clflash_tune_facts *f);
+/* The value of parameter k for p on c: the tuning settings' where one applies, else the table's
+ * default (its constant, or its rule for c, p and the facts f; f may be NULL except for
+ * nv_forward.stages). Not for portable.regtile, which is a shape: clflash_tune_regtile. */
+CLFLASH_INTERNAL int32_t clflash_tune_value(const clflash_context *c, const clflash_problem *p, clflash_tune_key k,
+                                            const clflash_tune_facts *f);
+/* portable.regtile for p on c: the setting's RM, TC, BQ and B cap (RM 0: the lane path), else the
+ * table's default (clflash_default_regtile). */
+CLFLASH_INTERNAL void clflash_tune_regtile(const clflash_context *c, const clflash_problem *p, uint32_t out[4]);
+/* The defaults tuning_params.c's table names (those that depend on the device or the problem):
+ * plan_common.c: portable.cpu_path, 1 on CPUs. */
+CLFLASH_INTERNAL int32_t clflash_default_cpu_path(const clflash_context *c, const clflash_problem *p,
+                                                  const clflash_tune_facts *f);
+/* forward_plan.c: portable.regtile's register tiles. */
+CLFLASH_INTERNAL void clflash_default_regtile(const clflash_context *c, const clflash_problem *p, uint32_t out[4]);
+/* tuning.c: the device class's preferences, portable.max_block, .threads_per_row and
+ * .max_work_group (and the same portable_backward.* ones). */
+CLFLASH_INTERNAL int32_t clflash_default_max_block(const clflash_context *c, const clflash_problem *p,
+                                                   const clflash_tune_facts *f);
+CLFLASH_INTERNAL int32_t clflash_default_threads_per_row(const clflash_context *c, const clflash_problem *p,
+                                                         const clflash_tune_facts *f);
+CLFLASH_INTERNAL int32_t clflash_default_max_work_group(const clflash_context *c, const clflash_problem *p,
+                                                        const clflash_tune_facts *f);
+/* nv_mma_forward_plan.c: nv_forward.warps, .mtiles, .stages, .rescale_thresh and .q_direct. */
+CLFLASH_INTERNAL int32_t clflash_nv_default_warps(const clflash_context *c, const clflash_problem *p,
+                                                  const clflash_tune_facts *f);
+CLFLASH_INTERNAL int32_t clflash_nv_default_mtiles(const clflash_context *c, const clflash_problem *p,
+                                                   const clflash_tune_facts *f);
+CLFLASH_INTERNAL int32_t clflash_nv_default_stages(const clflash_context *c, const clflash_problem *p,
+                                                   const clflash_tune_facts *f);
+CLFLASH_INTERNAL int32_t clflash_nv_default_rescale_thresh(const clflash_context *c, const clflash_problem *p,
+                                                           const clflash_tune_facts *f);
+CLFLASH_INTERNAL int32_t clflash_nv_default_q_direct(const clflash_context *c, const clflash_problem *p,
+                                                     const clflash_tune_facts *f);
+/* nv_mma_backward_plan.c: nv_backward.stream. */
+CLFLASH_INTERNAL int32_t clflash_nv_default_bwd_stream(const clflash_context *c, const clflash_problem *p,
+                                                       const clflash_tune_facts *f);
 CLFLASH_INTERNAL const char *clflash_tune_name(clflash_tune_key k);
 /* Appends the parameters a plan used to plan->tuning (printf-style; clflash_fill_plan empties it). */
 CLFLASH_INTERNAL void clflash_tune_report(clflash_plan *plan, const char *fmt, ...);
@@ -368,6 +406,10 @@ CLFLASH_INTERNAL void clflash_merge_shape_defines(uint32_t lanes, char *buf, siz
 /* naive.c and backward_naive.c: the softmax kernels' first work-group size (SOFTMAX_WG), halved
  * where a device's kernel allows fewer work-items. */
 #define CLFLASH_NAIVE_SOFTMAX_WG 256
+/* The backward kernels' measurement switches (cl/flash_backward.cl, cl/nv_mma_backward.cl), off in
+ * every build: a context's build_options follow these defines, so -D CLFLASH_BWD_SKIP_DQ=1 there
+ * redefines one to time the other kind of work-group alone. */
+#define CLFLASH_BWD_SKIP_DEFINES "-D CLFLASH_BWD_SKIP_DQ=0 -D CLFLASH_BWD_SKIP_DKDV=0"
 /* nv_mma_forward_plan.c and nv_mma_backward_plan.c: the defines of the first kernel the NVIDIA
  * planners would build for p on c (tests/tuning_table.c prints them for the NVPTX compile matrix);
  * 0 when none fits. */
@@ -405,6 +447,23 @@ CLFLASH_INTERNAL uint64_t clflash_block_cap(uint64_t b, uint64_t cap, const clfl
 /* plan_common.c: 1 if the portable kernels take their CPU path for p (CPU devices, unless the
  * portable.cpu_path setting says otherwise), given a block and lanes that path takes. */
 CLFLASH_INTERNAL int clflash_wants_cpu_path(const clflash_context *c, const clflash_problem *p);
+/* plan_common.c: the lanes per row a portable planner tries first at B = block: the preference's
+ * threads_per_row within its work-group cap (a forced block above the cap gets one lane). */
+CLFLASH_INTERNAL uint32_t clflash_preferred_lanes(const clflash_tuning *tune, uint32_t block);
+/* plan_common.c: a portable planner's checks of a forced block before it builds anything: its
+ * tile (tile_bytes by the pass's rule; `tile_name` in the message) fits the context's budget, B
+ * work-items fit a work-group, and the device has not refused B at enqueue (below_block). */
+CLFLASH_INTERNAL clflash_status clflash_check_forced_block(const clflash_context *c, uint32_t block,
+                                                           uint64_t tile_bytes, const char *tile_name,
+                                                           uint32_t below_block);
+/* plan_common.c: a portable planner's built (*block, *lanes) did not fit (local_bytes over budget,
+ * or *block * *lanes work-items over max_wg); sets the next candidate: half the lanes where the
+ * memory fits and lanes > 1, else the next smaller block at its preferred lanes.
+ * CLFLASH_ERROR_TILE_TOO_LARGE naming `what` for a forced block that does not fit or when no
+ * block is left. */
+CLFLASH_INTERNAL clflash_status clflash_next_candidate(const char *what, const clflash_tuning *tune, uint32_t *block,
+                                                       uint32_t *lanes, cl_ulong local_bytes, uint64_t budget,
+                                                       size_t max_wg, int forced);
 
 /* ---- forward_plan.c ------------------------------------------------------------------------------ */
 typedef struct {
@@ -473,8 +532,6 @@ CLFLASH_INTERNAL void clflash_cached_kernel_done(clflash_context *c, clflash_pla
 CLFLASH_INTERNAL void clflash_plan_cache_free(clflash_context *c);
 
 /* ---- nv_mma_forward_plan.c: the NVIDIA tensor-core forward (cl/nv_mma_forward.cl) ----------------------- */
-/* 1 if CLFLASH_PORTABLE is set to a value other than "" and "0". */
-CLFLASH_INTERNAL int clflash_env_portable_only(void);
 /* Why the tensor-core kernel cannot run p on c's device (a static string), or NULL if it can. */
 CLFLASH_INTERNAL const char *clflash_nv_mma_refusal(const clflash_context *c, const clflash_problem *p);
 /* 1 if head_dim and every offset and stride of Q, K, V and O are multiples of 8 elements (rows the

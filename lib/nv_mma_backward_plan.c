@@ -23,8 +23,6 @@
 static const char variant_name[] = "nv_mma_backward";
 
 #define NV_BWD_SPLIT_ABOVE 128u /* head dims above this split each 16 rows' columns between two warps */
-#define NV_BWD_MAX_BLOCK 64u
-#define NV_BWD_WARPS 4u
 
 const char *clflash_nv_mma_backward_refusal(const clflash_context *c, const clflash_problem *p)
 {
@@ -55,23 +53,31 @@ static cl_ulong counted_local_bytes(const clflash_problem *p, uint32_t block, ui
     return rows * (padded_dim(p) + 8) * p->elem_size + 4ull * block * sizeof(float) + warps * swap_slots * 16;
 }
 
-/* The kernel's NV_BWD_STREAM (see cl/nv_mma_backward.cl for the measurement behind the default), or
- * the nv_backward.stream setting. */
-static int bwd_stream(const clflash_problem *p)
+/* The kernel's NV_BWD_STREAM: the tuning table's default of nv_backward.stream (see
+ * cl/nv_mma_backward.cl for the measurement behind it), or the setting. */
+int32_t clflash_nv_default_bwd_stream(const clflash_context *c, const clflash_problem *p, const clflash_tune_facts *f)
 {
-    return clflash_tuned(p, CLFLASH_TUNE_NV_BACKWARD_STREAM, padded_dim(p) >= 128) != 0;
+    (void)c;
+    (void)f;
+    return padded_dim(p) >= 128;
+}
+
+static int bwd_stream(const clflash_context *c, const clflash_problem *p)
+{
+    return clflash_tune_value(c, p, CLFLASH_TUNE_NV_BACKWARD_STREAM, NULL) != 0;
 }
 
 /* The kernel's defines for (block, warps): the feature switches, then its shape and parameters. */
-static void kernel_defines(const clflash_problem *p, uint32_t block, uint32_t warps, char *buf, size_t size)
+static void kernel_defines(const clflash_context *c, const clflash_problem *p, uint32_t block, uint32_t warps,
+                           char *buf, size_t size)
 {
     char features[256];
     clflash_feature_defines(p, 0, features, sizeof features);
     snprintf(buf, size,
              "%s -D HEAD_DIM=%u -D D_REAL=%u -D D_SPLIT=%u -D NV_ALIGNED=%d -D BLOCK=%u -D WARPS=%u "
-             "-D BIAS_PAIRS=%d -D NV_BWD_STREAM=%d",
+             "-D BIAS_PAIRS=%d -D NV_BWD_STREAM=%d " CLFLASH_BWD_SKIP_DEFINES,
              features, padded_dim(p), p->head_dim, column_split(p), clflash_nv_rows_aligned(p), block, warps,
-             clflash_bias_pairs(p), bwd_stream(p));
+             clflash_bias_pairs(p), bwd_stream(c, p));
 }
 
 static clflash_status build(clflash_context *c, const clflash_problem *p, uint32_t block, uint32_t warps,
@@ -81,8 +87,9 @@ static clflash_status build(clflash_context *c, const clflash_problem *p, uint32
     cl_program prog;
     cl_int err;
     clflash_status st;
-    kernel_defines(p, block, warps, shape, sizeof shape);
-    const uint32_t regs = (uint32_t)clflash_tuned(p, CLFLASH_TUNE_NV_BACKWARD_MAXRREGCOUNT, 0); /* 0: no cap */
+    kernel_defines(c, p, block, warps, shape, sizeof shape);
+    /* 0: no cap */
+    const uint32_t regs = (uint32_t)clflash_tune_value(c, p, CLFLASH_TUNE_NV_BACKWARD_MAXRREGCOUNT, NULL);
     char reg_option[48] = "";
     if (regs)
         snprintf(reg_option, sizeof reg_option, " -cl-nv-maxrregcount=%u", regs);
@@ -108,7 +115,7 @@ static uint32_t first_candidate(const clflash_context *c, const clflash_problem 
     const uint32_t split = column_split(p);
     /* with two warps per 16 rows an odd setting steps down to an even count (at least 2), as
      * other values the kernel's limits refuse step down; the plan reports the count it ran with */
-    uint32_t warps = (uint32_t)clflash_tuned(p, CLFLASH_TUNE_NV_BACKWARD_WARPS, NV_BWD_WARPS);
+    uint32_t warps = (uint32_t)clflash_tune_value(c, p, CLFLASH_TUNE_NV_BACKWARD_WARPS, NULL);
     warps = warps / split * split;
     if (warps == 0)
         warps = split;
@@ -116,7 +123,7 @@ static uint32_t first_candidate(const clflash_context *c, const clflash_problem 
     if (p->block != 0)
         return p->block; /* the portable planner has checked it against the rule and below_block */
     const uint64_t b = clflash_block_cap(clflash_backward_max_block(c->local_mem_budget, p->head_dim, p->elem_size),
-                                         (uint64_t)clflash_tuned(p, CLFLASH_TUNE_NV_BACKWARD_BLOCK, NV_BWD_MAX_BLOCK),
+                                         (uint64_t)clflash_tune_value(c, p, CLFLASH_TUNE_NV_BACKWARD_BLOCK, NULL),
                                          p, below_block);
     return (uint32_t)(b / 16 * 16);
 }
@@ -127,7 +134,7 @@ int clflash_nv_backward_first_defines(const clflash_context *c, const clflash_pr
     const uint32_t block = first_candidate(c, p, 0, &warps);
     if (block < 16)
         return 0;
-    kernel_defines(p, block, warps, buf, size);
+    kernel_defines(c, p, block, warps, buf, size);
     return 1;
 }
 
@@ -153,10 +160,10 @@ clflash_status clflash_plan_nv_mma_backward(clflash_context *c, const clflash_pr
             clflash_fill_plan(&out->plan, p, clflash_backward_tile_bytes, budget, block, rows, local_bytes,
                               variant_name, 2 * split, 32u * warps);
             clflash_tune_report(&out->plan, "nv_backward.block=%u,nv_backward.warps=%u,nv_backward.stream=%d", block,
-                                warps, bwd_stream(p));
-            if (clflash_tuned(p, CLFLASH_TUNE_NV_BACKWARD_MAXRREGCOUNT, 0) != 0)
-                clflash_tune_report(&out->plan, ",nv_backward.maxrregcount=%d",
-                                    (int)clflash_tuned(p, CLFLASH_TUNE_NV_BACKWARD_MAXRREGCOUNT, 0));
+                                warps, bwd_stream(c, p));
+            const int32_t regs = clflash_tune_value(c, p, CLFLASH_TUNE_NV_BACKWARD_MAXRREGCOUNT, NULL);
+            if (regs != 0)
+                clflash_tune_report(&out->plan, ",nv_backward.maxrregcount=%d", (int)regs);
             out->key_groups = ((uint64_t)p->seq_k + rows - 1) / rows;
             out->query_groups = ((uint64_t)p->seq_q + rows - 1) / rows;
             return CLFLASH_SUCCESS;

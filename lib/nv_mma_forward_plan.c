@@ -13,7 +13,7 @@
  * work-groups would not fill the device; the kernel's last part of each block then merges them
  * (fused_merge_fits), or cl/merge_states.cl does where they do not fit.
  *
- * B obeys the users' rule, (3*B*d + B*B) * s <= budget, exactly like the portable kernel's, and
+ * B obeys the tile rule, (3*B*d + B*B) * s <= budget, exactly like the portable kernel's, and
  * the built kernel's real local bytes must fit the budget too. The kernel keeps Q and the score
  * block in registers and double-buffers K and V in local memory (4 * B * (d + 8) * s bytes; a
  * decoding work-group of one warp pipelines more stages of smaller tiles: stages_for), so
@@ -24,8 +24,6 @@
 #include "internal.h"
 
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #define KERNEL_NAME "nv_mma_forward"
 static const char variant_name[] = "nv_mma_forward";
@@ -33,12 +31,6 @@ static const char variant_name[] = "nv_mma_forward";
 /* Largest B the kernel takes: S lives in registers (B / 2 floats per lane). */
 #define NV_MAX_BLOCK 64u
 #define NV_MAX_HEAD_DIM 256u
-
-int clflash_env_portable_only(void)
-{
-    const char *e = getenv("CLFLASH_PORTABLE");
-    return e != NULL && e[0] != '\0' && strcmp(e, "0") != 0;
-}
 
 const char *clflash_nv_mma_refusal(const clflash_context *c, const clflash_problem *p)
 {
@@ -97,14 +89,15 @@ static uint32_t pack_for(const clflash_problem *p)
 #define NV_TENTHS_PER_UNIT 24u
 #define NV_MIN_SPLIT_KEYS 256u
 
-/* How the work-group's query rows are laid out: `warps` warps of `m_tiles` 16-row slices each.
- * Measured on the H200 (n = 4096, f16; see docs/performance/h200.md): 4 warps of 2 slices (128 rows) beat 3 to 8
- * warps of one slice at d = 64 and 128, because each K or V fragment read from local memory then
- * feeds two mma instead of one. Few rows (`rows`: seq_q, times the packed heads) get fewer, so
- * that decoding (seq_q = 1) does not compute 127 rows of padding. The nv_forward.warps and
- * nv_forward.mtiles settings override both (see clflash.h). */
-static void rows_for(const clflash_problem *p, uint64_t rows, uint32_t *warps, uint32_t *m_tiles)
+/* How the work-group's query rows are laid out by default: `warps` warps of `m_tiles` 16-row
+ * slices each. Measured on the H200 (n = 4096, f16; see docs/performance/h200.md): 4 warps of 2
+ * slices (128 rows) beat 3 to 8 warps of one slice at d = 64 and 128, because each K or V fragment
+ * read from local memory then feeds two mma instead of one. Few rows (seq_q, times the packed
+ * heads) get fewer, so that decoding (seq_q = 1) does not compute 127 rows of padding. These are
+ * the tuning table's defaults of nv_forward.warps and nv_forward.mtiles (see clflash.h). */
+static void default_rows(const clflash_problem *p, uint32_t *warps, uint32_t *m_tiles)
 {
+    const uint64_t rows = (uint64_t)p->seq_q * pack_for(p);
     if (rows <= 16) {
         *warps = 1;
         *m_tiles = 1;
@@ -118,8 +111,24 @@ static void rows_for(const clflash_problem *p, uint64_t rows, uint32_t *warps, u
         *m_tiles = clflash_nv_padded_dim(p) > 128 ? 1 : 2; /* at d = 256 one slice already holds 200 registers */
         *warps = rows >= 128 ? 4 : (uint32_t)(rows + 31) / 32;
     }
-    *warps = (uint32_t)clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_WARPS, (int32_t)*warps);
-    *m_tiles = (uint32_t)clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_MTILES, (int32_t)*m_tiles);
+}
+
+int32_t clflash_nv_default_warps(const clflash_context *c, const clflash_problem *p, const clflash_tune_facts *f)
+{
+    uint32_t warps, m_tiles;
+    (void)c;
+    (void)f;
+    default_rows(p, &warps, &m_tiles);
+    return (int32_t)warps;
+}
+
+int32_t clflash_nv_default_mtiles(const clflash_context *c, const clflash_problem *p, const clflash_tune_facts *f)
+{
+    uint32_t warps, m_tiles;
+    (void)c;
+    (void)f;
+    default_rows(p, &warps, &m_tiles);
+    return (int32_t)m_tiles;
 }
 
 /* Bytes of the kernel's local array: `stages` K and V tiles of B rows, each row padded by 16 bytes;
@@ -138,13 +147,21 @@ static cl_ulong counted_local_bytes(const clflash_problem *p, uint32_t block, ui
  * (f16, d = 128, 2026-12-01; decode_block then picks B = 16): 3 stages against 2 (B = 32) gave
  * 1.02x to 1.05x at batch 1, heads 32/8, seq_k 32768 and 131072, and the same at batch 8 and with
  * 32/32 heads; 5 stages gave a further 1.02x at batch 1 but 0.90x to 0.96x at batch 8 (seq_k 8192)
- * and 32/32 heads, so 3 is the default. The nv_forward.stages setting (2..8) sets the depth instead;
- * a depth that does not fit falls back to what does. */
+ * and 32/32 heads, so 3 is the default (the tuning table's default of nv_forward.stages, which
+ * sets the depth instead). A depth that does not fit falls back to what does. */
 #define NV_DECODE_STAGES 3u
-static uint32_t stages_for(const clflash_problem *p, uint32_t warps, uint32_t block, uint32_t block_q,
-                           uint64_t budget)
+int32_t clflash_nv_default_stages(const clflash_context *c, const clflash_problem *p, const clflash_tune_facts *f)
 {
-    uint32_t want = (uint32_t)clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_STAGES, warps == 1 ? NV_DECODE_STAGES : 2);
+    (void)c;
+    (void)p;
+    return f->warps == 1 ? NV_DECODE_STAGES : 2;
+}
+
+static uint32_t stages_for(const clflash_context *c, const clflash_problem *p, uint32_t warps, uint32_t block,
+                           uint32_t block_q, uint64_t budget)
+{
+    const clflash_tune_facts facts = {.warps = warps};
+    uint32_t want = (uint32_t)clflash_tune_value(c, p, CLFLASH_TUNE_NV_FORWARD_STAGES, &facts);
     while (want > 2 && counted_local_bytes(p, block, block_q, want) > budget)
         want--;
     return want;
@@ -152,13 +169,14 @@ static uint32_t stages_for(const clflash_problem *p, uint32_t warps, uint32_t bl
 
 /* For a one-warp work-group, the block whose pipeline keeps the most keys in flight
  * ((stages - 1) * B) within the budget, the smaller block on a tie; others keep B. */
-static uint32_t decode_block(const clflash_problem *p, uint32_t warps, uint32_t b, uint32_t block_q, uint64_t budget)
+static uint32_t decode_block(const clflash_context *c, const clflash_problem *p, uint32_t warps, uint32_t b,
+                             uint32_t block_q, uint64_t budget)
 {
     if (warps != 1)
         return b;
     uint32_t best = b, best_keys = 0;
     for (uint32_t block = 16; block <= b; block += 16) {
-        const uint32_t stages = stages_for(p, warps, block, block_q, budget);
+        const uint32_t stages = stages_for(c, p, warps, block, block_q, budget);
         if (counted_local_bytes(p, block, block_q, stages) <= budget && (stages - 1) * block > best_keys) {
             best = block;
             best_keys = (stages - 1) * block;
@@ -172,27 +190,42 @@ static uint32_t decode_block(const clflash_problem *p, uint32_t warps, uint32_t 
  * on the H200 (f16, d = 128, heads 32/8, 2026-12-01, see docs/performance/h200.md): the launch it saves
  * cost up to 10 us of a 50 us decoding call. It needs the block's parts' weights in the kernel's local
  * array (block_q * (splits + 1) floats); the setting nv_forward.fused_merge=0 turns it off. */
-static int fused_merge_fits(const clflash_problem *p, uint32_t splits, uint32_t block, uint32_t block_q,
-                            uint32_t stages)
+static int fused_merge_fits(const clflash_context *c, const clflash_problem *p, uint32_t splits, uint32_t block,
+                            uint32_t block_q, uint32_t stages)
 {
-    return splits > 1 && clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_FUSED_MERGE, 1) == 1 &&
+    return splits > 1 && clflash_tune_value(c, p, CLFLASH_TUNE_NV_FORWARD_FUSED_MERGE, NULL) == 1 &&
            (uint64_t)block_q * (splits + 1u) * sizeof(float) <= counted_local_bytes(p, block, block_q, stages);
 }
 
-/* The kernel's NV_RESCALE_THRESH and NV_Q_DIRECT (see cl/nv_mma_forward.cl for the measurements
- * behind the defaults), or the nv_forward.rescale_thresh and .q_direct settings. Direct Q loads
- * read whole column pairs of 4-byte aligned rows: without them (padded head dims, unaligned rows)
- * Q is staged whatever the setting. */
-static int32_t rescale_thresh(const clflash_problem *p)
+/* The kernel's NV_RESCALE_THRESH and NV_Q_DIRECT: the tuning table's defaults of
+ * nv_forward.rescale_thresh and .q_direct (see cl/nv_mma_forward.cl for the measurements behind
+ * them), or the settings. Direct Q loads read whole column pairs of 4-byte aligned rows: without
+ * them (padded head dims, unaligned rows) Q is staged whatever the setting. */
+int32_t clflash_nv_default_rescale_thresh(const clflash_context *c, const clflash_problem *p,
+                                          const clflash_tune_facts *f)
 {
-    return clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_RESCALE_THRESH, clflash_nv_padded_dim(p) >= 128 ? 8 : -1);
+    (void)c;
+    (void)f;
+    return clflash_nv_padded_dim(p) >= 128 ? 8 : -1;
 }
 
-static int q_direct(const clflash_problem *p)
+int32_t clflash_nv_default_q_direct(const clflash_context *c, const clflash_problem *p, const clflash_tune_facts *f)
+{
+    (void)c;
+    (void)f;
+    return p->head_dim <= 64;
+}
+
+static int32_t rescale_thresh(const clflash_context *c, const clflash_problem *p)
+{
+    return clflash_tune_value(c, p, CLFLASH_TUNE_NV_FORWARD_RESCALE_THRESH, NULL);
+}
+
+static int q_direct(const clflash_context *c, const clflash_problem *p)
 {
     if (clflash_nv_padded_dim(p) != p->head_dim || !clflash_nv_rows_aligned(p))
         return 0;
-    return clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_Q_DIRECT, p->head_dim <= 64) != 0;
+    return clflash_tune_value(c, p, CLFLASH_TUNE_NV_FORWARD_Q_DIRECT, NULL) != 0;
 }
 
 /* The fused merge's MERGE_GROUP, MERGE_UNROLL_PARTS, MERGE_LSE_BATCH and MERGE_PREFETCH (see
@@ -201,23 +234,24 @@ typedef struct {
     int group, parts, lse_batch, prefetch;
 } merge_shape;
 
-static merge_shape merge_shape_for(const clflash_problem *p)
+static merge_shape merge_shape_for(const clflash_context *c, const clflash_problem *p)
 {
     merge_shape m;
-    m.group = (int)clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_MERGE_GROUP, 4);
-    m.parts = (int)clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_MERGE_PARTS, 8);
-    m.lse_batch = (int)clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_MERGE_LSE_BATCH, 8);
-    m.prefetch = (int)clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_MERGE_PREFETCH, 1);
+    m.group = (int)clflash_tune_value(c, p, CLFLASH_TUNE_NV_FORWARD_MERGE_GROUP, NULL);
+    m.parts = (int)clflash_tune_value(c, p, CLFLASH_TUNE_NV_FORWARD_MERGE_PARTS, NULL);
+    m.lse_batch = (int)clflash_tune_value(c, p, CLFLASH_TUNE_NV_FORWARD_MERGE_LSE_BATCH, NULL);
+    m.prefetch = (int)clflash_tune_value(c, p, CLFLASH_TUNE_NV_FORWARD_MERGE_PREFETCH, NULL);
     return m;
 }
 
 /* The kernel's defines for one candidate: the feature and split switches, then its shape and parameters. */
-static void kernel_defines(const clflash_problem *p, int with_lse, uint32_t splits, uint32_t pack, uint32_t block,
-                           uint32_t warps, uint32_t m_tiles, uint32_t stages, int fused, char *buf, size_t size)
+static void kernel_defines(const clflash_context *c, const clflash_problem *p, int with_lse, uint32_t splits,
+                           uint32_t pack, uint32_t block, uint32_t warps, uint32_t m_tiles, uint32_t stages, int fused,
+                           char *buf, size_t size)
 {
     char features[300], merge[128];
     clflash_forward_defines(p, with_lse, splits, pack, features, sizeof features);
-    const merge_shape m = merge_shape_for(p);
+    const merge_shape m = merge_shape_for(c, p);
     merge[0] = '\0';
     if (fused)
         snprintf(merge, sizeof merge, " -D MERGE_GROUP=%d -D MERGE_UNROLL_PARTS=%d -D MERGE_LSE_BATCH=%d -D MERGE_PREFETCH=%d",
@@ -226,7 +260,7 @@ static void kernel_defines(const clflash_problem *p, int with_lse, uint32_t spli
              "%s -D HEAD_DIM=%u -D D_REAL=%u -D NV_ALIGNED=%d -D BLOCK=%u -D WARPS=%u -D M_TILES=%u -D STAGES=%u "
              "-D BIAS_PAIRS=%d -D FUSED_MERGE=%d -D WITH_OUT_LSE=%d -D NV_RESCALE_THRESH=%d -D NV_Q_DIRECT=%d%s",
              features, clflash_nv_padded_dim(p), p->head_dim, clflash_nv_rows_aligned(p), block, warps, m_tiles, stages,
-             clflash_bias_pairs(p), fused, fused && with_lse, (int)rescale_thresh(p), q_direct(p), merge);
+             clflash_bias_pairs(p), fused, fused && with_lse, (int)rescale_thresh(c, p), q_direct(c, p), merge);
 }
 
 static clflash_status build(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t splits, uint32_t pack,
@@ -237,7 +271,7 @@ static clflash_status build(clflash_context *c, const clflash_problem *p, int wi
     cl_program prog;
     cl_int err;
     clflash_status st;
-    kernel_defines(p, with_lse, splits, pack, block, warps, m_tiles, stages, fused, defines, sizeof defines);
+    kernel_defines(c, p, with_lse, splits, pack, block, warps, m_tiles, stages, fused, defines, sizeof defines);
     if ((st = clflash_get_program(c, CLFLASH_SOURCE_NV_MMA_FORWARD, defines, &prog)) != CLFLASH_SUCCESS)
         return st;
     *kernel = clCreateKernel(prog, KERNEL_NAME, &err);
@@ -268,17 +302,18 @@ static first_choice first_candidate(const clflash_context *c, const clflash_prob
     } else {
         /* nv_forward.block: a tuning cap, 16..64 */
         b = clflash_block_cap(clflash_max_block(budget, p->head_dim, p->elem_size),
-                              (uint64_t)clflash_tuned(p, CLFLASH_TUNE_NV_FORWARD_BLOCK, NV_MAX_BLOCK), p, below_block);
+                              (uint64_t)clflash_tune_value(c, p, CLFLASH_TUNE_NV_FORWARD_BLOCK, NULL), p, below_block);
         b = b / 16 * 16;
     }
     f.pack = pack_for(p);
     const uint64_t rows = (uint64_t)p->seq_q * f.pack;
-    rows_for(p, rows, &f.warps, &f.m_tiles); /* independent of B */
+    f.warps = (uint32_t)clflash_tune_value(c, p, CLFLASH_TUNE_NV_FORWARD_WARPS, NULL); /* independent of B */
+    f.m_tiles = (uint32_t)clflash_tune_value(c, p, CLFLASH_TUNE_NV_FORWARD_MTILES, NULL);
     const uint32_t block_q = 16 * f.warps * f.m_tiles;
     const uint64_t groups = (uint64_t)p->batch * (p->heads_q / f.pack) * ((rows + block_q - 1) / block_q);
     f.splits = clflash_split_count(c, p, groups, NV_TENTHS_PER_UNIT, NV_MIN_SPLIT_KEYS);
     if (p->block == 0)
-        b = decode_block(p, f.warps, (uint32_t)b, block_q, budget);
+        b = decode_block(c, p, f.warps, (uint32_t)b, block_q, budget);
     f.block = (uint32_t)b;
     return f;
 }
@@ -289,11 +324,11 @@ int clflash_nv_forward_first_defines(const clflash_context *c, const clflash_pro
     const first_choice f = first_candidate(c, p, 0);
     const uint32_t block_q = 16 * f.warps * f.m_tiles;
     for (uint32_t block = f.block; block >= 16; block -= 16) {
-        const uint32_t stages = stages_for(p, f.warps, block, block_q, c->local_mem_budget);
+        const uint32_t stages = stages_for(c, p, f.warps, block, block_q, c->local_mem_budget);
         if (counted_local_bytes(p, block, block_q, stages) > c->local_mem_budget && p->block == 0)
             continue; /* as the planner: not built */
-        kernel_defines(p, with_lse, f.splits, f.pack, block, f.warps, f.m_tiles, stages,
-                       fused_merge_fits(p, f.splits, block, block_q, stages), buf, size);
+        kernel_defines(c, p, with_lse, f.splits, f.pack, block, f.warps, f.m_tiles, stages,
+                       fused_merge_fits(c, p, f.splits, block, block_q, stages), buf, size);
         return 1;
     }
     return 0;
@@ -316,10 +351,10 @@ clflash_status clflash_plan_nv_mma(clflash_context *c, const clflash_problem *p,
         cl_kernel kernel = NULL;
         cl_ulong local_bytes = 0;
         size_t max_wg = 0;
-        const uint32_t stages = stages_for(p, warps, block, block_q, budget);
+        const uint32_t stages = stages_for(c, p, warps, block, block_q, budget);
         if (counted_local_bytes(p, block, block_q, stages) > budget && p->block == 0)
             continue; /* cannot fit: no need to build it */
-        const int fused = fused_merge_fits(p, splits, block, block_q, stages);
+        const int fused = fused_merge_fits(c, p, splits, block, block_q, stages);
         clflash_status st = build(c, p, with_lse, splits, pack, block, warps, m_tiles, stages, fused, &kernel,
                                   &local_bytes, &max_wg);
         if (st != CLFLASH_SUCCESS)
@@ -331,10 +366,12 @@ clflash_status clflash_plan_nv_mma(clflash_context *c, const clflash_problem *p,
             clflash_tune_report(&out->plan,
                                 "nv_forward.block=%u,nv_forward.warps=%u,nv_forward.mtiles=%u,nv_forward.stages=%u,"
                                 "nv_forward.fused_merge=%d,nv_forward.rescale_thresh=%d,nv_forward.q_direct=%d",
-                                block, warps, m_tiles, stages, splits > 1 ? fused : (int)clflash_tuned(
-                                    p, CLFLASH_TUNE_NV_FORWARD_FUSED_MERGE, 1), (int)rescale_thresh(p), q_direct(p));
+                                block, warps, m_tiles, stages,
+                                splits > 1 ? fused
+                                           : (int)clflash_tune_value(c, p, CLFLASH_TUNE_NV_FORWARD_FUSED_MERGE, NULL),
+                                (int)rescale_thresh(c, p), q_direct(c, p));
             if (fused) {
-                const merge_shape m = merge_shape_for(p);
+                const merge_shape m = merge_shape_for(c, p);
                 clflash_tune_report(&out->plan,
                                     ",nv_forward.merge_group=%d,nv_forward.merge_parts=%d,nv_forward.merge_lse_batch=%d,"
                                     "nv_forward.merge_prefetch=%d",

@@ -14,9 +14,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+int32_t clflash_default_cpu_path(const clflash_context *c, const clflash_problem *p, const clflash_tune_facts *f)
+{
+    (void)p;
+    (void)f;
+    return c->info.device_class == CLFLASH_CLASS_CPU;
+}
+
 int clflash_wants_cpu_path(const clflash_context *c, const clflash_problem *p)
 {
-    return clflash_tuned(p, CLFLASH_TUNE_PORTABLE_CPU_PATH, c->info.device_class == CLFLASH_CLASS_CPU) != 0;
+    return clflash_tune_value(c, p, CLFLASH_TUNE_PORTABLE_CPU_PATH, NULL) != 0;
 }
 
 uint64_t clflash_split_workspace_bytes(const clflash_problem *p, uint32_t splits)
@@ -70,21 +77,46 @@ uint32_t clflash_block_step_down(uint32_t b)
     return b > 16 ? (b - 1) / 16 * 16 : b / 2;
 }
 
-clflash_status clflash_candidate_misfit(const char *what, uint32_t block, uint32_t *lanes, cl_ulong local_bytes,
-                                       uint64_t budget, size_t max_wg, int forced, int *retry_lanes)
+uint32_t clflash_preferred_lanes(const clflash_tuning *tune, uint32_t block)
 {
-    *retry_lanes = 0;
+    return clflash_block_lanes(block, tune->threads_per_row,
+                               tune->max_work_group > block ? tune->max_work_group : block);
+}
+
+clflash_status clflash_check_forced_block(const clflash_context *c, uint32_t block, uint64_t tile_bytes,
+                                          const char *tile_name, uint32_t below_block)
+{
+    const uint64_t budget = c->local_mem_budget;
+    if (tile_bytes > budget)
+        return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE,
+                            "block %u needs a %llu-byte %s; the local memory budget is %llu bytes", block,
+                            (unsigned long long)tile_bytes, tile_name, (unsigned long long)budget);
+    if (block > c->info.max_work_group_size)
+        return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE,
+                            "block %u needs %u work-items; the device allows %zu per group", block, block,
+                            c->info.max_work_group_size);
+    if (below_block && block >= below_block)
+        return clflash_fail(CL_OUT_OF_RESOURCES, "the device refused the forced block %u at enqueue", block);
+    return CLFLASH_SUCCESS;
+}
+
+clflash_status clflash_next_candidate(const char *what, const clflash_tuning *tune, uint32_t *block, uint32_t *lanes,
+                                      cl_ulong local_bytes, uint64_t budget, size_t max_wg, int forced)
+{
     if (local_bytes <= budget && *lanes > 1) {
         *lanes /= 2; /* too many work-items for the kernel: fewer lanes per row */
-        *retry_lanes = 1;
         return CLFLASH_SUCCESS;
     }
     if (forced)
         return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE,
                             "block %u: the built %s needs %llu bytes of local memory (budget %llu) and %u "
                             "work-items (it allows %zu)",
-                            block, what, (unsigned long long)local_bytes, (unsigned long long)budget, block * *lanes,
-                            max_wg);
+                            *block, what, (unsigned long long)local_bytes, (unsigned long long)budget,
+                            *block * *lanes, max_wg);
+    *block = clflash_block_step_down(*block);
+    if (*block == 0)
+        return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE, "no block size fits the device's %s limits", what);
+    *lanes = clflash_preferred_lanes(tune, *block);
     return CLFLASH_SUCCESS;
 }
 

@@ -1,5 +1,5 @@
 /*
- * tile_math.c - the users' tile rules as pure functions: dtype sizes, the score matrix a naive
+ * tile_math.c - the tile rules as pure functions: dtype sizes, the score matrix a naive
  * implementation materializes, one flash tile's bytes (the forward's (3*B*d + B*B) * s and the
  * backward's (4*B*d + 2*B*B) * s), and the largest B that fits a budget under each.
  *

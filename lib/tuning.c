@@ -6,9 +6,9 @@
  * Why: the rule says what fits, not what runs fast. PoCL reports 1 MiB of "local" memory (it is
  * ordinary cache-backed memory) and would get B near 350 for d = 128; GPUs want a few hundred
  * work-items per group to hide latency. Every level has a default, so an unknown device still gets
- * a sensible plan; the tuning settings portable.max_block, portable.threads_per_row and
- * portable.max_work_group (the forward's) and portable_backward.* (the backward's; tuning_params.c)
- * replace them per device, dtype and head_dim.
+ * a sensible plan. They are the defaults tuning_params.c's table gives the parameters
+ * portable.max_block, portable.threads_per_row and portable.max_work_group (the forward's) and
+ * portable_backward.* (the backward's), whose settings replace them per device, dtype and head_dim.
  */
 #include "internal.h"
 
@@ -45,16 +45,37 @@ clflash_tuning clflash_tuning_for(const clflash_device_info *info, uint32_t head
     return t;
 }
 
-/* The class's preferences, then the tuning settings keys[0..2] (a cap on B, work-items per row,
- * work-group; the device's work-group limit still caps the last), then the context option
- * threads_per_row. */
+/* The class's preferences as the tuning table's defaults (for the forward's keys and the
+ * backward's alike). */
+int32_t clflash_default_max_block(const clflash_context *c, const clflash_problem *p, const clflash_tune_facts *f)
+{
+    (void)f;
+    return (int32_t)clflash_tuning_for(&c->info, p->head_dim, p->elem_size).max_block;
+}
+
+int32_t clflash_default_threads_per_row(const clflash_context *c, const clflash_problem *p,
+                                        const clflash_tune_facts *f)
+{
+    (void)f;
+    return (int32_t)clflash_tuning_for(&c->info, p->head_dim, p->elem_size).threads_per_row;
+}
+
+int32_t clflash_default_max_work_group(const clflash_context *c, const clflash_problem *p, const clflash_tune_facts *f)
+{
+    (void)f;
+    return (int32_t)clflash_tuning_for(&c->info, p->head_dim, p->elem_size).max_work_group;
+}
+
+/* The tuning values of keys[0..2] (a cap on B, work-items per row, work-group: the class's
+ * preferences unless a setting gives them; the device's work-group limit still caps the last),
+ * then the context option threads_per_row. */
 static clflash_tuning tuned_preferences(const clflash_context *c, const clflash_problem *p,
                                         const clflash_tune_key keys[3])
 {
-    clflash_tuning tune = clflash_tuning_for(&c->info, p->head_dim, p->elem_size);
-    tune.max_block = (uint32_t)clflash_tuned(p, keys[0], (int32_t)tune.max_block);
-    tune.threads_per_row = (uint32_t)clflash_tuned(p, keys[1], (int32_t)tune.threads_per_row);
-    tune.max_work_group = (uint32_t)clflash_tuned(p, keys[2], (int32_t)tune.max_work_group);
+    clflash_tuning tune;
+    tune.max_block = (uint32_t)clflash_tune_value(c, p, keys[0], NULL);
+    tune.threads_per_row = (uint32_t)clflash_tune_value(c, p, keys[1], NULL);
+    tune.max_work_group = (uint32_t)clflash_tune_value(c, p, keys[2], NULL);
     if (c->info.max_work_group_size && tune.max_work_group > c->info.max_work_group_size)
         tune.max_work_group = (uint32_t)c->info.max_work_group_size;
     if (c->threads_per_row) { /* the caller's override wins over the class's preference */

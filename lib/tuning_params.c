@@ -20,38 +20,54 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A parameter: its name, the range a setting may give it, and its default: `value`, or where the
+ * default depends on the device or the problem, the rule that gives it (each rule lives beside the
+ * measurements behind it; clflash.h's clflash_context_set_tuning and docs/tuning.md say what each
+ * parameter sets). Planners read a parameter only through clflash_tune_value (portable.regtile, a
+ * shape rather than a number, through clflash_tune_regtile), so the defaults are here and nowhere
+ * else. */
 typedef struct {
     const char *name;
     int32_t lo, hi;
+    int32_t value;
+    clflash_tune_default rule;
 } tune_param;
 
-/* Indexed by clflash_tune_key; portable.regtile is parsed by its own rule (lo and hi unused). */
+/* Indexed by clflash_tune_key; portable.regtile is parsed by its own rule (lo and hi unused) and its
+ * default is clflash_default_regtile. */
 static const tune_param params[CLFLASH_TUNE_COUNT] = {
-    [CLFLASH_TUNE_PORTABLE_REGTILE] = {"portable.regtile", 0, 0},
-    [CLFLASH_TUNE_PORTABLE_CPU_PATH] = {"portable.cpu_path", 0, 1},
-    [CLFLASH_TUNE_PORTABLE_LARGE_GRF] = {"portable.large_grf", 0, 1},
-    [CLFLASH_TUNE_PORTABLE_MAX_BLOCK] = {"portable.max_block", 1, 1024},
-    [CLFLASH_TUNE_PORTABLE_THREADS_PER_ROW] = {"portable.threads_per_row", 1, 64},
-    [CLFLASH_TUNE_PORTABLE_MAX_WORK_GROUP] = {"portable.max_work_group", 1, 1024},
-    [CLFLASH_TUNE_BACKWARD_MAX_BLOCK] = {"portable_backward.max_block", 1, 1024},
-    [CLFLASH_TUNE_BACKWARD_THREADS_PER_ROW] = {"portable_backward.threads_per_row", 1, 64},
-    [CLFLASH_TUNE_BACKWARD_MAX_WORK_GROUP] = {"portable_backward.max_work_group", 1, 1024},
-    [CLFLASH_TUNE_BACKWARD_AMD_WAVES] = {"portable_backward.amd_waves", 0, 16},
-    [CLFLASH_TUNE_NV_FORWARD_BLOCK] = {"nv_forward.block", 16, 64},
-    [CLFLASH_TUNE_NV_FORWARD_WARPS] = {"nv_forward.warps", 1, 16},
-    [CLFLASH_TUNE_NV_FORWARD_MTILES] = {"nv_forward.mtiles", 1, 4},
-    [CLFLASH_TUNE_NV_FORWARD_STAGES] = {"nv_forward.stages", 2, 8},
-    [CLFLASH_TUNE_NV_FORWARD_FUSED_MERGE] = {"nv_forward.fused_merge", 0, 1},
-    [CLFLASH_TUNE_NV_FORWARD_RESCALE_THRESH] = {"nv_forward.rescale_thresh", -1, 126},
-    [CLFLASH_TUNE_NV_FORWARD_Q_DIRECT] = {"nv_forward.q_direct", 0, 1},
-    [CLFLASH_TUNE_NV_FORWARD_MERGE_GROUP] = {"nv_forward.merge_group", 1, 8},
-    [CLFLASH_TUNE_NV_FORWARD_MERGE_PARTS] = {"nv_forward.merge_parts", 1, 16},
-    [CLFLASH_TUNE_NV_FORWARD_MERGE_LSE_BATCH] = {"nv_forward.merge_lse_batch", 1, 16},
-    [CLFLASH_TUNE_NV_FORWARD_MERGE_PREFETCH] = {"nv_forward.merge_prefetch", 0, 1},
-    [CLFLASH_TUNE_NV_BACKWARD_BLOCK] = {"nv_backward.block", 16, 64},
-    [CLFLASH_TUNE_NV_BACKWARD_WARPS] = {"nv_backward.warps", 1, 16},
-    [CLFLASH_TUNE_NV_BACKWARD_MAXRREGCOUNT] = {"nv_backward.maxrregcount", 32, 255},
-    [CLFLASH_TUNE_NV_BACKWARD_STREAM] = {"nv_backward.stream", 0, 1},
+    [CLFLASH_TUNE_PORTABLE_REGTILE] = {"portable.regtile", 0, 0, 0, NULL},
+    [CLFLASH_TUNE_PORTABLE_CPU_PATH] = {"portable.cpu_path", 0, 1, 0, clflash_default_cpu_path},
+    [CLFLASH_TUNE_PORTABLE_LARGE_GRF] = {"portable.large_grf", 0, 1, 0, NULL},
+    [CLFLASH_TUNE_PORTABLE_MAX_BLOCK] = {"portable.max_block", 1, 1024, 0, clflash_default_max_block},
+    [CLFLASH_TUNE_PORTABLE_THREADS_PER_ROW] = {"portable.threads_per_row", 1, 64, 0, clflash_default_threads_per_row},
+    [CLFLASH_TUNE_PORTABLE_MAX_WORK_GROUP] = {"portable.max_work_group", 1, 1024, 0, clflash_default_max_work_group},
+    [CLFLASH_TUNE_BACKWARD_MAX_BLOCK] = {"portable_backward.max_block", 1, 1024, 0, clflash_default_max_block},
+    [CLFLASH_TUNE_BACKWARD_THREADS_PER_ROW] = {"portable_backward.threads_per_row", 1, 64, 0,
+                                               clflash_default_threads_per_row},
+    [CLFLASH_TUNE_BACKWARD_MAX_WORK_GROUP] = {"portable_backward.max_work_group", 1, 1024, 0,
+                                              clflash_default_max_work_group},
+    [CLFLASH_TUNE_BACKWARD_AMD_WAVES] = {"portable_backward.amd_waves", 0, 16, 0, NULL}, /* 0: the compiler's choice */
+    /* B 64 at most: the tensor-core forward keeps S in registers, B / 2 floats per lane */
+    [CLFLASH_TUNE_NV_FORWARD_BLOCK] = {"nv_forward.block", 16, 64, 64, NULL},
+    [CLFLASH_TUNE_NV_FORWARD_WARPS] = {"nv_forward.warps", 1, 16, 0, clflash_nv_default_warps},
+    [CLFLASH_TUNE_NV_FORWARD_MTILES] = {"nv_forward.mtiles", 1, 4, 0, clflash_nv_default_mtiles},
+    [CLFLASH_TUNE_NV_FORWARD_STAGES] = {"nv_forward.stages", 2, 8, 0, clflash_nv_default_stages},
+    /* the merge in the flash kernel's launch where its weights fit (nv_mma_forward_plan.c) */
+    [CLFLASH_TUNE_NV_FORWARD_FUSED_MERGE] = {"nv_forward.fused_merge", 0, 1, 1, NULL},
+    [CLFLASH_TUNE_NV_FORWARD_RESCALE_THRESH] = {"nv_forward.rescale_thresh", -1, 126, 0,
+                                                clflash_nv_default_rescale_thresh},
+    [CLFLASH_TUNE_NV_FORWARD_Q_DIRECT] = {"nv_forward.q_direct", 0, 1, 0, clflash_nv_default_q_direct},
+    /* the fused merge's loads (cl/nv_mma_forward.cl has the measurements) */
+    [CLFLASH_TUNE_NV_FORWARD_MERGE_GROUP] = {"nv_forward.merge_group", 1, 8, 4, NULL},
+    [CLFLASH_TUNE_NV_FORWARD_MERGE_PARTS] = {"nv_forward.merge_parts", 1, 16, 8, NULL},
+    [CLFLASH_TUNE_NV_FORWARD_MERGE_LSE_BATCH] = {"nv_forward.merge_lse_batch", 1, 16, 8, NULL},
+    [CLFLASH_TUNE_NV_FORWARD_MERGE_PREFETCH] = {"nv_forward.merge_prefetch", 0, 1, 1, NULL},
+    [CLFLASH_TUNE_NV_BACKWARD_BLOCK] = {"nv_backward.block", 16, 64, 64, NULL},
+    [CLFLASH_TUNE_NV_BACKWARD_WARPS] = {"nv_backward.warps", 1, 16, 4, NULL},
+    /* 0: no register cap (a setting gives 32..255) */
+    [CLFLASH_TUNE_NV_BACKWARD_MAXRREGCOUNT] = {"nv_backward.maxrregcount", 32, 255, 0, NULL},
+    [CLFLASH_TUNE_NV_BACKWARD_STREAM] = {"nv_backward.stream", 0, 1, 0, clflash_nv_default_bwd_stream},
 };
 
 /* One rule: the conditions it applies under and the values it sets or clears. */
@@ -523,9 +539,20 @@ void clflash_tune_free(clflash_context *c)
     c->tune_count = 0;
 }
 
-int32_t clflash_tuned(const clflash_problem *p, clflash_tune_key k, int32_t planner_value)
+int32_t clflash_tune_value(const clflash_context *c, const clflash_problem *p, clflash_tune_key k,
+                           const clflash_tune_facts *f)
 {
-    return p->tune.set & 1u << k ? p->tune.value[k] : planner_value;
+    if (p->tune.set & 1u << k)
+        return p->tune.value[k];
+    return params[k].rule ? params[k].rule(c, p, f) : params[k].value;
+}
+
+void clflash_tune_regtile(const clflash_context *c, const clflash_problem *p, uint32_t out[4])
+{
+    if (p->tune.set & 1u << CLFLASH_TUNE_PORTABLE_REGTILE)
+        memcpy(out, p->tune.regtile, 4 * sizeof *out);
+    else
+        clflash_default_regtile(c, p, out);
 }
 
 void clflash_tune_report(clflash_plan *plan, const char *fmt, ...)

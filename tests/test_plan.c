@@ -201,7 +201,7 @@ START_TEST(budget_48k)
 }
 END_TEST
 
-/* The register-tiled GPU path against a 48 KiB budget (the H200's): B by the users' rule, then
+/* The register-tiled GPU path against a 48 KiB budget (the H200's): B by the tile rule, then
  * B and the query block shrink until its real local arrays fit. Expected: d = 64 keeps 64 query
  * rows with B = 48 (f16's rule allows 64, whose arrays need 54,272 bytes); d = 128 runs B = 16
  * (f32's rule allows no more; f16's 48 and 32 need 74,240 and 61,440 bytes). The bytes are
