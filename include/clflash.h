@@ -724,6 +724,85 @@ CLFLASH_API clflash_status clflash_merge_states(clflash_context *c, const clflas
                                                 const cl_event *wait, cl_event *done);
 
 /* ---------------------------------------------------------------------------------------------
+ * Appending to a KV cache (since 0.5). One decoding (or chunked-prefill) step against a cache is
+ * two calls on one queue: clflash_append_kv writes the step's new keys and values into the cache at
+ * each sequence's current length (rotating the new keys, and the step's queries in place, when
+ * rotary tables are given) and, if asked, advances the lengths; clflash_forward then attends with
+ * key_lengths = those lengths and CLFLASH_ALIGN_TO_KEY_LENGTH (FlashAttention's
+ * flash_attn_with_kvcache does both in one call). For example, per step:
+ *     append.cache_lengths = lens;  append.flags = CLFLASH_APPEND_ADVANCE_LENGTHS;
+ *     clflash_append_kv(ctx, &append, NULL, q, k_new, v_new, k_cache, v_cache, 0, NULL, NULL);
+ *     desc.key_lengths = lens;  desc.flags = CLFLASH_CAUSAL | CLFLASH_ALIGN_TO_KEY_LENGTH;
+ *     clflash_forward(ctx, &desc, NULL, q, k_cache, v_cache, o, NULL, 0, NULL, NULL);
+ * ------------------------------------------------------------------------------------------- */
+
+/* Bits of clflash_append_desc.flags. */
+#define CLFLASH_APPEND_ADVANCE_LENGTHS (1u << 0) /* cache_lengths[b] += new_tokens once the rows are written */
+#define CLFLASH_ROTARY_INTERLEAVED (1u << 1)     /* rotary pairs (2i, 2i + 1) (GPT-J); else (i, i + rotary_dim/2)
+                                                    (GPT-NeoX, "half-split") */
+
+/* A call of clflash_append_kv. Set struct_size (see the top of this header); zero keeps a field
+ * off or at its default. */
+typedef struct {
+    uint32_t struct_size;  /* sizeof(clflash_append_desc) */
+    uint32_t batch;        /* 1 .. CLFLASH_MAX_BATCH sequences */
+    uint32_t heads_kv;     /* 1 .. CLFLASH_MAX_HEADS */
+    uint32_t new_tokens;   /* keys and values appended to each sequence, 1 .. CLFLASH_MAX_SEQ_Q */
+    uint32_t head_dim;     /* 1 .. CLFLASH_MAX_HEAD_DIM */
+    clflash_dtype dtype;   /* F32, F16 or BF16: the new rows, the cache and the queries alike */
+    uint32_t flags;        /* CLFLASH_APPEND_ADVANCE_LENGTHS, CLFLASH_ROTARY_INTERLEAVED */
+    clflash_layout k_new, v_new; /* the new rows, [batch][heads_kv][new_tokens][head_dim] tensors */
+    /* The cache. Contiguous: k_cache and v_cache are [batch][heads_kv][capacity][head_dim]
+     * tensors. Paged (block_table set): pools as clflash_attention_desc's (page_size,
+     * pages_per_seq, num_pages; the page in place of the batch in the layouts), capacity then
+     * pages_per_seq * page_size (0 or that value). */
+    uint32_t capacity;
+    clflash_layout k_cache, v_cache;
+    cl_mem block_table;
+    uint32_t page_size, pages_per_seq, num_pages;
+    cl_mem cache_lengths;  /* required: int32[batch] of the context, each sequence's length before
+                              the call; new token i of sequence b goes to position
+                              cache_lengths[b] + i */
+    /* Rotary position embedding (RoPE), 0 = none: the first rotary_dim columns (even, <= head_dim)
+     * of each new key, and of each query when q is given, are rotated by the angle of their
+     * position p (cache_lengths[b] + i): with c = rotary_cos[p][j] and s = rotary_sin[p][j], the
+     * pair (x, y) of column pair j becomes (x c - y s, y c + x s). Tables are float
+     * [rotary_positions][rotary_dim / 2] buffers of the context. */
+    uint32_t rotary_dim, rotary_positions;
+    cl_mem rotary_cos, rotary_sin;
+    uint32_t heads_q;      /* the queries q (may be NULL in the call): [batch][heads_q][new_tokens]
+                              [head_dim] as `q` says, rotated in place; heads_q 0 = heads_kv */
+    clflash_layout q;
+} clflash_append_desc;
+
+/* Writes each new key and value row (rotated as above) to its sequence's position in the cache,
+ * rotates q in place if q is not NULL, and with CLFLASH_APPEND_ADVANCE_LENGTHS then adds new_tokens
+ * to every cache_lengths entry (a second kernel, so every row is placed by the lengths as they were).
+ * Nothing else of the cache is written. The lengths and the block table are device data the host
+ * cannot check before the kernels run, so: a row whose position is negative, at or past the
+ * capacity, or on a page whose table entry is outside [0, num_pages) is not written (the call
+ * drops it; the other rows are written), and a query row (or key row) whose position is outside
+ * [0, rotary_positions) is left as it is (not rotated). An entry's length is advanced even when its
+ * rows were dropped (overflow wraps as int32).
+ * The new rows must not overlap the cache, and q must not overlap the cache or the new rows, in a
+ * shared buffer; the two caches must not overlap each other. Queue, wait list and event as for
+ * clflash_forward; one kernel is enqueued, two with CLFLASH_APPEND_ADVANCE_LENGTHS. Thread-safe.
+ * Returns: CLFLASH_SUCCESS; CLFLASH_ERROR_INVALID_ARGUMENT (NULL context, descriptor, cache_lengths,
+ * k_new, v_new, k_cache or v_cache, a bad struct_size, paging fields without a block table, a
+ * rotary_dim without both tables, a queue or wait list as for clflash_forward, buffers that
+ * overlap as above); CLFLASH_ERROR_UNSUPPORTED (fields of a newer version set); CLFLASH_ERROR_INVALID_SHAPE
+ * (a dimension 0 or above its limit, a capacity that does not match the pages, rotary_dim odd or
+ * above head_dim, rotary_positions 0 with a rotary_dim); CLFLASH_ERROR_INVALID_DTYPE;
+ * CLFLASH_ERROR_INVALID_FLAGS; CLFLASH_ERROR_INVALID_LAYOUT; CLFLASH_ERROR_BUFFER_TOO_SMALL;
+ * CLFLASH_ERROR_BUILD_FAILED; or an OpenCL error. On an error found before enqueueing nothing is
+ * enqueued; if OpenCL refuses the second kernel (the lengths' advance), the rows are still written
+ * and the lengths are left as they were. */
+CLFLASH_API clflash_status clflash_append_kv(clflash_context *c, const clflash_append_desc *d,
+                                             cl_command_queue queue, cl_mem q, cl_mem k_new, cl_mem v_new,
+                                             cl_mem k_cache, cl_mem v_cache, cl_uint num_wait,
+                                             const cl_event *wait, cl_event *done);
+
+/* ---------------------------------------------------------------------------------------------
  * The backward pass: gradients of attention by recomputation from the saved statistics.
  * ------------------------------------------------------------------------------------------- */
 

@@ -26,7 +26,7 @@ CLFLASH_INTERNAL void clflash_clear_detail(void);
 /* ---- struct_size.c: the caller-allocated structs, by their struct_size --------------------------- */
 /* The smallest struct_size each struct may have (0.5.0's layout). */
 CLFLASH_INTERNAL extern const size_t clflash_options_min_size, clflash_desc_min_size, clflash_plan_min_size,
-    clflash_merge_desc_min_size;
+    clflash_merge_desc_min_size, clflash_append_desc_min_size;
 /* Copies the caller's struct `src` (struct_size first) into `dst`, the library's own struct of
  * own_size bytes: the fields past the caller's struct_size become zero. Fails with `bad` (and a
  * detail naming `what`) when struct_size is 0, below min_size or implausibly large, and with
@@ -196,7 +196,7 @@ typedef enum { CLFLASH_SOURCE_FLASH_FORWARD_LANES, CLFLASH_SOURCE_FLASH_FORWARD_
                CLFLASH_SOURCE_NAIVE_BACKWARD, CLFLASH_SOURCE_NV_MMA_FORWARD,
                CLFLASH_SOURCE_NV_MMA_BACKWARD, CLFLASH_SOURCE_MERGE_STATES,
                CLFLASH_SOURCE_FLASH_DECODE_CPU, CLFLASH_SOURCE_BIAS_GRAD,
-               CLFLASH_SOURCE_NV_MMA_BIAS_GRAD } clflash_source_id;
+               CLFLASH_SOURCE_NV_MMA_BIAS_GRAD, CLFLASH_SOURCE_KV_APPEND } clflash_source_id;
 
 /* Returns a built program for (source, options) on the context's device, building it the first
  * time; the program stays owned by the cache (do not release it). On a build failure the log is

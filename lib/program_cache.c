@@ -44,6 +44,8 @@ extern const char clflash_cl_nv_mma_scores[];
 extern const size_t clflash_cl_nv_mma_scores_size;
 extern const char clflash_cl_nv_mma_bias_grad[];
 extern const size_t clflash_cl_nv_mma_bias_grad_size;
+extern const char clflash_cl_kv_append[];
+extern const size_t clflash_cl_kv_append_size;
 
 /* Each clflash_source_id's file name, text and length, in the enum's order, and the texts that go
  * between common.cl and it (the tensor-core kernels' PTX helpers and score recomputation), if any. */
@@ -79,6 +81,7 @@ static const struct {
      &clflash_cl_nv_mma_bias_grad_size,
      {clflash_cl_nv_mma_common, clflash_cl_nv_mma_scores},
      {&clflash_cl_nv_mma_common_size, &clflash_cl_nv_mma_scores_size}},
+    {"kv_append.cl", clflash_cl_kv_append, &clflash_cl_kv_append_size, {NULL}, {NULL}},
 };
 
 struct clflash_program_entry {

@@ -17,6 +17,7 @@ const size_t clflash_options_min_size = offsetof(clflash_context_options, portab
 const size_t clflash_desc_min_size = offsetof(clflash_attention_desc, key_lengths) + sizeof(cl_mem);
 const size_t clflash_plan_min_size = offsetof(clflash_plan, block_q) + sizeof(uint32_t);
 const size_t clflash_merge_desc_min_size = sizeof(clflash_merge_desc); /* new in 0.5.0 */
+const size_t clflash_append_desc_min_size = sizeof(clflash_append_desc); /* new in 0.5.0 */
 
 /* A struct_size above this is taken for an uninitialised field, not a struct. */
 #define MAX_STRUCT_SIZE 4096u

@@ -28,6 +28,7 @@ set(_cases
   "naive-d64|naive_attention.cl|${_none} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=1 -D HEAD_DIM=64 @NAIVE@"
   "naive-backward-d64|naive_backward.cl|${_none} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D HEAD_DIM=64 @NAIVE@"
   "bias-grad-d64|bias_grad.cl|${_all} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F32 -D WITH_LSE=0 -D HEAD_DIM=64 -D BCAST_BATCH=1 -D BCAST_HEADS=1 -D BCAST_ROWS=0"
+  "kv-append-d128|kv_append.cl|${_none} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D HEAD_DIM=128 -D ROT_HALF=64 -D INTERLEAVED=0 -D PAGED=1 -D PAGE_SIZE=16"
 )
 
 # The planned parameters in a case's options: the register tiles as "RMxTCxBQ, B N" (the tuning

@@ -155,7 +155,88 @@ static const struct {
     {{2, 2, 2, 9, 23, 8, 16, CLFLASH_F16, CLFLASH_CAUSAL, 0, 0, 0, PG_HEAD_MAJOR, 0, 0, 1, 1, 0}, PAGED_CPU},
 };
 
-#define N_CASES (N_FORWARD_CASES + N_BACKWARD_CASES + sizeof pcases / sizeof pcases[0])
+#define N_PAGED_CASES (sizeof pcases / sizeof pcases[0])
+
+/* clflash_append_kv (cl/kv_append.cl): a paged cache of 4-key pages with lengths and table entries
+ * that send rows outside the cache and the pool (they must be dropped), rotary on keys and queries,
+ * the lengths advanced; and a contiguous one with interleaved rotary over part of head_dim. The
+ * values are checked by test_kv_append; here every access is checked, and the lengths. */
+static const struct {
+    uint32_t page_size, head_dim, rotary_dim, interleaved;
+    clflash_dtype dtype;
+} acases[] = {{4, 8, 8, 0, CLFLASH_F16}, {0, 12, 4, 1, CLFLASH_F32}};
+
+#define N_CASES (N_FORWARD_CASES + N_BACKWARD_CASES + N_PAGED_CASES + sizeof acases / sizeof acases[0])
+
+/* Runs append case n; returns 1 on a failure (printed). */
+static int run_append_case(clflash_context *c, size_t n)
+{
+    const uint32_t B = 4, HK = 2, HQ = 4, N = 3, D = acases[n].head_dim, P = acases[n].page_size, PPS = 3;
+    const uint32_t pages = B * PPS, cap = P ? PPS * P : 10, positions = 9;
+    const size_t es = clflash_dtype_size(acases[n].dtype);
+    const size_t n_new = (size_t)B * HK * N * D, n_q = (size_t)B * HQ * N * D;
+    const size_t n_cache = (size_t)(P ? pages * P : B * cap) * HK * D;
+    int32_t lens[4] = {-1, 2, (int32_t)cap - 2, (int32_t)cap + 1}, table[12];
+    for (uint32_t i = 0; i < pages; i++)
+        table[i] = (int32_t)(pages - 1 - i);
+    table[PPS + 0] = -7;                      /* entry 1's first page */
+    table[2 * PPS + PPS - 1] = (int32_t)pages; /* entry 2's last page */
+    float rot[9 * 4];
+    for (uint32_t i = 0; i < 9 * 4; i++)
+        rot[i] = 0.5f + 0.01f * (float)i;
+    unsigned char *bytes = calloc(n_cache * es + n_q * es + 2 * n_new * es, 1);
+    if (bytes == NULL) {
+        printf("FAILED: out of host memory\n");
+        return 1;
+    }
+    cl_int err = CL_SUCCESS;
+    cl_context ctx = clflash_context_cl(c);
+    const cl_mem_flags f = CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR;
+    cl_mem kn = clCreateBuffer(ctx, f, n_new * es, bytes, &err), vn = clCreateBuffer(ctx, f, n_new * es, bytes, &err);
+    cl_mem kc = clCreateBuffer(ctx, f, n_cache * es, bytes, &err), vc = clCreateBuffer(ctx, f, n_cache * es, bytes, &err);
+    cl_mem q = clCreateBuffer(ctx, f, n_q * es, bytes, &err), lb = clCreateBuffer(ctx, f, sizeof lens, lens, &err);
+    cl_mem tb = clCreateBuffer(ctx, f, sizeof table, table, &err);
+    cl_mem cs = clCreateBuffer(ctx, f, sizeof rot, rot, &err), sn = clCreateBuffer(ctx, f, sizeof rot, rot, &err);
+    clflash_append_desc d = {.struct_size = sizeof d};
+    d.batch = B;
+    d.heads_kv = HK;
+    d.heads_q = HQ;
+    d.new_tokens = N;
+    d.head_dim = D;
+    d.dtype = acases[n].dtype;
+    d.flags = CLFLASH_APPEND_ADVANCE_LENGTHS | (acases[n].interleaved ? CLFLASH_ROTARY_INTERLEAVED : 0);
+    d.capacity = P ? 0 : cap;
+    if (P) {
+        d.block_table = tb;
+        d.page_size = P;
+        d.pages_per_seq = PPS;
+        d.num_pages = pages;
+    }
+    d.cache_lengths = lb;
+    d.rotary_dim = acases[n].rotary_dim;
+    d.rotary_positions = positions;
+    d.rotary_cos = cs;
+    d.rotary_sin = sn;
+    clflash_status st = err;
+    int32_t back[4] = {0};
+    if (err == CL_SUCCESS && (st = clflash_append_kv(c, &d, NULL, q, kn, vn, kc, vc, 0, NULL, NULL)) == CLFLASH_SUCCESS)
+        st = clEnqueueReadBuffer(clflash_context_queue(c), lb, CL_TRUE, 0, sizeof back, back, 0, NULL, NULL);
+    int failed = 1;
+    if (st != CLFLASH_SUCCESS)
+        printf("FAILED append case %zu: %s (%s)\n", n, clflash_status_string(st), clflash_last_error_detail());
+    else if (back[0] != lens[0] + (int32_t)N || back[3] != lens[3] + (int32_t)N)
+        printf("MISMATCH append case %zu: lengths %d, %d after the call\n", n, back[0], back[3]);
+    else
+        failed = 0, printf("ok append %s %s d%u rotary %u%s\n", P ? "paged" : "contiguous",
+                           d.dtype == CLFLASH_F16 ? "f16" : "f32", D, d.rotary_dim, acases[n].interleaved ? " interleaved" : "");
+    fflush(stdout);
+    const cl_mem all[] = {kn, vn, kc, vc, q, lb, tb, cs, sn};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (all[i])
+            clReleaseMemObject(all[i]);
+    free(bytes);
+    return failed;
+}
 
 /* Runs backward case n; returns 1 on a failure (printed). */
 static int run_backward_case(clflash_context *shared, size_t n)
@@ -300,6 +381,10 @@ int main(int argc, char **argv)
     printf("device: %s\n", name);
     int failures = 0;
     for (size_t n = first; n < last; n++) {
+        if (n >= N_FORWARD_CASES + N_BACKWARD_CASES + N_PAGED_CASES) {
+            failures += run_append_case(c, n - N_FORWARD_CASES - N_BACKWARD_CASES - N_PAGED_CASES);
+            continue;
+        }
         if (n >= N_FORWARD_CASES + N_BACKWARD_CASES) {
             failures += run_paged_case(c, n - N_FORWARD_CASES - N_BACKWARD_CASES);
             continue;
