@@ -76,13 +76,9 @@ static clflash_status resolve_cache(const clflash_append_desc *d, append_problem
         a->cache_seq = d->capacity;
         return CLFLASH_SUCCESS;
     }
-    if (d->page_size == 0 || d->page_size > CLFLASH_MAX_PAGE_SIZE)
-        return clflash_fail(CLFLASH_ERROR_INVALID_SHAPE, "page_size %u is not in 1 .. %u", d->page_size,
-                            CLFLASH_MAX_PAGE_SIZE);
-    if (d->pages_per_seq == 0 || d->num_pages == 0 || d->num_pages > (uint32_t)INT32_MAX)
-        return clflash_fail(CLFLASH_ERROR_INVALID_SHAPE, "%s is %u; a paged cache needs 1 .. %d",
-                            d->pages_per_seq == 0 ? "pages_per_seq" : "num_pages",
-                            d->pages_per_seq == 0 ? d->pages_per_seq : d->num_pages, INT32_MAX);
+    const clflash_status st = clflash_check_pages(d->page_size, d->pages_per_seq, d->num_pages);
+    if (st != CLFLASH_SUCCESS)
+        return st;
     a->capacity = (uint64_t)d->pages_per_seq * d->page_size;
     if (d->capacity != 0 && d->capacity != a->capacity)
         return clflash_fail(CLFLASH_ERROR_INVALID_SHAPE,

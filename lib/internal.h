@@ -284,6 +284,9 @@ CLFLASH_INTERNAL uint64_t clflash_tensor_extent_bytes(const clflash_strides *s, 
 
 /* Bytes K's (or V's) buffer must hold for p: its layout over kv_batch x heads_kv x kv_seq rows. */
 CLFLASH_INTERNAL uint64_t clflash_kv_extent_bytes(const clflash_problem *p, const clflash_strides *s);
+/* A paged cache's page_size, pages_per_seq and num_pages in range (CLFLASH_ERROR_INVALID_SHAPE
+ * with a detail otherwise); the forward's descriptor and clflash_append_kv's share the rule. */
+CLFLASH_INTERNAL clflash_status clflash_check_pages(uint32_t page_size, uint32_t pages_per_seq, uint32_t num_pages);
 /* CLFLASH_ERROR_UNSUPPORTED (with a detail naming `call`) if p has a block table. */
 CLFLASH_INTERNAL clflash_status clflash_refuse_paged(const clflash_problem *p, const char *call);
 

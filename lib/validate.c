@@ -101,6 +101,18 @@ int clflash_output_disjoint(const clflash_strides *s, uint32_t batch, uint32_t h
     return 1;
 }
 
+clflash_status clflash_check_pages(uint32_t page_size, uint32_t pages_per_seq, uint32_t num_pages)
+{
+    if (page_size == 0 || page_size > CLFLASH_MAX_PAGE_SIZE)
+        return clflash_fail(CLFLASH_ERROR_INVALID_SHAPE, "page_size %u is not in 1 .. %u", page_size,
+                            CLFLASH_MAX_PAGE_SIZE);
+    if (pages_per_seq == 0 || num_pages == 0 || num_pages > (uint32_t)INT32_MAX)
+        return clflash_fail(CLFLASH_ERROR_INVALID_SHAPE, "%s is %u; a paged cache needs 1 .. %d",
+                            pages_per_seq == 0 ? "pages_per_seq" : "num_pages",
+                            pages_per_seq == 0 ? pages_per_seq : num_pages, INT32_MAX);
+    return CLFLASH_SUCCESS;
+}
+
 /* The paged KV cache's fields (clflash.h, "Paged KV caches"), and K's and V's outer dimensions. */
 static clflash_status resolve_paging(const clflash_attention_desc *d, clflash_problem *p)
 {
@@ -116,13 +128,9 @@ static clflash_status resolve_paging(const clflash_attention_desc *d, clflash_pr
                                 "page_size, pages_per_seq or num_pages is set but block_table is NULL");
         return CLFLASH_SUCCESS;
     }
-    if (d->page_size == 0 || d->page_size > CLFLASH_MAX_PAGE_SIZE)
-        return clflash_fail(CLFLASH_ERROR_INVALID_SHAPE, "page_size %u is not in 1 .. %u", d->page_size,
-                            CLFLASH_MAX_PAGE_SIZE);
-    if (d->pages_per_seq == 0 || d->num_pages == 0 || d->num_pages > (uint32_t)INT32_MAX)
-        return clflash_fail(CLFLASH_ERROR_INVALID_SHAPE, "%s is %u; a paged cache needs 1 .. %d",
-                            d->pages_per_seq == 0 ? "pages_per_seq" : "num_pages",
-                            d->pages_per_seq == 0 ? d->pages_per_seq : d->num_pages, INT32_MAX);
+    clflash_status st = clflash_check_pages(d->page_size, d->pages_per_seq, d->num_pages);
+    if (st != CLFLASH_SUCCESS)
+        return st;
     if ((uint64_t)d->pages_per_seq * d->page_size < d->seq_k)
         return clflash_fail(CLFLASH_ERROR_INVALID_SHAPE,
                             "seq_k %u is more than pages_per_seq %u x page_size %u keys a block table row holds",

@@ -46,6 +46,21 @@ static inline clflash_context *test_context(const clflash_context_options *opt)
     return c;
 }
 
+/* The portable forward's paths a suite runs on: the context's default (on PoCL the CPU path), the
+ * register-tiled GPU path (tuning setting portable.cpu_path=0) and the lane-per-row path
+ * (threads_per_row). */
+typedef enum { PATH_DEFAULT, PATH_REGTILE, PATH_LANES, N_PATHS } path_kind;
+
+static inline clflash_context *path_context(path_kind k)
+{
+    clflash_context_options opt = {.struct_size = sizeof opt};
+    if (k != PATH_DEFAULT)
+        opt.tuning = "portable.cpu_path=0";
+    if (k == PATH_LANES)
+        opt.threads_per_row = 4;
+    return test_context(&opt);
+}
+
 /* Runs d through the host call (device = 0) or device buffers (device = 1; flash or naive),
  * checks it against the reference and returns the case for further checks (free it with
  * th_case_free). */

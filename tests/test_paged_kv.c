@@ -15,18 +15,7 @@
 
 #include <stdint.h>
 
-typedef enum { PATH_DEFAULT, PATH_REGTILE, PATH_LANES, N_PATHS } path_kind;
 static const char *const path_names[N_PATHS] = {"default", "register tiles", "lanes"};
-
-static clflash_context *path_context(path_kind k)
-{
-    clflash_context_options opt = {.struct_size = sizeof opt};
-    if (k != PATH_DEFAULT)
-        opt.tuning = "portable.cpu_path=0";
-    if (k == PATH_LANES)
-        opt.threads_per_row = 4;
-    return test_context(&opt);
-}
 
 #define C CLFLASH_CAUSAL
 #define W CLFLASH_WINDOW

@@ -10,18 +10,6 @@
  */
 #include "check_common.h"
 
-typedef enum { PATH_DEFAULT, PATH_REGTILE, PATH_LANES, N_PATHS } path_kind;
-
-static clflash_context *path_context(path_kind k)
-{
-    clflash_context_options opt = {.struct_size = sizeof opt};
-    if (k != PATH_DEFAULT)
-        opt.tuning = "portable.cpu_path=0";
-    if (k == PATH_LANES)
-        opt.threads_per_row = 4;
-    return test_context(&opt);
-}
-
 typedef struct {
     uint32_t batch, hq, hkv, sq, sk, d;
     clflash_dtype t;
