@@ -50,7 +50,7 @@
  * NaN in its V stays out), as in the lane path. In such a fully visible tile, a visible key whose
  * probability underflows to 0 still multiplies its V (an Inf or NaN there gives NaN; the lane
  * path skips it). Rows past seq_q see nothing and are not stored. The local bytes are not the
- * users' rule's: B obeys (3*B*d + B*B)*s <= budget, and the planner also checks the bytes above,
+ * tile rule's: B obeys (3*B*d + B*B)*s <= budget, and the planner also checks the bytes above,
  * 16 * (BLOCK_Q * (RT_D4 + 1) + BLOCK * (RT_KW + 1) + BLOCK * RT_PS4) + 4 * BLOCK_Q * RT_TC,
  * against the budget, shrinking B, then BLOCK_Q, until they fit.
  * Every feature of the lane path works here, with the same rules (common.cl: the log2 domain, the
