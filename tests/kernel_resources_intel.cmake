@@ -1,8 +1,9 @@
 # kernel_resources_intel.cmake - builds the GPU paths of the portable kernels for Intel GPUs with
 # Intel's offline compiler (ocloc, the compiler of Intel's GPU runtime) and prints, per kernel and
-# target, what the build reports: GRF count and mode, SIMD width, spill and per-thread scratch, and
-# shared local memory (SLM). It fails on a build error, on a spill not listed in _known_spills
-# below, and on a kernel whose SLM exceeds what the target gives a work-group. clflash cannot run
+# target, what the build reports: GRF count and mode, SIMD width, the threads per EU that gives,
+# spill and per-thread scratch, and shared local memory (SLM). It fails on a build error, on a
+# spill not listed in _known_spills below, and on a kernel whose SLM exceeds what the target gives
+# a work-group. clflash cannot run
 # Intel GPUs here; this is how a change that would stop a kernel building, make it spill or overflow
 # local memory on them is seen before a user does. The configurations are kernel_define_sets.cmake's,
 # the same as the AMD matrix's (kernel_resources.cmake), with the planned parameters for each
@@ -119,8 +120,18 @@ foreach(_case IN LISTS _cases)
         set(_spill "${CMAKE_MATCH_1}")
       endif()
       set(_slm "${_zi_${_k}_slm_size}")
+      # occupancy: hardware threads per EU, 7 on Xe-LP and 8 on Xe-HPG and Xe-HPC with 128 GRF,
+      # half that in the large (256) GRF mode (Intel's oneAPI GPU optimization guide, "Small
+      # Register Mode vs. Large Register Mode"; its GPU occupancy calculator's Threads_Per_EU)
+      set(_threads 8)
+      if(_dev STREQUAL "tgllp")
+        set(_threads 7)
+      endif()
+      if(_grf GREATER 128)
+        math(EXPR _threads "${_threads} / 2")
+      endif()
       string(APPEND _table "| ${_name} | ${_k} | ${_dev} | ${_tiles} | ${_grf} (${_mode}) | ${_zi_${_k}_simd_size} "
-                           "| ${_spill} | ${_zi_${_k}_scratch} | ${_slm} |\n")
+                           "| ${_threads} | ${_spill} | ${_zi_${_k}_scratch} | ${_slm} |\n")
       if(_spill GREATER 0 AND NOT "${_name}|${_dev}" IN_LIST _known_spills)
         string(APPEND _failed "  ${_name} (${_k}) for ${_dev}: spilled around ${_spill} (SIMD${_zi_${_k}_simd_size}, ${_grf} GRF)\n")
       endif()
@@ -130,8 +141,8 @@ foreach(_case IN LISTS _cases)
     endforeach()
   endforeach()
 endforeach()
-message("| case | kernel | target | tiles | GRF (mode) | SIMD | spilled (ocloc's estimate) | scratch bytes/thread | SLM bytes |\n"
-        "|---|---|---|---|---|---|---|---|---|\n${_table}")
+message("| case | kernel | target | tiles | GRF (mode) | SIMD | threads/EU | spilled (ocloc's estimate) | scratch bytes/thread | SLM bytes |\n"
+        "|---|---|---|---|---|---|---|---|---|---|\n${_table}")
 if(_failed)
   message(FATAL_ERROR "kernel resources on Intel GPUs:\n${_failed}")
 endif()
