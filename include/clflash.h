@@ -863,10 +863,11 @@ CLFLASH_API clflash_status clflash_append_kv(clflash_context *c, const clflash_a
  * d->o says, in the dtype), and lse, required: the forward's float[batch][heads_q][seq_q] natural-log
  * row statistics. Outputs: dq, dk, dv, in the dtype, laid out as d->q, d->k, d->v say (each
  * must be at least as large as that layout needs; gaps are never written). With GQA/MQA, dk and dv
- * sum over the query heads of each group.
+ * sum over the query heads of each group. A variable-length batch (cu_seqlens, see "Variable-length
+ * batches") has packed Q, K, V, O, dO, dQ, dK, dV and lse float[heads_q][total_q].
  *
  * How: a first kernel computes D_i = sum_c dO[i][c] * O[i][c] per query row (fp32, into a
- * temporary of batch * heads_q * seq_q floats that clflash allocates and releases); then one launch
+ * temporary of as many floats as lse has, which clflash allocates and releases); then one launch
  * whose work-groups over K/V blocks write dK and dV (each looping over the query heads of its
  * group and the query blocks) and whose work-groups over Q blocks write dQ, each recomputing
  * P = exp(f(scale * q.k) - lse) block by block, with f the forward's score transform (softcap,
