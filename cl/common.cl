@@ -505,9 +505,11 @@ static inline ulong kv_row(ulong base, ulong page_stride, ulong seq_stride, __gl
  * reference so that no exp2(-inf - -inf) is ever formed. A row that sees no key at all ends with
  * l = 0 and writes O = 0 and lse = -INFINITY.
  * Variable-length batches (VARLEN): every path first takes its sequence's first rows and lengths
- * (seq_span), returns at once when its query block is past the sequence's queries, and then uses
- * those lengths wherever a plain call uses seq_q and seq_k (visibility, masks, ALiBi, loads), the
- * first rows in its Q, K, V bases, and out_first / out_lse_row0 for its stores.
+ * (seq_span), visits no key tile and stores nothing when its query block is past the sequence's
+ * queries (the paths with barriers do not return early: see flash_forward_regtile.cl; the CPU
+ * decoding kernel, which has none, does), and uses those lengths wherever a plain call uses seq_q
+ * and seq_k (visibility, masks, ALiBi, loads), the first rows in its Q, K, V bases, and
+ * out_first / out_lse_row0 for its stores.
  * Split-KV and GQA packing (above): every path takes its query block from
  * query_block_index(n_splits) and, with SPLIT, narrows its key tiles to its part and writes the
  * part's fp32 O and lse (split_part). Only the register-tiled path packs the query heads of a GQA

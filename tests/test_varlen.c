@@ -275,6 +275,39 @@ START_TEST(varlen_equals_ordinary)
 }
 END_TEST
 
+/* clflash_forward_host with a variable-length batch: the rows no sequence covers keep the caller's
+ * values (the host arrays are copied in first), the others are the reference's. */
+START_TEST(varlen_forward_host)
+{
+    const vcase v = {P_HOSTILE, CLFLASH_F32, 2, 1, 8, CLFLASH_CAUSAL, 0, 0, 0.0f, 0, 0, 1};
+    lengths l;
+    const vl_spec s = spec_of(&v, &l);
+    clflash_context *ctx = test_context(NULL);
+    vl_case c;
+    ck_assert(vl_case_init(&c, &s, 0, 77) == 0);
+    cl_int err;
+    const size_t cu_bytes = (s.batch + 1) * sizeof(int32_t);
+    cl_mem cu_q = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, cu_bytes, c.cu_q,
+                                 &err);
+    ck_assert_int_eq(err, CL_SUCCESS);
+    cl_mem cu_k = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, cu_bytes, c.cu_k,
+                                 &err);
+    ck_assert_int_eq(err, CL_SUCCESS);
+    clflash_attention_desc d = c.d;
+    d.cu_seqlens_q = cu_q;
+    d.cu_seqlens_k = cu_k;
+    vl_reset_forward_outputs(&c);
+    const clflash_status st = clflash_forward_host(ctx, &d, c.q, c.k, c.v, c.o, c.lse);
+    ck_assert_msg(st == CLFLASH_SUCCESS, "%s (%s)", clflash_status_string(st), clflash_last_error_detail());
+    char msg[512];
+    ck_assert_msg(vl_check_forward(&c, msg, sizeof msg) == 0, "%s", msg);
+    clReleaseMemObject(cu_q);
+    clReleaseMemObject(cu_k);
+    vl_case_free(&c);
+    clflash_context_free(ctx);
+}
+END_TEST
+
 /* ---- validation ---------------------------------------------------------------------------------- */
 
 static cl_mem buffer(clflash_context *ctx, size_t bytes)
@@ -498,6 +531,7 @@ int main(void)
     tcase_set_timeout(tv, TEST_TIMEOUT_S);
     tcase_add_test(tv, varlen_validation);
     tcase_add_test(tv, refused_call_writes_nothing);
+    tcase_add_test(tv, varlen_forward_host);
     suite_add_tcase(s, tv);
     return run_suite(s);
 }

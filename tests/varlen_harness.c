@@ -374,12 +374,17 @@ static void release_all(cl_mem *m, int n)
             clReleaseMemObject(m[i]);
 }
 
+void vl_reset_forward_outputs(vl_case *c)
+{
+    fill_sentinel(c->esize, c->o, c->nq);
+    for (uint64_t i = 0; i < c->nlse; i++)
+        c->lse[i] = VL_SENTINEL_LSE;
+}
+
 clflash_status vl_run_forward(clflash_context *ctx, vl_case *c, const char **kernel, uint32_t *splits)
 {
     const size_t es = c->esize;
-    fill_sentinel(es, c->o, c->nq);
-    for (uint64_t i = 0; i < c->nlse; i++)
-        c->lse[i] = VL_SENTINEL_LSE;
+    vl_reset_forward_outputs(c);
     cl_context cl = clflash_context_cl(ctx);
     cl_int err = CL_SUCCESS;
     cl_mem m[8] = {NULL};

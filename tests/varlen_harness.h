@@ -64,6 +64,8 @@ uint32_t vl_cumulate(const int32_t *lens, uint32_t n, uint32_t lead, int32_t *cu
 int vl_case_init(vl_case *c, const vl_spec *s, int backward, uint64_t seed);
 void vl_case_free(vl_case *c);
 
+/* Fills the case's O and lse with the sentinel vl_check_forward expects where nothing is written. */
+void vl_reset_forward_outputs(vl_case *c);
 /* Runs clflash_forward on the case (O and lse pre-filled with the sentinel) and reads O and lse
  * back; *kernel and *splits (if not NULL) receive the plan's. Returns the library's status or an
  * OpenCL error. */
