@@ -90,8 +90,8 @@ static inline ushort float_to_bf16(float f)
  * clflash_feature_defines), those that take no features included; WITH_LSE: 1 where the kernel
  * writes the rows' lse. */
 #if !defined(CAUSAL) || !defined(WINDOW) || !defined(SOFTCAP) || !defined(BIAS) || !defined(ALIBI) || \
-    !defined(KEYLEN) || !defined(KEYLEN_DIAGONAL) || !defined(WITH_LSE)
-#error "CAUSAL, WINDOW, SOFTCAP, BIAS, ALIBI, KEYLEN, KEYLEN_DIAGONAL and WITH_LSE are set by the host (lib/dispatch_util.c)"
+    !defined(KEYLEN) || !defined(KEYLEN_DIAGONAL) || !defined(VARLEN) || !defined(WITH_LSE)
+#error "CAUSAL, WINDOW, SOFTCAP, BIAS, ALIBI, KEYLEN, KEYLEN_DIAGONAL, VARLEN and WITH_LSE are set by the host (lib/dispatch_util.c)"
 #endif
 
 /* Element (b, h, i, c) of a tensor with the given strides (in elements). */
@@ -99,6 +99,48 @@ static inline ulong tensor_index(ulong offset, ulong batch_stride, ulong head_st
                                  uint b, uint h, uint i)
 {
     return offset + (ulong)b * batch_stride + (ulong)h * head_stride + (ulong)i * seq_stride;
+}
+
+/* ---- variable-length packed batches (clflash.h, "Variable-length batches") ---------------------
+ * VARLEN=1: the batch's sequences are packed into tensors of total_q query rows and total_k key
+ * rows whose layouts have no batch stride (the host checks it is 0), and batch entry b's rows are
+ * cu[b] .. cu[b + 1] - 1 of them (cu: the int32[batch + 1] cumulative lengths). A kernel takes
+ * its entry's first row and length from seq_span and then works on the sequence as on an
+ * ordinary entry of that many rows, its row 0 being the packed row `first`: since the batch
+ * stride is 0, tensor_index(..., b, h, first + i) is packed row first + i. The values come from
+ * device memory the host cannot check: each is clamped into [0, total], and the length is
+ * max(0, hi - lo) cut to `longest` (the descriptor's seq_q or seq_k, which sized the grid), so
+ * first + length <= total whatever they are. VARLEN=0: the first row is 0 and the length
+ * `longest`, today's arithmetic exactly; cu and total are not read. */
+static inline uint seq_span(__global const int *cu, uint b, uint total, uint longest, uint *first)
+{
+#if VARLEN
+    const int lo = clamp(cu[b], 0, (int)total), hi = clamp(cu[b + 1], 0, (int)total);
+    *first = (uint)lo;
+    return min((uint)max(hi - lo, 0), longest);
+#else
+    (void)cu;
+    (void)b;
+    (void)total;
+    *first = 0;
+    return longest;
+#endif
+}
+
+/* The index of row 0 of (batch entry b, query head h) in lse (and in the backward's D, which has
+ * lse's layout): [batch][heads_q][seq_q], or with VARLEN [heads_q][total_q] at the sequence's
+ * first packed row q_first (FlashAttention's varlen layout). Row i is this plus i. */
+static inline ulong lse_row0(uint b, uint h, uint heads_q, uint seq_q, uint total_q, uint q_first)
+{
+#if VARLEN
+    (void)b;
+    (void)seq_q;
+    return (ulong)h * total_q + q_first;
+#else
+    (void)total_q;
+    (void)q_first;
+    return ((ulong)b * heads_q + h) * seq_q;
+#endif
 }
 
 /* Causal visibility alone, bottom-right aligned: query i sees key j iff j <= i + seq_k - seq_q. */
@@ -368,6 +410,31 @@ static inline void split_part(uint n_splits, uint split_keys, uint heads_q, uint
 #endif
 }
 
+/* Where a forward kernel writes its rows of (batch entry b, query head h): O's row i is
+ * tensor_index(o_off, o_bs, o_hs, o_ss, b, h, out_first(q_first) + i) and lse's
+ * out_lse_row0(...) + i. A variable-length batch's rows are packed (q_first, lse_row0), except
+ * that split parts (SPLIT) are the host's padded [batch][heads_q][seq_q] rows, which the merge
+ * kernel packs. */
+static inline uint out_first(uint q_first)
+{
+#if VARLEN && !SPLIT
+    return q_first;
+#else
+    (void)q_first;
+    return 0;
+#endif
+}
+static inline ulong out_lse_row0(uint b, uint h, uint heads_q, uint seq_q, uint total_q, uint q_first)
+{
+#if SPLIT
+    (void)total_q;
+    (void)q_first;
+    return ((ulong)b * heads_q + h) * seq_q;
+#else
+    return lse_row0(b, h, heads_q, seq_q, total_q, q_first);
+#endif
+}
+
 /* ---- a paged KV cache (the forward kernels) ------------------------------------------------------
  * PAGED=1: K and V are pools of pages of PAGE_SIZE keys (clflash.h, "Paged KV caches"). The host
  * passes their layouts with the page in place of the batch (k_bs, v_bs step from one page to the
@@ -437,6 +504,12 @@ static inline ulong kv_row(ulong base, ulong page_stride, ulong seq_stride, __gl
  * The running max starts at -INFINITY; a row that has seen no visible key yet uses 0 as its
  * reference so that no exp2(-inf - -inf) is ever formed. A row that sees no key at all ends with
  * l = 0 and writes O = 0 and lse = -INFINITY.
+ * Variable-length batches (VARLEN): every path first takes its sequence's first rows and lengths
+ * (seq_span), visits no key tile and stores nothing when its query block is past the sequence's
+ * queries (the paths with barriers do not return early: see flash_forward_regtile.cl; the CPU
+ * decoding kernel, which has none, does), and uses those lengths wherever a plain call uses seq_q
+ * and seq_k (visibility, masks, ALiBi, loads), the first rows in its Q, K, V bases, and
+ * out_first / out_lse_row0 for its stores.
  * Split-KV and GQA packing (above): every path takes its query block from
  * query_block_index(n_splits) and, with SPLIT, narrows its key tiles to its part and writes the
  * part's fp32 O and lse (split_part). Only the register-tiled path packs the query heads of a GQA
@@ -457,14 +530,15 @@ static inline ulong kv_row(ulong base, ulong page_stride, ulong seq_stride, __gl
     ulong o_bs, ulong o_hs, ulong o_ss, uint win_left, uint win_right, float softcap, \
     float out_scale, __global const float *bias, ulong bias_off, ulong bias_bs, ulong bias_hs, \
     ulong bias_rs, __global const float *alibi, __global const int *key_lens, uint n_splits, \
-    uint split_keys, __global const int *block_table, uint pages_per_seq, uint num_pages
+    uint split_keys, __global const int *block_table, uint pages_per_seq, uint num_pages, \
+    __global const int *cu_seqlens_q, __global const int *cu_seqlens_k, uint total_q, uint total_k
 
 /* FORWARD_ARGS: FORWARD_PARAMS's names, for a kernel that passes them on to its body. */
 #define FORWARD_ARGS \
     q, k, v, o, lse, seq_q, seq_k, heads_q, group, score_scale, q_off, q_bs, q_hs, q_ss, k_off, \
     k_bs, k_hs, k_ss, v_off, v_bs, v_hs, v_ss, o_off, o_bs, o_hs, o_ss, win_left, win_right, \
     softcap, out_scale, bias, bias_off, bias_bs, bias_hs, bias_rs, alibi, key_lens, n_splits, \
-    split_keys, block_table, pages_per_seq, num_pages
+    split_keys, block_table, pages_per_seq, num_pages, cu_seqlens_q, cu_seqlens_k, total_q, total_k
 
 /* PATH_FUNCTION: a forward path's body, a function always inlined into its kernel, which declares
  * the path's local arrays (OpenCL C 1.2 allows them only at kernel scope) and passes them in.

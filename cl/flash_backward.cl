@@ -3,7 +3,8 @@
  * probabilities tile by tile from Q, K and the forward's lse, never storing a seq_q x seq_k matrix.
  * The host prepends common.cl and enqueues two kernels on one queue:
  *   flash_backward_rowdot  D_i = sum_c dO[i][c] * O[i][c] in fp32, one work-item per query row,
- *                          into a [batch][heads_q][seq_q] float buffer the host owns;
+ *                          into a float buffer the host owns, laid out as lse ([batch][heads_q]
+ *                          [seq_q], or [heads_q][total_q] for a variable-length batch);
  *   flash_backward_grads   one launch with two kinds of work-group:
  *     dK/dV groups (group id 0 < tiles_k, id 1 < heads_kv): one K/V block of one kv head; it loops
  *       over the query heads of the head's group and, for each, over the query blocks that see any
@@ -53,7 +54,13 @@
  *   B3  pt and dst are complete; each lane adds P^T dO and dS^T Q into its dV and dK columns
  *       (dQ: dS K into its dQ columns).
  * Every barrier is reached by all work-items of a group the same number of times: the branch on
- * the kind and every loop bound depend only on the group ids and the kernel arguments.
+ * the kind and every loop bound depend only on the group ids and the kernel arguments (and, with
+ * VARLEN, the batch entry's cumulative lengths, which all work-items of a group read alike).
+ *
+ * Variable-length batches (VARLEN, clflash.h): both kernels take their batch entry's first rows and
+ * lengths from common.cl's seq_span and work on the sequence as on an entry of that many queries
+ * and keys (bwd_args), its lse and D rows at lse_row0; groups past its keys (dK/dV) or queries
+ * (dQ) return at once.
  *
  * Measuring aid: the host passes CLFLASH_BWD_SKIP_DQ=0 and CLFLASH_BWD_SKIP_DKDV=0; a context whose
  * build options add -D CLFLASH_BWD_SKIP_DQ=1 (or _SKIP_DKDV=1), which follow the host's defines and
@@ -108,23 +115,28 @@
 
 __kernel __attribute__((reqd_work_group_size(ROWDOT_WG, 1, 1))) void
 flash_backward_rowdot(__global const bits_t *o, __global const bits_t *d_o, __global float *dvec,
-                      uint seq_q, uint heads_q, ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss)
+                      uint seq_q, uint heads_q, ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss,
+                      __global const int *cu_seqlens_q, uint total_q)
 {
     const uint i = get_global_id(0);
     const uint h = get_group_id(1);
     const uint b = get_group_id(2);
-    if (i >= seq_q)
+    uint q_first; /* VARLEN: the sequence's rows (common.cl's seq_span); row 0 and seq_q without */
+    const uint n_q = seq_span(cu_seqlens_q, b, total_q, seq_q, &q_first);
+    if (i >= n_q)
         return;
-    const ulong base = tensor_index(o_off, o_bs, o_hs, o_ss, b, h, i);
+    const ulong base = tensor_index(o_off, o_bs, o_hs, o_ss, b, h, q_first + i);
     float acc = 0.0f;
     for (uint c = 0; c < HEAD_DIM; c++)
         acc = fma(load_g(d_o, base + c), load_g(o, base + c), acc);
-    dvec[((ulong)b * heads_q + h) * seq_q + i] = acc;
+    dvec[lse_row0(b, h, heads_q, seq_q, total_q, q_first) + i] = acc;
 }
 
-/* The shape, layout and feature arguments both kinds of group read; key_len is this batch
- * entry's (seq_k without key lengths), diag_k the key count its diagonal is aligned to
- * (common.cl's diagonal_keys). */
+/* The shape, layout and feature arguments both kinds of group read; seq_q and seq_k are this
+ * batch entry's (with VARLEN its sequence's lengths, whose rows start at packed rows q_first and
+ * k_first of the tensors and q_first of lse's [heads_q][total_q] rows; without, the arguments and
+ * 0), key_len is its key count (seq_k without key lengths), diag_k the key count its diagonal is
+ * aligned to (common.cl's diagonal_keys). */
 typedef struct {
     uint seq_q, seq_k, heads_q, group;
     float scale_log2, scale;
@@ -132,6 +144,7 @@ typedef struct {
     uint key_len, diag_k, win_left, win_right;
     float softcap;
     ulong bias_off, bias_bs, bias_hs, bias_rs;
+    uint q_first, k_first, total_q;
 } bwd_args;
 
 /* P of a (query qi, key kj) pair the row sees, from the raw dot product x = q.k and the row's lse
@@ -201,36 +214,36 @@ static inline void visible_queries(uint k0, uint k_end, const bwd_args *a, uint 
  * work-groups read them inside their key loop, after its barrier, not once before it: Intel's CPU
  * OpenCL compiler (2026.2) gave every work-item of a group the values work-item 63 had read before
  * a loop with barriers, and every dQ came out NaN or wrong. */
-static inline float row_lse_log2(__global const float *lse, __global const float *dvec, ulong bh, uint qi,
+static inline float row_lse_log2(__global const float *lse, __global const float *dvec, ulong lrow, uint qi,
                                  uint seq_q, float *d_row)
 {
-    *d_row = qi < seq_q ? dvec[bh * seq_q + qi] : 0.0f;
-    return qi < seq_q ? lse[bh * seq_q + qi] * M_LOG2E_F : -INFINITY;
+    *d_row = qi < seq_q ? dvec[lrow + qi] : 0.0f;
+    return qi < seq_q ? lse[lrow + qi] * M_LOG2E_F : -INFINITY;
 }
 
-/* Where one (batch entry b, query head h) starts: its rows of Q (q) and of O and dO (o), its lse and
- * D rows (bh: (b, h) as an index), its first bias element (bias) and its ALiBi slope (0 without
- * ALiBi). Every kind of work-group, GPU or CPU, reads them the same way. */
+/* Where one (batch entry b, query head h) starts: its rows of Q (q) and of O and dO (o), its row 0
+ * in lse and D (lse: common.cl's lse_row0), its first bias element (bias) and its ALiBi slope (0
+ * without ALiBi). Every kind of work-group, GPU or CPU, reads them the same way. */
 typedef struct {
-    ulong q, o, bh, bias;
+    ulong q, o, lse, bias;
     float slope;
 } head_bases;
 static inline head_bases bases_of_head(const bwd_args *a, __global const float *alibi, uint b, uint h)
 {
     head_bases hb;
-    hb.q = tensor_index(a->q_off, a->q_bs, a->q_hs, a->q_ss, b, h, 0);
-    hb.o = tensor_index(a->o_off, a->o_bs, a->o_hs, a->o_ss, b, h, 0);
-    hb.bh = (ulong)b * a->heads_q + h;
+    hb.q = tensor_index(a->q_off, a->q_bs, a->q_hs, a->q_ss, b, h, a->q_first);
+    hb.o = tensor_index(a->o_off, a->o_bs, a->o_hs, a->o_ss, b, h, a->q_first);
+    hb.lse = lse_row0(b, h, a->heads_q, a->seq_q, a->total_q, a->q_first);
     hb.bias = a->bias_off + (ulong)b * a->bias_bs + (ulong)h * a->bias_hs;
     hb.slope = alibi_slope(alibi, h);
     return hb;
 }
 
-/* The first K and V elements of K/V head hk of batch entry b. */
+/* The first K and V elements of K/V head hk of batch entry b (its sequence's first key row). */
 static inline void bases_of_kv(const bwd_args *a, uint b, uint hk, ulong *kbase, ulong *vbase)
 {
-    *kbase = tensor_index(a->k_off, a->k_bs, a->k_hs, a->k_ss, b, hk, 0);
-    *vbase = tensor_index(a->v_off, a->v_bs, a->v_hs, a->v_ss, b, hk, 0);
+    *kbase = tensor_index(a->k_off, a->k_bs, a->k_hs, a->k_ss, b, hk, a->k_first);
+    *vbase = tensor_index(a->v_off, a->v_bs, a->v_hs, a->v_ss, b, hk, a->k_first);
 }
 
 /* The GPU paths' tiles: rows r0 .. r0 + BLOCK - 1 of two tensors with the same rows (x at xbase,
@@ -302,15 +315,15 @@ static inline void dkdv_block(__global const bits_t *q, __global const bits_t *k
 
     for (uint g = 0; g < a->group; g++) {
         const head_bases hb = bases_of_head(a, alibi, b, hk * a->group + g);
-        const ulong bh = hb.bh, qbase = hb.q, obase = hb.o, bias_head = hb.bias;
+        const ulong lrow = hb.lse, qbase = hb.q, obase = hb.o, bias_head = hb.bias;
         const float slope_h = hb.slope;
         for (uint q0 = q_start; q0 < q_end; q0 += BLOCK) {
             barrier(CLK_LOCAL_MEM_FENCE); /* B1 */
             stage_tile_pair(qT, doT, 1, T_STRIDE, q, qbase, a->q_ss, d_o, obase, a->o_ss, q0, seq_q);
             for (uint r = lid; r < BLOCK; r += WG_SIZE) {
                 const bool in = q0 + r < seq_q;
-                row_lse[r] = in ? lse[bh * seq_q + q0 + r] * M_LOG2E_F : -INFINITY;
-                row_d[r] = in ? dvec[bh * seq_q + q0 + r] : 0.0f;
+                row_lse[r] = in ? lse[lrow + q0 + r] * M_LOG2E_F : -INFINITY;
+                row_d[r] = in ? dvec[lrow + q0 + r] : 0.0f;
             }
             barrier(CLK_LOCAL_MEM_FENCE); /* B2 */
 
@@ -384,7 +397,7 @@ static inline void dq_block(__global const bits_t *q, __global const bits_t *k, 
     const uint qi = q0 + row;
     const uint seq_q = a->seq_q, seq_k = a->seq_k;
     const head_bases hb = bases_of_head(a, alibi, b, h);
-    const ulong bh = hb.bh, qbase = hb.q, obase = hb.o;
+    const ulong lrow = hb.lse, qbase = hb.q, obase = hb.o;
     const float slope_h = hb.slope;
     ulong kbase, vbase;
     bases_of_kv(a, b, hk, &kbase, &vbase);
@@ -403,7 +416,7 @@ static inline void dq_block(__global const bits_t *q, __global const bits_t *k, 
         stage_tile_pair(kT, vT, 1, T_STRIDE, k, kbase, a->k_ss, v, vbase, a->v_ss, k0, seq_k);
         barrier(CLK_LOCAL_MEM_FENCE); /* B2 */
         float d_row;
-        const float l2 = row_lse_log2(lse, dvec, bh, qi, seq_q, &d_row);
+        const float l2 = row_lse_log2(lse, dvec, lrow, qi, seq_q, &d_row);
 
         float s[PARTNERS_PER_LANE], dp[PARTNERS_PER_LANE];
         for (uint kk = 0; kk < PARTNERS_PER_LANE; kk++)
@@ -534,7 +547,7 @@ static inline void dkdv_block_cpu(__global const bits_t *q, __global const bits_
 
     for (uint g = 0; g < a->group; g++) {
         const head_bases hb = bases_of_head(a, alibi, b, hk * a->group + g);
-        const ulong bh = hb.bh, qbase = hb.q, obase = hb.o, bias_head = hb.bias;
+        const ulong lrow = hb.lse, qbase = hb.q, obase = hb.o, bias_head = hb.bias;
         const float slope_h = hb.slope;
         for (uint q0 = q_start; q0 < q_end; q0 += BLOCK) {
             barrier(CLK_LOCAL_MEM_FENCE); /* C1 */
@@ -552,8 +565,8 @@ static inline void dkdv_block_cpu(__global const bits_t *q, __global const bits_
                     qf[lid * HD8 + c] = xq;
                     dof[lid * HD8 + c] = xo;
                 }
-                row_lse[lid] = in ? lse[bh * seq_q + qi] * M_LOG2E_F : -INFINITY;
-                row_d[lid] = in ? dvec[bh * seq_q + qi] : 0.0f;
+                row_lse[lid] = in ? lse[lrow + qi] * M_LOG2E_F : -INFINITY;
+                row_d[lid] = in ? dvec[lrow + qi] : 0.0f;
             }
             barrier(CLK_LOCAL_MEM_FENCE); /* C2 */
 
@@ -623,7 +636,7 @@ static inline void dq_block_cpu(__global const bits_t *q, __global const bits_t 
     const uint qi = q0 + lid;
     const uint seq_q = a->seq_q, seq_k = a->seq_k;
     const head_bases hb = bases_of_head(a, alibi, b, h);
-    const ulong bh = hb.bh, qbase = hb.q, obase = hb.o;
+    const ulong lrow = hb.lse, qbase = hb.q, obase = hb.o;
     const float slope_h = hb.slope;
     ulong kbase, vbase;
     bases_of_kv(a, b, hk, &kbase, &vbase);
@@ -660,7 +673,7 @@ static inline void dq_block_cpu(__global const bits_t *q, __global const bits_t 
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* C2 */
         float d_row;
-        const float l2 = row_lse_log2(lse, dvec, bh, qi, seq_q, &d_row);
+        const float l2 = row_lse_log2(lse, dvec, lrow, qi, seq_q, &d_row);
 
         float s[BLOCK], ds[BLOCK];
         cpu_scores(qrow, kT, s);
@@ -730,7 +743,8 @@ flash_backward_grads(__global const bits_t *q, __global const bits_t *k, __globa
                      ulong k_ss, ulong v_off, ulong v_bs, ulong v_hs, ulong v_ss, ulong o_off, ulong o_bs,
                      ulong o_hs, ulong o_ss, uint win_left, uint win_right, float softcap,
                      __global const float *bias, ulong bias_off, ulong bias_bs, ulong bias_hs, ulong bias_rs,
-                     __global const float *alibi, __global const int *key_lens)
+                     __global const float *alibi, __global const int *key_lens, __global const int *cu_seqlens_q,
+                     __global const int *cu_seqlens_k, uint total_q, uint total_k)
 {
 #if CLFLASH_USE_CPU_PATH
     __local float ta[HEAD_DIM * BLOCK];
@@ -751,12 +765,20 @@ flash_backward_grads(__global const bits_t *q, __global const bits_t *k, __globa
 #endif
 
     const uint blk = get_group_id(0), h = get_group_id(1), b = get_group_id(2);
-    const uint key_len = batch_key_len(key_lens, b, seq_k), diag_k = diagonal_keys(key_len, seq_k);
-    const bwd_args a = {seq_q, seq_k, heads_q, group, scale_log2, scale, q_off, q_bs, q_hs, q_ss, k_off, k_bs,
-                        k_hs, k_ss, v_off, v_bs, v_hs, v_ss, o_off, o_bs, o_hs, o_ss, key_len, diag_k, win_left,
-                        win_right, softcap, bias_off, bias_bs, bias_hs, bias_rs};
+    /* the entry's queries and keys: n_q from packed row q_first, n_k from k_first (common.cl's
+     * seq_span; seq_q and seq_k, from row 0, without VARLEN) */
+    uint q_first, k_first;
+    const uint n_q = seq_span(cu_seqlens_q, b, total_q, seq_q, &q_first);
+    const uint n_k = seq_span(cu_seqlens_k, b, total_k, seq_k, &k_first);
+    const uint key_len = batch_key_len(key_lens, b, n_k), diag_k = diagonal_keys(key_len, n_k);
+    const bwd_args a = {n_q,    n_k,     heads_q, group,   scale_log2, scale,    q_off,     q_bs,
+                        q_hs,   q_ss,    k_off,   k_bs,    k_hs,       k_ss,     v_off,     v_bs,
+                        v_hs,   v_ss,    o_off,   o_bs,    o_hs,       o_ss,     key_len,   diag_k,
+                        win_left, win_right, softcap, bias_off, bias_bs, bias_hs, bias_rs, q_first,
+                        k_first, total_q};
+    /* Blocks past a short sequence's keys or queries (VARLEN) have nothing to write. */
     if (blk < tiles_k) {
-        if (h >= heads_kv || CLFLASH_BWD_SKIP_DKDV) /* dK/dV groups exist per kv head */
+        if (h >= heads_kv || CLFLASH_BWD_SKIP_DKDV || blk * BLOCK >= n_k) /* dK/dV groups exist per kv head */
             return;
 #if CLFLASH_USE_CPU_PATH
         dkdv_block_cpu(q, k, v, d_o, lse, dvec, dk, dv, bias, alibi, &a, blk * BLOCK, h, b, ta, tb, ra, rb, row_lse,
@@ -766,7 +788,7 @@ flash_backward_grads(__global const bits_t *q, __global const bits_t *k, __globa
                    cols_b, pt, dst, row_lse, row_d);
 #endif
     } else {
-        if (CLFLASH_BWD_SKIP_DQ)
+        if (CLFLASH_BWD_SKIP_DQ || (blk - tiles_k) * BLOCK >= n_q)
             return;
 #if CLFLASH_USE_CPU_PATH
         dq_block_cpu(q, k, v, d_o, lse, dvec, dq, bias, alibi, &a, (blk - tiles_k) * BLOCK, h, b, ta, tb, ra);

@@ -26,7 +26,7 @@
  * out_scale (int8's V scale) in the output type.
  *
  * Defines: HEAD_DIM, DEC_ROWS (rows per work-item), DEC_KEYS (keys per chunk), PACK (the GQA group
- * or 1), the storage types and the feature switches of common.cl, WITH_LSE, SPLIT.
+ * or 1), the storage types and the feature switches of common.cl (VARLEN included), WITH_LSE, SPLIT.
  */
 #ifndef SPLIT
 #error "a forward kernel is built with SPLIT and PACK (lib/dispatch_util.c, clflash_forward_defines)"
@@ -59,15 +59,22 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void flash_decode_cpu(FO
     const uint b = get_group_id(2);
     uint h0, hk;
     group_heads(group, &h0, &hk);
-    const uint rows_total = seq_q * PACK;
+    /* the entry's queries and keys: n_q from packed row q_first, n_k from k_first (common.cl's
+     * seq_span; seq_q and seq_k, from row 0, without VARLEN) */
+    uint q_first, k_first;
+    const uint n_q = seq_span(cu_seqlens_q, b, total_q, seq_q, &q_first);
+    const uint n_k = seq_span(cu_seqlens_k, b, total_k, seq_k, &k_first);
+    const uint rows_total = n_q * PACK;
     const uint row0 = query_block_index(n_splits) * DEC_ROWS;
+    if (row0 >= rows_total) /* rows past a short sequence's queries (VARLEN): nothing to do */
+        return;
     const uint rows = min((uint)DEC_ROWS, rows_total - row0); /* this work-item's rows */
 
-    const uint key_len = batch_key_len(key_lens, b, seq_k), diag_k = diagonal_keys(key_len, seq_k);
+    const uint key_len = batch_key_len(key_lens, b, n_k), diag_k = diagonal_keys(key_len, n_k);
     uint key_begin, key_end;
     {
         const uint first = ROW_QUERY(row0), last = ROW_QUERY(row0 + rows - 1);
-        block_key_range(first, last - first + 1, seq_q, diag_k, key_len, win_left, win_right, DEC_KEYS, &key_begin,
+        block_key_range(first, last - first + 1, n_q, diag_k, key_len, win_left, win_right, DEC_KEYS, &key_begin,
                         &key_end);
     }
     split_part(n_splits, split_keys, heads_q, seq_q, &key_begin, &key_end, &o_off, &lse);
@@ -80,15 +87,15 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void flash_decode_cpu(FO
     ulong bias_row[DEC_ROWS];
 #endif
     float slope_r[DEC_ROWS];
-    long max_lo = 0, min_hi = seq_k; /* the keys every row sees */
+    long max_lo = 0, min_hi = n_k; /* the keys every row sees */
     for (uint r = 0; r < DEC_ROWS; r++) {
         const uint row = row0 + min(r, rows - 1);
         qi_r[r] = ROW_QUERY(row);
         h_r[r] = ROW_HEAD(h0, row);
-        const ulong q_at = tensor_index(q_off, q_bs, q_hs, q_ss, b, h_r[r], qi_r[r]);
+        const ulong q_at = tensor_index(q_off, q_bs, q_hs, q_ss, b, h_r[r], q_first + qi_r[r]);
         for (uint c8 = 0; c8 < HD8; c8++)
             qr[r][c8] = load8(q, q_at, c8) * score_scale;
-        visible_keys(qi_r[r], seq_q, diag_k, key_len, win_left, win_right, &lo_r[r], &hi_r[r]);
+        visible_keys(qi_r[r], n_q, diag_k, key_len, win_left, win_right, &lo_r[r], &hi_r[r]);
         if (r >= rows)
             hi_r[r] = 0; /* a row past the last one sees nothing */
         max_lo = max(max_lo, lo_r[r]);
@@ -111,8 +118,8 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void flash_decode_cpu(FO
         for (uint c8 = 0; c8 < HD8; c8++)
             acc[r][c8] = (float8)(0.0f);
     }
-    const ulong kbase = kv_head_base(k_off, k_bs, k_hs, b, hk);
-    const ulong vbase = kv_head_base(v_off, v_bs, v_hs, b, hk);
+    const ulong kbase = kv_head_base(k_off, k_bs, k_hs, b, hk) + (ulong)k_first * k_ss;
+    const ulong vbase = kv_head_base(v_off, v_bs, v_hs, b, hk) + (ulong)k_first * v_ss;
     __global const int *const pages = kv_page_row(block_table, pages_per_seq, b);
 
     for (uint k0 = key_begin; k0 < key_end; k0 += DEC_KEYS) {
@@ -160,7 +167,7 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void flash_decode_cpu(FO
                 const float bias_v = 0.0f;
 #endif
                 const float x =
-                    transform_score(dot, softcap, bias_v, slope_r[r], qi_r[r], key, seq_q, diag_k) * M_LOG2E_F;
+                    transform_score(dot, softcap, bias_v, slope_r[r], qi_r[r], key, n_q, diag_k) * M_LOG2E_F;
 #else
                 const float x = dot; /* score_scale, already in Q, includes log2(e) */
 #endif
@@ -217,14 +224,15 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void flash_decode_cpu(FO
     for (uint r = 0; r < rows; r++) {
         /* l == 0: the row saw no key (O = 0, lse = -inf); a NaN the row sees reaches O and lse */
         const float inv = l[r] == 0.0f ? 0.0f : out_scale / l[r];
-        const ulong obase = tensor_index(o_off, o_bs, o_hs, o_ss, b, h_r[r], qi_r[r]);
+        const ulong obase = tensor_index(o_off, o_bs, o_hs, o_ss, b, h_r[r], out_first(q_first) + qi_r[r]);
         float out[HD8 * 8];
         for (uint c8 = 0; c8 < HD8; c8++)
             vstore8(acc[r][c8] * inv, c8, out);
         for (uint c = 0; c < HEAD_DIM; c++)
             store_o(o, obase + c, out[c]);
 #if WITH_LSE
-        lse[((ulong)b * heads_q + h_r[r]) * seq_q + qi_r[r]] = l[r] == 0.0f ? -INFINITY : (m[r] + log2(l[r])) * M_LN2_F;
+        lse[out_lse_row0(b, h_r[r], heads_q, seq_q, total_q, q_first) + qi_r[r]] =
+            l[r] == 0.0f ? -INFINITY : (m[r] + log2(l[r])) * M_LN2_F;
 #endif
     }
 #if !WITH_LSE

@@ -25,8 +25,8 @@
  * The rules (visibility, transforms, the -INFINITY guards, l == 0 rows) are the lane path's
  * (common.cl's). The Oclgrind driver runs this path through portable.cpu_path=1.
  *
- * Defines: HEAD_DIM, BLOCK (a multiple of 8), the storage types and feature switches of common.cl,
- * WITH_LSE, SPLIT, PACK (1: the CPU path does not pack GQA heads).
+ * Defines: HEAD_DIM, BLOCK (a multiple of 8), the storage types and feature switches of common.cl
+ * (VARLEN included), WITH_LSE, SPLIT, PACK (1: the CPU path does not pack GQA heads).
  */
 #ifndef SPLIT
 #error "a forward kernel is built with SPLIT and PACK (lib/dispatch_util.c, clflash_forward_defines)"
@@ -82,36 +82,44 @@ PATH_FUNCTION void flash_forward_cpu_body(FORWARD_PARAMS, __local float *kf, __l
     const uint q0 = query_block_index(n_splits) * BLOCK;
     const uint h = get_group_id(1);
     const uint b = get_group_id(2);
-    const uint bh = b * heads_q + h;
     const uint hk = h / group;
     const uint qi = q0 + lid;
+    /* the entry's queries and keys: n_q from packed row q_first, n_k from k_first (common.cl's
+     * seq_span; seq_q and seq_k, from row 0, without VARLEN) */
+    uint q_first, k_first;
+    const uint n_q = seq_span(cu_seqlens_q, b, total_q, seq_q, &q_first);
+    const uint n_k = seq_span(cu_seqlens_k, b, total_k, seq_k, &k_first);
+    /* A block past a short sequence's queries (VARLEN) visits no key tile and stores nothing (no
+     * early return: see flash_forward_regtile.cl). */
+    const bool live = q0 < n_q;
 
-    const ulong kbase = kv_head_base(k_off, k_bs, k_hs, b, hk);
-    const ulong vbase = kv_head_base(v_off, v_bs, v_hs, b, hk);
+    const ulong kbase = kv_head_base(k_off, k_bs, k_hs, b, hk) + (ulong)k_first * k_ss;
+    const ulong vbase = kv_head_base(v_off, v_bs, v_hs, b, hk) + (ulong)k_first * v_ss;
     __global const int *const pages = kv_page_row(block_table, pages_per_seq, b);
 
-    /* This row of Q as fp32 (zeros past seq_q); the padding columns of vf are zero once and for all
+    /* This row of Q as fp32 (zeros past n_q); the padding columns of vf are zero once and for all
      * (no tile load writes them). C1 of the first tile orders these stores before any read. */
     float qrow[HEAD_DIM];
     {
-        const ulong qrow_at = tensor_index(q_off, q_bs, q_hs, q_ss, b, h, min(qi, seq_q - 1));
+        const ulong qrow_at = tensor_index(q_off, q_bs, q_hs, q_ss, b, h, q_first + min(qi, max(n_q, 1u) - 1));
         for (uint c = 0; c < HEAD_DIM; c++)
-            qrow[c] = qi < seq_q ? load_g(q, qrow_at + c) : 0.0f;
+            qrow[c] = qi < n_q ? load_g(q, qrow_at + c) : 0.0f;
     }
 #if HD8 > HEAD_DIM
     for (uint idx = lid; idx < BLOCK * (HD8 - HEAD_DIM); idx += WG_SIZE)
         vf[idx / (HD8 - HEAD_DIM) * HD8 + HEAD_DIM + idx % (HD8 - HEAD_DIM)] = 0.0f;
 #endif
 
-    const uint key_len = batch_key_len(key_lens, b, seq_k), diag_k = diagonal_keys(key_len, seq_k);
+    const uint key_len = batch_key_len(key_lens, b, n_k), diag_k = diagonal_keys(key_len, n_k);
     long lo, hi;
-    uint key_begin, key_end;
-    block_key_range(q0, BLOCK, seq_q, diag_k, key_len, win_left, win_right, BLOCK, &key_begin, &key_end);
+    uint key_begin = 0, key_end = 0;
+    if (live)
+        block_key_range(q0, BLOCK, n_q, diag_k, key_len, win_left, win_right, BLOCK, &key_begin, &key_end);
     split_part(n_splits, split_keys, heads_q, seq_q, &key_begin, &key_end, &o_off, &lse);
-    visible_keys(min(qi, seq_q - 1), seq_q, diag_k, key_len, win_left, win_right, &lo, &hi);
-const float slope = alibi_slope(alibi, h);
+    visible_keys(min(qi, max(n_q, 1u) - 1), n_q, diag_k, key_len, win_left, win_right, &lo, &hi);
+    const float slope = alibi_slope(alibi, h);
 #if BIAS
-    const ulong bias_row = bias_off + (ulong)b * bias_bs + (ulong)h * bias_hs + (ulong)min(qi, seq_q - 1) * bias_rs;
+    const ulong bias_row = bias_off + (ulong)b * bias_bs + (ulong)h * bias_hs + (ulong)min(qi, max(n_q, 1u) - 1) * bias_rs;
 #endif
 
     float m = -INFINITY; /* running max of this row's scores, log2 domain */
@@ -124,9 +132,9 @@ const float slope = alibi_slope(alibi, h);
         barrier(CLK_LOCAL_MEM_FENCE); /* C1 */
         {
             /* work-item lid loads key row k0 + lid of K (into column lid of kf) and of V */
-            const bool in = k0 + lid < seq_k;
-            const ulong krow = kv_row(kbase, k_bs, k_ss, pages, num_pages, min(k0 + lid, seq_k - 1));
-            const ulong vrow = kv_row(vbase, v_bs, v_ss, pages, num_pages, min(k0 + lid, seq_k - 1));
+            const bool in = k0 + lid < n_k;
+            const ulong krow = kv_row(kbase, k_bs, k_ss, pages, num_pages, min(k0 + lid, n_k - 1));
+            const ulong vrow = kv_row(vbase, v_bs, v_ss, pages, num_pages, min(k0 + lid, n_k - 1));
             for (uint c = 0; c < HEAD_DIM; c++) {
                 kf[c * BLOCK + lid] = in ? load_g(k, krow + c) : 0.0f;
                 vf[lid * HD8 + c] = in ? load_g(v, vrow + c) : 0.0f;
@@ -151,7 +159,7 @@ const float slope = alibi_slope(alibi, h);
         }
         float tile_max = -INFINITY;
 #if !(SOFTCAP || BIAS || ALIBI)
-        if (qi < seq_q && (long)k0 >= lo && (long)k0 + BLOCK <= hi) {
+        if (qi < n_q && (long)k0 >= lo && (long)k0 + BLOCK <= hi) {
             /* every key of the tile is visible and there is no transform: 8 at a time */
             float8 mx = (float8)(-INFINITY);
             for (uint k8 = 0; k8 < BLOCK / 8; k8++) {
@@ -163,10 +171,10 @@ const float slope = alibi_slope(alibi, h);
             tile_max = fmax(fmax(m4.x, m4.y), fmax(m4.z, m4.w));
         } else
 #else
-        if (qi < seq_q && k0 + BLOCK <= seq_k) {
+        if (qi < n_q && k0 + BLOCK <= n_k) {
             /* the tile's keys all exist (so their biases are inside the caller's buffer): the
              * transforms 8 keys at a time, then the keys the row does not see masked */
-            const int lo_i = (int)clamp(lo, 0L, (long)seq_k), hi_i = (int)clamp(hi, 0L, (long)seq_k);
+            const int lo_i = (int)clamp(lo, 0L, (long)n_k), hi_i = (int)clamp(hi, 0L, (long)n_k);
             float8 mx = (float8)(-INFINITY);
             for (uint k8 = 0; k8 < BLOCK / 8; k8++) {
 #if BIAS
@@ -174,7 +182,7 @@ const float slope = alibi_slope(alibi, h);
 #else
                 __global const float *bias_at = bias;
 #endif
-                float8 x = transform_scores8(vload8(k8, s) * score_scale, softcap, bias_at, slope, qi, k0 + 8 * k8, seq_q,
+                float8 x = transform_scores8(vload8(k8, s) * score_scale, softcap, bias_at, slope, qi, k0 + 8 * k8, n_q,
                                              diag_k) * M_LOG2E_F;
                 const int8 key = (int8)((int)(k0 + 8 * k8)) + (int8)(0, 1, 2, 3, 4, 5, 6, 7);
                 x = select((float8)(-INFINITY), x, key >= (int8)(lo_i) && key < (int8)(hi_i));
@@ -188,14 +196,14 @@ const float slope = alibi_slope(alibi, h);
         {
             for (uint kk = 0; kk < BLOCK; kk++) {
                 const uint key = k0 + kk;
-                const bool visible = qi < seq_q && (long)key >= lo && (long)key < hi;
+                const bool visible = qi < n_q && (long)key >= lo && (long)key < hi;
 #if SOFTCAP || BIAS || ALIBI
 #if BIAS
                 const float bias_v = visible ? bias[bias_row + key] : 0.0f;
 #else
                 const float bias_v = 0.0f;
 #endif
-                const float x = transform_score(s[kk] * score_scale, softcap, bias_v, slope, qi, key, seq_q, diag_k) * M_LOG2E_F;
+                const float x = transform_score(s[kk] * score_scale, softcap, bias_v, slope, qi, key, n_q, diag_k) * M_LOG2E_F;
 #else
                 const float x = s[kk] * score_scale;
 #endif
@@ -240,16 +248,16 @@ const float slope = alibi_slope(alibi, h);
         l = l * alpha + tile_sum;
     }
 
-    if (qi < seq_q) {
+    if (qi < n_q) {
         const float inv = l == 0.0f ? 0.0f : out_scale / l;
-        const ulong obase = tensor_index(o_off, o_bs, o_hs, o_ss, b, h, qi);
+        const ulong obase = tensor_index(o_off, o_bs, o_hs, o_ss, b, h, out_first(q_first) + qi);
         float out[HD8];
         for (uint d8 = 0; d8 < HD8 / 8; d8++)
             vstore8(acc[d8] * inv, d8, out);
         for (uint c = 0; c < HEAD_DIM; c++)
             store_o(o, obase + c, out[c]);
 #if WITH_LSE
-        lse[(ulong)bh * seq_q + qi] = l == 0.0f ? -INFINITY : (m + log2(l)) * M_LN2_F;
+        lse[out_lse_row0(b, h, heads_q, seq_q, total_q, q_first) + qi] = l == 0.0f ? -INFINITY : (m + log2(l)) * M_LN2_F;
 #endif
     }
 }

@@ -40,7 +40,8 @@
  * bound by local-memory bandwidth on GPUs (13.7 TFLOP/s fp32 on an H200 at d = 64).
  *
  * Defines: HEAD_DIM, BLOCK, TPR (work-items per row, a power of two dividing BLOCK), LDS_STRIDE,
- * KT_STRIDE, P_STRIDE, the storage types and feature switches of common.cl, WITH_LSE, SPLIT, PACK.
+ * KT_STRIDE, P_STRIDE, the storage types and feature switches of common.cl (VARLEN included),
+ * WITH_LSE, SPLIT, PACK.
  */
 #ifndef SPLIT
 #error "a forward kernel is built with SPLIT and PACK (lib/dispatch_util.c, clflash_forward_defines)"
@@ -64,30 +65,38 @@ PATH_FUNCTION void flash_forward_lanes_body(FORWARD_PARAMS, __local bits_t *qt, 
     const uint q0 = query_block_index(n_splits) * BLOCK;
     const uint h = get_group_id(1);
     const uint b = get_group_id(2);
-    const uint bh = b * heads_q + h;
     const uint hk = h / group;
-    const uint qi = q0 + row; /* this row's query index; may be >= seq_q in the last block */
+    const uint qi = q0 + row; /* this row's query index; may be >= n_q in the last block */
+    /* the entry's queries and keys: n_q from packed row q_first, n_k from k_first (common.cl's
+     * seq_span; seq_q and seq_k, from row 0, without VARLEN) */
+    uint q_first, k_first;
+    const uint n_q = seq_span(cu_seqlens_q, b, total_q, seq_q, &q_first);
+    const uint n_k = seq_span(cu_seqlens_k, b, total_k, seq_k, &k_first);
+    /* A block past a short sequence's queries (VARLEN) visits no key tile and stores nothing (no
+     * early return: see flash_forward_regtile.cl). */
+    const bool live = q0 < n_q;
 
-    const ulong qbase = tensor_index(q_off, q_bs, q_hs, q_ss, b, h, 0);
-    const ulong kbase = kv_head_base(k_off, k_bs, k_hs, b, hk);
-    const ulong vbase = kv_head_base(v_off, v_bs, v_hs, b, hk);
+    const ulong qbase = tensor_index(q_off, q_bs, q_hs, q_ss, b, h, q_first);
+    const ulong kbase = kv_head_base(k_off, k_bs, k_hs, b, hk) + (ulong)k_first * k_ss;
+    const ulong vbase = kv_head_base(v_off, v_bs, v_hs, b, hk) + (ulong)k_first * v_ss;
     __global const int *const pages = kv_page_row(block_table, pages_per_seq, b);
 
     for (uint idx = lid; idx < BLOCK * HEAD_DIM; idx += WG_SIZE) {
         const uint r = idx / HEAD_DIM, c = idx % HEAD_DIM;
-        qt[r * LDS_STRIDE + c] = (q0 + r < seq_q) ? q[qbase + (ulong)(q0 + r) * q_ss + c] : zero_bits;
+        qt[r * LDS_STRIDE + c] = (q0 + r < n_q) ? q[qbase + (ulong)(q0 + r) * q_ss + c] : zero_bits;
     }
 
     /* The key tiles the block visits (block_key_range) and the keys this row sees, [lo, hi). */
-    const uint key_len = batch_key_len(key_lens, b, seq_k), diag_k = diagonal_keys(key_len, seq_k);
+    const uint key_len = batch_key_len(key_lens, b, n_k), diag_k = diagonal_keys(key_len, n_k);
     long lo, hi;
-    uint key_begin, key_end;
-    block_key_range(q0, BLOCK, seq_q, diag_k, key_len, win_left, win_right, BLOCK, &key_begin, &key_end);
+    uint key_begin = 0, key_end = 0;
+    if (live)
+        block_key_range(q0, BLOCK, n_q, diag_k, key_len, win_left, win_right, BLOCK, &key_begin, &key_end);
     split_part(n_splits, split_keys, heads_q, seq_q, &key_begin, &key_end, &o_off, &lse);
-    visible_keys(min(qi, seq_q - 1), seq_q, diag_k, key_len, win_left, win_right, &lo, &hi);
-const float slope = alibi_slope(alibi, h);
+    visible_keys(min(qi, max(n_q, 1u) - 1), n_q, diag_k, key_len, win_left, win_right, &lo, &hi);
+    const float slope = alibi_slope(alibi, h);
 #if BIAS
-    const ulong bias_row = bias_off + (ulong)b * bias_bs + (ulong)h * bias_hs + (ulong)min(qi, seq_q - 1) * bias_rs;
+    const ulong bias_row = bias_off + (ulong)b * bias_bs + (ulong)h * bias_hs + (ulong)min(qi, max(n_q, 1u) - 1) * bias_rs;
 #endif
 
     float m = -INFINITY; /* running max of this row's scores, log2 domain */
@@ -100,7 +109,7 @@ const float slope = alibi_slope(alibi, h);
         barrier(CLK_LOCAL_MEM_FENCE); /* B1 */
         for (uint idx = lid; idx < BLOCK * HEAD_DIM; idx += WG_SIZE) {
             const uint r = idx / HEAD_DIM, c = idx % HEAD_DIM;
-            const bool in = k0 + r < seq_k;
+            const bool in = k0 + r < n_k;
             kt[c * KT_STRIDE + r] = in ? k[kv_row(kbase, k_bs, k_ss, pages, num_pages, k0 + r) + c] : zero_bits;
             vt[r * LDS_STRIDE + c] = in ? v[kv_row(vbase, v_bs, v_ss, pages, num_pages, k0 + r) + c] : zero_bits;
         }
@@ -119,14 +128,14 @@ const float slope = alibi_slope(alibi, h);
         float lane_max = -INFINITY;
         for (uint kk = 0; kk < KEYS_PER_LANE; kk++) {
             const uint key = k0 + lane + kk * TPR;
-            const bool visible = qi < seq_q && (long)key >= lo && (long)key < hi;
+            const bool visible = qi < n_q && (long)key >= lo && (long)key < hi;
 #if SOFTCAP || BIAS || ALIBI
 #if BIAS
             const float bias_v = visible ? bias[bias_row + key] : 0.0f;
 #else
             const float bias_v = 0.0f;
 #endif
-            const float x = transform_score(s[kk] * score_scale, softcap, bias_v, slope, qi, key, seq_q, diag_k) * M_LOG2E_F;
+            const float x = transform_score(s[kk] * score_scale, softcap, bias_v, slope, qi, key, n_q, diag_k) * M_LOG2E_F;
 #else
             const float x = s[kk] * score_scale; /* score_scale includes log2(e) */
 #endif
@@ -164,11 +173,11 @@ const float slope = alibi_slope(alibi, h);
         l = l * alpha + tile_sum;
     }
 
-    if (qi < seq_q) {
+    if (qi < n_q) {
         /* l == 0: the row saw no key (O = 0, lse = -inf). A NaN in an input the row sees makes l
          * NaN, and the NaN reaches O and lse. */
         const float inv = l == 0.0f ? 0.0f : out_scale / l;
-        const ulong obase = tensor_index(o_off, o_bs, o_hs, o_ss, b, h, qi);
+        const ulong obase = tensor_index(o_off, o_bs, o_hs, o_ss, b, h, out_first(q_first) + qi);
         for (uint cc = 0; cc < COLS_PER_LANE; cc++) {
             const uint c = lane + cc * TPR;
             if (c < HEAD_DIM)
@@ -176,7 +185,8 @@ const float slope = alibi_slope(alibi, h);
         }
 #if WITH_LSE
         if (lane == 0)
-            lse[(ulong)bh * seq_q + qi] = l == 0.0f ? -INFINITY : (m + log2(l)) * M_LN2_F;
+            lse[out_lse_row0(b, h, heads_q, seq_q, total_q, q_first) + qi] =
+                l == 0.0f ? -INFINITY : (m + log2(l)) * M_LN2_F;
 #endif
     }
 }

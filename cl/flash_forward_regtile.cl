@@ -58,7 +58,7 @@
  * key). This is the one path that packs a GQA group's query heads into its rows (PACK > 1).
  *
  * Defines: HEAD_DIM, BLOCK, BLOCK_Q, RT_RM, RT_TC, the storage types and feature switches of
- * common.cl, WITH_LSE, SPLIT, PACK.
+ * common.cl (VARLEN included), WITH_LSE, SPLIT, PACK.
  */
 #ifndef SPLIT
 #error "a forward kernel is built with SPLIT and PACK (lib/dispatch_util.c, clflash_forward_defines)"
@@ -88,14 +88,23 @@ PATH_FUNCTION void flash_forward_regtile_body(FORWARD_PARAMS, __local float4 *qs
     /* The block's rows are packed rows (common.cl: PACK query heads per query; row = query with
      * PACK = 1): q0 is the first, rows_total the number of (query, head) rows the grid covers. */
     const uint q0 = query_block_index(n_splits) * BLOCK_Q;
-    const uint rows_total = seq_q * PACK;
     const uint b = get_group_id(2);
+    /* the entry's queries and keys: n_q from packed row q_first, n_k from k_first (common.cl's
+     * seq_span; seq_q and seq_k, from row 0, without VARLEN) */
+    uint q_first, k_first;
+    const uint n_q = seq_span(cu_seqlens_q, b, total_q, seq_q, &q_first);
+    const uint n_k = seq_span(cu_seqlens_k, b, total_k, seq_k, &k_first);
+    const uint rows_total = n_q * PACK;
+    /* A block past a short sequence's queries (VARLEN) visits no key tile and stores nothing. It
+     * does not return early: with that return PoCL 3.1 (LLVM 15) computed rows of other blocks of
+     * this kernel as if they saw no key. */
+    const bool live = q0 < rows_total;
     uint h0, hk;
     group_heads(group, &h0, &hk);
 
-    const ulong qbase = tensor_index(q_off, q_bs, q_hs, q_ss, b, h0, 0);
-    const ulong kbase = kv_head_base(k_off, k_bs, k_hs, b, hk);
-    const ulong vbase = kv_head_base(v_off, v_bs, v_hs, b, hk);
+    const ulong qbase = tensor_index(q_off, q_bs, q_hs, q_ss, b, h0, q_first);
+    const ulong kbase = kv_head_base(k_off, k_bs, k_hs, b, hk) + (ulong)k_first * k_ss;
+    const ulong vbase = kv_head_base(v_off, v_bs, v_hs, b, hk) + (ulong)k_first * v_ss;
     __global const int *const pages = kv_page_row(block_table, pages_per_seq, b);
 
     /* Q as fp32, zero past the last row and in the padding columns (they meet zeros of K). R2 of
@@ -106,11 +115,11 @@ PATH_FUNCTION void flash_forward_regtile_body(FORWARD_PARAMS, __local float4 *qs
         qs[r * 4 * RT_QS4 + c] = (row < rows_total && c < HEAD_DIM) ? load_g(q, at) : 0.0f;
     }
 
-    const uint key_len = batch_key_len(key_lens, b, seq_k), diag_k = diagonal_keys(key_len, seq_k);
-    uint key_begin, key_end;
-    {
+    const uint key_len = batch_key_len(key_lens, b, n_k), diag_k = diagonal_keys(key_len, n_k);
+    uint key_begin = 0, key_end = 0;
+    if (live) {
         const uint first = ROW_QUERY(q0), last = ROW_QUERY(min(q0 + BLOCK_Q, rows_total) - 1);
-        block_key_range(first, last - first + 1, seq_q, diag_k, key_len, win_left, win_right, BLOCK, &key_begin,
+        block_key_range(first, last - first + 1, n_q, diag_k, key_len, win_left, win_right, BLOCK, &key_begin,
                         &key_end);
     }
     split_part(n_splits, split_keys, heads_q, seq_q, &key_begin, &key_end, &o_off, &lse);
@@ -118,22 +127,22 @@ PATH_FUNCTION void flash_forward_regtile_body(FORWARD_PARAMS, __local float4 *qs
     /* This work-item's rows: their query, head and visible keys [lo_r, hi_r) (empty for rows past
      * the last), and the keys all of them see, [max_lo, min_hi): a tile inside it needs no mask. */
     uint lo_r[RT_RM], hi_r[RT_RM], qi_r[RT_RM], h_r[RT_RM];
-    uint max_lo = 0, min_hi = seq_k;
+    uint max_lo = 0, min_hi = n_k;
 #if BIAS
     ulong bias_row[RT_RM];
 #endif
 #pragma unroll
     for (uint i = 0; i < RT_RM; i++) {
         const uint row = q0 + tr + RT_TR * i;
-        const uint qi = ROW_QUERY(min(row, rows_total - 1));
+        const uint qi = ROW_QUERY(min(row, max(rows_total, 1u) - 1));
         qi_r[i] = qi;
-        h_r[i] = ROW_HEAD(h0, min(row, rows_total - 1));
+        h_r[i] = ROW_HEAD(h0, min(row, max(rows_total, 1u) - 1));
         long lo, hi;
-        visible_keys(qi, seq_q, diag_k, key_len, win_left, win_right, &lo, &hi);
+        visible_keys(qi, n_q, diag_k, key_len, win_left, win_right, &lo, &hi);
         if (row >= rows_total)
             hi = 0;
-        lo_r[i] = (uint)clamp(lo, 0L, (long)seq_k);
-        hi_r[i] = (uint)clamp(hi, 0L, (long)seq_k);
+        lo_r[i] = (uint)clamp(lo, 0L, (long)n_k);
+        hi_r[i] = (uint)clamp(hi, 0L, (long)n_k);
         max_lo = max(max_lo, lo_r[i]);
         min_hi = min(min_hi, hi_r[i]);
 #if BIAS
@@ -158,7 +167,7 @@ PATH_FUNCTION void flash_forward_regtile_body(FORWARD_PARAMS, __local float4 *qs
         for (uint idx = lid; idx < BLOCK * 4 * RT_D4; idx += WG_SIZE) {
             const uint r = idx / (4 * RT_D4), c = idx % (4 * RT_D4);
             kv[r * 4 * RT_KS4 + c] =
-                (k0 + r < seq_k && c < HEAD_DIM) ? load_g(k, kv_row(kbase, k_bs, k_ss, pages, num_pages, k0 + r) + c)
+                (k0 + r < n_k && c < HEAD_DIM) ? load_g(k, kv_row(kbase, k_bs, k_ss, pages, num_pages, k0 + r) + c)
                                                   : 0.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* R2 */
@@ -229,7 +238,7 @@ PATH_FUNCTION void flash_forward_regtile_body(FORWARD_PARAMS, __local float4 *qs
 #else
                     const float bias_v = 0.0f;
 #endif
-                    const float x = transform_score(s[i][j] * score_scale, softcap, bias_v, slope, qi, key, seq_q, diag_k) * M_LOG2E_F;
+                    const float x = transform_score(s[i][j] * score_scale, softcap, bias_v, slope, qi, key, n_q, diag_k) * M_LOG2E_F;
 #else
                     const float x = s[i][j] * score_scale;
 #endif
@@ -249,7 +258,7 @@ PATH_FUNCTION void flash_forward_regtile_body(FORWARD_PARAMS, __local float4 *qs
         for (uint idx = lid; idx < BLOCK * 4 * RT_VC * RT_TC; idx += WG_SIZE) {
             const uint r = idx / (4 * RT_VC * RT_TC), c = idx % (4 * RT_VC * RT_TC);
             kv[r * 4 * RT_KS4 + c] =
-                (k0 + r < seq_k && c < HEAD_DIM) ? load_g(v, kv_row(vbase, v_bs, v_ss, pages, num_pages, k0 + r) + c)
+                (k0 + r < n_k && c < HEAD_DIM) ? load_g(v, kv_row(vbase, v_bs, v_ss, pages, num_pages, k0 + r) + c)
                                                   : 0.0f;
         }
 #pragma unroll
@@ -343,7 +352,7 @@ PATH_FUNCTION void flash_forward_regtile_body(FORWARD_PARAMS, __local float4 *qs
                 lt += red[(tr * RT_RM + i) * RT_TC + u];
             /* lt == 0: the row saw no key (O = 0, lse = -inf); a NaN the row sees reaches O and lse */
             const float inv = lt == 0.0f ? 0.0f : out_scale / lt;
-            const ulong obase = tensor_index(o_off, o_bs, o_hs, o_ss, b, h, qi);
+            const ulong obase = tensor_index(o_off, o_bs, o_hs, o_ss, b, h, out_first(q_first) + qi);
 #pragma unroll
             for (uint cq = 0; cq < RT_VC; cq++) {
                 const uint c = (cq * RT_TC + tc) * 4;
@@ -359,7 +368,8 @@ PATH_FUNCTION void flash_forward_regtile_body(FORWARD_PARAMS, __local float4 *qs
             }
 #if WITH_LSE
             if (tc == 0)
-                lse[((ulong)b * heads_q + h) * seq_q + qi] = lt == 0.0f ? -INFINITY : (m[i] + log2(lt)) * M_LN2_F;
+                lse[out_lse_row0(b, h, heads_q, seq_q, total_q, q_first) + qi] =
+                    lt == 0.0f ? -INFINITY : (m[i] + log2(lt)) * M_LN2_F;
 #endif
         }
     }

@@ -20,8 +20,14 @@
  * CLFLASH_OUT_x (store_o). Rows are [batch][heads][seq]: row r is (b, h, i) with
  * r = (b * heads + h) * seq + i; the grid's first dimension covers rows * MERGE_LANES work-items.
  *
- * Defines: HEAD_DIM, MERGE_LANES, MERGE_ROWS, MERGE_MAX_PARTS (CLFLASH_MAX_SPLITS), WITH_LSE, and
- * the storage types.
+ * VARLEN (the split-KV forward of a variable-length batch): the parts are [batch][heads][seq] rows
+ * with seq the longest sequence; row (b, h, i) is merged into packed row cu_seqlens_q[b] + i of O
+ * and into lse[h][total_q] there (common.cl's seq_span and lse_row0), and only for i below the
+ * sequence's length: the other parts' rows were never written. Without VARLEN cu_seqlens_q and
+ * total_q are not read.
+ *
+ * Defines: HEAD_DIM, MERGE_LANES, MERGE_ROWS, MERGE_MAX_PARTS (CLFLASH_MAX_SPLITS), WITH_LSE,
+ * VARLEN and the storage types.
  */
 
 #define COLS ((HEAD_DIM + MERGE_LANES - 1) / MERGE_LANES) /* columns per work-item */
@@ -35,24 +41,27 @@ __kernel __attribute__((reqd_work_group_size(MERGE_LANES * MERGE_ROWS, 1, 1))) v
 merge_states(__global const bits_t *part_o, __global const float *part_lse, __global out_t *o, __global float *lse,
              uint parts, uint heads, uint seq, ulong rows,
              ulong p_off, ulong p_bs, ulong p_hs, ulong p_ss, ulong p_part_stride, ulong lse_part_stride,
-             ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss)
+             ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss, __global const int *cu_seqlens_q, uint total_q)
 {
     __local float row_lse[MERGE_ROWS][MERGE_MAX_PARTS]; /* the parts' lse of each of the group's rows */
     const uint slot = get_local_id(0) / MERGE_LANES, lane = get_local_id(0) % MERGE_LANES;
     const ulong row_id = get_global_id(0) / MERGE_LANES;
-    const int live = row_id < rows;
-    const ulong row = live ? row_id : rows - 1; /* past the end: read row rows - 1, store nothing */
+    const ulong row = row_id < rows ? row_id : rows - 1; /* past the end: row rows - 1, not stored */
     const uint i = (uint)(row % seq), h = (uint)(row / seq % heads), b = (uint)(row / seq / heads);
+    /* VARLEN: row i of entry b is stored at its packed row, if the sequence has it */
+    uint q_first;
+    const int live = row_id < rows && i < seq_span(cu_seqlens_q, b, total_q, seq, &q_first);
 
     /* The row's lse values, read by its lanes side by side (one load each for up to MERGE_LANES
      * parts), so that the loads of the parts' O below wait on local memory only. */
     __local float *const ls = row_lse[slot];
-    for (uint p = lane; p < parts; p += MERGE_LANES)
+    const uint n_parts = live ? parts : 0; /* a row not stored reads nothing (VARLEN: nothing was written) */
+    for (uint p = lane; p < n_parts; p += MERGE_LANES)
         ls[p] = part_lse[p * lse_part_stride + row];
     barrier(CLK_LOCAL_MEM_FENCE);
 
     float top = -INFINITY;
-    for (uint p = 0; p < parts; p++)
+    for (uint p = 0; p < n_parts; p++)
         top = fmax(top, ls[p]);
     const float ref = top == -INFINITY ? 0.0f : top;
 
@@ -65,11 +74,11 @@ merge_states(__global const bits_t *part_o, __global const float *part_lse, __gl
     for (uint k = 0; k < COLS; k++)
         acc[k] = 0.0f;
     const ulong pbase = tensor_index(p_off, p_bs, p_hs, p_ss, b, h, i);
-    for (uint p0 = 0; p0 < parts; p0 += MERGE_UNROLL) {
+    for (uint p0 = 0; p0 < n_parts; p0 += MERGE_UNROLL) {
         float l[MERGE_UNROLL], x[MERGE_UNROLL][COLS];
 #pragma unroll
         for (uint u = 0; u < MERGE_UNROLL; u++)
-            l[u] = p0 + u < parts ? ls[p0 + u] : -INFINITY;
+            l[u] = p0 + u < n_parts ? ls[p0 + u] : -INFINITY;
 #pragma unroll
         for (uint u = 0; u < MERGE_UNROLL; u++)
 #pragma unroll
@@ -93,7 +102,7 @@ merge_states(__global const bits_t *part_o, __global const float *part_lse, __gl
     if (!live)
         return;
     const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
-    const ulong obase = tensor_index(o_off, o_bs, o_hs, o_ss, b, h, i);
+    const ulong obase = tensor_index(o_off, o_bs, o_hs, o_ss, b, h, q_first + i);
     for (uint k = 0; k < COLS; k++) {
         const uint c = lane + k * MERGE_LANES;
         if (c < HEAD_DIM)
@@ -101,7 +110,7 @@ merge_states(__global const bits_t *part_o, __global const float *part_lse, __gl
     }
 #if WITH_LSE
     if (lane == 0)
-        lse[row] = sum == 0.0f ? -INFINITY : ref + log(sum);
+        lse[lse_row0(b, h, heads, seq, total_q, q_first) + i] = sum == 0.0f ? -INFINITY : ref + log(sum);
 #else
     (void)lse;
 #endif

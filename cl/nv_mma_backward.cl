@@ -645,7 +645,10 @@ nv_mma_backward(__global const ushort *q, __global const ushort *k, __global con
                 ulong q_hs, ulong q_ss, ulong k_off, ulong k_bs, ulong k_hs, ulong k_ss, ulong v_off, ulong v_bs,
                 ulong v_hs, ulong v_ss, ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss, uint win_left,
                 uint win_right, float softcap, __global const float *bias, ulong bias_off, ulong bias_bs,
-                ulong bias_hs, ulong bias_rs, __global const float *alibi, __global const int *key_lens)
+                ulong bias_hs, ulong bias_rs, __global const float *alibi, __global const int *key_lens,
+                /* the portable gradient kernel's last arguments, a variable-length batch's; the host
+                 * never runs this kernel on one (clflash_nv_mma_backward_refusal): unused */
+                __global const int *cu_seqlens_q, __global const int *cu_seqlens_k, uint total_q, uint total_k)
 {
     /* uint4 elements: cp.async and ldmatrix need 16-byte aligned rows */
     __local uint4 words[TILE_ROWS * ROW_STRIDE / 8 + BLOCK];

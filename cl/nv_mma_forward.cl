@@ -491,7 +491,10 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
                     ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss, uint win_left, uint win_right, float softcap,
                     float out_scale, __global const float *bias, ulong bias_off, ulong bias_bs, ulong bias_hs,
                     ulong bias_rs, __global const float *alibi, __global const int *key_lens, uint n_splits,
-                    uint split_keys, __global const int *block_table, uint pages_per_seq, uint num_pages
+                    uint split_keys, __global const int *block_table, uint pages_per_seq, uint num_pages,
+                    /* common.cl's FORWARD_PARAMS end with a variable-length batch's arguments; the
+                     * host never runs this kernel on one (clflash_nv_mma_refusal), so they are unused */
+                    __global const int *cu_seqlens_q, __global const int *cu_seqlens_k, uint total_q, uint total_k
 #if FUSED_MERGE
                     , __global uint *tickets, __global ushort *o_out, __global float *lse_out, ulong out_off,
                     ulong out_bs, ulong out_hs, ulong out_ss

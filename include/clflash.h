@@ -434,6 +434,15 @@ typedef struct {
     uint32_t page_size;     /* keys per page, 1 .. CLFLASH_MAX_PAGE_SIZE (with a block_table) */
     uint32_t pages_per_seq; /* the block table's row length; seq_k <= pages_per_seq * page_size */
     uint32_t num_pages;     /* pages in the pool (K's and V's "batch" dimension) */
+
+    /* ---- Variable-length packed batches (since 0.5; forward and backward). See "Variable-length
+     * batches" below. ---- */
+    cl_mem cu_seqlens_q;    /* NULL (with cu_seqlens_k NULL) = ordinary tensors; else int32[batch + 1]
+                               of the context: sequence b's queries are rows cu_seqlens_q[b] ..
+                               cu_seqlens_q[b + 1] - 1 of the packed Q and O (dO, dQ) */
+    cl_mem cu_seqlens_k;    /* the same for the keys: rows of the packed K and V (dK, dV) */
+    uint32_t total_q;       /* rows of the packed Q and O (>= 1 with cu_seqlens_q; 0 without) */
+    uint32_t total_k;       /* rows of the packed K and V (>= 1 with cu_seqlens_k; 0 without) */
 } clflash_attention_desc;
 
 /* The most parts num_splits may ask for (and clflash_merge_states take). */
@@ -462,6 +471,48 @@ typedef struct {
  * Validation: block_table needs page_size, pages_per_seq and num_pages (each >= 1) and a buffer of
  * at least batch * pages_per_seq int32s; those three without a block table are
  * CLFLASH_ERROR_INVALID_ARGUMENT; K and V must hold num_pages pages of their layouts. */
+
+/* Variable-length batches (since 0.5; clflash_forward, clflash_backward and their planners), as
+ * FlashAttention's flash_attn_varlen_func takes them. With d->cu_seqlens_q and d->cu_seqlens_k set
+ * (both or neither: one alone is CLFLASH_ERROR_INVALID_ARGUMENT), the batch's sequences are packed
+ * one after the other, without padding, into tensors of total_q query rows (Q, O, dO, dQ) and
+ * total_k key rows (K, V, dK, dV). The two buffers are int32[batch + 1] of the context, cumulative
+ * lengths: sequence b's queries are rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1, its keys rows
+ * cu_seqlens_k[b] .. cu_seqlens_k[b + 1] - 1 (so cu_seqlens_x[0] is usually 0 and
+ * cu_seqlens_x[batch] the total). seq_q and seq_k are then the longest sequence's lengths: the
+ * grid is sized by them, and a sequence's range is cut to at most seq_q (seq_k) rows.
+ *  - Layouts: element (token t, head h, column c) of a packed tensor is at
+ *        offset + t*seq_stride + h*head_stride + c
+ *    of its clflash_layout, whose batch_stride must be 0 (else CLFLASH_ERROR_INVALID_LAYOUT); zero
+ *    strides take the token-major defaults seq_stride = heads * head_dim, head_stride = head_dim,
+ *    a [total][heads][head_dim] tensor (FlashAttention's). Buffer sizes are checked with total_q
+ *    and total_k rows; O's rows must not overlap, as always.
+ *  - lse is float[heads_q][total_q] (FlashAttention's varlen layout): row (h, t) at h*total_q + t,
+ *    written by the forward and read so by the backward.
+ *  - Each sequence is its own attention problem of len_q(b) queries and len_k(b) keys: causal,
+ *    window and ALiBi are aligned bottom-right per sequence (query i of sequence b sees key j iff
+ *    j <= i + len_k(b) - len_q(b)); softcap, GQA/MQA, lse, split-KV (num_splits) and every
+ *    portable forward path work as without packing. A sequence with 0 keys gets O = 0 and
+ *    lse = -INFINITY (and dQ = 0); one with 0 queries writes no O, lse or dQ row, and its keys get
+ *    dK = dV = 0 (no query sees them). Rows that no sequence covers (of O, lse, dQ, dK, dV) are
+ *    never written.
+ *  - Not combined with key_lengths, bias (and so bias_grad) or block_table:
+ *    CLFLASH_ERROR_UNSUPPORTED. clflash_forward_naive and clflash_backward_naive refuse varlen
+ *    (CLFLASH_ERROR_UNSUPPORTED). The NVIDIA tensor-core kernels do not take it: such calls run on
+ *    the portable kernels.
+ *  - The cumulative lengths live in device memory where clflash cannot check them before the
+ *    kernels run. Each value is clamped into [0, total] and a sequence's length is
+ *    max(0, cu[b + 1] - cu[b]) cut to seq_q (seq_k), so non-monotone, negative or too large values
+ *    never make a kernel read or write outside the buffers: a sequence whose values decrease is
+ *    empty, one that runs past the total ends there. Where two sequences' ranges overlap (the
+ *    values decrease and then rise again), both write the rows they share (O and lse, dQ; dK and
+ *    dV for shared key rows): the results in those rows are unspecified, but every write stays
+ *    inside the buffers, and rows only well-formed sequences cover are exact.
+ *  - Validation: cu_seqlens_q and cu_seqlens_k must each hold batch + 1 int32s, must not be an
+ *    output of the call, and need total_q and total_k in 1 .. INT32_MAX (else
+ *    CLFLASH_ERROR_INVALID_SHAPE); total_q or total_k without the buffers is
+ *    CLFLASH_ERROR_INVALID_ARGUMENT. Determinism is as without packing: no atomics, and dK, dV sum
+ *    over their sequence's queries (and a GQA group's heads) in a fixed order. */
 
 /* What the planner chose for a descriptor on a context's device. The caller sets struct_size
  * (see the top of this header) before passing it; clflash fills the first struct_size bytes and
@@ -636,7 +687,8 @@ CLFLASH_API clflash_status clflash_plan_attention(clflash_context *c, const clfl
  *
  * q, k, v, o are buffers of the descriptor's dtype laid out as d->q, d->k, d->v, d->o say. Each
  * must be at least as large (CL_MEM_SIZE) as its layout's last element needs. `lse` may be NULL,
- * else it is a float buffer [batch][heads_q][seq_q] that receives, per query row, the natural log of
+ * else it is a float buffer [batch][heads_q][seq_q] (with cu_seqlens [heads_q][total_q], see
+ * "Variable-length batches") that receives, per query row, the natural log of
  * the sum of exp(scaled scores) over the keys it sees. A query row that sees no key gets O = 0 and
  * lse = -INFINITY, never NaN. O's gaps (elements outside its layout) are never written.
  *
@@ -811,10 +863,11 @@ CLFLASH_API clflash_status clflash_append_kv(clflash_context *c, const clflash_a
  * d->o says, in the dtype), and lse, required: the forward's float[batch][heads_q][seq_q] natural-log
  * row statistics. Outputs: dq, dk, dv, in the dtype, laid out as d->q, d->k, d->v say (each
  * must be at least as large as that layout needs; gaps are never written). With GQA/MQA, dk and dv
- * sum over the query heads of each group.
+ * sum over the query heads of each group. A variable-length batch (cu_seqlens, see "Variable-length
+ * batches") has packed Q, K, V, O, dO, dQ, dK, dV and lse float[heads_q][total_q].
  *
  * How: a first kernel computes D_i = sum_c dO[i][c] * O[i][c] per query row (fp32, into a
- * temporary of batch * heads_q * seq_q floats that clflash allocates and releases); then one launch
+ * temporary of as many floats as lse has, which clflash allocates and releases); then one launch
  * whose work-groups over K/V blocks write dK and dV (each looping over the query heads of its
  * group and the query blocks) and whose work-groups over Q blocks write dQ, each recomputing
  * P = exp(f(scale * q.k) - lse) block by block, with f the forward's score transform (softcap,
@@ -979,7 +1032,9 @@ CLFLASH_API uint64_t clflash_naive_workspace_bytes(const clflash_context *c, con
  * elements are written in `o`; its gaps are left as they were. Device memory is allocated for the
  * call and released before it returns.
  * Returns: as clflash_forward (CLFLASH_ERROR_INVALID_ARGUMENT for NULL q, k, v or o), plus OpenCL
- * allocation and transfer errors. On an error `o` and `lse` are not written. */
+ * allocation and transfer errors. On an error `o` and `lse` are not written. With a variable-length
+ * batch (cu_seqlens, device buffers as always) `o` and `lse` (float[heads_q][total_q]) are copied
+ * to the device first, so their rows that no sequence covers keep the caller's values. */
 CLFLASH_API clflash_status clflash_forward_host(clflash_context *c, const clflash_attention_desc *d,
                                                 const void *q, const void *k, const void *v, void *o,
                                                 float *lse);

@@ -21,7 +21,7 @@
 typedef struct {
     cl_mem buf;
     const clflash_strides *s;
-    uint32_t heads, seq;
+    uint32_t batch, heads, seq; /* outer dimensions: packed (1, total) for a variable-length batch */
     const char *name;
 } tensor_ref;
 
@@ -37,25 +37,25 @@ clflash_status clflash_validate_backward_call(clflash_context *c, const clflash_
     if (lse == NULL)
         return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "lse is NULL; the backward pass needs the forward's lse");
 
-    const tensor_ref in[5] = {{q, &p->q, p->heads_q, p->seq_q, "q"},
-                              {k, &p->k, p->heads_kv, p->seq_k, "k"},
-                              {v, &p->v, p->heads_kv, p->seq_k, "v"},
-                              {o, &p->o, p->heads_q, p->seq_q, "o"},
-                              {d_o, &p->o, p->heads_q, p->seq_q, "d_o"}};
-    const tensor_ref out[3] = {{dq, &p->q, p->heads_q, p->seq_q, "dq"},
-                               {dk, &p->k, p->heads_kv, p->seq_k, "dk"},
-                               {dv, &p->v, p->heads_kv, p->seq_k, "dv"}};
-    if ((st = clflash_check_buffer(d_o, clflash_tensor_extent_bytes(&p->o, p->batch, p->heads_q, p->seq_q, p->head_dim,
-                                                                    p->elem_size), "d_o")) ||
-        (st = clflash_check_buffer(lse, (uint64_t)p->batch * p->heads_q * p->seq_q * sizeof(float), "lse")))
+    /* K and V are never paged here (refused above): kv_batch and kv_seq are (batch, seq_k), or packed */
+    const tensor_ref in[5] = {{q, &p->q, p->q_batch, p->heads_q, p->q_seq, "q"},
+                              {k, &p->k, p->kv_batch, p->heads_kv, p->kv_seq, "k"},
+                              {v, &p->v, p->kv_batch, p->heads_kv, p->kv_seq, "v"},
+                              {o, &p->o, p->q_batch, p->heads_q, p->q_seq, "o"},
+                              {d_o, &p->o, p->q_batch, p->heads_q, p->q_seq, "d_o"}};
+    const tensor_ref out[3] = {{dq, &p->q, p->q_batch, p->heads_q, p->q_seq, "dq"},
+                               {dk, &p->k, p->kv_batch, p->heads_kv, p->kv_seq, "dk"},
+                               {dv, &p->v, p->kv_batch, p->heads_kv, p->kv_seq, "dv"}};
+    if ((st = clflash_check_buffer(d_o, clflash_q_extent_bytes(p, &p->o, p->elem_size), "d_o")) ||
+        (st = clflash_check_buffer(lse, clflash_lse_floats(p) * sizeof(float), "lse")))
         return st;
     for (int i = 0; i < 3; i++)
-        if ((st = clflash_check_buffer(out[i].buf, clflash_tensor_extent_bytes(out[i].s, p->batch, out[i].heads,
+        if ((st = clflash_check_buffer(out[i].buf, clflash_tensor_extent_bytes(out[i].s, out[i].batch, out[i].heads,
                                                                                out[i].seq, p->head_dim, p->elem_size),
                                        out[i].name)))
             return st;
     for (int i = 0; i < 3; i++) {
-        if (!clflash_output_disjoint(out[i].s, p->batch, out[i].heads, out[i].seq, p->head_dim))
+        if (!clflash_output_disjoint(out[i].s, out[i].batch, out[i].heads, out[i].seq, p->head_dim))
             return clflash_fail(CLFLASH_ERROR_INVALID_LAYOUT,
                                 "the layout of %s (as %s's) makes rows or heads overlap; an output needs a layout "
                                 "whose elements are distinct",
@@ -63,11 +63,14 @@ clflash_status clflash_validate_backward_call(clflash_context *c, const clflash_
         if (lse == out[i].buf)
             return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "lse and %s are the same buffer", out[i].name);
         /* The descriptor's own inputs are read while the outputs are written. */
-        if (out[i].buf == p->bias || out[i].buf == p->alibi_slopes || out[i].buf == p->key_lengths)
+        if (out[i].buf == p->bias || out[i].buf == p->alibi_slopes || out[i].buf == p->key_lengths ||
+            out[i].buf == p->cu_seqlens_q || out[i].buf == p->cu_seqlens_k)
             return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "%s is the same buffer as the descriptor's %s",
                                 out[i].name,
-                                out[i].buf == p->bias ? "bias" : out[i].buf == p->alibi_slopes ? "alibi_slopes"
-                                                                                              : "key_lengths");
+                                out[i].buf == p->bias           ? "bias"
+                                : out[i].buf == p->alibi_slopes ? "alibi_slopes"
+                                : out[i].buf == p->key_lengths  ? "key_lengths"
+                                                                : "cu_seqlens");
     }
     {
         const cl_mem others[9] = {q, k, v, o, d_o, lse, dq, dk, dv};
@@ -78,14 +81,14 @@ clflash_status clflash_validate_backward_call(clflash_context *c, const clflash_
      * from the first to one past the last element; interleaved layouts count as overlapping). */
     for (int i = 0; i < 3; i++) {
         const uint64_t of = out[i].s->offset * p->elem_size;
-        const uint64_t oe = clflash_tensor_extent_bytes(out[i].s, p->batch, out[i].heads, out[i].seq, p->head_dim,
+        const uint64_t oe = clflash_tensor_extent_bytes(out[i].s, out[i].batch, out[i].heads, out[i].seq, p->head_dim,
                                                         p->elem_size);
         for (int j = 0; j < 5 + i; j++) {
             const tensor_ref *t = j < 5 ? &in[j] : &out[j - 5];
             if (t->buf != out[i].buf)
                 continue;
             const uint64_t f = t->s->offset * p->elem_size;
-            const uint64_t e = clflash_tensor_extent_bytes(t->s, p->batch, t->heads, t->seq, p->head_dim, p->elem_size);
+            const uint64_t e = clflash_tensor_extent_bytes(t->s, t->batch, t->heads, t->seq, p->head_dim, p->elem_size);
             if (f < oe && of < e)
                 return clflash_fail(CLFLASH_ERROR_INVALID_LAYOUT, "%s overlaps %s in the same buffer", out[i].name,
                                     t->name);
@@ -95,9 +98,9 @@ clflash_status clflash_validate_backward_call(clflash_context *c, const clflash_
 }
 
 /* The gradient kernel's arguments (the portable and the tensor-core kernel take the same): nine
- * buffers, the shape, the number of key groups, the scales, the q, k, v and o layouts, and the
+ * buffers, the shape, the number of key groups, the scales, the q, k, v and o layouts, the
  * feature arguments the forward kernels take too (window, softcap, bias, ALiBi, key lengths;
- * clflash_set_feature_args without the output scale). */
+ * clflash_set_feature_args without the output scale), and a variable-length batch's. */
 static cl_int set_grad_args(cl_kernel kernel, const cl_mem *bufs, const clflash_problem *p, uint64_t tiles_k)
 {
     const cl_uint nbuf = 9, seq_q = p->seq_q, seq_k = p->seq_k, heads_q = p->heads_q, heads_kv = p->heads_kv,
@@ -120,6 +123,8 @@ static cl_int set_grad_args(cl_kernel kernel, const cl_mem *bufs, const clflash_
         err = clSetKernelArg(kernel, nbuf + 8 + i, sizeof(cl_ulong), &lay[i]);
     if (err == CL_SUCCESS)
         err = clflash_set_feature_args(kernel, nbuf + 8 + 16, p, 0);
+    if (err == CL_SUCCESS)
+        err = clflash_set_varlen_args(kernel, nbuf + 8 + 16 + CLFLASH_FEATURE_ARGS - 1, p);
     return err;
 }
 
@@ -127,9 +132,12 @@ static cl_int set_rowdot_args(cl_kernel kernel, cl_mem o, cl_mem d_o, cl_mem dve
 {
     const cl_uint seq_q = p->seq_q, heads_q = p->heads_q;
     const cl_ulong lay[4] = {p->o.offset, p->o.batch_stride, p->o.head_stride, p->o.seq_stride};
+    const cl_uint total_q = p->total_q;
     const clflash_arg args[] = {{sizeof(cl_mem), &o},      {sizeof(cl_mem), &d_o},        {sizeof(cl_mem), &dvec},
                                 {sizeof(cl_uint), &seq_q}, {sizeof(cl_uint), &heads_q},   {sizeof(cl_ulong), &lay[0]},
-                                {sizeof(cl_ulong), &lay[1]}, {sizeof(cl_ulong), &lay[2]}, {sizeof(cl_ulong), &lay[3]}};
+                                {sizeof(cl_ulong), &lay[1]}, {sizeof(cl_ulong), &lay[2]}, {sizeof(cl_ulong), &lay[3]},
+                                {sizeof(cl_mem), p->cu_seqlens_q ? &p->cu_seqlens_q : NULL},
+                                {sizeof(cl_uint), &total_q}};
     return clflash_set_args(kernel, 0, args, sizeof args / sizeof args[0]);
 }
 
@@ -154,7 +162,7 @@ clflash_status clflash_backward(clflash_context *c, const clflash_attention_desc
     clflash_backward_kernels bk;
     if ((st = clflash_plan_backward_kernels(c, &p, 0, &bk)) != CLFLASH_SUCCESS)
         return st;
-    const uint64_t rows = (uint64_t)p.batch * p.heads_q * p.seq_q;
+    const uint64_t rows = clflash_lse_floats(&p); /* D has lse's layout */
     dvec = clCreateBuffer(c->ctx, CL_MEM_READ_WRITE, (size_t)(rows * sizeof(float)), NULL, &err);
     if (err != CL_SUCCESS) {
         clflash_backward_kernels_release(&bk);

@@ -92,6 +92,8 @@ clflash_status clflash_backward_naive(clflash_context *c, const clflash_attentio
     if ((st = clflash_validate_backward_call(c, d, queue, q, k, v, o, d_o, lse, dq, dk, dv, num_wait, wait, &p, &qu)) !=
         CLFLASH_SUCCESS)
         return st;
+    if ((st = clflash_refuse_varlen(&p, "clflash_backward_naive")) != CLFLASH_SUCCESS)
+        return st;
     if (p.bias_grad)
         return clflash_fail(CLFLASH_ERROR_UNSUPPORTED,
                             "clflash_backward_naive does not compute bias_grad; clflash_backward does");

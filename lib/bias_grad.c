@@ -46,7 +46,8 @@ static clflash_status make_kernel(clflash_context *c, const void *arg, cl_kernel
     /* dBias is fp32 (CLFLASH_OUT_F32), and no lse is written */
     snprintf(defines, sizeof defines,
              "%s -D CLFLASH_OUT_F32 -D WITH_LSE=0 -D HEAD_DIM=%u -D CAUSAL=%d -D WINDOW=%d -D SOFTCAP=%u -D BIAS=1 "
-             "-D ALIBI=%u -D KEYLEN=%u -D KEYLEN_DIAGONAL=%d -D BCAST_BATCH=%u -D BCAST_HEADS=%u -D BCAST_ROWS=%u%s",
+             "-D ALIBI=%u -D KEYLEN=%u -D KEYLEN_DIAGONAL=%d -D VARLEN=0 -D BCAST_BATCH=%u -D BCAST_HEADS=%u "
+             "-D BCAST_ROWS=%u%s",
              clflash_dtype_define((clflash_dtype)bb->dtype), bb->kernel_dim, (bb->flags & CLFLASH_CAUSAL) != 0,
              (bb->flags & CLFLASH_WINDOW) != 0, bb->softcap, bb->alibi, bb->keylen,
              (bb->flags & CLFLASH_ALIGN_TO_KEY_LENGTH) != 0, bb->bcast & 1u,
@@ -64,6 +65,8 @@ clflash_status clflash_check_bias_grad(const clflash_problem *p, const cl_mem *o
 {
     if (p->bias_grad == NULL)
         return CLFLASH_SUCCESS;
+    if (p->varlen) /* the descriptor check refuses it first; the kernels have no varlen path */
+        return clflash_refuse_varlen(p, "the bias gradient");
     if (p->bias == NULL)
         return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "bias_grad is set but there is no bias");
     if (p->bias_grad == p->bias || p->bias_grad == p->alibi_slopes || p->bias_grad == p->key_lengths)

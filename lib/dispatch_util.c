@@ -49,10 +49,10 @@ void clflash_feature_defines(const clflash_problem *p, int with_lse, char *buf, 
 {
     snprintf(buf, size,
              "%s %s -D CAUSAL=%d -D WINDOW=%d -D SOFTCAP=%d -D BIAS=%d -D ALIBI=%d -D KEYLEN=%d -D KEYLEN_DIAGONAL=%d "
-             "-D WITH_LSE=%d",
+             "-D VARLEN=%d -D WITH_LSE=%d",
              clflash_dtype_define(p->dtype), clflash_out_define(p->out_dtype), (p->flags & CLFLASH_CAUSAL) ? 1 : 0,
              (p->flags & CLFLASH_WINDOW) ? 1 : 0, p->softcap != 0.0f, p->bias != NULL, p->alibi_slopes != NULL,
-             p->key_lengths != NULL, clflash_keylen_diagonal(p), with_lse ? 1 : 0);
+             p->key_lengths != NULL, clflash_keylen_diagonal(p), p->varlen ? 1 : 0, with_lse ? 1 : 0);
 }
 
 void clflash_forward_defines(const clflash_problem *p, int with_lse, uint32_t splits, uint32_t pack, char *buf,
@@ -89,4 +89,14 @@ cl_int clflash_set_feature_args(cl_kernel k, cl_uint first, const clflash_proble
     if (err == CL_SUCCESS)
         err = clflash_set_args(k, first + (cl_uint)n_head, tail, sizeof tail / sizeof tail[0]);
     return err;
+}
+
+cl_int clflash_set_varlen_args(cl_kernel k, cl_uint first, const clflash_problem *p)
+{
+    const cl_uint total_q = p->total_q, total_k = p->total_k;
+    const clflash_arg args[] = {{sizeof(cl_mem), p->cu_seqlens_q ? &p->cu_seqlens_q : NULL},
+                                {sizeof(cl_mem), p->cu_seqlens_k ? &p->cu_seqlens_k : NULL},
+                                {sizeof(cl_uint), &total_q},
+                                {sizeof(cl_uint), &total_k}};
+    return clflash_set_args(k, first, args, sizeof args / sizeof args[0]);
 }

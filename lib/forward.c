@@ -9,7 +9,8 @@
  *
  * The split path: the flash kernel writes each part's O (fp32) and lse into two buffers from the
  * context's scratch pool, laid out [part][batch][heads_q][seq_q][head_dim] and
- * [part][batch][heads_q][seq_q]; the merge kernel (merge.c), enqueued after it, writes O and lse.
+ * [part][batch][heads_q][seq_q] (a variable-length batch's too, seq_q its longest sequence); the
+ * merge kernel (merge.c), enqueued after it, writes O and lse (packed, for a variable-length batch).
  * Only the merge writes caller buffers, so if its enqueue fails the call has written none.
  */
 #include "internal.h"
@@ -49,12 +50,15 @@ static cl_int set_flash_args(const clflash_flash_kernel *fk, const clflash_probl
     }
     if (err == CL_SUCCESS)
         err = clflash_set_args(fk->kernel, next, tail_args, sizeof tail_args / sizeof tail_args[0]);
+    next += sizeof tail_args / sizeof tail_args[0];
+    if (err == CL_SUCCESS)
+        err = clflash_set_varlen_args(fk->kernel, next, p);
     return err;
 }
 
-/* The flash kernels' argument count up to and including the split and paging ones (common.cl's
- * FORWARD_PARAMS). */
-#define FLASH_ARGS (26 + CLFLASH_FEATURE_ARGS + 5)
+/* The flash kernels' argument count up to and including the split, paging and varlen ones
+ * (common.cl's FORWARD_PARAMS). */
+#define FLASH_ARGS (26 + CLFLASH_FEATURE_ARGS + 5 + CLFLASH_VARLEN_ARGS)
 
 /* The parts' O as a [batch][heads_q][seq_q][head_dim] layout (the kernel adds a part's offset). */
 static clflash_strides parts_layout(const clflash_problem *p)
@@ -112,8 +116,10 @@ static cl_int enqueue_split(clflash_context *c, const clflash_flash_kernel *fk, 
     } else if (err == CL_SUCCESS) {
         err = clEnqueueNDRangeKernel(qu, fk->kernel, 3, NULL, global, local, num_wait, wait, &flash_done);
         if (err == CL_SUCCESS) {
-            const clflash_merge_problem m = {fk->plan.splits, p->batch, p->heads_q, p->seq_q, p->head_dim,
-                                             CLFLASH_F32, p->out_dtype, parts, p->o, rows * p->head_dim, rows};
+            const clflash_merge_problem m = {fk->plan.splits, p->batch,   p->heads_q,         p->seq_q,
+                                             p->head_dim,     CLFLASH_F32, p->out_dtype,      parts,
+                                             p->o,            rows * p->head_dim, rows, p->cu_seqlens_q,
+                                             p->total_q};
             *lib_status = clflash_enqueue_merge(c, &m, qu, clflash_scratch_buffer(part_o),
                                                 clflash_scratch_buffer(part_lse), o, lse, 1, &flash_done, &merge_done);
         }

@@ -21,16 +21,16 @@ static cl_int read_output(cl_command_queue qu, cl_mem buf, const clflash_problem
 {
     const clflash_strides *s = &p->o;
     const size_t es = p->out_elem_size;
-    if (dense(s, p->heads_q, p->seq_q, p->head_dim, p->batch)) {
+    if (dense(s, p->heads_q, p->q_seq, p->head_dim, p->q_batch)) {
         size_t first = (size_t)(s->offset * es);
-        size_t bytes = (size_t)((uint64_t)p->batch * p->heads_q * p->seq_q * p->head_dim * es);
+        size_t bytes = (size_t)((uint64_t)p->q_batch * p->heads_q * p->q_seq * p->head_dim * es);
         return clEnqueueReadBuffer(qu, buf, CL_FALSE, first, bytes, (char *)dst + first, 0, NULL, NULL);
     }
-    for (uint32_t b = 0; b < p->batch; b++)
+    for (uint32_t b = 0; b < p->q_batch; b++)
         for (uint32_t h = 0; h < p->heads_q; h++) {
             const size_t origin = (size_t)((s->offset + b * s->batch_stride + h * s->head_stride) * es);
-            const size_t pitch = (size_t)((p->seq_q > 1 ? s->seq_stride : p->head_dim) * es);
-            const size_t buf_origin[3] = {origin, 0, 0}, region[3] = {p->head_dim * es, p->seq_q, 1};
+            const size_t pitch = (size_t)((p->q_seq > 1 ? s->seq_stride : p->head_dim) * es);
+            const size_t buf_origin[3] = {origin, 0, 0}, region[3] = {p->head_dim * es, p->q_seq, 1};
             cl_int err = clEnqueueReadBufferRect(qu, buf, CL_FALSE, buf_origin, buf_origin, region, pitch, 0, pitch,
                                                  0, dst, 0, NULL, NULL);
             if (err != CL_SUCCESS)
@@ -44,9 +44,9 @@ static void copy_output(const clflash_problem *p, const void *stage, void *o)
 {
     const clflash_strides *s = &p->o;
     const size_t es = p->out_elem_size, row = p->head_dim * es;
-    for (uint32_t b = 0; b < p->batch; b++)
+    for (uint32_t b = 0; b < p->q_batch; b++)
         for (uint32_t h = 0; h < p->heads_q; h++)
-            for (uint32_t i = 0; i < p->seq_q; i++) {
+            for (uint32_t i = 0; i < p->q_seq; i++) {
                 const size_t at = (size_t)((s->offset + b * s->batch_stride + h * s->head_stride + i * s->seq_stride) * es);
                 memcpy((char *)o + at, (const char *)stage + at, row);
             }
@@ -66,19 +66,23 @@ clflash_status clflash_forward_host(clflash_context *c, const clflash_attention_
         return st;
     if (!q || !k || !v || !o)
         return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "%s is NULL", !q ? "q" : !k ? "k" : !v ? "v" : "o");
-    nq = clflash_tensor_extent_bytes(&p.q, p.batch, p.heads_q, p.seq_q, p.head_dim, p.elem_size);
-    nk = clflash_kv_extent_bytes(&p, &p.k); /* paged: the pools */
+    nq = clflash_q_extent_bytes(&p, &p.q, p.elem_size); /* packed: total_q rows */
+    nk = clflash_kv_extent_bytes(&p, &p.k); /* paged: the pools; packed: total_k rows */
     nv = clflash_kv_extent_bytes(&p, &p.v);
-    no = clflash_tensor_extent_bytes(&p.o, p.batch, p.heads_q, p.seq_q, p.head_dim, p.out_elem_size);
-    nlse = (uint64_t)p.batch * p.heads_q * p.seq_q * sizeof(float);
+    no = clflash_q_extent_bytes(&p, &p.o, p.out_elem_size);
+    nlse = clflash_lse_floats(&p) * sizeof(float);
     if (nq > SIZE_MAX || nk > SIZE_MAX || nv > SIZE_MAX || no > SIZE_MAX)
         return clflash_fail(CLFLASH_ERROR_INVALID_LAYOUT, "a tensor is larger than this host can address");
 
     bq = clCreateBuffer(c->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, (size_t)nq, (void *)q, &err);
     if (!err) bk = clCreateBuffer(c->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, (size_t)nk, (void *)k, &err);
     if (!err) bv = clCreateBuffer(c->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, (size_t)nv, (void *)v, &err);
-    if (!err) bo = clCreateBuffer(c->ctx, CL_MEM_READ_WRITE, (size_t)no, NULL, &err);
-    if (!err && lse) blse = clCreateBuffer(c->ctx, CL_MEM_READ_WRITE, (size_t)nlse, NULL, &err);
+    /* A variable-length batch writes only the rows its sequences cover: the others keep the
+     * caller's values, so O and lse start as the caller's arrays. */
+    if (!err) bo = clCreateBuffer(c->ctx, CL_MEM_READ_WRITE | (p.varlen ? CL_MEM_COPY_HOST_PTR : 0), (size_t)no,
+                                  p.varlen ? o : NULL, &err);
+    if (!err && lse) blse = clCreateBuffer(c->ctx, CL_MEM_READ_WRITE | (p.varlen ? CL_MEM_COPY_HOST_PTR : 0),
+                                           (size_t)nlse, p.varlen ? (void *)lse : NULL, &err);
     if (err != CL_SUCCESS) {
         st = clflash_fail(err, "allocating device buffers for clflash_forward_host failed");
     } else if ((st = clflash_forward(c, d, NULL, bq, bk, bv, bo, blse, 0, NULL, NULL)) == CLFLASH_SUCCESS) {

@@ -240,7 +240,12 @@ typedef struct {
     cl_mem block_table;           /* a paged KV cache (clflash.h), NULL if K and V are tensors */
     uint32_t page_size, pages_per_seq, num_pages; /* 0 without a block table */
     uint32_t kv_batch, kv_seq;    /* K's and V's outer dimensions: (batch, seq_k), or paged
-                                     (num_pages, page_size) */
+                                     (num_pages, page_size), or packed (1, total_k) */
+    int varlen;                   /* 1: a packed variable-length batch (clflash.h) */
+    cl_mem cu_seqlens_q, cu_seqlens_k; /* with varlen: int32[batch + 1] each; else NULL */
+    uint32_t total_q, total_k;    /* with varlen: the packed tensors' rows; else 0 */
+    uint32_t q_batch, q_seq;      /* Q's and O's (dO's, dQ's) outer dimensions: (batch, seq_q), or
+                                     packed (1, total_q) */
     clflash_tune_values tune;     /* the context's tuning settings for this call (tuning_params.c) */
 } clflash_problem;
 
@@ -289,6 +294,13 @@ CLFLASH_INTERNAL uint64_t clflash_kv_extent_bytes(const clflash_problem *p, cons
 CLFLASH_INTERNAL clflash_status clflash_check_pages(uint32_t page_size, uint32_t pages_per_seq, uint32_t num_pages);
 /* CLFLASH_ERROR_UNSUPPORTED (with a detail naming `call`) if p has a block table. */
 CLFLASH_INTERNAL clflash_status clflash_refuse_paged(const clflash_problem *p, const char *call);
+/* CLFLASH_ERROR_UNSUPPORTED (with a detail naming `call`) if p is a variable-length batch. */
+CLFLASH_INTERNAL clflash_status clflash_refuse_varlen(const clflash_problem *p, const char *call);
+/* Bytes of Q's (or O's, with O's element size) buffer for p: its layout over q_batch x heads_q x
+ * q_seq rows. */
+CLFLASH_INTERNAL uint64_t clflash_q_extent_bytes(const clflash_problem *p, const clflash_strides *s, size_t elem_size);
+/* Floats of lse (and of the backward's D) for p: batch * heads_q * seq_q, or heads_q * total_q. */
+CLFLASH_INTERNAL uint64_t clflash_lse_floats(const clflash_problem *p);
 
 /* Checks that `buf` is a buffer of at least `need` bytes; `what` names it in the detail. */
 CLFLASH_INTERNAL clflash_status clflash_check_buffer(cl_mem buf, uint64_t need, const char *what);
@@ -307,6 +319,12 @@ typedef struct {
     clflash_dtype part_dtype, dtype;
     clflash_strides part_o, o;            /* elements, defaults filled in */
     uint64_t part_o_stride, part_lse_stride;
+    /* The split-KV forward of a variable-length batch: the parts are [batch][heads][seq] rows
+     * (seq the longest sequence), and row (b, h, i) goes to packed row cu_seqlens_q[b] + i of o
+     * and to lse[h][total_q] there, for i below the sequence's length (clamped as in the flash
+     * kernels); other rows are not written. NULL and 0 otherwise (clflash_merge_states). */
+    cl_mem cu_seqlens_q;
+    uint32_t total_q;
 } clflash_merge_problem;
 
 /* Builds (cached) and enqueues the merge kernel for m on `queue`, waiting on the wait list; *done
@@ -561,13 +579,18 @@ CLFLASH_INTERNAL const char *clflash_out_define(clflash_dtype t);
  * flag CLFLASH_ALIGN_TO_KEY_LENGTH with key_lengths and causal, window or ALiBi. */
 CLFLASH_INTERNAL int clflash_keylen_diagonal(const clflash_problem *p);
 /* Writes the -D options that select p's storage types and features (dtype, output type, CAUSAL,
- * WINDOW, SOFTCAP, BIAS, ALIBI, KEYLEN, KEYLEN_DIAGONAL, WITH_LSE) into buf. */
+ * WINDOW, SOFTCAP, BIAS, ALIBI, KEYLEN, KEYLEN_DIAGONAL, VARLEN, WITH_LSE) into buf. */
 CLFLASH_INTERNAL void clflash_feature_defines(const clflash_problem *p, int with_lse, char *buf, size_t size);
 /* The forward kernels' defines: clflash_feature_defines, with O and lse the fp32 parts of the split
  * path when splits > 1 (then always WITH_LSE), plus SPLIT (0 or 1), PACK (query heads per
  * packed row set, 1 = none) and PAGED (0 or 1, with PAGE_SIZE for a paged KV cache). */
 CLFLASH_INTERNAL void clflash_forward_defines(const clflash_problem *p, int with_lse, uint32_t splits, uint32_t pack,
                                               char *buf, size_t size);
+/* The kernel arguments of a variable-length batch, which the flash kernels (after the paging ones)
+ * and the backward's gradient kernel (last) take: cu_seqlens_q, cu_seqlens_k, total_q, total_k
+ * (NULL and 0 without varlen). Sets CLFLASH_VARLEN_ARGS arguments from index `first`. */
+#define CLFLASH_VARLEN_ARGS 4
+CLFLASH_INTERNAL cl_int clflash_set_varlen_args(cl_kernel k, cl_uint first, const clflash_problem *p);
 /* How many arguments clflash_set_feature_args sets with include_out_scale (the flash kernel's). */
 #define CLFLASH_FEATURE_ARGS 11
 /* The kernel arguments both the flash and the naive scores kernel take after their own: window

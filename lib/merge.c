@@ -30,7 +30,7 @@ uint32_t clflash_merge_lanes(uint32_t head_dim, uint64_t rows)
 
 /* What the merge kernel is built for; the plan cache's key. */
 typedef struct {
-    uint32_t part_dtype, dtype, head_dim, with_lse, lanes;
+    uint32_t part_dtype, dtype, head_dim, with_lse, lanes, varlen;
 } merge_build;
 
 /* Rows per work-group: 128 work-items where the rows are narrow, but at most 8 rows, whose parts'
@@ -59,6 +59,7 @@ static clflash_status make_merge_kernel(clflash_context *c, const void *arg, cl_
     clflash_problem as_built = {0};
     as_built.dtype = (clflash_dtype)mb->part_dtype;
     as_built.out_dtype = (clflash_dtype)mb->dtype;
+    as_built.varlen = (int)mb->varlen;
     clflash_feature_defines(&as_built, (int)mb->with_lse, features, sizeof features);
     clflash_merge_shape_defines(lanes, shape, sizeof shape);
     snprintf(defines, sizeof defines, "%s -D HEAD_DIM=%u %s", features, mb->head_dim, shape);
@@ -76,7 +77,8 @@ clflash_status clflash_enqueue_merge(clflash_context *c, const clflash_merge_pro
 {
     const cl_ulong rows = (cl_ulong)m->batch * m->heads * m->seq;
     const uint32_t lanes = clflash_merge_lanes(m->head_dim, rows);
-    const merge_build mb = {(uint32_t)m->part_dtype, (uint32_t)m->dtype, m->head_dim, lse != NULL, lanes};
+    const merge_build mb = {(uint32_t)m->part_dtype, (uint32_t)m->dtype, m->head_dim, lse != NULL, lanes,
+                            m->cu_seqlens_q != NULL};
     cl_kernel kernel;
     clflash_plan_entry *entry;
     cl_int err;
@@ -92,9 +94,14 @@ clflash_status clflash_enqueue_merge(clflash_context *c, const clflash_merge_pro
                                 {sizeof(cl_mem), lse ? &lse : NULL},
                                 {sizeof(cl_uint), &parts},  {sizeof(cl_uint), &heads},   {sizeof(cl_uint), &seq},
                                 {sizeof(cl_ulong), &rows}};
+    const cl_uint total_q = m->total_q;
+    const clflash_arg varlen_args[] = {{sizeof(cl_mem), m->cu_seqlens_q ? &m->cu_seqlens_q : NULL},
+                                       {sizeof(cl_uint), &total_q}};
     err = clflash_set_args(kernel, 0, args, sizeof args / sizeof args[0]);
     for (cl_uint i = 0; err == CL_SUCCESS && i < 10; i++)
         err = clSetKernelArg(kernel, 8 + i, sizeof(cl_ulong), &lay[i]);
+    if (err == CL_SUCCESS)
+        err = clflash_set_args(kernel, 18, varlen_args, sizeof varlen_args / sizeof varlen_args[0]);
     const size_t local = (size_t)lanes * rows_per_group(lanes);
     const size_t global = (size_t)((rows + rows_per_group(lanes) - 1) / rows_per_group(lanes)) * local;
     if (err == CL_SUCCESS)
@@ -138,6 +145,8 @@ static clflash_status resolve_merge(const clflash_merge_desc *caller, clflash_me
     if (!merge_dtype_ok(m->dtype))
         return clflash_fail(CLFLASH_ERROR_INVALID_DTYPE, "dtype %d is not F32, F16 or BF16", (int)d.dtype);
     m->part_dtype = d.part_dtype;
+    m->cu_seqlens_q = NULL; /* the public call merges ordinary [batch][heads][seq] rows */
+    m->total_q = 0;
     m->parts = d.parts;
     m->batch = d.batch;
     m->heads = d.heads;

@@ -97,7 +97,8 @@ clflash_status clflash_forward_naive(clflash_context *c, const clflash_attention
 
     clflash_clear_detail();
     if ((st = clflash_validate_call(c, d, queue, q, k, v, o, lse, num_wait, wait, &p, &qu)) != CLFLASH_SUCCESS ||
-        (st = clflash_refuse_paged(&p, "clflash_forward_naive")) != CLFLASH_SUCCESS)
+        (st = clflash_refuse_paged(&p, "clflash_forward_naive")) != CLFLASH_SUCCESS ||
+        (st = clflash_refuse_varlen(&p, "clflash_forward_naive")) != CLFLASH_SUCCESS)
         return st;
     per_head = clflash_score_matrix_bytes(p.seq_q, p.seq_k, p.out_elem_size);
     total = (uint64_t)p.batch * p.heads_q;

@@ -9,7 +9,8 @@
  * is what a decoding step at batch 1 costs on the GPU. The key is the planner's inputs: the
  * problem's shape class (everything a plan depends on: types, head_dim, GQA group, heads, batch,
  * seq_q, the features switched on, forced block and splits, layout alignment, lse, the tuning
- * settings that apply to the call, the page size of a paged KV cache) with seq_k reduced to what
+ * settings that apply to the call, the page size of a paged KV cache, whether the batch is packed
+ * with variable lengths) with seq_k reduced to what
  * plans depend on (its length rounded up to 16 up to 4096, which caps B, and seq_k / 256 up to
  * 1024, which caps the split count: the split rules' minimum part lengths are multiples of 256).
  * The seq_k-dependent fields of the plan (tiles_k, the score matrix, keys per part, workspace)
@@ -31,7 +32,7 @@
 #define MAX_ENTRIES 256
 
 typedef struct {
-    uint32_t w[16];
+    uint32_t w[17];
     clflash_tune_values tune; /* the tuning settings for the call (tuning_params.c), unset values 0 */
 } plan_key;
 
@@ -68,6 +69,7 @@ static void make_key(const clflash_problem *p, int with_lse, plan_key *k)
     k->w[14] = clflash_aligned8(&p->q) | clflash_aligned8(&p->k) << 1 | clflash_aligned8(&p->v) << 2 |
               clflash_aligned8(&p->o) << 3;
     k->w[15] = p->page_size; /* 0 without a paged KV cache */
+    k->w[16] = (uint32_t)p->varlen; /* a variable-length batch builds the kernels with VARLEN=1 */
     k->tune = p->tune; /* clflash_tune_resolve zeroes what is unset */
 }
 

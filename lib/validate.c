@@ -145,6 +145,74 @@ uint64_t clflash_kv_extent_bytes(const clflash_problem *p, const clflash_strides
     return clflash_tensor_extent_bytes(s, p->kv_batch, p->heads_kv, p->kv_seq, p->head_dim, p->elem_size);
 }
 
+/* A packed layout's strides (clflash.h, "Variable-length batches"): element (t, h, c) at
+ * offset + t*seq_stride + h*head_stride + c, zero strides token-major ([total][heads][head_dim]),
+ * no batch stride. 0 if the caller set one. */
+static int resolve_packed_strides(const clflash_layout *in, uint32_t heads, uint32_t head_dim, clflash_strides *out)
+{
+    out->offset = in->offset;
+    out->batch_stride = 0;
+    out->head_stride = in->head_stride ? in->head_stride : head_dim;
+    out->seq_stride = in->seq_stride ? in->seq_stride : (uint64_t)heads * head_dim; /* < 2^24: no overflow */
+    return in->batch_stride == 0;
+}
+
+/* A variable-length packed batch's fields (clflash.h, "Variable-length batches"), and the outer
+ * dimensions of Q and O, K and V that follow from them. Runs after resolve_paging. */
+static clflash_status resolve_varlen(const clflash_attention_desc *d, clflash_problem *p)
+{
+    p->varlen = 0;
+    p->cu_seqlens_q = d->cu_seqlens_q;
+    p->cu_seqlens_k = d->cu_seqlens_k;
+    p->total_q = d->total_q;
+    p->total_k = d->total_k;
+    p->q_batch = d->batch;
+    p->q_seq = d->seq_q;
+    if (d->cu_seqlens_q == NULL && d->cu_seqlens_k == NULL) {
+        if (d->total_q || d->total_k)
+            return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT,
+                                "total_q or total_k is set but cu_seqlens_q and cu_seqlens_k are NULL");
+        return CLFLASH_SUCCESS;
+    }
+    if (d->cu_seqlens_q == NULL || d->cu_seqlens_k == NULL)
+        return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT,
+                            "cu_seqlens_%s is NULL but cu_seqlens_%s is set; a variable-length batch needs both",
+                            d->cu_seqlens_q == NULL ? "q" : "k", d->cu_seqlens_q == NULL ? "k" : "q");
+    if (d->total_q == 0 || d->total_k == 0 || d->total_q > (uint32_t)INT32_MAX || d->total_k > (uint32_t)INT32_MAX)
+        return clflash_fail(CLFLASH_ERROR_INVALID_SHAPE, "%s is %u; a variable-length batch needs 1 .. %d rows",
+                            d->total_q == 0 || d->total_q > (uint32_t)INT32_MAX ? "total_q" : "total_k",
+                            d->total_q == 0 || d->total_q > (uint32_t)INT32_MAX ? d->total_q : d->total_k, INT32_MAX);
+    if (d->key_lengths || d->bias || d->bias_grad || d->block_table)
+        return clflash_fail(CLFLASH_ERROR_UNSUPPORTED,
+                            "a variable-length batch (cu_seqlens_q, cu_seqlens_k) does not take %s",
+                            d->key_lengths ? "key_lengths" : d->bias ? "a bias" : d->bias_grad ? "bias_grad"
+                                                                                             : "a paged KV cache (block_table)");
+    p->varlen = 1;
+    p->q_batch = 1;
+    p->q_seq = d->total_q;
+    p->kv_batch = 1;
+    p->kv_seq = d->total_k;
+    return CLFLASH_SUCCESS;
+}
+
+uint64_t clflash_q_extent_bytes(const clflash_problem *p, const clflash_strides *s, size_t elem_size)
+{
+    return clflash_tensor_extent_bytes(s, p->q_batch, p->heads_q, p->q_seq, p->head_dim, elem_size);
+}
+
+uint64_t clflash_lse_floats(const clflash_problem *p)
+{
+    return p->varlen ? (uint64_t)p->heads_q * p->total_q : (uint64_t)p->batch * p->heads_q * p->seq_q;
+}
+
+clflash_status clflash_refuse_varlen(const clflash_problem *p, const char *call)
+{
+    if (!p->varlen)
+        return CLFLASH_SUCCESS;
+    return clflash_fail(CLFLASH_ERROR_UNSUPPORTED,
+                        "%s does not take a variable-length batch (cu_seqlens_q, cu_seqlens_k)", call);
+}
+
 clflash_status clflash_refuse_paged(const clflash_problem *p, const char *call)
 {
     if (p->block_table == NULL)
@@ -244,21 +312,26 @@ clflash_status clflash_resolve_desc(const clflash_attention_desc *caller, clflas
     p->alibi_slopes = d->alibi_slopes;
     p->key_lengths = d->key_lengths;
     p->bias_grad = d->bias_grad;
-    if ((st = resolve_paging(d, p)) != CLFLASH_SUCCESS)
+    if ((st = resolve_paging(d, p)) != CLFLASH_SUCCESS || (st = resolve_varlen(d, p)) != CLFLASH_SUCCESS)
         return st;
 
     {
         const struct { const clflash_layout *in; clflash_strides *out; uint32_t heads, seq; const char *name; }
-            t[4] = {{&d->q, &p->q, p->heads_q, p->seq_q, "q"},
+            t[4] = {{&d->q, &p->q, p->heads_q, p->q_seq, "q"},
                     {&d->k, &p->k, p->heads_kv, p->kv_seq, "k"},
                     {&d->v, &p->v, p->heads_kv, p->kv_seq, "v"},
-                    {&d->o, &p->o, p->heads_q, p->seq_q, "o"}};
-        for (int i = 0; i < 4; i++)
-            if (!clflash_resolve_strides(t[i].in, t[i].heads, t[i].seq, p->head_dim, t[i].out) ||
-                clflash_tensor_extent_bytes(t[i].out, i == 1 || i == 2 ? p->kv_batch : p->batch, t[i].heads, t[i].seq,
+                    {&d->o, &p->o, p->heads_q, p->q_seq, "o"}};
+        for (int i = 0; i < 4; i++) {
+            if (p->varlen && !resolve_packed_strides(t[i].in, t[i].heads, p->head_dim, t[i].out))
+                return clflash_fail(CLFLASH_ERROR_INVALID_LAYOUT,
+                                    "the layout of %s has batch_stride %llu; a packed variable-length tensor needs 0",
+                                    t[i].name, (unsigned long long)t[i].in->batch_stride);
+            if ((!p->varlen && !clflash_resolve_strides(t[i].in, t[i].heads, t[i].seq, p->head_dim, t[i].out)) ||
+                clflash_tensor_extent_bytes(t[i].out, i == 1 || i == 2 ? p->kv_batch : p->q_batch, t[i].heads, t[i].seq,
                                             p->head_dim, i == 3 ? p->out_elem_size : p->elem_size) == UINT64_MAX)
                 return clflash_fail(CLFLASH_ERROR_INVALID_LAYOUT,
                                     "the layout of %s addresses more than 2^64 bytes", t[i].name);
+        }
     }
     if (p->bias) {
         if (!clflash_resolve_strides(&d->bias_layout, p->heads_q, p->seq_q, p->seq_k, &p->bias_strides) ||
@@ -271,7 +344,7 @@ clflash_status clflash_resolve_desc(const clflash_attention_desc *caller, clflas
     } else {
         p->bias_strides = (clflash_strides){0, 0, 0, 0};
     }
-    if (!clflash_output_disjoint(&p->o, p->batch, p->heads_q, p->seq_q, p->head_dim))
+    if (!clflash_output_disjoint(&p->o, p->q_batch, p->heads_q, p->q_seq, p->head_dim))
         return clflash_fail(CLFLASH_ERROR_INVALID_LAYOUT,
                             "the layout of o makes rows or heads overlap (seq_stride %llu, head_stride %llu, "
                             "batch_stride %llu, head_dim %u)",
@@ -344,12 +417,15 @@ clflash_status clflash_validate_call(clflash_context *c, const clflash_attention
     if ((st = clflash_check_queue(c, queue, num_wait, wait, queue_out)) != CLFLASH_SUCCESS)
         return st;
 
-    if ((st = clflash_check_buffer(q, clflash_tensor_extent_bytes(&p->q, p->batch, p->heads_q, p->seq_q, p->head_dim, p->elem_size), "q")) ||
+    if ((st = clflash_check_buffer(q, clflash_q_extent_bytes(p, &p->q, p->elem_size), "q")) ||
         (st = clflash_check_buffer(k, clflash_kv_extent_bytes(p, &p->k), "k")) ||
         (st = clflash_check_buffer(v, clflash_kv_extent_bytes(p, &p->v), "v")) ||
-        (st = clflash_check_buffer(o, clflash_tensor_extent_bytes(&p->o, p->batch, p->heads_q, p->seq_q, p->head_dim, p->out_elem_size), "o")))
+        (st = clflash_check_buffer(o, clflash_q_extent_bytes(p, &p->o, p->out_elem_size), "o")))
         return st;
-    if (lse && (st = clflash_check_buffer(lse, (uint64_t)p->batch * p->heads_q * p->seq_q * sizeof(float), "lse")))
+    if (lse && (st = clflash_check_buffer(lse, clflash_lse_floats(p) * sizeof(float), "lse")))
+        return st;
+    if (p->varlen && ((st = clflash_check_buffer(p->cu_seqlens_q, ((uint64_t)p->batch + 1) * sizeof(cl_int), "cu_seqlens_q")) ||
+                      (st = clflash_check_buffer(p->cu_seqlens_k, ((uint64_t)p->batch + 1) * sizeof(cl_int), "cu_seqlens_k"))))
         return st;
     if ((p->bias && (st = clflash_check_buffer(p->bias, clflash_tensor_extent_bytes(&p->bias_strides, p->batch, p->heads_q, p->seq_q, p->seq_k, sizeof(float)), "bias"))) ||
         (p->alibi_slopes && (st = clflash_check_buffer(p->alibi_slopes, (uint64_t)p->heads_q * sizeof(float), "alibi_slopes"))) ||
@@ -357,23 +433,25 @@ clflash_status clflash_validate_call(clflash_context *c, const clflash_attention
         (p->block_table && (st = clflash_check_buffer(p->block_table, (uint64_t)p->batch * p->pages_per_seq * sizeof(cl_int), "block_table"))))
         return st;
     {
-        const cl_mem extra[4] = {p->bias, p->alibi_slopes, p->key_lengths, p->block_table};
-        for (int i = 0; i < 4; i++)
+        const cl_mem extra[6] = {p->bias, p->alibi_slopes, p->key_lengths, p->block_table, p->cu_seqlens_q,
+                                 p->cu_seqlens_k};
+        for (int i = 0; i < 6; i++)
             if (extra[i] && (extra[i] == o || extra[i] == lse))
                 return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "an input of the descriptor (bias, alibi_slopes, "
-                                                                    "key_lengths or block_table) is the same buffer as o or lse");
+                                                                    "key_lengths, block_table or cu_seqlens) is the "
+                                                                    "same buffer as o or lse");
     }
 
     {   /* O must not overlap an input that shares its buffer. */
         uint64_t of, oe, f, e;
         const struct { cl_mem buf; const clflash_strides *s; uint32_t heads, seq; const char *name; } in[3] = {
-            {q, &p->q, p->heads_q, p->seq_q, "q"}, {k, &p->k, p->heads_kv, p->kv_seq, "k"},
+            {q, &p->q, p->heads_q, p->q_seq, "q"}, {k, &p->k, p->heads_kv, p->kv_seq, "k"},
             {v, &p->v, p->heads_kv, p->kv_seq, "v"}};
-        byte_range(&p->o, p->batch, p->heads_q, p->seq_q, p, p->out_elem_size, &of, &oe);
+        byte_range(&p->o, p->q_batch, p->heads_q, p->q_seq, p, p->out_elem_size, &of, &oe);
         for (int i = 0; i < 3; i++) {
             if (in[i].buf != o)
                 continue;
-            byte_range(in[i].s, i == 0 ? p->batch : p->kv_batch, in[i].heads, in[i].seq, p, p->elem_size, &f, &e);
+            byte_range(in[i].s, i == 0 ? p->q_batch : p->kv_batch, in[i].heads, in[i].seq, p, p->elem_size, &f, &e);
             if (f < oe && of < e)
                 return clflash_fail(CLFLASH_ERROR_INVALID_LAYOUT, "o overlaps %s in the same buffer", in[i].name);
         }

@@ -19,8 +19,10 @@ if(NOT CLANG)
   return()
 endif()
 
-set(_common "-cl-std=CL1.2 -D CAUSAL=0 -D WINDOW=0 -D SOFTCAP=0 -D BIAS=0 -D ALIBI=0 -D KEYLEN=0 -D KEYLEN_DIAGONAL=0")
-set(_all "-cl-std=CL1.2 -D CAUSAL=1 -D WINDOW=1 -D SOFTCAP=1 -D BIAS=1 -D ALIBI=1 -D KEYLEN=1 -D KEYLEN_DIAGONAL=1")
+set(_common "-cl-std=CL1.2 -D CAUSAL=0 -D WINDOW=0 -D SOFTCAP=0 -D BIAS=0 -D ALIBI=0 -D KEYLEN=0 -D KEYLEN_DIAGONAL=0 -D VARLEN=0")
+set(_all "-cl-std=CL1.2 -D CAUSAL=1 -D WINDOW=1 -D SOFTCAP=1 -D BIAS=1 -D ALIBI=1 -D KEYLEN=1 -D KEYLEN_DIAGONAL=1 -D VARLEN=1")
+# a variable-length packed batch with the features it takes (key lengths and bias it does not)
+set(_varlen "-cl-std=CL1.2 -D CAUSAL=1 -D WINDOW=0 -D SOFTCAP=0 -D BIAS=0 -D ALIBI=1 -D KEYLEN=0 -D KEYLEN_DIAGONAL=0 -D VARLEN=1")
 # name | target | sources after common.cl, joined by + | options
 set(_cases
   "forward-cpu|spir64|flash_forward_cpu.cl|${_all} -D CLFLASH_DTYPE_BF16 -D CLFLASH_OUT_BF16 -D WITH_LSE=1 -D SPLIT=1 -D PACK=1 -D PAGED=1 -D PAGE_SIZE=16 -D HEAD_DIM=32 -D BLOCK=64"
@@ -28,7 +30,9 @@ set(_cases
   "forward-regtile|spir64|flash_forward_regtile.cl|${_all} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=1 -D SPLIT=1 -D PACK=4 -D PAGED=1 -D PAGE_SIZE=16 -D HEAD_DIM=32 -D BLOCK=64 -D BLOCK_Q=64 -D RT_RM=4 -D RT_TC=8"
   "forward-lanes|spir64|flash_forward_lanes.cl|${_common} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D PAGED=0 -D HEAD_DIM=7 -D BLOCK=64 -D TPR=4 -D LDS_STRIDE=10 -D KT_STRIDE=65 -D P_STRIDE=65"
   "decode-cpu|spir64|flash_decode_cpu.cl|${_all} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F32 -D WITH_LSE=1 -D SPLIT=1 -D PACK=4 -D PAGED=1 -D PAGE_SIZE=16 -D HEAD_DIM=64 -D DEC_ROWS=4 -D DEC_KEYS=32"
+  "forward-lanes-varlen|spir64|flash_forward_lanes.cl|${_varlen} -D CLFLASH_DTYPE_BF16 -D CLFLASH_OUT_BF16 -D WITH_LSE=1 -D SPLIT=1 -D PACK=1 -D PAGED=0 -D HEAD_DIM=24 -D BLOCK=16 -D TPR=4 -D LDS_STRIDE=26 -D KT_STRIDE=17 -D P_STRIDE=17"
   "merge|spir64|merge_states.cl|${_common} -D CLFLASH_DTYPE_BF16 -D CLFLASH_OUT_F32 -D HEAD_DIM=256 -D MERGE_LANES=32 -D MERGE_ROWS=4 -D MERGE_MAX_PARTS=256 -D WITH_LSE=1"
+  "merge-varlen|spir64|merge_states.cl|${_varlen} -D CLFLASH_DTYPE_F32 -D CLFLASH_OUT_F16 -D HEAD_DIM=64 -D MERGE_LANES=32 -D MERGE_ROWS=4 -D MERGE_MAX_PARTS=256 -D WITH_LSE=1"
   "naive|spir64|naive_attention.cl|${_all} -D CLFLASH_DTYPE_BF16 -D CLFLASH_OUT_BF16 -D WITH_LSE=1 -D HEAD_DIM=32 -D SOFTMAX_WG=256"
   "naive-backward|spir64|naive_backward.cl|${_all} -D CLFLASH_DTYPE_F32 -D CLFLASH_OUT_F32 -D WITH_LSE=0 -D HEAD_DIM=16 -D SOFTMAX_WG=256"
   "backward-cpu|spir64|flash_backward.cl|${_all} -D CLFLASH_DTYPE_BF16 -D CLFLASH_OUT_BF16 -D WITH_LSE=0 -D CLFLASH_CPU_PATH=1 -D HEAD_DIM=64 -D BLOCK=64 -D TPR=1 -D LDS_STRIDE=66 -D T_STRIDE=65 -D P_STRIDE=65 -D ROWDOT_WG=64 -D AMD_WAVES=0 -D CLFLASH_BWD_SKIP_DQ=0 -D CLFLASH_BWD_SKIP_DKDV=0"

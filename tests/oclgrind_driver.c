@@ -10,12 +10,14 @@
  * With a case index it runs only that case (the wrapper runs each case in its own process).
  * The main context forces the portable paths (the ones GPUs run); the cases marked cpu_path force
  * the CPU paths (flash_forward_cpu.cl and flash_backward.cl's, the ones PoCL runs) in a context of
- * their own.
+ * their own. Paged caches, clflash_append_kv and variable-length batches with hostile cumulative
+ * lengths (forward and backward) have cases of their own after those.
  */
 #define _POSIX_C_SOURCE 200809L /* snprintf in strict C */
 #include "backward_harness.h"
 #include "harness.h"
 #include "paged_harness.h"
+#include "varlen_harness.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -166,7 +168,81 @@ static const struct {
     clflash_dtype dtype;
 } acases[] = {{4, 8, 8, 0, CLFLASH_F16}, {0, 12, 4, 1, CLFLASH_F32}};
 
-#define N_CASES (N_FORWARD_CASES + N_BACKWARD_CASES + N_PAGED_CASES + sizeof acases / sizeof acases[0])
+#define N_APPEND_CASES (sizeof acases / sizeof acases[0])
+
+/* Variable-length packed batches (varlen_harness.h) with hostile cumulative lengths: decreasing,
+ * negative and past the total, a first row that is not 0, rows no sequence covers, sequences cut
+ * to seq_q and seq_k, empty ones; ranges that do not overlap (overlapping ones write the same rows
+ * from two work-groups, a race clflash.h allows). The forward with split parts (the merge packs
+ * them) on the register tiles and on the CPU path, the backward on the GPU and the CPU kernels. */
+static const int32_t vl_cu_q[7] = {4, 9, 2000000000, -5, 3, 1, 1}, vl_cu_k[7] = {10, 30, 2000000000, -1, 6, 2, 2};
+static const struct {
+    int backward, cpu_path;
+    clflash_dtype dtype;
+    uint32_t flags, splits;
+    int odd_layout;
+} vcases[] = {
+    {0, 0, CLFLASH_F32, CLFLASH_CAUSAL, 2, 0},
+    {0, 1, CLFLASH_F16, 0, 0, 1},
+    {1, 0, CLFLASH_F16, CLFLASH_CAUSAL, 0, 1},
+    {1, 1, CLFLASH_F32, CLFLASH_CAUSAL, 0, 0},
+};
+#define N_VARLEN_CASES (sizeof vcases / sizeof vcases[0])
+
+#define N_CASES (N_FORWARD_CASES + N_BACKWARD_CASES + N_PAGED_CASES + N_APPEND_CASES + N_VARLEN_CASES)
+
+/* Runs varlen case n; returns 1 on a failure (printed). */
+static int run_varlen_case(clflash_context *shared, size_t n)
+{
+    clflash_context *c = shared;
+    clflash_status st;
+    if (vcases[n].cpu_path) {
+        clflash_context_options opt = {.struct_size = sizeof opt};
+        opt.tuning = "portable.cpu_path=1";
+        opt.threads_per_row = 1;
+        if ((st = th_context(&opt, &c)) != CLFLASH_SUCCESS) {
+            printf("FAILED: no context: %s (%s)\n", clflash_status_string(st), clflash_last_error_detail());
+            return 1;
+        }
+    }
+    vl_spec s = {0};
+    s.dtype = vcases[n].dtype;
+    s.batch = 6;
+    s.heads_q = 2;
+    s.heads_kv = 1;
+    s.head_dim = 8;
+    s.seq_q = 6;
+    s.seq_k = 18;
+    s.cu_q = vl_cu_q;
+    s.cu_k = vl_cu_k;
+    s.total_q = 16;
+    s.total_k = 40;
+    s.flags = vcases[n].flags;
+    s.num_splits = vcases[n].splits;
+    s.odd_layout = vcases[n].odd_layout;
+    char what[256], spec[200], msg[600];
+    snprintf(what, sizeof what, "varlen %s %s, hostile lengths%s", vcases[n].backward ? "backward" : "forward",
+             vl_spec_str(&s, spec, sizeof spec), vcases[n].cpu_path ? ", cpu-path" : "");
+    vl_case t;
+    const char *kernel = "";
+    int failed = 1;
+    if (vl_case_init(&t, &s, vcases[n].backward, 9800 + n) != 0) {
+        printf("FAILED: out of host memory\n");
+    } else if ((st = vcases[n].backward ? vl_run_backward(c, &t, &kernel) : vl_run_forward(c, &t, &kernel, NULL)) !=
+               CLFLASH_SUCCESS) {
+        printf("FAILED %s: %s (%s)\n", what, clflash_status_string(st), clflash_last_error_detail());
+    } else if (vcases[n].backward ? vl_check_backward(&t, msg, sizeof msg) : vl_check_forward(&t, msg, sizeof msg)) {
+        printf("MISMATCH %s (%s): %s\n", what, kernel, msg);
+    } else {
+        printf("ok %s (%s)\n", what, kernel);
+        failed = 0;
+    }
+    fflush(stdout);
+    vl_case_free(&t);
+    if (c != shared)
+        clflash_context_free(c);
+    return failed;
+}
 
 /* Runs append case n; returns 1 on a failure (printed). */
 static int run_append_case(clflash_context *c, size_t n)
@@ -381,6 +457,10 @@ int main(int argc, char **argv)
     printf("device: %s\n", name);
     int failures = 0;
     for (size_t n = first; n < last; n++) {
+        if (n >= N_FORWARD_CASES + N_BACKWARD_CASES + N_PAGED_CASES + N_APPEND_CASES) {
+            failures += run_varlen_case(c, n - N_FORWARD_CASES - N_BACKWARD_CASES - N_PAGED_CASES - N_APPEND_CASES);
+            continue;
+        }
         if (n >= N_FORWARD_CASES + N_BACKWARD_CASES + N_PAGED_CASES) {
             failures += run_append_case(c, n - N_FORWARD_CASES - N_BACKWARD_CASES - N_PAGED_CASES);
             continue;

@@ -6,7 +6,8 @@
  *                         descriptor plans the portable kernel; on an NVIDIA device of compute
  *                         capability >= 8 the eligible ones plan nv_mma_forward and each reason
  *                         for refusal (dtype, O type, head_dim, alignment, features, forced block,
- *                         portable_only) sends the call to the portable kernel.
+ *                         a variable-length batch, portable_only) sends the call to the portable
+ *                         kernel.
  *   test_nv_mma numerics  on a tensor-core device only (exit code 77, "skipped", elsewhere): f16
  *                         and bf16, head_dim 16..256, odd, prime and size-1 shapes, seq_q != seq_k
  *                         both ways, causal in all three alignments (rows that see no key), GQA
@@ -120,6 +121,13 @@ START_TEST(selection)
     CASE("forced block 8", fb, 0);
     fb.block = 32;
     CASE("forced block 32", fb, 1);
+    cl_int err;
+    cl_mem cu = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_WRITE, 2 * sizeof(int32_t), NULL, &err);
+    ck_assert_int_eq(err, CL_SUCCESS);
+    clflash_attention_desc vl = th_desc(1, 2, 0, 100, 100, 64, CLFLASH_F16, CLFLASH_CAUSAL);
+    vl.cu_seqlens_q = vl.cu_seqlens_k = cu; /* the planner reads no buffer */
+    vl.total_q = vl.total_k = 100;
+    CASE("variable-length batch (the portable kernels take it)", vl, 0);
 #undef CASE
     for (int i = 0; i < n; i++) {
         const char *got = plan_kernel(ctx, &cases[i].d);
@@ -130,6 +138,7 @@ START_TEST(selection)
                                                                          strcmp(got, "flash_decode_cpu") == 0));
         ck_assert_msg(same, "%s: planned %s, expected %s", cases[i].what, got, want);
     }
+    clReleaseMemObject(cu);
 
     /* portable_only wins everywhere */
     clflash_context_options opt = {.struct_size = sizeof opt};
@@ -223,6 +232,10 @@ START_TEST(backward_selection)
     clflash_attention_desc fb = th_desc(1, 1, 0, 64, 64, 64, CLFLASH_F16, 0);
     fb.block = 8;
     CASE("forced block 8", fb, 0);
+    clflash_attention_desc vl = th_desc(2, 2, 0, 64, 64, 64, CLFLASH_BF16, CLFLASH_CAUSAL);
+    vl.cu_seqlens_q = vl.cu_seqlens_k = floats; /* the planner reads no buffer */
+    vl.total_q = vl.total_k = 100;
+    CASE("variable-length batch (the portable kernel takes it)", vl, 0);
 #undef CASE
     for (int i = 0; i < n; i++) {
         const char *got = plan_backward_kernel(ctx, &cases[i].d);
