@@ -21,8 +21,8 @@
  * queue (or the context's own queue, which OpenCL makes thread-safe). Freeing a context while another
  * thread still uses it is the caller's error.
  *
- * Structs the caller allocates (clflash_context_options, clflash_attention_desc, clflash_plan)
- * begin with `struct_size`: set it to the size of the struct as your header declares it,
+ * Structs the caller allocates (clflash_context_options, clflash_attention_desc, clflash_plan,
+ * clflash_merge_desc, clflash_append_desc) begin with `struct_size`: set it to the size of the struct as your header declares it,
  *     clflash_attention_desc d = {.struct_size = sizeof d};     or     d.struct_size = sizeof d;
  * clflash reads and writes only the first struct_size bytes. So a program built against an older
  * header keeps working with a newer library of the same CLFLASH_ABI_VERSION: the fields it does not
