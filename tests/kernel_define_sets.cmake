@@ -12,7 +12,7 @@
 # Each entry of _cases is "name|source after common.cl|options".
 
 set(_none "-cl-std=CL1.2 -D CAUSAL=0 -D WINDOW=0 -D SOFTCAP=0 -D BIAS=0 -D ALIBI=0 -D KEYLEN=0 -D KEYLEN_DIAGONAL=0 -D VARLEN=0")
-set(_all "-cl-std=CL1.2 -D CAUSAL=1 -D WINDOW=1 -D SOFTCAP=1 -D BIAS=1 -D ALIBI=1 -D KEYLEN=1 -D KEYLEN_DIAGONAL=1 -D VARLEN=1")
+set(_all "-cl-std=CL1.2 -D CAUSAL=1 -D WINDOW=1 -D SOFTCAP=1 -D BIAS=1 -D ALIBI=1 -D KEYLEN=1 -D KEYLEN_DIAGONAL=1 -D VARLEN=0")
 # a variable-length packed batch with the features it takes (key lengths and bias it does not)
 set(_varlen "-cl-std=CL1.2 -D CAUSAL=1 -D WINDOW=1 -D SOFTCAP=1 -D BIAS=0 -D ALIBI=1 -D KEYLEN=0 -D KEYLEN_DIAGONAL=0 -D VARLEN=1")
 set(_fwd "-D CLFLASH_DTYPE_F16")
@@ -20,6 +20,7 @@ set(_cases
   "forward-regtile-d64|flash_forward_regtile.cl|${_none} ${_fwd} -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D PAGED=0 -D HEAD_DIM=64 @REGTILE@"
   "forward-regtile-d128|flash_forward_regtile.cl|${_none} ${_fwd} -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D PAGED=0 -D HEAD_DIM=128 @REGTILE@"
   "forward-regtile-d128-features|flash_forward_regtile.cl|${_all} ${_fwd} -D CLFLASH_OUT_F32 -D WITH_LSE=1 -D SPLIT=1 -D PACK=4 -D PAGED=1 -D PAGE_SIZE=16 -D HEAD_DIM=128 @REGTILE@"
+  "forward-regtile-d128-varlen|flash_forward_regtile.cl|${_varlen} ${_fwd} -D CLFLASH_OUT_F32 -D WITH_LSE=1 -D SPLIT=1 -D PACK=4 -D PAGED=0 -D HEAD_DIM=128 @REGTILE@"
   "forward-regtile-d256|flash_forward_regtile.cl|${_none} ${_fwd} -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D PAGED=0 -D HEAD_DIM=256 @REGTILE@"
   "forward-lanes-d64|flash_forward_lanes.cl|${_none} ${_fwd} -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D PAGED=0 -D HEAD_DIM=64 @LANES@"
   "forward-lanes-d64-varlen|flash_forward_lanes.cl|${_varlen} ${_fwd} -D CLFLASH_OUT_F16 -D WITH_LSE=1 -D SPLIT=0 -D PACK=1 -D PAGED=0 -D HEAD_DIM=64 @LANES@"
@@ -28,6 +29,7 @@ set(_cases
   "merge-d128-varlen-parts|merge_states.cl|${_varlen} -D CLFLASH_DTYPE_F32 -D CLFLASH_OUT_F16 -D HEAD_DIM=128 @MERGE:16384@ -D WITH_LSE=1"
   "backward-d64|flash_backward.cl|${_none} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D HEAD_DIM=64 @BACKWARD@"
   "backward-d128-features|flash_backward.cl|${_all} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D HEAD_DIM=128 @BACKWARD@"
+  "backward-d128-varlen|flash_backward.cl|${_varlen} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D HEAD_DIM=128 @BACKWARD@"
   "backward-d256-f32|flash_backward.cl|${_none} -D CLFLASH_DTYPE_F32 -D CLFLASH_OUT_F32 -D WITH_LSE=0 -D HEAD_DIM=256 @BACKWARD@"
   "naive-d64|naive_attention.cl|${_none} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=1 -D HEAD_DIM=64 @NAIVE@"
   "naive-backward-d64|naive_backward.cl|${_none} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D HEAD_DIM=64 @NAIVE@"
