@@ -46,6 +46,15 @@ static inline clflash_context *test_context(const clflash_context_options *opt)
     return c;
 }
 
+/* An uninitialised read-write buffer of the context, or the test fails. */
+static inline cl_mem test_buffer(clflash_context *ctx, size_t bytes)
+{
+    cl_int err;
+    cl_mem m = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_WRITE, bytes, NULL, &err);
+    ck_assert_msg(err == CL_SUCCESS, "clCreateBuffer: %d", err);
+    return m;
+}
+
 /* The portable forward's paths a suite runs on: the context's default (on PoCL the CPU path), the
  * register-tiled GPU path (tuning setting portable.cpu_path=0) and the lane-per-row path
  * (threads_per_row). */

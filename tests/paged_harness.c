@@ -14,31 +14,6 @@
 #define PG_SENTINEL_F32 0xc6f5ab9au
 #define PG_SENTINEL_16 0xf7a9u
 
-static size_t elem_size(clflash_dtype t)
-{
-    return t == CLFLASH_F32 ? 4 : 2;
-}
-
-/* Stores x at element i of buf in type t and returns the value stored, as float. */
-static float put(clflash_dtype t, void *buf, uint64_t i, float x)
-{
-    if (t == CLFLASH_F32) {
-        ((float *)buf)[i] = x;
-        return x;
-    }
-    uint16_t *h = buf;
-    h[i] = t == CLFLASH_F16 ? ref_f32_to_f16(x) : ref_f32_to_bf16(x);
-    return t == CLFLASH_F16 ? ref_f16_to_f32(h[i]) : ref_bf16_to_f32(h[i]);
-}
-
-static float get(clflash_dtype t, const void *buf, uint64_t i)
-{
-    if (t == CLFLASH_F32)
-        return ((const float *)buf)[i];
-    const uint16_t h = ((const uint16_t *)buf)[i];
-    return t == CLFLASH_F16 ? ref_f16_to_f32(h) : ref_bf16_to_f32(h);
-}
-
 static void copy_elem(size_t esize, void *dst, uint64_t di, const void *src, uint64_t si)
 {
     memcpy((char *)dst + di * esize, (const char *)src + si * esize, esize);
@@ -75,7 +50,7 @@ int pg_case_init(pg_case *c, const pg_spec *s, uint64_t seed)
         (s->dtype != CLFLASH_F32 && s->dtype != CLFLASH_F16 && s->dtype != CLFLASH_BF16))
         return -1;
     c->s = *s;
-    c->esize = elem_size(s->dtype);
+    c->esize = clflash_dtype_size(s->dtype);
     c->pages_per_seq = (s->seq_k + s->page_size - 1) / s->page_size + s->extra_columns;
     c->num_pages = s->batch * c->pages_per_seq + 2; /* two spare pages no entry names */
     const uint32_t b_n = s->batch, hq = s->heads_q, hk = s->heads_kv, sq = s->seq_q, sk = s->seq_k, d = s->head_dim;
@@ -132,12 +107,12 @@ int pg_case_init(pg_case *c, const pg_spec *s, uint64_t seed)
     ref_rng r;
     ref_rng_seed(&r, seed);
     for (uint64_t i = 0; i < c->nq; i++)
-        c->qf[i] = put(s->dtype, c->q, i, (float)(2.0 * ref_rng_uniform(&r)));
+        c->qf[i] = ref_store(s->dtype, c->q, i, (float)(2.0 * ref_rng_uniform(&r)));
     /* every element of both pools, gaps included, holds a value: a read of a wrong page or slot
      * changes the result */
     for (uint64_t i = 0; i < c->npool; i++) {
-        put(s->dtype, c->k_pool, i, (float)ref_rng_uniform(&r));
-        put(s->dtype, c->v_pool, i, (float)ref_rng_uniform(&r));
+        ref_store(s->dtype, c->k_pool, i, (float)ref_rng_uniform(&r));
+        ref_store(s->dtype, c->v_pool, i, (float)ref_rng_uniform(&r));
     }
     /* the table: pages in a shuffled order */
     for (uint32_t i = 0; i < c->num_pages; i++)
@@ -184,8 +159,8 @@ int pg_case_init(pg_case *c, const pg_spec *s, uint64_t seed)
                 for (uint32_t e = 0; e < d; e++) {
                     copy_elem(c->esize, c->k_flat, to + e, c->k_pool, from + e);
                     copy_elem(c->esize, c->v_flat, to + e, c->v_pool, from + e);
-                    c->kf[to + e] = get(s->dtype, c->k_flat, to + e);
-                    c->vf[to + e] = get(s->dtype, c->v_flat, to + e);
+                    c->kf[to + e] = ref_load(s->dtype, c->k_flat, to + e);
+                    c->vf[to + e] = ref_load(s->dtype, c->v_flat, to + e);
                 }
             }
     if (c->slopes)
@@ -275,7 +250,7 @@ int pg_check(const pg_case *c, ref_tol to, char *msg, size_t msg_len)
     for (uint64_t row = 0; row < rows; row++) {
         for (uint32_t e = 0; e < s->head_dim; e++) {
             const uint64_t i = row * s->head_dim + e;
-            const double got = get(s->dtype, c->o, i);
+            const double got = ref_load(s->dtype, c->o, i);
             if (!ref_close(got, c->ref_o[i], to) && bad++ == 0)
                 snprintf(msg, msg_len, "O[row %llu][%u] = %.7g, reference %.7g", (unsigned long long)row, e, got,
                          c->ref_o[i]);

@@ -79,6 +79,25 @@ float ref_bf16_to_f32(uint16_t h)
     return f;
 }
 
+float ref_store(clflash_dtype t, void *buf, uint64_t i, float x)
+{
+    if (t == CLFLASH_F32) {
+        ((float *)buf)[i] = x;
+        return x;
+    }
+    uint16_t *h = buf;
+    h[i] = t == CLFLASH_F16 ? ref_f32_to_f16(x) : ref_f32_to_bf16(x);
+    return t == CLFLASH_F16 ? ref_f16_to_f32(h[i]) : ref_bf16_to_f32(h[i]);
+}
+
+float ref_load(clflash_dtype t, const void *buf, uint64_t i)
+{
+    if (t == CLFLASH_F32)
+        return ((const float *)buf)[i];
+    const uint16_t h = ((const uint16_t *)buf)[i];
+    return t == CLFLASH_F16 ? ref_f16_to_f32(h) : ref_bf16_to_f32(h);
+}
+
 /* ---- PRNG ------------------------------------------------------------------------------------ */
 
 void ref_rng_seed(ref_rng *r, uint64_t seed)

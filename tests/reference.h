@@ -25,6 +25,10 @@ float ref_f16_to_f32(uint16_t h);
 uint16_t ref_f32_to_bf16(float f);
 /* bfloat16 bits -> float (exact). */
 float ref_bf16_to_f32(uint16_t h);
+/* Element i of a buffer of F32, F16 or BF16 storage: ref_store writes x rounded to the type and
+ * returns the value stored, as float; ref_load reads one. */
+float ref_store(clflash_dtype t, void *buf, uint64_t i, float x);
+float ref_load(clflash_dtype t, const void *buf, uint64_t i);
 
 /* ---- deterministic inputs -------------------------------------------------------------------- */
 typedef struct {

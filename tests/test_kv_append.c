@@ -45,22 +45,6 @@ typedef struct {
     uint32_t positions;
 } append_run;
 
-static float load(clflash_dtype t, const void *b, uint64_t i)
-{
-    if (t == CLFLASH_F32)
-        return ((const float *)b)[i];
-    const uint16_t h = ((const uint16_t *)b)[i];
-    return t == CLFLASH_F16 ? ref_f16_to_f32(h) : ref_bf16_to_f32(h);
-}
-
-static void store(clflash_dtype t, void *b, uint64_t i, float x)
-{
-    if (t == CLFLASH_F32)
-        ((float *)b)[i] = x;
-    else
-        ((uint16_t *)b)[i] = t == CLFLASH_F16 ? ref_f32_to_f16(x) : ref_f32_to_bf16(x);
-}
-
 static uint64_t idx(const clflash_layout *l, uint32_t heads, uint32_t seq, uint32_t d, uint32_t b, uint32_t h,
                     uint32_t i, uint32_t c)
 {
@@ -118,15 +102,15 @@ static void build(append_run *r, const append_case *s, uint64_t seed)
     ref_rng g;
     ref_rng_seed(&g, seed);
     for (uint64_t i = 0; i < r->n_new; i++) {
-        store(s->dtype, r->k_new, i, (float)ref_rng_uniform(&g));
-        store(s->dtype, r->v_new, i, (float)ref_rng_uniform(&g));
+        ref_store(s->dtype, r->k_new, i, (float)ref_rng_uniform(&g));
+        ref_store(s->dtype, r->v_new, i, (float)ref_rng_uniform(&g));
     }
     for (uint64_t i = 0; i < r->n_cache; i++) {
-        store(s->dtype, r->k_cache, i, (float)(3.0 + ref_rng_uniform(&g)));
-        store(s->dtype, r->v_cache, i, (float)(-3.0 + ref_rng_uniform(&g)));
+        ref_store(s->dtype, r->k_cache, i, (float)(3.0 + ref_rng_uniform(&g)));
+        ref_store(s->dtype, r->v_cache, i, (float)(-3.0 + ref_rng_uniform(&g)));
     }
     for (uint64_t i = 0; i < r->n_q; i++)
-        store(s->dtype, r->q, i, (float)(2.0 * ref_rng_uniform(&g)));
+        ref_store(s->dtype, r->q, i, (float)(2.0 * ref_rng_uniform(&g)));
     for (uint32_t p = 0; p < r->positions; p++)
         for (uint32_t j = 0; j < s->rotary_dim / 2; j++) { /* RoPE's angles: p * 10000^(-2j / rotary_dim) */
             const double angle = p * pow(10000.0, -2.0 * j / (double)s->rotary_dim);
@@ -199,7 +183,7 @@ static void build(append_run *r, const append_case *s, uint64_t seed)
                     const uint32_t d_heads = heads, d_seq = part == 2 ? n : cache_s;
                     float row[256];
                     for (uint32_t c = 0; c < d; c++)
-                        row[c] = load(s->dtype, src, idx(sl, heads, n, d, b, h, t, c));
+                        row[c] = ref_load(s->dtype, src, idx(sl, heads, n, d, b, h, t, c));
                     if (part != 1 && rotated)
                         for (uint32_t j = 0; j < half; j++) {
                             const uint32_t c0 = s->interleaved ? 2 * j : j, c1 = s->interleaved ? 2 * j + 1 : j + half;
@@ -213,7 +197,7 @@ static void build(append_run *r, const append_case *s, uint64_t seed)
                             }
                         }
                     for (uint32_t c = 0; c < d; c++)
-                        store(s->dtype, dst, idx(dl, d_heads, d_seq, d, (uint32_t)to_b, h, (uint32_t)to_s, c), row[c]);
+                        ref_store(s->dtype, dst, idx(dl, d_heads, d_seq, d, (uint32_t)to_b, h, (uint32_t)to_s, c), row[c]);
                 }
             }
         }
@@ -252,7 +236,7 @@ static int compare(const append_run *r, const char *what, const void *got, const
         const int same = memcmp((const char *)got + i * r->esize, (const char *)want + i * r->esize, r->esize) == 0;
         if (same)
             continue;
-        const double g = load(r->s.dtype, got, i), w = load(r->s.dtype, want, i);
+        const double g = ref_load(r->s.dtype, got, i), w = ref_load(r->s.dtype, want, i);
         if (rot && rot[i] && fabs(g - w) <= 1e-6 + rel * fabs(w))
             continue;
         if (bad++ == 0)
@@ -364,18 +348,18 @@ START_TEST(decode_step)
                     const uint32_t page = (uint32_t)r.table[b * PPS + j / P];
                     const uint64_t from = idx(&a.k_cache, HK, P, D, page, h, j % P, c);
                     const uint64_t to = (((uint64_t)b * HK + h) * cap + j) * D + c;
-                    kf[to] = load(t, r.k_want, from);
-                    vf[to] = load(t, r.v_want, from);
+                    kf[to] = ref_load(t, r.k_want, from);
+                    vf[to] = ref_load(t, r.v_want, from);
                 }
     for (uint64_t i = 0; i < rows * D; i++)
-        qf[i] = load(t, r.q_want, i);
+        qf[i] = ref_load(t, r.q_want, i);
     clflash_attention_desc ref_d = th_desc(B, HQ, HK, N, cap, D, t, d.flags);
     const ref_extras x = {NULL, NULL, r.lens_want};
     ref_attention_ex(&ref_d, qf, kf, vf, &x, ro, rl);
     const ref_tol to = ref_tol_o(t, REF_PATH_FLASH), tl = {1e-3, 1e-4}; /* rotated q: a unit of rounding */
     for (uint64_t i = 0; i < rows * D; i++)
-        ck_assert_msg(ref_close(load(t, o_got, i), ro[i], to), "O[%llu] = %g, reference %g", (unsigned long long)i,
-                      load(t, o_got, i), ro[i]);
+        ck_assert_msg(ref_close(ref_load(t, o_got, i), ro[i], to), "O[%llu] = %g, reference %g", (unsigned long long)i,
+                      ref_load(t, o_got, i), ro[i]);
     for (uint64_t i = 0; i < rows; i++)
         ck_assert_msg(ref_close(lse_got[i], rl[i], tl), "lse[%llu] = %g, reference %g", (unsigned long long)i,
                       lse_got[i], rl[i]);

@@ -87,14 +87,6 @@ END_TEST
 
 /* ---- validation ---------------------------------------------------------------------------------- */
 
-static cl_mem buffer(clflash_context *ctx, size_t bytes)
-{
-    cl_int err;
-    cl_mem m = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_WRITE, bytes, NULL, &err);
-    ck_assert_msg(err == CL_SUCCESS, "clCreateBuffer: %d", err);
-    return m;
-}
-
 /* A small valid paged call (f32, batch 2, heads 2/1, seq_q 1, seq_k 40, d 8, pages of 16, three
  * per sequence, six in the pool) and its buffers; each check below changes one thing. */
 typedef struct {
@@ -110,12 +102,12 @@ static void small_init(small_call *s)
     s->d.page_size = 16;
     s->d.pages_per_seq = 3;
     s->d.num_pages = 6;
-    s->q = buffer(s->ctx, 2 * 2 * 8 * 4);
-    s->k = buffer(s->ctx, 6 * 16 * 8 * 4);
-    s->v = buffer(s->ctx, 6 * 16 * 8 * 4);
-    s->o = buffer(s->ctx, 2 * 2 * 8 * 4);
-    s->lse = buffer(s->ctx, 2 * 2 * 4);
-    s->table = buffer(s->ctx, 2 * 3 * 4);
+    s->q = test_buffer(s->ctx, 2 * 2 * 8 * 4);
+    s->k = test_buffer(s->ctx, 6 * 16 * 8 * 4);
+    s->v = test_buffer(s->ctx, 6 * 16 * 8 * 4);
+    s->o = test_buffer(s->ctx, 2 * 2 * 8 * 4);
+    s->lse = test_buffer(s->ctx, 2 * 2 * 4);
+    s->table = test_buffer(s->ctx, 2 * 3 * 4);
     s->d.block_table = s->table;
 }
 
@@ -179,8 +171,8 @@ START_TEST(paged_validation)
     ck_assert_int_eq(clflash_forward_naive(s.ctx, &d, NULL, s.q, s.k, s.v, s.o, s.lse, 0, NULL, NULL),
                      CLFLASH_ERROR_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(clflash_last_error_detail(), "paged"));
-    cl_mem dq = buffer(s.ctx, 2 * 2 * 8 * 4), dk = buffer(s.ctx, 6 * 16 * 8 * 4), dv = buffer(s.ctx, 6 * 16 * 8 * 4),
-           d_o = buffer(s.ctx, 2 * 2 * 8 * 4);
+    cl_mem dq = test_buffer(s.ctx, 2 * 2 * 8 * 4), dk = test_buffer(s.ctx, 6 * 16 * 8 * 4), dv = test_buffer(s.ctx, 6 * 16 * 8 * 4),
+           d_o = test_buffer(s.ctx, 2 * 2 * 8 * 4);
     ck_assert_int_eq(clflash_backward(s.ctx, &d, NULL, s.q, s.k, s.v, s.o, d_o, s.lse, dq, dk, dv, 0, NULL, NULL),
                      CLFLASH_ERROR_UNSUPPORTED);
     clReleaseMemObject(dq), clReleaseMemObject(dk), clReleaseMemObject(dv), clReleaseMemObject(d_o);

@@ -310,14 +310,6 @@ END_TEST
 
 /* ---- validation ---------------------------------------------------------------------------------- */
 
-static cl_mem buffer(clflash_context *ctx, size_t bytes)
-{
-    cl_int err;
-    cl_mem m = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_WRITE, bytes, NULL, &err);
-    ck_assert_msg(err == CL_SUCCESS, "clCreateBuffer: %d", err);
-    return m;
-}
-
 /* A small valid varlen call (f32, two sequences of 3 and 2 queries, 4 and 5 keys, heads 2/1,
  * d 8) and its buffers; each check below changes one thing. */
 typedef struct {
@@ -332,17 +324,17 @@ static void small_init(small_call *s)
     s->d = th_desc(2, 2, 1, 3, 5, 8, CLFLASH_F32, CLFLASH_CAUSAL);
     s->d.total_q = 5;
     s->d.total_k = 9;
-    s->q = buffer(s->ctx, 5 * 2 * 8 * 4);
-    s->o = buffer(s->ctx, 5 * 2 * 8 * 4);
-    s->d_o = buffer(s->ctx, 5 * 2 * 8 * 4);
-    s->dq = buffer(s->ctx, 5 * 2 * 8 * 4);
-    s->k = buffer(s->ctx, 9 * 8 * 4);
-    s->v = buffer(s->ctx, 9 * 8 * 4);
-    s->dk = buffer(s->ctx, 9 * 8 * 4);
-    s->dv = buffer(s->ctx, 9 * 8 * 4);
-    s->lse = buffer(s->ctx, 2 * 5 * 4);
-    s->cu_q = buffer(s->ctx, 3 * 4);
-    s->cu_k = buffer(s->ctx, 3 * 4);
+    s->q = test_buffer(s->ctx, 5 * 2 * 8 * 4);
+    s->o = test_buffer(s->ctx, 5 * 2 * 8 * 4);
+    s->d_o = test_buffer(s->ctx, 5 * 2 * 8 * 4);
+    s->dq = test_buffer(s->ctx, 5 * 2 * 8 * 4);
+    s->k = test_buffer(s->ctx, 9 * 8 * 4);
+    s->v = test_buffer(s->ctx, 9 * 8 * 4);
+    s->dk = test_buffer(s->ctx, 9 * 8 * 4);
+    s->dv = test_buffer(s->ctx, 9 * 8 * 4);
+    s->lse = test_buffer(s->ctx, 2 * 5 * 4);
+    s->cu_q = test_buffer(s->ctx, 3 * 4);
+    s->cu_k = test_buffer(s->ctx, 3 * 4);
     const int32_t cq[3] = {0, 3, 5}, ck[3] = {0, 4, 9};
     cl_command_queue qu = clflash_context_queue(s->ctx);
     ck_assert_int_eq(clEnqueueWriteBuffer(qu, s->cu_q, CL_TRUE, 0, sizeof cq, cq, 0, NULL, NULL), CL_SUCCESS);
@@ -441,17 +433,17 @@ START_TEST(varlen_validation)
     d.batch = 3; /* 4 lengths needed, 3 given */
     REFUSED(fwd(&s, &d), CLFLASH_ERROR_BUFFER_TOO_SMALL, "cu_seqlens_q");
     REFUSED(bwd(&s, &d, s.lse, s.dq), CLFLASH_ERROR_BUFFER_TOO_SMALL, "cu_seqlens_q");
-    cl_mem small_lse = buffer(s.ctx, 9 * 4); /* [heads_q][total_q] needs 10 floats */
+    cl_mem small_lse = test_buffer(s.ctx, 9 * 4); /* [heads_q][total_q] needs 10 floats */
     d = s.d;
     REFUSED(clflash_forward(s.ctx, &d, NULL, s.q, s.k, s.v, s.o, small_lse, 0, NULL, NULL),
             CLFLASH_ERROR_BUFFER_TOO_SMALL, "lse holds");
     REFUSED(bwd(&s, &d, small_lse, s.dq), CLFLASH_ERROR_BUFFER_TOO_SMALL, "lse holds");
     clReleaseMemObject(small_lse);
-    cl_mem small_dq = buffer(s.ctx, 5 * 2 * 8 * 4 - 4);
+    cl_mem small_dq = test_buffer(s.ctx, 5 * 2 * 8 * 4 - 4);
     REFUSED(bwd(&s, &d, s.lse, small_dq), CLFLASH_ERROR_BUFFER_TOO_SMALL, "dq holds");
     clReleaseMemObject(small_dq);
     /* features it does not take */
-    cl_mem lens = buffer(s.ctx, 2 * 4), floats = buffer(s.ctx, 2 * 5 * 9 * 4), table = buffer(s.ctx, 2 * 4);
+    cl_mem lens = test_buffer(s.ctx, 2 * 4), floats = test_buffer(s.ctx, 2 * 5 * 9 * 4), table = test_buffer(s.ctx, 2 * 4);
     d = s.d;
     d.key_lengths = lens;
     REFUSED(fwd(&s, &d), CLFLASH_ERROR_UNSUPPORTED, "key_lengths");
@@ -460,7 +452,7 @@ START_TEST(varlen_validation)
     d.bias = floats;
     REFUSED(fwd(&s, &d), CLFLASH_ERROR_UNSUPPORTED, "bias");
     REFUSED(clflash_plan_attention(s.ctx, &d, &plan), CLFLASH_ERROR_UNSUPPORTED, "bias");
-    cl_mem dbias = buffer(s.ctx, 2 * 5 * 9 * 4);
+    cl_mem dbias = test_buffer(s.ctx, 2 * 5 * 9 * 4);
     d.bias_grad = dbias;
     REFUSED(bwd(&s, &d, s.lse, s.dq), CLFLASH_ERROR_UNSUPPORTED, "bias");
     d.bias = NULL; /* bias_grad alone: still the varlen refusal, not the missing bias */

@@ -19,31 +19,6 @@
 
 enum { UNWRITTEN = 0, CHECKED = 1, ANY = 2 };
 
-static size_t elem_size(clflash_dtype t)
-{
-    return t == CLFLASH_F32 ? 4 : 2;
-}
-
-/* Stores x at element i of buf in type t and returns the value stored, as float. */
-static float put(clflash_dtype t, void *buf, uint64_t i, float x)
-{
-    if (t == CLFLASH_F32) {
-        ((float *)buf)[i] = x;
-        return x;
-    }
-    uint16_t *h = buf;
-    h[i] = t == CLFLASH_F16 ? ref_f32_to_f16(x) : ref_f32_to_bf16(x);
-    return t == CLFLASH_F16 ? ref_f16_to_f32(h[i]) : ref_bf16_to_f32(h[i]);
-}
-
-static float get(clflash_dtype t, const void *buf, uint64_t i)
-{
-    if (t == CLFLASH_F32)
-        return ((const float *)buf)[i];
-    const uint16_t h = ((const uint16_t *)buf)[i];
-    return t == CLFLASH_F16 ? ref_f16_to_f32(h) : ref_bf16_to_f32(h);
-}
-
 static int is_sentinel(size_t esize, const void *buf, uint64_t i)
 {
     if (esize == 4) {
@@ -135,7 +110,7 @@ int vl_case_init(vl_case *c, const vl_spec *s, int backward, uint64_t seed)
         (s->dtype != CLFLASH_F32 && s->dtype != CLFLASH_F16 && s->dtype != CLFLASH_BF16))
         return -1;
     c->s = *s;
-    c->esize = elem_size(s->dtype);
+    c->esize = clflash_dtype_size(s->dtype);
     const uint32_t B = s->batch, hq = s->heads_q, hk = s->heads_kv, D = s->head_dim;
     const uint32_t tq = s->total_q, tk = s->total_k;
     c->cu_q = malloc((B + 1) * sizeof(int32_t));
@@ -242,13 +217,13 @@ int vl_case_init(vl_case *c, const vl_spec *s, int backward, uint64_t seed)
     ref_rng r;
     ref_rng_seed(&r, seed);
     for (uint64_t i = 0; i < c->nq; i++) {
-        put(s->dtype, c->q, i, NAN);
-        put(s->dtype, c->d_o, i, NAN);
-        put(s->dtype, c->o_in, i, NAN);
+        ref_store(s->dtype, c->q, i, NAN);
+        ref_store(s->dtype, c->d_o, i, NAN);
+        ref_store(s->dtype, c->o_in, i, NAN);
     }
     for (uint64_t i = 0; i < c->nk; i++) {
-        put(s->dtype, c->k, i, NAN);
-        put(s->dtype, c->v, i, NAN);
+        ref_store(s->dtype, c->k, i, NAN);
+        ref_store(s->dtype, c->v, i, NAN);
     }
     for (uint64_t i = 0; i < c->nlse; i++)
         c->lse_in[i] = NAN;
@@ -257,8 +232,8 @@ int vl_case_init(vl_case *c, const vl_spec *s, int backward, uint64_t seed)
             for (uint32_t e = 0; e < D; e++) {
                 const uint64_t i = at(&qs, t, h, e);
                 if (count_q[t]) {
-                    put(s->dtype, c->q, i, (float)(2.0 * ref_rng_uniform(&r)));
-                    put(s->dtype, c->d_o, i, (float)ref_rng_uniform(&r));
+                    ref_store(s->dtype, c->q, i, (float)(2.0 * ref_rng_uniform(&r)));
+                    ref_store(s->dtype, c->d_o, i, (float)ref_rng_uniform(&r));
                 }
                 c->q_state[i] = state_of(count_q[t]);
                 if (e == 0)
@@ -269,8 +244,8 @@ int vl_case_init(vl_case *c, const vl_spec *s, int backward, uint64_t seed)
             for (uint32_t e = 0; e < D; e++) {
                 const uint64_t i = at(&ks, t, h, e);
                 if (count_k[t]) {
-                    put(s->dtype, c->k, i, (float)ref_rng_uniform(&r));
-                    put(s->dtype, c->v, i, (float)ref_rng_uniform(&r));
+                    ref_store(s->dtype, c->k, i, (float)ref_rng_uniform(&r));
+                    ref_store(s->dtype, c->v, i, (float)ref_rng_uniform(&r));
                 }
                 c->k_state[i] = state_of(count_k[t]);
             }
@@ -307,15 +282,15 @@ int vl_case_init(vl_case *c, const vl_spec *s, int backward, uint64_t seed)
                 for (uint32_t i = 0; i < nq; i++)
                     for (uint32_t e = 0; e < D; e++) {
                         const size_t to = ((size_t)h * nq + i) * D + e;
-                        qd[to] = get(s->dtype, c->q, at(&qs, fq + i, h, e));
-                        dod[to] = get(s->dtype, c->d_o, at(&qs, fq + i, h, e));
+                        qd[to] = ref_load(s->dtype, c->q, at(&qs, fq + i, h, e));
+                        dod[to] = ref_load(s->dtype, c->d_o, at(&qs, fq + i, h, e));
                     }
             for (uint32_t h = 0; h < hk; h++)
                 for (uint32_t j = 0; j < nk; j++)
                     for (uint32_t e = 0; e < D; e++) {
                         const size_t to = ((size_t)h * nk + j) * D + e;
-                        kd[to] = get(s->dtype, c->k, at(&ks, fk + j, h, e));
-                        vd[to] = get(s->dtype, c->v, at(&ks, fk + j, h, e));
+                        kd[to] = ref_load(s->dtype, c->k, at(&ks, fk + j, h, e));
+                        vd[to] = ref_load(s->dtype, c->v, at(&ks, fk + j, h, e));
                     }
             if (nk) {
                 const ref_extras x = {NULL, c->slopes, NULL};
@@ -338,7 +313,7 @@ int vl_case_init(vl_case *c, const vl_spec *s, int backward, uint64_t seed)
                         const size_t from = ((size_t)h * nq + i) * D + e;
                         c->ref_o[to] = o1[from];
                         c->ref_dq[to] = dq1[from];
-                        put(s->dtype, c->o_in, to, (float)o1[from]);
+                        ref_store(s->dtype, c->o_in, to, (float)o1[from]);
                     }
                 }
             if (backward)
@@ -481,11 +456,11 @@ static int check_tensor(const vl_case *c, const char *what, const void *got, con
         if (state[i] == UNWRITTEN && !is_sentinel(c->esize, got, i)) {
             if (bad++ == 0)
                 snprintf(msg, msg_len, "%s[%llu] = %.7g was written; no sequence covers its row", what,
-                         (unsigned long long)i, get(c->s.dtype, got, i));
-        } else if (state[i] == CHECKED && !ref_close(get(c->s.dtype, got, i), ref[i], tol)) {
+                         (unsigned long long)i, ref_load(c->s.dtype, got, i));
+        } else if (state[i] == CHECKED && !ref_close(ref_load(c->s.dtype, got, i), ref[i], tol)) {
             if (bad++ == 0)
                 snprintf(msg, msg_len, "%s[%llu] = %.7g, reference %.7g", what, (unsigned long long)i,
-                         get(c->s.dtype, got, i), ref[i]);
+                         ref_load(c->s.dtype, got, i), ref[i]);
         }
     }
     return bad;
