@@ -34,7 +34,9 @@
  * a query group only the key tiles its rows see (block_key_range); only the tiles that some pair
  * sees in part are masked per pair. A row whose lse is -inf (it saw no key) gets P = 0, so dQ = 0
  * there; a key no query sees gets dK = dV = 0. Rows past seq_q and keys past seq_k or the key
- * length are zero-filled in local memory (never loaded) and masked or not stored.
+ * length are zero-filled in local memory (never loaded) and masked or not stored. A
+ * variable-length batch (VARLEN) runs each entry as an ordinary entry of its sequence's lengths
+ * from its first packed rows (mma_bwd_args); groups past them return at once.
  *
  * Score transforms (SOFTCAP, BIAS, ALIBI) are applied in log2 units by the same operations as in
  * nv_mma_forward.cl (nv_mma_scores.cl's feature_scores), so P recomputed from the forward's lse is the forward's; the
@@ -57,7 +59,7 @@
  * memory and are not stored; with
  * NV_ALIGNED 0 rows are copied and stored element by element), BLOCK (query rows per tile of a key group and keys
  * per tile of a query group, multiple of 16), WARPS, CAUSAL, WINDOW, SOFTCAP, BIAS, BIAS_PAIRS,
- * ALIBI, KEYLEN, CLFLASH_DTYPE_F16 or _BF16; D_SPLIT (1, or 2 above head_dim 128: warps per 16
+ * ALIBI, KEYLEN, VARLEN, CLFLASH_DTYPE_F16 or _BF16; D_SPLIT (1, or 2 above head_dim 128: warps per 16
  * rows, WARPS a multiple of it);
  * NV_BWD_STREAM (below; the host's default is in lib/nv_mma_backward_plan.c, the
  * nv_backward.stream tuning setting overrides it). The PTX
@@ -120,7 +122,9 @@ static inline void add_partner_share(__local float4 *swap, uint c, float4 *s0, f
 #endif
 }
 
-/* The shape and the layouts, as the kernel received them. */
+/* The shape and the layouts, as the kernel received them; for a variable-length batch (VARLEN) the
+ * batch entry's: seq_q and seq_k its lengths, the offsets at its first packed rows (the layouts'
+ * batch strides are 0), total_q and q_row for its lse and D rows (lse_rows). */
 typedef struct {
     uint seq_q, seq_k, heads_q, group;
     float scale_log2, scale;
@@ -129,7 +133,14 @@ typedef struct {
                                                   diag_k: common.cl's diagonal_keys */
     float softcap;
     ulong bias_off, bias_bs, bias_hs, bias_rs;
+    uint total_q, q_row;
 } mma_bwd_args;
+
+/* Row 0 of (batch entry b, query head h) in lse and D: common.cl's lse_row0. */
+static inline ulong lse_rows(const mma_bwd_args *a, uint b, uint h)
+{
+    return lse_row0(b, h, a->heads_q, a->seq_q, a->total_q, a->q_row);
+}
 
 /* RANGES: a pair's visibility needs visible_keys (a window or key lengths); causal alone is
  * written out. TRANSFORMS comes from nv_mma_scores.cl. */
@@ -275,7 +286,7 @@ static inline void stage_query_tile(const mma_bwd_args *a, __global const ushort
     async_commit();
     for (uint i = get_local_id(0); i < BLOCK; i += THREADS) {
         const uint qi = q0 + i;
-        const ulong at = ((ulong)b * a->heads_q + h) * a->seq_q + qi;
+        const ulong at = lse_rows(a, b, h) + qi;
         stats[2 * u * BLOCK + i] = qi < a->seq_q ? lse_offset(lse[at]) : INFINITY;
         stats[(2 * u + 1) * BLOCK + i] = qi < a->seq_q ? dvec[at] : 0.0f;
     }
@@ -506,11 +517,11 @@ static inline void query_group(const mma_bwd_args *a, __global const ushort *q, 
 
     /* The lane's rows g and g + 8 of the warp's 16: lse offsets and D. */
     const uint row_lo = qr0 + slab * 16 + g, row_hi = row_lo + 8;
-    const ulong bh = (ulong)b * a->heads_q + h;
-    const float off_lo = row_lo < a->seq_q ? lse_offset(lse[bh * a->seq_q + row_lo]) : INFINITY;
-    const float off_hi = row_hi < a->seq_q ? lse_offset(lse[bh * a->seq_q + row_hi]) : INFINITY;
-    const float d_lo = row_lo < a->seq_q ? dvec[bh * a->seq_q + row_lo] : 0.0f;
-    const float d_hi = row_hi < a->seq_q ? dvec[bh * a->seq_q + row_hi] : 0.0f;
+    const ulong bh = lse_rows(a, b, h);
+    const float off_lo = row_lo < a->seq_q ? lse_offset(lse[bh + row_lo]) : INFINITY;
+    const float off_hi = row_hi < a->seq_q ? lse_offset(lse[bh + row_hi]) : INFINITY;
+    const float d_lo = row_lo < a->seq_q ? dvec[bh + row_lo] : 0.0f;
+    const float d_hi = row_hi < a->seq_q ? dvec[bh + row_hi] : 0.0f;
     const float4 offs = (float4)(off_lo, off_lo, off_hi, off_hi), dd = (float4)(d_lo, d_lo, d_hi, d_hi);
 
     /* The keys the group sees: with RANGES block_key_range's tiles and each lane row's own range;
@@ -646,8 +657,6 @@ nv_mma_backward(__global const ushort *q, __global const ushort *k, __global con
                 ulong v_hs, ulong v_ss, ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss, uint win_left,
                 uint win_right, float softcap, __global const float *bias, ulong bias_off, ulong bias_bs,
                 ulong bias_hs, ulong bias_rs, __global const float *alibi, __global const int *key_lens,
-                /* the portable gradient kernel's last arguments, a variable-length batch's; the host
-                 * never runs this kernel on one (clflash_nv_mma_backward_refusal): unused */
                 __global const int *cu_seqlens_q, __global const int *cu_seqlens_k, uint total_q, uint total_k)
 {
     /* uint4 elements: cp.async and ldmatrix need 16-byte aligned rows */
@@ -656,20 +665,52 @@ nv_mma_backward(__global const ushort *q, __global const ushort *k, __global con
     __local float *const stats = (__local float *)(words + TILE_ROWS * ROW_STRIDE / 8);
     __local float4 swap[WARPS * SWAP_SLOTS]; /* add_partner_share's, with D_SPLIT 2 */
     const uint grp = get_group_id(0), b = get_group_id(2);
-    const uint key_len = batch_key_len(key_lens, b, seq_k);
-    const mma_bwd_args a = {seq_q,    seq_k,    heads_q,   group,    scale_log2,
-                            scale,    q_off,    q_bs,      q_hs,     q_ss,
-                            k_off,    k_bs,     k_hs,      k_ss,     v_off,
-                            v_bs,     v_hs,     v_ss,      o_off,    o_bs,
-                            o_hs,     o_ss,     key_len,   diagonal_keys(key_len, seq_k),
-                            win_left, win_right, softcap,  bias_off, bias_bs,
-                            bias_hs,  bias_rs};
+    /* The entry's queries and keys (VARLEN: its sequence's, from packed rows q_row and k_row; common.cl's
+     * seq_span), which the groups treat as an ordinary entry's; seq_q and seq_k from row 0 without. */
+    uint q_row, k_row;
+    const uint len_q = seq_span(cu_seqlens_q, b, total_q, seq_q, &q_row);
+    const uint len_k = seq_span(cu_seqlens_k, b, total_k, seq_k, &k_row);
+    const uint key_len = batch_key_len(key_lens, b, len_k);
+    const mma_bwd_args a = {len_q,
+                            len_k,
+                            heads_q,
+                            group,
+                            scale_log2,
+                            scale,
+                            q_off + (ulong)q_row * q_ss,
+                            q_bs,
+                            q_hs,
+                            q_ss,
+                            k_off + (ulong)k_row * k_ss,
+                            k_bs,
+                            k_hs,
+                            k_ss,
+                            v_off + (ulong)k_row * v_ss,
+                            v_bs,
+                            v_hs,
+                            v_ss,
+                            o_off + (ulong)q_row * o_ss,
+                            o_bs,
+                            o_hs,
+                            o_ss,
+                            key_len,
+                            diagonal_keys(key_len, len_k),
+                            win_left,
+                            win_right,
+                            softcap,
+                            bias_off,
+                            bias_bs,
+                            bias_hs,
+                            bias_rs,
+                            total_q,
+                            q_row};
     if (grp < tiles_k) {
-        if (get_group_id(1) >= heads_kv || CLFLASH_BWD_SKIP_DKDV) /* key groups exist per kv head */
+        /* key groups exist per kv head; with VARLEN a group past its sequence's keys has none */
+        if (get_group_id(1) >= heads_kv || CLFLASH_BWD_SKIP_DKDV || (VARLEN && grp * ROWS >= len_k))
             return;
         key_group(&a, q, k, v, d_o, lse, dvec, dk, dv, bias, alibi, tiles, stats, swap, grp * ROWS, get_group_id(1),
                   b);
-    } else if (!CLFLASH_BWD_SKIP_DQ) {
+    } else if (!CLFLASH_BWD_SKIP_DQ && !(VARLEN && (grp - tiles_k) * ROWS >= len_q)) {
         query_group(&a, q, k, v, d_o, lse, dvec, dq, bias, alibi, tiles, swap, (grp - tiles_k) * ROWS,
                     get_group_id(1), b);
     }

@@ -3,8 +3,8 @@
  * ldmatrix, cp.async, shfl.sync), in FlashAttention-2's manner. Chosen by the planner only on
  * NVIDIA devices of compute capability >= 8.0, for fp16 and bf16 storage, any head_dim up to 256
  * and any layout, with every feature of the descriptor (causal, sliding window, softcap, bias, ALiBi,
- * key lengths), GQA, lse, any seq_q and seq_k; everything else runs the portable kernel
- * (cl/flash_forward.cl), which stays the reference.
+ * key lengths), GQA, paged KV caches, variable-length batches, lse, any seq_q and seq_k; everything
+ * else runs the portable kernels (cl/flash_forward_*.cl), which stay the reference.
  *
  * Why a separate file: the portable kernel does one local-memory load per FMA and stays near the
  * CUDA-core rate; the tensor cores are an order of magnitude faster and OpenCL reaches them only
@@ -55,6 +55,11 @@
  * KEYLEN, keys at or past the batch entry's length are neither loaded nor seen: the tiles past it
  * are skipped, and in the tile that crosses it the missing rows are zero-filled and masked.
  *
+ * Variable-length batches (VARLEN, common.cl's seq_span): each block takes its sequence's first
+ * packed rows and lengths, reckons visibility, masks and ALiBi in them, and reads and writes from
+ * those rows; the grid covers the longest sequence, and a block past its own sequence's queries
+ * returns at once. Split parts stay in the host's padded rows; the merge packs them.
+ *
  * Head dims that are not multiples of 16 run padded: HEAD_DIM is the next multiple of 16, D_REAL the
  * tensors' own (nv_mma_common.cl): the padding columns of Q, K and V are zeros in local memory and
  * O's are not stored; rows that cp.async cannot copy in 16-byte pieces (NV_ALIGNED 0) are copied
@@ -62,7 +67,7 @@
  *
  * Defines: HEAD_DIM (multiple of 16), BLOCK (keys per tile, multiple of 16), WARPS, M_TILES, STAGES,
  * D_REAL, NV_ALIGNED,
- * CAUSAL, WINDOW, SOFTCAP, BIAS, BIAS_PAIRS, ALIBI, KEYLEN, SPLIT, PACK, WITH_LSE,
+ * CAUSAL, WINDOW, SOFTCAP, BIAS, BIAS_PAIRS, ALIBI, KEYLEN, VARLEN, SPLIT, PACK, WITH_LSE,
  * CLFLASH_DTYPE_F16 or CLFLASH_DTYPE_BF16, NV_RESCALE_THRESH and NV_Q_DIRECT (below; the host's
  * defaults are in lib/nv_mma_forward_plan.c, the nv_forward.* tuning settings override them). The
  * PTX helpers (mma_16x8x16, load_matrix_x4, copy16_async, kv_stream, ...) and THREADS, ROW_STRIDE,
@@ -338,12 +343,15 @@ static inline void merge_load_round(vec_t x[MERGE_UNROLL_PARTS][MERGE_GROUP], __
 /* The work-group of the block's last part to finish merges; the others return at once. `scratch`: local
  * memory for BLOCK_Q * (n_splits + 1) floats, free to overwrite. parts_o: the parts' O (part p of
  * packed row r of this block at parts_o + p * part_stride + packed_row_offset(r) + column), parts_lse
- * the parts' lse (part p of row index i at parts_lse[p * rows_all + i]). */
+ * the parts' lse (part p of row index i at parts_lse[p * rows_all + i]); both in the padded
+ * [batch][heads_q][seq_q] rows of split_part. O's rows go to o_base (the entry's first row) and lse's
+ * to lse_row0's: a variable-length batch's (VARLEN) are packed, q_row its first packed row. */
 static inline void merge_block_parts(__global uint *ticket, __local uint *arrived, __local float *scratch, uint n_splits,
                                      uint row0, uint rows_total, uint b, uint h0, uint heads_q, uint seq_q,
                                      __global const float *parts_o, ulong part_stride, ulong p_hs, ulong p_ss,
                                      __global const float *parts_lse, ulong rows_all, __global ushort *o,
-                                     ulong o_base, ulong o_hs, ulong o_ss, __global float *lse)
+                                     ulong o_base, ulong o_hs, ulong o_ss, __global float *lse, uint total_q,
+                                     uint q_row)
 {
     fence_device(); /* this work-item's part stores, before the ticket */
     barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
@@ -404,13 +412,15 @@ static inline void merge_block_parts(__global uint *ticket, __local uint *arrive
             sum += w[r * n_splits + p];
 #if WITH_OUT_LSE
         const uint rr = row0 + r;
-        lse[((ulong)b * heads_q + ROW_HEAD(h0, rr)) * seq_q + ROW_QUERY(rr)] =
+        lse[lse_row0(b, ROW_HEAD(h0, rr), heads_q, seq_q, total_q, q_row) + ROW_QUERY(rr)] =
             sum == 0.0f ? -INFINITY : inv[r] + log(sum);
 #endif
         inv[r] = sum == 0.0f ? 0.0f : 1.0f / sum;
     }
 #if !WITH_OUT_LSE
     (void)lse;
+    (void)total_q;
+    (void)q_row;
 #endif
     barrier(CLK_LOCAL_MEM_FENCE);
 
@@ -492,8 +502,6 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
                     float out_scale, __global const float *bias, ulong bias_off, ulong bias_bs, ulong bias_hs,
                     ulong bias_rs, __global const float *alibi, __global const int *key_lens, uint n_splits,
                     uint split_keys, __global const int *block_table, uint pages_per_seq, uint num_pages,
-                    /* common.cl's FORWARD_PARAMS end with a variable-length batch's arguments; the
-                     * host never runs this kernel on one (clflash_nv_mma_refusal), so they are unused */
                     __global const int *cu_seqlens_q, __global const int *cu_seqlens_k, uint total_q, uint total_k
 #if FUSED_MERGE
                     , __global uint *tickets, __global ushort *o_out, __global float *lse_out, ulong out_off,
@@ -530,13 +538,26 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
     const uint h0 = hg, hk = hg / group;
 #endif
     (void)group;
-    const uint rows_total = seq_q * PACK; /* packed rows of one (batch, K/V head); seq_q unpacked */
+    /* The entry's queries and keys: len_q from packed row q_row, len_k from k_row (VARLEN, common.cl's
+     * seq_span); seq_q and seq_k from row 0 otherwise. seq_q stays the grid's and the split parts'
+     * row count; everything the entry's rows see is reckoned in len_q and len_k. */
+    uint q_row, k_row;
+    const uint len_q = seq_span(cu_seqlens_q, b, total_q, seq_q, &q_row);
+    const uint len_k = seq_span(cu_seqlens_k, b, total_k, seq_k, &k_row);
+    const uint rows_total = len_q * PACK; /* packed rows of one (batch, K/V head); len_q unpacked */
+#if VARLEN
+    /* A block past a short sequence's queries has nothing to compute or store; every part of it
+     * returns here alike, before any barrier, and draws no ticket (FUSED_MERGE). */
+    if (row0 >= rows_total)
+        return;
+#endif
     const uint warp_row0 = warp * 16 * M_TILES; /* this warp's first row within the block */
-    const ulong q_base = q_off + (ulong)b * q_bs + (ulong)h0 * q_hs;
-    const ulong k_base = kv_head_base(k_off, k_bs, k_hs, b, hk); /* paged: the head's place in a page */
-    const ulong v_base = kv_head_base(v_off, v_bs, v_hs, b, hk);
-    const uint key_len = batch_key_len(key_lens, b, seq_k), diag_k = diagonal_keys(key_len, seq_k);
-    const long shift = (long)diag_k - (long)seq_q; /* query i's diagonal key is i + shift */
+    const ulong q_base = q_off + (ulong)b * q_bs + (ulong)h0 * q_hs + (ulong)q_row * q_ss;
+    /* paged: the head's place in a page (a paged cache is never a variable-length batch) */
+    const ulong k_base = kv_head_base(k_off, k_bs, k_hs, b, hk) + (ulong)k_row * k_ss;
+    const ulong v_base = kv_head_base(v_off, v_bs, v_hs, b, hk) + (ulong)k_row * v_ss;
+    const uint key_len = batch_key_len(key_lens, b, len_k), diag_k = diagonal_keys(key_len, len_k);
+    const long shift = (long)diag_k - (long)len_q; /* query i's diagonal key is i + shift */
     (void)out_scale; /* the I8 output scale: no I8 here */
 
 #if !NV_Q_DIRECT && !Q_WITH_TILES
@@ -561,7 +582,7 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
     const uint q_first = ROW_QUERY(row0), q_last = ROW_QUERY(min(row0 + BLOCK_Q, rows_total) - 1);
     uint key_begin = 0, key_end = key_len;
 #if WINDOW
-    block_key_range(q_first, q_last - q_first + 1, seq_q, diag_k, key_len, win_left, win_right, BLOCK, &key_begin,
+    block_key_range(q_first, q_last - q_first + 1, len_q, diag_k, key_len, win_left, win_right, BLOCK, &key_begin,
                     &key_end);
 #elif CAUSAL
     {
@@ -576,8 +597,8 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
     split_part(n_splits, split_keys, heads_q, seq_q, &key_begin, &key_end, &o_off, &lse);
     const uint n_tiles = (key_end - key_begin + BLOCK - 1) / BLOCK;
     long block_first_lo, block_first_hi, block_last_lo, block_last_hi;
-    visible_keys(q_first, seq_q, diag_k, key_len, win_left, win_right, &block_first_lo, &block_first_hi);
-    visible_keys(q_last, seq_q, diag_k, key_len, win_left, win_right, &block_last_lo, &block_last_hi);
+    visible_keys(q_first, len_q, diag_k, key_len, win_left, win_right, &block_first_lo, &block_first_hi);
+    visible_keys(q_last, len_q, diag_k, key_len, win_left, win_right, &block_last_lo, &block_last_hi);
     (void)block_first_lo;
     (void)block_last_hi;
 
@@ -759,10 +780,10 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
             if (masked) {
                 long lo, hi;
                 const long pair0 = (long)(key0 + 2 * t);
-                visible_keys(ROW_QUERY(row_lo), seq_q, diag_k, key_len, win_left, win_right, &lo, &hi);
+                visible_keys(ROW_QUERY(row_lo), len_q, diag_k, key_len, win_left, win_right, &lo, &hi);
                 first_lo = (int)clamp(lo - pair0, 0L, (long)BLOCK);
                 last_lo = (int)clamp(hi - 1 - pair0, -1L, (long)BLOCK);
-                visible_keys(ROW_QUERY(row_lo + 8), seq_q, diag_k, key_len, win_left, win_right, &lo, &hi);
+                visible_keys(ROW_QUERY(row_lo + 8), len_q, diag_k, key_len, win_left, win_right, &lo, &hi);
                 first_hi = (int)clamp(lo - pair0, 0L, (long)BLOCK);
                 last_hi = (int)clamp(hi - 1 - pair0, -1L, (long)BLOCK);
             }
@@ -879,7 +900,8 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
     }
 
     /* The row sums: the four lanes of a quad hold parts of the same rows' sums. The rows' lse
-     * index, [batch][heads_q][seq_q] (with SPLIT within the part split_part chose). */
+     * index: common.cl's out_lse_row0 ([batch][heads_q][seq_q], with SPLIT within the part
+     * split_part chose; a variable-length batch's packed [heads_q][total_q] without). */
     float sum_lo[M_TILES], sum_hi[M_TILES];
 #pragma unroll
     for (uint mt = 0; mt < M_TILES; mt++) {
@@ -894,10 +916,10 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
         const uint r = row0 + warp_row0 + mt * 16 + g;
         if (t == 0) {
             if (r < rows_total)
-                lse[((ulong)b * heads_q + ROW_HEAD(h0, r)) * seq_q + ROW_QUERY(r)] =
+                lse[out_lse_row0(b, ROW_HEAD(h0, r), heads_q, seq_q, total_q, q_row) + ROW_QUERY(r)] =
                     sl == 0.0f ? -INFINITY : (m_lo[mt] + log2(sl)) * M_LN2_F;
             if (r + 8 < rows_total)
-                lse[((ulong)b * heads_q + ROW_HEAD(h0, r + 8)) * seq_q + ROW_QUERY(r + 8)] =
+                lse[out_lse_row0(b, ROW_HEAD(h0, r + 8), heads_q, seq_q, total_q, q_row) + ROW_QUERY(r + 8)] =
                     sh == 0.0f ? -INFINITY : (m_hi[mt] + log2(sh)) * M_LN2_F;
         }
 #endif
@@ -905,7 +927,8 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
 #if !WITH_LSE
     (void)lse;
 #endif
-    const ulong o_base = o_off + (ulong)b * o_bs + (ulong)h0 * o_hs;
+    /* a variable-length batch's rows are packed in O (out_first), but not in the split parts */
+    const ulong o_base = o_off + (ulong)b * o_bs + (ulong)h0 * o_hs + (ulong)out_first(q_row) * o_ss;
 #if SPLIT && !WITH_LSE
 #error "every part needs its lse"
 #endif
@@ -950,7 +973,8 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
                           (__local float *)tiles_words, n_splits, row0, rows_total, b, h0, heads_q, seq_q,
                           (__global const float *)o + parts_o_off + (ulong)b * o_bs + (ulong)h0 * o_hs,
                           rows_all * D_REAL, o_hs, o_ss, parts_lse, rows_all, o_out,
-                          out_off + (ulong)b * out_bs + (ulong)h0 * out_hs, out_hs, out_ss, lse_out);
+                          out_off + (ulong)b * out_bs + (ulong)h0 * out_hs + (ulong)q_row * out_ss, out_hs, out_ss,
+                          lse_out, total_q, q_row);
     }
 #endif
 #else

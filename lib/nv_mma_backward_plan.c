@@ -26,8 +26,6 @@ static const char variant_name[] = "nv_mma_backward";
 
 const char *clflash_nv_mma_backward_refusal(const clflash_context *c, const clflash_problem *p)
 {
-    if (p->varlen) /* the forward's refusal says it too; the gradient kernel has no varlen path either */
-        return "a variable-length batch (cu_seqlens): the portable gradient kernel takes it";
     return clflash_nv_mma_refusal(c, p); /* head_dim up to 256, as the forward */
 }
 

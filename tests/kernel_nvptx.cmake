@@ -15,7 +15,7 @@
 # planners (lib/nv_mma_forward_plan.c, nv_mma_backward_plan.c) give the first kernel they would
 # build on an H200 (tests/tuning_table --kernel nv_forward|nv_backward) for prefill, decoding with
 # split parts merged in the launch and packed heads, padded head dims with unaligned rows and every
-# feature, the backward at head_dims 59 to 256, and the bias gradient (lib/bias_grad.c's one shape): their
+# feature, variable-length batches, the backward at head_dims 59 to 256, and the bias gradient (lib/bias_grad.c's one shape): their
 # inline PTX must assemble for sm_80 and sm_90 and their local memory fit 48 KiB. Their spills are
 # printed but do not fail: only NVIDIA's driver builds these kernels for a device, and its compiler
 # allocates their registers otherwise (clang spills the d = 128 prefill at 255 registers where the
@@ -103,7 +103,9 @@ set(_nv_cases
   "nv-forward-d256|${_nv_fwd}|--kernel nv_forward --dtype bf16 --head-dim 256 ${_prefill}"
   "nv-decode-d128|${_nv_fwd}|--kernel nv_forward --dtype f16 --head-dim 128 --batch 1 --heads-q 32 --heads-kv 8 --seq-q 1 --seq-k 32768 --with-lse 1"
   "nv-forward-d77-features|${_nv_fwd}|--kernel nv_forward --dtype bf16 --head-dim 77 ${_prefill} --features 1 --unaligned 1"
+  "nv-forward-d128-varlen|${_nv_fwd}|--kernel nv_forward --dtype f16 --head-dim 128 --batch 8 --heads-q 32 --heads-kv 8 --seq-q 1 --seq-k 8192 --features 1 --varlen 1 --with-lse 1"
   "nv-backward-d128|${_nv_bwd}|--kernel nv_backward --dtype f16 --head-dim 128 ${_prefill}"
+  "nv-backward-d128-varlen|${_nv_bwd}|--kernel nv_backward --dtype bf16 --head-dim 128 ${_prefill} --features 1 --varlen 1"
   "nv-backward-d59-features|${_nv_bwd}|--kernel nv_backward --dtype bf16 --head-dim 59 ${_prefill} --features 1 --unaligned 1"
   "nv-backward-d256|${_nv_bwd}|--kernel nv_backward --dtype f16 --head-dim 256 ${_prefill}"
   "nv-bias-grad-d64|nv_mma_common.cl+nv_mma_scores.cl+nv_mma_bias_grad.cl|=${_all} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F32 -D WITH_LSE=0 -D HEAD_DIM=64 -D D_REAL=64 -D D_SPLIT=1 -D NV_ALIGNED=1 -D BLOCK=64 -D WARPS=4 -D BIAS_PAIRS=1 -D BCAST_BATCH=1 -D BCAST_HEADS=1 -D BCAST_ROWS=0"

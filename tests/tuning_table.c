@@ -13,7 +13,7 @@
  *   tuning_table --device NAME --class CLASS --dtype f32|f16|bf16|i8 --head-dim D [--local-mem BYTES]
  *                [--max-work-group N] [--kernel forward|lanes|backward|merge|naive|nv_forward|nv_backward]
  *                [--batch N --heads-q N --heads-kv N --seq-q N --seq-k N --compute-units N
- *                 --features 0|1 --with-lse 0|1 --unaligned 0|1]
+ *                 --features 0|1 --with-lse 0|1 --unaligned 0|1 --varlen 0|1]
  * prints, for the forward (the default), "-D BLOCK=B -D BLOCK_Q=BQ -D RT_RM=RM -D RT_TC=TC", or
  * "lanes" where the table sends the call to the lane-per-row path; for that path (lanes) the
  * defines of its first B and work-items per row, "-D BLOCK=B -D TPR=T -D LDS_STRIDE=.. ..."; for the
@@ -24,7 +24,8 @@
  * tensor-core kernels (nv_forward,
  * nv_backward) every define of the first kernel their planners would build for the shape the
  * other options give (a long prefill of one head by default; --features 1 turns every feature on,
- * --unaligned 1 gives rows that do not start on 16 bytes), feature switches included.
+ * --unaligned 1 gives rows that do not start on 16 bytes, --varlen 1 a variable-length batch, which
+ * takes every feature but bias and key lengths), feature switches included.
  */
 #include "internal.h"
 
@@ -53,7 +54,7 @@ int main(int argc, char **argv)
     int cls = -1, dt = -1, kernel = 0;
     long head_dim = 0, local_mem = 65536, max_wg = 256;
     long batch = 1, heads_q = 1, heads_kv = 1, seq_q = 4096, seq_k = 4096, units = 0, features = 0, with_lse = 0,
-         unaligned = 0;
+         unaligned = 0, varlen = 0;
 
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
@@ -96,6 +97,8 @@ int main(int argc, char **argv)
             with_lse = strtol(v, NULL, 10);
         } else if (strcmp(k, "--unaligned") == 0) {
             unaligned = strtol(v, NULL, 10);
+        } else if (strcmp(k, "--varlen") == 0) {
+            varlen = strtol(v, NULL, 10);
         } else {
             return usage();
         }
@@ -140,7 +143,17 @@ int main(int argc, char **argv)
         p.flags = CLFLASH_CAUSAL | CLFLASH_WINDOW;
         p.window_left = 256;
         p.softcap = 50.0f;
-        p.bias = p.alibi_slopes = p.key_lengths = (cl_mem)(void *)&stand_in;
+        p.alibi_slopes = (cl_mem)(void *)&stand_in;
+        if (!varlen) /* a variable-length batch takes neither */
+            p.bias = p.key_lengths = (cl_mem)(void *)&stand_in;
+    }
+    if (varlen) { /* packed [total][heads][head_dim] tensors of batch sequences of up to seq_q, seq_k rows */
+        static char stand_in_cu;
+        p.varlen = 1;
+        p.cu_seqlens_q = p.cu_seqlens_k = (cl_mem)(void *)&stand_in_cu;
+        p.total_q = (uint32_t)(batch * seq_q);
+        p.total_k = (uint32_t)(batch * seq_k);
+        p.q.batch_stride = p.k.batch_stride = p.v.batch_stride = p.o.batch_stride = 0;
     }
     if (clflash_tune_builtin_values(device, (clflash_device_class)cls, p.dtype, p.head_dim, &p.tune) !=
         CLFLASH_SUCCESS) {
