@@ -1016,6 +1016,8 @@ typedef enum { CLFLASH_ALGO_FLASH = 1, CLFLASH_ALGO_NAIVE = 2 } clflash_algo;
  *    clflash_forward_naive moves it: S written, read twice by the softmax (max and sum, then
  *    normalise), P written over it, and read once by P V: 5 * batch * heads_q * seq_q * seq_k * s',
  *    with s' the size of O's storage type (naive keeps S in it), and a bias read once per score.
+ * A variable-length batch's lengths live on the device: FLASH counts every sequence as seq_q
+ * queries and seq_k keys (the longest; an upper bound), NAIVE returns 0 (it refuses varlen).
  * Returns 0 for an invalid descriptor, algorithm or block, UINT64_MAX on overflow. */
 CLFLASH_API uint64_t clflash_traffic_bytes(const clflash_attention_desc *d, clflash_algo algo, uint32_t block);
 

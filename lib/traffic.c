@@ -12,7 +12,8 @@
 #define add clflash_add_sat
 
 /* The keys query i sees, [lo, hi), by the same rules as cl/common.cl's visible_keys (causal and
- * window; key lengths live on the device and are taken as seq_k here). */
+ * window; key lengths and a variable-length batch's lengths live on the device and are taken as
+ * seq_k and seq_q here). */
 static void visible_keys(const clflash_problem *p, uint64_t i, int64_t *lo, int64_t *hi)
 {
     const int64_t d = (int64_t)i + (int64_t)p->seq_k - (int64_t)p->seq_q;
@@ -66,7 +67,7 @@ uint64_t clflash_traffic_bytes(const clflash_attention_desc *d, clflash_algo alg
         kv = mul(mul(mul(bh, flash_key_rows(&p, block)), p.head_dim), 2 * p.elem_size);
         return add(q_o, kv);
     }
-    if (algo == CLFLASH_ALGO_NAIVE) {
+    if (algo == CLFLASH_ALGO_NAIVE && !p.varlen) {
         kv = mul(mul(mul((uint64_t)p.batch * p.heads_kv, p.seq_k), p.head_dim), 2 * p.elem_size);
         total = add(q_o, kv);
         /* O goes through a temporary: written there, read back, written to the caller's layout */

@@ -405,6 +405,16 @@ START_TEST(varlen_validation)
     ck_assert_int_eq(clflash_plan_attention(s.ctx, &d, &plan), CLFLASH_SUCCESS);
     ck_assert_int_eq(clflash_plan_backward(s.ctx, &d, &plan), CLFLASH_SUCCESS);
     ck_assert_str_eq(plan.kernel, "flash_backward_portable");
+    /* the cost model counts every sequence as the longest (the lengths are on the device); the
+     * naive path refuses varlen, so its model gives 0 */
+    clflash_attention_desc padded = s.d;
+    padded.cu_seqlens_q = padded.cu_seqlens_k = NULL;
+    padded.total_q = padded.total_k = 0;
+    ck_assert_uint_gt(clflash_traffic_bytes(&padded, CLFLASH_ALGO_FLASH, 16), 0);
+    ck_assert_uint_eq(clflash_traffic_bytes(&d, CLFLASH_ALGO_FLASH, 16),
+                      clflash_traffic_bytes(&padded, CLFLASH_ALGO_FLASH, 16));
+    ck_assert_uint_gt(clflash_traffic_bytes(&padded, CLFLASH_ALGO_NAIVE, 0), 0);
+    ck_assert_uint_eq(clflash_traffic_bytes(&d, CLFLASH_ALGO_NAIVE, 0), 0);
 
     /* one of the two buffers, or the totals alone */
     d = s.d;
