@@ -152,6 +152,9 @@ struct clflash_context {
     pthread_mutex_t tune_lock; /* guards the tuning rules */
     clflash_tune_rule *tune_rules; /* tuning_params.c: in the order given, for this device */
     uint32_t tune_count;
+
+    int sm90a_state;           /* sm90a.c: 0 not probed yet, 1 the sm_90a path works, -1 not */
+    char sm90a_why[240];       /* why, once probed */
 };
 #define CLFLASH_CONTEXT_MAGIC 0x434c464cu /* "CLFL" */
 
@@ -196,7 +199,8 @@ typedef enum { CLFLASH_SOURCE_FLASH_FORWARD_LANES, CLFLASH_SOURCE_FLASH_FORWARD_
                CLFLASH_SOURCE_NAIVE_BACKWARD, CLFLASH_SOURCE_NV_MMA_FORWARD,
                CLFLASH_SOURCE_NV_MMA_BACKWARD, CLFLASH_SOURCE_MERGE_STATES,
                CLFLASH_SOURCE_FLASH_DECODE_CPU, CLFLASH_SOURCE_BIAS_GRAD,
-               CLFLASH_SOURCE_NV_MMA_BIAS_GRAD, CLFLASH_SOURCE_KV_APPEND } clflash_source_id;
+               CLFLASH_SOURCE_NV_MMA_BIAS_GRAD, CLFLASH_SOURCE_KV_APPEND,
+               CLFLASH_SOURCE_NV_SM90A_PROBE } clflash_source_id;
 
 /* Returns a built program for (source, options) on the context's device, building it the first
  * time; the program stays owned by the cache (do not release it). On a build failure the log is
@@ -204,8 +208,43 @@ typedef enum { CLFLASH_SOURCE_FLASH_FORWARD_LANES, CLFLASH_SOURCE_FLASH_FORWARD_
 CLFLASH_INTERNAL clflash_status clflash_get_program(clflash_context *c, clflash_source_id source,
                                                     const char *defines, cl_program *out);
 
+/* The same for a source with sm_90a instructions (sm90a.c): built from source, its PTX rewritten to
+ * sm_90a and built again as a binary (clflash_sm90a_rebuild), and cached apart from the source's
+ * own build. On a failure the reason is kept as a build log and is the call's detail. Use it only
+ * where clflash_sm90a_available says yes. */
+CLFLASH_INTERNAL clflash_status clflash_get_program_sm90a(clflash_context *c, clflash_source_id source,
+                                                          const char *defines, cl_program *out);
+
 /* Releases every cached program and kept build log (called by clflash_context_free). */
 CLFLASH_INTERNAL void clflash_program_cache_free(clflash_context *c);
+
+/* ---- sm90a.c: Hopper's sm_90a instructions through PTX program binaries ------------------------- */
+/* Rewrites the PTX NVIDIA's compiler returned (len bytes, or up to a NUL) for sm_90a: the one
+ * `.target sm_90` line becomes `.target sm_90a`, and every line whose text starts with the marker
+ * "// sm90a: " (after spaces or tabs) loses the marker. On success *out is the new NUL-terminated
+ * text (the caller frees it) and the number of marked lines is returned; -1 with the reason in why
+ * when the text is not PTX of ISA 8.0 or later for exactly sm_90, or has no marked line. */
+CLFLASH_INTERNAL int clflash_sm90a_rewrite(const char *ptx, size_t len, char **out, char *why, size_t why_len);
+/* Builds the sm_90a variant of from_source (built for c's one device) with `options`: its binary,
+ * rewritten, through clCreateProgramWithBinary. CLFLASH_SUCCESS and *out, or an error and the
+ * reason in why. */
+CLFLASH_INTERNAL clflash_status clflash_sm90a_rebuild(clflash_context *c, cl_program from_source, const char *options,
+                                                      cl_program *out, char *why, size_t why_len);
+/* 1 if kernels built through the sm_90a path run right on c's device: only an NVIDIA device of
+ * compute capability 9.0, and only when cl/nv_sm90a_probe.cl, built that way, computes its product
+ * exactly. Decided once per context (the first call builds and runs the probe); *why (if not NULL)
+ * gets the reason either way, valid while c lives. Thread-safe. */
+CLFLASH_INTERNAL int clflash_sm90a_available(clflash_context *c, const char **why);
+/* Tests only: makes every later rebuild or probe in the process fail at one step, or none. */
+typedef enum {
+    CLFLASH_SM90A_FAULT_NONE,
+    CLFLASH_SM90A_FAULT_NO_BINARY, /* the driver gives no program binary */
+    CLFLASH_SM90A_FAULT_TARGET,    /* the binary's target is sm_80 */
+    CLFLASH_SM90A_FAULT_MARKERS,   /* the compiler dropped the marked lines */
+    CLFLASH_SM90A_FAULT_BUILD,     /* the driver refuses the rewritten binary */
+    CLFLASH_SM90A_FAULT_RESULT     /* the probe's product is wrong */
+} clflash_sm90a_fault;
+CLFLASH_INTERNAL void clflash_sm90a_inject_fault(clflash_sm90a_fault fault);
 
 /* Grid dimensions other than the first stay below 65536 (CUDA-class devices limit them); the
  * public CLFLASH_MAX_BATCH, CLFLASH_MAX_HEADS and CLFLASH_MAX_SEQ_Q follow from it. */

@@ -1,6 +1,7 @@
 /*
  * program_cache.c - builds the embedded kernel sources with clBuildProgram and keeps each built
- * program per context, keyed by the source and the full option string; keeps failed build logs.
+ * program per context, keyed by the source, the full option string and whether it is the sm_90a
+ * variant (sm90a.c); keeps failed build logs.
  *
  * Why: building a program costs milliseconds to seconds (PoCL compiles with LLVM in-process), so it
  * happens once per (device, source, options). The key holds every -D define, so two shapes that
@@ -46,6 +47,8 @@ extern const char clflash_cl_nv_mma_bias_grad[];
 extern const size_t clflash_cl_nv_mma_bias_grad_size;
 extern const char clflash_cl_kv_append[];
 extern const size_t clflash_cl_kv_append_size;
+extern const char clflash_cl_nv_sm90a_probe[];
+extern const size_t clflash_cl_nv_sm90a_probe_size;
 
 /* Each clflash_source_id's file name, text and length, in the enum's order, and the texts that go
  * between common.cl and it (the tensor-core kernels' PTX helpers and score recomputation), if any. */
@@ -82,11 +85,13 @@ static const struct {
      {clflash_cl_nv_mma_common, clflash_cl_nv_mma_scores},
      {&clflash_cl_nv_mma_common_size, &clflash_cl_nv_mma_scores_size}},
     {"kv_append.cl", clflash_cl_kv_append, &clflash_cl_kv_append_size, {NULL}, {NULL}},
+    {"nv_sm90a_probe.cl", clflash_cl_nv_sm90a_probe, &clflash_cl_nv_sm90a_probe_size, {NULL}, {NULL}},
 };
 
 struct clflash_program_entry {
     clflash_program_entry *next;
     clflash_source_id source;
+    int sm90a; /* 1: the sm_90a variant (sm90a.c), rebuilt from the source's PTX */
     char *options;
     cl_program program;
 };
@@ -135,7 +140,7 @@ static void keep_build_log(clflash_context *c, cl_program prog, clflash_source_i
     free(log);
 }
 
-static clflash_status build(clflash_context *c, clflash_source_id source, const char *options,
+static clflash_status build(clflash_context *c, clflash_source_id source, const char *options, int sm90a,
                             cl_program *out)
 {
     /* common.cl, the preludes, the source */
@@ -162,12 +167,26 @@ static clflash_status build(clflash_context *c, clflash_source_id source, const 
                                 source_name(source), clflash_status_string(err));
         return clflash_fail(err, "clBuildProgram failed for %s", source_name(source));
     }
+    if (sm90a) {
+        char why[800];
+        cl_program rebuilt = NULL;
+        const clflash_status st = clflash_sm90a_rebuild(c, prog, options, &rebuilt, why, sizeof why);
+        clReleaseProgram(prog);
+        if (st != CLFLASH_SUCCESS) {
+            char text[1000];
+            snprintf(text, sizeof text, "building %s for sm_90a with options \"%s\" failed: %s", source_name(source),
+                     options, why);
+            keep_log(c, text);
+            return clflash_fail(st, "building %s for sm_90a failed: %s", source_name(source), why);
+        }
+        prog = rebuilt;
+    }
     *out = prog;
     return CLFLASH_SUCCESS;
 }
 
-clflash_status clflash_get_program(clflash_context *c, clflash_source_id source, const char *defines,
-                                   cl_program *out)
+static clflash_status get_program(clflash_context *c, clflash_source_id source, const char *defines, int sm90a,
+                                  cl_program *out)
 {
     clflash_status st = CLFLASH_SUCCESS;
     clflash_program_entry *e;
@@ -179,16 +198,17 @@ clflash_status clflash_get_program(clflash_context *c, clflash_source_id source,
 
     pthread_mutex_lock(&c->lock);
     for (e = c->programs; e; e = e->next)
-        if (e->source == source && strcmp(e->options, options) == 0)
+        if (e->source == source && e->sm90a == sm90a && strcmp(e->options, options) == 0)
             break;
     if (e) {
         *out = e->program;
     } else if ((e = calloc(1, sizeof *e)) == NULL) {
         st = clflash_fail(CLFLASH_ERROR_OUT_OF_HOST_MEMORY, "allocating a cache entry failed");
-    } else if ((st = build(c, source, options, &e->program)) != CLFLASH_SUCCESS) {
+    } else if ((st = build(c, source, options, sm90a, &e->program)) != CLFLASH_SUCCESS) {
         free(e);
     } else {
         e->source = source;
+        e->sm90a = sm90a;
         e->options = options;
         options = NULL; /* owned by the entry now */
         e->next = c->programs;
@@ -198,6 +218,18 @@ clflash_status clflash_get_program(clflash_context *c, clflash_source_id source,
     pthread_mutex_unlock(&c->lock);
     free(options);
     return st;
+}
+
+clflash_status clflash_get_program(clflash_context *c, clflash_source_id source, const char *defines,
+                                   cl_program *out)
+{
+    return get_program(c, source, defines, 0, out);
+}
+
+clflash_status clflash_get_program_sm90a(clflash_context *c, clflash_source_id source, const char *defines,
+                                         cl_program *out)
+{
+    return get_program(c, source, defines, 1, out);
 }
 
 const char *clflash_context_build_log(const clflash_context *c)
