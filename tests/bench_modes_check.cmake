@@ -1,12 +1,15 @@
-# bench_modes_check.cmake - runs `clflash-bench --features` and `--decode` once at small shapes
-# (JSON) and checks what they printed, and shows that the flash-naive comparison of the forward
-# and of the backward can fail.
+# bench_modes_check.cmake - runs `clflash-bench --features`, `--decode` and `--varlen` once at
+# small shapes and checks what they printed, and shows that the flash-naive comparison of the
+# forward and of the backward can fail.
 #
 #   cmake -DBENCH=<clflash-bench> -P bench_modes_check.cmake
 #
 # --features: every case ran, reports a time and a cost, and counts the visible (query, key) pairs
 # the descriptor's rules leave (batch 2, 2 heads, seq 37, window 5, key lengths 37 and 20; the
 # counts are worked out below). --decode: every seq_k ran and reports a time and K/V bytes.
+# --varlen: the packed call agrees with the separate calls ("check: ok"), both cases report a
+# time, the JSON carries the shape tools/torch_varlen_bench.py reads and the exact pair count, and
+# a bad option is a usage error (exit 2).
 cmake_minimum_required(VERSION 3.19)
 if(NOT DEFINED BENCH)
   message(FATAL_ERROR "bench_modes_check.cmake: -DBENCH=... is required")
@@ -86,6 +89,54 @@ else()
     endif()
   endforeach()
 endif()
+# --varlen at lengths 5, 17, 1 and 33 (56 tokens; a length-1 sequence and one at the longest). The
+# table run must pass its check; the JSON run (causal, backward, GQA 4/2, f16) must count
+# 4 heads * (5*6 + 17*18 + 1*2 + 33*34) / 2 = 2920 visible pairs.
+execute_process(COMMAND "${BENCH}" --varlen --lengths 5,17,1,33 --heads 2 --head-dim 16 --dtype f32
+                        --warmup 0 --min-time 0
+  RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _err)
+message(STATUS "clflash-bench --varlen:\n${_out}\nstderr:\n${_err}")
+if(NOT _rc EQUAL 0 OR NOT _out MATCHES "\ncheck: ok" OR NOT _out MATCHES "\nvarlen / separate: ")
+  string(APPEND _failed "  --varlen: exit ${_rc}, want 0 with 'check: ok' and the varlen / separate ratio\n")
+endif()
+execute_process(COMMAND "${BENCH}" --varlen --json --lengths 5,17,1,33 --heads 4 --heads-kv 2 --head-dim 16
+                        --dtype f16 --causal --backward --warmup 0 --min-time 0
+  RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _err)
+message(STATUS "clflash-bench --varlen --json:\n${_out}\nstderr:\n${_err}")
+string(JSON _pairs ERROR_VARIABLE _jerr GET "${_out}" pairs)
+if(NOT _rc EQUAL 0 OR _jerr)
+  string(APPEND _failed "  --varlen --json: exit ${_rc}, ${_jerr}\n")
+else()
+  string(JSON _nlen LENGTH "${_out}" config lengths)
+  string(JSON _len3 GET "${_out}" config lengths 3)
+  string(JSON _heads_kv GET "${_out}" config heads_kv)
+  string(JSON _causal GET "${_out}" config causal)
+  string(JSON _backward GET "${_out}" config backward)
+  string(JSON _ok GET "${_out}" check ok)
+  if(NOT _nlen EQUAL 4 OR NOT _len3 EQUAL 33 OR NOT _heads_kv EQUAL 2 OR NOT _causal OR NOT _backward
+     OR NOT _pairs EQUAL 2920 OR NOT _ok)
+    string(APPEND _failed "  --varlen --json: lengths ${_nlen} (last ${_len3}), heads_kv ${_heads_kv}, causal "
+                          "${_causal}, backward ${_backward}, pairs ${_pairs} (want 2920), check ok ${_ok}\n")
+  endif()
+  foreach(_case varlen separate)
+    string(JSON _status GET "${_out}" ${_case} status)
+    string(JSON _ms ERROR_VARIABLE _jerr GET "${_out}" ${_case} ms)
+    if(NOT _status MATCHES "^CLFLASH_SUCCESS" OR _jerr OR NOT _ms GREATER 0)
+      string(APPEND _failed "  --varlen --json ${_case}: ${_status}, ms ${_ms}\n")
+    endif()
+  endforeach()
+  string(JSON _calls GET "${_out}" separate calls)
+  string(JSON _ratio GET "${_out}" ratio)
+  if(NOT _calls EQUAL 4 OR NOT _ratio GREATER 0)
+    string(APPEND _failed "  --varlen --json: ${_calls} separate calls (want 4), ratio ${_ratio}\n")
+  endif()
+endif()
+execute_process(COMMAND "${BENCH}" --varlen --lengths 5,0,3
+  RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _err)
+if(NOT _rc EQUAL 2 OR NOT _err MATCHES "--lengths wants")
+  string(APPEND _failed "  --varlen --lengths 5,0,3: exit ${_rc} (want 2 and a usage message): ${_err}\n")
+endif()
+
 # The comparison can fail, forward (O) and backward (dQ, dK, dV) alike: a tolerance below f16's
 # rounding makes the row and the exit status fail with a "mismatch" message, where the default
 # tolerance passes.
@@ -114,4 +165,4 @@ endforeach()
 if(_failed)
   message(FATAL_ERROR "clflash-bench modes:\n${_failed}")
 endif()
-message(STATUS "clflash-bench --features and --decode: every row as expected; both comparisons can fail")
+message(STATUS "clflash-bench --features, --decode and --varlen: every row as expected; both comparisons can fail")

@@ -1,7 +1,7 @@
 /*
  * bench_common.c - the clock, the input data, the context and the back-to-back timing loop that
- * clflash-bench's timing modes share (bench_common.h), written once so that --decode and
- * --features time and fill alike.
+ * clflash-bench's timing modes share (bench_common.h), written once so that --decode, --features
+ * and --varlen time and fill alike.
  */
 #if !defined(_WIN32) && !defined(_POSIX_C_SOURCE)
 #define _POSIX_C_SOURCE 200809L
@@ -62,10 +62,19 @@ clflash_context *bench_open_context(const char *device, const char *build_option
     return c;
 }
 
-double bench_back_to_back(const bench_call *call, double one_call_s, double batch_s, unsigned max_per,
-                          double min_time, unsigned *calls)
+clflash_status bench_enqueue(const bench_call *call, cl_event *done)
 {
-    unsigned per = one_call_s > 0 ? (unsigned)(batch_s / one_call_s) : 100;
+    if (call->d_o != NULL)
+        return clflash_backward(call->c, call->d, call->queue, call->q, call->k, call->v, call->o, call->d_o,
+                                call->lse, call->dq, call->dk, call->dv, 0, NULL, done);
+    return clflash_forward(call->c, call->d, call->queue, call->q, call->k, call->v, call->o, call->lse, 0, NULL,
+                           done);
+}
+
+double bench_back_to_back_set(const bench_call *calls, size_t ncalls, double one_set_s, double batch_s,
+                              unsigned max_per, double min_time, unsigned *sets)
+{
+    unsigned per = one_set_s > 0 ? (unsigned)(batch_s / one_set_s) : 100;
     if (per < 1)
         per = 1;
     if (per > max_per)
@@ -74,21 +83,22 @@ double bench_back_to_back(const bench_call *call, double one_call_s, double batc
     unsigned made = 0;
     while (total < min_time || made < 3 * per) {
         const double t0 = bench_now();
-        for (unsigned i = 0; i < per; i++) {
-            if (call->d_o != NULL)
-                clflash_backward(call->c, call->d, call->queue, call->q, call->k, call->v, call->o, call->d_o,
-                                 call->lse, call->dq, call->dk, call->dv, 0, NULL, NULL);
-            else
-                clflash_forward(call->c, call->d, call->queue, call->q, call->k, call->v, call->o, NULL, 0, NULL,
-                                NULL);
-        }
-        clFinish(call->queue);
+        for (unsigned i = 0; i < per; i++)
+            for (size_t j = 0; j < ncalls; j++)
+                bench_enqueue(&calls[j], NULL);
+        clFinish(calls[0].queue);
         const double t = bench_now() - t0;
         total += t;
         made += per;
         if (t / per < best)
             best = t / per;
     }
-    *calls += made;
+    *sets += made;
     return best;
+}
+
+double bench_back_to_back(const bench_call *call, double one_call_s, double batch_s, unsigned max_per,
+                          double min_time, unsigned *calls)
+{
+    return bench_back_to_back_set(call, 1, one_call_s, batch_s, max_per, min_time, calls);
 }

@@ -1,6 +1,7 @@
 /*
- * bench_common.h - what clflash-bench's timing modes (bench_decode.c, bench_features.c) share: a
- * monotonic clock, deterministic input data and the context they run on.
+ * bench_common.h - what clflash-bench's timing modes (bench_decode.c, bench_features.c,
+ * bench_varlen.c) share: a monotonic clock, deterministic input data, the context they run on and
+ * the back-to-back timing loop.
  */
 #ifndef CLFLASH_BENCH_COMMON_H
 #define CLFLASH_BENCH_COMMON_H
@@ -21,8 +22,8 @@ void bench_fill_random(void *dst, size_t n, clflash_dtype t, uint64_t seed);
  * build options; on failure prints why on stderr and returns NULL. */
 clflash_context *bench_open_context(const char *device, const char *build_options, const char *tuning);
 
-/* One call as the timing modes repeat it: clflash_forward(c, d, queue, q, k, v, o, no lse), or with
- * d_o set clflash_backward(c, d, queue, q, k, v, o, d_o, lse, dq, dk, dv). */
+/* One call as the timing modes repeat it: clflash_forward(c, d, queue, q, k, v, o, lse) (lse NULL for
+ * none), or with d_o set clflash_backward(c, d, queue, q, k, v, o, d_o, lse, dq, dk, dv). */
 typedef struct {
     clflash_context *c;
     const clflash_attention_desc *d;
@@ -37,5 +38,16 @@ typedef struct {
  * Returns the fastest batch's seconds per call and adds the calls made to *calls. */
 double bench_back_to_back(const bench_call *call, double one_call_s, double batch_s, unsigned max_per,
                           double min_time, unsigned *calls);
+
+/* The same for a set of ncalls different calls that together are one unit of work (a batch's
+ * sequences run one call each): each repetition enqueues the whole set in order, and the result
+ * is the fastest batch's seconds per set; one_set_s is one set's time, and *sets counts the sets
+ * made. bench_back_to_back is this with a set of one call. */
+double bench_back_to_back_set(const bench_call *calls, size_t ncalls, double one_set_s, double batch_s,
+                              unsigned max_per, double min_time, unsigned *sets);
+
+/* Enqueues one call (no wait list; *done receives its event unless done is NULL); returns clflash's
+ * status. */
+clflash_status bench_enqueue(const bench_call *call, cl_event *done);
 
 #endif /* CLFLASH_BENCH_COMMON_H */

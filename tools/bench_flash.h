@@ -6,7 +6,7 @@
  * Why several files: the mode parses a command line (bench_options.c), makes deterministic inputs
  * (bench_inputs.c), runs, times and checks the calls (bench_measure.c) and reports them as a table
  * for people or JSON and CSV for scripts (bench_report.c); clflash_bench.c's main ties them
- * together and hands --decode and --features to their own files. Not part of the library.
+ * together and hands --decode, --features and --varlen to their own files. Not part of the library.
  */
 #ifndef CLFLASH_BENCH_FLASH_H
 #define CLFLASH_BENCH_FLASH_H

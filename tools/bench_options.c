@@ -94,6 +94,8 @@ static void print_help(FILE *f)
           "                     see clflash-bench --decode --help\n"
           "  --features         each score feature (causal, window, softcap, ALiBi, bias, key\n"
           "                     lengths) beside the plain call: see clflash-bench --features --help\n"
+          "  --varlen           a variable-length (packed, cu_seqlens) prefill batch against the same\n"
+          "                     sequences as separate calls: see clflash-bench --varlen --help\n"
           "  --version          print the tool's and library's versions\n"
           "  -h, --help         print this help\n"
           "Options take their value as the next argument or after '='. Progress goes to stderr.\n"

@@ -21,6 +21,7 @@
 
 #include "bench_decode.h"
 #include "bench_features.h"
+#include "bench_varlen.h"
 #include "bench_flash.h"
 
 #include <ctype.h>
@@ -131,6 +132,8 @@ int main(int argc, char **argv)
             return bench_decode_main(argc, argv);
         else if (strcmp(argv[i], "--features") == 0)
             return bench_features_main(argc, argv);
+        else if (strcmp(argv[i], "--varlen") == 0)
+            return bench_varlen_main(argc, argv);
     memset(&o, 0, sizeof o);
     o.head_dim = DEFAULT_HEAD_DIM;
     o.dtype = CLFLASH_F32;

@@ -1,5 +1,6 @@
 """The CUDA-event timing that the PyTorch comparison scripts in tools/ share (torch_decode_bench.py,
-torch_features_bench.py, torch_sdpa_backward_bench.py), so that every anchor is timed alike.
+torch_features_bench.py, torch_sdpa_backward_bench.py, torch_varlen_bench.py), so that every anchor
+is timed alike.
 Imported from the script's own folder (Python puts it first on the path)."""
 import torch
 
