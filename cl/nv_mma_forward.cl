@@ -3,8 +3,9 @@
  * ldmatrix, cp.async, shfl.sync), in FlashAttention-2's manner. Chosen by the planner only on
  * NVIDIA devices of compute capability >= 8.0, for fp16 and bf16 storage, any head_dim up to 256
  * and any layout, with every feature of the descriptor (causal, sliding window, softcap, bias, ALiBi,
- * key lengths), GQA, paged KV caches, variable-length batches, lse, any seq_q and seq_k; everything
- * else runs the portable kernels (cl/flash_forward_*.cl), which stay the reference.
+ * key lengths), GQA, paged KV caches, lse, any seq_q and seq_k; everything else runs the portable
+ * kernels (cl/flash_forward_*.cl), which stay the reference. Its variable-length path (below) is
+ * built by the compile matrices but not planned yet (lib/nv_mma_forward_plan.c).
  *
  * Why a separate file: the portable kernel does one local-memory load per FMA and stays near the
  * CUDA-core rate; the tensor cores are an order of magnitude faster and OpenCL reaches them only

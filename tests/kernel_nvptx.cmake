@@ -15,7 +15,7 @@
 # planners (lib/nv_mma_forward_plan.c, nv_mma_backward_plan.c) give the first kernel they would
 # build on an H200 (tests/tuning_table --kernel nv_forward|nv_backward) for prefill, decoding with
 # split parts merged in the launch and packed heads, padded head dims with unaligned rows and every
-# feature, variable-length batches, the backward at head_dims 59 to 256, and the bias gradient (lib/bias_grad.c's one shape): their
+# feature, variable-length batches (built, not planned yet), the backward at head_dims 59 to 256, and the bias gradient (lib/bias_grad.c's one shape): their
 # inline PTX must assemble for sm_80 and sm_90 and their local memory fit 48 KiB. Their spills are
 # printed but do not fail: only NVIDIA's driver builds these kernels for a device, and its compiler
 # allocates their registers otherwise (clang spills the d = 128 prefill at 255 registers where the

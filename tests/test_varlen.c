@@ -240,7 +240,13 @@ START_TEST(varlen_equals_ordinary)
     const vcase v = {P_EQUAL, CLFLASH_F16, 4, 2, 40, CLFLASH_CAUSAL, 0, 0, 0.0f, 0, 1, 0};
     lengths l;
     const vl_spec s = spec_of(&v, &l);
-    clflash_context *ctx = path_context((path_kind)_i);
+    /* portable kernels only, so that the two calls share one (an NVIDIA GPU would give the
+     * ordinary f16 call its tensor cores) */
+    clflash_context_options opt = {.struct_size = sizeof opt};
+    opt.portable_only = 1;
+    if (_i != PATH_DEFAULT)
+        opt.tuning = "portable.cpu_path=0";
+    clflash_context *ctx = test_context(&opt);
     vl_case c;
     ck_assert(vl_case_init(&c, &s, 0, 42) == 0);
     const char *kernel = "?";
