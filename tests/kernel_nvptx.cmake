@@ -28,7 +28,8 @@
 # a kernel without reqd_work_group_size (its size is the host's choice) shows "-".
 #
 #   cmake -DCLANG=<clang 15 or later, or empty> -DLIBCLC=<nvptx64--nvidiacl.bc or empty>
-#         -DPTXAS=<ptxas, or empty> -DTUNING_TABLE=<tests/tuning_table> -DCL_DIR=<cl/>
+#         -DPTXAS=<ptxas, or empty> -DTUNING_TABLE=<tests/tuning_table> -DPTX_SM90A=<tests/ptx_sm90a_rewrite>
+#         -DCL_DIR=<cl/>
 #         -DWORK=<scratch folder> -P kernel_nvptx.cmake
 cmake_minimum_required(VERSION 3.19)
 if(NOT CLANG OR NOT LIBCLC OR NOT EXISTS "${LIBCLC}" OR NOT PTXAS)
@@ -219,6 +220,56 @@ foreach(_case IN LISTS _cases _nv_cases)
       endif()
     endforeach()
   endforeach()
+endforeach()
+# The kernels built through the sm_90a path (lib/sm90a.c): clang's PTX, given the header NVIDIA's
+# OpenCL writes on Hopper and rewritten as the library rewrites it (PTX_SM90A, the tool
+# tests/ptx_sm90a_rewrite.c), must assemble for sm_90a, so that a kernel whose "// sm90a: " lines
+# are not valid sm_90a PTX fails here rather than on a user's H200.
+set(_sm90a_cases
+  "nv-sm90a-probe|nv_sm90a_probe.cl|-cl-std=CL1.2 -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F32 -D CAUSAL=0 -D WINDOW=0 -D SOFTCAP=0 -D BIAS=0 -D ALIBI=0 -D KEYLEN=0 -D KEYLEN_DIAGONAL=0 -D VARLEN=0 -D WITH_LSE=0 -D PAGED=0"
+)
+foreach(_case IN LISTS _sm90a_cases)
+  if(NOT PTX_SM90A)
+    string(APPEND _failed "  the sm_90a cases need PTX_SM90A (tests/ptx_sm90a_rewrite.c)\n")
+    break()
+  endif()
+  kernel_case_source("${_case}" nvptx)
+  separate_arguments(_optlist UNIX_COMMAND "${_opts}")
+  set(_ptx "${WORK}/nvptx_${_name}.ptx")
+  execute_process(COMMAND "${CLANG}" -x cl -target nvptx64-unknown-nvidiacl -O2 -S -Xclang -finclude-default-header
+                          -Xclang -mlink-builtin-bitcode -Xclang "${LIBCLC}" -Wno-linker-warnings
+                          -Xclang -target-cpu -Xclang sm_80 ${_optlist} -o "${_ptx}" "${_src}"
+    RESULT_VARIABLE _rc ERROR_VARIABLE _err OUTPUT_QUIET)
+  if(NOT _rc EQUAL 0)
+    string(APPEND _failed "  ${_name}: clang failed (${_rc}):\n${_err}\n")
+    continue()
+  endif()
+  execute_process(COMMAND "${PTX_SM90A}" --as-nvidia "${_ptx}" "${WORK}/nvptx_${_name}_sm_90a.ptx"
+    RESULT_VARIABLE _rc OUTPUT_VARIABLE _lines ERROR_VARIABLE _err OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(NOT _rc EQUAL 0)
+    string(APPEND _failed "  ${_name}: the sm_90a rewrite failed (${_rc}): ${_err}\n")
+    continue()
+  endif()
+  execute_process(COMMAND "${PTXAS}" -arch=sm_90a -v "${WORK}/nvptx_${_name}_sm_90a.ptx" -o "${WORK}/nvptx_${_name}.cubin"
+    RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _err)
+  string(APPEND _out "${_err}")
+  if(NOT _rc EQUAL 0)
+    string(APPEND _failed "  ${_name} for sm_90a: ptxas failed (${_rc}):\n${_out}\n")
+    continue()
+  endif()
+  string(REGEX MATCH "([0-9]+) bytes spill stores, ([0-9]+) bytes spill loads" _m "${_out}")
+  set(_stores "${CMAKE_MATCH_1}")
+  set(_loads "${CMAKE_MATCH_2}")
+  string(REGEX MATCH "Used ([0-9]+) registers" _m "${_out}")
+  set(_regs "${CMAKE_MATCH_1}")
+  set(_smem 0)
+  if(_out MATCHES "([0-9]+) bytes smem")
+    set(_smem "${CMAKE_MATCH_1}")
+  endif()
+  list(GET _files 0 _kernel)
+  string(REPLACE ".cl" "" _kernel "${_kernel}")
+  string(APPEND _table "| ${_name} | ${_kernel} (${_lines} sm_90a) | sm_90a | - | ${_regs} | ${_stores} | ${_loads} | ${_smem} "
+                       "| - | - |\n")
 endforeach()
 message("| case | kernel | target | tiles | registers | spill stores (bytes) | spill loads (bytes) | shared memory (bytes) "
         "| work-group | warps/SM (limited by) |\n|---|---|---|---|---|---|---|---|---|---|\n${_table}")
