@@ -6,9 +6,11 @@
  * every work-group B rows, so a decoding step (one query, a few GQA heads) computes dozens of
  * padding rows per useful one and reads K and V once per query head. Here one work-item (the
  * work-group is one work-item: PoCL runs it as a plain function on one thread) owns DEC_ROWS rows
- * of one (batch, K/V head): the packed rows of common.cl, query r / PACK of head h0 + r % PACK, so
- * all heads of a GQA group share it. It streams its keys straight from global memory in order
- * (a CPU's prefetchers and caches do what local tiles do on a GPU), DEC_KEYS keys at a time:
+ * of DEC_KV_HEADS consecutive K/V heads of one batch entry: the packed rows of common.cl, query
+ * r / PACK of head h0 + r % PACK (PACK = the GQA group times DEC_KV_HEADS), so all heads of a GQA
+ * group share it. It streams its keys straight from global memory in order (a CPU's prefetchers
+ * and caches do what local tiles do on a GPU), DEC_KEYS keys at a time, and for each key the rows
+ * of its K/V heads one head after another:
  *   scores    each float8 of a key row is loaded (and converted to fp32) once and multiplied with
  *             every row's Q, held pre-scaled in fp32 (float8 fused multiply-adds along head_dim);
  *   softmax   the online update per row over the chunk, 8 keys per vector: one rescale of O and l
@@ -16,7 +18,13 @@
  *   P V       column by column (float8) over the chunk's value rows, each loaded once for every
  *             row, with the rows' O in registers.
  * No local memory and no barrier. Split-KV (SPLIT) and the parts it writes are common.cl's
- * split_part; the grid is (row blocks x n_splits, heads_kv, batch).
+ * split_part; the grid is (row blocks x n_splits, heads_kv / DEC_KV_HEADS, batch).
+ *
+ * DEC_KV_HEADS > 1 is for caches whose heads lie side by side within each key (token-major, as
+ * [batch][seq][heads][d] or pages of [slot][head][d]): one K/V head's consecutive keys are then
+ * heads x d elements apart, a stride a CPU's prefetchers do not follow across pages (on PoCL, two
+ * cores: 6 GB/s against 15 for the same cache head-major), while the key's rows of every head
+ * together are one contiguous run, read here in order. DEC_KV_HEADS = 1 is the one-head work-item.
  *
  * The rules are the portable kernel's: visible_keys per row (causal, window and key lengths, all
  * bottom-right), the key range of the whole block skipped outside, scores in log2 units (the host
@@ -25,8 +33,9 @@
  * O = 0 and lse = -INFINITY, a key a row does not see adds nothing (p = 0 skips it), O times
  * out_scale (int8's V scale) in the output type.
  *
- * Defines: HEAD_DIM, DEC_ROWS (rows per work-item), DEC_KEYS (keys per chunk), PACK (the GQA group
- * or 1), the storage types and the feature switches of common.cl (VARLEN included), WITH_LSE, SPLIT.
+ * Defines: HEAD_DIM, DEC_ROWS (rows per work-item, a multiple of PACK), DEC_KEYS (keys per chunk),
+ * DEC_KV_HEADS (K/V heads per work-item), PACK (the GQA group times DEC_KV_HEADS), the storage types
+ * and the feature switches of common.cl (VARLEN included), WITH_LSE, SPLIT.
  */
 #ifndef SPLIT
 #error "a forward kernel is built with SPLIT and PACK (lib/dispatch_util.c, clflash_forward_defines)"
@@ -34,6 +43,18 @@
 
 #define HD8 ((HEAD_DIM + 7) / 8)
 #define DEC_KEYS8 ((DEC_KEYS + 7) / 8)
+#if !defined(DEC_KV_HEADS) || PACK % DEC_KV_HEADS != 0 || DEC_ROWS % PACK != 0
+#error "DEC_KV_HEADS divides PACK, and DEC_ROWS is a multiple of PACK (lib/cpu_decode_plan.c)"
+#endif
+#define HEAD_ROWS (DEC_ROWS / DEC_KV_HEADS) /* the rows of one K/V head */
+#define GROUP_ROWS (PACK / DEC_KV_HEADS)    /* ... of one query: its GQA group */
+
+/* Row i of K/V head u's rows (i < HEAD_ROWS): query i / GROUP_ROWS, head u * GROUP_ROWS + i %
+ * GROUP_ROWS of the packed heads (with one K/V head, row i itself). */
+static inline uint head_row(uint u, uint i)
+{
+    return i / GROUP_ROWS * PACK + u * GROUP_ROWS + i % GROUP_ROWS;
+}
 
 /* Elements 8 c8 .. 8 c8 + 7 of the row at `at` of Q, K or V as fp32 (zeros past HEAD_DIM): one
  * vector load where the storage type has one, else element by element through load_g. */
@@ -59,6 +80,7 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void flash_decode_cpu(FO
     const uint b = get_group_id(2);
     uint h0, hk;
     group_heads(group, &h0, &hk);
+    hk = h0 / group; /* the first of the DEC_KV_HEADS K/V heads */
     /* the entry's queries and keys: n_q from packed row q_first, n_k from k_first (common.cl's
      * seq_span; seq_q and seq_k, from row 0, without VARLEN) */
     uint q_first, k_first;
@@ -118,8 +140,11 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void flash_decode_cpu(FO
         for (uint c8 = 0; c8 < HD8; c8++)
             acc[r][c8] = (float8)(0.0f);
     }
-    const ulong kbase = kv_head_base(k_off, k_bs, k_hs, b, hk) + (ulong)k_first * k_ss;
-    const ulong vbase = kv_head_base(v_off, v_bs, v_hs, b, hk) + (ulong)k_first * v_ss;
+    ulong kbase[DEC_KV_HEADS], vbase[DEC_KV_HEADS];
+    for (uint u = 0; u < DEC_KV_HEADS; u++) {
+        kbase[u] = kv_head_base(k_off, k_bs, k_hs, b, hk + u) + (ulong)k_first * k_ss;
+        vbase[u] = kv_head_base(v_off, v_bs, v_hs, b, hk + u) + (ulong)k_first * v_ss;
+    }
     __global const int *const pages = kv_page_row(block_table, pages_per_seq, b);
 
     for (uint k0 = key_begin; k0 < key_end; k0 += DEC_KEYS) {
@@ -128,50 +153,53 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void flash_decode_cpu(FO
         for (uint r = 0; r < DEC_ROWS; r++)
             for (uint j = n; j < DEC_KEYS8 * 8; j++)
                 s[r][j] = -INFINITY;
-        /* scores: each K element is loaded once, into a register, for every row */
+        /* scores: each K element is loaded once, into a register, for every row of its head */
         for (uint j = 0; j < n; j++) {
             const uint key = k0 + j;
-            const ulong at = kv_row(kbase, k_bs, k_ss, pages, num_pages, key);
-            /* two accumulators per row (even and odd float8s), unrolled over the rows, so that the
-             * chains of dependent multiply-adds are short and live in registers */
-            float8 d8[DEC_ROWS], e8[DEC_ROWS];
+            for (uint u = 0; u < DEC_KV_HEADS; u++) {
+                const ulong at = kv_row(kbase[u], k_bs, k_ss, pages, num_pages, key);
+                /* two accumulators per row (even and odd float8s), unrolled over the rows, so that the
+                 * chains of dependent multiply-adds are short and live in registers */
+                float8 d8[HEAD_ROWS], e8[HEAD_ROWS];
 #pragma unroll
-            for (uint r = 0; r < DEC_ROWS; r++)
-                d8[r] = e8[r] = (float8)(0.0f);
-            for (uint c8 = 0; c8 + 1 < HD8; c8 += 2) {
-                const float8 k8 = load8(k, at, c8), k9 = load8(k, at, c8 + 1);
+                for (uint i = 0; i < HEAD_ROWS; i++)
+                    d8[i] = e8[i] = (float8)(0.0f);
+                for (uint c8 = 0; c8 + 1 < HD8; c8 += 2) {
+                    const float8 k8 = load8(k, at, c8), k9 = load8(k, at, c8 + 1);
 #pragma unroll
-                for (uint r = 0; r < DEC_ROWS; r++) {
-                    d8[r] = fma(qr[r][c8], k8, d8[r]);
-                    e8[r] = fma(qr[r][c8 + 1], k9, e8[r]);
+                    for (uint i = 0; i < HEAD_ROWS; i++) {
+                        d8[i] = fma(qr[head_row(u, i)][c8], k8, d8[i]);
+                        e8[i] = fma(qr[head_row(u, i)][c8 + 1], k9, e8[i]);
+                    }
                 }
-            }
 #if HD8 % 2
-            {
-                const float8 k8 = load8(k, at, HD8 - 1);
+                {
+                    const float8 k8 = load8(k, at, HD8 - 1);
 #pragma unroll
-                for (uint r = 0; r < DEC_ROWS; r++)
-                    d8[r] = fma(qr[r][HD8 - 1], k8, d8[r]);
-            }
+                    for (uint i = 0; i < HEAD_ROWS; i++)
+                        d8[i] = fma(qr[head_row(u, i)][HD8 - 1], k8, d8[i]);
+                }
 #endif
 #pragma unroll
-            for (uint r = 0; r < DEC_ROWS; r++) {
-                const float8 t8 = d8[r] + e8[r];
-                const float4 d4 = t8.lo + t8.hi;
-                const float dot = (d4.x + d4.y) + (d4.z + d4.w);
-                const bool visible = (long)key >= lo_r[r] && (long)key < hi_r[r];
+                for (uint i = 0; i < HEAD_ROWS; i++) {
+                    const uint r = head_row(u, i);
+                    const float8 t8 = d8[i] + e8[i];
+                    const float4 d4 = t8.lo + t8.hi;
+                    const float dot = (d4.x + d4.y) + (d4.z + d4.w);
+                    const bool visible = (long)key >= lo_r[r] && (long)key < hi_r[r];
 #if SOFTCAP || BIAS || ALIBI
 #if BIAS
-                const float bias_v = visible ? bias[bias_row[r] + key] : 0.0f;
+                    const float bias_v = visible ? bias[bias_row[r] + key] : 0.0f;
 #else
-                const float bias_v = 0.0f;
+                    const float bias_v = 0.0f;
 #endif
-                const float x =
-                    transform_score(dot, softcap, bias_v, slope_r[r], qi_r[r], key, n_q, diag_k) * M_LOG2E_F;
+                    const float x =
+                        transform_score(dot, softcap, bias_v, slope_r[r], qi_r[r], key, n_q, diag_k) * M_LOG2E_F;
 #else
-                const float x = dot; /* score_scale, already in Q, includes log2(e) */
+                    const float x = dot; /* score_scale, already in Q, includes log2(e) */
 #endif
-                s[r][j] = visible ? x : -INFINITY;
+                    s[r][j] = visible ? x : -INFINITY;
+                }
             }
         }
         for (uint r = 0; r < DEC_ROWS; r++) {
@@ -204,19 +232,23 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void flash_decode_cpu(FO
          * row sees entirely, where a p that underflowed to 0 still multiplies its V. */
         const bool full = (long)k0 >= max_lo && (long)(k0 + n) <= min_hi;
         for (uint j = 0; j < n; j++) {
-            const ulong at = kv_row(vbase, v_bs, v_ss, pages, num_pages, k0 + j);
-            float p[DEC_ROWS];
-            int skip[DEC_ROWS];
+            for (uint u = 0; u < DEC_KV_HEADS; u++) {
+                const ulong at = kv_row(vbase[u], v_bs, v_ss, pages, num_pages, k0 + j);
+                float p[HEAD_ROWS];
+                int skip[HEAD_ROWS];
 #pragma unroll
-            for (uint r = 0; r < DEC_ROWS; r++) {
-                p[r] = s[r][j];
-                skip[r] = !full && p[r] == 0.0f;
-            }
-            for (uint c8 = 0; c8 < HD8; c8++) {
-                const float8 v8 = load8(v, at, c8);
+                for (uint i = 0; i < HEAD_ROWS; i++) {
+                    p[i] = s[head_row(u, i)][j];
+                    skip[i] = !full && p[i] == 0.0f;
+                }
+                for (uint c8 = 0; c8 < HD8; c8++) {
+                    const float8 v8 = load8(v, at, c8);
 #pragma unroll
-                for (uint r = 0; r < DEC_ROWS; r++)
-                    acc[r][c8] = skip[r] ? acc[r][c8] : fma((float8)(p[r]), v8, acc[r][c8]);
+                    for (uint i = 0; i < HEAD_ROWS; i++) {
+                        const uint r = head_row(u, i);
+                        acc[r][c8] = skip[i] ? acc[r][c8] : fma((float8)(p[i]), v8, acc[r][c8]);
+                    }
+                }
             }
         }
     }

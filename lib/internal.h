@@ -569,6 +569,9 @@ CLFLASH_INTERNAL clflash_status clflash_plan_flash(clflash_context *c, const clf
 #define CLFLASH_DECODE_MAX_ROWS 16u
 /* 1 if p has few enough rows per K/V head for it (the caller checks the device takes the CPU path). */
 CLFLASH_INTERNAL int clflash_cpu_decode_applies(const clflash_problem *p);
+/* 1 if K and V are token-major (the heads of a key side by side: head stride below seq stride) and
+ * there is more than one K/V head; the kernel then takes several heads per work-item. */
+CLFLASH_INTERNAL int clflash_kv_token_major(const clflash_problem *p);
 /* Plans and builds it with B = block keys per chunk (the CPU path's B). */
 CLFLASH_INTERNAL clflash_status clflash_plan_cpu_decode(clflash_context *c, const clflash_problem *p, int with_lse,
                                                         uint32_t block, clflash_flash_kernel *out);

@@ -32,7 +32,7 @@
 #define MAX_ENTRIES 256
 
 typedef struct {
-    uint32_t w[17];
+    uint32_t w[18];
     clflash_tune_values tune; /* the tuning settings for the call (tuning_params.c), unset values 0 */
 } plan_key;
 
@@ -70,6 +70,7 @@ static void make_key(const clflash_problem *p, int with_lse, plan_key *k)
               clflash_aligned8(&p->o) << 3;
     k->w[15] = p->page_size; /* 0 without a paged KV cache */
     k->w[16] = (uint32_t)p->varlen; /* a variable-length batch builds the kernels with VARLEN=1 */
+    k->w[17] = (uint32_t)clflash_kv_token_major(p); /* the CPU decoding kernel takes whole key slots */
     k->tune = p->tune; /* clflash_tune_resolve zeroes what is unset */
 }
 

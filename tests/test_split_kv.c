@@ -103,6 +103,51 @@ START_TEST(fixed_splits_batch_independent)
 }
 END_TEST
 
+/* Token-major K and V ([batch][seq][heads][d], the heads of a key side by side): on a CPU the
+ * decoding kernel takes every K/V head of a sequence in one work-item (packed_heads = heads_q) and
+ * reads whole key slots. Checked against the reference on every path, with the planner's parts and
+ * with forced ones, at odd shapes: three K/V heads, MHA, several queries with causal and a window,
+ * a head_dim that is not a multiple of 8, one key. */
+static const struct {
+    uint32_t batch, hq, hkv, sq, sk, d, flags, splits;
+    clflash_dtype t;
+    int window;
+} token_major_cases[] = {
+    {2, 12, 3, 1, 301, 40, 0, 0, CLFLASH_F32, 0},
+    {1, 8, 8, 2, 77, 64, CLFLASH_CAUSAL, 3, CLFLASH_F16, 0},
+    {3, 6, 2, 3, 129, 21, CLFLASH_CAUSAL | CLFLASH_WINDOW, 0, CLFLASH_F16, 1},
+    {1, 4, 2, 1, 1, 16, 0, 0, CLFLASH_F32, 0},
+};
+
+START_TEST(token_major_decode)
+{
+    const __typeof__(token_major_cases[0]) *tc = &token_major_cases[_i / N_PATHS];
+    clflash_context *c = path_context((path_kind)(_i % N_PATHS));
+    clflash_attention_desc d = th_desc(tc->batch, tc->hq, tc->hkv, tc->sq, tc->sk, tc->d, tc->t, tc->flags);
+    const uint64_t hd = tc->d;
+    d.q = d.o = (clflash_layout){0, (uint64_t)tc->sq * tc->hq * hd, hd, tc->hq * hd};
+    d.k = d.v = (clflash_layout){0, (uint64_t)tc->sk * tc->hkv * hd, hd, tc->hkv * hd};
+    d.num_splits = tc->splits;
+    if (tc->window)
+        d.window_left = 50;
+    clflash_plan p = {.struct_size = sizeof p};
+    ck_assert_int_eq(clflash_plan_attention(c, &d, &p), CLFLASH_SUCCESS);
+    if (strcmp(p.kernel, "flash_decode_cpu") == 0) /* all K/V heads of a sequence in one work-item */
+        ck_assert_uint_eq(p.packed_heads, tc->hq);
+    th_case t;
+    char what[200], msg[2400];
+    th_desc_str(&d, what, sizeof what);
+    ck_assert_int_eq(th_case_init(&t, &d, 900 + (uint64_t)_i), 0);
+    th_case_reference(&t);
+    const clflash_status st = th_run_device(c, &t, TH_FLASH, 1, NULL);
+    ck_assert_msg(st == CLFLASH_SUCCESS, "%s: %s (%s)", what, clflash_status_string(st), clflash_last_error_detail());
+    ck_assert_msg(th_check(&t, 1, REF_PATH_FLASH, msg, sizeof msg) == 0, "%s token-major (%s): %s", what, p.kernel,
+                  msg);
+    th_case_free(&t);
+    clflash_context_free(c);
+}
+END_TEST
+
 START_TEST(plan_reports_splits_and_packing)
 {
     clflash_context *c = path_context(PATH_REGTILE);
@@ -158,6 +203,7 @@ int main(void)
     tcase_add_loop_test(tc, forced_splits, 0, N_PATHS * N_OF(shapes) * N_OF(split_counts));
     tcase_add_loop_test(tc, ragged_lengths, 0, 2 * N_PATHS);
     tcase_add_loop_test(tc, fixed_splits_batch_independent, 0, N_PATHS);
+    tcase_add_loop_test(tc, token_major_decode, 0, N_PATHS * (int)N_OF(token_major_cases));
     tcase_add_test(tc, plan_reports_splits_and_packing);
     tcase_add_test(tc, num_splits_validation);
     suite_add_tcase(s, tc);

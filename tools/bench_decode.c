@@ -32,6 +32,7 @@ typedef struct {
     uint32_t batch, heads_q, heads_kv, seq_q, head_dim, splits;
     uint32_t page_size; /* 0: contiguous K and V; else a paged cache of such pages */
     int head_major;     /* the pool's pages [head][slot][d] rather than [slot][head][d] */
+    int token_major;    /* contiguous K and V [batch][seq][heads][d] rather than [batch][heads][seq][d] */
     uint32_t seq_k[MAX_SEQS];
     size_t nseq;
     clflash_dtype dtype;
@@ -79,6 +80,8 @@ static void help(FILE *f)
           "                     sequence scattered over the pool in a shuffled order\n"
           "  --page-layout L    slot (default: pages [slot][head][head_dim], FlashAttention's and\n"
           "                     vLLM's) or head ([head][slot][head_dim])\n"
+          "  --kv-layout L      contiguous K and V: head (default, [batch][heads][seq][head_dim]) or\n"
+          "                     token ([batch][seq][heads][head_dim], FlashAttention's)\n"
           "  --device STR       as clflash-bench --device\n"
           "  --build-options S  extra OpenCL build options for clflash's kernels\n"
           "  --tune SPEC        tuning settings (clflash_context_options.tuning), as clflash-bench --tune\n"
@@ -103,7 +106,8 @@ static int parse(int argc, char **argv, decode_options *o)
     static const char *const flags[] = {"--decode", "--causal", "--ragged", "--json", NULL};
     static const char *const valued[] = {"--batch", "--heads-q", "--heads-kv", "--seq-q", "--seq-k",
                                          "--head-dim", "--dtype", "--splits", "--device", "--build-options", "--tune",
-                                         "--warmup", "--min-time", "--page-size", "--page-layout", NULL};
+                                         "--warmup", "--min-time", "--page-size", "--page-layout", "--kv-layout",
+                                         NULL};
     for (int i = 1; i < argc; i++) {
         const char *name, *val;
         uint64_t v = 0;
@@ -130,6 +134,10 @@ static int parse(int argc, char **argv, decode_options *o)
             if (strcmp(val, "slot") != 0 && strcmp(val, "head") != 0)
                 return usage_error("--page-layout wants slot or head, not '%s'", val);
             o->head_major = strcmp(val, "head") == 0;
+        } else if (strcmp(name, "--kv-layout") == 0) {
+            if (strcmp(val, "token") != 0 && strcmp(val, "head") != 0)
+                return usage_error("--kv-layout wants head or token, not '%s'", val);
+            o->token_major = strcmp(val, "token") == 0;
         } else if (strcmp(name, "--device") == 0) {
             o->device = val;
         } else if (strcmp(name, "--build-options") == 0) {
@@ -321,6 +329,10 @@ static void run_shape(clflash_context *c, cl_command_queue prof, const decode_op
     }
     if (o->ragged)
         d.key_lengths = lb;
+    if (o->token_major && !o->page_size) { /* [batch][seq][heads][d] */
+        const uint64_t hd = o->head_dim, hk = o->heads_kv;
+        d.k = d.v = (clflash_layout){0, seq_k * hk * hd, hd, hk * hd};
+    }
     if (o->page_size) {
         d.block_table = tb;
         d.page_size = o->page_size;
@@ -416,7 +428,7 @@ done:
 
 int bench_decode_main(int argc, char **argv)
 {
-    decode_options o = {1, 32, 8, 1, 128, 0, 0, 0, {4096, 32768, 131072}, 3, CLFLASH_F16, 0, 0, 0, NULL, NULL, NULL, 5,
+    decode_options o = {1, 32, 8, 1, 128, 0, 0, 0, 0, {4096, 32768, 131072}, 3, CLFLASH_F16, 0, 0, 0, NULL, NULL, NULL, 5,
                         1.0};
     int rc = parse(argc, argv, &o);
     if (rc >= 0)
@@ -482,6 +494,8 @@ int bench_decode_main(int argc, char **argv)
         json_u64(&w, "page_size", o.page_size);
         if (o.page_size)
             json_str(&w, "page_layout", o.head_major ? "head" : "slot");
+        else
+            json_str(&w, "kv_layout", o.token_major ? "token" : "head");
         json_close(&w, '}');
         json_open(&w, "rows", '[');
         for (size_t i = 0; i < o.nseq; i++) {
@@ -518,6 +532,8 @@ int bench_decode_main(int argc, char **argv)
                o.splits);
         if (o.page_size)
             printf(", paged: %u-key pages, %s-major", o.page_size, o.head_major ? "head" : "slot");
+        else
+            printf(", %s-major K/V", o.token_major ? "token" : "head");
         printf("\n");
         printf("copy bandwidth %.1f GB/s (read + written)", copy);
         if (host_read > 0)
