@@ -145,7 +145,7 @@ static clflash_status run_call(ring_run *R, ring_query *rq, const ring_call *c, 
         return ring_fail(err, "copying a partial lse at step %d: %d", step, err);
     if (last) {
         clflash_merge_desc m = merge_desc(R, rq, 2, CLFLASH_F32, t);
-        m.o = a.o = ring_layout_rows(&R->d->o, R->g->heads_q, R->d->seq_local, R->g->head_dim, rq->q.row);
+        m.o = ring_layout_rows(&R->d->o, R->g->heads_q, R->d->seq_local, R->g->head_dim, rq->q.row);
         CL_TRY("clflash_merge_states (the result)",
                clflash_merge_states(R->ctx, &m, R->cq, ao, al, R->o, final_lse(R), 0, NULL, NULL));
         return copy_lse_rows(R, rq);
