@@ -1,0 +1,158 @@
+/*
+ * clflash_mpi.h - exact ring (context-parallel) attention over MPI, an optional component of
+ * clflash (library clflash_mpi, built when CMake finds MPI).
+ *
+ * Why this header exists: a sequence too long for one device's memory or time is split across the
+ * ranks of an MPI communicator. Each rank holds a shard of the sequence's Q, K and V; the K/V shards
+ * travel around the ring of ranks, and each rank merges the partial results of its own queries
+ * against every shard through their log-sum-exps. The result is single-device attention over the
+ * whole sequence, up to rounding. The component is a client of clflash.h's public API only
+ * (clflash_forward with lse, clflash_merge_states); it adds MPI and the ring on top.
+ *
+ * Conventions are those of clflash.h: statuses (0 success, OpenCL's negative codes passed through,
+ * clflash's own from -2000 down, this component's from -2100 down), struct_size (the ABI rule at the
+ * top of clflash.h applies to clflash_ring_desc unchanged), shapes and strides in elements.
+ *
+ * How tokens map to ranks (the whole sequence has seq_total tokens, positions 0 .. seq_total - 1;
+ * the communicator has P ranks; rows are the seq dimension of each rank's shard tensors):
+ *  - CLFLASH_RING_CONTIGUOUS: rank r holds positions seq_offset .. seq_offset + seq_local - 1 of
+ *    the whole sequence, in order, as rows 0 .. seq_local - 1. Shards may have any sizes (each at
+ *    least 1 token) and may be given to the ranks in any order, but together they must cover every
+ *    position exactly once. The usual choice is rank order: rank r's seq_offset is the sum of the
+ *    seq_local of the ranks below it.
+ *  - CLFLASH_RING_ZIGZAG (causal load balance): the sequence is cut into 2P chunks of
+ *    c = seq_total / (2P) tokens (seq_total must be a multiple of 2P); rank r holds chunk r
+ *    (positions r*c .. r*c + c - 1) as rows 0 .. c - 1 and chunk 2P-1-r (positions
+ *    (2P-1-r)*c .. (2P-r)*c - 1) as rows c .. 2c - 1, so seq_local = 2c and seq_offset = 0. Under
+ *    causal masking every rank then has the same number of visible (query, key) pairs.
+ * The layouts of the shard tensors are ordinary clflash_layouts over seq_local rows, so a caller
+ * that keeps [batch][seq][heads][head_dim] shards passes those strides, as for clflash_forward.
+ *
+ * Thread rule: as for MPI itself. A call is collective over its communicator: every rank of the
+ * communicator must call it with matching descriptors, and calls on one communicator must be made
+ * in the same order on every rank. The calling thread makes every MPI call (MPI_THREAD_SINGLE
+ * suffices when only that thread uses MPI). The call duplicates the communicator for its own
+ * messages, so it never receives a message meant for the caller.
+ */
+#ifndef CLFLASH_MPI_H
+#define CLFLASH_MPI_H
+
+#include "clflash.h"
+
+#include <mpi.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* This component's own statuses (clflash_ring_status_string knows them and clflash's). */
+#define CLFLASH_RING_ERROR_MPI (-2100) /* an MPI call returned an error */
+
+/* Token-to-rank mappings of clflash_ring_desc.mapping; see the top of this header. */
+typedef enum { CLFLASH_RING_CONTIGUOUS = 0, CLFLASH_RING_ZIGZAG = 1 } clflash_ring_mapping;
+
+/* One rank's part of a ring attention call. Set struct_size (see the top of clflash.h); zero keeps
+ * a field at its default. The fields marked "same on every rank" are compared across the
+ * communicator before anything is enqueued. */
+typedef struct {
+    uint32_t struct_size; /* sizeof(clflash_ring_desc) */
+    uint32_t batch;       /* same on every rank; 1 .. CLFLASH_MAX_BATCH */
+    uint32_t heads_q;     /* same on every rank; 1 .. CLFLASH_MAX_HEADS */
+    uint32_t heads_kv;    /* same on every rank; 0 = heads_q; else must divide heads_q (GQA/MQA) */
+    uint32_t head_dim;    /* same on every rank; 1 .. CLFLASH_MAX_HEAD_DIM */
+    clflash_dtype dtype;  /* same on every rank; CLFLASH_F32, CLFLASH_F16 or CLFLASH_BF16: storage of
+                             Q, K, V, O (and of the K/V shards on the wire); math is fp32 */
+    float scale;          /* same on every rank; 0 = 1/sqrt(head_dim); must be finite */
+    uint32_t flags;       /* same on every rank; 0 or CLFLASH_CAUSAL, applied to the positions in
+                             the whole sequence: query position p sees key position p' iff p' <= p */
+    uint32_t block;       /* this rank's B for clflash_forward: 0 = the planner's (may differ
+                             between ranks, as their devices may) */
+    uint32_t mapping;     /* same on every rank; a clflash_ring_mapping (0 = CLFLASH_RING_CONTIGUOUS) */
+    uint32_t seq_local;   /* rows of this rank's shard: 1 .. CLFLASH_MAX_SEQ_Q */
+    uint64_t seq_offset;  /* CONTIGUOUS: the position of this shard's first token in the whole
+                             sequence; ZIGZAG: must be 0 */
+    uint64_t seq_total;   /* tokens of the whole sequence, a check: 0 = not given; a nonzero value
+                             (on any rank) must equal the sum of every rank's seq_local */
+    clflash_layout q, k, v, o; /* this rank's shard tensors, [batch][heads][seq_local][head_dim] as
+                                  clflash_layout says (heads = heads_q for Q and O, heads_kv for K, V) */
+} clflash_ring_desc;
+
+/* Attention of every rank's queries against the whole sequence's keys and values, for a sequence
+ * sharded over the ranks of comm as d->mapping says. Collective: every rank of comm calls it.
+ *
+ * Arguments: ctx, this rank's clflash context (its device and its queue, on which the kernels run);
+ * comm, the communicator of the ring (its rank order is the ring's order; rank r receives shards
+ * from rank r - 1 and sends to rank r + 1, modulo its size); d, this rank's descriptor; q, k, v,
+ * buffers of ctx holding this rank's shard of Q, K, V in d->dtype and the layouts d->q, d->k, d->v;
+ * o, a buffer of ctx that receives this rank's rows of the result in d->dtype and layout d->o (its
+ * gaps are never written); lse, NULL or a float buffer of ctx of at least batch * heads_q *
+ * seq_local floats that receives float[batch][heads_q][seq_local], the natural-log sum of
+ * exp(scaled scores) of each of this rank's query rows over every key of the whole sequence it
+ * sees. q, k, v are only read. o must not be the same buffer as q, k or v, and lse must be a buffer
+ * of its own.
+ *
+ * How: P steps. At step s the rank holds the K/V shard of rank (r - s) mod P (its own at step 0)
+ * and runs clflash_forward with lse of its queries against it, one call per query chunk (one for a
+ * contiguous shard, two for a zigzag shard) with the causal rule expressed through the global
+ * positions: a key chunk entirely in the query chunk's future is skipped, one entirely in its past
+ * is attended without a mask, and a chunk on the diagonal takes CLFLASH_CAUSAL (bottom-right
+ * aligned, which the zigzag chunks' equal sizes make exact). Each partial result is converted to
+ * fp32 (exactly) and merged into an fp32 running (O, lse) by clflash_merge_states; the last merge
+ * writes o (and lse) in the storage type. While step s computes, the next shard travels: the shard
+ * in host memory is sent to rank r + 1 with MPI_Isend while MPI_Irecv takes the next one from
+ * r - 1 into a second host buffer; the calling thread drives MPI (MPI_Waitall) while the device
+ * computes, then writes the received shard to the second of two device buffers on a queue of its
+ * own, which the next step's kernels wait for (OpenCL events). The own shard is read from the
+ * device once, at step 0, while step 0 computes.
+ *
+ * Exactness: with F32 storage the result differs from one clflash_forward over the whole sequence
+ * only by fp32 rounding. With F16 or BF16 each step's partial O is rounded once to the storage type
+ * (clflash_forward writes O in it) before the fp32 merge, so the error is at most about two
+ * roundings of the storage type. Deterministic for a fixed rank count and mapping.
+ *
+ * The call returns when o and lse are written (it waits for its kernels). It allocates, per call,
+ * device and host memory for two K/V shards (of the largest rank's size) and fp32 running results
+ * four times the size of this rank's O, and releases them before returning.
+ *
+ * Checks, before anything is enqueued: first each rank's own (NULL arguments, struct_size, ranges,
+ * buffers that are not buffers of ctx or are too small for their layouts), then, collectively
+ * (MPI_Allgather), the fields marked "same on every rank" and the mapping's rules. Every rank
+ * returns the same status: the first failing rank's, in rank order (clflash_ring_last_error_detail
+ * names the rank and the field). Then each rank plans its calls (clflash_plan_attention), and a
+ * second collective makes every rank return the same status again if one of them fails.
+ *
+ * Returns: CLFLASH_SUCCESS; CLFLASH_ERROR_INVALID_ARGUMENT (comm MPI_COMM_NULL, or MPI not
+ * initialised or already finalised: these two return on the calling rank at once, without
+ * communicating, since there is no communicator to agree on; NULL ctx, d, q, k, v or o,
+ * a struct_size out of range, a buffer not of ctx, o the same buffer as q, k or v, lse the same as
+ * any other); CLFLASH_ERROR_UNSUPPORTED (fields of a newer version set; CLFLASH_WINDOW or
+ * CLFLASH_ALIGN_TO_KEY_LENGTH); CLFLASH_ERROR_INVALID_SHAPE (a dimension 0 or above its limit,
+ * heads_kv not dividing heads_q, ranks that disagree on batch, heads or head_dim, a seq_total that is
+ * not the shards' sum, shards
+ * that do not cover the sequence exactly once, a zigzag sequence that is not a multiple of 2P or a
+ * zigzag shard that is not 2 * seq_total / (2P) rows); CLFLASH_ERROR_INVALID_DTYPE (not F32, F16,
+ * BF16, or ranks that disagree); CLFLASH_ERROR_INVALID_SCALE (not finite, or ranks that disagree);
+ * CLFLASH_ERROR_INVALID_FLAGS (unknown bits, an unknown mapping, or ranks that disagree on either);
+ * CLFLASH_ERROR_HEAD_DIM_UNSUPPORTED; CLFLASH_ERROR_BUFFER_TOO_SMALL; the planner's statuses
+ * (CLFLASH_ERROR_INVALID_LAYOUT, CLFLASH_ERROR_TILE_TOO_LARGE, CLFLASH_ERROR_BUILD_FAILED, ...);
+ * CLFLASH_ERROR_OUT_OF_HOST_MEMORY; CLFLASH_RING_ERROR_MPI; or an OpenCL error. Errors found
+ * before the ring starts enqueue nothing and write no caller buffer. If a call fails during the ring
+ * (an OpenCL enqueue or a kernel), the failing rank stops computing but keeps passing shards so that
+ * no rank blocks, every rank returns the first failing rank's status, and o and lse may have been
+ * partly written. */
+CLFLASH_API clflash_status clflash_ring_forward(clflash_context *ctx, MPI_Comm comm, const clflash_ring_desc *d,
+                                                cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse);
+
+/* The message of a status: this component's own, else clflash_status_string's. Never NULL. */
+CLFLASH_API const char *clflash_ring_status_string(clflash_status s);
+
+/* One sentence about the last failure of a clflash_ring_* call made by the calling thread
+ * ("" if it succeeded): for a collective failure, which rank failed and why (for example
+ * "rank 1: heads_q is 5, rank 0's is 4"). Valid until the thread's next clflash_ring_* call. */
+CLFLASH_API const char *clflash_ring_last_error_detail(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CLFLASH_MPI_H */

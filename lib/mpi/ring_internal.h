@@ -1,0 +1,121 @@
+/*
+ * ring_internal.h - what the files of the MPI ring component share: the ring's geometry (every
+ * rank's shard as chunks of global positions, agreed on collectively), the rule that turns a
+ * (query chunk, key shard) pair into at most one clflash_forward call, the K/V exchange with its
+ * host staging, and the component's error detail.
+ *
+ * The component is a client of clflash.h only; nothing here reaches into lib/'s internals, so the
+ * ring runs on any clflash build the caller links.
+ */
+#ifndef CLFLASH_RING_INTERNAL_H
+#define CLFLASH_RING_INTERNAL_H
+
+#include "clflash_mpi.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- error detail (ring_status.c) ---------------------------------------------------------- */
+void ring_clear_detail(void);
+/* Records a detail sentence (printf-style) and returns st. */
+clflash_status ring_fail(clflash_status st, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* Checks struct_size by the rule at the top of clflash.h for a struct whose first layout has
+ * `first` bytes and this library's has `known` bytes. */
+clflash_status ring_check_struct_size(const void *s, uint32_t struct_size, size_t first, size_t known);
+
+/* ---- geometry (ring_geometry.c) -------------------------------------------------------------- */
+/* A run of consecutive positions of the whole sequence held in consecutive rows of a shard. */
+typedef struct {
+    uint64_t pos;  /* position of the first token in the whole sequence */
+    uint32_t row;  /* its row in the shard */
+    uint32_t len;  /* tokens */
+} ring_chunk;
+
+/* A shard: one chunk (contiguous mapping) or two (zigzag), in row order. */
+typedef struct {
+    uint32_t rows;
+    int nchunks;
+    ring_chunk chunk[2];
+} ring_shard;
+
+/* What every rank agrees on after the collective check. */
+typedef struct {
+    int size, rank;
+    uint32_t batch, heads_q, heads_kv, head_dim;
+    clflash_dtype dtype;
+    float scale;
+    uint32_t flags, mapping;
+    uint64_t seq_total;
+    uint32_t max_rows;   /* the largest shard's rows */
+    ring_shard *shards;  /* [size], in rank order */
+} ring_geometry;
+
+/* This rank's checks that need no communication: arguments, ranges, buffers. */
+clflash_status ring_check_local(clflash_context *ctx, const clflash_ring_desc *d, cl_mem q, cl_mem k, cl_mem v,
+                                cl_mem o, cl_mem lse);
+/* The collective part: gathers every rank's fields and local status, and fills g (free with
+ * ring_geometry_free) or returns the status every rank returns. */
+clflash_status ring_geometry_agree(MPI_Comm comm, const clflash_ring_desc *d, clflash_status local,
+                                   ring_geometry *g);
+void ring_geometry_free(ring_geometry *g);
+/* Every rank's status after a phase, the same on every rank: the first failing rank's. */
+clflash_status ring_agree_status(MPI_Comm comm, clflash_status mine, const char *phase);
+
+/* ---- visibility (ring_visible.c) ------------------------------------------------------------- */
+/* One clflash_forward call of a query chunk against a key shard: keys rows k_row .. k_row + k_len - 1
+ * of the shard, causal (bottom-right aligned) or not. */
+typedef struct {
+    uint32_t k_row, k_len;
+    int causal;
+} ring_call;
+
+/* 1 and *out when the chunk sees some keys of the shard, 0 when it sees none, -1 when what it sees
+ * cannot be one bottom-right-aligned call (never for the mappings clflash_mpi.h defines). */
+int ring_visible(const ring_chunk *q, const ring_shard *kv, int causal, ring_call *out);
+
+/* ---- the K/V exchange (ring_exchange.c) ------------------------------------------------------ */
+/* Two host staging buffers and two device buffers, each holding one shard's K then V, compact
+ * ([batch][heads_kv][rows][head_dim] each, V right after K). */
+typedef struct {
+    MPI_Comm comm;
+    int left, right;
+    size_t elem;           /* bytes per element */
+    uint64_t rows_elems;   /* batch * heads_kv * head_dim: elements of one row of the shard */
+    void *host[2];
+    cl_mem dev[2];
+    cl_command_queue queue; /* transfers' own queue */
+    cl_event written[2];    /* host[i] -> dev[i] */
+    cl_event released[2];   /* the compute queue's last use of dev[i] */
+    MPI_Request req[2 * 64];
+    int nreq;
+} ring_exchange;
+
+/* Allocates the buffers for shards of up to max_rows rows and the transfer queue. */
+clflash_status ring_exchange_init(ring_exchange *x, clflash_context *ctx, MPI_Comm comm, const ring_geometry *g);
+void ring_exchange_free(ring_exchange *x);
+/* Reads this rank's own K and V (caller layouts, rows rows) into host[0], compact; waits. */
+clflash_status ring_exchange_pack_own(ring_exchange *x, const ring_geometry *g, cl_mem k, const clflash_layout *kl,
+                                      cl_mem v, const clflash_layout *vl, uint32_t rows);
+/* Posts the sends of host[slot] (send_rows rows) to the right and the receives into host[1 - slot]
+ * (recv_rows rows) from the left. Waits first until host[1 - slot]'s last write to the device is done. */
+clflash_status ring_exchange_post(ring_exchange *x, int slot, uint32_t send_rows, uint32_t recv_rows);
+/* Waits for the posted messages (driving MPI while the device computes). */
+clflash_status ring_exchange_wait(ring_exchange *x);
+/* Enqueues host[slot] -> dev[slot] (rows rows) on the transfer queue after released[slot]. */
+clflash_status ring_exchange_upload(ring_exchange *x, int slot, uint32_t rows);
+/* Layouts of K and V in dev[slot] for a shard of rows rows. */
+void ring_exchange_layouts(const ring_exchange *x, const ring_geometry *g, uint32_t rows, clflash_layout *kl,
+                           clflash_layout *vl);
+
+/* ---- layouts (ring_geometry.c) --------------------------------------------------------------- */
+/* l with its zero strides replaced by the contiguous defaults for a tensor of heads x seq rows. */
+clflash_layout ring_resolve_layout(const clflash_layout *l, uint32_t heads, uint32_t seq, uint32_t head_dim);
+/* l shifted down by `row` rows (l resolved first). */
+clflash_layout ring_layout_rows(const clflash_layout *l, uint32_t heads, uint32_t seq, uint32_t head_dim,
+                                uint32_t row);
+
+#endif /* CLFLASH_RING_INTERNAL_H */

@@ -1,0 +1,444 @@
+/*
+ * test_ring.c - clflash_ring_forward under mpirun: every rank compares its O and lse with the fp64
+ * reference attention of the whole sequence (tests/reference.c), computed on every rank from the
+ * same seeded inputs, for contiguous shards (even, uneven with a one-token rank, given to the ranks
+ * out of order) and the zigzag mapping, causal and not, MHA, GQA and MQA, F32, F16 and BF16, odd
+ * head_dim, token-major layouts with gaps (gaps of the inputs hold NaN, which must never be read;
+ * gaps of O hold a sentinel, which must never be written). Then the collective checks: ranks that
+ * disagree on a field, or one rank's own error, make every rank return the same status, and no
+ * caller buffer is written.
+ *
+ * Not a Check suite: Check forks a child per test, which MPI does not allow. Each case prints one
+ * line per failing rank; the program exits 1 when any case failed on any rank.
+ */
+#include "clflash_mpi.h"
+#include "reference.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int P, R; /* ranks, this rank */
+static clflash_context *ctx;
+
+typedef struct {
+    const char *name;
+    uint32_t batch, heads_q, heads_kv, head_dim;
+    clflash_dtype dtype;
+    uint32_t flags, mapping;
+    uint32_t total;      /* contiguous: tokens of the whole sequence; zigzag: tokens per chunk */
+    int weights[4];      /* contiguous: relative shard sizes; -1 = exactly one token; 0 = even */
+    int reversed;        /* contiguous: rank P-1 holds the first shard, rank 0 the last */
+    int token_major;     /* [batch][seq][heads][head_dim] layouts with gaps */
+    int with_lse;
+} ring_case;
+
+/* ---- the token map of a case ------------------------------------------------------------------ */
+static void shard_sizes(const ring_case *c, uint32_t *rows, uint64_t *offset)
+{
+    if (c->mapping == CLFLASH_RING_ZIGZAG) {
+        for (int r = 0; r < P; r++) {
+            rows[r] = 2 * c->total;
+            offset[r] = 0;
+        }
+        return;
+    }
+    uint32_t fixed = 0, wsum = 0;
+    for (int r = 0; r < P; r++) {
+        const int w = c->weights[r % 4];
+        if (w < 0)
+            fixed += 1;
+        else
+            wsum += w ? (uint32_t)w : 1u;
+    }
+    uint32_t left = c->total - fixed, last_free = 0;
+    for (int r = 0; r < P; r++) {
+        const int w = c->weights[r % 4];
+        rows[r] = w < 0 ? 1 : (c->total - fixed) * (w ? (uint32_t)w : 1u) / wsum;
+        if (w >= 0) {
+            left -= rows[r];
+            last_free = (uint32_t)r;
+        }
+    }
+    rows[last_free] += left; /* the rounding remainder */
+    uint64_t at = 0;
+    for (int i = 0; i < P; i++) {
+        const int r = c->reversed ? P - 1 - i : i;
+        offset[r] = at;
+        at += rows[r];
+    }
+}
+
+/* Global position of row i of this rank's shard. */
+static uint64_t position(const ring_case *c, uint32_t i, uint64_t offset)
+{
+    if (c->mapping == CLFLASH_RING_CONTIGUOUS)
+        return offset + i;
+    const uint32_t ch = c->total;
+    return i < ch ? (uint64_t)R * ch + i : (uint64_t)(2 * P - 1 - R) * ch + (i - ch);
+}
+
+static clflash_layout shard_layout(const ring_case *c, uint32_t heads, uint32_t rows)
+{
+    clflash_layout l = {0, 0, 0, 0};
+    if (c->token_major) {
+        l.head_stride = c->head_dim + 1;             /* a gap after each head's row */
+        l.seq_stride = heads * l.head_stride + 2;    /* and after each token */
+        l.batch_stride = rows * l.seq_stride + 5;    /* and after each batch entry */
+        l.offset = 7;
+    }
+    return l;
+}
+
+/* ---- one case ------------------------------------------------------------------------------------ */
+typedef struct {
+    size_t elems, bytes;
+    void *host;
+    cl_mem buf;
+} tensor;
+
+static int make_tensor(tensor *t, clflash_dtype dt, const clflash_layout *l, uint32_t batch, uint32_t heads,
+                       uint32_t rows, uint32_t d, const float *global, uint32_t total, const ring_case *c,
+                       uint64_t offset, int sentinel)
+{
+    t->elems = ref_extent(l, batch, heads, rows, d);
+    t->bytes = t->elems * clflash_dtype_size(dt);
+    t->host = malloc(t->bytes);
+    if (!t->host)
+        return 0;
+    for (size_t i = 0; i < t->elems; i++) {
+        if (sentinel && dt == CLFLASH_F32)
+            memcpy((float *)t->host + i, &(uint32_t){0xc6f5ab9au}, 4);
+        else if (sentinel)
+            ((uint16_t *)t->host)[i] = 0xf7a9u;
+        else
+            ref_store(dt, t->host, i, NAN); /* gaps of inputs: never to be read */
+    }
+    if (global) {
+        const ref_strides s = ref_resolve_layout(l, heads, rows, d);
+        for (uint32_t b = 0; b < batch; b++)
+            for (uint32_t h = 0; h < heads; h++)
+                for (uint32_t i = 0; i < rows; i++) {
+                    const uint64_t p = position(c, i, offset);
+                    for (uint32_t x = 0; x < d; x++)
+                        ref_store(dt, t->host, ref_index(&s, b, h, i, x),
+                                  global[(((uint64_t)b * heads + h) * total + p) * d + x]);
+                }
+    }
+    cl_int err;
+    t->buf = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, t->bytes, t->host, &err);
+    return err == CL_SUCCESS;
+}
+
+static void free_tensor(tensor *t)
+{
+    if (t->buf)
+        clReleaseMemObject(t->buf);
+    free(t->host);
+    memset(t, 0, sizeof *t);
+}
+
+/* Inputs of the whole sequence, rounded to the storage type (what the device will see). */
+static float *inputs(uint64_t n, clflash_dtype dt, uint64_t seed)
+{
+    float *x = malloc(n * sizeof(float));
+    ref_rng rng;
+    ref_rng_seed(&rng, seed);
+    uint16_t scratch;
+    for (uint64_t i = 0; i < n; i++)
+        x[i] = dt == CLFLASH_F32 ? (float)ref_rng_uniform(&rng) : ref_store(dt, &scratch, 0, (float)ref_rng_uniform(&rng));
+    return x;
+}
+
+static ref_tol tol_o(clflash_dtype t)
+{
+    if (t == CLFLASH_BF16) /* 8 bits of mantissa: two roundings of 2^-9 relative, and the inputs' */
+        return (ref_tol){4e-3, 2e-2};
+    return ref_tol_o(t, REF_PATH_FLASH);
+}
+
+/* Runs case c; returns this rank's failures (0 or 1) and prints why. */
+static int run_case(const ring_case *c)
+{
+    uint32_t rows[64] = {0};
+    uint64_t offs[64] = {0};
+    shard_sizes(c, rows, offs);
+    const uint32_t total = c->mapping == CLFLASH_RING_ZIGZAG ? 2 * (uint32_t)P * c->total : c->total;
+    const uint32_t hkv = c->heads_kv ? c->heads_kv : c->heads_q, d = c->head_dim, n = rows[R];
+    float *gq = inputs((uint64_t)c->batch * c->heads_q * total * d, c->dtype, 11);
+    float *gk = inputs((uint64_t)c->batch * hkv * total * d, c->dtype, 12);
+    float *gv = inputs((uint64_t)c->batch * hkv * total * d, c->dtype, 13);
+    clflash_attention_desc whole = {.struct_size = sizeof whole};
+    whole.batch = c->batch;
+    whole.heads_q = c->heads_q;
+    whole.heads_kv = c->heads_kv;
+    whole.seq_q = whole.seq_k = total;
+    whole.head_dim = d;
+    whole.dtype = c->dtype;
+    whole.flags = c->flags;
+    double *ro = malloc(sizeof(double) * c->batch * c->heads_q * total * d);
+    double *rl = malloc(sizeof(double) * c->batch * c->heads_q * total);
+    ref_attention(&whole, gq, gk, gv, ro, rl);
+
+    clflash_ring_desc rd = {.struct_size = sizeof rd};
+    rd.batch = c->batch;
+    rd.heads_q = c->heads_q;
+    rd.heads_kv = c->heads_kv;
+    rd.head_dim = d;
+    rd.dtype = c->dtype;
+    rd.flags = c->flags;
+    rd.mapping = c->mapping;
+    rd.seq_local = n;
+    rd.seq_offset = offs[R];
+    rd.seq_total = R % 2 ? total : 0; /* 0 and the true total mean the same */
+    rd.q = shard_layout(c, c->heads_q, n);
+    rd.k = rd.v = shard_layout(c, hkv, n);
+    rd.o = shard_layout(c, c->heads_q, n);
+    tensor tq = {0}, tk = {0}, tv = {0}, to = {0};
+    int ok = make_tensor(&tq, c->dtype, &rd.q, c->batch, c->heads_q, n, d, gq, total, c, offs[R], 0) &&
+             make_tensor(&tk, c->dtype, &rd.k, c->batch, hkv, n, d, gk, total, c, offs[R], 0) &&
+             make_tensor(&tv, c->dtype, &rd.v, c->batch, hkv, n, d, gv, total, c, offs[R], 0) &&
+             make_tensor(&to, c->dtype, &rd.o, c->batch, c->heads_q, n, d, NULL, total, c, offs[R], 1);
+    const size_t nl = (size_t)c->batch * c->heads_q * n;
+    float *lse = malloc(nl * sizeof(float));
+    for (size_t i = 0; i < nl; i++)
+        lse[i] = NAN;
+    cl_mem lbuf = NULL;
+    if (ok && c->with_lse) {
+        cl_int err;
+        lbuf = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, nl * sizeof(float),
+                              lse, &err);
+        ok = err == CL_SUCCESS;
+    }
+    int fail = 0;
+    char msg[600] = "";
+    if (!ok) {
+        snprintf(msg, sizeof msg, "setting up the buffers failed");
+        fail = 1;
+    }
+    /* every rank calls, even one whose setup failed (its NULL buffers make the call fail collectively) */
+    const clflash_status st = clflash_ring_forward(ctx, MPI_COMM_WORLD, &rd, tq.buf, tk.buf, tv.buf, to.buf, lbuf);
+    if (!fail && st != CLFLASH_SUCCESS) {
+        snprintf(msg, sizeof msg, "clflash_ring_forward: %s (%s)", clflash_ring_status_string(st),
+                 clflash_ring_last_error_detail());
+        fail = 1;
+    }
+    if (!fail) {
+        clEnqueueReadBuffer(clflash_context_queue(ctx), to.buf, CL_TRUE, 0, to.bytes, to.host, 0, NULL, NULL);
+        if (lbuf)
+            clEnqueueReadBuffer(clflash_context_queue(ctx), lbuf, CL_TRUE, 0, nl * sizeof(float), lse, 0, NULL, NULL);
+        const ref_strides os = ref_resolve_layout(&rd.o, c->heads_q, n, d);
+        const ref_tol to_ = tol_o(c->dtype), tl = ref_tol_lse(c->dtype, REF_PATH_FLASH);
+        double worst = 0.0;
+        size_t bad = 0;
+        unsigned char *written = calloc(to.elems, 1);
+        for (uint32_t b = 0; b < c->batch; b++)
+            for (uint32_t h = 0; h < c->heads_q; h++)
+                for (uint32_t i = 0; i < n; i++) {
+                    const uint64_t p = position(c, i, offs[R]);
+                    const uint64_t row = ((uint64_t)b * c->heads_q + h) * total + p;
+                    for (uint32_t x = 0; x < d; x++) {
+                        const uint64_t at = ref_index(&os, b, h, i, x);
+                        written[at] = 1;
+                        const double got = ref_load(c->dtype, to.host, at), want = ro[row * d + x];
+                        if (fabs(got - want) > worst || isnan(got))
+                            worst = isnan(got) ? INFINITY : fabs(got - want);
+                        if (!ref_close(got, want, to_) && bad++ == 0)
+                            snprintf(msg, sizeof msg, "O[b%u h%u row %u (position %llu) c%u] = %.7g, reference %.7g",
+                                     b, h, i, (unsigned long long)p, x, got, want);
+                    }
+                    if (c->with_lse) {
+                        const double got = lse[((uint64_t)b * c->heads_q + h) * n + i], want = rl[row];
+                        if (!ref_close(got, want, tl) && bad++ == 0)
+                            snprintf(msg, sizeof msg, "lse[b%u h%u row %u (position %llu)] = %.9g, reference %.9g", b,
+                                     h, i, (unsigned long long)p, got, want);
+                    }
+                }
+        for (size_t i = 0; i < to.elems; i++) /* O's gaps keep the sentinel */
+            if (!written[i]) {
+                const int kept = c->dtype == CLFLASH_F32 ? ((uint32_t *)to.host)[i] == 0xc6f5ab9au
+                                                         : ((uint16_t *)to.host)[i] == 0xf7a9u;
+                if (!kept && bad++ == 0)
+                    snprintf(msg, sizeof msg, "O's gap element %zu was written", i);
+            }
+        free(written);
+        if (bad) {
+            fail = 1;
+            char tail[96];
+            snprintf(tail, sizeof tail, "; %zu bad values, largest |error| of O %.3g", bad, worst);
+            strncat(msg, tail, sizeof msg - strlen(msg) - 1);
+        }
+    }
+    if (fail)
+        printf("  rank %d of %d: FAIL %s: %s\n", R, P, c->name, msg);
+    fflush(stdout);
+    free_tensor(&tq);
+    free_tensor(&tk);
+    free_tensor(&tv);
+    free_tensor(&to);
+    if (lbuf)
+        clReleaseMemObject(lbuf);
+    free(lse);
+    free(gq);
+    free(gk);
+    free(gv);
+    free(ro);
+    free(rl);
+    return fail;
+}
+
+/* ---- collective checks ------------------------------------------------------------------------ */
+typedef enum { BAD_HEADS, BAD_HEAD_DIM, BAD_STRUCT_SIZE, BAD_GAP, BAD_ZIGZAG_TOTAL, BAD_DTYPE, BAD_HEADS_KV } bad_kind;
+
+/* Rank `who` (or every rank) gets a descriptor that breaks a rule; every rank must return `want`,
+ * and no rank's O or lse may be written. */
+static int run_invalid(const char *name, bad_kind kind, int who, clflash_status want)
+{
+    const uint32_t n = 12, d = 16, hq = 4;
+    clflash_ring_desc rd = {.struct_size = sizeof rd};
+    rd.batch = 1;
+    rd.heads_q = hq;
+    rd.heads_kv = 2;
+    rd.head_dim = d;
+    rd.dtype = CLFLASH_F32;
+    rd.flags = CLFLASH_CAUSAL;
+    rd.seq_local = n;
+    rd.seq_offset = (uint64_t)R * n;
+    if (R == who) {
+        switch (kind) {
+        case BAD_HEADS: rd.heads_q = hq - 2; break; /* 2: still valid alone (heads_kv divides it) */
+        case BAD_HEAD_DIM: rd.head_dim = d - 1; break;
+        case BAD_STRUCT_SIZE: rd.struct_size = 3; break;
+        case BAD_GAP: rd.seq_offset += 1; break;
+        case BAD_DTYPE: rd.dtype = CLFLASH_F16; break;
+        case BAD_HEADS_KV: rd.heads_kv = 1; break;
+        case BAD_ZIGZAG_TOTAL: break;
+        }
+    }
+    if (kind == BAD_ZIGZAG_TOTAL) { /* 2P chunks of 6 tokens, and one token more on rank `who` */
+        rd.mapping = CLFLASH_RING_ZIGZAG;
+        rd.seq_offset = 0;
+        if (R == who)
+            rd.seq_local += 1;
+    }
+    /* buffers large enough for the valid shape, so that only the disagreement is wrong */
+    const size_t elems = (size_t)hq * (n + 1) * d, lse_n = (size_t)hq * (n + 1);
+    float *sent = malloc(elems * sizeof(float)), *back = malloc(elems * sizeof(float));
+    for (size_t i = 0; i < elems; i++)
+        sent[i] = (float)i * 0.001f;
+    cl_int err;
+    cl_mem q = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, elems * 4, sent, &err);
+    cl_mem k = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, elems * 4, sent, &err);
+    cl_mem v = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, elems * 4, sent, &err);
+    cl_mem o = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, elems * 4, sent, &err);
+    cl_mem l = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, lse_n * 4, sent, &err);
+    const clflash_status st = clflash_ring_forward(ctx, MPI_COMM_WORLD, &rd, q, k, v, o, l);
+    int fail = 0;
+    char msg[600] = "";
+    if (st != want) {
+        fail = 1;
+        snprintf(msg, sizeof msg, "returned %s (%s), expected %s", clflash_ring_status_string(st),
+                 clflash_ring_last_error_detail(), clflash_ring_status_string(want));
+    }
+    int all[64];
+    int mine = st;
+    MPI_Allgather(&mine, 1, MPI_INT, all, 1, MPI_INT, MPI_COMM_WORLD);
+    for (int r = 0; r < P; r++)
+        if (all[r] != mine && !fail) {
+            fail = 1;
+            snprintf(msg, sizeof msg, "rank %d returned %d, this rank %d", r, all[r], mine);
+        }
+    clEnqueueReadBuffer(clflash_context_queue(ctx), o, CL_TRUE, 0, elems * 4, back, 0, NULL, NULL);
+    if (!fail && memcmp(back, sent, elems * 4) != 0) {
+        fail = 1;
+        snprintf(msg, sizeof msg, "o was written");
+    }
+    clEnqueueReadBuffer(clflash_context_queue(ctx), l, CL_TRUE, 0, lse_n * 4, back, 0, NULL, NULL);
+    if (!fail && memcmp(back, sent, lse_n * 4) != 0) {
+        fail = 1;
+        snprintf(msg, sizeof msg, "lse was written");
+    }
+    if (fail)
+        printf("  rank %d of %d: FAIL %s: %s\n", R, P, name, msg);
+    else if (R == 0)
+        printf("  (%s: every rank returned %s: %s)\n", name, clflash_ring_status_string(st),
+               clflash_ring_last_error_detail());
+    fflush(stdout);
+    clReleaseMemObject(q);
+    clReleaseMemObject(k);
+    clReleaseMemObject(v);
+    clReleaseMemObject(o);
+    clReleaseMemObject(l);
+    free(sent);
+    free(back);
+    return fail;
+}
+
+static int report(const char *name, int fail)
+{
+    int failed = 0;
+    MPI_Allreduce(&fail, &failed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (R == 0)
+        printf("%s %s (%d of %d ranks failed)\n", failed ? "FAIL" : "ok  ", name, failed, P);
+    fflush(stdout);
+    MPI_Barrier(MPI_COMM_WORLD);
+    return failed != 0;
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    MPI_Comm_size(MPI_COMM_WORLD, &P);
+    MPI_Comm_rank(MPI_COMM_WORLD, &R);
+    if (P > 64) {
+        if (R == 0)
+            fprintf(stderr, "test_ring: at most 64 ranks\n");
+        MPI_Finalize();
+        return 1;
+    }
+    clflash_status st = clflash_context_create_default(NULL, &ctx);
+    int bad = st != CLFLASH_SUCCESS, any = 0;
+    MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (bad) {
+        fprintf(stderr, "rank %d: clflash_context_create_default: %s\n", R, clflash_status_string(st));
+        MPI_Finalize();
+        return 1;
+    }
+    static const ring_case cases[] = {
+        {"contiguous even, f32, not causal, MHA, d 32", 1, 2, 0, 32, CLFLASH_F32, 0, CLFLASH_RING_CONTIGUOUS, 160,
+         {0, 0, 0, 0}, 0, 0, 1},
+        {"contiguous uneven (one rank of 1 token), causal, f32, GQA 4/2, d 33, lse", 2, 4, 2, 33, CLFLASH_F32,
+         CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 150, {5, -1, 3, 7}, 0, 0, 1},
+        {"contiguous uneven (rank 0 of 1 token), shards in reverse rank order, causal, f16, MQA 3/1, d 33, "
+         "token-major layouts with gaps, lse", 1, 3, 1, 33, CLFLASH_F16, CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 131,
+         {-1, 4, 2, 3}, 1, 1, 1},
+        {"contiguous uneven, not causal, f16, GQA 4/2, d 16, no lse", 2, 4, 2, 16, CLFLASH_F16, 0,
+         CLFLASH_RING_CONTIGUOUS, 101, {5, -1, 3, 7}, 0, 0, 0},
+        {"zigzag, causal, f32, GQA 4/2, d 16, lse", 2, 4, 2, 16, CLFLASH_F32, CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 24,
+         {0, 0, 0, 0}, 0, 0, 1},
+        {"zigzag, causal, f16, MHA, d 33, token-major layouts with gaps, lse", 1, 2, 2, 33, CLFLASH_F16,
+         CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 17, {0, 0, 0, 0}, 0, 1, 1},
+        {"zigzag, not causal, f32, MQA 3/1, d 33", 1, 3, 1, 33, CLFLASH_F32, 0, CLFLASH_RING_ZIGZAG, 10,
+         {0, 0, 0, 0}, 0, 0, 0},
+        {"contiguous uneven, causal, bf16, GQA 4/2, d 16, lse", 1, 4, 2, 16, CLFLASH_BF16, CLFLASH_CAUSAL,
+         CLFLASH_RING_CONTIGUOUS, 120, {2, 3, -1, 1}, 0, 0, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        any |= report(cases[i].name, run_case(&cases[i]));
+    const int last = P - 1;
+    any |= report("ranks disagree on heads_q", run_invalid("heads_q", BAD_HEADS, last, CLFLASH_ERROR_INVALID_SHAPE));
+    any |= report("ranks disagree on head_dim", run_invalid("head_dim", BAD_HEAD_DIM, 0, CLFLASH_ERROR_INVALID_SHAPE));
+    any |= report("ranks disagree on heads_kv", run_invalid("heads_kv", BAD_HEADS_KV, last, CLFLASH_ERROR_INVALID_SHAPE));
+    any |= report("ranks disagree on dtype", run_invalid("dtype", BAD_DTYPE, last, CLFLASH_ERROR_INVALID_DTYPE));
+    any |= report("one rank's bad struct_size", run_invalid("struct_size", BAD_STRUCT_SIZE, last,
+                                                            CLFLASH_ERROR_INVALID_ARGUMENT));
+    any |= report("contiguous shards with a gap", run_invalid("gap", BAD_GAP, last, CLFLASH_ERROR_INVALID_SHAPE));
+    any |= report("zigzag shard of the wrong size", run_invalid("zigzag", BAD_ZIGZAG_TOTAL, 0,
+                                                                CLFLASH_ERROR_INVALID_SHAPE));
+    clflash_context_free(ctx);
+    MPI_Finalize();
+    if (R == 0)
+        printf("%s\n", any ? "test_ring: FAILED" : "test_ring: all cases passed");
+    return any ? 1 : 0;
+}
