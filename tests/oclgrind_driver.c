@@ -153,7 +153,8 @@ static const struct {
     {{3, 4, 2, 1, 37, 16, 8, CLFLASH_F32, 0, 0, 0, 3, PG_HEAD_MAJOR, 1, 0, 1, 0, 0}, PAGED_REGTILE},
     {{2, 2, 1, 5, 29, 7, 4, CLFLASH_F16, CLFLASH_CAUSAL | CLFLASH_ALIGN_TO_KEY_LENGTH, 0, 0, 0, PG_ODD, 1, 0, 1, 0, 1},
      PAGED_LANES},
-    {{3, 4, 1, 2, 41, 16, 8, CLFLASH_F32, 0, 0, 0, 2, PG_SLOT_MAJOR, 1, 1, 1, 0, 0}, PAGED_CPU_DECODE},
+    /* slot-major pages with two K/V heads: the CPU decoding kernel takes both heads per work-item */
+    {{3, 4, 2, 2, 41, 16, 8, CLFLASH_F32, 0, 0, 0, 2, PG_SLOT_MAJOR, 1, 1, 1, 0, 0}, PAGED_CPU_DECODE},
     {{2, 2, 2, 9, 23, 8, 16, CLFLASH_F16, CLFLASH_CAUSAL, 0, 0, 0, PG_HEAD_MAJOR, 0, 0, 1, 1, 0}, PAGED_CPU},
 };
 
