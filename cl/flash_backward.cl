@@ -149,9 +149,13 @@ typedef struct {
 
 /* P of a (query qi, key kj) pair the row sees, from the raw dot product x = q.k and the row's lse
  * in the log2 domain (l2); *slope receives f'(scale * x) (see the top of the file). bias_row is
- * the row's first bias element, slope_h the head's ALiBi slope (both unused without them). */
+ * the row's first bias element, slope_h the head's ALiBi slope and dist ALiBi's distance
+ * qi + diag_k - seq_q - kj (all three unused without their feature). The caller forms dist from a
+ * part it keeps across its loop and a part that changes: formed here from qi and kj, the
+ * compiler kept a copy of the invariant part per unrolled partner (Intel's, for Xe-LP: four
+ * 64-bit values, and the gradient kernel spilled at d = 128 with every feature). */
 static inline float pair_prob(float x, float l2, const bwd_args *a, __global const float *bias, ulong bias_row,
-                              float slope_h, uint qi, uint kj, float *slope)
+                              float slope_h, uint kj, long dist, float *slope)
 {
 #if SOFTCAP || BIAS || ALIBI
 #if BIAS
@@ -159,14 +163,21 @@ static inline float pair_prob(float x, float l2, const bwd_args *a, __global con
 #else
     const float bias_v = 0.0f;
 #endif
-    const float f = transform_score_grad(x * a->scale, a->softcap, bias_v, slope_h, qi, kj, a->seq_q, a->diag_k, slope);
+    /* softcap and bias as transform_score_grad applies them, then ALiBi */
+    float f = transform_score_grad(x * a->scale, a->softcap, bias_v, 0.0f, 0, 0, 0, 0, slope);
+#if ALIBI
+    f -= slope_h * fabs((float)dist);
+#else
+    (void)slope_h;
+    (void)dist;
+#endif
     return exp2_normal(fma(f, M_LOG2E_F, -l2));
 #else
     (void)bias;
     (void)bias_row;
     (void)slope_h;
-    (void)qi;
     (void)kj;
+    (void)dist;
     *slope = 1.0f;
     return exp2_normal(fma(x, a->scale_log2, -l2));
 #endif
@@ -312,6 +323,8 @@ static inline void dkdv_block(__global const bits_t *q, __global const bits_t *k
     float acc_k[COLS_PER_LANE], acc_v[COLS_PER_LANE];
     for (uint cc = 0; cc < COLS_PER_LANE; cc++)
         acc_k[cc] = acc_v[cc] = 0.0f;
+    /* ALiBi's distance for query qi is qi - key_shift (pair_prob) */
+    const long key_shift = (long)kj + (long)seq_q - (long)a->diag_k;
 
     for (uint g = 0; g < a->group; g++) {
         const head_bases hb = bases_of_head(a, alibi, b, hk * a->group + g);
@@ -349,7 +362,8 @@ static inline void dkdv_block(__global const bits_t *q, __global const bits_t *k
                 const bool seen = qi < seq_q && l2 != -INFINITY && (long)kj >= lo && (long)kj < hi;
                 float slope = 1.0f, p = 0.0f;
                 if (seen)
-                    p = pair_prob(s[rr], l2, a, bias, bias_head + (ulong)qi * a->bias_rs, slope_h, qi, kj, &slope);
+                    p = pair_prob(s[rr], l2, a, bias, bias_head + (ulong)qi * a->bias_rs, slope_h, kj,
+                                  (long)qi - key_shift, &slope);
                 pt[jr * P_STRIDE + i] = p;
                 dst[jr * P_STRIDE + i] = p * (dp[rr] - row_d[i]) * slope;
             }
@@ -406,6 +420,8 @@ static inline void dq_block(__global const bits_t *q, __global const bits_t *k, 
     uint key_begin, key_end;
     dq_key_ranges(a, q0, qi, &key_begin, &key_end, &lo, &hi);
     const ulong bias_row = hb.bias + (ulong)min(qi, seq_q - 1) * a->bias_rs;
+    /* ALiBi's distance for key j is query_diag - j (pair_prob) */
+    const long query_diag = (long)qi + (long)a->diag_k - (long)seq_q;
 
     float acc[COLS_PER_LANE];
     for (uint cc = 0; cc < COLS_PER_LANE; cc++)
@@ -436,7 +452,7 @@ static inline void dq_block(__global const bits_t *q, __global const bits_t *k, 
             const bool seen = qi < seq_q && l2 != -INFINITY && (long)key >= lo && (long)key < hi;
             float slope = 1.0f, p = 0.0f;
             if (seen)
-                p = pair_prob(s[kk], l2, a, bias, bias_row, slope_h, qi, key, &slope);
+                p = pair_prob(s[kk], l2, a, bias, bias_row, slope_h, key, query_diag - (long)key, &slope);
             dst[j * P_STRIDE + row] = p * (dp[kk] - d_row) * slope;
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* B3 */

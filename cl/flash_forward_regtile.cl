@@ -26,7 +26,8 @@
  *                                 dead once S is in registers); columns past HEAD_DIM are 0;
  *   pt[BLOCK][4 * RT_PS4]         P, key-major, indexed by (tr, i) rather than by row, so that a
  *                                 work-item's RT_RM probabilities of one key are one float4;
- *   red[BLOCK_Q][RT_TC]           per-work-item row maxima of a tile; after the last tile, the
+ *   red[BLOCK_Q][RT_TC]           per-work-item row maxima of a tile, then each row's maximum in
+ *                                 all its slots (fold_row_maxima); after the last tile, the
  *                                 per-work-item parts of the row sums.
  * Per tile, S costs RT_RM + RT_RN float4 loads per 4 * RT_RM * RT_RN fused multiply-adds, and
  * P V costs RT_RM / 4 + RT_VC float4 loads per 4 * RT_RM * RT_VC (RT_RM = 4, RT_TC = 8: at
@@ -36,20 +37,26 @@
  *       ordered before R2); the work-group loads K into kv.
  *   R2  kv holds K; each work-item computes its RT_RM x RT_RN scores in registers, masks and
  *       transforms them, and publishes its per-row maxima in red.
- *   R3  red is complete and every read of K is finished; the work-group loads V into kv; each
- *       work-item folds the row maxima into m (the same in all work-items of a row group, which
- *       read the same red entries in the same order), rescales its O block and its part of l,
- *       and writes its probabilities into pt.
+ *   R3  red is complete and every read of K is finished; the work-group loads V into kv, and
+ *       work-item r < BLOCK_Q replaces row r's maxima in red by their maximum (fold_row_maxima).
+ *   R3b the rows' maxima are in red; each work-item reads its rows' where it wrote its own and
+ *       folds them into m (so m is the same in all work-items of a row group), rescales its O
+ *       block and its part of l, and writes its probabilities into pt.
  *   R4  pt and V are complete; each work-item adds P V for its rows and columns over all BLOCK
  *       keys of the tile.
  *   R5  (after the last tile) red holds the parts of l (its last reads came before R4); each
  *       work-item sums its rows' parts and writes its block of O, and lse when tc == 0.
- * Masks: a work-item whose rows all see every key of a tile (the tile lies inside the
- * intersection of their [lo, hi) ranges) skips the per-score mask and, in P V, the per-key test;
- * otherwise a key a row does not see gets p = 0 and adds nothing (p == 0 skips the multiply, so a
- * NaN in its V stays out), as in the lane path. In such a fully visible tile, a visible key whose
- * probability underflows to 0 still multiplies its V (an Inf or NaN there gives NaN; the lane
- * path skips it). Rows past seq_q see nothing and are not stored. The local bytes are not the
+ * Folding each row's maxima once, by one work-item, rather than in every work-item of the row
+ * group keeps one local address per row live across the key loop instead of RT_TC / 4 (Intel's
+ * compiler, which gives this kernel 128 registers at SIMD8, spilled them). The row sums, after
+ * the loop, are still added up by every work-item of the row: folded like the maxima they made
+ * clang's RDNA 3 code (wave32, 128 VGPRs) spill 15 to 31.
+ * Masks: when every row of the block sees every key of a tile (the tile lies inside the
+ * intersection of their [lo, hi) ranges), the work-group skips the per-score mask and, in P V,
+ * the per-key test; otherwise a key a row does not see gets p = 0 and adds nothing (p == 0 skips
+ * the multiply, so a NaN in its V stays out), as in the lane path. In such a fully visible tile, a
+ * visible key whose probability underflows to 0 still multiplies its V (an Inf or NaN there gives
+ * NaN; the lane path skips it). Rows past seq_q are not stored. The local bytes are not the
  * tile rule's: B obeys (3*B*d + B*B)*s <= budget, and the planner also checks the bytes above,
  * 16 * (BLOCK_Q * (RT_D4 + 1) + BLOCK * (RT_KW + 1) + BLOCK * RT_PS4) + 4 * BLOCK_Q * RT_TC,
  * against the budget, shrinking B, then BLOCK_Q, until they fit.
@@ -73,6 +80,19 @@
 #define RT_KS4 (RT_KW + 1)
 #define RT_PS4 ((BLOCK_Q + 3) / 4 + 1)
 
+/* Each row's RT_TC maxima in red replaced by their maximum, in every slot of the row, so that each
+ * work-item reads its rows' where it wrote its own. Work-item r folds row r, and no other reads it. */
+static inline void fold_row_maxima(__local float *red, uint lid)
+{
+    for (uint r = lid; r < BLOCK_Q; r += WG_SIZE) {
+        float t = red[r * RT_TC];
+        for (uint u = 1; u < RT_TC; u++)
+            t = fmax(t, red[r * RT_TC + u]);
+        for (uint u = 0; u < RT_TC; u++)
+            red[r * RT_TC + u] = t;
+    }
+}
+
 /* RT_RM rows x keys per work-item. The body is a function, always inlined (common.cl's PATH_FUNCTION);
  * its local arrays are declared in the kernel below, at kernel scope as OpenCL C 1.2 requires. */
 PATH_FUNCTION void flash_forward_regtile_body(FORWARD_PARAMS, __local float4 *qs4, __local float4 *kv4,
@@ -85,6 +105,7 @@ PATH_FUNCTION void flash_forward_regtile_body(FORWARD_PARAMS, __local float4 *qs
     const uint lid = get_local_id(0);
     const uint tc = lid % RT_TC; /* key slots tc, tc + RT_TC, ...; float4 columns of O likewise */
     const uint tr = lid / RT_TC; /* rows tr, tr + RT_TR, ... of the query block */
+    __local float *const my_red = red + tr * RT_RM * RT_TC + tc; /* red[tr * RT_RM + i][tc] at i * RT_TC */
     /* The block's rows are packed rows (common.cl: PACK query heads per query; row = query with
      * PACK = 1): q0 is the first, rows_total the number of (query, head) rows the grid covers. */
     const uint q0 = query_block_index(n_splits) * BLOCK_Q;
@@ -117,34 +138,44 @@ PATH_FUNCTION void flash_forward_regtile_body(FORWARD_PARAMS, __local float4 *qs
 
     const uint key_len = batch_key_len(key_lens, b, n_k), diag_k = diagonal_keys(key_len, n_k);
     uint key_begin = 0, key_end = 0;
+    /* the keys every row of the block sees, [full_lo, full_hi): both ends of visible_keys grow with
+     * the query, so they are the last row's lo and the first row's hi. A tile inside needs no mask. */
+    uint full_lo = 0, full_hi = 0;
     if (live) {
         const uint first = ROW_QUERY(q0), last = ROW_QUERY(min(q0 + BLOCK_Q, rows_total) - 1);
         block_key_range(first, last - first + 1, n_q, diag_k, key_len, win_left, win_right, BLOCK, &key_begin,
                         &key_end);
+        long lo, hi, unused;
+        visible_keys(last, n_q, diag_k, key_len, win_left, win_right, &lo, &unused);
+        visible_keys(first, n_q, diag_k, key_len, win_left, win_right, &unused, &hi);
+        full_lo = (uint)clamp(lo, 0L, (long)n_k);
+        full_hi = (uint)clamp(hi, 0L, (long)n_k);
     }
     split_part(n_splits, split_keys, heads_q, seq_q, &key_begin, &key_end, &o_off, &lse);
 
-    /* This work-item's rows: their query, head and visible keys [lo_r, hi_r) (empty for rows past
-     * the last), and the keys all of them see, [max_lo, min_hi): a tile inside it needs no mask. */
-    uint lo_r[RT_RM], hi_r[RT_RM], qi_r[RT_RM], h_r[RT_RM];
-    uint max_lo = 0, min_hi = n_k;
+    /* This work-item's rows: their head and, where a mask or ALiBi needs it, their diagonal key
+     * d = query + diag_k - n_q. As in common.cl's visible_keys, the row sees key j iff j < key_len
+     * (<= n_k), j <= d (CAUSAL) and d - win_left <= j <= d + win_right (WINDOW); the kernel keeps
+     * d rather than the row's [lo, hi), since d - j is ALiBi's distance too. Rows past the last
+     * take the last row's mask (their Q is zero) and are not stored. Every value kept here stays in
+     * registers across the key loop, and each one counts: with per-row [lo, hi) bounds, per-row
+     * tile maxima read from red and ALiBi's distance formed apart from the mask's, Intel's
+     * compiler spilled this kernel at d = 128 with the features (docs/portability.md). */
+    uint h_r[RT_RM];
+#if CAUSAL || WINDOW || ALIBI
+    long diag_r[RT_RM];
+#endif
 #if BIAS
     ulong bias_row[RT_RM];
 #endif
 #pragma unroll
     for (uint i = 0; i < RT_RM; i++) {
-        const uint row = q0 + tr + RT_TR * i;
-        const uint qi = ROW_QUERY(min(row, max(rows_total, 1u) - 1));
-        qi_r[i] = qi;
-        h_r[i] = ROW_HEAD(h0, min(row, max(rows_total, 1u) - 1));
-        long lo, hi;
-        visible_keys(qi, n_q, diag_k, key_len, win_left, win_right, &lo, &hi);
-        if (row >= rows_total)
-            hi = 0;
-        lo_r[i] = (uint)clamp(lo, 0L, (long)n_k);
-        hi_r[i] = (uint)clamp(hi, 0L, (long)n_k);
-        max_lo = max(max_lo, lo_r[i]);
-        min_hi = min(min_hi, hi_r[i]);
+        const uint row = min(q0 + tr + RT_TR * i, max(rows_total, 1u) - 1);
+        const uint qi = ROW_QUERY(row);
+        h_r[i] = ROW_HEAD(h0, row);
+#if CAUSAL || WINDOW || ALIBI
+        diag_r[i] = (long)qi + (long)diag_k - (long)n_q;
+#endif
 #if BIAS
         bias_row[i] = bias_off + (ulong)b * bias_bs + (ulong)h_r[i] * bias_hs + (ulong)qi * bias_rs;
 #endif
@@ -199,8 +230,8 @@ PATH_FUNCTION void flash_forward_regtile_body(FORWARD_PARAMS, __local float4 *qs
                 }
         }
 
-        /* every key of the tile visible to every row of this work-item: no mask needed */
-        const bool full = k0 >= max_lo && k0 + BLOCK <= min_hi;
+        /* every key of the tile visible to every row of the block: no mask needed */
+        const bool full = k0 >= full_lo && k0 + BLOCK <= full_hi;
         float mx[RT_RM];
 #pragma unroll
         for (uint i = 0; i < RT_RM; i++)
@@ -220,7 +251,6 @@ PATH_FUNCTION void flash_forward_regtile_body(FORWARD_PARAMS, __local float4 *qs
         {
 #pragma unroll
             for (uint i = 0; i < RT_RM; i++) {
-                const uint qi = qi_r[i];
                 /* the row's ALiBi slope, read here in the tile loop: read once before it, Intel's CPU
                  * OpenCL compiler (2026.2) gave the packed rows of other heads one head's slope */
 #if ALIBI
@@ -231,29 +261,44 @@ PATH_FUNCTION void flash_forward_regtile_body(FORWARD_PARAMS, __local float4 *qs
 #pragma unroll
                 for (uint j = 0; j < RT_RN; j++) {
                     const uint key = k0 + tc + RT_TC * j;
-                    const bool visible = (BLOCK % RT_TC == 0 || tc + RT_TC * j < BLOCK) && key >= lo_r[i] && key < hi_r[i];
+#if CAUSAL || WINDOW || ALIBI
+                    const long rel = diag_r[i] - (long)key; /* the row's diagonal key minus this key */
+#endif
+                    const bool visible = (BLOCK % RT_TC == 0 || tc + RT_TC * j < BLOCK) && key < key_len
+#if CAUSAL
+                                         && rel >= 0
+#endif
+#if WINDOW
+                                         && rel <= (long)win_left && rel >= -(long)win_right
+#endif
+                        ;
 #if SOFTCAP || BIAS || ALIBI
 #if BIAS
                     const float bias_v = visible ? bias[bias_row[i] + key] : 0.0f;
 #else
                     const float bias_v = 0.0f;
 #endif
-                    const float x = transform_score(s[i][j] * score_scale, softcap, bias_v, slope, qi, key, n_q, diag_k) * M_LOG2E_F;
+                    /* softcap and bias as transform_score applies them, then ALiBi from rel */
+                    float x = transform_score(s[i][j] * score_scale, softcap, bias_v, 0.0f, 0, 0, 0, 0);
+#if ALIBI
+                    x -= slope * fabs((float)rel);
+#endif
+                    x *= M_LOG2E_F;
 #else
                     const float x = s[i][j] * score_scale;
 #endif
                     s[i][j] = visible ? x : -INFINITY;
                     mx[i] = fmax(mx[i], s[i][j]);
                 }
-                (void)qi;
                 (void)slope;
             }
         }
 #pragma unroll
         for (uint i = 0; i < RT_RM; i++)
-            red[(tr * RT_RM + i) * RT_TC + tc] = mx[i];
+            my_red[i * RT_TC] = mx[i];
         barrier(CLK_LOCAL_MEM_FENCE); /* R3 */
 
+        fold_row_maxima(red, lid);
         /* K is no longer read: V takes its place (ordered before the P V reads by R4) */
         for (uint idx = lid; idx < BLOCK * 4 * RT_VC * RT_TC; idx += WG_SIZE) {
             const uint r = idx / (4 * RT_VC * RT_TC), c = idx % (4 * RT_VC * RT_TC);
@@ -261,11 +306,10 @@ PATH_FUNCTION void flash_forward_regtile_body(FORWARD_PARAMS, __local float4 *qs
                 (k0 + r < n_k && c < HEAD_DIM) ? load_g(v, kv_row(vbase, v_bs, v_ss, pages, num_pages, k0 + r) + c)
                                                   : 0.0f;
         }
+        barrier(CLK_LOCAL_MEM_FENCE); /* R3b */
 #pragma unroll
         for (uint i = 0; i < RT_RM; i++) {
-            float tile_max = -INFINITY;
-            for (uint u = 0; u < RT_TC; u++)
-                tile_max = fmax(tile_max, red[(tr * RT_RM + i) * RT_TC + u]);
+            const float tile_max = my_red[i * RT_TC];
             const float m_new = fmax(m[i], tile_max);
             const float ref = (m_new == -INFINITY) ? 0.0f : m_new;
             const float alpha = exp2(m[i] - ref); /* 0 while nothing was seen: l and acc are 0 then */
@@ -341,12 +385,12 @@ PATH_FUNCTION void flash_forward_regtile_body(FORWARD_PARAMS, __local float4 *qs
      * came before R4 of the last tile (or there was no tile). */
 #pragma unroll
     for (uint i = 0; i < RT_RM; i++)
-        red[(tr * RT_RM + i) * RT_TC + tc] = l[i];
+        my_red[i * RT_TC] = l[i];
     barrier(CLK_LOCAL_MEM_FENCE); /* R5 */
 #pragma unroll
     for (uint i = 0; i < RT_RM; i++) {
-        const uint qi = qi_r[i], h = h_r[i];
-        if (q0 + tr + RT_TR * i < rows_total) {
+        const uint row = q0 + tr + RT_TR * i, qi = ROW_QUERY(row), h = ROW_HEAD(h0, row);
+        if (row < rows_total) {
             float lt = 0.0f;
             for (uint u = 0; u < RT_TC; u++)
                 lt += red[(tr * RT_RM + i) * RT_TC + u];

@@ -41,15 +41,13 @@ set(_device_pvc "Intel(R) Data Center GPU Max 1550")
 set(_slm_limit_tgllp 65536)
 set(_slm_limit_acm-g10 65536)
 set(_slm_limit_pvc 131072)
-# "case|target": spills known and accepted. Intel's compiler (ocloc 22.43) gives a kernel 128
-# registers. Every kernel is built with the parameters the library plans for each target (the
-# placeholders of kernel_define_sets.cmake through tests/tuning_table, the built-in rules
-# included). Anything else that spills fails. Known since variable-length batches (2026-12-04):
-# the register-tiled forward with them at d = 128 (ocloc's estimate 25 on Xe-LP, 24 on Xe-HPG,
-# with the 4x16x64 tiles the built-in rule gives those GPUs; the rules cannot yet tell a varlen
-# call apart), and the portable backward at d = 128 with every feature on Xe-LP (1).
-set(_known_spills "forward-regtile-d128-varlen|tgllp" "forward-regtile-d128-varlen|acm-g10"
-                  "backward-d128-features|tgllp")
+# "case|target": spills known and accepted; none now. Intel's compiler (ocloc 22.43) gives a
+# kernel 128 registers. Every kernel is built with the parameters the library plans for each target
+# (the placeholders of kernel_define_sets.cmake through tests/tuning_table, the built-in rules
+# included: with them the register-tiled forward at d = 128 with variable-length batches spilled
+# 25 on Xe-LP and 24 on Xe-HPG, and the portable backward at d = 128 with every feature 1 on Xe-LP,
+# until both kernels kept fewer values live across their key loops). Anything that spills fails.
+set(_known_spills "")
 
 set(_env "")
 if(OCLOC_LIBS)
