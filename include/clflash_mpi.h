@@ -6,8 +6,10 @@
  * ranks of an MPI communicator. Each rank holds a shard of the sequence's Q, K and V; the K/V shards
  * travel around the ring of ranks, and each rank merges the partial results of its own queries
  * against every shard through their log-sum-exps. The result is single-device attention over the
- * whole sequence, up to rounding. The component is a client of clflash.h's public API only
- * (clflash_forward with lse, clflash_merge_states); it adds MPI and the ring on top.
+ * whole sequence, up to rounding. clflash_ring_backward gives the gradients of it. The component is
+ * a client of clflash.h's public API only (clflash_forward with lse, clflash_merge_states,
+ * clflash_backward; the backward adds three small kernels of its own); it adds MPI and the ring on
+ * top.
  *
  * Conventions are those of clflash.h: statuses (0 success, OpenCL's negative codes passed through,
  * clflash's own from -2000 down, this component's from -2100 down), struct_size (the ABI rule at the
@@ -142,6 +144,54 @@ typedef struct {
  * partly written. */
 CLFLASH_API clflash_status clflash_ring_forward(clflash_context *ctx, MPI_Comm comm, const clflash_ring_desc *d,
                                                 cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse);
+
+/* The gradients of clflash_ring_forward (issue 21 step 4). Collective, like the forward: every rank
+ * of comm calls it with the descriptor it gave the forward, its shard's q, k, v (as given to the
+ * forward), o and lse (the forward's results; lse is required), and d_o, the gradient of the loss
+ * with respect to its rows of O, laid out as d->o says. It writes dq, dk, dv for its shard: dq in
+ * layout d->q (heads_q), dk and dv in layouts d->k and d->v (heads_kv; with GQA/MQA summed over each
+ * group's query heads), in d->dtype; their gaps are never written. dq, dk and dv must be three
+ * buffers of ctx of their own (none of them an input buffer).
+ *
+ * How: P steps, as in the forward. At step s the rank holds the K/V shard of rank (r - s) mod P,
+ * and each of its query chunks that sees some of those keys (the forward's rule: skipped, unmasked,
+ * or causal on the diagonal) runs one clflash_backward on (the Q chunk, those keys) with the
+ * chunk's final O, dO and GLOBAL lse, so that P = exp(S - lse) is the probability over the whole
+ * sequence and D = rowsum(dO * O) is the whole row's: the per-pair gradients then add up exactly.
+ * The dQ partials are added into an fp32 accumulator of this rank; the dK/dV partials of the step
+ * are summed in fp32 and added (on the host) to that shard's fp32 dK/dV accumulator, which arrives
+ * from rank r - 1 and travels on to rank r + 1, one step behind the shard. After step P - 1 the
+ * accumulator's next hop is its owner. The fp32 sums are written in the storage type at the end.
+ * The additions (small kernels of the component's own, lib/mpi/ring_backward.cl, built per call)
+ * are in a fixed order: deterministic for a fixed rank count and mapping.
+ *
+ * Exactness: in F32 the gradients differ from one clflash_backward over the whole sequence only
+ * by fp32 rounding (in a different order of summation). In F16/BF16 each partial (one per pair of
+ * query chunk and key shard) is rounded once to the storage type, since clflash_backward writes
+ * its outputs in it, before the fp32 sums, and the result is rounded once more.
+ *
+ * Overlap: the next K/V shard travels while a step computes, as in the forward; the dK/dV
+ * accumulator of a step is sent while the next step computes. Not overlapped: each step's read of
+ * its dK/dV partial to the host, the host addition, and the upload of the next shard wait for the
+ * step's kernels (the device idles meanwhile); the own shard is read to the host and written back
+ * compact before step 0.
+ *
+ * Memory per call: the forward's two K/V shards (host and device), plus on the device a compact
+ * copy of Q, a dQ partial and an fp32 dQ accumulator (this rank's rows), a dK/dV partial and an
+ * fp32 dK/dV sum (of the largest shard); on the host four fp32 dK/dV buffers of the largest shard.
+ *
+ * Checks and returns: as clflash_ring_forward (the same collective checks; every rank returns the
+ * same status), plus CLFLASH_ERROR_INVALID_ARGUMENT for a NULL lse, d_o, dq, dk or dv, or an
+ * output that is an input buffer or the same buffer as another output, and
+ * CLFLASH_ERROR_BUFFER_TOO_SMALL for d_o, dq, dk or dv too small for their layouts, and
+ * clflash_plan_backward's statuses. Errors found before the ring starts write no caller buffer. If a
+ * call fails during the ring, the failing rank writes none of dq, dk, dv (they are written only
+ * after the last step, by a rank that has not failed), keeps passing shards and accumulators so
+ * that no rank blocks, and every rank returns its status; the other ranks' outputs may then have
+ * been written, with meaningless values. */
+CLFLASH_API clflash_status clflash_ring_backward(clflash_context *ctx, MPI_Comm comm, const clflash_ring_desc *d,
+                                                 cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem d_o, cl_mem lse,
+                                                 cl_mem dq, cl_mem dk, cl_mem dv);
 
 /* The message of a status: this component's own, else clflash_status_string's. Never NULL. */
 CLFLASH_API const char *clflash_ring_status_string(clflash_status s);

@@ -121,6 +121,21 @@ clflash_status ring_exchange_pack_own(ring_exchange *x, const ring_geometry *g, 
     return err == CL_SUCCESS ? CLFLASH_SUCCESS : ring_fail(err, "reading the own K/V shard to the host: %d", err);
 }
 
+clflash_status ring_post_bytes(MPI_Comm comm, void *buf, uint64_t bytes, int peer, int tag0, int send,
+                               MPI_Request *req, int *nreq)
+{
+    for (uint64_t at = 0, tag = (uint64_t)tag0; at < bytes; at += RING_PIECE_BYTES, tag++) {
+        const int n = (int)(bytes - at < RING_PIECE_BYTES ? bytes - at : RING_PIECE_BYTES);
+        unsigned char *p = (unsigned char *)buf + at;
+        const int rc = send ? MPI_Isend(p, n, MPI_BYTE, peer, (int)tag, comm, &req[(*nreq)++])
+                            : MPI_Irecv(p, n, MPI_BYTE, peer, (int)tag, comm, &req[(*nreq)++]);
+        if (rc != MPI_SUCCESS)
+            return ring_fail(CLFLASH_RING_ERROR_MPI, "%s of %llu bytes failed", send ? "MPI_Isend" : "MPI_Irecv",
+                             (unsigned long long)bytes);
+    }
+    return CLFLASH_SUCCESS;
+}
+
 clflash_status ring_exchange_post(ring_exchange *x, int slot, uint32_t send_rows, uint32_t recv_rows)
 {
     const int other = 1 - slot;

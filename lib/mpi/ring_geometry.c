@@ -74,6 +74,15 @@ static clflash_status check_buffer(clflash_context *ctx, cl_mem m, uint64_t need
     return CLFLASH_SUCCESS;
 }
 
+clflash_status ring_check_tensor(clflash_context *ctx, cl_mem m, const clflash_layout *l, uint32_t batch,
+                                 uint32_t heads, uint32_t rows, uint32_t head_dim, clflash_dtype t, const char *name)
+{
+    if (m == NULL)
+        return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "%s must not be NULL", name);
+    const clflash_layout r = ring_resolve_layout(l, heads, rows, head_dim);
+    return check_buffer(ctx, m, extent_bytes(&r, batch, heads, rows, head_dim, clflash_dtype_size(t)), name);
+}
+
 clflash_status ring_check_local(clflash_context *ctx, const clflash_ring_desc *in, cl_mem q, cl_mem k, cl_mem v,
                                 cl_mem o, cl_mem lse)
 {

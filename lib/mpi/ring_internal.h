@@ -57,6 +57,9 @@ typedef struct {
 /* This rank's checks that need no communication: arguments, ranges, buffers. */
 clflash_status ring_check_local(clflash_context *ctx, const clflash_ring_desc *d, cl_mem q, cl_mem k, cl_mem v,
                                 cl_mem o, cl_mem lse);
+/* A tensor argument of rows rows: not NULL, a buffer of ctx, large enough for layout l. */
+clflash_status ring_check_tensor(clflash_context *ctx, cl_mem m, const clflash_layout *l, uint32_t batch,
+                                 uint32_t heads, uint32_t rows, uint32_t head_dim, clflash_dtype t, const char *name);
 /* The collective part: gathers every rank's fields and local status, and fills g (free with
  * ring_geometry_free) or returns the status every rank returns. */
 clflash_status ring_geometry_agree(MPI_Comm comm, const clflash_ring_desc *d, clflash_status local,
@@ -107,6 +110,10 @@ clflash_status ring_exchange_post(ring_exchange *x, int slot, uint32_t send_rows
 clflash_status ring_exchange_wait(ring_exchange *x);
 /* Enqueues host[slot] -> dev[slot] (rows rows) on the transfer queue after released[slot]. */
 clflash_status ring_exchange_upload(ring_exchange *x, int slot, uint32_t rows);
+/* Posts a nonblocking send (send != 0) or receive of bytes bytes at buf to or from peer, in pieces of
+ * at most 1 GiB with tags tag0, tag0 + 1, ... (at most 64 pieces); appends the requests to req. */
+clflash_status ring_post_bytes(MPI_Comm comm, void *buf, uint64_t bytes, int peer, int tag0, int send,
+                               MPI_Request *req, int *nreq);
 /* Layouts of K and V in dev[slot] for a shard of rows rows. */
 void ring_exchange_layouts(const ring_exchange *x, const ring_geometry *g, uint32_t rows, clflash_layout *kl,
                            clflash_layout *vl);

@@ -1,0 +1,496 @@
+/*
+ * ring_backward.c - clflash_ring_backward: the gradients of the ring forward. P steps, as in the
+ * forward: at step s the rank holds the K/V shard of rank (r - s) mod P, and each of its query
+ * chunks that sees some of those keys (ring_visible, the forward's rule) runs one clflash_backward
+ * with the rank's final O, its dO and the GLOBAL lse. With the global lse, P = exp(S - lse) is the
+ * probability over the whole sequence and clflash_backward's D = rowsum(dO * O) is the global one,
+ * so the per-pair gradients simply add up. dQ partials are added into this rank's fp32 dQ
+ * accumulator on the device; the dK/dV partials of a step are summed (fp32, on the device) into one
+ * buffer, read back, and added on the host to the shard's travelling fp32 dK/dV accumulator, which
+ * goes on to rank r + 1 with the shard one step behind it. After step P - 1 that accumulator has
+ * every rank's contribution and its next hop is its owner.
+ *
+ * Why partials are added in fp32 by kernels of our own (ring_backward.cl): clflash_backward writes
+ * its gradients in the storage type only and into layouts equal to its inputs', so its outputs go
+ * to compact scratch tensors, and the sums are kept in fp32 to avoid rounding the running sums at
+ * every step. The order of every addition is fixed (query chunks in row order within a step, steps
+ * in order; for dK/dV the owner's rank first, then around the ring), so a fixed rank count gives
+ * the same bits on every run.
+ */
+#include "ring_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+extern const char clflash_cl_ring_backward[];
+extern const size_t clflash_cl_ring_backward_size;
+
+#define ACC_TAG0 4096 /* tags of the dK/dV accumulators (the K/V pieces use 0 .. 63) */
+
+typedef struct {
+    clflash_context *ctx;
+    cl_command_queue cq;
+    const clflash_ring_desc *d;
+    const ring_geometry *g;
+    cl_mem o, d_o, lse;
+    int nq;
+    ring_chunk qc[2];
+    cl_mem lse_c[2];   /* the chunk's rows of lse, compact (zigzag), or the caller's lse (one chunk) */
+    cl_program prog;
+    cl_kernel k_gather, k_acc, k_scatter;
+    cl_mem q_c;        /* Q, compact [batch][heads_q][seq_local][head_dim], storage type */
+    cl_mem dq_part;    /* a dQ partial, same geometry, storage type */
+    cl_mem dq_acc;     /* fp32, same geometry */
+    cl_mem dkv_part;   /* a dK/dV partial, a compact K/V shard of up to max_rows rows, storage type */
+    cl_mem dkv_acc;    /* fp32, the same geometry: the step's dK/dV */
+    uint64_t kv_row_elems; /* 2 * batch * heads_kv * head_dim: fp32 values per shard row of dK/dV */
+    float *h_part, *h_in, *h_out[2]; /* host fp32 dK/dV: this step's, the incoming, the outgoing */
+    MPI_Request out_req[2][64];
+    int out_n[2];
+    MPI_Request in_req[64];
+    int in_n;
+    ring_exchange x;
+    int have_x;
+} ring_bwd;
+
+static int src_of(const ring_geometry *g, int s)
+{
+    return (g->rank - s % g->size + g->size) % g->size;
+}
+
+static clflash_layout compact(void)
+{
+    return (clflash_layout){0, 0, 0, 0};
+}
+
+static clflash_attention_desc call_desc(const ring_bwd *B, const ring_chunk *q, const ring_call *c,
+                                        const clflash_layout *kl, const clflash_layout *vl, uint32_t kv_rows)
+{
+    const ring_geometry *g = B->g;
+    const clflash_layout qz = compact();
+    clflash_attention_desc a;
+    memset(&a, 0, sizeof a);
+    a.struct_size = sizeof a;
+    a.batch = g->batch;
+    a.heads_q = g->heads_q;
+    a.heads_kv = g->heads_kv;
+    a.seq_q = q->len;
+    a.seq_k = c->k_len;
+    a.head_dim = g->head_dim;
+    a.dtype = g->dtype;
+    a.scale = g->scale;
+    a.flags = c->causal ? CLFLASH_CAUSAL : 0;
+    a.block = B->d->block;
+    a.q = ring_layout_rows(&qz, g->heads_q, B->d->seq_local, g->head_dim, q->row);
+    a.k = ring_layout_rows(kl, g->heads_kv, kv_rows, g->head_dim, c->k_row);
+    a.v = ring_layout_rows(vl, g->heads_kv, kv_rows, g->head_dim, c->k_row);
+    a.o = ring_layout_rows(&B->d->o, g->heads_q, B->d->seq_local, g->head_dim, q->row);
+    return a;
+}
+
+static cl_mem new_buffer(ring_bwd *B, uint64_t bytes, clflash_status *st)
+{
+    cl_int err = CL_SUCCESS;
+    if (*st != CLFLASH_SUCCESS)
+        return NULL;
+    cl_mem m = clCreateBuffer(clflash_context_cl(B->ctx), CL_MEM_READ_WRITE, (size_t)(bytes ? bytes : 4), NULL, &err);
+    if (err != CL_SUCCESS)
+        *st = ring_fail(err, "clCreateBuffer of %llu bytes for the ring's backward: %d", (unsigned long long)bytes,
+                        err);
+    return err == CL_SUCCESS ? m : NULL;
+}
+
+static clflash_status build_kernels(ring_bwd *B)
+{
+    const cl_context cl = clflash_context_cl(B->ctx);
+    cl_device_id dev = clflash_context_device(B->ctx);
+    const char *src = clflash_cl_ring_backward;
+    const size_t len = clflash_cl_ring_backward_size;
+    cl_int err = CL_SUCCESS;
+    B->prog = clCreateProgramWithSource(cl, 1, &src, &len, &err);
+    if (err != CL_SUCCESS)
+        return ring_fail(err, "clCreateProgramWithSource of ring_backward.cl: %d", err);
+    const char *opt = B->g->dtype == CLFLASH_F32 ? "-DRING_F32" : B->g->dtype == CLFLASH_F16 ? "-DRING_F16"
+                                                                                           : "-DRING_BF16";
+    err = clBuildProgram(B->prog, 1, &dev, opt, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        char log[300] = "";
+        clGetProgramBuildInfo(B->prog, dev, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
+        return ring_fail(CLFLASH_ERROR_BUILD_FAILED, "building ring_backward.cl (%s): %d: %s", opt, err, log);
+    }
+    B->k_gather = clCreateKernel(B->prog, "ring_gather", &err);
+    if (err == CL_SUCCESS)
+        B->k_acc = clCreateKernel(B->prog, "ring_accumulate", &err);
+    if (err == CL_SUCCESS)
+        B->k_scatter = clCreateKernel(B->prog, "ring_scatter", &err);
+    return err == CL_SUCCESS ? CLFLASH_SUCCESS : ring_fail(err, "clCreateKernel (ring_backward.cl): %d", err);
+}
+
+/* Sets a kernel's arguments in order from a list of (size, pointer) pairs and enqueues n items. */
+typedef struct {
+    size_t size;
+    const void *p;
+} karg;
+
+static cl_int launch(ring_bwd *B, cl_kernel k, const karg *args, int nargs, uint64_t n)
+{
+    cl_int err = CL_SUCCESS;
+    for (int i = 0; i < nargs && err == CL_SUCCESS; i++)
+        err = clSetKernelArg(k, (cl_uint)i, args[i].size, args[i].p);
+    const size_t global = (size_t)n;
+    if (err == CL_SUCCESS && n > 0)
+        err = clEnqueueNDRangeKernel(B->cq, k, 1, NULL, &global, NULL, 0, NULL, NULL);
+    return err;
+}
+
+/* acc += part over rows row0 .. row0 + len - 1 of compact [nbh][rows][head_dim] tensors. */
+static cl_int accumulate(ring_bwd *B, cl_mem acc, cl_mem part, uint64_t nbh, uint32_t rows, uint32_t row0,
+                         uint32_t len)
+{
+    const cl_ulong n = nbh * len * B->g->head_dim;
+    const cl_uint r = rows, r0 = row0, l = len, d = B->g->head_dim;
+    const karg a[] = {{sizeof acc, &acc}, {sizeof part, &part}, {sizeof n, &n}, {sizeof r, &r},
+                      {sizeof r0, &r0},   {sizeof l, &l},       {sizeof d, &d}};
+    return launch(B, B->k_acc, a, 7, n);
+}
+
+/* The caller's tensor m (layout l, heads heads, rows rows) from compact fp32 src at element src_off
+ * (scatter), or compact dst from it (gather; src_off unused). */
+static cl_int move(ring_bwd *B, int scatter, cl_mem m, const clflash_layout *l, uint32_t heads, uint32_t rows,
+                   cl_mem compact_buf, uint64_t src_off)
+{
+    const clflash_layout r = ring_resolve_layout(l, heads, rows, B->g->head_dim);
+    const cl_ulong n = (cl_ulong)B->g->batch * heads * rows * B->g->head_dim, so = src_off;
+    const cl_uint h = heads, rw = rows, d = B->g->head_dim;
+    const cl_ulong off = r.offset, bs = r.batch_stride, hs = r.head_stride, ss = r.seq_stride;
+    if (scatter) {
+        const karg a[] = {{sizeof m, &m}, {sizeof compact_buf, &compact_buf}, {sizeof so, &so}, {sizeof n, &n},
+                          {sizeof h, &h}, {sizeof rw, &rw}, {sizeof d, &d}, {sizeof off, &off}, {sizeof bs, &bs},
+                          {sizeof hs, &hs}, {sizeof ss, &ss}};
+        return launch(B, B->k_scatter, a, 11, n);
+    }
+    const karg a[] = {{sizeof compact_buf, &compact_buf}, {sizeof m, &m}, {sizeof n, &n}, {sizeof h, &h},
+                      {sizeof rw, &rw}, {sizeof d, &d}, {sizeof off, &off}, {sizeof bs, &bs}, {sizeof hs, &hs},
+                      {sizeof ss, &ss}};
+    return launch(B, B->k_gather, a, 10, n);
+}
+
+/* Plans this rank's own-shard calls, builds the kernels, allocates, and enqueues the copies of Q
+ * and of the chunks' lse rows (the caller's buffers are only read). */
+static clflash_status setup(ring_bwd *B, MPI_Comm comm, cl_mem q)
+{
+    const ring_geometry *g = B->g;
+    const ring_shard *own = &g->shards[g->rank];
+    const int causal = (g->flags & CLFLASH_CAUSAL) != 0;
+    const uint32_t n = B->d->seq_local;
+    clflash_status st = CLFLASH_SUCCESS;
+    B->nq = own->nchunks;
+    for (int i = 0; i < B->nq; i++) {
+        B->qc[i] = own->chunk[i];
+        ring_call c;
+        if (ring_visible(&B->qc[i], own, causal, &c) == 1) {
+            clflash_attention_desc a = call_desc(B, &B->qc[i], &c, &B->d->k, &B->d->v, own->rows);
+            clflash_plan p;
+            memset(&p, 0, sizeof p);
+            p.struct_size = sizeof p;
+            const clflash_status ps = clflash_plan_backward(B->ctx, &a, &p);
+            if (ps != CLFLASH_SUCCESS)
+                return ring_fail(ps, "clflash_plan_backward of query chunk %d: %s", i, clflash_last_error_detail());
+        }
+    }
+    if ((st = build_kernels(B)) != CLFLASH_SUCCESS)
+        return st;
+    const size_t e = clflash_dtype_size(g->dtype);
+    const uint64_t q_elems = (uint64_t)g->batch * g->heads_q * n * g->head_dim;
+    B->kv_row_elems = 2ull * g->batch * g->heads_kv * g->head_dim;
+    const uint64_t kv_elems = B->kv_row_elems * g->max_rows;
+    B->q_c = new_buffer(B, q_elems * e, &st);
+    B->dq_part = new_buffer(B, q_elems * e, &st);
+    B->dq_acc = new_buffer(B, q_elems * sizeof(float), &st);
+    B->dkv_part = new_buffer(B, kv_elems * e, &st);
+    B->dkv_acc = new_buffer(B, kv_elems * sizeof(float), &st);
+    for (int i = 0; i < B->nq && B->nq > 1; i++)
+        B->lse_c[i] = new_buffer(B, (uint64_t)g->batch * g->heads_q * B->qc[i].len * sizeof(float), &st);
+    if (st)
+        return st;
+    if (g->size > 1) {
+        if (kv_elems * sizeof(float) > SIZE_MAX / 4 || kv_elems * sizeof(float) > ((uint64_t)64 << 30))
+            return ring_fail(CLFLASH_ERROR_UNSUPPORTED, "a dK/dV accumulator of %llu bytes is above the ring's 64 GiB",
+                             (unsigned long long)(kv_elems * sizeof(float)));
+        B->h_part = calloc(1, (size_t)(kv_elems * sizeof(float)));
+        B->h_in = calloc(1, (size_t)(kv_elems * sizeof(float)));
+        B->h_out[0] = malloc((size_t)(kv_elems * sizeof(float)));
+        B->h_out[1] = malloc((size_t)(kv_elems * sizeof(float)));
+        if (!B->h_part || !B->h_in || !B->h_out[0] || !B->h_out[1])
+            return ring_fail(CLFLASH_ERROR_OUT_OF_HOST_MEMORY, "no host memory for the dK/dV accumulators");
+    }
+    B->have_x = 1;
+    if ((st = ring_exchange_init(&B->x, B->ctx, comm, g)) != CLFLASH_SUCCESS)
+        return st;
+    /* enqueued work from here on; the ring's first step is ordered after it on the same queue */
+    const float zero = 0.0f;
+    cl_int err = move(B, 0, q, &B->d->q, g->heads_q, n, B->q_c, 0);
+    if (err == CL_SUCCESS)
+        err = clEnqueueFillBuffer(B->cq, B->dq_acc, &zero, sizeof zero, 0, (size_t)(q_elems * sizeof(float)), 0, NULL,
+                                  NULL);
+    for (int i = 0; i < B->nq && B->nq > 1 && err == CL_SUCCESS; i++) {
+        const size_t len = (size_t)B->qc[i].len * sizeof(float);
+        const size_t so[3] = {(size_t)B->qc[i].row * sizeof(float), 0, 0}, dz[3] = {0, 0, 0},
+                     region[3] = {len, (size_t)g->batch * g->heads_q, 1};
+        err = clEnqueueCopyBufferRect(B->cq, B->lse, B->lse_c[i], so, dz, region, (size_t)n * sizeof(float), 0, len,
+                                      0, 0, NULL, NULL);
+    }
+    if (B->nq == 1)
+        B->lse_c[0] = B->lse;
+    return err == CL_SUCCESS ? CLFLASH_SUCCESS : ring_fail(err, "preparing Q and lse for the backward: %d", err);
+}
+
+static void teardown(ring_bwd *B)
+{
+    if (B->cq)
+        clFinish(B->cq);
+    for (int j = 0; j < 2; j++)
+        if (B->out_n[j])
+            MPI_Waitall(B->out_n[j], B->out_req[j], MPI_STATUSES_IGNORE);
+    if (B->in_n)
+        MPI_Waitall(B->in_n, B->in_req, MPI_STATUSES_IGNORE);
+    if (B->have_x)
+        ring_exchange_free(&B->x);
+    cl_mem mems[] = {B->q_c, B->dq_part, B->dq_acc, B->dkv_part, B->dkv_acc,
+                     B->nq > 1 ? B->lse_c[0] : NULL, B->nq > 1 ? B->lse_c[1] : NULL};
+    for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++)
+        if (mems[i])
+            clReleaseMemObject(mems[i]);
+    if (B->k_gather)
+        clReleaseKernel(B->k_gather);
+    if (B->k_acc)
+        clReleaseKernel(B->k_acc);
+    if (B->k_scatter)
+        clReleaseKernel(B->k_scatter);
+    if (B->prog)
+        clReleaseProgram(B->prog);
+    free(B->h_part);
+    free(B->h_in);
+    free(B->h_out[0]);
+    free(B->h_out[1]);
+}
+
+/* The compute of step s against the shard in x.dev[slot]: dQ into dq_acc, this step's dK/dV into
+ * dkv_acc (zeroed first), then (with more than one rank) its read into h_part. */
+static clflash_status compute_step(ring_bwd *B, int s)
+{
+    const ring_geometry *g = B->g;
+    const ring_shard *kv = &g->shards[src_of(g, s)];
+    const int slot = s % 2;
+    const uint64_t kv_bytes = B->kv_row_elems * kv->rows * sizeof(float);
+    clflash_layout kl, vl;
+    ring_exchange_layouts(&B->x, g, kv->rows, &kl, &vl);
+    const float zero = 0.0f;
+    cl_int err = clEnqueueBarrierWithWaitList(B->cq, 1, &B->x.written[slot], NULL);
+    if (err == CL_SUCCESS)
+        err = clEnqueueFillBuffer(B->cq, B->dkv_acc, &zero, sizeof zero, 0, (size_t)kv_bytes, 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+        return ring_fail(err, "starting step %d: %d", s, err);
+    for (int i = 0; i < B->nq; i++) {
+        ring_call c;
+        if (ring_visible(&B->qc[i], kv, (g->flags & CLFLASH_CAUSAL) != 0, &c) != 1)
+            continue;
+        const clflash_attention_desc a = call_desc(B, &B->qc[i], &c, &kl, &vl, kv->rows);
+        const clflash_status st = clflash_backward(B->ctx, &a, B->cq, B->q_c, B->x.dev[slot], B->x.dev[slot], B->o,
+                                                   B->d_o, B->lse_c[i], B->dq_part, B->dkv_part, B->dkv_part, 0, NULL,
+                                                   NULL);
+        if (st != CLFLASH_SUCCESS)
+            return ring_fail(st, "clflash_backward at step %d: %s", s, clflash_last_error_detail());
+        err = accumulate(B, B->dq_acc, B->dq_part, (uint64_t)g->batch * g->heads_q, B->d->seq_local, B->qc[i].row,
+                         B->qc[i].len);
+        if (err == CL_SUCCESS) /* K and V as one [2 * batch * heads_kv][rows][head_dim] tensor */
+            err = accumulate(B, B->dkv_acc, B->dkv_part, 2ull * g->batch * g->heads_kv, kv->rows, c.k_row, c.k_len);
+        if (err != CL_SUCCESS)
+            return ring_fail(err, "adding the partial gradients at step %d: %d", s, err);
+    }
+    if (B->x.released[slot])
+        clReleaseEvent(B->x.released[slot]);
+    B->x.released[slot] = NULL;
+    if ((err = clEnqueueMarkerWithWaitList(B->cq, 0, NULL, &B->x.released[slot])) != CL_SUCCESS)
+        return ring_fail(err, "marking the end of step %d: %d", s, err);
+    if (g->size > 1 &&
+        (err = clEnqueueReadBuffer(B->cq, B->dkv_acc, CL_FALSE, 0, (size_t)kv_bytes, B->h_part, 0, NULL, NULL)) !=
+            CL_SUCCESS)
+        return ring_fail(err, "reading the dK/dV of step %d: %d", s, err);
+    if ((err = clFlush(B->cq)) != CL_SUCCESS)
+        return ring_fail(err, "clFlush at step %d: %d", s, err);
+    return CLFLASH_SUCCESS;
+}
+
+/* After step s's dK/dV is in h_part: adds it to the incoming accumulator (the shard's earlier
+ * ranks' sum; none at step 0), sends the sum on to rank r + 1, and posts the receive of the next
+ * one (for step s + 1, or after the last step this rank's own complete dK/dV). A rank that has
+ * failed still sends and receives (its values are then meaningless, and every rank returns an
+ * error). */
+static clflash_status pass_accumulator(ring_bwd *B, int s, clflash_status st)
+{
+    const ring_geometry *g = B->g;
+    const uint64_t n = B->kv_row_elems * g->shards[src_of(g, s)].rows;
+    const int slot = s % 2;
+    if (s > 0 && B->in_n) {
+        const int rc = MPI_Waitall(B->in_n, B->in_req, MPI_STATUSES_IGNORE);
+        B->in_n = 0;
+        if (rc != MPI_SUCCESS && !st)
+            st = ring_fail(CLFLASH_RING_ERROR_MPI, "MPI_Waitall on a dK/dV accumulator failed");
+    }
+    if (B->out_n[slot]) { /* h_out[slot] went out two steps ago */
+        const int rc = MPI_Waitall(B->out_n[slot], B->out_req[slot], MPI_STATUSES_IGNORE);
+        B->out_n[slot] = 0;
+        if (rc != MPI_SUCCESS && !st)
+            st = ring_fail(CLFLASH_RING_ERROR_MPI, "MPI_Waitall on a dK/dV accumulator failed");
+    }
+    float *out = B->h_out[slot];
+    if (s == 0)
+        memcpy(out, B->h_part, (size_t)n * sizeof(float));
+    else
+        for (uint64_t i = 0; i < n; i++)
+            out[i] = B->h_in[i] + B->h_part[i];
+    const int next = s + 1 < g->size ? src_of(g, s + 1) : g->rank;
+    const uint64_t in_bytes = B->kv_row_elems * g->shards[next].rows * sizeof(float);
+    clflash_status ps = ring_post_bytes(B->x.comm, out, n * sizeof(float), B->x.right, ACC_TAG0, 1,
+                                        B->out_req[slot], &B->out_n[slot]);
+    if (ps && !st)
+        st = ps;
+    ps = ring_post_bytes(B->x.comm, B->h_in, in_bytes, B->x.left, ACC_TAG0, 0, B->in_req, &B->in_n);
+    if (ps && !st)
+        st = ps;
+    return st;
+}
+
+/* The P steps and the final writes. A rank that fails keeps passing shards and accumulators. */
+static clflash_status run_ring(ring_bwd *B, cl_mem k, cl_mem v, cl_mem dq, cl_mem dk, cl_mem dv)
+{
+    const ring_geometry *g = B->g;
+    const int P = g->size;
+    const uint32_t own_rows = g->shards[g->rank].rows;
+    /* the own shard, compact: read to host[0] (to be sent) and written to dev[0] (step 0 uses it) */
+    clflash_status st = ring_exchange_pack_own(&B->x, g, k, &B->d->k, v, &B->d->v, own_rows);
+    if (st == CLFLASH_SUCCESS)
+        st = ring_exchange_upload(&B->x, 0, own_rows);
+    for (int s = 0; s < P; s++) {
+        const int slot = s % 2, more = s + 1 < P;
+        const uint32_t rows = g->shards[src_of(g, s)].rows, next_rows = more ? g->shards[src_of(g, s + 1)].rows : 0;
+        if (more) {
+            const clflash_status ps = ring_exchange_post(&B->x, slot, rows, next_rows);
+            if (ps && !st)
+                st = ps;
+        }
+        if (st == CLFLASH_SUCCESS)
+            st = compute_step(B, s);
+        if (more) {
+            const clflash_status ws = ring_exchange_wait(&B->x);
+            if (ws && !st)
+                st = ws;
+        }
+        if (P > 1) {
+            const cl_int fin = st == CLFLASH_SUCCESS ? clFinish(B->cq) : CL_SUCCESS; /* h_part is read */
+            if (fin != CL_SUCCESS)
+                st = ring_fail(fin, "step %d's kernels: %d", s, fin);
+            st = pass_accumulator(B, s, st);
+        }
+        if (more && st == CLFLASH_SUCCESS)
+            st = ring_exchange_upload(&B->x, 1 - slot, next_rows);
+    }
+    if (P > 1) { /* the own shard's dK/dV, complete, arrives from rank r - 1 */
+        const int rc = MPI_Waitall(B->in_n, B->in_req, MPI_STATUSES_IGNORE);
+        B->in_n = 0;
+        if (rc != MPI_SUCCESS && !st)
+            st = ring_fail(CLFLASH_RING_ERROR_MPI, "MPI_Waitall on the own dK/dV failed");
+        if (st == CLFLASH_SUCCESS) {
+            const cl_int err = clEnqueueWriteBuffer(B->cq, B->dkv_acc, CL_TRUE, 0,
+                                                    (size_t)(B->kv_row_elems * own_rows * sizeof(float)), B->h_in, 0,
+                                                    NULL, NULL);
+            if (err != CL_SUCCESS)
+                st = ring_fail(err, "writing the own dK/dV to the device: %d", err);
+        }
+    }
+    if (st == CLFLASH_SUCCESS) {
+        const uint64_t v_off = B->kv_row_elems / 2 * own_rows;
+        cl_int err = move(B, 1, dq, &B->d->q, g->heads_q, B->d->seq_local, B->dq_acc, 0);
+        if (err == CL_SUCCESS)
+            err = move(B, 1, dk, &B->d->k, g->heads_kv, own_rows, B->dkv_acc, 0);
+        if (err == CL_SUCCESS)
+            err = move(B, 1, dv, &B->d->v, g->heads_kv, own_rows, B->dkv_acc, v_off);
+        if (err != CL_SUCCESS)
+            st = ring_fail(err, "writing dq, dk, dv: %d", err);
+    }
+    const cl_int fin = clFinish(B->cq);
+    if (fin != CL_SUCCESS && st == CLFLASH_SUCCESS)
+        st = ring_fail(fin, "clFinish after the ring: %d", fin);
+    return st;
+}
+
+/* This rank's checks of the backward's own arguments (those shared with the forward are
+ * ring_check_local's). */
+static clflash_status check_backward_local(clflash_context *ctx, const clflash_ring_desc *d, cl_mem q, cl_mem k,
+                                           cl_mem v, cl_mem o, cl_mem d_o, cl_mem lse, cl_mem dq, cl_mem dk, cl_mem dv)
+{
+    clflash_status st = ring_check_local(ctx, d, q, k, v, o, lse);
+    if (st)
+        return st;
+    if (lse == NULL)
+        return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "lse must not be NULL (the forward's lse)");
+    const uint32_t hkv = d->heads_kv ? d->heads_kv : d->heads_q;
+    if ((st = ring_check_tensor(ctx, d_o, &d->o, d->batch, d->heads_q, d->seq_local, d->head_dim, d->dtype, "d_o")) ||
+        (st = ring_check_tensor(ctx, dq, &d->q, d->batch, d->heads_q, d->seq_local, d->head_dim, d->dtype, "dq")) ||
+        (st = ring_check_tensor(ctx, dk, &d->k, d->batch, hkv, d->seq_local, d->head_dim, d->dtype, "dk")) ||
+        (st = ring_check_tensor(ctx, dv, &d->v, d->batch, hkv, d->seq_local, d->head_dim, d->dtype, "dv")))
+        return st;
+    const cl_mem in[] = {q, k, v, o, d_o, lse}, out[] = {dq, dk, dv};
+    for (int i = 0; i < 3; i++) {
+        for (int j = 0; j < 6; j++)
+            if (out[i] == in[j])
+                return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "dq, dk and dv must not be input buffers");
+        for (int j = 0; j < i; j++)
+            if (out[i] == out[j])
+                return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "dq, dk and dv must be three different buffers");
+    }
+    return CLFLASH_SUCCESS;
+}
+
+clflash_status clflash_ring_backward(clflash_context *ctx, MPI_Comm comm, const clflash_ring_desc *d, cl_mem q,
+                                     cl_mem k, cl_mem v, cl_mem o, cl_mem d_o, cl_mem lse, cl_mem dq, cl_mem dk,
+                                     cl_mem dv)
+{
+    ring_clear_detail();
+    int init = 0, fini = 0;
+    if (comm == MPI_COMM_NULL)
+        return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "comm is MPI_COMM_NULL");
+    if (MPI_Initialized(&init) != MPI_SUCCESS || !init || MPI_Finalized(&fini) != MPI_SUCCESS || fini)
+        return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "MPI is not initialised (or already finalised)");
+    const clflash_status local = check_backward_local(ctx, d, q, k, v, o, d_o, lse, dq, dk, dv);
+    MPI_Comm ring_comm;
+    if (MPI_Comm_dup(comm, &ring_comm) != MPI_SUCCESS)
+        return ring_fail(CLFLASH_RING_ERROR_MPI, "MPI_Comm_dup failed");
+    ring_geometry g;
+    clflash_status st = ring_geometry_agree(ring_comm, d, local, &g);
+    if (st != CLFLASH_SUCCESS) {
+        MPI_Comm_free(&ring_comm);
+        return st;
+    }
+    ring_bwd B;
+    memset(&B, 0, sizeof B);
+    B.ctx = ctx;
+    B.cq = clflash_context_queue(ctx);
+    B.d = d;
+    B.g = &g;
+    B.o = o;
+    B.d_o = d_o;
+    B.lse = lse;
+    st = ring_agree_status(ring_comm, setup(&B, ring_comm, q), "setup");
+    if (st == CLFLASH_SUCCESS) {
+        const clflash_status mine = run_ring(&B, k, v, dq, dk, dv);
+        teardown(&B);
+        st = ring_agree_status(ring_comm, mine, "ring");
+    } else {
+        teardown(&B);
+    }
+    ring_geometry_free(&g);
+    MPI_Comm_free(&ring_comm);
+    return st;
+}
