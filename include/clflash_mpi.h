@@ -7,9 +7,10 @@
  * travel around the ring of ranks, and each rank merges the partial results of its own queries
  * against every shard through their log-sum-exps. The result is single-device attention over the
  * whole sequence, up to rounding. clflash_ring_backward gives the gradients of it. The component is
- * a client of clflash.h's public API only (clflash_forward with lse, clflash_merge_states,
- * clflash_backward; the backward adds three small kernels of its own); it adds MPI and the ring on
- * top.
+ * a client of clflash.h's public API (clflash_forward with lse, clflash_merge_states,
+ * clflash_backward), plus, for the backward's fp32 sums, three small kernels clflash runs for its
+ * components (cl/grad_accumulate.cl, through clflash's program cache; not public API, so
+ * clflash_mpi must run with the clflash release it was built with); it adds MPI and the ring on top.
  *
  * Conventions are those of clflash.h: statuses (0 success, OpenCL's negative codes passed through,
  * clflash's own from -2000 down, this component's from -2100 down), struct_size (the ABI rule at the
@@ -162,7 +163,7 @@ CLFLASH_API clflash_status clflash_ring_forward(clflash_context *ctx, MPI_Comm c
  * are summed in fp32 and added (on the host) to that shard's fp32 dK/dV accumulator, which arrives
  * from rank r - 1 and travels on to rank r + 1, one step behind the shard. After step P - 1 the
  * accumulator's next hop is its owner. The fp32 sums are written in the storage type at the end.
- * The additions (small kernels of the component's own, lib/mpi/ring_backward.cl, built per call)
+ * The additions (cl/grad_accumulate.cl, built once per context by clflash's program cache)
  * are in a fixed order: deterministic for a fixed rank count and mapping.
  *
  * Exactness: in F32 the gradients differ from one clflash_backward over the whole sequence only

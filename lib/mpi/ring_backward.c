@@ -10,20 +10,19 @@
  * goes on to rank r + 1 with the shard one step behind it. After step P - 1 that accumulator has
  * every rank's contribution and its next hop is its owner.
  *
- * Why partials are added in fp32 by kernels of our own (ring_backward.cl): clflash_backward writes
- * its gradients in the storage type only and into layouts equal to its inputs', so its outputs go
+ * Why partials are added in fp32 by cl/grad_accumulate.cl (through lib/component.h): clflash_backward
+ * writes its gradients in the storage type only and into layouts equal to its inputs', so its outputs go
  * to compact scratch tensors, and the sums are kept in fp32 to avoid rounding the running sums at
  * every step. The order of every addition is fixed (query chunks in row order within a step, steps
  * in order; for dK/dV the owner's rank first, then around the ring), so a fixed rank count gives
  * the same bits on every run.
  */
+#include "component.h"
 #include "ring_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-extern const char clflash_cl_ring_backward[];
-extern const size_t clflash_cl_ring_backward_size;
 
 #define ACC_TAG0 4096 /* tags of the dK/dV accumulators (the K/V pieces use 0 .. 63) */
 
@@ -36,8 +35,6 @@ typedef struct {
     int nq;
     ring_chunk qc[2];
     cl_mem lse_c[2];   /* the chunk's rows of lse, compact (zigzag), or the caller's lse (one chunk) */
-    cl_program prog;
-    cl_kernel k_gather, k_acc, k_scatter;
     cl_mem q_c;        /* Q, compact [batch][heads_q][seq_local][head_dim], storage type */
     cl_mem dq_part;    /* a dQ partial, same geometry, storage type */
     cl_mem dq_acc;     /* fp32, same geometry */
@@ -100,79 +97,28 @@ static cl_mem new_buffer(ring_bwd *B, uint64_t bytes, clflash_status *st)
     return err == CL_SUCCESS ? m : NULL;
 }
 
-static clflash_status build_kernels(ring_bwd *B)
+/* acc += part over rows row0 .. row0 + len - 1 of compact [nbh][rows][head_dim] tensors (part in
+ * part_dtype). */
+static clflash_status accumulate(ring_bwd *B, clflash_dtype part_dtype, cl_mem acc, cl_mem part, uint64_t nbh,
+                                 uint32_t rows, uint32_t row0, uint32_t len)
 {
-    const cl_context cl = clflash_context_cl(B->ctx);
-    cl_device_id dev = clflash_context_device(B->ctx);
-    const char *src = clflash_cl_ring_backward;
-    const size_t len = clflash_cl_ring_backward_size;
-    cl_int err = CL_SUCCESS;
-    B->prog = clCreateProgramWithSource(cl, 1, &src, &len, &err);
-    if (err != CL_SUCCESS)
-        return ring_fail(err, "clCreateProgramWithSource of ring_backward.cl: %d", err);
-    const char *opt = B->g->dtype == CLFLASH_F32 ? "-DRING_F32" : B->g->dtype == CLFLASH_F16 ? "-DRING_F16"
-                                                                                           : "-DRING_BF16";
-    err = clBuildProgram(B->prog, 1, &dev, opt, NULL, NULL);
-    if (err != CL_SUCCESS) {
-        char log[300] = "";
-        clGetProgramBuildInfo(B->prog, dev, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
-        return ring_fail(CLFLASH_ERROR_BUILD_FAILED, "building ring_backward.cl (%s): %d: %s", opt, err, log);
-    }
-    B->k_gather = clCreateKernel(B->prog, "ring_gather", &err);
-    if (err == CL_SUCCESS)
-        B->k_acc = clCreateKernel(B->prog, "ring_accumulate", &err);
-    if (err == CL_SUCCESS)
-        B->k_scatter = clCreateKernel(B->prog, "ring_scatter", &err);
-    return err == CL_SUCCESS ? CLFLASH_SUCCESS : ring_fail(err, "clCreateKernel (ring_backward.cl): %d", err);
-}
-
-/* Sets a kernel's arguments in order from a list of (size, pointer) pairs and enqueues n items. */
-typedef struct {
-    size_t size;
-    const void *p;
-} karg;
-
-static cl_int launch(ring_bwd *B, cl_kernel k, const karg *args, int nargs, uint64_t n)
-{
-    cl_int err = CL_SUCCESS;
-    for (int i = 0; i < nargs && err == CL_SUCCESS; i++)
-        err = clSetKernelArg(k, (cl_uint)i, args[i].size, args[i].p);
-    const size_t global = (size_t)n;
-    if (err == CL_SUCCESS && n > 0)
-        err = clEnqueueNDRangeKernel(B->cq, k, 1, NULL, &global, NULL, 0, NULL, NULL);
-    return err;
-}
-
-/* acc += part over rows row0 .. row0 + len - 1 of compact [nbh][rows][head_dim] tensors. */
-static cl_int accumulate(ring_bwd *B, cl_mem acc, cl_mem part, uint64_t nbh, uint32_t rows, uint32_t row0,
-                         uint32_t len)
-{
-    const cl_ulong n = nbh * len * B->g->head_dim;
-    const cl_uint r = rows, r0 = row0, l = len, d = B->g->head_dim;
-    const karg a[] = {{sizeof acc, &acc}, {sizeof part, &part}, {sizeof n, &n}, {sizeof r, &r},
-                      {sizeof r0, &r0},   {sizeof l, &l},       {sizeof d, &d}};
-    return launch(B, B->k_acc, a, 7, n);
+    const clflash_status st =
+        clflash_grad_accumulate(B->ctx, B->cq, part_dtype, acc, part, nbh, rows, row0, len, B->g->head_dim);
+    return st ? ring_fail(st, "adding a gradient partial: %s", clflash_last_error_detail()) : CLFLASH_SUCCESS;
 }
 
 /* The caller's tensor m (layout l, heads heads, rows rows) from compact fp32 src at element src_off
  * (scatter), or compact dst from it (gather; src_off unused). */
-static cl_int move(ring_bwd *B, int scatter, cl_mem m, const clflash_layout *l, uint32_t heads, uint32_t rows,
-                   cl_mem compact_buf, uint64_t src_off)
+static clflash_status move(ring_bwd *B, int scatter, cl_mem m, const clflash_layout *l, uint32_t heads, uint32_t rows,
+                           cl_mem compact_buf, uint64_t src_off)
 {
-    const clflash_layout r = ring_resolve_layout(l, heads, rows, B->g->head_dim);
-    const cl_ulong n = (cl_ulong)B->g->batch * heads * rows * B->g->head_dim, so = src_off;
-    const cl_uint h = heads, rw = rows, d = B->g->head_dim;
-    const cl_ulong off = r.offset, bs = r.batch_stride, hs = r.head_stride, ss = r.seq_stride;
-    if (scatter) {
-        const karg a[] = {{sizeof m, &m}, {sizeof compact_buf, &compact_buf}, {sizeof so, &so}, {sizeof n, &n},
-                          {sizeof h, &h}, {sizeof rw, &rw}, {sizeof d, &d}, {sizeof off, &off}, {sizeof bs, &bs},
-                          {sizeof hs, &hs}, {sizeof ss, &ss}};
-        return launch(B, B->k_scatter, a, 11, n);
-    }
-    const karg a[] = {{sizeof compact_buf, &compact_buf}, {sizeof m, &m}, {sizeof n, &n}, {sizeof h, &h},
-                      {sizeof rw, &rw}, {sizeof d, &d}, {sizeof off, &off}, {sizeof bs, &bs}, {sizeof hs, &hs},
-                      {sizeof ss, &ss}};
-    return launch(B, B->k_gather, a, 10, n);
+    const ring_geometry *g = B->g;
+    const clflash_status st =
+        scatter ? clflash_grad_scatter(B->ctx, B->cq, g->dtype, m, l, g->batch, heads, rows, g->head_dim, compact_buf,
+                                       src_off)
+                : clflash_grad_gather(B->ctx, B->cq, g->dtype, compact_buf, m, l, g->batch, heads, rows, g->head_dim);
+    return st ? ring_fail(st, "%s a tensor: %s", scatter ? "writing out" : "compacting", clflash_last_error_detail())
+              : CLFLASH_SUCCESS;
 }
 
 /* Plans this rank's own-shard calls, builds the kernels, allocates, and enqueues the copies of Q
@@ -198,8 +144,10 @@ static clflash_status setup(ring_bwd *B, MPI_Comm comm, cl_mem q)
                 return ring_fail(ps, "clflash_plan_backward of query chunk %d: %s", i, clflash_last_error_detail());
         }
     }
-    if ((st = build_kernels(B)) != CLFLASH_SUCCESS)
-        return st;
+    if (clflash_component_check_version() != CLFLASH_SUCCESS)
+        return ring_fail(CLFLASH_ERROR_UNSUPPORTED,
+                         "clflash_mpi was built with clflash %u and runs with %u; they must be the same release",
+                         (unsigned)CLFLASH_VERSION_NUMBER, clflash_version_number());
     const size_t e = clflash_dtype_size(g->dtype);
     const uint64_t q_elems = (uint64_t)g->batch * g->heads_q * n * g->head_dim;
     B->kv_row_elems = 2ull * g->batch * g->heads_kv * g->head_dim;
@@ -229,10 +177,10 @@ static clflash_status setup(ring_bwd *B, MPI_Comm comm, cl_mem q)
         return st;
     /* enqueued work from here on; the ring's first step is ordered after it on the same queue */
     const float zero = 0.0f;
-    cl_int err = move(B, 0, q, &B->d->q, g->heads_q, n, B->q_c, 0);
-    if (err == CL_SUCCESS)
-        err = clEnqueueFillBuffer(B->cq, B->dq_acc, &zero, sizeof zero, 0, (size_t)(q_elems * sizeof(float)), 0, NULL,
-                                  NULL);
+    if ((st = move(B, 0, q, &B->d->q, g->heads_q, n, B->q_c, 0)) != CLFLASH_SUCCESS)
+        return st;
+    cl_int err =
+        clEnqueueFillBuffer(B->cq, B->dq_acc, &zero, sizeof zero, 0, (size_t)(q_elems * sizeof(float)), 0, NULL, NULL);
     for (int i = 0; i < B->nq && B->nq > 1 && err == CL_SUCCESS; i++) {
         const size_t len = (size_t)B->qc[i].len * sizeof(float);
         const size_t so[3] = {(size_t)B->qc[i].row * sizeof(float), 0, 0}, dz[3] = {0, 0, 0},
@@ -261,14 +209,6 @@ static void teardown(ring_bwd *B)
     for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++)
         if (mems[i])
             clReleaseMemObject(mems[i]);
-    if (B->k_gather)
-        clReleaseKernel(B->k_gather);
-    if (B->k_acc)
-        clReleaseKernel(B->k_acc);
-    if (B->k_scatter)
-        clReleaseKernel(B->k_scatter);
-    if (B->prog)
-        clReleaseProgram(B->prog);
     free(B->h_part);
     free(B->h_in);
     free(B->h_out[0]);
@@ -301,12 +241,13 @@ static clflash_status compute_step(ring_bwd *B, int s)
                                                    NULL);
         if (st != CLFLASH_SUCCESS)
             return ring_fail(st, "clflash_backward at step %d: %s", s, clflash_last_error_detail());
-        err = accumulate(B, B->dq_acc, B->dq_part, (uint64_t)g->batch * g->heads_q, B->d->seq_local, B->qc[i].row,
-                         B->qc[i].len);
-        if (err == CL_SUCCESS) /* K and V as one [2 * batch * heads_kv][rows][head_dim] tensor */
-            err = accumulate(B, B->dkv_acc, B->dkv_part, 2ull * g->batch * g->heads_kv, kv->rows, c.k_row, c.k_len);
-        if (err != CL_SUCCESS)
-            return ring_fail(err, "adding the partial gradients at step %d: %d", s, err);
+        clflash_status as = accumulate(B, g->dtype, B->dq_acc, B->dq_part, (uint64_t)g->batch * g->heads_q,
+                                       B->d->seq_local, B->qc[i].row, B->qc[i].len);
+        if (as == CLFLASH_SUCCESS) /* K and V as one [2 * batch * heads_kv][rows][head_dim] tensor */
+            as = accumulate(B, g->dtype, B->dkv_acc, B->dkv_part, 2ull * g->batch * g->heads_kv, kv->rows, c.k_row,
+                            c.k_len);
+        if (as != CLFLASH_SUCCESS)
+            return as;
     }
     if (B->x.released[slot])
         clReleaseEvent(B->x.released[slot]);
@@ -411,13 +352,11 @@ static clflash_status run_ring(ring_bwd *B, cl_mem k, cl_mem v, cl_mem dq, cl_me
     }
     if (st == CLFLASH_SUCCESS) {
         const uint64_t v_off = B->kv_row_elems / 2 * own_rows;
-        cl_int err = move(B, 1, dq, &B->d->q, g->heads_q, B->d->seq_local, B->dq_acc, 0);
-        if (err == CL_SUCCESS)
-            err = move(B, 1, dk, &B->d->k, g->heads_kv, own_rows, B->dkv_acc, 0);
-        if (err == CL_SUCCESS)
-            err = move(B, 1, dv, &B->d->v, g->heads_kv, own_rows, B->dkv_acc, v_off);
-        if (err != CL_SUCCESS)
-            st = ring_fail(err, "writing dq, dk, dv: %d", err);
+        st = move(B, 1, dq, &B->d->q, g->heads_q, B->d->seq_local, B->dq_acc, 0);
+        if (st == CLFLASH_SUCCESS)
+            st = move(B, 1, dk, &B->d->k, g->heads_kv, own_rows, B->dkv_acc, 0);
+        if (st == CLFLASH_SUCCESS)
+            st = move(B, 1, dv, &B->d->v, g->heads_kv, own_rows, B->dkv_acc, v_off);
     }
     const cl_int fin = clFinish(B->cq);
     if (fin != CL_SUCCESS && st == CLFLASH_SUCCESS)

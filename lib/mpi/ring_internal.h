@@ -4,8 +4,8 @@
  * (query chunk, key shard) pair into at most one clflash_forward call, the K/V exchange with its
  * host staging, and the component's error detail.
  *
- * The component is a client of clflash.h only; nothing here reaches into lib/'s internals, so the
- * ring runs on any clflash build the caller links.
+ * The component is a client of clflash.h and of lib/component.h (the kernels libclflash runs for
+ * its components) only; nothing here reaches into lib/internal.h.
  */
 #ifndef CLFLASH_RING_INTERNAL_H
 #define CLFLASH_RING_INTERNAL_H
