@@ -160,8 +160,8 @@ CLFLASH_API clflash_status clflash_ring_forward(clflash_context *ctx, MPI_Comm c
  * chunk's final O, dO and GLOBAL lse, so that P = exp(S - lse) is the probability over the whole
  * sequence and D = rowsum(dO * O) is the whole row's: the per-pair gradients then add up exactly.
  * The dQ partials are added into an fp32 accumulator of this rank; the dK/dV partials of the step
- * are summed in fp32 and added (on the host) to that shard's fp32 dK/dV accumulator, which arrives
- * from rank r - 1 and travels on to rank r + 1, one step behind the shard. After step P - 1 the
+ * are summed in fp32 and, on the device, that shard's fp32 dK/dV accumulator is added to them; the
+ * accumulator arrives from rank r - 1 and travels on to rank r + 1, one step behind the shard. After step P - 1 the
  * accumulator's next hop is its owner. The fp32 sums are written in the storage type at the end.
  * The additions (cl/grad_accumulate.cl, built once per context by clflash's program cache)
  * are in a fixed order: deterministic for a fixed rank count and mapping.
@@ -172,14 +172,16 @@ CLFLASH_API clflash_status clflash_ring_forward(clflash_context *ctx, MPI_Comm c
  * its outputs in it, before the fp32 sums, and the result is rounded once more.
  *
  * Overlap: the next K/V shard travels while a step computes, as in the forward; the dK/dV
- * accumulator of a step is sent while the next step computes. Not overlapped: each step's read of
- * its dK/dV partial to the host, the host addition, and the upload of the next shard wait for the
- * step's kernels (the device idles meanwhile); the own shard is read to the host and written back
- * compact before step 0.
+ * accumulator of a step is read from the device and sent while the next step computes: every
+ * addition is a kernel enqueued in order after the step's gradients, and the host waits only for
+ * MPI (the incoming accumulator before its upload) and for a step's read before sending it, when
+ * the next step's kernels are already enqueued. Not overlapped: the own shard is read to the host
+ * and written back compact before step 0.
  *
  * Memory per call: the forward's two K/V shards (host and device), plus on the device a compact
  * copy of Q, a dQ partial and an fp32 dQ accumulator (this rank's rows), a dK/dV partial and an
- * fp32 dK/dV sum (of the largest shard); on the host four fp32 dK/dV buffers of the largest shard.
+ * fp32 dK/dV sum and an fp32 incoming accumulator (of the largest shard); on the host three fp32
+ * dK/dV buffers of the largest shard.
  *
  * Checks and returns: as clflash_ring_forward (the same collective checks; every rank returns the
  * same status), plus CLFLASH_ERROR_INVALID_ARGUMENT for a NULL lse, d_o, dq, dk or dv, or an

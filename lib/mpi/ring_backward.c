@@ -6,9 +6,13 @@
  * probability over the whole sequence and clflash_backward's D = rowsum(dO * O) is the global one,
  * so the per-pair gradients simply add up. dQ partials are added into this rank's fp32 dQ
  * accumulator on the device; the dK/dV partials of a step are summed (fp32, on the device) into one
- * buffer, read back, and added on the host to the shard's travelling fp32 dK/dV accumulator, which
- * goes on to rank r + 1 with the shard one step behind it. After step P - 1 that accumulator has
- * every rank's contribution and its next hop is its owner.
+ * buffer, the shard's travelling fp32 dK/dV accumulator (which arrived from rank r - 1 through host
+ * memory) is uploaded and added to it on the device, and the sum is read back and goes on to rank
+ * r + 1, one step behind the shard. After step P - 1 that accumulator has every rank's
+ * contribution and its next hop is its owner. All of it is enqueued in order on the compute queue;
+ * the host waits only where MPI needs bytes: for the incoming accumulator before its upload, and
+ * for the read of a step's sum before its send, which happens during the next step (whose kernels
+ * are already enqueued), so the device never waits for the host's bookkeeping.
  *
  * Why partials are added in fp32 by cl/grad_accumulate.cl (through lib/component.h): clflash_backward
  * writes its gradients in the storage type only and into layouts equal to its inputs', so its outputs go
@@ -39,9 +43,11 @@ typedef struct {
     cl_mem dq_part;    /* a dQ partial, same geometry, storage type */
     cl_mem dq_acc;     /* fp32, same geometry */
     cl_mem dkv_part;   /* a dK/dV partial, a compact K/V shard of up to max_rows rows, storage type */
-    cl_mem dkv_acc;    /* fp32, the same geometry: the step's dK/dV */
+    cl_mem dkv_acc;    /* fp32, the same geometry: the step's dK/dV, then plus the incoming accumulator */
+    cl_mem dkv_in;     /* fp32, the same geometry: the incoming accumulator on the device */
     uint64_t kv_row_elems; /* 2 * batch * heads_kv * head_dim: fp32 values per shard row of dK/dV */
-    float *h_part, *h_in, *h_out[2]; /* host fp32 dK/dV: this step's, the incoming, the outgoing */
+    float *h_in, *h_out[2]; /* host fp32 dK/dV accumulators: the incoming, the outgoing (two in flight) */
+    cl_event rd[2];    /* the read of dkv_acc into h_out[i] */
     MPI_Request out_req[2][64];
     int out_n[2];
     MPI_Request in_req[64];
@@ -165,11 +171,14 @@ static clflash_status setup(ring_bwd *B, MPI_Comm comm, cl_mem q)
         if (kv_elems * sizeof(float) > SIZE_MAX / 4 || kv_elems * sizeof(float) > ((uint64_t)64 << 30))
             return ring_fail(CLFLASH_ERROR_UNSUPPORTED, "a dK/dV accumulator of %llu bytes is above the ring's 64 GiB",
                              (unsigned long long)(kv_elems * sizeof(float)));
-        B->h_part = calloc(1, (size_t)(kv_elems * sizeof(float)));
+        B->dkv_in = new_buffer(B, kv_elems * sizeof(float), &st);
+        if (st)
+            return st;
+        /* zeroed: a rank that fails still sends them */
         B->h_in = calloc(1, (size_t)(kv_elems * sizeof(float)));
-        B->h_out[0] = malloc((size_t)(kv_elems * sizeof(float)));
-        B->h_out[1] = malloc((size_t)(kv_elems * sizeof(float)));
-        if (!B->h_part || !B->h_in || !B->h_out[0] || !B->h_out[1])
+        B->h_out[0] = calloc(1, (size_t)(kv_elems * sizeof(float)));
+        B->h_out[1] = calloc(1, (size_t)(kv_elems * sizeof(float)));
+        if (!B->h_in || !B->h_out[0] || !B->h_out[1])
             return ring_fail(CLFLASH_ERROR_OUT_OF_HOST_MEMORY, "no host memory for the dK/dV accumulators");
     }
     B->have_x = 1;
@@ -204,19 +213,21 @@ static void teardown(ring_bwd *B)
         MPI_Waitall(B->in_n, B->in_req, MPI_STATUSES_IGNORE);
     if (B->have_x)
         ring_exchange_free(&B->x);
-    cl_mem mems[] = {B->q_c, B->dq_part, B->dq_acc, B->dkv_part, B->dkv_acc,
+    for (int j = 0; j < 2; j++)
+        if (B->rd[j])
+            clReleaseEvent(B->rd[j]);
+    cl_mem mems[] = {B->q_c, B->dq_part, B->dq_acc, B->dkv_part, B->dkv_acc, B->dkv_in,
                      B->nq > 1 ? B->lse_c[0] : NULL, B->nq > 1 ? B->lse_c[1] : NULL};
     for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++)
         if (mems[i])
             clReleaseMemObject(mems[i]);
-    free(B->h_part);
     free(B->h_in);
     free(B->h_out[0]);
     free(B->h_out[1]);
 }
 
 /* The compute of step s against the shard in x.dev[slot]: dQ into dq_acc, this step's dK/dV into
- * dkv_acc (zeroed first), then (with more than one rank) its read into h_part. */
+ * dkv_acc (zeroed first). Nothing here waits. */
 static clflash_status compute_step(ring_bwd *B, int s)
 {
     const ring_geometry *g = B->g;
@@ -254,46 +265,70 @@ static clflash_status compute_step(ring_bwd *B, int s)
     B->x.released[slot] = NULL;
     if ((err = clEnqueueMarkerWithWaitList(B->cq, 0, NULL, &B->x.released[slot])) != CL_SUCCESS)
         return ring_fail(err, "marking the end of step %d: %d", s, err);
-    if (g->size > 1 &&
-        (err = clEnqueueReadBuffer(B->cq, B->dkv_acc, CL_FALSE, 0, (size_t)kv_bytes, B->h_part, 0, NULL, NULL)) !=
-            CL_SUCCESS)
-        return ring_fail(err, "reading the dK/dV of step %d: %d", s, err);
     if ((err = clFlush(B->cq)) != CL_SUCCESS)
         return ring_fail(err, "clFlush at step %d: %d", s, err);
     return CLFLASH_SUCCESS;
 }
 
-/* After step s's dK/dV is in h_part: adds it to the incoming accumulator (the shard's earlier
- * ranks' sum; none at step 0), sends the sum on to rank r + 1, and posts the receive of the next
- * one (for step s + 1, or after the last step this rank's own complete dK/dV). A rank that has
- * failed still sends and receives (its values are then meaningless, and every rank returns an
- * error). */
-static clflash_status pass_accumulator(ring_bwd *B, int s, clflash_status st)
+static clflash_status wait_requests(MPI_Request *req, int *n, clflash_status st, const char *what)
+{
+    const int rc = *n ? MPI_Waitall(*n, req, MPI_STATUSES_IGNORE) : MPI_SUCCESS;
+    *n = 0;
+    if (rc != MPI_SUCCESS && !st)
+        st = ring_fail(CLFLASH_RING_ERROR_MPI, "MPI_Waitall on %s failed", what);
+    return st;
+}
+
+/* Step s's accumulator on the device: (s > 0) waits for the incoming one (the shard's earlier
+ * ranks' sum), uploads it and adds it to the step's dK/dV (dkv_acc += dkv_in: the owner's partial
+ * first, then the ranks after it around the ring); then enqueues the read of the sum into
+ * h_out[s % 2] (event rd[s % 2]) once the send that last used that buffer is done. The host waits
+ * here only for MPI: the incoming bytes, and the send of two steps ago. */
+static clflash_status finish_accumulator(ring_bwd *B, int s, clflash_status st)
 {
     const ring_geometry *g = B->g;
-    const uint64_t n = B->kv_row_elems * g->shards[src_of(g, s)].rows;
     const int slot = s % 2;
-    if (s > 0 && B->in_n) {
-        const int rc = MPI_Waitall(B->in_n, B->in_req, MPI_STATUSES_IGNORE);
-        B->in_n = 0;
-        if (rc != MPI_SUCCESS && !st)
-            st = ring_fail(CLFLASH_RING_ERROR_MPI, "MPI_Waitall on a dK/dV accumulator failed");
+    const size_t bytes = (size_t)(B->kv_row_elems * g->shards[src_of(g, s)].rows * sizeof(float));
+    if (s > 0)
+        st = wait_requests(B->in_req, &B->in_n, st, "an incoming dK/dV accumulator");
+    st = wait_requests(B->out_req[slot], &B->out_n[slot], st, "an outgoing dK/dV accumulator");
+    if (st)
+        return st;
+    cl_int err = CL_SUCCESS;
+    if (s > 0) {
+        err = clEnqueueWriteBuffer(B->cq, B->dkv_in, CL_FALSE, 0, bytes, B->h_in, 0, NULL, NULL);
+        if (err == CL_SUCCESS &&
+            (st = accumulate(B, CLFLASH_F32, B->dkv_acc, B->dkv_in, 2ull * g->batch * g->heads_kv,
+                             g->shards[src_of(g, s)].rows, 0, g->shards[src_of(g, s)].rows)) != CLFLASH_SUCCESS)
+            return st;
     }
-    if (B->out_n[slot]) { /* h_out[slot] went out two steps ago */
-        const int rc = MPI_Waitall(B->out_n[slot], B->out_req[slot], MPI_STATUSES_IGNORE);
-        B->out_n[slot] = 0;
-        if (rc != MPI_SUCCESS && !st)
-            st = ring_fail(CLFLASH_RING_ERROR_MPI, "MPI_Waitall on a dK/dV accumulator failed");
+    if (B->rd[slot])
+        clReleaseEvent(B->rd[slot]);
+    B->rd[slot] = NULL;
+    if (err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(B->cq, B->dkv_acc, CL_FALSE, 0, bytes, B->h_out[slot], 0, NULL, &B->rd[slot]);
+    if (err == CL_SUCCESS)
+        err = clFlush(B->cq);
+    return err == CL_SUCCESS ? CLFLASH_SUCCESS : ring_fail(err, "moving the dK/dV accumulator of step %d: %d", s, err);
+}
+
+/* Sends step s's accumulator (h_out[s % 2]) on to rank r + 1 once its read is done, and posts the
+ * receive of the next one from rank r - 1 (step s + 1's, or after the last step this rank's own
+ * complete dK/dV) into h_in, whose last upload the read came after. A rank that has failed still
+ * sends (its values are then meaningless, and every rank returns an error) and receives. */
+static clflash_status send_accumulator(ring_bwd *B, int s, clflash_status st)
+{
+    const ring_geometry *g = B->g;
+    const int slot = s % 2;
+    if (B->rd[slot]) {
+        const cl_int err = clWaitForEvents(1, &B->rd[slot]);
+        if (err != CL_SUCCESS && !st)
+            st = ring_fail(err, "step %d's kernels or its dK/dV read: %d", s, err);
     }
-    float *out = B->h_out[slot];
-    if (s == 0)
-        memcpy(out, B->h_part, (size_t)n * sizeof(float));
-    else
-        for (uint64_t i = 0; i < n; i++)
-            out[i] = B->h_in[i] + B->h_part[i];
+    const uint64_t n = B->kv_row_elems * g->shards[src_of(g, s)].rows;
     const int next = s + 1 < g->size ? src_of(g, s + 1) : g->rank;
     const uint64_t in_bytes = B->kv_row_elems * g->shards[next].rows * sizeof(float);
-    clflash_status ps = ring_post_bytes(B->x.comm, out, n * sizeof(float), B->x.right, ACC_TAG0, 1,
+    clflash_status ps = ring_post_bytes(B->x.comm, B->h_out[slot], n * sizeof(float), B->x.right, ACC_TAG0, 1,
                                         B->out_req[slot], &B->out_n[slot]);
     if (ps && !st)
         st = ps;
@@ -303,7 +338,9 @@ static clflash_status pass_accumulator(ring_bwd *B, int s, clflash_status st)
     return st;
 }
 
-/* The P steps and the final writes. A rank that fails keeps passing shards and accumulators. */
+/* The P steps and the final writes. A rank that fails keeps passing shards and accumulators.
+ * Step s's accumulator is sent during step s + 1, after that step's kernels are enqueued, so the
+ * device has work while the host waits for the read. */
 static clflash_status run_ring(ring_bwd *B, cl_mem k, cl_mem v, cl_mem dq, cl_mem dk, cl_mem dv)
 {
     const ring_geometry *g = B->g;
@@ -323,27 +360,24 @@ static clflash_status run_ring(ring_bwd *B, cl_mem k, cl_mem v, cl_mem dq, cl_me
         }
         if (st == CLFLASH_SUCCESS)
             st = compute_step(B, s);
+        if (P > 1) {
+            if (s > 0)
+                st = send_accumulator(B, s - 1, st);
+            st = finish_accumulator(B, s, st);
+        }
         if (more) {
             const clflash_status ws = ring_exchange_wait(&B->x);
             if (ws && !st)
                 st = ws;
         }
-        if (P > 1) {
-            const cl_int fin = st == CLFLASH_SUCCESS ? clFinish(B->cq) : CL_SUCCESS; /* h_part is read */
-            if (fin != CL_SUCCESS)
-                st = ring_fail(fin, "step %d's kernels: %d", s, fin);
-            st = pass_accumulator(B, s, st);
-        }
         if (more && st == CLFLASH_SUCCESS)
             st = ring_exchange_upload(&B->x, 1 - slot, next_rows);
     }
-    if (P > 1) { /* the own shard's dK/dV, complete, arrives from rank r - 1 */
-        const int rc = MPI_Waitall(B->in_n, B->in_req, MPI_STATUSES_IGNORE);
-        B->in_n = 0;
-        if (rc != MPI_SUCCESS && !st)
-            st = ring_fail(CLFLASH_RING_ERROR_MPI, "MPI_Waitall on the own dK/dV failed");
+    if (P > 1) { /* the last step's accumulator goes out; the own shard's, complete, arrives from rank r - 1 */
+        st = send_accumulator(B, P - 1, st);
+        st = wait_requests(B->in_req, &B->in_n, st, "the own dK/dV");
         if (st == CLFLASH_SUCCESS) {
-            const cl_int err = clEnqueueWriteBuffer(B->cq, B->dkv_acc, CL_TRUE, 0,
+            const cl_int err = clEnqueueWriteBuffer(B->cq, B->dkv_acc, CL_FALSE, 0,
                                                     (size_t)(B->kv_row_elems * own_rows * sizeof(float)), B->h_in, 0,
                                                     NULL, NULL);
             if (err != CL_SUCCESS)
