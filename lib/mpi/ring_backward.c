@@ -54,6 +54,8 @@ typedef struct {
     int in_n;
     ring_exchange x;
     int have_x;
+    ring_timing *timing;  /* NULL unless a clflash_ring_stats is attached (ring_stats.h) */
+    double acc_posted;    /* MPI_Wtime when the incoming accumulator's receive was posted (timing only) */
 } ring_bwd;
 
 static int src_of(const ring_geometry *g, int s)
@@ -184,6 +186,7 @@ static clflash_status setup(ring_bwd *B, MPI_Comm comm, cl_mem q)
     B->have_x = 1;
     if ((st = ring_exchange_init(&B->x, B->ctx, comm, g)) != CLFLASH_SUCCESS)
         return st;
+    B->x.timing = B->timing;
     /* enqueued work from here on; the ring's first step is ordered after it on the same queue */
     const float zero = 0.0f;
     if ((st = move(B, 0, q, &B->d->q, g->heads_q, n, B->q_c, 0)) != CLFLASH_SUCCESS)
@@ -242,6 +245,7 @@ static clflash_status compute_step(ring_bwd *B, int s)
         err = clEnqueueFillBuffer(B->cq, B->dkv_acc, &zero, sizeof zero, 0, (size_t)kv_bytes, 0, NULL, NULL);
     if (err != CL_SUCCESS)
         return ring_fail(err, "starting step %d: %d", s, err);
+    ring_timing_mark(B->timing, B->cq, RING_T_START, s);
     for (int i = 0; i < B->nq; i++) {
         ring_call c;
         if (ring_visible(&B->qc[i], kv, (g->flags & CLFLASH_CAUSAL) != 0, &c) != 1)
@@ -260,6 +264,7 @@ static clflash_status compute_step(ring_bwd *B, int s)
         if (as != CLFLASH_SUCCESS)
             return as;
     }
+    ring_timing_mark(B->timing, B->cq, RING_T_GRAD_END, s);
     if (B->x.released[slot])
         clReleaseEvent(B->x.released[slot]);
     B->x.released[slot] = NULL;
@@ -270,9 +275,10 @@ static clflash_status compute_step(ring_bwd *B, int s)
     return CLFLASH_SUCCESS;
 }
 
-static clflash_status wait_requests(MPI_Request *req, int *n, clflash_status st, const char *what)
+static clflash_status wait_requests(const ring_bwd *B, MPI_Request *req, int *n, clflash_status st, const char *what,
+                                    double *done_at)
 {
-    const int rc = *n ? MPI_Waitall(*n, req, MPI_STATUSES_IGNORE) : MPI_SUCCESS;
+    const int rc = ring_waitall(*n, req, B->timing, done_at);
     *n = 0;
     if (rc != MPI_SUCCESS && !st)
         st = ring_fail(CLFLASH_RING_ERROR_MPI, "MPI_Waitall on %s failed", what);
@@ -289,9 +295,12 @@ static clflash_status finish_accumulator(ring_bwd *B, int s, clflash_status st)
     const ring_geometry *g = B->g;
     const int slot = s % 2;
     const size_t bytes = (size_t)(B->kv_row_elems * g->shards[src_of(g, s)].rows * sizeof(float));
-    if (s > 0)
-        st = wait_requests(B->in_req, &B->in_n, st, "an incoming dK/dV accumulator");
-    st = wait_requests(B->out_req[slot], &B->out_n[slot], st, "an outgoing dK/dV accumulator");
+    if (s > 0) {
+        double done_at = 0.0;
+        st = wait_requests(B, B->in_req, &B->in_n, st, "an incoming dK/dV accumulator", &done_at);
+        ring_timing_host(B->timing, RING_T_ACC_MPI, s, done_at - B->acc_posted);
+    }
+    st = wait_requests(B, B->out_req[slot], &B->out_n[slot], st, "an outgoing dK/dV accumulator", NULL);
     if (st)
         return st;
     cl_int err = CL_SUCCESS;
@@ -332,6 +341,8 @@ static clflash_status send_accumulator(ring_bwd *B, int s, clflash_status st)
                                         B->out_req[slot], &B->out_n[slot]);
     if (ps && !st)
         st = ps;
+    if (B->timing)
+        B->acc_posted = MPI_Wtime();
     ps = ring_post_bytes(B->x.comm, B->h_in, in_bytes, B->x.left, ACC_TAG0, 0, B->in_req, &B->in_n);
     if (ps && !st)
         st = ps;
@@ -353,6 +364,7 @@ static clflash_status run_ring(ring_bwd *B, cl_mem k, cl_mem v, cl_mem dq, cl_me
     for (int s = 0; s < P; s++) {
         const int slot = s % 2, more = s + 1 < P;
         const uint32_t rows = g->shards[src_of(g, s)].rows, next_rows = more ? g->shards[src_of(g, s + 1)].rows : 0;
+        const double posted = B->timing ? MPI_Wtime() : 0.0;
         if (more) {
             const clflash_status ps = ring_exchange_post(&B->x, slot, rows, next_rows);
             if (ps && !st)
@@ -365,17 +377,21 @@ static clflash_status run_ring(ring_bwd *B, cl_mem k, cl_mem v, cl_mem dq, cl_me
                 st = send_accumulator(B, s - 1, st);
             st = finish_accumulator(B, s, st);
         }
+        ring_timing_mark(B->timing, B->cq, RING_T_STEP_END, s);
         if (more) {
             const clflash_status ws = ring_exchange_wait(&B->x);
             if (ws && !st)
                 st = ws;
+            ring_timing_host(B->timing, RING_T_KV_MPI, s, B->x.done_at - posted);
         }
         if (more && st == CLFLASH_SUCCESS)
             st = ring_exchange_upload(&B->x, 1 - slot, next_rows);
+        if (more && st == CLFLASH_SUCCESS)
+            ring_timing_upload(B->timing, s, B->x.written[1 - slot]);
     }
     if (P > 1) { /* the last step's accumulator goes out; the own shard's, complete, arrives from rank r - 1 */
         st = send_accumulator(B, P - 1, st);
-        st = wait_requests(B->in_req, &B->in_n, st, "the own dK/dV");
+        st = wait_requests(B, B->in_req, &B->in_n, st, "the own dK/dV", NULL);
         if (st == CLFLASH_SUCCESS) {
             const cl_int err = clEnqueueWriteBuffer(B->cq, B->dkv_acc, CL_FALSE, 0,
                                                     (size_t)(B->kv_row_elems * own_rows * sizeof(float)), B->h_in, 0,
@@ -436,6 +452,7 @@ clflash_status clflash_ring_backward(clflash_context *ctx, MPI_Comm comm, const 
         return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "comm is MPI_COMM_NULL");
     if (MPI_Initialized(&init) != MPI_SUCCESS || !init || MPI_Finalized(&fini) != MPI_SUCCESS || fini)
         return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "MPI is not initialised (or already finalised)");
+    const double t_entry = MPI_Wtime();
     const clflash_status local = check_backward_local(ctx, d, q, k, v, o, d_o, lse, dq, dk, dv);
     MPI_Comm ring_comm;
     if (MPI_Comm_dup(comm, &ring_comm) != MPI_SUCCESS)
@@ -455,6 +472,7 @@ clflash_status clflash_ring_backward(clflash_context *ctx, MPI_Comm comm, const 
     B.o = o;
     B.d_o = d_o;
     B.lse = lse;
+    B.timing = ring_timing_begin(ctx, g.size, t_entry, &B.cq);
     st = ring_agree_status(ring_comm, setup(&B, ring_comm, q), "setup");
     if (st == CLFLASH_SUCCESS) {
         const clflash_status mine = run_ring(&B, k, v, dq, dk, dv);
@@ -463,6 +481,7 @@ clflash_status clflash_ring_backward(clflash_context *ctx, MPI_Comm comm, const 
     } else {
         teardown(&B);
     }
+    ring_timing_end(B.timing, st);
     ring_geometry_free(&g);
     MPI_Comm_free(&ring_comm);
     return st;

@@ -11,6 +11,7 @@
 #define CLFLASH_RING_INTERNAL_H
 
 #include "clflash_mpi.h"
+#include "ring_stats.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -80,6 +81,34 @@ typedef struct {
  * cannot be one bottom-right-aligned call (never for the mappings clflash_mpi.h defines). */
 int ring_visible(const ring_chunk *q, const ring_shard *kv, int causal, ring_call *out);
 
+/* ---- timing (ring_stats.c; only while a clflash_ring_stats of ring_stats.h is attached) ---------- */
+typedef struct {
+    clflash_ring_stats *sink;
+    int P;
+    double t_entry;         /* MPI_Wtime at the call's entry */
+    cl_command_queue queue; /* the timed call's compute queue (profiling) */
+    cl_event *start, *grad_end, *step_end, *upload; /* [P] each: step markers; the upload of step s + 1's shard */
+    double *kv_mpi, *acc_mpi; /* [P] each (clflash_ring_step_stats) */
+} ring_timing;
+/* 1 if the calling thread has a sink attached (the transfer queue then gets profiling). */
+int ring_timing_wanted(void);
+/* NULL without a sink (or if timing cannot be set up: the call runs untimed, the sink says why);
+ * else the timing of this call, and *cq becomes its profiling queue (the context's queue finished
+ * first). */
+ring_timing *ring_timing_begin(clflash_context *ctx, int P, double t_entry, cl_command_queue *cq);
+/* What a step's marker marks, and which host time is noted. */
+enum { RING_T_START, RING_T_GRAD_END, RING_T_STEP_END };
+enum { RING_T_KV_MPI, RING_T_ACC_MPI };
+/* With t (no-ops without): enqueues a marker of kind `which` for step s on q; keeps (retains) e,
+ * the upload of the shard step s + 1 uses; notes a host time of kind `which` for step s. */
+void ring_timing_mark(ring_timing *t, cl_command_queue q, int which, int s);
+void ring_timing_upload(ring_timing *t, int s, cl_event e);
+void ring_timing_host(ring_timing *t, int which, int s, double seconds);
+/* MPI_Waitall, or with t a MPI_Testall loop; *done_at (if not NULL) = MPI_Wtime when done. */
+int ring_waitall(int n, MPI_Request *req, const ring_timing *t, double *done_at);
+/* Finishes the timed queue, fills the sink, releases everything. No-op without t. */
+void ring_timing_end(ring_timing *t, clflash_status call_status);
+
 /* ---- the K/V exchange (ring_exchange.c) ------------------------------------------------------ */
 /* Two host staging buffers and two device buffers, each holding one shard's K then V, compact
  * ([batch][heads_kv][rows][head_dim] each, V right after K). */
@@ -95,12 +124,19 @@ typedef struct {
     cl_event released[2];   /* the compute queue's last use of dev[i] */
     MPI_Request req[2 * 64];
     int nreq;
+    const ring_timing *timing; /* NULL unless the call is timed (ring_exchange_wait polls then) */
+    double done_at;            /* MPI_Wtime when ring_exchange_wait's messages were done */
 } ring_exchange;
 
 /* Allocates the buffers for shards of up to max_rows rows and the transfer queue. */
 clflash_status ring_exchange_init(ring_exchange *x, clflash_context *ctx, MPI_Comm comm, const ring_geometry *g);
 void ring_exchange_free(ring_exchange *x);
-/* Reads this rank's own K and V (caller layouts, rows rows) into host[0], compact; waits. */
+/* Reads this rank's own K and V (caller layouts, rows rows) into host[0], compact; waits. The
+ * _start / _finish pair does the same in two halves: enqueue (and flush) the reads, then wait. */
+clflash_status ring_exchange_pack_own_start(ring_exchange *x, const ring_geometry *g, cl_mem k,
+                                            const clflash_layout *kl, cl_mem v, const clflash_layout *vl,
+                                            uint32_t rows);
+clflash_status ring_exchange_pack_own_finish(ring_exchange *x);
 clflash_status ring_exchange_pack_own(ring_exchange *x, const ring_geometry *g, cl_mem k, const clflash_layout *kl,
                                       cl_mem v, const clflash_layout *vl, uint32_t rows);
 /* Posts the sends of host[slot] (send_rows rows) to the right and the receives into host[1 - slot]
