@@ -67,7 +67,11 @@ typedef struct {
                              Q, K, V, O (and of the K/V shards on the wire); math is fp32 */
     float scale;          /* same on every rank; 0 = 1/sqrt(head_dim); must be finite */
     uint32_t flags;       /* same on every rank; 0 or CLFLASH_CAUSAL, applied to the positions in
-                             the whole sequence: query position p sees key position p' iff p' <= p */
+                             the whole sequence: query position p sees key position p' iff p' <= p.
+                             CLFLASH_WINDOW and CLFLASH_ALIGN_TO_KEY_LENGTH are refused
+                             (CLFLASH_ERROR_UNSUPPORTED): their rules, like ALiBi's bias and key
+                             lengths (which this descriptor has no field for), depend on global
+                             positions that each call would need shifted per shard pair */
     uint32_t block;       /* this rank's B for clflash_forward: 0 = the planner's (may differ
                              between ranks, as their devices may) */
     uint32_t mapping;     /* same on every rank; a clflash_ring_mapping (0 = CLFLASH_RING_CONTIGUOUS) */
@@ -78,6 +82,11 @@ typedef struct {
                              (on any rank) must equal the sum of every rank's seq_local */
     clflash_layout q, k, v, o; /* this rank's shard tensors, [batch][heads][seq_local][head_dim] as
                                   clflash_layout says (heads = heads_q for Q and O, heads_kv for K, V) */
+    /* ---- Added after the first layout (see struct_size: a shorter struct leaves them 0). ---- */
+    float softcap;        /* same on every rank; 0 = off; else as clflash_attention_desc.softcap: each
+                             scaled score s becomes softcap * tanh(s / softcap). It depends on the
+                             score only, not on positions, so every call of the ring applies it as
+                             is. Must be finite and >= 0 */
 } clflash_ring_desc;
 
 /* Attention of every rank's queries against the whole sequence's keys and values, for a sequence
@@ -134,7 +143,8 @@ typedef struct {
  * not the shards' sum, shards
  * that do not cover the sequence exactly once, a zigzag sequence that is not a multiple of 2P or a
  * zigzag shard that is not 2 * seq_total / (2P) rows); CLFLASH_ERROR_INVALID_DTYPE (not F32, F16,
- * BF16, or ranks that disagree); CLFLASH_ERROR_INVALID_SCALE (not finite, or ranks that disagree);
+ * BF16, or ranks that disagree); CLFLASH_ERROR_INVALID_SCALE (a scale that is not finite, a softcap
+ * that is not finite or is negative, or ranks that disagree on either);
  * CLFLASH_ERROR_INVALID_FLAGS (unknown bits, an unknown mapping, or ranks that disagree on either);
  * CLFLASH_ERROR_HEAD_DIM_UNSUPPORTED; CLFLASH_ERROR_BUFFER_TOO_SMALL; the planner's statuses
  * (CLFLASH_ERROR_INVALID_LAYOUT, CLFLASH_ERROR_TILE_TOO_LARGE, CLFLASH_ERROR_BUILD_FAILED, ...);

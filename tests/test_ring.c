@@ -34,6 +34,7 @@ typedef struct {
     int reversed;        /* contiguous: rank P-1 holds the first shard, rank 0 the last */
     int token_major;     /* [batch][seq][heads][head_dim] layouts with gaps */
     int with_lse;
+    float softcap;       /* 0 = off */
 } ring_case;
 
 /* ---- the token map of a case ------------------------------------------------------------------ */
@@ -179,9 +180,10 @@ static int run_case(const ring_case *c)
     whole.head_dim = d;
     whole.dtype = c->dtype;
     whole.flags = c->flags;
+    whole.softcap = c->softcap;
     double *ro = malloc(sizeof(double) * c->batch * c->heads_q * total * d);
     double *rl = malloc(sizeof(double) * c->batch * c->heads_q * total);
-    ref_attention(&whole, gq, gk, gv, ro, rl);
+    ref_attention_ex(&whole, gq, gk, gv, NULL, ro, rl);
 
     clflash_ring_desc rd = {.struct_size = sizeof rd};
     rd.batch = c->batch;
@@ -190,6 +192,7 @@ static int run_case(const ring_case *c)
     rd.head_dim = d;
     rd.dtype = c->dtype;
     rd.flags = c->flags;
+    rd.softcap = c->softcap;
     rd.mapping = c->mapping;
     rd.seq_local = n;
     rd.seq_offset = offs[R];
@@ -354,9 +357,10 @@ static int run_backward_case(const ring_case *c)
     whole.head_dim = d;
     whole.dtype = c->dtype;
     whole.flags = c->flags;
+    whole.softcap = c->softcap;
     double *rdq = malloc(sizeof(double) * nq_all), *rdk = malloc(sizeof(double) * nk_all),
            *rdv = malloc(sizeof(double) * nk_all);
-    ref_attention_backward(&whole, gq, gk, gv, gdo, rdq, rdk, rdv, NULL);
+    ref_attention_backward_ex(&whole, gq, gk, gv, gdo, NULL, rdq, rdk, rdv, NULL, NULL, NULL);
 
     clflash_ring_desc rd = {.struct_size = sizeof rd};
     rd.batch = c->batch;
@@ -365,6 +369,7 @@ static int run_backward_case(const ring_case *c)
     rd.head_dim = d;
     rd.dtype = c->dtype;
     rd.flags = c->flags;
+    rd.softcap = c->softcap;
     rd.mapping = c->mapping;
     rd.seq_local = n;
     rd.seq_offset = offs[R];
@@ -451,7 +456,16 @@ static int run_backward_case(const ring_case *c)
 }
 
 /* ---- collective checks ------------------------------------------------------------------------ */
-typedef enum { BAD_HEADS, BAD_HEAD_DIM, BAD_STRUCT_SIZE, BAD_GAP, BAD_ZIGZAG_TOTAL, BAD_DTYPE, BAD_HEADS_KV } bad_kind;
+typedef enum {
+    BAD_HEADS,
+    BAD_HEAD_DIM,
+    BAD_STRUCT_SIZE,
+    BAD_GAP,
+    BAD_ZIGZAG_TOTAL,
+    BAD_DTYPE,
+    BAD_HEADS_KV,
+    BAD_SOFTCAP
+} bad_kind;
 
 /* Rank `who` (or every rank) gets a descriptor that breaks a rule; every rank must return `want`,
  * and no rank's O or lse may be written. */
@@ -475,6 +489,7 @@ static int run_invalid(const char *name, bad_kind kind, int who, clflash_status 
         case BAD_GAP: rd.seq_offset += 1; break;
         case BAD_DTYPE: rd.dtype = CLFLASH_F16; break;
         case BAD_HEADS_KV: rd.heads_kv = 1; break;
+        case BAD_SOFTCAP: rd.softcap = 3.0f; break; /* valid alone; the others have none */
         case BAD_ZIGZAG_TOTAL: break;
         }
     }
@@ -569,38 +584,46 @@ int main(int argc, char **argv)
     }
     static const ring_case cases[] = {
         {"contiguous even, f32, not causal, MHA, d 32", 1, 2, 0, 32, CLFLASH_F32, 0, CLFLASH_RING_CONTIGUOUS, 160,
-         {0, 0, 0, 0}, 0, 0, 1},
+         {0, 0, 0, 0}, 0, 0, 1, 0.0f},
         {"contiguous uneven (one rank of 1 token), causal, f32, GQA 4/2, d 33, lse", 2, 4, 2, 33, CLFLASH_F32,
-         CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 150, {5, -1, 3, 7}, 0, 0, 1},
+         CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 150, {5, -1, 3, 7}, 0, 0, 1, 0.0f},
         {"contiguous uneven (rank 0 of 1 token), shards in reverse rank order, causal, f16, MQA 3/1, d 33, "
          "token-major layouts with gaps, lse", 1, 3, 1, 33, CLFLASH_F16, CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 131,
-         {-1, 4, 2, 3}, 1, 1, 1},
+         {-1, 4, 2, 3}, 1, 1, 1, 0.0f},
         {"contiguous uneven, not causal, f16, GQA 4/2, d 16, no lse", 2, 4, 2, 16, CLFLASH_F16, 0,
-         CLFLASH_RING_CONTIGUOUS, 101, {5, -1, 3, 7}, 0, 0, 0},
+         CLFLASH_RING_CONTIGUOUS, 101, {5, -1, 3, 7}, 0, 0, 0, 0.0f},
         {"zigzag, causal, f32, GQA 4/2, d 16, lse", 2, 4, 2, 16, CLFLASH_F32, CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 24,
-         {0, 0, 0, 0}, 0, 0, 1},
+         {0, 0, 0, 0}, 0, 0, 1, 0.0f},
         {"zigzag, causal, f16, MHA, d 33, token-major layouts with gaps, lse", 1, 2, 2, 33, CLFLASH_F16,
-         CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 17, {0, 0, 0, 0}, 0, 1, 1},
+         CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 17, {0, 0, 0, 0}, 0, 1, 1, 0.0f},
         {"zigzag, not causal, f32, MQA 3/1, d 33", 1, 3, 1, 33, CLFLASH_F32, 0, CLFLASH_RING_ZIGZAG, 10,
-         {0, 0, 0, 0}, 0, 0, 0},
+         {0, 0, 0, 0}, 0, 0, 0, 0.0f},
         {"contiguous uneven, causal, bf16, GQA 4/2, d 16, lse", 1, 4, 2, 16, CLFLASH_BF16, CLFLASH_CAUSAL,
-         CLFLASH_RING_CONTIGUOUS, 120, {2, 3, -1, 1}, 0, 0, 1},
+         CLFLASH_RING_CONTIGUOUS, 120, {2, 3, -1, 1}, 0, 0, 1, 0.0f},
+        {"zigzag, causal, f32, GQA 4/2, d 33, softcap 0.5 (most scores capped), lse", 1, 4, 2, 33, CLFLASH_F32,
+         CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 11, {0, 0, 0, 0}, 0, 0, 1, 0.5f},
+        {"contiguous uneven (one rank of 1 token), not causal, f16, MHA, d 16, softcap 2, lse", 1, 2, 0, 16,
+         CLFLASH_F16, 0, CLFLASH_RING_CONTIGUOUS, 97, {5, -1, 3, 7}, 0, 1, 1, 2.0f},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         any |= report(cases[i].name, run_case(&cases[i]));
     static const ring_case backward_cases[] = {
         {"contiguous uneven (one rank of 1 token), causal, f32, GQA 4/2, d 33", 2, 4, 2, 33, CLFLASH_F32,
-         CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 90, {5, -1, 3, 7}, 0, 0, 1},
+         CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 90, {5, -1, 3, 7}, 0, 0, 1, 0.0f},
         {"contiguous uneven, shards in reverse rank order, not causal, f16, MQA 3/1, d 16, token-major layouts "
-         "with gaps", 1, 3, 1, 16, CLFLASH_F16, 0, CLFLASH_RING_CONTIGUOUS, 77, {-1, 4, 2, 3}, 1, 1, 1},
+         "with gaps", 1, 3, 1, 16, CLFLASH_F16, 0, CLFLASH_RING_CONTIGUOUS, 77, {-1, 4, 2, 3}, 1, 1, 1, 0.0f},
         {"zigzag, causal, f32, GQA 4/2, d 16", 1, 4, 2, 16, CLFLASH_F32, CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 12,
-         {0, 0, 0, 0}, 0, 0, 1},
+         {0, 0, 0, 0}, 0, 0, 1, 0.0f},
         {"zigzag, causal, f16, GQA 4/2, d 33, token-major layouts with gaps", 1, 4, 2, 33, CLFLASH_F16,
-         CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 9, {0, 0, 0, 0}, 0, 1, 1},
+         CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 9, {0, 0, 0, 0}, 0, 1, 1, 0.0f},
         {"zigzag, not causal, f32, MHA, d 32", 2, 2, 0, 32, CLFLASH_F32, 0, CLFLASH_RING_ZIGZAG, 8, {0, 0, 0, 0}, 0,
-         0, 1},
+         0, 1, 0.0f},
         {"contiguous even, causal, bf16, GQA 4/2, d 16", 1, 4, 2, 16, CLFLASH_BF16, CLFLASH_CAUSAL,
-         CLFLASH_RING_CONTIGUOUS, 64, {0, 0, 0, 0}, 0, 0, 1},
+         CLFLASH_RING_CONTIGUOUS, 64, {0, 0, 0, 0}, 0, 0, 1, 0.0f},
+        {"zigzag, causal, f32, GQA 4/2, d 33, softcap 0.5", 1, 4, 2, 33, CLFLASH_F32, CLFLASH_CAUSAL,
+         CLFLASH_RING_ZIGZAG, 7, {0, 0, 0, 0}, 0, 0, 1, 0.5f},
+        {"contiguous uneven (one rank of 1 token), not causal, f16, GQA 4/2, d 16, softcap 2", 1, 4, 2, 16,
+         CLFLASH_F16, 0, CLFLASH_RING_CONTIGUOUS, 71, {5, -1, 3, 7}, 0, 1, 1, 2.0f},
     };
     for (size_t i = 0; i < sizeof backward_cases / sizeof backward_cases[0]; i++) {
         char name[200];
@@ -612,6 +635,7 @@ int main(int argc, char **argv)
     any |= report("ranks disagree on head_dim", run_invalid("head_dim", BAD_HEAD_DIM, 0, CLFLASH_ERROR_INVALID_SHAPE));
     any |= report("ranks disagree on heads_kv", run_invalid("heads_kv", BAD_HEADS_KV, last, CLFLASH_ERROR_INVALID_SHAPE));
     any |= report("ranks disagree on dtype", run_invalid("dtype", BAD_DTYPE, last, CLFLASH_ERROR_INVALID_DTYPE));
+    any |= report("ranks disagree on softcap", run_invalid("softcap", BAD_SOFTCAP, last, CLFLASH_ERROR_INVALID_SCALE));
     any |= report("one rank's bad struct_size", run_invalid("struct_size", BAD_STRUCT_SIZE, last,
                                                             CLFLASH_ERROR_INVALID_ARGUMENT));
     any |= report("contiguous shards with a gap", run_invalid("gap", BAD_GAP, last, CLFLASH_ERROR_INVALID_SHAPE));

@@ -84,6 +84,7 @@ static clflash_attention_desc call_desc(const ring_bwd *B, const ring_chunk *q, 
     a.head_dim = g->head_dim;
     a.dtype = g->dtype;
     a.scale = g->scale;
+    a.softcap = g->softcap;
     a.flags = c->causal ? CLFLASH_CAUSAL : 0;
     a.block = B->d->block;
     a.q = ring_layout_rows(&qz, g->heads_q, B->d->seq_local, g->head_dim, q->row);

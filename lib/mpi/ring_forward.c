@@ -61,6 +61,7 @@ static clflash_attention_desc call_desc(const ring_run *R, const ring_query *rq,
     a.head_dim = g->head_dim;
     a.dtype = g->dtype;
     a.scale = g->scale;
+    a.softcap = g->softcap;
     a.flags = c->causal ? CLFLASH_CAUSAL : 0;
     a.block = R->d->block;
     a.q = ring_layout_rows(&R->d->q, g->heads_q, R->d->seq_local, g->head_dim, rq->q.row);
