@@ -82,7 +82,6 @@ typedef struct {
                              (on any rank) must equal the sum of every rank's seq_local */
     clflash_layout q, k, v, o; /* this rank's shard tensors, [batch][heads][seq_local][head_dim] as
                                   clflash_layout says (heads = heads_q for Q and O, heads_kv for K, V) */
-    /* ---- Added after the first layout (see struct_size: a shorter struct leaves them 0). ---- */
     float softcap;        /* same on every rank; 0 = off; else as clflash_attention_desc.softcap: each
                              scaled score s becomes softcap * tanh(s / softcap). It depends on the
                              score only, not on positions, so every call of the ring applies it as
@@ -156,7 +155,7 @@ typedef struct {
 CLFLASH_API clflash_status clflash_ring_forward(clflash_context *ctx, MPI_Comm comm, const clflash_ring_desc *d,
                                                 cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse);
 
-/* The gradients of clflash_ring_forward (issue 21 step 4). Collective, like the forward: every rank
+/* The gradients of clflash_ring_forward. Collective, like the forward: every rank
  * of comm calls it with the descriptor it gave the forward, its shard's q, k, v (as given to the
  * forward), o and lse (the forward's results; lse is required), and d_o, the gradient of the loss
  * with respect to its rows of O, laid out as d->o says. It writes dq, dk, dv for its shard: dq in

@@ -16,12 +16,7 @@
 #include <string.h>
 
 /* The descriptor of 0.5's first clflash_mpi.h: the smallest struct_size taken. */
-#define RING_DESC_FIRST_SIZE offsetof(clflash_ring_desc, softcap)
-
-float ring_desc_softcap(const clflash_ring_desc *d)
-{
-    return d->struct_size >= offsetof(clflash_ring_desc, softcap) + sizeof d->softcap ? d->softcap : 0.0f;
-}
+#define RING_DESC_FIRST_SIZE sizeof(clflash_ring_desc)
 
 clflash_layout ring_resolve_layout(const clflash_layout *l, uint32_t heads, uint32_t seq, uint32_t head_dim)
 {
@@ -112,7 +107,7 @@ clflash_status ring_check_local(clflash_context *ctx, const clflash_ring_desc *i
         return ring_fail(CLFLASH_ERROR_INVALID_DTYPE, "dtype %d: the ring takes F32, F16 or BF16", (int)d->dtype);
     if (!isfinite(d->scale))
         return ring_fail(CLFLASH_ERROR_INVALID_SCALE, "scale is not finite");
-    const float softcap = ring_desc_softcap(d);
+    const float softcap = d->softcap;
     if (!isfinite(softcap) || softcap < 0.0f)
         return ring_fail(CLFLASH_ERROR_INVALID_SCALE, "softcap must be finite and >= 0");
     if (d->flags & ~CLFLASH_KNOWN_FLAGS)
@@ -342,7 +337,7 @@ clflash_status ring_geometry_agree(MPI_Comm comm, const clflash_ring_desc *d, cl
         mine[F_SCALE] = bits;
         mine[F_FLAGS] = d->flags;
         mine[F_MAPPING] = d->mapping;
-        const float softcap = ring_desc_softcap(d);
+        const float softcap = d->softcap;
         memcpy(&bits, &softcap, sizeof bits);
         mine[F_SOFTCAP] = bits;
         mine[F_SEQ_TOTAL] = d->seq_total;

@@ -55,8 +55,6 @@ typedef struct {
     ring_shard *shards;  /* [size], in rank order */
 } ring_geometry;
 
-/* d's softcap, or 0 when d's struct_size does not reach it (a caller of the first layout). */
-float ring_desc_softcap(const clflash_ring_desc *d);
 /* This rank's checks that need no communication: arguments, ranges, buffers. */
 clflash_status ring_check_local(clflash_context *ctx, const clflash_ring_desc *d, cl_mem q, cl_mem k, cl_mem v,
                                 cl_mem o, cl_mem lse);
