@@ -6,8 +6,11 @@
  * ranks of an MPI communicator. Each rank holds a shard of the sequence's Q, K and V; the K/V shards
  * travel around the ring of ranks, and each rank merges the partial results of its own queries
  * against every shard through their log-sum-exps. The result is single-device attention over the
- * whole sequence, up to rounding. The component is a client of clflash.h's public API only
- * (clflash_forward with lse, clflash_merge_states); it adds MPI and the ring on top.
+ * whole sequence, up to rounding. clflash_ring_backward gives the gradients of it. The component is
+ * a client of clflash.h's public API (clflash_forward with lse, clflash_merge_states,
+ * clflash_backward), plus, for the backward's fp32 sums, three small kernels clflash runs for its
+ * components (cl/grad_accumulate.cl, through clflash's program cache; not public API, so
+ * clflash_mpi must run with the clflash release it was built with); it adds MPI and the ring on top.
  *
  * Conventions are those of clflash.h: statuses (0 success, OpenCL's negative codes passed through,
  * clflash's own from -2000 down, this component's from -2100 down), struct_size (the ABI rule at the
@@ -64,7 +67,11 @@ typedef struct {
                              Q, K, V, O (and of the K/V shards on the wire); math is fp32 */
     float scale;          /* same on every rank; 0 = 1/sqrt(head_dim); must be finite */
     uint32_t flags;       /* same on every rank; 0 or CLFLASH_CAUSAL, applied to the positions in
-                             the whole sequence: query position p sees key position p' iff p' <= p */
+                             the whole sequence: query position p sees key position p' iff p' <= p.
+                             CLFLASH_WINDOW and CLFLASH_ALIGN_TO_KEY_LENGTH are refused
+                             (CLFLASH_ERROR_UNSUPPORTED): their rules, like ALiBi's bias and key
+                             lengths (which this descriptor has no field for), depend on global
+                             positions that each call would need shifted per shard pair */
     uint32_t block;       /* this rank's B for clflash_forward: 0 = the planner's (may differ
                              between ranks, as their devices may) */
     uint32_t mapping;     /* same on every rank; a clflash_ring_mapping (0 = CLFLASH_RING_CONTIGUOUS) */
@@ -75,6 +82,10 @@ typedef struct {
                              (on any rank) must equal the sum of every rank's seq_local */
     clflash_layout q, k, v, o; /* this rank's shard tensors, [batch][heads][seq_local][head_dim] as
                                   clflash_layout says (heads = heads_q for Q and O, heads_kv for K, V) */
+    float softcap;        /* same on every rank; 0 = off; else as clflash_attention_desc.softcap: each
+                             scaled score s becomes softcap * tanh(s / softcap). It depends on the
+                             score only, not on positions, so every call of the ring applies it as
+                             is. Must be finite and >= 0 */
 } clflash_ring_desc;
 
 /* Attention of every rank's queries against the whole sequence's keys and values, for a sequence
@@ -131,7 +142,8 @@ typedef struct {
  * not the shards' sum, shards
  * that do not cover the sequence exactly once, a zigzag sequence that is not a multiple of 2P or a
  * zigzag shard that is not 2 * seq_total / (2P) rows); CLFLASH_ERROR_INVALID_DTYPE (not F32, F16,
- * BF16, or ranks that disagree); CLFLASH_ERROR_INVALID_SCALE (not finite, or ranks that disagree);
+ * BF16, or ranks that disagree); CLFLASH_ERROR_INVALID_SCALE (a scale that is not finite, a softcap
+ * that is not finite or is negative, or ranks that disagree on either);
  * CLFLASH_ERROR_INVALID_FLAGS (unknown bits, an unknown mapping, or ranks that disagree on either);
  * CLFLASH_ERROR_HEAD_DIM_UNSUPPORTED; CLFLASH_ERROR_BUFFER_TOO_SMALL; the planner's statuses
  * (CLFLASH_ERROR_INVALID_LAYOUT, CLFLASH_ERROR_TILE_TOO_LARGE, CLFLASH_ERROR_BUILD_FAILED, ...);
@@ -142,6 +154,56 @@ typedef struct {
  * partly written. */
 CLFLASH_API clflash_status clflash_ring_forward(clflash_context *ctx, MPI_Comm comm, const clflash_ring_desc *d,
                                                 cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse);
+
+/* The gradients of clflash_ring_forward. Collective, like the forward: every rank
+ * of comm calls it with the descriptor it gave the forward, its shard's q, k, v (as given to the
+ * forward), o and lse (the forward's results; lse is required), and d_o, the gradient of the loss
+ * with respect to its rows of O, laid out as d->o says. It writes dq, dk, dv for its shard: dq in
+ * layout d->q (heads_q), dk and dv in layouts d->k and d->v (heads_kv; with GQA/MQA summed over each
+ * group's query heads), in d->dtype; their gaps are never written. dq, dk and dv must be three
+ * buffers of ctx of their own (none of them an input buffer).
+ *
+ * How: P steps, as in the forward. At step s the rank holds the K/V shard of rank (r - s) mod P,
+ * and each of its query chunks that sees some of those keys (the forward's rule: skipped, unmasked,
+ * or causal on the diagonal) runs one clflash_backward on (the Q chunk, those keys) with the
+ * chunk's final O, dO and GLOBAL lse, so that P = exp(S - lse) is the probability over the whole
+ * sequence and D = rowsum(dO * O) is the whole row's: the per-pair gradients then add up exactly.
+ * The dQ partials are added into an fp32 accumulator of this rank; the dK/dV partials of the step
+ * are summed in fp32 and, on the device, that shard's fp32 dK/dV accumulator is added to them; the
+ * accumulator arrives from rank r - 1 and travels on to rank r + 1, one step behind the shard. After step P - 1 the
+ * accumulator's next hop is its owner. The fp32 sums are written in the storage type at the end.
+ * The additions (cl/grad_accumulate.cl, built once per context by clflash's program cache)
+ * are in a fixed order: deterministic for a fixed rank count and mapping.
+ *
+ * Exactness: in F32 the gradients differ from one clflash_backward over the whole sequence only
+ * by fp32 rounding (in a different order of summation). In F16/BF16 each partial (one per pair of
+ * query chunk and key shard) is rounded once to the storage type, since clflash_backward writes
+ * its outputs in it, before the fp32 sums, and the result is rounded once more.
+ *
+ * Overlap: the next K/V shard travels while a step computes, as in the forward; the dK/dV
+ * accumulator of a step is read from the device and sent while the next step computes: every
+ * addition is a kernel enqueued in order after the step's gradients, and the host waits only for
+ * MPI (the incoming accumulator before its upload) and for a step's read before sending it, when
+ * the next step's kernels are already enqueued. Not overlapped: the own shard is read to the host
+ * and written back compact before step 0.
+ *
+ * Memory per call: the forward's two K/V shards (host and device), plus on the device a compact
+ * copy of Q, a dQ partial and an fp32 dQ accumulator (this rank's rows), a dK/dV partial and an
+ * fp32 dK/dV sum and an fp32 incoming accumulator (of the largest shard); on the host three fp32
+ * dK/dV buffers of the largest shard.
+ *
+ * Checks and returns: as clflash_ring_forward (the same collective checks; every rank returns the
+ * same status), plus CLFLASH_ERROR_INVALID_ARGUMENT for a NULL lse, d_o, dq, dk or dv, or an
+ * output that is an input buffer or the same buffer as another output, and
+ * CLFLASH_ERROR_BUFFER_TOO_SMALL for d_o, dq, dk or dv too small for their layouts, and
+ * clflash_plan_backward's statuses. Errors found before the ring starts write no caller buffer. If a
+ * call fails during the ring, the failing rank writes none of dq, dk, dv (they are written only
+ * after the last step, by a rank that has not failed), keeps passing shards and accumulators so
+ * that no rank blocks, and every rank returns its status; the other ranks' outputs may then have
+ * been written, with meaningless values. */
+CLFLASH_API clflash_status clflash_ring_backward(clflash_context *ctx, MPI_Comm comm, const clflash_ring_desc *d,
+                                                 cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem d_o, cl_mem lse,
+                                                 cl_mem dq, cl_mem dk, cl_mem dv);
 
 /* The message of a status: this component's own, else clflash_status_string's. Never NULL. */
 CLFLASH_API const char *clflash_ring_status_string(clflash_status s);

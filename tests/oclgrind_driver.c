@@ -15,10 +15,12 @@
  */
 #define _POSIX_C_SOURCE 200809L /* snprintf in strict C */
 #include "backward_harness.h"
+#include "component.h"
 #include "harness.h"
 #include "paged_harness.h"
 #include "varlen_harness.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,7 +192,137 @@ static const struct {
 };
 #define N_VARLEN_CASES (sizeof vcases / sizeof vcases[0])
 
-#define N_CASES (N_FORWARD_CASES + N_BACKWARD_CASES + N_PAGED_CASES + N_APPEND_CASES + N_VARLEN_CASES)
+/* cl/grad_accumulate.cl (component.h; clflash_mpi's ring backward): a caller's tensor with gaps
+ * (an offset, a row stride past head_dim, heads and batch strides past the rows) gathered into a
+ * compact one; a partial in the storage type and then an fp32 one added into an fp32 accumulator
+ * over a range of rows inside the tensor; the accumulator scattered back into a tensor with gaps
+ * (a sentinel in them must survive). Element counts that are not multiples of the work-group,
+ * and one tensor of a single element; buffers of exactly the bytes the tensors need, so that any
+ * access past them is Oclgrind's report. */
+static const struct {
+    clflash_dtype dtype;
+    uint32_t batch, heads, rows, head_dim, row0, len;
+} gcases[] = {
+    {CLFLASH_F32, 2, 3, 7, 5, 2, 3},
+    {CLFLASH_F16, 1, 1, 1, 1, 0, 1},
+    {CLFLASH_BF16, 3, 2, 11, 13, 0, 11},
+};
+#define N_GRAD_CASES (sizeof gcases / sizeof gcases[0])
+
+#define N_CASES (N_FORWARD_CASES + N_BACKWARD_CASES + N_PAGED_CASES + N_APPEND_CASES + N_VARLEN_CASES + N_GRAD_CASES)
+
+/* Runs grad case n; returns 1 on a failure (printed). */
+static int run_grad_case(clflash_context *c, size_t n)
+{
+    const clflash_dtype t = gcases[n].dtype;
+    const uint32_t B = gcases[n].batch, H = gcases[n].heads, R = gcases[n].rows, D = gcases[n].head_dim;
+    const uint32_t r0 = gcases[n].row0, len = gcases[n].len;
+    const size_t es = clflash_dtype_size(t), nc = (size_t)B * H * R * D; /* compact elements */
+    /* the laid-out tensor: 3 elements before it, rows of D + 2, a gap of one row after each head's
+     * rows and of 5 elements after each batch entry */
+    const clflash_layout l = {3, (uint64_t)H * (R + 1) * (D + 2) + 5, (uint64_t)(R + 1) * (D + 2), D + 2};
+    const size_t nl = (size_t)ref_extent(&l, B, H, R, D);
+    const ref_strides ls = ref_resolve_layout(&l, H, R, D);
+    unsigned char *src = malloc(nl * es), *part = malloc(nc * es), *got = malloc(nl * es);
+    unsigned char *out0 = malloc(nl * es);
+    float *acc = malloc(nc * sizeof(float)), *acc2 = malloc(nc * sizeof(float)), *accg = malloc(nc * sizeof(float));
+    unsigned char *gath = malloc(nc * es);
+    if (!src || !part || !got || !out0 || !acc || !acc2 || !accg || !gath) {
+        printf("FAILED: out of host memory\n");
+        free(src), free(part), free(got), free(out0), free(acc), free(acc2), free(accg), free(gath);
+        return 1;
+    }
+    ref_rng rng;
+    ref_rng_seed(&rng, 9900 + n);
+    for (size_t i = 0; i < nl; i++) {
+        ref_store(t, src, i, (float)ref_rng_uniform(&rng));
+        ref_store(t, out0, i, 77.0f); /* the sentinel of dst's gaps */
+    }
+    for (size_t i = 0; i < nc; i++) {
+        ref_store(t, part, i, (float)ref_rng_uniform(&rng));
+        acc[i] = (float)ref_rng_uniform(&rng);
+        acc2[i] = (float)ref_rng_uniform(&rng) * 0.001f;
+    }
+    cl_int err = CL_SUCCESS;
+    cl_context ctx = clflash_context_cl(c);
+    cl_command_queue qu = clflash_context_queue(c);
+    const cl_mem_flags f = CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR;
+    cl_mem m_src = clCreateBuffer(ctx, f, nl * es, src, &err), m_part = clCreateBuffer(ctx, f, nc * es, part, &err);
+    cl_mem m_acc = clCreateBuffer(ctx, f, nc * sizeof(float), acc, &err);
+    cl_mem m_acc2 = clCreateBuffer(ctx, f, nc * sizeof(float), acc2, &err);
+    cl_mem m_dst = clCreateBuffer(ctx, f, nl * es, out0, &err);
+    cl_mem m_gath = clCreateBuffer(ctx, CL_MEM_READ_WRITE, nc * es, NULL, &err);
+    clflash_status st = err;
+    if (st == CLFLASH_SUCCESS)
+        st = clflash_grad_gather(c, qu, t, m_gath, m_src, &l, B, H, R, D);
+    if (st == CLFLASH_SUCCESS)
+        st = clflash_grad_accumulate(c, qu, t, m_acc, m_part, (uint64_t)B * H, R, r0, len, D);
+    if (st == CLFLASH_SUCCESS) /* an fp32 partial: every row */
+        st = clflash_grad_accumulate(c, qu, CLFLASH_F32, m_acc, m_acc2, (uint64_t)B * H, R, 0, R, D);
+    if (st == CLFLASH_SUCCESS) /* the accumulator's batch entries after the first, as a tensor of B - 1 entries */
+        st = clflash_grad_scatter(c, qu, t, m_dst, &l, B > 1 ? B - 1 : 1, H, R, D, m_acc,
+                                  B > 1 ? (uint64_t)H * R * D : 0);
+    if (st == CLFLASH_SUCCESS)
+        st = clEnqueueReadBuffer(qu, m_gath, CL_TRUE, 0, nc * es, gath, 0, NULL, NULL);
+    if (st == CLFLASH_SUCCESS)
+        st = clEnqueueReadBuffer(qu, m_acc, CL_TRUE, 0, nc * sizeof(float), accg, 0, NULL, NULL);
+    if (st == CLFLASH_SUCCESS)
+        st = clEnqueueReadBuffer(qu, m_dst, CL_TRUE, 0, nl * es, got, 0, NULL, NULL);
+    char what[160], msg[300] = "";
+    snprintf(what, sizeof what, "grad_accumulate %s batch %u heads %u rows %u head_dim %u, rows %u..%u",
+             t == CLFLASH_F32 ? "f32" : t == CLFLASH_F16 ? "f16" : "bf16", B, H, R, D, r0, r0 + len - 1);
+    /* gather: exact; accumulate: the fp64 sums within one fp32 rounding per addition (and the rows
+     * outside the range only the fp32 partial's); scatter: the accumulator rounded once to the type,
+     * and dst's gaps and the rows of other entries untouched */
+    for (uint32_t b = 0; b < B && st == CLFLASH_SUCCESS && !msg[0]; b++)
+        for (uint32_t h = 0; h < H && !msg[0]; h++)
+            for (uint32_t i = 0; i < R && !msg[0]; i++)
+                for (uint32_t d = 0; d < D && !msg[0]; d++) {
+                    const size_t e = (((size_t)b * H + h) * R + i) * D + d, at = (size_t)ref_index(&ls, b, h, i, d);
+                    const int in_range = i >= r0 && i < r0 + len;
+                    const double want =
+                        (double)acc[e] + (in_range ? (double)ref_load(t, part, e) : 0.0) + (double)acc2[e];
+                    /* dst entry b holds acc entry b + 1 (B > 1) */
+                    const size_t scattered_from = B > 1 ? e + (size_t)H * R * D : e;
+                    const int scattered = B > 1 ? b + 1 < B : 1;
+                    if (ref_load(t, gath, e) != ref_load(t, src, at))
+                        snprintf(msg, sizeof msg, "gather: element (%u,%u,%u,%u) is %g, not %g", b, h, i, d,
+                                 (double)ref_load(t, gath, e), (double)ref_load(t, src, at));
+                    else if (!(fabs((double)accg[e] - want) <= 2.5e-7 * (fabs(want) + 2.0)))
+                        snprintf(msg, sizeof msg, "accumulate: element (%u,%u,%u,%u) is %.9g, not %.9g", b, h, i, d,
+                                 (double)accg[e], want);
+                    else if (scattered && scattered_from < nc) {
+                        float tmp[1];
+                        const float expect = ref_store(t, tmp, 0, accg[scattered_from]);
+                        if (ref_load(t, got, at) != expect)
+                            snprintf(msg, sizeof msg, "scatter: element (%u,%u,%u,%u) is %g, not %g", b, h, i, d,
+                                     (double)ref_load(t, got, at), (double)expect);
+                    } else if (ref_load(t, got, at) != 77.0f) {
+                        snprintf(msg, sizeof msg, "scatter wrote element (%u,%u,%u,%u) outside its tensor", b, h, i, d);
+                    }
+                }
+    for (size_t i = 0; i < nl && st == CLFLASH_SUCCESS && !msg[0]; i++) { /* the gaps keep the sentinel */
+        const uint64_t in_entry = (i - l.offset) % ls.batch_stride, in_head = in_entry % ls.head_stride;
+        const int in_gap = i < l.offset || in_entry >= (uint64_t)H * ls.head_stride ||
+                           in_head >= (uint64_t)R * ls.seq_stride || in_head % ls.seq_stride >= D;
+        if (in_gap && ref_load(t, got, i) != 77.0f)
+            snprintf(msg, sizeof msg, "scatter wrote the gap at element %zu", i);
+    }
+    int failed = 1;
+    if (st != CLFLASH_SUCCESS)
+        printf("FAILED %s: %s (%s)\n", what, clflash_status_string(st), clflash_last_error_detail());
+    else if (msg[0])
+        printf("MISMATCH %s: %s\n", what, msg);
+    else
+        failed = 0, printf("ok %s\n", what);
+    fflush(stdout);
+    const cl_mem all[] = {m_src, m_part, m_acc, m_acc2, m_dst, m_gath};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (all[i])
+            clReleaseMemObject(all[i]);
+    free(src), free(part), free(got), free(out0), free(acc), free(acc2), free(accg), free(gath);
+    return failed;
+}
 
 /* Runs varlen case n; returns 1 on a failure (printed). */
 static int run_varlen_case(clflash_context *shared, size_t n)
@@ -458,6 +590,11 @@ int main(int argc, char **argv)
     printf("device: %s\n", name);
     int failures = 0;
     for (size_t n = first; n < last; n++) {
+        if (n >= N_FORWARD_CASES + N_BACKWARD_CASES + N_PAGED_CASES + N_APPEND_CASES + N_VARLEN_CASES) {
+            failures += run_grad_case(c, n - (N_FORWARD_CASES + N_BACKWARD_CASES + N_PAGED_CASES + N_APPEND_CASES +
+                                              N_VARLEN_CASES));
+            continue;
+        }
         if (n >= N_FORWARD_CASES + N_BACKWARD_CASES + N_PAGED_CASES + N_APPEND_CASES) {
             failures += run_varlen_case(c, n - N_FORWARD_CASES - N_BACKWARD_CASES - N_PAGED_CASES - N_APPEND_CASES);
             continue;

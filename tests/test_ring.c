@@ -1,5 +1,6 @@
 /*
- * test_ring.c - clflash_ring_forward under mpirun: every rank compares its O and lse with the fp64
+ * test_ring.c - clflash_ring_forward and clflash_ring_backward under mpirun: every rank compares its
+ * O and lse (and, for the backward cases, dq, dk, dv and two runs' bits) with the fp64
  * reference attention of the whole sequence (tests/reference.c), computed on every rank from the
  * same seeded inputs, for contiguous shards (even, uneven with a one-token rank, given to the ranks
  * out of order) and the zigzag mapping, causal and not, MHA, GQA and MQA, F32, F16 and BF16, odd
@@ -11,6 +12,7 @@
  * Not a Check suite: Check forks a child per test, which MPI does not allow. Each case prints one
  * line per failing rank; the program exits 1 when any case failed on any rank.
  */
+#include "backward_harness.h"
 #include "clflash_mpi.h"
 #include "reference.h"
 
@@ -32,6 +34,7 @@ typedef struct {
     int reversed;        /* contiguous: rank P-1 holds the first shard, rank 0 the last */
     int token_major;     /* [batch][seq][heads][head_dim] layouts with gaps */
     int with_lse;
+    float softcap;       /* 0 = off */
 } ring_case;
 
 /* ---- the token map of a case ------------------------------------------------------------------ */
@@ -177,9 +180,10 @@ static int run_case(const ring_case *c)
     whole.head_dim = d;
     whole.dtype = c->dtype;
     whole.flags = c->flags;
+    whole.softcap = c->softcap;
     double *ro = malloc(sizeof(double) * c->batch * c->heads_q * total * d);
     double *rl = malloc(sizeof(double) * c->batch * c->heads_q * total);
-    ref_attention(&whole, gq, gk, gv, ro, rl);
+    ref_attention_ex(&whole, gq, gk, gv, NULL, ro, rl);
 
     clflash_ring_desc rd = {.struct_size = sizeof rd};
     rd.batch = c->batch;
@@ -188,6 +192,7 @@ static int run_case(const ring_case *c)
     rd.head_dim = d;
     rd.dtype = c->dtype;
     rd.flags = c->flags;
+    rd.softcap = c->softcap;
     rd.mapping = c->mapping;
     rd.seq_local = n;
     rd.seq_offset = offs[R];
@@ -288,8 +293,179 @@ static int run_case(const ring_case *c)
     return fail;
 }
 
+/* ---- the backward ------------------------------------------------------------------------------ */
+/* Compares one gradient tensor of this rank (t, layout l, heads heads, n rows) with the dense fp64
+ * reference of the whole sequence (ref, [batch][heads][total][d]): values within tb_tol (atol
+ * scaled by the tensor's largest |value| when above 1, as tests/backward_harness.c does), gaps
+ * keeping the sentinel. Returns the number of bad elements; the first is described in msg. */
+static size_t check_grad(const ring_case *c, const char *name, const tensor *t, const clflash_layout *l,
+                         uint32_t heads, uint32_t n, uint64_t offset, const double *ref, uint32_t total, char *msg,
+                         size_t msg_len)
+{
+    const uint32_t d = c->head_dim;
+    const uint64_t dense = (uint64_t)c->batch * heads * total * d;
+    double mx = 0.0;
+    for (uint64_t i = 0; i < dense; i++)
+        mx = fabs(ref[i]) > mx ? fabs(ref[i]) : mx;
+    ref_tol tol = tb_tol(c->dtype);
+    tol.atol *= mx > 1.0 ? mx : 1.0;
+    const ref_strides st = ref_resolve_layout(l, heads, n, d);
+    unsigned char *written = calloc(t->elems, 1);
+    size_t bad = 0;
+    for (uint32_t b = 0; b < c->batch; b++)
+        for (uint32_t h = 0; h < heads; h++)
+            for (uint32_t i = 0; i < n; i++) {
+                const uint64_t p = position(c, i, offset);
+                for (uint32_t x = 0; x < d; x++) {
+                    const uint64_t at = ref_index(&st, b, h, i, x);
+                    written[at] = 1;
+                    const double got = ref_load(c->dtype, t->host, at),
+                                 want = ref[(((uint64_t)b * heads + h) * total + p) * d + x];
+                    if (!ref_close(got, want, tol) && bad++ == 0)
+                        snprintf(msg, msg_len, "%s[b%u h%u row %u (position %llu) c%u] = %.7g, reference %.7g", name, b,
+                                 h, i, (unsigned long long)p, x, got, want);
+                }
+            }
+    for (size_t i = 0; i < t->elems; i++)
+        if (!written[i]) {
+            const int kept = c->dtype == CLFLASH_F32 ? ((uint32_t *)t->host)[i] == 0xc6f5ab9au
+                                                     : ((uint16_t *)t->host)[i] == 0xf7a9u;
+            if (!kept && bad++ == 0)
+                snprintf(msg, msg_len, "%s's gap element %zu was written", name, i);
+        }
+    free(written);
+    return bad;
+}
+
+/* Runs the forward, then clflash_ring_backward twice: every rank compares its dq, dk, dv with the
+ * fp64 reference backward of the whole sequence, and the two runs must give the same bits. */
+static int run_backward_case(const ring_case *c)
+{
+    uint32_t rows[64] = {0};
+    uint64_t offs[64] = {0};
+    shard_sizes(c, rows, offs);
+    const uint32_t total = c->mapping == CLFLASH_RING_ZIGZAG ? 2 * (uint32_t)P * c->total : c->total;
+    const uint32_t hkv = c->heads_kv ? c->heads_kv : c->heads_q, d = c->head_dim, n = rows[R];
+    const uint64_t nq_all = (uint64_t)c->batch * c->heads_q * total * d, nk_all = (uint64_t)c->batch * hkv * total * d;
+    float *gq = inputs(nq_all, c->dtype, 21), *gk = inputs(nk_all, c->dtype, 22), *gv = inputs(nk_all, c->dtype, 23);
+    float *gdo = inputs(nq_all, c->dtype, 24);
+    clflash_attention_desc whole = {.struct_size = sizeof whole};
+    whole.batch = c->batch;
+    whole.heads_q = c->heads_q;
+    whole.heads_kv = c->heads_kv;
+    whole.seq_q = whole.seq_k = total;
+    whole.head_dim = d;
+    whole.dtype = c->dtype;
+    whole.flags = c->flags;
+    whole.softcap = c->softcap;
+    double *rdq = malloc(sizeof(double) * nq_all), *rdk = malloc(sizeof(double) * nk_all),
+           *rdv = malloc(sizeof(double) * nk_all);
+    ref_attention_backward_ex(&whole, gq, gk, gv, gdo, NULL, rdq, rdk, rdv, NULL, NULL, NULL);
+
+    clflash_ring_desc rd = {.struct_size = sizeof rd};
+    rd.batch = c->batch;
+    rd.heads_q = c->heads_q;
+    rd.heads_kv = c->heads_kv;
+    rd.head_dim = d;
+    rd.dtype = c->dtype;
+    rd.flags = c->flags;
+    rd.softcap = c->softcap;
+    rd.mapping = c->mapping;
+    rd.seq_local = n;
+    rd.seq_offset = offs[R];
+    rd.q = shard_layout(c, c->heads_q, n);
+    rd.k = rd.v = shard_layout(c, hkv, n);
+    rd.o = shard_layout(c, c->heads_q, n);
+    tensor tq = {0}, tk = {0}, tv = {0}, to = {0}, tdo = {0}, tdq[2] = {{0}}, tdk[2] = {{0}}, tdv[2] = {{0}};
+    int ok = make_tensor(&tq, c->dtype, &rd.q, c->batch, c->heads_q, n, d, gq, total, c, offs[R], 0) &&
+             make_tensor(&tk, c->dtype, &rd.k, c->batch, hkv, n, d, gk, total, c, offs[R], 0) &&
+             make_tensor(&tv, c->dtype, &rd.v, c->batch, hkv, n, d, gv, total, c, offs[R], 0) &&
+             make_tensor(&to, c->dtype, &rd.o, c->batch, c->heads_q, n, d, NULL, total, c, offs[R], 1) &&
+             make_tensor(&tdo, c->dtype, &rd.o, c->batch, c->heads_q, n, d, gdo, total, c, offs[R], 0);
+    for (int run = 0; run < 2; run++)
+        ok = ok && make_tensor(&tdq[run], c->dtype, &rd.q, c->batch, c->heads_q, n, d, NULL, total, c, offs[R], 1) &&
+             make_tensor(&tdk[run], c->dtype, &rd.k, c->batch, hkv, n, d, NULL, total, c, offs[R], 1) &&
+             make_tensor(&tdv[run], c->dtype, &rd.v, c->batch, hkv, n, d, NULL, total, c, offs[R], 1);
+    const size_t nl = (size_t)c->batch * c->heads_q * n;
+    cl_mem lbuf = NULL;
+    if (ok) {
+        cl_int err;
+        lbuf = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_WRITE, nl * sizeof(float), NULL, &err);
+        ok = err == CL_SUCCESS;
+    }
+    int fail = 0;
+    char msg[600] = "";
+    if (!ok) {
+        snprintf(msg, sizeof msg, "setting up the buffers failed");
+        fail = 1;
+    }
+    clflash_status st = clflash_ring_forward(ctx, MPI_COMM_WORLD, &rd, tq.buf, tk.buf, tv.buf, to.buf, lbuf);
+    if (!fail && st != CLFLASH_SUCCESS) {
+        snprintf(msg, sizeof msg, "clflash_ring_forward: %s (%s)", clflash_ring_status_string(st),
+                 clflash_ring_last_error_detail());
+        fail = 1;
+    }
+    for (int run = 0; run < 2; run++) {
+        st = clflash_ring_backward(ctx, MPI_COMM_WORLD, &rd, tq.buf, tk.buf, tv.buf, to.buf, tdo.buf, lbuf,
+                                   tdq[run].buf, tdk[run].buf, tdv[run].buf);
+        if (!fail && st != CLFLASH_SUCCESS) {
+            snprintf(msg, sizeof msg, "clflash_ring_backward (run %d): %s (%s)", run + 1,
+                     clflash_ring_status_string(st), clflash_ring_last_error_detail());
+            fail = 1;
+        }
+        if (!fail) {
+            const cl_command_queue cq = clflash_context_queue(ctx);
+            clEnqueueReadBuffer(cq, tdq[run].buf, CL_TRUE, 0, tdq[run].bytes, tdq[run].host, 0, NULL, NULL);
+            clEnqueueReadBuffer(cq, tdk[run].buf, CL_TRUE, 0, tdk[run].bytes, tdk[run].host, 0, NULL, NULL);
+            clEnqueueReadBuffer(cq, tdv[run].buf, CL_TRUE, 0, tdv[run].bytes, tdv[run].host, 0, NULL, NULL);
+        }
+    }
+    if (!fail) {
+        size_t bad = check_grad(c, "dQ", &tdq[0], &rd.q, c->heads_q, n, offs[R], rdq, total, msg, sizeof msg);
+        if (!bad)
+            bad = check_grad(c, "dK", &tdk[0], &rd.k, hkv, n, offs[R], rdk, total, msg, sizeof msg);
+        if (!bad)
+            bad = check_grad(c, "dV", &tdv[0], &rd.v, hkv, n, offs[R], rdv, total, msg, sizeof msg);
+        if (bad) {
+            fail = 1;
+            char tail[64];
+            snprintf(tail, sizeof tail, "; %zu bad values", bad);
+            strncat(msg, tail, sizeof msg - strlen(msg) - 1);
+        } else if (memcmp(tdq[0].host, tdq[1].host, tdq[0].bytes) || memcmp(tdk[0].host, tdk[1].host, tdk[0].bytes) ||
+                   memcmp(tdv[0].host, tdv[1].host, tdv[0].bytes)) {
+            fail = 1;
+            snprintf(msg, sizeof msg, "two runs gave different bits");
+        }
+    }
+    if (fail)
+        printf("  rank %d of %d: FAIL backward %s: %s\n", R, P, c->name, msg);
+    fflush(stdout);
+    tensor *all[] = {&tq, &tk, &tv, &to, &tdo, &tdq[0], &tdq[1], &tdk[0], &tdk[1], &tdv[0], &tdv[1]};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        free_tensor(all[i]);
+    if (lbuf)
+        clReleaseMemObject(lbuf);
+    free(gq);
+    free(gk);
+    free(gv);
+    free(gdo);
+    free(rdq);
+    free(rdk);
+    free(rdv);
+    return fail;
+}
+
 /* ---- collective checks ------------------------------------------------------------------------ */
-typedef enum { BAD_HEADS, BAD_HEAD_DIM, BAD_STRUCT_SIZE, BAD_GAP, BAD_ZIGZAG_TOTAL, BAD_DTYPE, BAD_HEADS_KV } bad_kind;
+typedef enum {
+    BAD_HEADS,
+    BAD_HEAD_DIM,
+    BAD_STRUCT_SIZE,
+    BAD_GAP,
+    BAD_ZIGZAG_TOTAL,
+    BAD_DTYPE,
+    BAD_HEADS_KV,
+    BAD_SOFTCAP
+} bad_kind;
 
 /* Rank `who` (or every rank) gets a descriptor that breaks a rule; every rank must return `want`,
  * and no rank's O or lse may be written. */
@@ -313,6 +489,7 @@ static int run_invalid(const char *name, bad_kind kind, int who, clflash_status 
         case BAD_GAP: rd.seq_offset += 1; break;
         case BAD_DTYPE: rd.dtype = CLFLASH_F16; break;
         case BAD_HEADS_KV: rd.heads_kv = 1; break;
+        case BAD_SOFTCAP: rd.softcap = 3.0f; break; /* valid alone; the others have none */
         case BAD_ZIGZAG_TOTAL: break;
         }
     }
@@ -407,30 +584,58 @@ int main(int argc, char **argv)
     }
     static const ring_case cases[] = {
         {"contiguous even, f32, not causal, MHA, d 32", 1, 2, 0, 32, CLFLASH_F32, 0, CLFLASH_RING_CONTIGUOUS, 160,
-         {0, 0, 0, 0}, 0, 0, 1},
+         {0, 0, 0, 0}, 0, 0, 1, 0.0f},
         {"contiguous uneven (one rank of 1 token), causal, f32, GQA 4/2, d 33, lse", 2, 4, 2, 33, CLFLASH_F32,
-         CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 150, {5, -1, 3, 7}, 0, 0, 1},
+         CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 150, {5, -1, 3, 7}, 0, 0, 1, 0.0f},
         {"contiguous uneven (rank 0 of 1 token), shards in reverse rank order, causal, f16, MQA 3/1, d 33, "
          "token-major layouts with gaps, lse", 1, 3, 1, 33, CLFLASH_F16, CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 131,
-         {-1, 4, 2, 3}, 1, 1, 1},
+         {-1, 4, 2, 3}, 1, 1, 1, 0.0f},
         {"contiguous uneven, not causal, f16, GQA 4/2, d 16, no lse", 2, 4, 2, 16, CLFLASH_F16, 0,
-         CLFLASH_RING_CONTIGUOUS, 101, {5, -1, 3, 7}, 0, 0, 0},
+         CLFLASH_RING_CONTIGUOUS, 101, {5, -1, 3, 7}, 0, 0, 0, 0.0f},
         {"zigzag, causal, f32, GQA 4/2, d 16, lse", 2, 4, 2, 16, CLFLASH_F32, CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 24,
-         {0, 0, 0, 0}, 0, 0, 1},
+         {0, 0, 0, 0}, 0, 0, 1, 0.0f},
         {"zigzag, causal, f16, MHA, d 33, token-major layouts with gaps, lse", 1, 2, 2, 33, CLFLASH_F16,
-         CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 17, {0, 0, 0, 0}, 0, 1, 1},
+         CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 17, {0, 0, 0, 0}, 0, 1, 1, 0.0f},
         {"zigzag, not causal, f32, MQA 3/1, d 33", 1, 3, 1, 33, CLFLASH_F32, 0, CLFLASH_RING_ZIGZAG, 10,
-         {0, 0, 0, 0}, 0, 0, 0},
+         {0, 0, 0, 0}, 0, 0, 0, 0.0f},
         {"contiguous uneven, causal, bf16, GQA 4/2, d 16, lse", 1, 4, 2, 16, CLFLASH_BF16, CLFLASH_CAUSAL,
-         CLFLASH_RING_CONTIGUOUS, 120, {2, 3, -1, 1}, 0, 0, 1},
+         CLFLASH_RING_CONTIGUOUS, 120, {2, 3, -1, 1}, 0, 0, 1, 0.0f},
+        {"zigzag, causal, f32, GQA 4/2, d 33, softcap 0.5 (most scores capped), lse", 1, 4, 2, 33, CLFLASH_F32,
+         CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 11, {0, 0, 0, 0}, 0, 0, 1, 0.5f},
+        {"contiguous uneven (one rank of 1 token), not causal, f16, MHA, d 16, softcap 2, lse", 1, 2, 0, 16,
+         CLFLASH_F16, 0, CLFLASH_RING_CONTIGUOUS, 97, {5, -1, 3, 7}, 0, 1, 1, 2.0f},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         any |= report(cases[i].name, run_case(&cases[i]));
+    static const ring_case backward_cases[] = {
+        {"contiguous uneven (one rank of 1 token), causal, f32, GQA 4/2, d 33", 2, 4, 2, 33, CLFLASH_F32,
+         CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 90, {5, -1, 3, 7}, 0, 0, 1, 0.0f},
+        {"contiguous uneven, shards in reverse rank order, not causal, f16, MQA 3/1, d 16, token-major layouts "
+         "with gaps", 1, 3, 1, 16, CLFLASH_F16, 0, CLFLASH_RING_CONTIGUOUS, 77, {-1, 4, 2, 3}, 1, 1, 1, 0.0f},
+        {"zigzag, causal, f32, GQA 4/2, d 16", 1, 4, 2, 16, CLFLASH_F32, CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 12,
+         {0, 0, 0, 0}, 0, 0, 1, 0.0f},
+        {"zigzag, causal, f16, GQA 4/2, d 33, token-major layouts with gaps", 1, 4, 2, 33, CLFLASH_F16,
+         CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 9, {0, 0, 0, 0}, 0, 1, 1, 0.0f},
+        {"zigzag, not causal, f32, MHA, d 32", 2, 2, 0, 32, CLFLASH_F32, 0, CLFLASH_RING_ZIGZAG, 8, {0, 0, 0, 0}, 0,
+         0, 1, 0.0f},
+        {"contiguous even, causal, bf16, GQA 4/2, d 16", 1, 4, 2, 16, CLFLASH_BF16, CLFLASH_CAUSAL,
+         CLFLASH_RING_CONTIGUOUS, 64, {0, 0, 0, 0}, 0, 0, 1, 0.0f},
+        {"zigzag, causal, f32, GQA 4/2, d 33, softcap 0.5", 1, 4, 2, 33, CLFLASH_F32, CLFLASH_CAUSAL,
+         CLFLASH_RING_ZIGZAG, 7, {0, 0, 0, 0}, 0, 0, 1, 0.5f},
+        {"contiguous uneven (one rank of 1 token), not causal, f16, GQA 4/2, d 16, softcap 2", 1, 4, 2, 16,
+         CLFLASH_F16, 0, CLFLASH_RING_CONTIGUOUS, 71, {5, -1, 3, 7}, 0, 1, 1, 2.0f},
+    };
+    for (size_t i = 0; i < sizeof backward_cases / sizeof backward_cases[0]; i++) {
+        char name[200];
+        snprintf(name, sizeof name, "backward: %s (and determinism)", backward_cases[i].name);
+        any |= report(name, run_backward_case(&backward_cases[i]));
+    }
     const int last = P - 1;
     any |= report("ranks disagree on heads_q", run_invalid("heads_q", BAD_HEADS, last, CLFLASH_ERROR_INVALID_SHAPE));
     any |= report("ranks disagree on head_dim", run_invalid("head_dim", BAD_HEAD_DIM, 0, CLFLASH_ERROR_INVALID_SHAPE));
     any |= report("ranks disagree on heads_kv", run_invalid("heads_kv", BAD_HEADS_KV, last, CLFLASH_ERROR_INVALID_SHAPE));
     any |= report("ranks disagree on dtype", run_invalid("dtype", BAD_DTYPE, last, CLFLASH_ERROR_INVALID_DTYPE));
+    any |= report("ranks disagree on softcap", run_invalid("softcap", BAD_SOFTCAP, last, CLFLASH_ERROR_INVALID_SCALE));
     any |= report("one rank's bad struct_size", run_invalid("struct_size", BAD_STRUCT_SIZE, last,
                                                             CLFLASH_ERROR_INVALID_ARGUMENT));
     any |= report("contiguous shards with a gap", run_invalid("gap", BAD_GAP, last, CLFLASH_ERROR_INVALID_SHAPE));

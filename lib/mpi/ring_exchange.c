@@ -35,7 +35,8 @@ clflash_status ring_exchange_init(ring_exchange *x, clflash_context *ctx, MPI_Co
         return ring_fail(CLFLASH_ERROR_UNSUPPORTED, "a K/V shard of %llu bytes is above the ring's 64 GiB",
                          (unsigned long long)bytes);
     cl_int err = CL_SUCCESS;
-    x->queue = clCreateCommandQueue(clflash_context_cl(ctx), clflash_context_device(ctx), 0, &err);
+    x->queue = clCreateCommandQueue(clflash_context_cl(ctx), clflash_context_device(ctx),
+                                    ring_timing_wanted() ? CL_QUEUE_PROFILING_ENABLE : 0, &err);
     if (err != CL_SUCCESS)
         return ring_fail(err, "clCreateCommandQueue for the ring's transfers: %d", err);
     for (int i = 0; i < 2; i++) {
@@ -108,17 +109,48 @@ static cl_int read_tensor(ring_exchange *x, const ring_geometry *g, cl_mem m, co
     return err;
 }
 
-clflash_status ring_exchange_pack_own(ring_exchange *x, const ring_geometry *g, cl_mem k, const clflash_layout *kl,
-                                      cl_mem v, const clflash_layout *vl, uint32_t rows)
+clflash_status ring_exchange_pack_own_start(ring_exchange *x, const ring_geometry *g, cl_mem k,
+                                            const clflash_layout *kl, cl_mem v, const clflash_layout *vl, uint32_t rows)
 {
     unsigned char *h = x->host[0];
     cl_int err = read_tensor(x, g, k, kl, rows, h);
     if (err == CL_SUCCESS)
         err = read_tensor(x, g, v, vl, rows, h + x->rows_elems * rows * x->elem);
-    const cl_int fin = clFinish(x->queue);
     if (err == CL_SUCCESS)
-        err = fin;
+        err = clFlush(x->queue);
+    if (err != CL_SUCCESS) {
+        clFinish(x->queue); /* nothing may still write host[0] */
+        return ring_fail(err, "reading the own K/V shard to the host: %d", err);
+    }
+    return CLFLASH_SUCCESS;
+}
+
+clflash_status ring_exchange_pack_own_finish(ring_exchange *x)
+{
+    const cl_int err = clFinish(x->queue);
     return err == CL_SUCCESS ? CLFLASH_SUCCESS : ring_fail(err, "reading the own K/V shard to the host: %d", err);
+}
+
+clflash_status ring_exchange_pack_own(ring_exchange *x, const ring_geometry *g, cl_mem k, const clflash_layout *kl,
+                                      cl_mem v, const clflash_layout *vl, uint32_t rows)
+{
+    const clflash_status st = ring_exchange_pack_own_start(x, g, k, kl, v, vl, rows);
+    return st != CLFLASH_SUCCESS ? st : ring_exchange_pack_own_finish(x);
+}
+
+clflash_status ring_post_bytes(MPI_Comm comm, void *buf, uint64_t bytes, int peer, int tag0, int send,
+                               MPI_Request *req, int *nreq)
+{
+    for (uint64_t at = 0, tag = (uint64_t)tag0; at < bytes; at += RING_PIECE_BYTES, tag++) {
+        const int n = (int)(bytes - at < RING_PIECE_BYTES ? bytes - at : RING_PIECE_BYTES);
+        unsigned char *p = (unsigned char *)buf + at;
+        const int rc = send ? MPI_Isend(p, n, MPI_BYTE, peer, (int)tag, comm, &req[(*nreq)++])
+                            : MPI_Irecv(p, n, MPI_BYTE, peer, (int)tag, comm, &req[(*nreq)++]);
+        if (rc != MPI_SUCCESS)
+            return ring_fail(CLFLASH_RING_ERROR_MPI, "%s of %llu bytes failed", send ? "MPI_Isend" : "MPI_Irecv",
+                             (unsigned long long)bytes);
+    }
+    return CLFLASH_SUCCESS;
 }
 
 clflash_status ring_exchange_post(ring_exchange *x, int slot, uint32_t send_rows, uint32_t recv_rows)
@@ -151,7 +183,7 @@ clflash_status ring_exchange_wait(ring_exchange *x)
 {
     const int n = x->nreq;
     x->nreq = 0;
-    if (n && MPI_Waitall(n, x->req, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+    if (ring_waitall(n, x->req, x->timing, &x->done_at) != MPI_SUCCESS)
         return ring_fail(CLFLASH_RING_ERROR_MPI, "MPI_Waitall on the K/V shards failed");
     return CLFLASH_SUCCESS;
 }

@@ -38,6 +38,7 @@ typedef struct {
     ring_query rq[2];
     ring_exchange x;
     int have_x;
+    ring_timing *timing; /* NULL unless a clflash_ring_stats is attached (ring_stats.h) */
 } ring_run;
 
 static int src_of(const ring_geometry *g, int s)
@@ -60,6 +61,7 @@ static clflash_attention_desc call_desc(const ring_run *R, const ring_query *rq,
     a.head_dim = g->head_dim;
     a.dtype = g->dtype;
     a.scale = g->scale;
+    a.softcap = g->softcap;
     a.flags = c->causal ? CLFLASH_CAUSAL : 0;
     a.block = R->d->block;
     a.q = ring_layout_rows(&R->d->q, g->heads_q, R->d->seq_local, g->head_dim, rq->q.row);
@@ -243,6 +245,7 @@ static clflash_status compute_step(ring_run *R, int s, cl_mem k, const clflash_l
     cl_int err;
     if (s > 0 && (err = clEnqueueBarrierWithWaitList(R->cq, 1, &R->x.written[slot], NULL)) != CL_SUCCESS)
         return ring_fail(err, "waiting for the upload of step %d: %d", s, err);
+    ring_timing_mark(R->timing, R->cq, RING_T_START, s);
     for (int i = 0; i < R->nq; i++) {
         ring_call c;
         if (ring_visible(&R->rq[i].q, kv, (g->flags & CLFLASH_CAUSAL) != 0, &c) != 1)
@@ -251,6 +254,7 @@ static clflash_status compute_step(ring_run *R, int s, cl_mem k, const clflash_l
         if (st)
             return st;
     }
+    ring_timing_mark(R->timing, R->cq, RING_T_GRAD_END, s);
     if (s > 0) { /* the device buffer of this step may be overwritten once these kernels are done */
         if (R->x.released[slot])
             clReleaseEvent(R->x.released[slot]);
@@ -269,11 +273,20 @@ static clflash_status run_ring(ring_run *R, cl_mem k, cl_mem v)
     const ring_geometry *g = R->g;
     const int P = g->size;
     clflash_status st = CLFLASH_SUCCESS;
+    double posted = 0.0; /* MPI_Wtime when this step's exchange was posted (timing only) */
     for (int s = 0; s < P; s++) {
         const int slot = s % 2;
         const uint32_t rows = g->shards[src_of(g, s)].rows;
         const int more = s + 1 < P;
         const uint32_t next_rows = more ? g->shards[src_of(g, s + 1)].rows : 0;
+        if (R->timing)
+            posted = MPI_Wtime();
+        if (s == 0 && more) { /* the own shard's read goes first, so that a device that runs one
+                                 queue at a time does not put it behind step 0's kernels */
+            const clflash_status ps = ring_exchange_pack_own_start(&R->x, g, k, &R->d->k, v, &R->d->v, rows);
+            if (ps && !st)
+                st = ps;
+        }
         if (s > 0 && more) {
             const clflash_status ps = ring_exchange_post(&R->x, slot, rows, next_rows);
             if (ps && !st)
@@ -286,9 +299,11 @@ static clflash_status run_ring(ring_run *R, cl_mem k, cl_mem v)
             st = compute_step(R, s, s > 0 ? R->x.dev[slot] : k, &kl, s > 0 ? R->x.dev[slot] : v, &vl);
         }
         if (s == 0 && more) { /* the own shard: read while step 0 computes, then sent */
-            const clflash_status ps = ring_exchange_pack_own(&R->x, g, k, &R->d->k, v, &R->d->v, rows);
+            const clflash_status ps = ring_exchange_pack_own_finish(&R->x);
             if (ps && !st)
                 st = ps;
+            if (R->timing)
+                posted = MPI_Wtime();
             const clflash_status qs = ring_exchange_post(&R->x, slot, rows, next_rows);
             if (qs && !st)
                 st = qs;
@@ -297,8 +312,11 @@ static clflash_status run_ring(ring_run *R, cl_mem k, cl_mem v)
             const clflash_status ws = ring_exchange_wait(&R->x);
             if (ws && !st)
                 st = ws;
+            ring_timing_host(R->timing, RING_T_KV_MPI, s, R->x.done_at - posted);
             if (st == CLFLASH_SUCCESS)
                 st = ring_exchange_upload(&R->x, 1 - slot, next_rows);
+            if (st == CLFLASH_SUCCESS)
+                ring_timing_upload(R->timing, s, R->x.written[1 - slot]);
         }
     }
     const cl_int fin = clFinish(R->cq);
@@ -316,6 +334,7 @@ clflash_status clflash_ring_forward(clflash_context *ctx, MPI_Comm comm, const c
         return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "comm is MPI_COMM_NULL");
     if (MPI_Initialized(&init) != MPI_SUCCESS || !init || MPI_Finalized(&fini) != MPI_SUCCESS || fini)
         return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "MPI is not initialised (or already finalised)");
+    const double t_entry = MPI_Wtime();
     const clflash_status local = ring_check_local(ctx, d, q, k, v, o, lse);
     MPI_Comm ring_comm;
     if (MPI_Comm_dup(comm, &ring_comm) != MPI_SUCCESS)
@@ -335,7 +354,10 @@ clflash_status clflash_ring_forward(clflash_context *ctx, MPI_Comm comm, const c
     R.q = q;
     R.o = o;
     R.lse = lse;
+    R.timing = ring_timing_begin(ctx, g.size, t_entry, &R.cq);
     st = ring_agree_status(ring_comm, setup(&R, ring_comm), "setup");
+    if (R.have_x)
+        R.x.timing = R.timing;
     if (st == CLFLASH_SUCCESS) {
         const clflash_status mine = run_ring(&R, k, v);
         teardown(&R);
@@ -343,6 +365,7 @@ clflash_status clflash_ring_forward(clflash_context *ctx, MPI_Comm comm, const c
     } else {
         teardown(&R);
     }
+    ring_timing_end(R.timing, st);
     ring_geometry_free(&g);
     MPI_Comm_free(&ring_comm);
     return st;

@@ -74,6 +74,15 @@ static clflash_status check_buffer(clflash_context *ctx, cl_mem m, uint64_t need
     return CLFLASH_SUCCESS;
 }
 
+clflash_status ring_check_tensor(clflash_context *ctx, cl_mem m, const clflash_layout *l, uint32_t batch,
+                                 uint32_t heads, uint32_t rows, uint32_t head_dim, clflash_dtype t, const char *name)
+{
+    if (m == NULL)
+        return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "%s must not be NULL", name);
+    const clflash_layout r = ring_resolve_layout(l, heads, rows, head_dim);
+    return check_buffer(ctx, m, extent_bytes(&r, batch, heads, rows, head_dim, clflash_dtype_size(t)), name);
+}
+
 clflash_status ring_check_local(clflash_context *ctx, const clflash_ring_desc *in, cl_mem q, cl_mem k, cl_mem v,
                                 cl_mem o, cl_mem lse)
 {
@@ -98,6 +107,9 @@ clflash_status ring_check_local(clflash_context *ctx, const clflash_ring_desc *i
         return ring_fail(CLFLASH_ERROR_INVALID_DTYPE, "dtype %d: the ring takes F32, F16 or BF16", (int)d->dtype);
     if (!isfinite(d->scale))
         return ring_fail(CLFLASH_ERROR_INVALID_SCALE, "scale is not finite");
+    const float softcap = d->softcap;
+    if (!isfinite(softcap) || softcap < 0.0f)
+        return ring_fail(CLFLASH_ERROR_INVALID_SCALE, "softcap must be finite and >= 0");
     if (d->flags & ~CLFLASH_KNOWN_FLAGS)
         return ring_fail(CLFLASH_ERROR_INVALID_FLAGS, "unknown bits in flags 0x%x", d->flags);
     if (d->flags & ~CLFLASH_CAUSAL)
@@ -130,8 +142,8 @@ clflash_status ring_check_local(clflash_context *ctx, const clflash_ring_desc *i
 }
 
 /* The fields gathered from every rank, in this order. */
-enum { F_STATUS, F_BATCH, F_HEADS_Q, F_HEADS_KV, F_HEAD_DIM, F_DTYPE, F_SCALE, F_FLAGS, F_MAPPING, F_SEQ_TOTAL,
-       F_SEQ_LOCAL, F_SEQ_OFFSET, F_COUNT };
+enum { F_STATUS, F_BATCH, F_HEADS_Q, F_HEADS_KV, F_HEAD_DIM, F_DTYPE, F_SCALE, F_FLAGS, F_MAPPING, F_SOFTCAP,
+       F_SEQ_TOTAL, F_SEQ_LOCAL, F_SEQ_OFFSET, F_COUNT };
 
 static const struct {
     const char *name;
@@ -141,6 +153,7 @@ static const struct {
     [F_HEADS_KV] = {"heads_kv", CLFLASH_ERROR_INVALID_SHAPE}, [F_HEAD_DIM] = {"head_dim", CLFLASH_ERROR_INVALID_SHAPE},
     [F_DTYPE] = {"dtype", CLFLASH_ERROR_INVALID_DTYPE},       [F_SCALE] = {"scale (bits)", CLFLASH_ERROR_INVALID_SCALE},
     [F_FLAGS] = {"flags", CLFLASH_ERROR_INVALID_FLAGS},       [F_MAPPING] = {"mapping", CLFLASH_ERROR_INVALID_FLAGS},
+    [F_SOFTCAP] = {"softcap (bits)", CLFLASH_ERROR_INVALID_SCALE},
     [F_SEQ_TOTAL] = {"seq_total", CLFLASH_ERROR_INVALID_SHAPE},
 };
 
@@ -228,7 +241,7 @@ static clflash_status decide(const uint64_t *all, ring_geometry *g)
         }
     }
     for (int r = 1; r < P; r++)
-        for (int i = F_BATCH; i <= F_MAPPING; i++)
+        for (int i = F_BATCH; i <= F_SOFTCAP; i++)
             if (all[(size_t)r * F_COUNT + i] != all[i])
                 return ring_fail(agreed[i].st, "rank %d: %s is %llu, rank 0's is %llu", r, agreed[i].name,
                                  (unsigned long long)all[(size_t)r * F_COUNT + i], (unsigned long long)all[i]);
@@ -241,6 +254,8 @@ static clflash_status decide(const uint64_t *all, ring_geometry *g)
     memcpy(&g->scale, &bits, sizeof bits);
     g->flags = (uint32_t)all[F_FLAGS];
     g->mapping = (uint32_t)all[F_MAPPING];
+    bits = (uint32_t)all[F_SOFTCAP];
+    memcpy(&g->softcap, &bits, sizeof bits);
     uint64_t sum = 0;
     g->max_rows = 0;
     for (int r = 0; r < P; r++) {
@@ -322,6 +337,9 @@ clflash_status ring_geometry_agree(MPI_Comm comm, const clflash_ring_desc *d, cl
         mine[F_SCALE] = bits;
         mine[F_FLAGS] = d->flags;
         mine[F_MAPPING] = d->mapping;
+        const float softcap = d->softcap;
+        memcpy(&bits, &softcap, sizeof bits);
+        mine[F_SOFTCAP] = bits;
         mine[F_SEQ_TOTAL] = d->seq_total;
         mine[F_SEQ_LOCAL] = d->seq_local;
         mine[F_SEQ_OFFSET] = d->seq_offset;

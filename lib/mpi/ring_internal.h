@@ -4,13 +4,14 @@
  * (query chunk, key shard) pair into at most one clflash_forward call, the K/V exchange with its
  * host staging, and the component's error detail.
  *
- * The component is a client of clflash.h only; nothing here reaches into lib/'s internals, so the
- * ring runs on any clflash build the caller links.
+ * The component is a client of clflash.h and of lib/component.h (the kernels libclflash runs for
+ * its components) only; nothing here reaches into lib/internal.h.
  */
 #ifndef CLFLASH_RING_INTERNAL_H
 #define CLFLASH_RING_INTERNAL_H
 
 #include "clflash_mpi.h"
+#include "ring_stats.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -47,7 +48,7 @@ typedef struct {
     int size, rank;
     uint32_t batch, heads_q, heads_kv, head_dim;
     clflash_dtype dtype;
-    float scale;
+    float scale, softcap;
     uint32_t flags, mapping;
     uint64_t seq_total;
     uint32_t max_rows;   /* the largest shard's rows */
@@ -57,6 +58,9 @@ typedef struct {
 /* This rank's checks that need no communication: arguments, ranges, buffers. */
 clflash_status ring_check_local(clflash_context *ctx, const clflash_ring_desc *d, cl_mem q, cl_mem k, cl_mem v,
                                 cl_mem o, cl_mem lse);
+/* A tensor argument of rows rows: not NULL, a buffer of ctx, large enough for layout l. */
+clflash_status ring_check_tensor(clflash_context *ctx, cl_mem m, const clflash_layout *l, uint32_t batch,
+                                 uint32_t heads, uint32_t rows, uint32_t head_dim, clflash_dtype t, const char *name);
 /* The collective part: gathers every rank's fields and local status, and fills g (free with
  * ring_geometry_free) or returns the status every rank returns. */
 clflash_status ring_geometry_agree(MPI_Comm comm, const clflash_ring_desc *d, clflash_status local,
@@ -77,6 +81,34 @@ typedef struct {
  * cannot be one bottom-right-aligned call (never for the mappings clflash_mpi.h defines). */
 int ring_visible(const ring_chunk *q, const ring_shard *kv, int causal, ring_call *out);
 
+/* ---- timing (ring_stats.c; only while a clflash_ring_stats of ring_stats.h is attached) ---------- */
+typedef struct {
+    clflash_ring_stats *sink;
+    int P;
+    double t_entry;         /* MPI_Wtime at the call's entry */
+    cl_command_queue queue; /* the timed call's compute queue (profiling) */
+    cl_event *start, *grad_end, *step_end, *upload; /* [P] each: step markers; the upload of step s + 1's shard */
+    double *kv_mpi, *acc_mpi; /* [P] each (clflash_ring_step_stats) */
+} ring_timing;
+/* 1 if the calling thread has a sink attached (the transfer queue then gets profiling). */
+int ring_timing_wanted(void);
+/* NULL without a sink (or if timing cannot be set up: the call runs untimed, the sink says why);
+ * else the timing of this call, and *cq becomes its profiling queue (the context's queue finished
+ * first). */
+ring_timing *ring_timing_begin(clflash_context *ctx, int P, double t_entry, cl_command_queue *cq);
+/* What a step's marker marks, and which host time is noted. */
+enum { RING_T_START, RING_T_GRAD_END, RING_T_STEP_END };
+enum { RING_T_KV_MPI, RING_T_ACC_MPI };
+/* With t (no-ops without): enqueues a marker of kind `which` for step s on q; keeps (retains) e,
+ * the upload of the shard step s + 1 uses; notes a host time of kind `which` for step s. */
+void ring_timing_mark(ring_timing *t, cl_command_queue q, int which, int s);
+void ring_timing_upload(ring_timing *t, int s, cl_event e);
+void ring_timing_host(ring_timing *t, int which, int s, double seconds);
+/* MPI_Waitall, or with t a MPI_Testall loop; *done_at (if not NULL) = MPI_Wtime when done. */
+int ring_waitall(int n, MPI_Request *req, const ring_timing *t, double *done_at);
+/* Finishes the timed queue, fills the sink, releases everything. No-op without t. */
+void ring_timing_end(ring_timing *t, clflash_status call_status);
+
 /* ---- the K/V exchange (ring_exchange.c) ------------------------------------------------------ */
 /* Two host staging buffers and two device buffers, each holding one shard's K then V, compact
  * ([batch][heads_kv][rows][head_dim] each, V right after K). */
@@ -92,12 +124,19 @@ typedef struct {
     cl_event released[2];   /* the compute queue's last use of dev[i] */
     MPI_Request req[2 * 64];
     int nreq;
+    const ring_timing *timing; /* NULL unless the call is timed (ring_exchange_wait polls then) */
+    double done_at;            /* MPI_Wtime when ring_exchange_wait's messages were done */
 } ring_exchange;
 
 /* Allocates the buffers for shards of up to max_rows rows and the transfer queue. */
 clflash_status ring_exchange_init(ring_exchange *x, clflash_context *ctx, MPI_Comm comm, const ring_geometry *g);
 void ring_exchange_free(ring_exchange *x);
-/* Reads this rank's own K and V (caller layouts, rows rows) into host[0], compact; waits. */
+/* Reads this rank's own K and V (caller layouts, rows rows) into host[0], compact; waits. The
+ * _start / _finish pair does the same in two halves: enqueue (and flush) the reads, then wait. */
+clflash_status ring_exchange_pack_own_start(ring_exchange *x, const ring_geometry *g, cl_mem k,
+                                            const clflash_layout *kl, cl_mem v, const clflash_layout *vl,
+                                            uint32_t rows);
+clflash_status ring_exchange_pack_own_finish(ring_exchange *x);
 clflash_status ring_exchange_pack_own(ring_exchange *x, const ring_geometry *g, cl_mem k, const clflash_layout *kl,
                                       cl_mem v, const clflash_layout *vl, uint32_t rows);
 /* Posts the sends of host[slot] (send_rows rows) to the right and the receives into host[1 - slot]
@@ -107,6 +146,10 @@ clflash_status ring_exchange_post(ring_exchange *x, int slot, uint32_t send_rows
 clflash_status ring_exchange_wait(ring_exchange *x);
 /* Enqueues host[slot] -> dev[slot] (rows rows) on the transfer queue after released[slot]. */
 clflash_status ring_exchange_upload(ring_exchange *x, int slot, uint32_t rows);
+/* Posts a nonblocking send (send != 0) or receive of bytes bytes at buf to or from peer, in pieces of
+ * at most 1 GiB with tags tag0, tag0 + 1, ... (at most 64 pieces); appends the requests to req. */
+clflash_status ring_post_bytes(MPI_Comm comm, void *buf, uint64_t bytes, int peer, int tag0, int send,
+                               MPI_Request *req, int *nreq);
 /* Layouts of K and V in dev[slot] for a shard of rows rows. */
 void ring_exchange_layouts(const ring_exchange *x, const ring_geometry *g, uint32_t rows, clflash_layout *kl,
                            clflash_layout *vl);

@@ -2,8 +2,8 @@
  * ring_status.c - the MPI component's error reporting: its thread-local detail sentence, the
  * message of its own status codes, and the struct_size rule of clflash.h applied to its descriptor.
  *
- * Why its own: the component uses clflash's public API only, so it cannot write clflash's detail
- * string; a failing clflash call's own detail is copied into this one instead.
+ * Why its own: the component uses clflash's public API (and lib/component.h), so it cannot write
+ * clflash's detail string; a failing clflash call's own detail is copied into this one instead.
  */
 #include "ring_internal.h"
 

@@ -1,0 +1,489 @@
+/*
+ * ring_backward.c - clflash_ring_backward: the gradients of the ring forward. P steps, as in the
+ * forward: at step s the rank holds the K/V shard of rank (r - s) mod P, and each of its query
+ * chunks that sees some of those keys (ring_visible, the forward's rule) runs one clflash_backward
+ * with the rank's final O, its dO and the GLOBAL lse. With the global lse, P = exp(S - lse) is the
+ * probability over the whole sequence and clflash_backward's D = rowsum(dO * O) is the global one,
+ * so the per-pair gradients simply add up. dQ partials are added into this rank's fp32 dQ
+ * accumulator on the device; the dK/dV partials of a step are summed (fp32, on the device) into one
+ * buffer, the shard's travelling fp32 dK/dV accumulator (which arrived from rank r - 1 through host
+ * memory) is uploaded and added to it on the device, and the sum is read back and goes on to rank
+ * r + 1, one step behind the shard. After step P - 1 that accumulator has every rank's
+ * contribution and its next hop is its owner. All of it is enqueued in order on the compute queue;
+ * the host waits only where MPI needs bytes: for the incoming accumulator before its upload, and
+ * for the read of a step's sum before its send, which happens during the next step (whose kernels
+ * are already enqueued), so the device never waits for the host's bookkeeping.
+ *
+ * Why partials are added in fp32 by cl/grad_accumulate.cl (through lib/component.h): clflash_backward
+ * writes its gradients in the storage type only and into layouts equal to its inputs', so its outputs go
+ * to compact scratch tensors, and the sums are kept in fp32 to avoid rounding the running sums at
+ * every step. The order of every addition is fixed (query chunks in row order within a step, steps
+ * in order; for dK/dV the owner's rank first, then around the ring), so a fixed rank count gives
+ * the same bits on every run.
+ */
+#include "component.h"
+#include "ring_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+
+#define ACC_TAG0 4096 /* tags of the dK/dV accumulators (the K/V pieces use 0 .. 63) */
+
+typedef struct {
+    clflash_context *ctx;
+    cl_command_queue cq;
+    const clflash_ring_desc *d;
+    const ring_geometry *g;
+    cl_mem o, d_o, lse;
+    int nq;
+    ring_chunk qc[2];
+    cl_mem lse_c[2];   /* the chunk's rows of lse, compact (zigzag), or the caller's lse (one chunk) */
+    cl_mem q_c;        /* Q, compact [batch][heads_q][seq_local][head_dim], storage type */
+    cl_mem dq_part;    /* a dQ partial, same geometry, storage type */
+    cl_mem dq_acc;     /* fp32, same geometry */
+    cl_mem dkv_part;   /* a dK/dV partial, a compact K/V shard of up to max_rows rows, storage type */
+    cl_mem dkv_acc;    /* fp32, the same geometry: the step's dK/dV, then plus the incoming accumulator */
+    cl_mem dkv_in;     /* fp32, the same geometry: the incoming accumulator on the device */
+    uint64_t kv_row_elems; /* 2 * batch * heads_kv * head_dim: fp32 values per shard row of dK/dV */
+    float *h_in, *h_out[2]; /* host fp32 dK/dV accumulators: the incoming, the outgoing (two in flight) */
+    cl_event rd[2];    /* the read of dkv_acc into h_out[i] */
+    MPI_Request out_req[2][64];
+    int out_n[2];
+    MPI_Request in_req[64];
+    int in_n;
+    ring_exchange x;
+    int have_x;
+    ring_timing *timing;  /* NULL unless a clflash_ring_stats is attached (ring_stats.h) */
+    double acc_posted;    /* MPI_Wtime when the incoming accumulator's receive was posted (timing only) */
+} ring_bwd;
+
+static int src_of(const ring_geometry *g, int s)
+{
+    return (g->rank - s % g->size + g->size) % g->size;
+}
+
+static clflash_layout compact(void)
+{
+    return (clflash_layout){0, 0, 0, 0};
+}
+
+static clflash_attention_desc call_desc(const ring_bwd *B, const ring_chunk *q, const ring_call *c,
+                                        const clflash_layout *kl, const clflash_layout *vl, uint32_t kv_rows)
+{
+    const ring_geometry *g = B->g;
+    const clflash_layout qz = compact();
+    clflash_attention_desc a;
+    memset(&a, 0, sizeof a);
+    a.struct_size = sizeof a;
+    a.batch = g->batch;
+    a.heads_q = g->heads_q;
+    a.heads_kv = g->heads_kv;
+    a.seq_q = q->len;
+    a.seq_k = c->k_len;
+    a.head_dim = g->head_dim;
+    a.dtype = g->dtype;
+    a.scale = g->scale;
+    a.softcap = g->softcap;
+    a.flags = c->causal ? CLFLASH_CAUSAL : 0;
+    a.block = B->d->block;
+    a.q = ring_layout_rows(&qz, g->heads_q, B->d->seq_local, g->head_dim, q->row);
+    a.k = ring_layout_rows(kl, g->heads_kv, kv_rows, g->head_dim, c->k_row);
+    a.v = ring_layout_rows(vl, g->heads_kv, kv_rows, g->head_dim, c->k_row);
+    a.o = ring_layout_rows(&B->d->o, g->heads_q, B->d->seq_local, g->head_dim, q->row);
+    return a;
+}
+
+static cl_mem new_buffer(ring_bwd *B, uint64_t bytes, clflash_status *st)
+{
+    cl_int err = CL_SUCCESS;
+    if (*st != CLFLASH_SUCCESS)
+        return NULL;
+    cl_mem m = clCreateBuffer(clflash_context_cl(B->ctx), CL_MEM_READ_WRITE, (size_t)(bytes ? bytes : 4), NULL, &err);
+    if (err != CL_SUCCESS)
+        *st = ring_fail(err, "clCreateBuffer of %llu bytes for the ring's backward: %d", (unsigned long long)bytes,
+                        err);
+    return err == CL_SUCCESS ? m : NULL;
+}
+
+/* acc += part over rows row0 .. row0 + len - 1 of compact [nbh][rows][head_dim] tensors (part in
+ * part_dtype). */
+static clflash_status accumulate(ring_bwd *B, clflash_dtype part_dtype, cl_mem acc, cl_mem part, uint64_t nbh,
+                                 uint32_t rows, uint32_t row0, uint32_t len)
+{
+    const clflash_status st =
+        clflash_grad_accumulate(B->ctx, B->cq, part_dtype, acc, part, nbh, rows, row0, len, B->g->head_dim);
+    return st ? ring_fail(st, "adding a gradient partial: %s", clflash_last_error_detail()) : CLFLASH_SUCCESS;
+}
+
+/* The caller's tensor m (layout l, heads heads, rows rows) from compact fp32 src at element src_off
+ * (scatter), or compact dst from it (gather; src_off unused). */
+static clflash_status move(ring_bwd *B, int scatter, cl_mem m, const clflash_layout *l, uint32_t heads, uint32_t rows,
+                           cl_mem compact_buf, uint64_t src_off)
+{
+    const ring_geometry *g = B->g;
+    const clflash_status st =
+        scatter ? clflash_grad_scatter(B->ctx, B->cq, g->dtype, m, l, g->batch, heads, rows, g->head_dim, compact_buf,
+                                       src_off)
+                : clflash_grad_gather(B->ctx, B->cq, g->dtype, compact_buf, m, l, g->batch, heads, rows, g->head_dim);
+    return st ? ring_fail(st, "%s a tensor: %s", scatter ? "writing out" : "compacting", clflash_last_error_detail())
+              : CLFLASH_SUCCESS;
+}
+
+/* Plans this rank's own-shard calls, builds the kernels, allocates, and enqueues the copies of Q
+ * and of the chunks' lse rows (the caller's buffers are only read). */
+static clflash_status setup(ring_bwd *B, MPI_Comm comm, cl_mem q)
+{
+    const ring_geometry *g = B->g;
+    const ring_shard *own = &g->shards[g->rank];
+    const int causal = (g->flags & CLFLASH_CAUSAL) != 0;
+    const uint32_t n = B->d->seq_local;
+    clflash_status st = CLFLASH_SUCCESS;
+    B->nq = own->nchunks;
+    for (int i = 0; i < B->nq; i++) {
+        B->qc[i] = own->chunk[i];
+        ring_call c;
+        if (ring_visible(&B->qc[i], own, causal, &c) == 1) {
+            clflash_attention_desc a = call_desc(B, &B->qc[i], &c, &B->d->k, &B->d->v, own->rows);
+            clflash_plan p;
+            memset(&p, 0, sizeof p);
+            p.struct_size = sizeof p;
+            const clflash_status ps = clflash_plan_backward(B->ctx, &a, &p);
+            if (ps != CLFLASH_SUCCESS)
+                return ring_fail(ps, "clflash_plan_backward of query chunk %d: %s", i, clflash_last_error_detail());
+        }
+    }
+    if (clflash_component_check_version() != CLFLASH_SUCCESS)
+        return ring_fail(CLFLASH_ERROR_UNSUPPORTED,
+                         "clflash_mpi was built with clflash %u and runs with %u; they must be the same release",
+                         (unsigned)CLFLASH_VERSION_NUMBER, clflash_version_number());
+    const size_t e = clflash_dtype_size(g->dtype);
+    const uint64_t q_elems = (uint64_t)g->batch * g->heads_q * n * g->head_dim;
+    B->kv_row_elems = 2ull * g->batch * g->heads_kv * g->head_dim;
+    const uint64_t kv_elems = B->kv_row_elems * g->max_rows;
+    B->q_c = new_buffer(B, q_elems * e, &st);
+    B->dq_part = new_buffer(B, q_elems * e, &st);
+    B->dq_acc = new_buffer(B, q_elems * sizeof(float), &st);
+    B->dkv_part = new_buffer(B, kv_elems * e, &st);
+    B->dkv_acc = new_buffer(B, kv_elems * sizeof(float), &st);
+    for (int i = 0; i < B->nq && B->nq > 1; i++)
+        B->lse_c[i] = new_buffer(B, (uint64_t)g->batch * g->heads_q * B->qc[i].len * sizeof(float), &st);
+    if (st)
+        return st;
+    if (g->size > 1) {
+        if (kv_elems * sizeof(float) > SIZE_MAX / 4 || kv_elems * sizeof(float) > ((uint64_t)64 << 30))
+            return ring_fail(CLFLASH_ERROR_UNSUPPORTED, "a dK/dV accumulator of %llu bytes is above the ring's 64 GiB",
+                             (unsigned long long)(kv_elems * sizeof(float)));
+        B->dkv_in = new_buffer(B, kv_elems * sizeof(float), &st);
+        if (st)
+            return st;
+        /* zeroed: a rank that fails still sends them */
+        B->h_in = calloc(1, (size_t)(kv_elems * sizeof(float)));
+        B->h_out[0] = calloc(1, (size_t)(kv_elems * sizeof(float)));
+        B->h_out[1] = calloc(1, (size_t)(kv_elems * sizeof(float)));
+        if (!B->h_in || !B->h_out[0] || !B->h_out[1])
+            return ring_fail(CLFLASH_ERROR_OUT_OF_HOST_MEMORY, "no host memory for the dK/dV accumulators");
+    }
+    B->have_x = 1;
+    if ((st = ring_exchange_init(&B->x, B->ctx, comm, g)) != CLFLASH_SUCCESS)
+        return st;
+    B->x.timing = B->timing;
+    /* enqueued work from here on; the ring's first step is ordered after it on the same queue */
+    const float zero = 0.0f;
+    if ((st = move(B, 0, q, &B->d->q, g->heads_q, n, B->q_c, 0)) != CLFLASH_SUCCESS)
+        return st;
+    cl_int err =
+        clEnqueueFillBuffer(B->cq, B->dq_acc, &zero, sizeof zero, 0, (size_t)(q_elems * sizeof(float)), 0, NULL, NULL);
+    for (int i = 0; i < B->nq && B->nq > 1 && err == CL_SUCCESS; i++) {
+        const size_t len = (size_t)B->qc[i].len * sizeof(float);
+        const size_t so[3] = {(size_t)B->qc[i].row * sizeof(float), 0, 0}, dz[3] = {0, 0, 0},
+                     region[3] = {len, (size_t)g->batch * g->heads_q, 1};
+        err = clEnqueueCopyBufferRect(B->cq, B->lse, B->lse_c[i], so, dz, region, (size_t)n * sizeof(float), 0, len,
+                                      0, 0, NULL, NULL);
+    }
+    if (B->nq == 1)
+        B->lse_c[0] = B->lse;
+    return err == CL_SUCCESS ? CLFLASH_SUCCESS : ring_fail(err, "preparing Q and lse for the backward: %d", err);
+}
+
+static void teardown(ring_bwd *B)
+{
+    if (B->cq)
+        clFinish(B->cq);
+    for (int j = 0; j < 2; j++)
+        if (B->out_n[j])
+            MPI_Waitall(B->out_n[j], B->out_req[j], MPI_STATUSES_IGNORE);
+    if (B->in_n)
+        MPI_Waitall(B->in_n, B->in_req, MPI_STATUSES_IGNORE);
+    if (B->have_x)
+        ring_exchange_free(&B->x);
+    for (int j = 0; j < 2; j++)
+        if (B->rd[j])
+            clReleaseEvent(B->rd[j]);
+    cl_mem mems[] = {B->q_c, B->dq_part, B->dq_acc, B->dkv_part, B->dkv_acc, B->dkv_in,
+                     B->nq > 1 ? B->lse_c[0] : NULL, B->nq > 1 ? B->lse_c[1] : NULL};
+    for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++)
+        if (mems[i])
+            clReleaseMemObject(mems[i]);
+    free(B->h_in);
+    free(B->h_out[0]);
+    free(B->h_out[1]);
+}
+
+/* The compute of step s against the shard in x.dev[slot]: dQ into dq_acc, this step's dK/dV into
+ * dkv_acc (zeroed first). Nothing here waits. */
+static clflash_status compute_step(ring_bwd *B, int s)
+{
+    const ring_geometry *g = B->g;
+    const ring_shard *kv = &g->shards[src_of(g, s)];
+    const int slot = s % 2;
+    const uint64_t kv_bytes = B->kv_row_elems * kv->rows * sizeof(float);
+    clflash_layout kl, vl;
+    ring_exchange_layouts(&B->x, g, kv->rows, &kl, &vl);
+    const float zero = 0.0f;
+    cl_int err = clEnqueueBarrierWithWaitList(B->cq, 1, &B->x.written[slot], NULL);
+    if (err == CL_SUCCESS)
+        err = clEnqueueFillBuffer(B->cq, B->dkv_acc, &zero, sizeof zero, 0, (size_t)kv_bytes, 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+        return ring_fail(err, "starting step %d: %d", s, err);
+    ring_timing_mark(B->timing, B->cq, RING_T_START, s);
+    for (int i = 0; i < B->nq; i++) {
+        ring_call c;
+        if (ring_visible(&B->qc[i], kv, (g->flags & CLFLASH_CAUSAL) != 0, &c) != 1)
+            continue;
+        const clflash_attention_desc a = call_desc(B, &B->qc[i], &c, &kl, &vl, kv->rows);
+        const clflash_status st = clflash_backward(B->ctx, &a, B->cq, B->q_c, B->x.dev[slot], B->x.dev[slot], B->o,
+                                                   B->d_o, B->lse_c[i], B->dq_part, B->dkv_part, B->dkv_part, 0, NULL,
+                                                   NULL);
+        if (st != CLFLASH_SUCCESS)
+            return ring_fail(st, "clflash_backward at step %d: %s", s, clflash_last_error_detail());
+        clflash_status as = accumulate(B, g->dtype, B->dq_acc, B->dq_part, (uint64_t)g->batch * g->heads_q,
+                                       B->d->seq_local, B->qc[i].row, B->qc[i].len);
+        if (as == CLFLASH_SUCCESS) /* K and V as one [2 * batch * heads_kv][rows][head_dim] tensor */
+            as = accumulate(B, g->dtype, B->dkv_acc, B->dkv_part, 2ull * g->batch * g->heads_kv, kv->rows, c.k_row,
+                            c.k_len);
+        if (as != CLFLASH_SUCCESS)
+            return as;
+    }
+    ring_timing_mark(B->timing, B->cq, RING_T_GRAD_END, s);
+    if (B->x.released[slot])
+        clReleaseEvent(B->x.released[slot]);
+    B->x.released[slot] = NULL;
+    if ((err = clEnqueueMarkerWithWaitList(B->cq, 0, NULL, &B->x.released[slot])) != CL_SUCCESS)
+        return ring_fail(err, "marking the end of step %d: %d", s, err);
+    if ((err = clFlush(B->cq)) != CL_SUCCESS)
+        return ring_fail(err, "clFlush at step %d: %d", s, err);
+    return CLFLASH_SUCCESS;
+}
+
+static clflash_status wait_requests(const ring_bwd *B, MPI_Request *req, int *n, clflash_status st, const char *what,
+                                    double *done_at)
+{
+    const int rc = ring_waitall(*n, req, B->timing, done_at);
+    *n = 0;
+    if (rc != MPI_SUCCESS && !st)
+        st = ring_fail(CLFLASH_RING_ERROR_MPI, "MPI_Waitall on %s failed", what);
+    return st;
+}
+
+/* Step s's accumulator on the device: (s > 0) waits for the incoming one (the shard's earlier
+ * ranks' sum), uploads it and adds it to the step's dK/dV (dkv_acc += dkv_in: the owner's partial
+ * first, then the ranks after it around the ring); then enqueues the read of the sum into
+ * h_out[s % 2] (event rd[s % 2]) once the send that last used that buffer is done. The host waits
+ * here only for MPI: the incoming bytes, and the send of two steps ago. */
+static clflash_status finish_accumulator(ring_bwd *B, int s, clflash_status st)
+{
+    const ring_geometry *g = B->g;
+    const int slot = s % 2;
+    const size_t bytes = (size_t)(B->kv_row_elems * g->shards[src_of(g, s)].rows * sizeof(float));
+    if (s > 0) {
+        double done_at = 0.0;
+        st = wait_requests(B, B->in_req, &B->in_n, st, "an incoming dK/dV accumulator", &done_at);
+        ring_timing_host(B->timing, RING_T_ACC_MPI, s, done_at - B->acc_posted);
+    }
+    st = wait_requests(B, B->out_req[slot], &B->out_n[slot], st, "an outgoing dK/dV accumulator", NULL);
+    if (st)
+        return st;
+    cl_int err = CL_SUCCESS;
+    if (s > 0) {
+        err = clEnqueueWriteBuffer(B->cq, B->dkv_in, CL_FALSE, 0, bytes, B->h_in, 0, NULL, NULL);
+        if (err == CL_SUCCESS &&
+            (st = accumulate(B, CLFLASH_F32, B->dkv_acc, B->dkv_in, 2ull * g->batch * g->heads_kv,
+                             g->shards[src_of(g, s)].rows, 0, g->shards[src_of(g, s)].rows)) != CLFLASH_SUCCESS)
+            return st;
+    }
+    if (B->rd[slot])
+        clReleaseEvent(B->rd[slot]);
+    B->rd[slot] = NULL;
+    if (err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(B->cq, B->dkv_acc, CL_FALSE, 0, bytes, B->h_out[slot], 0, NULL, &B->rd[slot]);
+    if (err == CL_SUCCESS)
+        err = clFlush(B->cq);
+    return err == CL_SUCCESS ? CLFLASH_SUCCESS : ring_fail(err, "moving the dK/dV accumulator of step %d: %d", s, err);
+}
+
+/* Sends step s's accumulator (h_out[s % 2]) on to rank r + 1 once its read is done, and posts the
+ * receive of the next one from rank r - 1 (step s + 1's, or after the last step this rank's own
+ * complete dK/dV) into h_in, whose last upload the read came after. A rank that has failed still
+ * sends (its values are then meaningless, and every rank returns an error) and receives. */
+static clflash_status send_accumulator(ring_bwd *B, int s, clflash_status st)
+{
+    const ring_geometry *g = B->g;
+    const int slot = s % 2;
+    if (B->rd[slot]) {
+        const cl_int err = clWaitForEvents(1, &B->rd[slot]);
+        if (err != CL_SUCCESS && !st)
+            st = ring_fail(err, "step %d's kernels or its dK/dV read: %d", s, err);
+    }
+    const uint64_t n = B->kv_row_elems * g->shards[src_of(g, s)].rows;
+    const int next = s + 1 < g->size ? src_of(g, s + 1) : g->rank;
+    const uint64_t in_bytes = B->kv_row_elems * g->shards[next].rows * sizeof(float);
+    clflash_status ps = ring_post_bytes(B->x.comm, B->h_out[slot], n * sizeof(float), B->x.right, ACC_TAG0, 1,
+                                        B->out_req[slot], &B->out_n[slot]);
+    if (ps && !st)
+        st = ps;
+    if (B->timing)
+        B->acc_posted = MPI_Wtime();
+    ps = ring_post_bytes(B->x.comm, B->h_in, in_bytes, B->x.left, ACC_TAG0, 0, B->in_req, &B->in_n);
+    if (ps && !st)
+        st = ps;
+    return st;
+}
+
+/* The P steps and the final writes. A rank that fails keeps passing shards and accumulators.
+ * Step s's accumulator is sent during step s + 1, after that step's kernels are enqueued, so the
+ * device has work while the host waits for the read. */
+static clflash_status run_ring(ring_bwd *B, cl_mem k, cl_mem v, cl_mem dq, cl_mem dk, cl_mem dv)
+{
+    const ring_geometry *g = B->g;
+    const int P = g->size;
+    const uint32_t own_rows = g->shards[g->rank].rows;
+    /* the own shard, compact: read to host[0] (to be sent) and written to dev[0] (step 0 uses it) */
+    clflash_status st = ring_exchange_pack_own(&B->x, g, k, &B->d->k, v, &B->d->v, own_rows);
+    if (st == CLFLASH_SUCCESS)
+        st = ring_exchange_upload(&B->x, 0, own_rows);
+    for (int s = 0; s < P; s++) {
+        const int slot = s % 2, more = s + 1 < P;
+        const uint32_t rows = g->shards[src_of(g, s)].rows, next_rows = more ? g->shards[src_of(g, s + 1)].rows : 0;
+        const double posted = B->timing ? MPI_Wtime() : 0.0;
+        if (more) {
+            const clflash_status ps = ring_exchange_post(&B->x, slot, rows, next_rows);
+            if (ps && !st)
+                st = ps;
+        }
+        if (st == CLFLASH_SUCCESS)
+            st = compute_step(B, s);
+        if (P > 1) {
+            if (s > 0)
+                st = send_accumulator(B, s - 1, st);
+            st = finish_accumulator(B, s, st);
+        }
+        ring_timing_mark(B->timing, B->cq, RING_T_STEP_END, s);
+        if (more) {
+            const clflash_status ws = ring_exchange_wait(&B->x);
+            if (ws && !st)
+                st = ws;
+            ring_timing_host(B->timing, RING_T_KV_MPI, s, B->x.done_at - posted);
+        }
+        if (more && st == CLFLASH_SUCCESS)
+            st = ring_exchange_upload(&B->x, 1 - slot, next_rows);
+        if (more && st == CLFLASH_SUCCESS)
+            ring_timing_upload(B->timing, s, B->x.written[1 - slot]);
+    }
+    if (P > 1) { /* the last step's accumulator goes out; the own shard's, complete, arrives from rank r - 1 */
+        st = send_accumulator(B, P - 1, st);
+        st = wait_requests(B, B->in_req, &B->in_n, st, "the own dK/dV", NULL);
+        if (st == CLFLASH_SUCCESS) {
+            const cl_int err = clEnqueueWriteBuffer(B->cq, B->dkv_acc, CL_FALSE, 0,
+                                                    (size_t)(B->kv_row_elems * own_rows * sizeof(float)), B->h_in, 0,
+                                                    NULL, NULL);
+            if (err != CL_SUCCESS)
+                st = ring_fail(err, "writing the own dK/dV to the device: %d", err);
+        }
+    }
+    if (st == CLFLASH_SUCCESS) {
+        const uint64_t v_off = B->kv_row_elems / 2 * own_rows;
+        st = move(B, 1, dq, &B->d->q, g->heads_q, B->d->seq_local, B->dq_acc, 0);
+        if (st == CLFLASH_SUCCESS)
+            st = move(B, 1, dk, &B->d->k, g->heads_kv, own_rows, B->dkv_acc, 0);
+        if (st == CLFLASH_SUCCESS)
+            st = move(B, 1, dv, &B->d->v, g->heads_kv, own_rows, B->dkv_acc, v_off);
+    }
+    const cl_int fin = clFinish(B->cq);
+    if (fin != CL_SUCCESS && st == CLFLASH_SUCCESS)
+        st = ring_fail(fin, "clFinish after the ring: %d", fin);
+    return st;
+}
+
+/* This rank's checks of the backward's own arguments (those shared with the forward are
+ * ring_check_local's). */
+static clflash_status check_backward_local(clflash_context *ctx, const clflash_ring_desc *d, cl_mem q, cl_mem k,
+                                           cl_mem v, cl_mem o, cl_mem d_o, cl_mem lse, cl_mem dq, cl_mem dk, cl_mem dv)
+{
+    clflash_status st = ring_check_local(ctx, d, q, k, v, o, lse);
+    if (st)
+        return st;
+    if (lse == NULL)
+        return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "lse must not be NULL (the forward's lse)");
+    const uint32_t hkv = d->heads_kv ? d->heads_kv : d->heads_q;
+    if ((st = ring_check_tensor(ctx, d_o, &d->o, d->batch, d->heads_q, d->seq_local, d->head_dim, d->dtype, "d_o")) ||
+        (st = ring_check_tensor(ctx, dq, &d->q, d->batch, d->heads_q, d->seq_local, d->head_dim, d->dtype, "dq")) ||
+        (st = ring_check_tensor(ctx, dk, &d->k, d->batch, hkv, d->seq_local, d->head_dim, d->dtype, "dk")) ||
+        (st = ring_check_tensor(ctx, dv, &d->v, d->batch, hkv, d->seq_local, d->head_dim, d->dtype, "dv")))
+        return st;
+    const cl_mem in[] = {q, k, v, o, d_o, lse}, out[] = {dq, dk, dv};
+    for (int i = 0; i < 3; i++) {
+        for (int j = 0; j < 6; j++)
+            if (out[i] == in[j])
+                return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "dq, dk and dv must not be input buffers");
+        for (int j = 0; j < i; j++)
+            if (out[i] == out[j])
+                return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "dq, dk and dv must be three different buffers");
+    }
+    return CLFLASH_SUCCESS;
+}
+
+clflash_status clflash_ring_backward(clflash_context *ctx, MPI_Comm comm, const clflash_ring_desc *d, cl_mem q,
+                                     cl_mem k, cl_mem v, cl_mem o, cl_mem d_o, cl_mem lse, cl_mem dq, cl_mem dk,
+                                     cl_mem dv)
+{
+    ring_clear_detail();
+    int init = 0, fini = 0;
+    if (comm == MPI_COMM_NULL)
+        return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "comm is MPI_COMM_NULL");
+    if (MPI_Initialized(&init) != MPI_SUCCESS || !init || MPI_Finalized(&fini) != MPI_SUCCESS || fini)
+        return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "MPI is not initialised (or already finalised)");
+    const double t_entry = MPI_Wtime();
+    const clflash_status local = check_backward_local(ctx, d, q, k, v, o, d_o, lse, dq, dk, dv);
+    MPI_Comm ring_comm;
+    if (MPI_Comm_dup(comm, &ring_comm) != MPI_SUCCESS)
+        return ring_fail(CLFLASH_RING_ERROR_MPI, "MPI_Comm_dup failed");
+    ring_geometry g;
+    clflash_status st = ring_geometry_agree(ring_comm, d, local, &g);
+    if (st != CLFLASH_SUCCESS) {
+        MPI_Comm_free(&ring_comm);
+        return st;
+    }
+    ring_bwd B;
+    memset(&B, 0, sizeof B);
+    B.ctx = ctx;
+    B.cq = clflash_context_queue(ctx);
+    B.d = d;
+    B.g = &g;
+    B.o = o;
+    B.d_o = d_o;
+    B.lse = lse;
+    B.timing = ring_timing_begin(ctx, g.size, t_entry, &B.cq);
+    st = ring_agree_status(ring_comm, setup(&B, ring_comm, q), "setup");
+    if (st == CLFLASH_SUCCESS) {
+        const clflash_status mine = run_ring(&B, k, v, dq, dk, dv);
+        teardown(&B);
+        st = ring_agree_status(ring_comm, mine, "ring");
+    } else {
+        teardown(&B);
+    }
+    ring_timing_end(B.timing, st);
+    ring_geometry_free(&g);
+    MPI_Comm_free(&ring_comm);
+    return st;
+}
