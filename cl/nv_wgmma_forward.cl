@@ -285,6 +285,22 @@
 #define WG_P_IN(p) WG_IN16(p, 0)
 #endif
 
+/* The descriptors' byte offsets (the file's comment). Defaults, not host defines: a session on a
+ * Hopper GPU can try another reading of the PTX ISA's LBO and SBO through the build options
+ * (CLFLASH_TEST_BUILD_OPTIONS="-D WG_V_LBO=... -D WG_V_SBO=..." for test_nv_mma wgmma) without an edit. */
+#ifndef WG_K_LBO
+#define WG_K_LBO (16 * BLOCK) /* K: the next 8 columns (d) */
+#endif
+#ifndef WG_K_SBO
+#define WG_K_SBO 128 /* K: the next 8 keys */
+#endif
+#ifndef WG_V_LBO
+#define WG_V_LBO 128 /* V: the next 8 keys */
+#endif
+#ifndef WG_V_SBO
+#define WG_V_SBO (16 * BLOCK) /* V: the next 8 columns (d) */
+#endif
+
 /* A shared memory matrix descriptor without swizzle (the file's comment): start address, LBO and
  * SBO in bytes, each a multiple of 16. */
 static inline ulong wg_desc(__local const ushort *start, uint lbo, uint sbo)
@@ -296,7 +312,7 @@ static inline ulong wg_desc(__local const ushort *start, uint lbo, uint sbo)
  * tile. Returns when the products are complete. */
 static inline void wg_scores(float s[S_ACC], const uint q[4 * K_STEPS], __local const ushort *tile)
 {
-    const ulong desc = wg_desc(tile, 16 * BLOCK, 128);
+    const ulong desc = wg_desc(tile, WG_K_LBO, WG_K_SBO);
     __asm__ __volatile__(WG_S_TEXT : WG_S_OUT(s) : WG_Q_IN(q), "l"(desc), "n"(2 * BLOCK) : "memory");
 }
 
@@ -304,7 +320,7 @@ static inline void wg_scores(float s[S_ACC], const uint q[4 * K_STEPS], __local 
  * keys), tile the V tile. Returns when the products are complete. */
 static inline void wg_values(float o[O_ACC], uint sl, const uint p[4 * P_STEPS], __local const ushort *tile)
 {
-    const ulong desc = wg_desc(tile + sl * 64 * BLOCK, 128, 16 * BLOCK);
+    const ulong desc = wg_desc(tile + sl * 64 * BLOCK, WG_V_LBO, WG_V_SBO);
     if (sl == 0)
         __asm__ __volatile__(WG_PV_TEXT : WG_ACC32(o, 0) : WG_P_IN(p), "l"(desc), "n"(16) : "memory");
 #if O_SLABS > 1
