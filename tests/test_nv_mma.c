@@ -30,6 +30,7 @@
  *                         scale, against the fp64 reference; each plan must name nv_wgmma_forward.
  *                         The select part checks, everywhere, which calls it takes and that without
  *                         the variable it takes none (test_sm90a: none after a fault of the path).
+ *   test_nv_mma wgmma FIRST [LAST]  only those rows of wgmma_shapes (from 0), in f16 and bf16.
  *   test_nv_mma numerics|backward_numerics features FIRST [LAST]
  *                         only the feature shapes FIRST .. LAST (rows of feature_shapes or
  *                         bwd_feature_shapes, from 0; LAST defaults to the table's last), in f16
@@ -1161,7 +1162,14 @@ int main(int argc, char **argv)
     }
     /* "features FIRST [LAST]": those feature rows only, each in both types */
     int first = -1, last = -1;
-    if (argc > 2) {
+    if (wgmma && argc > 2) { /* "wgmma FIRST [LAST]": rows of wgmma_shapes */
+        first = (int)strtol(argv[2], NULL, 10);
+        last = argc > 3 ? (int)strtol(argv[3], NULL, 10) : first;
+        if (first < 0 || last < first || last >= (int)N_WGMMA_SHAPES) {
+            fprintf(stderr, "usage: %s wgmma [FIRST [LAST]] (rows 0 .. %d)\n", argv[0], (int)N_WGMMA_SHAPES - 1);
+            return EXIT_FAILURE;
+        }
+    } else if (argc > 2) {
         const int n = forward ? N_FEATURE_SHAPES : N_BWD_FEATURE_SHAPES;
         char *end = NULL;
         first = argc > 3 ? (int)strtol(argv[3], &end, 10) : -1;
@@ -1176,7 +1184,11 @@ int main(int argc, char **argv)
     TCase *tc = tcase_create(part);
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, TEST_TIMEOUT_S);
-    if (first >= 0) {
+    if (wgmma && first >= 0) {
+        tcase_add_loop_test(tc, wgmma_against_reference, first, last + 1);
+        tcase_add_loop_test(tc, wgmma_against_reference, (int)N_WGMMA_SHAPES + first,
+                            (int)N_WGMMA_SHAPES + last + 1);
+    } else if (first >= 0) {
         const TTest *const rows = forward ? features_against_reference : backward_features_against_reference;
         const int n = forward ? N_FEATURE_SHAPES : N_BWD_FEATURE_SHAPES;
         tcase_add_loop_test(tc, rows, first, last + 1);
