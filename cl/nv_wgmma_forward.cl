@@ -47,8 +47,11 @@
  * A descriptor (64 bits) holds: bits 0-13 start address / 16 (of the shared window, 18 bits), bits
  * 16-29 the leading dimension byte offset (LBO) / 16, bits 32-45 the stride dimension byte offset
  * (SBO) / 16, bits 49-51 base offset 0, bits 62-63 swizzle 0 (none). In the canonical layouts
- * without swizzle (CUTLASS make_gmma_desc, INTERLEAVE), LBO is the distance between core matrices
- * neighbouring in K and SBO between those neighbouring in M or N:
+ * without swizzle, LBO is the distance between core matrices neighbouring in K and SBO between
+ * those neighbouring in M or N, for both major-nesses (CUTLASS's make_gmma_desc, INTERLEAVE; the
+ * PTX ISA's table of strides, in 128-bit units: K-major "the stride from the first column to the
+ * second column of the 8x2 tile", MN-major interleave "from the first 8 columns to the next 8",
+ * columns being K there). Not yet checked on hardware with a B other than all ones (the probe):
  *   K-major (S = Q K^T, B = K^T: K is d, N the keys; the transpose bit 0): core rows are keys
  *     (N), each 16 bytes of 8 columns (K). LBO = 16 BLOCK (the next 8 columns), SBO = 128 (the
  *     next 8 keys); k-step kk (columns 16kk ..) starts at chunk 2kk: start + kk * 32 BLOCK bytes.
