@@ -203,7 +203,8 @@ typedef struct {
     /* Added in 0.3. 0: vendor kernels are used where they apply (today the NVIDIA tensor-core
      * forward and backward, see clflash_plan_attention). Nonzero: always the portable kernels.
      * Setting the environment variable CLFLASH_PORTABLE=1 (any value but empty or "0") when the context is
-     * created does the same. */
+     * created does the same. (CLFLASH_WGMMA=1 at create asks for the experimental Hopper kernel
+     * nv_wgmma_forward where it applies: see clflash_plan_attention.) */
     uint32_t portable_only;
     /* Added in 0.5 (past 0.5.0's first layout): tuning settings in the syntax of
      * clflash_context_set_tuning, applied after the tuning file's and before CLFLASH_TUNE's;
@@ -647,6 +648,22 @@ typedef struct {
  * flight while one is computed) instead of two, with the B that keeps the most keys in flight
  * within the budget (plan.block; at head_dim 128 in f16 and 48 KiB, B = 16).
  * The nv_forward.* tuning parameters (clflash_context_set_tuning) override these choices.
+ *
+ * EXPERIMENTAL, unproven on hardware: "nv_wgmma_forward" (cl/nv_wgmma_forward.cl), a forward on
+ * Hopper's warpgroup instructions (wgmma) built through a PTX program binary retargeted to sm_90a.
+ * It is written and assembled for sm_90a, but has not yet run on a Hopper GPU, so it is planned
+ * only when the environment variable CLFLASH_WGMMA=1 (any value but empty or "0") is set when the
+ * context is created, the device is an NVIDIA GPU of compute capability 9.0 whose driver passed
+ * the library's sm_90a probe (a small wgmma product checked exactly, once per context), and the
+ * call is one nv_mma_forward would take with: dtype F16 or BF16, head_dim 64 or 128, every row of
+ * Q, K, V and O on 16 bytes, no flag but CLFLASH_CAUSAL, no softcap, bias, ALiBi, key lengths,
+ * paged cache or variable-length batch, no forced block and no forced split. Any step that fails
+ * (the probe, the build through the sm_90a path, a kernel that does not fit) plans nv_mma_forward
+ * instead; plan.kernel names the kernel that runs. It never splits the keys or packs GQA heads (a
+ * decoding call runs slower on it than on nv_mma_forward), rescales O every key tile, and
+ * otherwise has nv_mma_forward's semantics (P rounded to the storage type, exp2 flushing below
+ * 2^-126, a NaN in V reaching its block's rows). Without CLFLASH_WGMMA nothing changes, and no
+ * probe runs.
  *
  * The portable kernel has three paths. CPU devices take its CPU path ("flash_forward_portable");
  * every other device takes the register-tiled path "flash_forward_regtile": each work-item

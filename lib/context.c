@@ -52,6 +52,12 @@ int clflash_env_portable_only(void)
     return e != NULL && e[0] != '\0' && strcmp(e, "0") != 0;
 }
 
+int clflash_env_wgmma(void)
+{
+    const char *e = getenv("CLFLASH_WGMMA");
+    return e != NULL && e[0] != '\0' && strcmp(e, "0") != 0;
+}
+
 clflash_status clflash_context_create(cl_context ctx, cl_device_id dev, const clflash_context_options *caller_opt,
                                       clflash_context **out)
 {
@@ -117,6 +123,7 @@ clflash_status clflash_context_create(cl_context ctx, cl_device_id dev, const cl
         c->local_mem_budget = opt->local_mem_budget;
     c->threads_per_row = opt->threads_per_row;
     c->portable_only = opt->portable_only || clflash_env_portable_only();
+    c->wgmma_opt_in = clflash_env_wgmma();
     c->magic = CLFLASH_CONTEXT_MAGIC;
     *out = c;
     return CLFLASH_SUCCESS;

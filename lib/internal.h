@@ -138,6 +138,7 @@ struct clflash_context {
     char *build_options;       /* the caller's extra options, "" if none */
     uint32_t threads_per_row;  /* 0 = tuned; else the caller's choice */
     int portable_only;         /* never a vendor kernel (option portable_only or CLFLASH_PORTABLE=1) */
+    int wgmma_opt_in;          /* CLFLASH_WGMMA=1 when created: the experimental nv_wgmma_forward may be planned */
 
     pthread_mutex_t lock;      /* guards programs and logs */
     clflash_program_entry *programs;
@@ -169,6 +170,9 @@ CLFLASH_INTERNAL clflash_status clflash_read_options(const clflash_context_optio
 /* 1 if CLFLASH_PORTABLE is set to a value other than "" and "0" (clflash_context_create reads it
  * into the context's portable_only). */
 CLFLASH_INTERNAL int clflash_env_portable_only(void);
+/* 1 if the environment variable CLFLASH_WGMMA is set to anything but empty or "0" (read when a
+ * context is created, into its wgmma_opt_in: clflash.h, nv_wgmma_forward_plan.c). */
+CLFLASH_INTERNAL int clflash_env_wgmma(void);
 
 /* ---- scratch_pool.c: device scratch buffers reused across calls -------------------------------- */
 /* A buffer of at least `bytes` for commands to be enqueued on `queue`: one no enqueued work still
@@ -200,7 +204,8 @@ typedef enum { CLFLASH_SOURCE_FLASH_FORWARD_LANES, CLFLASH_SOURCE_FLASH_FORWARD_
                CLFLASH_SOURCE_NV_MMA_BACKWARD, CLFLASH_SOURCE_MERGE_STATES,
                CLFLASH_SOURCE_FLASH_DECODE_CPU, CLFLASH_SOURCE_BIAS_GRAD,
                CLFLASH_SOURCE_NV_MMA_BIAS_GRAD, CLFLASH_SOURCE_KV_APPEND,
-               CLFLASH_SOURCE_NV_SM90A_PROBE, CLFLASH_SOURCE_GRAD_ACCUMULATE } clflash_source_id;
+               CLFLASH_SOURCE_NV_SM90A_PROBE, CLFLASH_SOURCE_GRAD_ACCUMULATE,
+               CLFLASH_SOURCE_NV_WGMMA_FORWARD } clflash_source_id;
 
 /* Returns a built program for (source, options) on the context's device, building it the first
  * time; the program stays owned by the cache (do not release it). On a build failure the log is
@@ -608,6 +613,21 @@ CLFLASH_INTERNAL int clflash_bias_pairs(const clflash_problem *p);
  * Same contract as clflash_plan_flash; CLFLASH_ERROR_TILE_TOO_LARGE if no block fits. */
 CLFLASH_INTERNAL clflash_status clflash_plan_nv_mma(clflash_context *c, const clflash_problem *p, int with_lse,
                                                     uint32_t below_block, clflash_flash_kernel *out);
+
+/* ---- nv_wgmma_forward_plan.c: the experimental Hopper forward (cl/nv_wgmma_forward.cl) ---------- */
+/* Why nv_wgmma_forward cannot or may not run p on c (a static string: not asked for by
+ * CLFLASH_WGMMA, not taken by the tensor-core forward, not compute capability 9.0, outside its
+ * scope), or NULL. Does not run the sm_90a probe: the caller asks clflash_sm90a_available after. */
+CLFLASH_INTERNAL const char *clflash_nv_wgmma_refusal(const clflash_context *c, const clflash_problem *p);
+/* Plans and builds it through the sm_90a path (call only when the refusal is NULL and
+ * clflash_sm90a_available says yes). Same contract as clflash_plan_nv_mma; any error means: plan
+ * nv_mma_forward instead. */
+CLFLASH_INTERNAL clflash_status clflash_plan_nv_wgmma(clflash_context *c, const clflash_problem *p, int with_lse,
+                                                      uint32_t below_block, clflash_flash_kernel *out);
+/* The defines of the first kernel it would build for p within c's budget, whatever the device
+ * (tests/tuning_table --kernel nv_wgmma_forward); 0 if p is outside its scope or nothing fits. */
+CLFLASH_INTERNAL int clflash_nv_wgmma_first_defines(const clflash_context *c, const clflash_problem *p, int with_lse,
+                                                    char *buf, size_t size);
 
 /* ---- kernel-argument helpers shared by the dispatchers (dispatch_util.c) ---------------------- */
 /* Sets consecutive kernel arguments from a list; stops at the first error. */

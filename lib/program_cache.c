@@ -51,6 +51,8 @@ extern const char clflash_cl_nv_sm90a_probe[];
 extern const size_t clflash_cl_nv_sm90a_probe_size;
 extern const char clflash_cl_grad_accumulate[];
 extern const size_t clflash_cl_grad_accumulate_size;
+extern const char clflash_cl_nv_wgmma_forward[];
+extern const size_t clflash_cl_nv_wgmma_forward_size;
 
 /* Each clflash_source_id's file name, text and length, in the enum's order, and the texts that go
  * between common.cl and it (the tensor-core kernels' PTX helpers and score recomputation), if any. */
@@ -89,6 +91,11 @@ static const struct {
     {"kv_append.cl", clflash_cl_kv_append, &clflash_cl_kv_append_size, {NULL}, {NULL}},
     {"nv_sm90a_probe.cl", clflash_cl_nv_sm90a_probe, &clflash_cl_nv_sm90a_probe_size, {NULL}, {NULL}},
     {"grad_accumulate.cl", clflash_cl_grad_accumulate, &clflash_cl_grad_accumulate_size, {NULL}, {NULL}},
+    {"nv_wgmma_forward.cl",
+     clflash_cl_nv_wgmma_forward,
+     &clflash_cl_nv_wgmma_forward_size,
+     {clflash_cl_nv_mma_common},
+     {&clflash_cl_nv_mma_common_size}},
 };
 
 struct clflash_program_entry {

@@ -8,7 +8,8 @@
 # at -cl-opt-disable) leaves an undefined symbol that the device's linker rejects.
 #
 # The NVIDIA tensor-core files (nv_mma_*.cl, after nv_mma_common.cl and, for the gradients,
-# nv_mma_scores.cl) are built for clang's nvptx64 target, whose inline-asm constraints they use;
+# nv_mma_scores.cl) and the sm_90a kernels (nv_sm90a_probe.cl, nv_wgmma_forward.cl after
+# nv_mma_common.cl) are built for clang's nvptx64 target, whose inline-asm constraints they use;
 # clang left nv_mma_common.cl's copy_rows_by_element an undefined call while it was `inline`
 # without `static` (NVIDIA's driver inlines everything, so only other toolchains could see it).
 #
@@ -45,6 +46,8 @@ set(_cases
   "nv-forward-aligned|nvptx64-unknown-nvidiacl|nv_mma_common.cl+nv_mma_forward.cl|${_common} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D PAGED=1 -D PAGE_SIZE=16 -D HEAD_DIM=64 -D D_REAL=64 -D NV_ALIGNED=1 -D BLOCK=64 -D WARPS=4 -D M_TILES=2 -D STAGES=2 -D BIAS_PAIRS=0 -D FUSED_MERGE=0 -D WITH_OUT_LSE=0 -D NV_RESCALE_THRESH=-1 -D NV_Q_DIRECT=1"
   "nv-forward-paged-decode|nvptx64-unknown-nvidiacl|nv_mma_common.cl+nv_mma_forward.cl|${_common} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D SPLIT=0 -D PACK=1 -D PAGED=1 -D PAGE_SIZE=64 -D HEAD_DIM=128 -D D_REAL=128 -D NV_ALIGNED=1 -D BLOCK=16 -D WARPS=1 -D M_TILES=1 -D STAGES=3 -D BIAS_PAIRS=0 -D FUSED_MERGE=0 -D WITH_OUT_LSE=0 -D NV_RESCALE_THRESH=-1 -D NV_Q_DIRECT=1"
   "nv-backward|nvptx64-unknown-nvidiacl|nv_mma_common.cl+nv_mma_scores.cl+nv_mma_backward.cl|${_all} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D WITH_LSE=0 -D HEAD_DIM=256 -D D_REAL=250 -D D_SPLIT=2 -D NV_ALIGNED=0 -D BLOCK=16 -D WARPS=4 -D BIAS_PAIRS=1 -D NV_BWD_STREAM=1 -D CLFLASH_BWD_SKIP_DQ=0 -D CLFLASH_BWD_SKIP_DKDV=0"
+  "nv-wgmma-forward|nvptx64-unknown-nvidiacl|nv_mma_common.cl+nv_wgmma_forward.cl|-cl-std=CL1.2 -D CAUSAL=1 -D WINDOW=0 -D SOFTCAP=0 -D BIAS=0 -D ALIBI=0 -D KEYLEN=0 -D KEYLEN_DIAGONAL=0 -D VARLEN=0 -D CLFLASH_DTYPE_BF16 -D CLFLASH_OUT_BF16 -D WITH_LSE=1 -D SPLIT=0 -D PACK=1 -D PAGED=0 -D HEAD_DIM=128 -D D_REAL=128 -D NV_ALIGNED=1 -D BLOCK=32 -D WARPS=8 -D WARPGROUPS=2 -D STAGES=2 -D BIAS_PAIRS=0"
+  "nv-sm90a-probe|nvptx64-unknown-nvidiacl|nv_sm90a_probe.cl|${_common} -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F32 -D WITH_LSE=0 -D PAGED=0"
   "nv-bias-grad|nvptx64-unknown-nvidiacl|nv_mma_common.cl+nv_mma_scores.cl+nv_mma_bias_grad.cl|${_all} -D CLFLASH_DTYPE_BF16 -D CLFLASH_OUT_F32 -D WITH_LSE=0 -D HEAD_DIM=48 -D D_REAL=40 -D D_SPLIT=1 -D NV_ALIGNED=1 -D BLOCK=64 -D WARPS=4 -D BIAS_PAIRS=0 -D BCAST_BATCH=0 -D BCAST_HEADS=1 -D BCAST_ROWS=1"
 )
 # AMD targets the portable kernels are also built for: GCN (gfx906), CDNA 2 (gfx90a), RDNA 2 (gfx1030).

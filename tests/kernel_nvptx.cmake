@@ -233,8 +233,18 @@ endforeach()
 # OpenCL writes on Hopper and rewritten as the library rewrites it (PTX_SM90A, the tool
 # tests/ptx_sm90a_rewrite.c), must assemble for sm_90a, so that a kernel whose "// sm90a: " lines
 # are not valid sm_90a PTX fails here rather than on a user's H200.
+# The experimental Hopper forward (nv_wgmma_forward.cl) is built with the defines its planner
+# (lib/nv_wgmma_forward_plan.c) gives the first kernel it would build on an H200 (tests/tuning_table
+# --kernel nv_wgmma_forward), f16 and bf16, head_dim 64 and 128, causal and not, with and without
+# lse; unlike the other tensor-core kernels its spills fail here too (it has registers to spare).
+set(_wgmma "--kernel nv_wgmma_forward ${_prefill}")
 set(_sm90a_cases
-  "nv-sm90a-probe|nv_sm90a_probe.cl|-cl-std=CL1.2 -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F32 -D CAUSAL=0 -D WINDOW=0 -D SOFTCAP=0 -D BIAS=0 -D ALIBI=0 -D KEYLEN=0 -D KEYLEN_DIAGONAL=0 -D VARLEN=0 -D WITH_LSE=0 -D PAGED=0"
+  "nv-sm90a-probe|nv_sm90a_probe.cl|=-cl-std=CL1.2 -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F32 -D CAUSAL=0 -D WINDOW=0 -D SOFTCAP=0 -D BIAS=0 -D ALIBI=0 -D KEYLEN=0 -D KEYLEN_DIAGONAL=0 -D VARLEN=0 -D WITH_LSE=0 -D PAGED=0"
+  "nv-wgmma-forward-d64|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 64"
+  "nv-wgmma-forward-d128-lse|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 128 --with-lse 1"
+  "nv-wgmma-forward-d64-bf16-causal|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 64 --causal 1 --with-lse 1"
+  "nv-wgmma-forward-d128-bf16-causal|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 128 --causal 1"
+  "nv-wgmma-forward-d128-one-warpgroup|nv_mma_common.cl+nv_wgmma_forward.cl|--kernel nv_wgmma_forward --dtype f16 --head-dim 128 --batch 1 --heads-q 32 --heads-kv 8 --seq-q 17 --seq-k 1000 --with-lse 1"
 )
 foreach(_case IN LISTS _sm90a_cases)
   if(NOT PTX_SM90A)
@@ -242,6 +252,19 @@ foreach(_case IN LISTS _sm90a_cases)
     break()
   endif()
   kernel_case_source("${_case}" nvptx)
+  if(_opts MATCHES "^=")
+    string(SUBSTRING "${_opts}" 1 -1 _opts) # given in full
+  else() # tuning_table's arguments, as for the tensor-core cases above
+    separate_arguments(_shape UNIX_COMMAND "${_opts}")
+    execute_process(COMMAND "${TUNING_TABLE}" --device "NVIDIA H200" --class nvidia_gpu --local-mem 49152
+                            --max-work-group 1024 --compute-units 132 ${_shape}
+      RESULT_VARIABLE _rc OUTPUT_VARIABLE _defs ERROR_VARIABLE _err OUTPUT_STRIP_TRAILING_WHITESPACE)
+    if(NOT _rc EQUAL 0 OR NOT _defs MATCHES "^-D CLFLASH_DTYPE_")
+      string(APPEND _failed "  ${_name}: tuning_table ${_opts} printed \"${_defs}\" (${_rc}): ${_err}\n")
+      continue()
+    endif()
+    set(_opts "-cl-std=CL1.2 ${_defs}")
+  endif()
   separate_arguments(_optlist UNIX_COMMAND "${_opts}")
   set(_ptx "${WORK}/nvptx_${_name}.ptx")
   execute_process(COMMAND "${CLANG}" -x cl -target nvptx64-unknown-nvidiacl -O2 -S -Xclang -finclude-default-header
@@ -266,10 +289,28 @@ foreach(_case IN LISTS _sm90a_cases)
     continue()
   endif()
   ptxas_figures("${_out}" _regs _stores _loads _smem)
-  list(GET _files 0 _kernel)
+  list(GET _files -1 _kernel)
   string(REPLACE ".cl" "" _kernel "${_kernel}")
-  string(APPEND _table "| ${_name} | ${_kernel} (${_lines} sm_90a) | sm_90a | - | ${_regs} | ${_stores} | ${_loads} | ${_smem} "
-                       "| - | - |\n")
+  set(_tiles "-")
+  set(_wg "-")
+  set(_occupancy "-")
+  if(_opts MATCHES "-D BLOCK=([0-9]+) -D WARPS=([0-9]+) -D WARPGROUPS=([0-9]+)")
+    set(_tiles "B ${CMAKE_MATCH_1}, warpgroups ${CMAKE_MATCH_3}")
+    math(EXPR _wg "32 * ${CMAKE_MATCH_2}") # its reqd_work_group_size
+    nvptx_occupancy(${_regs} ${_smem} ${_wg} sm_90 _owarps _olimit) # sm_90a: sm_90's limits
+    set(_occupancy "${_owarps} (${_olimit})")
+  endif()
+  string(APPEND _table "| ${_name} | ${_kernel} (${_lines} sm_90a) | sm_90a | ${_tiles} | ${_regs} | ${_stores} | ${_loads} | ${_smem} "
+                       "| ${_wg} | ${_occupancy} |\n")
+  if(_smem GREATER 49152)
+    string(APPEND _failed "  ${_name} for sm_90a: ${_smem} bytes of shared memory (above 48 KiB)\n")
+  endif()
+  if(_stores GREATER 0 OR _loads GREATER 0)
+    string(APPEND _failed "  ${_name} for sm_90a: spilled (${_stores} bytes stored, ${_loads} loaded)\n")
+  endif()
+  if(_out MATCHES "[Ww]arning")
+    string(APPEND _failed "  ${_name} for sm_90a: ptxas warned:\n${_out}\n")
+  endif()
 endforeach()
 message("| case | kernel | target | tiles | registers | spill stores (bytes) | spill loads (bytes) | shared memory (bytes) "
         "| work-group | warps/SM (limited by) |\n|---|---|---|---|---|---|---|---|---|---|\n${_table}")

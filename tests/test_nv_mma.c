@@ -22,6 +22,15 @@
  *                         gradients, with the bias gradient (cl/nv_mma_bias_grad.cl) wherever
  *                         there is a bias, and checks that two runs give the same bits (dBias
  *                         summed over batch entries and heads, and over rows, included).
+ *   test_nv_mma wgmma     the experimental Hopper forward (cl/nv_wgmma_forward.cl), with
+ *                         CLFLASH_WGMMA=1, on an NVIDIA device of compute capability 9.0 only (exit
+ *                         code 77, "skipped", elsewhere): f16 and bf16, head_dim 64 and 128, seq 1,
+ *                         17, 63, 65, 129, 1000, seq_q != seq_k both ways, causal (rows that see no
+ *                         key included), GQA and MQA, interleaved layouts, rising maxima and a negative
+ *                         scale, against the fp64 reference; each plan must name nv_wgmma_forward.
+ *                         The select part checks, everywhere, which calls it takes and that without
+ *                         the variable it takes none (test_sm90a: none after a fault of the path).
+ *   test_nv_mma wgmma FIRST [LAST]  only those rows of wgmma_shapes (from 0), in f16 and bf16.
  *   test_nv_mma numerics|backward_numerics features FIRST [LAST]
  *                         only the feature shapes FIRST .. LAST (rows of feature_shapes or
  *                         bwd_feature_shapes, from 0; LAST defaults to the table's last), in f16
@@ -44,6 +53,9 @@
 #define SENTINEL 0xf7a9u
 
 static clflash_context *ctx;
+/* The kernel every numerics plan must name: nv_wgmma_forward in the wgmma part (which sets
+ * CLFLASH_WGMMA=1 before its contexts are created), else nv_mma_forward. */
+static const char *numerics_kernel = "nv_mma_forward";
 
 static void setup(void)
 {
@@ -86,6 +98,29 @@ static int device_is_nvidia_sm80(clflash_context *c)
     if (clGetDeviceInfo(clflash_context_device(c), 0x4000, sizeof major, &major, NULL) != CL_SUCCESS)
         return 0;
     return major >= 8;
+}
+
+/* 1 on an NVIDIA device of compute capability 9.0 (Hopper), where nv_wgmma_forward may run. */
+static int device_is_nvidia_sm90(clflash_context *c)
+{
+    cl_uint major = 0, minor = 0;
+    if (!device_is_nvidia_sm80(c))
+        return 0;
+    /* CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV and _MINOR_NV */
+    clGetDeviceInfo(clflash_context_device(c), 0x4000, sizeof major, &major, NULL);
+    clGetDeviceInfo(clflash_context_device(c), 0x4001, sizeof minor, &minor, NULL);
+    return major == 9 && minor == 0;
+}
+
+/* A context created with CLFLASH_WGMMA=1 (the variable is read at creation; it is unset again). */
+static clflash_context *wgmma_context(void)
+{
+    ck_assert_int_eq(setenv("CLFLASH_WGMMA", "1", 1), 0);
+    clflash_context_options opt = {.struct_size = sizeof opt};
+    opt.build_options = getenv("CLFLASH_TEST_BUILD_OPTIONS");
+    clflash_context *c = test_context(&opt);
+    unsetenv("CLFLASH_WGMMA");
+    return c;
 }
 
 /* ---- selection -------------------------------------------------------------------------------- */
@@ -172,6 +207,61 @@ START_TEST(plan_fields)
     ck_assert_int_eq(clflash_plan_attention(ctx, &d, &p), CLFLASH_SUCCESS);
     ck_assert_uint_eq(p.block_q, 16);
     ck_assert_uint_eq(p.work_group_size, 32);
+}
+END_TEST
+
+/* The experimental Hopper forward: with CLFLASH_WGMMA=1, an sm_90 device plans nv_wgmma_forward for
+ * the calls in its scope (f16/bf16, head_dim 64 or 128, aligned rows, causal or not, GQA) and
+ * nv_mma_forward for the others; without the variable, or on any other device, the variable
+ * changes no plan. (A fault of the sm_90a path: test_sm90a.) */
+START_TEST(wgmma_selection)
+{
+    const int hopper = device_is_nvidia_sm90(ctx) && getenv("CLFLASH_PORTABLE") == NULL;
+    clflash_context *wc = wgmma_context();
+    struct {
+        const char *what;
+        clflash_attention_desc d;
+        int in_scope;
+    } cases[16];
+    int n = 0;
+#define CASE(w, desc, in) (cases[n].what = (w), cases[n].d = (desc), cases[n].in_scope = (in), n++)
+    CASE("f16 d128", th_desc(2, 4, 0, 1000, 1000, 128, CLFLASH_F16, 0), 1);
+    CASE("bf16 d64 causal GQA", th_desc(1, 8, 2, 129, 300, 64, CLFLASH_BF16, CLFLASH_CAUSAL), 1);
+    CASE("f16 d64, one query", th_desc(1, 1, 0, 1, 1, 64, CLFLASH_F16, 0), 1);
+    CASE("f16 d96", th_desc(1, 1, 0, 200, 200, 96, CLFLASH_F16, 0), 0);
+    CASE("bf16 d256", th_desc(1, 1, 0, 200, 200, 256, CLFLASH_BF16, 0), 0);
+    CASE("f32 d64", th_desc(1, 1, 0, 200, 200, 64, CLFLASH_F32, 0), 0);
+    clflash_attention_desc w = th_desc(1, 1, 0, 200, 200, 64, CLFLASH_F16, CLFLASH_WINDOW);
+    w.window_left = 4;
+    CASE("window", w, 0);
+    clflash_attention_desc sc = th_desc(1, 1, 0, 200, 200, 128, CLFLASH_F16, 0);
+    sc.softcap = 30.0f;
+    CASE("softcap", sc, 0);
+    clflash_attention_desc fb = th_desc(1, 1, 0, 200, 200, 64, CLFLASH_F16, 0);
+    fb.block = 32;
+    CASE("forced block 32", fb, 0);
+    clflash_attention_desc off = th_desc(1, 1, 0, 200, 200, 64, CLFLASH_F16, 0);
+    off.q.offset = 3;
+    CASE("q offset 3", off, 0);
+    clflash_attention_desc sp = th_desc(1, 2, 0, 16, 4000, 128, CLFLASH_F16, 0);
+    sp.num_splits = 2;
+    CASE("forced split-KV", sp, 0);
+#undef CASE
+    for (int i = 0; i < n; i++) {
+        const char *got = plan_kernel(wc, &cases[i].d), *without = plan_kernel(ctx, &cases[i].d);
+        ck_assert_msg(strcmp(without, "nv_wgmma_forward") != 0, "%s: planned nv_wgmma_forward without CLFLASH_WGMMA",
+                      cases[i].what);
+        if (hopper && cases[i].in_scope)
+            ck_assert_msg(strcmp(got, "nv_wgmma_forward") == 0, "%s: planned %s with CLFLASH_WGMMA=1; build log: %s",
+                          cases[i].what, got, clflash_context_build_log(wc));
+        else
+            ck_assert_msg(strcmp(got, without) == 0, "%s: planned %s with CLFLASH_WGMMA=1, %s without", cases[i].what,
+                          got, without);
+    }
+    if (!hopper)
+        printf("nv_wgmma_forward: not an NVIDIA device of compute capability 9.0 (or CLFLASH_PORTABLE is set): "
+               "checked only that CLFLASH_WGMMA=1 changes no plan\n");
+    clflash_context_free(wc);
 }
 END_TEST
 
@@ -544,11 +634,15 @@ static void run_shape(const mma_shape *s, clflash_dtype t)
     dk.alibi_slopes = bslopes;
     clflash_plan plan = {.struct_size = sizeof plan};
     ck_assert_int_eq(clflash_plan_attention(ctx, &dk, &plan), CLFLASH_SUCCESS);
-    ck_assert_msg(strcmp(plan.kernel, "nv_mma_forward") == 0, "%s: planned %s, not the tensor cores", what, plan.kernel);
+    ck_assert_msg(strcmp(plan.kernel, numerics_kernel) == 0, "%s: planned %s, not %s; build log: %s", what,
+                  plan.kernel, numerics_kernel, clflash_context_build_log(ctx));
     if (s->splits)
         ck_assert_uint_eq(plan.splits, s->splits);
     const uint32_t group = s->hq / hkv;
-    ck_assert_uint_eq(plan.packed_heads, group > 1 && s->sq * group <= 128 ? group : 1);
+    const int wgmma = strcmp(numerics_kernel, "nv_wgmma_forward") == 0; /* packs no heads, splits no keys */
+    ck_assert_uint_eq(plan.packed_heads, !wgmma && group > 1 && s->sq * group <= 128 ? group : 1);
+    if (wgmma)
+        ck_assert_uint_eq(plan.splits, 1);
     snprintf(what + strlen(what), sizeof what - strlen(what), " (splits %u, packed %u%s%s%s%s)", plan.splits,
              plan.packed_heads, lens ? ", ragged" : "", s->softcap != 0.0f ? ", softcap" : "",
              bias ? ", bias" : "", slopes ? ", ALiBi" : "");
@@ -614,6 +708,42 @@ END_TEST
 START_TEST(features_against_reference)
 {
     run_shape(&feature_shapes[_i % N_FEATURE_SHAPES], _i < (int)N_FEATURE_SHAPES ? CLFLASH_F16 : CLFLASH_BF16);
+}
+END_TEST
+
+/* nv_wgmma_forward's scope (f16 and bf16 each): head_dim 64 and 128, seq 1, 17, 63, 65, 129 and
+ * 1000 (one warpgroup up to 64 rows, two above; partial key tiles of 32 and 64), causal in all
+ * three alignments, GQA and MQA, interleaved aligned layouts, rising maxima, a negative scale. */
+#define C CLFLASH_CAUSAL
+static const mma_shape wgmma_shapes[] = {
+    {1, 1, 0, 1, 1, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 1, 1, 128, C, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 2, 0, 17, 17, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 63, 63, 64, C, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {2, 2, 0, 65, 65, 128, C, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 4, 2, 129, 129, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},    /* GQA */
+    {1, 4, 1, 129, 129, 128, C, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},   /* MQA */
+    {1, 2, 0, 1000, 1000, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 2, 1, 1000, 1000, 64, C, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 1000, 1000, 128, C, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 17, 1000, 128, C, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},   /* seq_q < seq_k */
+    {1, 1, 0, 1000, 17, 64, C, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},    /* the first 983 rows see no key */
+    {1, 1, 0, 65, 129, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 129, 63, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {2, 3, 0, 45, 53, 64, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},      /* interleaved, offset, gaps */
+    {1, 4, 2, 70, 70, 128, C, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 200, 1000, 64, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},   /* scores rise along the keys */
+    {1, 2, 1, 150, 701, 128, C, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 77, 301, 128, 0, 0, 0, 0, -0.1f, 0, 0, 0, 0, 0, 0, 0}, /* a negative scale */
+    {3, 4, 2, 129, 1000, 64, C, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+};
+#undef C
+#define N_WGMMA_SHAPES N_OF(wgmma_shapes)
+
+/* _i: the row in f16, then (plus N_WGMMA_SHAPES) in bf16. */
+START_TEST(wgmma_against_reference)
+{
+    run_shape(&wgmma_shapes[_i % N_WGMMA_SHAPES], _i < (int)N_WGMMA_SHAPES ? CLFLASH_F16 : CLFLASH_BF16);
 }
 END_TEST
 
@@ -981,9 +1111,33 @@ int main(int argc, char **argv)
     const char *part = argc > 1 ? argv[1] : "select";
     const int forward = strcmp(part, "numerics") == 0;
     const int backward = strcmp(part, "backward_numerics") == 0;
-    if (!forward && !backward && strcmp(part, "select") != 0) {
-        fprintf(stderr, "usage: %s [select|numerics|backward_numerics]\n", argv[0]);
+    const int wgmma = strcmp(part, "wgmma") == 0;
+    if (!forward && !backward && !wgmma && strcmp(part, "select") != 0) {
+        fprintf(stderr, "usage: %s [select|numerics|backward_numerics|wgmma]\n", argv[0]);
         return EXIT_FAILURE;
+    }
+    if (wgmma) {
+        /* Only an sm_90 device (no CLFLASH_PORTABLE) may run it; there every plan must name it, so
+         * that a failure of the sm_90a path fails here rather than skipping. Probed in a child as below. */
+        const pid_t pid = fork();
+        if (pid == 0) {
+            clflash_context *c = NULL;
+            const int hopper = th_context(NULL, &c) == CLFLASH_SUCCESS && device_is_nvidia_sm90(c) &&
+                               getenv("CLFLASH_PORTABLE") == NULL;
+            clflash_context_free(c);
+            _exit(hopper ? 0 : 1);
+        }
+        int status = 0;
+        if (pid < 0 || waitpid(pid, &status, 0) != pid)
+            return EXIT_FAILURE;
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            printf("nv_wgmma_forward runs only on an NVIDIA device of compute capability 9.0 (Hopper), without "
+                   "CLFLASH_PORTABLE: skipped\n");
+            return SKIP_CODE;
+        }
+        if (setenv("CLFLASH_WGMMA", "1", 1) != 0) /* every context of the part: read when created */
+            return EXIT_FAILURE;
+        numerics_kernel = "nv_wgmma_forward";
     }
     if (forward || backward) {
         /* Probe in a child: OpenCL state must not exist in the process Check forks from. */
@@ -1008,7 +1162,14 @@ int main(int argc, char **argv)
     }
     /* "features FIRST [LAST]": those feature rows only, each in both types */
     int first = -1, last = -1;
-    if (argc > 2) {
+    if (wgmma && argc > 2) { /* "wgmma FIRST [LAST]": rows of wgmma_shapes */
+        first = (int)strtol(argv[2], NULL, 10);
+        last = argc > 3 ? (int)strtol(argv[3], NULL, 10) : first;
+        if (first < 0 || last < first || last >= (int)N_WGMMA_SHAPES) {
+            fprintf(stderr, "usage: %s wgmma [FIRST [LAST]] (rows 0 .. %d)\n", argv[0], (int)N_WGMMA_SHAPES - 1);
+            return EXIT_FAILURE;
+        }
+    } else if (argc > 2) {
         const int n = forward ? N_FEATURE_SHAPES : N_BWD_FEATURE_SHAPES;
         char *end = NULL;
         first = argc > 3 ? (int)strtol(argv[3], &end, 10) : -1;
@@ -1023,7 +1184,11 @@ int main(int argc, char **argv)
     TCase *tc = tcase_create(part);
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, TEST_TIMEOUT_S);
-    if (first >= 0) {
+    if (wgmma && first >= 0) {
+        tcase_add_loop_test(tc, wgmma_against_reference, first, last + 1);
+        tcase_add_loop_test(tc, wgmma_against_reference, (int)N_WGMMA_SHAPES + first,
+                            (int)N_WGMMA_SHAPES + last + 1);
+    } else if (first >= 0) {
         const TTest *const rows = forward ? features_against_reference : backward_features_against_reference;
         const int n = forward ? N_FEATURE_SHAPES : N_BWD_FEATURE_SHAPES;
         tcase_add_loop_test(tc, rows, first, last + 1);
@@ -1034,6 +1199,8 @@ int main(int argc, char **argv)
         tcase_add_test(tc, repeatable);
         tcase_add_test(tc, split_batch_independent);
         tcase_add_loop_test(tc, fused_merge_same_bits, 0, (int)N_OF(fused_cases));
+    } else if (wgmma) {
+        tcase_add_loop_test(tc, wgmma_against_reference, 0, 2 * (int)N_WGMMA_SHAPES);
     } else if (backward) {
         tcase_add_loop_test(tc, backward_against_reference, 0, 2 * (int)N_BWD_SHAPES);
         tcase_add_loop_test(tc, backward_features_against_reference, 0, 2 * (int)N_BWD_FEATURE_SHAPES);
@@ -1042,6 +1209,7 @@ int main(int argc, char **argv)
     } else {
         tcase_add_test(tc, selection);
         tcase_add_test(tc, plan_fields);
+        tcase_add_test(tc, wgmma_selection);
         tcase_add_test(tc, backward_selection);
         tcase_add_test(tc, backward_plan_fields);
     }

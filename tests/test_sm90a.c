@@ -4,10 +4,17 @@
  * NVIDIA one of compute capability 9.0 it says no with its reason; on such a device (the H200) it
  * says yes, and each step forced to fail (no binary, a binary for another target, markers the
  * compiler dropped, a binary the driver refuses, a wrong product) makes it say no, with that step's
- * reason and a kept build log where a build failed, so that a planner falls back.
+ * reason and a kept build log where a build failed, so that a planner falls back. With
+ * CLFLASH_WGMMA=1 the forward planner then plans nv_mma_forward, not the experimental
+ * nv_wgmma_forward (lib/nv_wgmma_forward_plan.c), after each fault of the probe and after a build
+ * of the wgmma kernel itself that fails; without the variable it never plans it.
  *
  * Linked with the static library: the functions under test are internal.
  */
+#if !defined(_POSIX_C_SOURCE)
+#define _POSIX_C_SOURCE 200809L /* setenv in strict C */
+#endif
+
 #include "internal.h"
 
 #include <check.h>
@@ -203,6 +210,85 @@ START_TEST(probe_falls_back)
 }
 END_TEST
 
+/* A plain forward call in nv_wgmma_forward's scope: f16, contiguous, batch 1, 2 heads. */
+static const char *planned(clflash_context *c, uint32_t seq, uint32_t head_dim)
+{
+    clflash_attention_desc d;
+    memset(&d, 0, sizeof d);
+    d.struct_size = sizeof d;
+    d.batch = 1;
+    d.heads_q = 2;
+    d.seq_q = d.seq_k = seq;
+    d.head_dim = head_dim;
+    d.dtype = CLFLASH_F16;
+    clflash_plan p;
+    memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
+    const clflash_status st = clflash_plan_attention(c, &d, &p);
+    ck_assert_msg(st == CLFLASH_SUCCESS, "plan: %s (%s)", clflash_status_string(st), clflash_last_error_detail());
+    return p.kernel;
+}
+
+/* A context created with CLFLASH_WGMMA=1 (read at creation; unset again). */
+static clflash_context *wgmma_context(void)
+{
+    ck_assert_int_eq(setenv("CLFLASH_WGMMA", "1", 1), 0);
+    clflash_context *c = new_context(0);
+    unsetenv("CLFLASH_WGMMA");
+    return c;
+}
+
+/* _i: the fault (faults[]). With it, a context asked for the wgmma kernel plans nv_mma_forward. */
+START_TEST(wgmma_falls_back)
+{
+    clflash_context *c = new_context(0);
+    const int hopper = is_sm90(c) && getenv("CLFLASH_PORTABLE") == NULL;
+    if (!hopper) {
+        /* the variable changes nothing elsewhere */
+        const char *without = planned(c, 200, 64);
+        clflash_context_free(c);
+        c = wgmma_context();
+        ck_assert_str_eq(planned(c, 200, 64), without);
+        clflash_context_free(c);
+        if (_i == 0)
+            printf("nv_wgmma_forward's fallback: not an sm_90 device, checked only that CLFLASH_WGMMA=1 changes "
+                   "no plan\n");
+        return;
+    }
+    ck_assert_str_eq(planned(c, 200, 64), "nv_mma_forward"); /* not asked for */
+    clflash_context_free(c);
+    clflash_sm90a_inject_fault(faults[_i].fault);
+    c = wgmma_context();
+    const char *got = planned(c, 200, 64);
+    clflash_sm90a_inject_fault(CLFLASH_SM90A_FAULT_NONE);
+    ck_assert_msg(strcmp(got, "nv_mma_forward") == 0, "fault %d: planned %s", (int)faults[_i].fault, got);
+    clflash_context_free(c);
+}
+END_TEST
+
+/* The probe works, but the wgmma kernel's own build through the path fails: nv_mma_forward, and
+ * the next shape (another build) gets nv_wgmma_forward again. */
+START_TEST(wgmma_build_falls_back)
+{
+    clflash_context *c = wgmma_context();
+    if (!is_sm90(c) || getenv("CLFLASH_PORTABLE") != NULL) {
+        clflash_context_free(c);
+        return;
+    }
+    const char *why = NULL;
+    ck_assert_msg(clflash_sm90a_available(c, &why), "%s", why); /* probed before the fault */
+    clflash_sm90a_inject_fault(CLFLASH_SM90A_FAULT_BUILD);
+    const char *got = planned(c, 300, 128);
+    clflash_sm90a_inject_fault(CLFLASH_SM90A_FAULT_NONE);
+    ck_assert_msg(strcmp(got, "nv_mma_forward") == 0, "a failed wgmma build planned %s", got);
+    ck_assert_msg(strstr(clflash_context_build_log(c), "nv_wgmma_forward.cl for sm_90a") != NULL, "build log '%s'",
+                  clflash_context_build_log(c));
+    got = planned(c, 300, 64);
+    ck_assert_msg(strcmp(got, "nv_wgmma_forward") == 0, "planned %s; build log %s", got, clflash_context_build_log(c));
+    clflash_context_free(c);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("sm90a");
@@ -214,6 +300,8 @@ int main(void)
     tcase_set_timeout(probe, 300);
     tcase_add_test(probe, probe_decides);
     tcase_add_loop_test(probe, probe_falls_back, 0, (int)(sizeof faults / sizeof faults[0]));
+    tcase_add_loop_test(probe, wgmma_falls_back, 0, (int)(sizeof faults / sizeof faults[0]));
+    tcase_add_test(probe, wgmma_build_falls_back);
     suite_add_tcase(s, probe);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

@@ -11,9 +11,10 @@
  * touched: the context below holds only the facts the planner's arithmetic reads.
  *
  *   tuning_table --device NAME --class CLASS --dtype f32|f16|bf16|i8 --head-dim D [--local-mem BYTES]
- *                [--max-work-group N] [--kernel forward|lanes|backward|merge|naive|nv_forward|nv_backward]
+ *                [--max-work-group N]
+ *                [--kernel forward|lanes|backward|merge|naive|nv_forward|nv_backward|nv_wgmma_forward]
  *                [--batch N --heads-q N --heads-kv N --seq-q N --seq-k N --compute-units N
- *                 --features 0|1 --with-lse 0|1 --unaligned 0|1 --varlen 0|1]
+ *                 --features 0|1 --causal 0|1 --with-lse 0|1 --unaligned 0|1 --varlen 0|1]
  * prints, for the forward (the default), "-D BLOCK=B -D BLOCK_Q=BQ -D RT_RM=RM -D RT_TC=TC", or
  * "lanes" where the table sends the call to the lane-per-row path; for that path (lanes) the
  * defines of its first B and work-items per row, "-D BLOCK=B -D TPR=T -D LDS_STRIDE=.. ..."; for the
@@ -21,11 +22,12 @@
  * -D ROWDOT_WG=.. ...", the defines lib/backward_plan.c builds it with; for the merge of split parts
  * (merge) "-D MERGE_LANES=.. -D MERGE_ROWS=.. -D MERGE_MAX_PARTS=.." for batch x heads-q x seq-q
  * rows; for the naive path (naive) its softmax kernels' first "-D SOFTMAX_WG=.."; for the NVIDIA
- * tensor-core kernels (nv_forward,
- * nv_backward) every define of the first kernel their planners would build for the shape the
- * other options give (a long prefill of one head by default; --features 1 turns every feature on,
- * --unaligned 1 gives rows that do not start on 16 bytes, --varlen 1 a variable-length batch, which
- * takes every feature but bias and key lengths), feature switches included.
+ * tensor-core kernels (nv_forward, nv_backward, and the experimental Hopper forward
+ * nv_wgmma_forward, whatever the opt-in and the device) every define of the first kernel their
+ * planners would build for the shape the other options give (a long prefill of one head by
+ * default; --features 1 turns every feature on, --causal 1 the causal mask alone, --unaligned 1
+ * gives rows that do not start on 16 bytes, --varlen 1 a variable-length batch, which takes every
+ * feature but bias and key lengths), feature switches included.
  */
 #include "internal.h"
 
@@ -37,7 +39,7 @@ static int usage(void)
 {
     fprintf(stderr, "usage: tuning_table --device NAME --class cpu|nvidia_gpu|amd_gpu|intel_gpu|other_gpu|other "
                     "--dtype f32|f16|bf16|i8 --head-dim D [--local-mem BYTES] [--max-work-group N] "
-                    "[--kernel forward|lanes|backward|merge|naive|nv_forward|nv_backward]\n");
+                    "[--kernel forward|lanes|backward|merge|naive|nv_forward|nv_backward|nv_wgmma_forward]\n");
     return 2;
 }
 
@@ -50,11 +52,12 @@ int main(int argc, char **argv)
         size_t size;
     } dtypes[] = {{"f32", CLFLASH_F32, 4}, {"f16", CLFLASH_F16, 2}, {"bf16", CLFLASH_BF16, 2}, {"i8", CLFLASH_I8, 1}};
     const char *device = NULL;
-    static const char *const kernels[] = {"forward", "lanes", "backward", "merge", "naive", "nv_forward", "nv_backward"};
+    static const char *const kernels[] = {"forward", "lanes", "backward", "merge", "naive", "nv_forward", "nv_backward",
+                                          "nv_wgmma_forward"};
     int cls = -1, dt = -1, kernel = 0;
     long head_dim = 0, local_mem = 65536, max_wg = 256;
     long batch = 1, heads_q = 1, heads_kv = 1, seq_q = 4096, seq_k = 4096, units = 0, features = 0, with_lse = 0,
-         unaligned = 0, varlen = 0;
+         unaligned = 0, varlen = 0, causal = 0;
 
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
@@ -93,6 +96,8 @@ int main(int argc, char **argv)
             units = strtol(v, NULL, 10);
         } else if (strcmp(k, "--features") == 0) {
             features = strtol(v, NULL, 10);
+        } else if (strcmp(k, "--causal") == 0) {
+            causal = strtol(v, NULL, 10);
         } else if (strcmp(k, "--with-lse") == 0) {
             with_lse = strtol(v, NULL, 10);
         } else if (strcmp(k, "--unaligned") == 0) {
@@ -138,6 +143,8 @@ int main(int argc, char **argv)
                                      .head_stride = (uint64_t)head_dim,
                                      .seq_stride = (uint64_t)heads_q * head_dim};
     p.q = p.k = p.v = p.o = rows_of;
+    if (causal)
+        p.flags = CLFLASH_CAUSAL;
     if (features) { /* every feature; the planners read only whether a buffer is given, never its contents */
         static char stand_in;
         p.flags = CLFLASH_CAUSAL | CLFLASH_WINDOW;
@@ -159,6 +166,15 @@ int main(int argc, char **argv)
         CLFLASH_SUCCESS) {
         fprintf(stderr, "tuning_table: %s\n", clflash_last_error_detail());
         return 1;
+    }
+    if (strcmp(which, "nv_wgmma_forward") == 0) {
+        char defines[700];
+        if (!clflash_nv_wgmma_first_defines(&c, &p, (int)with_lse, defines, sizeof defines)) {
+            fprintf(stderr, "tuning_table: nv_wgmma_forward does not take this call in %ld bytes\n", local_mem);
+            return 1;
+        }
+        printf("%s\n", defines);
+        return 0;
     }
     if (nv) {
         char defines[700];

@@ -1,0 +1,610 @@
+/*
+ * nv_wgmma_forward.cl - the forward pass on Hopper's warpgroup tensor-core instructions (wgmma),
+ * built through the library's sm_90a PTX binary path (lib/sm90a.c). EXPERIMENTAL: written and
+ * assembled for sm_90a (tests/kernel_nvptx.cmake), not yet run on Hopper; the planner
+ * (lib/nv_wgmma_forward_plan.c) chooses it only where clflash_sm90a_available says yes, the call
+ * is in scope (below) and the environment variable CLFLASH_WGMMA=1 asks for it. Everything else,
+ * and every failure on the way, runs nv_mma_forward.
+ *
+ * Scope: f16 and bf16, head_dim 64 or 128, rows of Q, K, V and O on 16 bytes (NV_ALIGNED), causal
+ * or not, GQA (one query head per work-group, its K/V head hg / group), lse. No window, softcap,
+ * bias, ALiBi, key lengths, paged caches, variable-length batches, split-KV or head packing: the
+ * host never builds it with them (the #error below).
+ *
+ * Work: a work-group of WARPGROUPS warpgroups (128 work-items each) owns BLOCK_Q = 64 * WARPGROUPS
+ * query rows of one (batch, head); warpgroup wg owns rows 64 wg .. 64 wg + 63, warp w of it rows
+ * 16 w .. 16 w + 15 of those. For each key tile of BLOCK keys:
+ *   S = Q K^T     wgmma m64n<BLOCK>k16, A = Q from registers (loaded once), B = the K tile in local
+ *                 memory through a descriptor, fp32 accumulators, HEAD_DIM / 16 products in one
+ *                 wgmma group;
+ *   softmax       online, on the accumulators: the four lanes of a quad hold a row's values
+ *                 (row max by shfl.sync), as in nv_mma_forward.cl; O and l are rescaled every tile;
+ *   O += P V      P packed to f16/bf16 pairs in registers is the A operand (the S accumulator
+ *                 layout is the A fragment layout), B = the V tile through a descriptor with the
+ *                 transpose bit (V is stored [key][d], N-major for this product), wgmma m64n64k16,
+ *                 one group per 64 columns of O, fp32 accumulators in registers.
+ * Each group of wgmma is fenced (wgmma.fence: its A registers and accumulators were written by
+ * ordinary instructions), committed and waited for (wgmma.wait_group 0) inside the same asm
+ * statement, so that the compiler never sees an accumulator before it is complete. That gives up
+ * the overlap of one group with the next (FlashAttention-3's intra-warpgroup pipelining and
+ * ping-pong): correctness first; several warpgroups per SM keep the tensor cores fed meanwhile.
+ *
+ * Fragments (PTX ISA, "Register Fragments" of wgmma .m64nNk16; CUTLASS's ALayout_64x16 and
+ * CLayout_64xN say the same): with g = lane / 4, t = lane % 4, warp w of the warpgroup,
+ *   A (4 x 32-bit): word 0 row 16w + g, columns 2t, 2t + 1; word 1 row + 8; words 2 and 3 the same
+ *                   columns + 8 (the mma.sync m16n8k16 A fragment, one per warp);
+ *   D (N / 2 floats): d[4j], d[4j + 1] row 16w + g, columns 8j + 2t, 8j + 2t + 1; d[4j + 2],
+ *                   d[4j + 3] the same columns of row 16w + g + 8.
+ * So P's A fragment for keys 16u .. 16u + 15 is pack(d[8u], d[8u+1]), pack(d[8u+2], d[8u+3]),
+ * pack(d[8u+4], d[8u+5]), pack(d[8u+6], d[8u+7]).
+ *
+ * Local memory. STAGES (2) stages, each a K tile and a V tile of BLOCK keys x HEAD_DIM, written by
+ * cp.async in the byte layout the descriptors describe: no swizzle ("interleave"), 8 x 8 core
+ * matrices of 16-bit elements, each 8 rows of 16 bytes, 128 contiguous bytes. A tile is kept
+ * chunk-major: the 16-byte piece of key n holding columns 8c .. 8c + 7 lies at
+ *     tile + c * (16 BLOCK) + n * 16   (bytes),
+ * so core matrix (keys 8r .. 8r + 7, columns 8c .. 8c + 7) starts at tile + c * 16 BLOCK + 128 r.
+ * A descriptor (64 bits) holds: bits 0-13 start address / 16 (of the shared window, 18 bits), bits
+ * 16-29 the leading dimension byte offset (LBO) / 16, bits 32-45 the stride dimension byte offset
+ * (SBO) / 16, bits 49-51 base offset 0, bits 62-63 swizzle 0 (none). In the canonical layouts
+ * without swizzle, LBO is the distance between core matrices neighbouring in K and SBO between
+ * those neighbouring in M or N, for both major-nesses (CUTLASS's make_gmma_desc, INTERLEAVE; the
+ * PTX ISA's table of strides, in 128-bit units: K-major "the stride from the first column to the
+ * second column of the 8x2 tile", MN-major interleave "from the first 8 columns to the next 8",
+ * columns being K there). Not yet checked on hardware with a B other than all ones (the probe):
+ *   K-major (S = Q K^T, B = K^T: K is d, N the keys; the transpose bit 0): core rows are keys
+ *     (N), each 16 bytes of 8 columns (K). LBO = 16 BLOCK (the next 8 columns), SBO = 128 (the
+ *     next 8 keys); k-step kk (columns 16kk ..) starts at chunk 2kk: start + kk * 32 BLOCK bytes.
+ *   MN-major (O += P V, B = V: K is the keys, N is d; the transpose bit 1): core rows are keys
+ *     (K), each 16 bytes of 8 columns (N, contiguous). LBO = 128 (the next 8 keys), SBO = 16 BLOCK
+ *     (the next 8 columns); k-step u (keys 16u ..) starts 256 u bytes on, and the 64 columns from
+ *     64 sl (the group for slab sl) at chunk 8 sl, 128 sl BLOCK bytes on.
+ * Worked example, HEAD_DIM 128, BLOCK 32, a K tile at shared address 0x0400: k-step 3 starts at
+ * 0x0400 + 3 * 1024 = 0x1000, descriptor 0x0000_0008_0020_0100 (start 0x100 = 0x1000 / 16, LBO 512 / 16 =
+ * 0x20, SBO 128 / 16 = 8); its core matrix for keys 8 .. 15 and columns 56 .. 63 is at 0x1000 +
+ * 512 + 128 = 0x1280, key 9's columns 56 .. 63 at 0x1290: the piece cp.async wrote for key 9,
+ * chunk 7 (0x0400 + 7 * 512 + 9 * 16 = 0x1290). The V tile beside it (0x2400, BLOCK * HEAD_DIM * 2
+ * = 8 KiB on) for slab 1, k-step 1: start 0x2400 + 128 * 1 * 32 + 256 = 0x3500, LBO 128, SBO 512,
+ * descriptor 0x0000_0020_0008_0350. Every core matrix is 128 contiguous bytes, 16-byte aligned, so
+ * wgmma reads each without bank conflicts; cp.async writes are spread over the banks by giving the
+ * 8 work-items of each quarter warp 8 different keys of one chunk (wg_stream_tile).
+ *
+ * Barriers and proxies. The K/V pipeline is nv_mma_forward's: tiles j + 1 .. j + STAGES - 1
+ * stream in while tile j is computed, with one barrier per tile. wgmma reads local memory through
+ * the async proxy and cp.async writes it through the generic one, so each work-item, once its
+ * copies of tile j are complete (cp.async.wait_group), issues fence.proxy.async.shared::cta before
+ * the barrier that makes tile j everybody's; the barrier also tells that every warpgroup's wgmma
+ * reads of tile j - 1 are complete (each waited for its groups), so that stage may be refilled.
+ * Q is staged once through the same memory (rows padded by 16 bytes, as nv_mma_forward's) and read
+ * into A fragments with ldmatrix, an ordinary read: a barrier before the tiles overwrite it. O
+ * passes through it at the end, after a barrier, for 16-byte coalesced stores.
+ *
+ * With CAUSAL the query blocks that see the most keys are launched first. A row with no visible
+ * key ends with l = 0 and gets O = 0, lse = -inf. Keys at or past seq_k are zero-filled and masked.
+ *
+ * Defines: HEAD_DIM (64 or 128) = D_REAL, NV_ALIGNED 1, BLOCK (32 or 64), WARPS = 4 * WARPGROUPS,
+ * WARPGROUPS (1 or 2), STAGES, CLFLASH_DTYPE_F16 or _BF16, CAUSAL, WITH_LSE and common.cl's feature
+ * switches (all others 0), SPLIT 0, PACK 1, PAGED 0. The helpers (copy16_async, load_matrix_x4,
+ * pack_pair, exp2_ftz, lane_xor, stage_rows; THREADS, ROW_STRIDE, CHUNKS, K_STEPS) come from
+ * nv_mma_common.cl, which the host puts before this file.
+ */
+
+#if !defined(WARPGROUPS) || !defined(STAGES) || WARPS != 4 * WARPGROUPS
+#error "WARPGROUPS, STAGES and WARPS = 4 * WARPGROUPS are set by the host (lib/nv_wgmma_forward_plan.c)"
+#endif
+#if (HEAD_DIM != 64 && HEAD_DIM != 128) || D_REAL != HEAD_DIM || !NV_ALIGNED
+#error "nv_wgmma_forward takes head_dim 64 or 128 with 16-byte aligned rows"
+#endif
+#if BLOCK != 32 && BLOCK != 64
+#error "nv_wgmma_forward takes BLOCK 32 or 64"
+#endif
+#if WINDOW || SOFTCAP || BIAS || ALIBI || KEYLEN || VARLEN || SPLIT || PACK != 1 || PAGED
+#error "nv_wgmma_forward takes causal masks, GQA and lse only (lib/nv_wgmma_forward_plan.c)"
+#endif
+#if STAGES < 2
+#error "STAGES must be at least 2"
+#endif
+
+#define BLOCK_Q (64 * WARPGROUPS)
+#define TILE_HALVES (BLOCK * HEAD_DIM)     /* one K or V tile */
+#define STAGE_HALVES (2 * TILE_HALVES)     /* a K tile and its V tile */
+#define Q_HALVES (BLOCK_Q * ROW_STRIDE)    /* Q (and O) staged in padded rows */
+#define LOCAL_HALVES (STAGES * STAGE_HALVES > Q_HALVES ? STAGES * STAGE_HALVES : Q_HALVES)
+#define S_ACC (BLOCK / 2)                  /* S accumulators per work-item */
+#define O_ACC (HEAD_DIM / 2)               /* O accumulators per work-item */
+#define O_SLABS (HEAD_DIM / 64)            /* wgmma groups of O += P V, 64 columns each */
+#define P_STEPS (BLOCK / 16)               /* k16 steps of O += P V */
+#define PIECES (BLOCK * CHUNKS)            /* 16-byte pieces of a tile */
+#if PIECES % THREADS != 0 || CHUNKS % 4 != 0
+#error "a tile's pieces must divide among the work-items, in runs of 4 chunks"
+#endif
+
+/* The operand types in the wgmma mnemonics. */
+#if defined(CLFLASH_DTYPE_F16)
+#define WG_T "f16"
+#else
+#define WG_T "bf16"
+#endif
+
+/* ---- the wgmma groups -------------------------------------------------------------------------
+ * Each text is one asm statement's: a PTX scope, the descriptors of the group's k-steps (the first
+ * an operand, each next one the previous plus the constant step, the "n" operand), wgmma.fence,
+ * the wgmma.mma_async of every k-step, commit, wait for it. Operands: the accumulators first (%0
+ * ..), then the A words of every k-step, four each, then the first descriptor and the step. The
+ * S group's first product overwrites the accumulators (scale-d false: a predicate set from an A
+ * word compared with itself), the others add; the O groups always add. The trailing immediates
+ * are scale-a 1, scale-b 1 and the transpose of B: 0 (K, K-major) or 1 (V, N-major). */
+#if BLOCK == 32 && K_STEPS == 4
+#define WG_S_TEXT \
+    "// sm90a: {\n" \
+    "// sm90a: .reg .pred over, acc;\n" \
+    "// sm90a: .reg .b64 k<4>;\n" \
+    "// sm90a: setp.ne.b32 over, %16, %16;\n" \
+    "// sm90a: setp.eq.b32 acc, %16, %16;\n" \
+    "// sm90a: mov.b64 k0, %32;\n" \
+    "// sm90a: add.s64 k1, k0, %33;\n" \
+    "// sm90a: add.s64 k2, k1, %33;\n" \
+    "// sm90a: add.s64 k3, k2, %33;\n" \
+    "// sm90a: wgmma.fence.sync.aligned;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, k0, over, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%20, %21, %22, %23}, k1, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%24, %25, %26, %27}, k2, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%28, %29, %30, %31}, k3, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.commit_group.sync.aligned;\n" \
+    "// sm90a: wgmma.wait_group.sync.aligned 0;\n" \
+    "// sm90a: }\n"
+#elif BLOCK == 32 && K_STEPS == 8
+#define WG_S_TEXT \
+    "// sm90a: {\n" \
+    "// sm90a: .reg .pred over, acc;\n" \
+    "// sm90a: .reg .b64 k<8>;\n" \
+    "// sm90a: setp.ne.b32 over, %16, %16;\n" \
+    "// sm90a: setp.eq.b32 acc, %16, %16;\n" \
+    "// sm90a: mov.b64 k0, %48;\n" \
+    "// sm90a: add.s64 k1, k0, %49;\n" \
+    "// sm90a: add.s64 k2, k1, %49;\n" \
+    "// sm90a: add.s64 k3, k2, %49;\n" \
+    "// sm90a: add.s64 k4, k3, %49;\n" \
+    "// sm90a: add.s64 k5, k4, %49;\n" \
+    "// sm90a: add.s64 k6, k5, %49;\n" \
+    "// sm90a: add.s64 k7, k6, %49;\n" \
+    "// sm90a: wgmma.fence.sync.aligned;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, k0, over, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%20, %21, %22, %23}, k1, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%24, %25, %26, %27}, k2, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%28, %29, %30, %31}, k3, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%32, %33, %34, %35}, k4, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%36, %37, %38, %39}, k5, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%40, %41, %42, %43}, k6, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%44, %45, %46, %47}, k7, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.commit_group.sync.aligned;\n" \
+    "// sm90a: wgmma.wait_group.sync.aligned 0;\n" \
+    "// sm90a: }\n"
+#elif BLOCK == 64 && K_STEPS == 4
+#define WG_S_TEXT \
+    "// sm90a: {\n" \
+    "// sm90a: .reg .pred over, acc;\n" \
+    "// sm90a: .reg .b64 k<4>;\n" \
+    "// sm90a: setp.ne.b32 over, %32, %32;\n" \
+    "// sm90a: setp.eq.b32 acc, %32, %32;\n" \
+    "// sm90a: mov.b64 k0, %48;\n" \
+    "// sm90a: add.s64 k1, k0, %49;\n" \
+    "// sm90a: add.s64 k2, k1, %49;\n" \
+    "// sm90a: add.s64 k3, k2, %49;\n" \
+    "// sm90a: wgmma.fence.sync.aligned;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, k0, over, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%36, %37, %38, %39}, k1, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%40, %41, %42, %43}, k2, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%44, %45, %46, %47}, k3, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.commit_group.sync.aligned;\n" \
+    "// sm90a: wgmma.wait_group.sync.aligned 0;\n" \
+    "// sm90a: }\n"
+#elif BLOCK == 64 && K_STEPS == 8
+#define WG_S_TEXT \
+    "// sm90a: {\n" \
+    "// sm90a: .reg .pred over, acc;\n" \
+    "// sm90a: .reg .b64 k<8>;\n" \
+    "// sm90a: setp.ne.b32 over, %32, %32;\n" \
+    "// sm90a: setp.eq.b32 acc, %32, %32;\n" \
+    "// sm90a: mov.b64 k0, %64;\n" \
+    "// sm90a: add.s64 k1, k0, %65;\n" \
+    "// sm90a: add.s64 k2, k1, %65;\n" \
+    "// sm90a: add.s64 k3, k2, %65;\n" \
+    "// sm90a: add.s64 k4, k3, %65;\n" \
+    "// sm90a: add.s64 k5, k4, %65;\n" \
+    "// sm90a: add.s64 k6, k5, %65;\n" \
+    "// sm90a: add.s64 k7, k6, %65;\n" \
+    "// sm90a: wgmma.fence.sync.aligned;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, k0, over, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%36, %37, %38, %39}, k1, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%40, %41, %42, %43}, k2, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%44, %45, %46, %47}, k3, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%48, %49, %50, %51}, k4, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%52, %53, %54, %55}, k5, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%56, %57, %58, %59}, k6, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%60, %61, %62, %63}, k7, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.commit_group.sync.aligned;\n" \
+    "// sm90a: wgmma.wait_group.sync.aligned 0;\n" \
+    "// sm90a: }\n"
+#endif
+#if BLOCK == 32
+#define WG_PV_TEXT \
+    "// sm90a: {\n" \
+    "// sm90a: .reg .pred acc;\n" \
+    "// sm90a: .reg .b64 v<2>;\n" \
+    "// sm90a: setp.eq.b32 acc, %32, %32;\n" \
+    "// sm90a: mov.b64 v0, %40;\n" \
+    "// sm90a: add.s64 v1, v0, %41;\n" \
+    "// sm90a: wgmma.fence.sync.aligned;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, v0, acc, 1, 1, 1;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%36, %37, %38, %39}, v1, acc, 1, 1, 1;\n" \
+    "// sm90a: wgmma.commit_group.sync.aligned;\n" \
+    "// sm90a: wgmma.wait_group.sync.aligned 0;\n" \
+    "// sm90a: }\n"
+#elif BLOCK == 64
+#define WG_PV_TEXT \
+    "// sm90a: {\n" \
+    "// sm90a: .reg .pred acc;\n" \
+    "// sm90a: .reg .b64 v<4>;\n" \
+    "// sm90a: setp.eq.b32 acc, %32, %32;\n" \
+    "// sm90a: mov.b64 v0, %48;\n" \
+    "// sm90a: add.s64 v1, v0, %49;\n" \
+    "// sm90a: add.s64 v2, v1, %49;\n" \
+    "// sm90a: add.s64 v3, v2, %49;\n" \
+    "// sm90a: wgmma.fence.sync.aligned;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, v0, acc, 1, 1, 1;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%36, %37, %38, %39}, v1, acc, 1, 1, 1;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%40, %41, %42, %43}, v2, acc, 1, 1, 1;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%44, %45, %46, %47}, v3, acc, 1, 1, 1;\n" \
+    "// sm90a: wgmma.commit_group.sync.aligned;\n" \
+    "// sm90a: wgmma.wait_group.sync.aligned 0;\n" \
+    "// sm90a: }\n"
+#endif
+
+/* Operand lists: "=f" or "+f" for floats a[i] .. a[i + n - 1], "r" for words. */
+#define WG_OUT4(a, i) "=f"(a[(i)]), "=f"(a[(i) + 1]), "=f"(a[(i) + 2]), "=f"(a[(i) + 3])
+#define WG_OUT16(a, i) WG_OUT4(a, i), WG_OUT4(a, (i) + 4), WG_OUT4(a, (i) + 8), WG_OUT4(a, (i) + 12)
+#define WG_OUT32(a, i) WG_OUT16(a, i), WG_OUT16(a, (i) + 16)
+#define WG_ACC4(a, i) "+f"(a[(i)]), "+f"(a[(i) + 1]), "+f"(a[(i) + 2]), "+f"(a[(i) + 3])
+#define WG_ACC16(a, i) WG_ACC4(a, i), WG_ACC4(a, (i) + 4), WG_ACC4(a, (i) + 8), WG_ACC4(a, (i) + 12)
+#define WG_ACC32(a, i) WG_ACC16(a, i), WG_ACC16(a, (i) + 16)
+#define WG_IN4(w, i) "r"(w[(i)]), "r"(w[(i) + 1]), "r"(w[(i) + 2]), "r"(w[(i) + 3])
+#define WG_IN8(w, i) WG_IN4(w, i), WG_IN4(w, (i) + 4)
+#define WG_IN16(w, i) WG_IN8(w, i), WG_IN8(w, (i) + 8)
+#define WG_IN32(w, i) WG_IN16(w, i), WG_IN16(w, (i) + 16)
+#if S_ACC == 16
+#define WG_S_OUT(s) WG_OUT16(s, 0)
+#else
+#define WG_S_OUT(s) WG_OUT32(s, 0)
+#endif
+#if K_STEPS == 4
+#define WG_Q_IN(q) WG_IN16(q, 0)
+#else
+#define WG_Q_IN(q) WG_IN32(q, 0)
+#endif
+#if P_STEPS == 2
+#define WG_P_IN(p) WG_IN8(p, 0)
+#else
+#define WG_P_IN(p) WG_IN16(p, 0)
+#endif
+
+/* The descriptors' byte offsets (the file's comment). Defaults, not host defines: a session on a
+ * Hopper GPU can try another reading of the PTX ISA's LBO and SBO through the build options
+ * (CLFLASH_TEST_BUILD_OPTIONS="-D WG_V_LBO=... -D WG_V_SBO=..." for test_nv_mma wgmma) without an edit. */
+#ifndef WG_K_LBO
+#define WG_K_LBO (16 * BLOCK) /* K: the next 8 columns (d) */
+#endif
+#ifndef WG_K_SBO
+#define WG_K_SBO 128 /* K: the next 8 keys */
+#endif
+#ifndef WG_V_LBO
+#define WG_V_LBO 128 /* V: the next 8 keys */
+#endif
+#ifndef WG_V_SBO
+#define WG_V_SBO (16 * BLOCK) /* V: the next 8 columns (d) */
+#endif
+
+/* A shared memory matrix descriptor without swizzle (the file's comment): start address, LBO and
+ * SBO in bytes, each a multiple of 16. */
+static inline ulong wg_desc(__local const ushort *start, uint lbo, uint sbo)
+{
+    return (ulong)((shared_addr(start) & 0x3ffffu) >> 4) | ((ulong)(lbo >> 4) << 16) | ((ulong)(sbo >> 4) << 32);
+}
+
+/* s = Q K^T over one K tile (every k-step): q the warpgroup's A words (4 per k-step), tile the K
+ * tile. Returns when the products are complete. */
+static inline void wg_scores(float s[S_ACC], const uint q[4 * K_STEPS], __local const ushort *tile)
+{
+    const ulong desc = wg_desc(tile, WG_K_LBO, WG_K_SBO);
+    __asm__ __volatile__(WG_S_TEXT : WG_S_OUT(s) : WG_Q_IN(q), "l"(desc), "n"(2 * BLOCK) : "memory");
+}
+
+/* o[32 sl .. 32 sl + 31] += P V for columns 64 sl .. 64 sl + 63: p the A words of P (4 per 16
+ * keys), tile the V tile. Returns when the products are complete. */
+static inline void wg_values(float o[O_ACC], uint sl, const uint p[4 * P_STEPS], __local const ushort *tile)
+{
+    const ulong desc = wg_desc(tile + sl * 64 * BLOCK, WG_V_LBO, WG_V_SBO);
+    if (sl == 0)
+        __asm__ __volatile__(WG_PV_TEXT : WG_ACC32(o, 0) : WG_P_IN(p), "l"(desc), "n"(16) : "memory");
+#if O_SLABS > 1
+    else
+        __asm__ __volatile__(WG_PV_TEXT : WG_ACC32(o, 32) : WG_P_IN(p), "l"(desc), "n"(16) : "memory");
+#endif
+}
+
+/* The generic proxy's writes of this work-item to local memory (its completed cp.async copies),
+ * ordered before later reads by the async proxy (wgmma) of any work-item that synchronises with it. */
+static inline void fence_proxy_async(void)
+{
+    __asm__ __volatile__("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+/* ---- the K/V stream ------------------------------------------------------------------------------
+ * Piece p of a tile (p = id, id + THREADS, ...) is key 8 (b % (BLOCK / 8)) + p % 8 and chunk
+ * 4 (b / (BLOCK / 8)) + p / 8 % 4, b = p / 32: each quarter warp writes 8 keys of one chunk (128
+ * contiguous bytes: no bank conflict) and each warp reads 8 keys' 64 contiguous bytes (whole
+ * 32-byte sectors). Keys at or past seq_k read nothing and become zeros. */
+typedef struct {
+    __global const ushort *k, *v; /* this work-item's first piece in the next tile */
+    __global const ushort *k_any, *v_any; /* a valid address for the copies that read nothing */
+    ulong k_ss, v_ss;
+    long keys_left; /* keys of the tensor from the next tile's first key */
+} wg_stream;
+
+static inline uint wg_piece_key(uint p)
+{
+    return 8 * (p / 32 % (BLOCK / 8)) + p % 8;
+}
+
+static inline uint wg_piece_chunk(uint p)
+{
+    return 4 * (p / 32 / (BLOCK / 8)) + p / 8 % 4;
+}
+
+static inline wg_stream wg_stream_start(__global const ushort *k, ulong k_base, ulong k_ss, __global const ushort *v,
+                                        ulong v_base, ulong v_ss, uint seq_k, uint first)
+{
+    wg_stream st;
+    st.k = k + k_base + (ulong)first * k_ss;
+    st.v = v + v_base + (ulong)first * v_ss;
+    st.k_any = k + k_base;
+    st.v_any = v + v_base;
+    st.k_ss = k_ss;
+    st.v_ss = v_ss;
+    st.keys_left = (long)seq_k - (long)first;
+    return st;
+}
+
+/* Issues the copies of the next K tile into dst and its V tile into dst + TILE_HALVES. */
+static inline void wg_stream_next(wg_stream *st, __local ushort *dst)
+{
+#pragma unroll
+    for (uint i = 0; i < PIECES / THREADS; i++) {
+        const uint p = get_local_id(0) + i * THREADS, key = wg_piece_key(p), chunk = wg_piece_chunk(p);
+        const int in = (long)key < st->keys_left;
+        const uint at = chunk * 8 * BLOCK + key * 8;
+        copy16_async(dst + at, in ? st->k + (ulong)key * st->k_ss + chunk * 8 : st->k_any, in ? 16u : 0u);
+        copy16_async(dst + TILE_HALVES + at, in ? st->v + (ulong)key * st->v_ss + chunk * 8 : st->v_any,
+                     in ? 16u : 0u);
+    }
+    st->k += (ulong)BLOCK * st->k_ss;
+    st->v += (ulong)BLOCK * st->v_ss;
+    st->keys_left -= BLOCK;
+}
+
+__kernel __attribute__((reqd_work_group_size(THREADS, 1, 1)))
+void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __global const ushort *v,
+                      __global ushort *o, __global float *lse, uint seq_q, uint seq_k, uint heads_q, uint group,
+                      float score_scale,
+                      ulong q_off, ulong q_bs, ulong q_hs, ulong q_ss,
+                      ulong k_off, ulong k_bs, ulong k_hs, ulong k_ss,
+                      ulong v_off, ulong v_bs, ulong v_hs, ulong v_ss,
+                      ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss, uint win_left, uint win_right, float softcap,
+                      float out_scale, __global const float *bias, ulong bias_off, ulong bias_bs, ulong bias_hs,
+                      ulong bias_rs, __global const float *alibi, __global const int *key_lens, uint n_splits,
+                      uint split_keys, __global const int *block_table, uint pages_per_seq, uint num_pages,
+                      __global const int *cu_seqlens_q, __global const int *cu_seqlens_k, uint total_q, uint total_k)
+{
+    /* Stage u holds a K tile at halves u * STAGE_HALVES and its V tile TILE_HALVES on; Q, then O,
+     * are staged in padded rows from 0. 128-byte alignment: every descriptor's start is on 16 bytes. */
+    __local uint4 local_words[LOCAL_HALVES / 8] __attribute__((aligned(128)));
+    __local ushort *const tiles = (__local ushort *)local_words;
+    /* what this kernel does not take (the #error above) */
+    (void)win_left, (void)win_right, (void)softcap, (void)out_scale, (void)bias, (void)bias_off, (void)bias_bs;
+    (void)bias_hs, (void)bias_rs, (void)alibi, (void)key_lens, (void)split_keys, (void)block_table;
+    (void)pages_per_seq, (void)num_pages, (void)cu_seqlens_q, (void)cu_seqlens_k, (void)total_q, (void)total_k;
+
+    const uint lane = get_local_id(0) % 32, warp = get_local_id(0) / 32; /* warp of the work-group */
+    const uint g = lane / 4, t = lane % 4;
+#if CAUSAL
+    /* the last query block of every (batch, head) first: under the causal mask they see the most keys */
+    const uint n_q = get_num_groups(0), n_h = get_num_groups(1), n_hb = n_h * get_num_groups(2);
+    const uint lin = get_group_id(0) + n_q * (get_group_id(1) + n_h * get_group_id(2));
+    const uint h = lin % n_hb % n_h, b = lin % n_hb / n_h;
+    const uint row0 = (n_q - 1 - lin / n_hb) * BLOCK_Q;
+#else
+    const uint h = get_group_id(1), b = get_group_id(2);
+    const uint row0 = get_group_id(0) * BLOCK_Q;
+#endif
+    (void)n_splits;
+    const uint hk = h / group;
+    const ulong q_base = q_off + (ulong)b * q_bs + (ulong)h * q_hs;
+    const ulong k_base = k_off + (ulong)b * k_bs + (ulong)hk * k_hs;
+    const ulong v_base = v_off + (ulong)b * v_bs + (ulong)hk * v_hs;
+    const long shift = (long)seq_k - (long)seq_q; /* query i's diagonal key is i + shift */
+    const uint r_lo = row0 + 16 * warp + g;       /* the lane's rows: r_lo and r_lo + 8 */
+
+    /* Q: global -> local (rows past seq_q zeros) -> this warp's A fragments, kept for the call. */
+    stage_rows(tiles, q, q_base, q_ss, row0, BLOCK_Q, seq_q);
+    async_commit();
+    async_wait_all();
+    barrier(CLK_LOCAL_MEM_FENCE);
+    uint qa[4 * K_STEPS];
+    {
+        /* ldmatrix x4, matrix j = lane / 8: rows + 8 for j = 1, 3, columns + 8 for j = 2, 3 */
+        __local const ushort *src = tiles + (16 * warp + lane % 8 + (lane / 8) % 2 * 8) * ROW_STRIDE + lane / 16 * 8;
+#pragma unroll
+        for (uint kk = 0; kk < K_STEPS; kk++) {
+            const uint4 w = load_matrix_x4(src + kk * 16);
+            qa[4 * kk] = w.x;
+            qa[4 * kk + 1] = w.y;
+            qa[4 * kk + 2] = w.z;
+            qa[4 * kk + 3] = w.w;
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE); /* Q's staging area becomes the K and V tiles */
+
+    /* The keys this block sees: all of them, with CAUSAL up to its last row's diagonal. A tile
+     * needs masks only where some row sees part of it: past seq_k, or (CAUSAL) past the first
+     * row's diagonal. */
+    uint key_end = seq_k;
+#if CAUSAL
+    {
+        const long end = (long)(min(row0 + BLOCK_Q, seq_q) - 1) + shift + 1; /* past the last row's diagonal */
+        key_end = end <= 0 ? 0u : (uint)min(end, (long)seq_k);
+    }
+    const long first_hi = min((long)row0 + shift + 1, (long)seq_k); /* keys every row sees: [0, first_hi) */
+#else
+    const long first_hi = (long)seq_k;
+#endif
+    const uint n_tiles = (key_end + BLOCK - 1) / BLOCK;
+
+    float acc[O_ACC];
+#pragma unroll
+    for (uint i = 0; i < O_ACC; i++)
+        acc[i] = 0.0f;
+    float m_lo = -INFINITY, m_hi = -INFINITY; /* running maxima (log2 units) */
+    float l_lo = 0.0f, l_hi = 0.0f;           /* this lane's part of the row sums */
+
+    wg_stream stream = wg_stream_start(k, k_base, k_ss, v, v_base, v_ss, seq_k, 0);
+    /* tiles 0 .. STAGES - 2 first, one commit group each (empty past the last tile) */
+#pragma unroll
+    for (uint u = 0; u + 1 < STAGES; u++) {
+        if (u < n_tiles)
+            wg_stream_next(&stream, tiles + u * STAGE_HALVES);
+        async_commit();
+    }
+    uint stage = 0; /* j % STAGES */
+    for (uint j = 0; j < n_tiles; j++) {
+        const uint key0 = j * BLOCK;
+        async_wait_pending(STAGES - 2); /* this work-item's copies of tile j are complete */
+        fence_proxy_async();            /* ... and ordered before wgmma's reads of them */
+        barrier(CLK_LOCAL_MEM_FENCE);   /* tile j is in; every warpgroup is done with tile j - 1 */
+        const uint refill = stage == 0 ? STAGES - 1 : stage - 1;
+        if (j + STAGES - 1 < n_tiles)
+            wg_stream_next(&stream, tiles + refill * STAGE_HALVES);
+        async_commit();
+        __local const ushort *k_tile = tiles + stage * STAGE_HALVES;
+        __local const ushort *v_tile = k_tile + TILE_HALVES;
+        stage = stage + 1 == STAGES ? 0 : stage + 1;
+
+        /* S = Q K_j^T: s[4n], s[4n + 1] keys key0 + 8n + 2t, + 1 of row r_lo; s[4n + 2], s[4n + 3]
+         * the same keys of row r_lo + 8. */
+        float s[S_ACC];
+        wg_scores(s, qa, k_tile);
+
+        /* Scale, mask, online softmax. The last key each row sees, relative to the lane's first
+         * key key0 + 2t, clamped to [-1, BLOCK] so that it fits an int. */
+        int last_lo = BLOCK, last_hi = BLOCK;
+        if ((long)(key0 + BLOCK) > first_hi) {
+            const long lim = (long)seq_k - 1;
+#if CAUSAL
+            const long d_lo = min((long)r_lo + shift, lim), d_hi = min((long)r_lo + 8 + shift, lim);
+#else
+            const long d_lo = lim, d_hi = lim;
+#endif
+            last_lo = (int)clamp(d_lo - (long)(key0 + 2 * t), -1L, (long)BLOCK);
+            last_hi = (int)clamp(d_hi - (long)(key0 + 2 * t), -1L, (long)BLOCK);
+        }
+        float max_lo = -INFINITY, max_hi = -INFINITY;
+#pragma unroll
+        for (uint n = 0; n < BLOCK / 8; n++) {
+            s[4 * n] = (int)(8 * n) <= last_lo ? s[4 * n] * score_scale : -INFINITY;
+            s[4 * n + 1] = (int)(8 * n + 1) <= last_lo ? s[4 * n + 1] * score_scale : -INFINITY;
+            s[4 * n + 2] = (int)(8 * n) <= last_hi ? s[4 * n + 2] * score_scale : -INFINITY;
+            s[4 * n + 3] = (int)(8 * n + 1) <= last_hi ? s[4 * n + 3] * score_scale : -INFINITY;
+            max_lo = fmax(max_lo, fmax(s[4 * n], s[4 * n + 1]));
+            max_hi = fmax(max_hi, fmax(s[4 * n + 2], s[4 * n + 3]));
+        }
+        max_lo = fmax(max_lo, lane_xor(max_lo, 1));
+        max_lo = fmax(max_lo, lane_xor(max_lo, 2));
+        max_hi = fmax(max_hi, lane_xor(max_hi, 1));
+        max_hi = fmax(max_hi, lane_xor(max_hi, 2));
+        /* a row that has seen no key keeps -inf and exponentiates against 0: exp2(-inf) = 0 */
+        const float new_lo = fmax(m_lo, max_lo), new_hi = fmax(m_hi, max_hi);
+        const float ref_lo = new_lo == -INFINITY ? 0.0f : new_lo, ref_hi = new_hi == -INFINITY ? 0.0f : new_hi;
+        const float alpha_lo = exp2_ftz(m_lo - ref_lo), alpha_hi = exp2_ftz(m_hi - ref_hi);
+        m_lo = new_lo;
+        m_hi = new_hi;
+        float sum_lo = 0.0f, sum_hi = 0.0f;
+#pragma unroll
+        for (uint n = 0; n < BLOCK / 8; n++) {
+            s[4 * n] = exp2_ftz(s[4 * n] - ref_lo);
+            s[4 * n + 1] = exp2_ftz(s[4 * n + 1] - ref_lo);
+            s[4 * n + 2] = exp2_ftz(s[4 * n + 2] - ref_hi);
+            s[4 * n + 3] = exp2_ftz(s[4 * n + 3] - ref_hi);
+            sum_lo += s[4 * n] + s[4 * n + 1];
+            sum_hi += s[4 * n + 2] + s[4 * n + 3];
+        }
+        l_lo = l_lo * alpha_lo + sum_lo;
+        l_hi = l_hi * alpha_hi + sum_hi;
+#pragma unroll
+        for (uint i = 0; i < O_ACC; i += 4) {
+            acc[i] *= alpha_lo;
+            acc[i + 1] *= alpha_lo;
+            acc[i + 2] *= alpha_hi;
+            acc[i + 3] *= alpha_hi;
+        }
+
+        /* O += P V_j: P's A words, keys 16u .. 16u + 15 from S's n8 blocks 2u and 2u + 1. */
+        uint pa[4 * P_STEPS];
+#pragma unroll
+        for (uint u = 0; u < P_STEPS; u++) {
+            pa[4 * u] = pack_pair(s[8 * u], s[8 * u + 1]);
+            pa[4 * u + 1] = pack_pair(s[8 * u + 2], s[8 * u + 3]);
+            pa[4 * u + 2] = pack_pair(s[8 * u + 4], s[8 * u + 5]);
+            pa[4 * u + 3] = pack_pair(s[8 * u + 6], s[8 * u + 7]);
+        }
+#pragma unroll
+        for (uint sl = 0; sl < O_SLABS; sl++)
+            wg_values(acc, sl, pa, v_tile);
+    }
+
+    /* The row sums: the four lanes of a quad hold parts of the same rows' sums. */
+    l_lo += lane_xor(l_lo, 1);
+    l_lo += lane_xor(l_lo, 2);
+    l_hi += lane_xor(l_hi, 1);
+    l_hi += lane_xor(l_hi, 2);
+#if WITH_LSE
+    if (t == 0) {
+        const ulong lse0 = ((ulong)b * heads_q + h) * seq_q;
+        if (r_lo < seq_q)
+            lse[lse0 + r_lo] = l_lo == 0.0f ? -INFINITY : (m_lo + log2(l_lo)) * M_LN2_F;
+        if (r_lo + 8 < seq_q)
+            lse[lse0 + r_lo + 8] = l_hi == 0.0f ? -INFINITY : (m_hi + log2(l_hi)) * M_LN2_F;
+    }
+#else
+    (void)lse;
+    (void)heads_q;
+#endif
+
+    /* O: registers -> local (this warp's rows, padded) -> 16-byte coalesced stores. */
+    barrier(CLK_LOCAL_MEM_FENCE); /* every warpgroup is done with the last tile */
+    {
+        const float inv_lo = l_lo == 0.0f ? 0.0f : 1.0f / l_lo, inv_hi = l_hi == 0.0f ? 0.0f : 1.0f / l_hi;
+        __local uint *dst = (__local uint *)(tiles + (16 * warp + g) * ROW_STRIDE + 2 * t);
+#pragma unroll
+        for (uint n = 0; n < HEAD_DIM / 8; n++) {
+            dst[n * 4] = pack_pair(acc[4 * n] * inv_lo, acc[4 * n + 1] * inv_lo);
+            dst[n * 4 + 8 * ROW_STRIDE / 2] = pack_pair(acc[4 * n + 2] * inv_hi, acc[4 * n + 3] * inv_hi);
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const ulong o_base = o_off + (ulong)b * o_bs + (ulong)h * o_hs;
+    for (uint c = get_local_id(0); c < BLOCK_Q * CHUNKS; c += THREADS) {
+        const uint r = c / CHUNKS, piece = c % CHUNKS;
+        if (row0 + r < seq_q)
+            *(__global uint4 *)(o + o_base + (ulong)(row0 + r) * o_ss + piece * 8) =
+                *(__local const uint4 *)(tiles + r * ROW_STRIDE + piece * 8);
+    }
+}

@@ -1,0 +1,152 @@
+/*
+ * nv_wgmma_forward_plan.c - decides whether a forward call runs cl/nv_wgmma_forward.cl (Hopper's
+ * wgmma, through the sm_90a PTX binary path of sm90a.c), and plans and builds it.
+ *
+ * EXPERIMENTAL: the kernel is written and assembled for sm_90a in CI, but has not run on Hopper
+ * yet. It is chosen only when all of these hold: the caller's environment asks for it
+ * (CLFLASH_WGMMA=1, read when the context is created: clflash.h), the call is one the tensor-core
+ * forward takes (clflash_nv_mma_refusal) and in this kernel's scope (shape_refusal), and the
+ * context's device runs the sm_90a path right (clflash_sm90a_available: an NVIDIA device of
+ * compute capability 9.0 whose driver built and ran the probe kernel). forward_plan.c asks here
+ * first and plans nv_mma_forward whenever this file says no or any step fails (a build through the
+ * sm_90a path, a kernel whose local memory or work-group does not fit), so the plan always names
+ * the kernel that runs. Without CLFLASH_WGMMA nothing here runs, not even the probe.
+ *
+ * The shape: warpgroups of 128 work-items, each owning 64 query rows; two per work-group (128
+ * rows) unless seq_q fits one. B (keys per tile) 64 at head_dim 64 and 32 at 128, so that two
+ * stages of K and V tiles (4 B head_dim 2 bytes: 32 KiB) fit the 48 KiB of an H200 beside the
+ * bytes the driver adds; 32 where 64 does not fit the budget or the device refused it at enqueue
+ * (below_block). Q and O are staged through the same array, padded rows of the work-group's rows.
+ */
+#include "internal.h"
+
+#include <stdio.h>
+
+#define KERNEL_NAME "nv_wgmma_forward"
+static const char variant_name[] = "nv_wgmma_forward";
+#define WGMMA_STAGES 2u
+
+/* Why the kernel's scope excludes p (a static string), or NULL: what cl/nv_wgmma_forward.cl takes. */
+static const char *shape_refusal(const clflash_problem *p)
+{
+    if (p->dtype != CLFLASH_F16 && p->dtype != CLFLASH_BF16)
+        return "the dtype is not F16 or BF16";
+    if (p->out_dtype != p->dtype)
+        return "O's type differs from the input type";
+    if (p->head_dim != 64 && p->head_dim != 128)
+        return "head_dim is not 64 or 128";
+    if (!clflash_nv_rows_aligned(p))
+        return "a row of Q, K, V or O does not start on 16 bytes";
+    if ((p->flags & ~(uint32_t)CLFLASH_CAUSAL) != 0 || p->softcap != 0.0f || p->bias != NULL ||
+        p->alibi_slopes != NULL || p->key_lengths != NULL)
+        return "a score feature other than the causal mask";
+    if (p->block_table != NULL)
+        return "a paged KV cache";
+    if (p->varlen)
+        return "a variable-length batch";
+    if (p->num_splits > 1)
+        return "split-KV was asked for";
+    if (p->block != 0)
+        return "a forced block";
+    return NULL;
+}
+
+const char *clflash_nv_wgmma_refusal(const clflash_context *c, const clflash_problem *p)
+{
+    if (!c->wgmma_opt_in)
+        return "not asked for (CLFLASH_WGMMA=1 when the context is created)";
+    const char *why = clflash_nv_mma_refusal(c, p);
+    if (why != NULL)
+        return why;
+    if (c->info.nv_cc_major != 9 || c->info.nv_cc_minor != 0)
+        return "not an NVIDIA device of compute capability 9.0";
+    return shape_refusal(p);
+}
+
+/* Warpgroups per work-group: one where seq_q fits its 64 rows, else two. */
+static uint32_t warpgroups_for(const clflash_problem *p)
+{
+    return p->seq_q <= 64 ? 1u : 2u;
+}
+
+/* Bytes of the kernel's local array: WGMMA_STAGES K and V tiles of B rows (unpadded: the
+ * descriptors' layout), or the work-group's Q rows padded by 16 bytes, whichever is larger. */
+static cl_ulong counted_local_bytes(const clflash_problem *p, uint32_t block, uint32_t warpgroups)
+{
+    const uint64_t tiles = 2ull * WGMMA_STAGES * block * p->head_dim * p->elem_size;
+    const uint64_t q_rows = 64ull * warpgroups * (p->head_dim + 8) * p->elem_size;
+    return tiles > q_rows ? tiles : q_rows;
+}
+
+/* The first B to try: 64 at head_dim 64, 32 at 128; then 32; 0 when none is left below below_block
+ * (0: no such limit). */
+static uint32_t first_block(const clflash_problem *p, uint32_t below_block)
+{
+    const uint32_t b = p->head_dim == 64 ? 64u : 32u;
+    if (below_block == 0 || b < below_block)
+        return b;
+    return 32u < below_block ? 32u : 0u;
+}
+
+static void kernel_defines(const clflash_problem *p, int with_lse, uint32_t block, uint32_t warpgroups, char *buf,
+                           size_t size)
+{
+    char features[300];
+    clflash_forward_defines(p, with_lse, 1, 1, features, sizeof features);
+    snprintf(buf, size,
+             "%s -D HEAD_DIM=%u -D D_REAL=%u -D NV_ALIGNED=1 -D BLOCK=%u -D WARPS=%u -D WARPGROUPS=%u -D STAGES=%u "
+             "-D BIAS_PAIRS=0",
+             features, p->head_dim, p->head_dim, block, 4 * warpgroups, warpgroups, WGMMA_STAGES);
+}
+
+int clflash_nv_wgmma_first_defines(const clflash_context *c, const clflash_problem *p, int with_lse, char *buf,
+                                   size_t size)
+{
+    if (shape_refusal(p) != NULL)
+        return 0;
+    const uint32_t wgs = warpgroups_for(p);
+    for (uint32_t block = first_block(p, 0); block >= 32; block -= 32)
+        if (counted_local_bytes(p, block, wgs) <= c->local_mem_budget) {
+            kernel_defines(p, with_lse, block, wgs, buf, size);
+            return 1;
+        }
+    return 0;
+}
+
+clflash_status clflash_plan_nv_wgmma(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t below_block,
+                                     clflash_flash_kernel *out)
+{
+    const uint64_t budget = c->local_mem_budget;
+    const uint32_t wgs = warpgroups_for(p), threads = 128 * wgs, block_q = 64 * wgs;
+    for (uint32_t block = first_block(p, below_block); block >= 32; block -= 32) {
+        const cl_ulong counted = counted_local_bytes(p, block, wgs);
+        if (counted > budget)
+            continue; /* cannot fit: not built */
+        char defines[640];
+        cl_program prog;
+        cl_int err;
+        kernel_defines(p, with_lse, block, wgs, defines, sizeof defines);
+        clflash_status st = clflash_get_program_sm90a(c, CLFLASH_SOURCE_NV_WGMMA_FORWARD, defines, &prog);
+        if (st != CLFLASH_SUCCESS)
+            return st;
+        cl_kernel kernel = clCreateKernel(prog, KERNEL_NAME, &err);
+        if (err != CL_SUCCESS)
+            return clflash_fail(err, "clCreateKernel(%s) failed", KERNEL_NAME);
+        cl_ulong local_bytes = 0;
+        size_t max_wg = 0;
+        if ((st = clflash_read_kernel_limits(c, kernel, counted, &local_bytes, &max_wg)) != CLFLASH_SUCCESS) {
+            clReleaseKernel(kernel);
+            return st;
+        }
+        if (local_bytes <= budget && threads <= max_wg) {
+            /* threads_per_row 2: a warpgroup's 128 work-items share its 64 rows */
+            clflash_fill_plan(&out->plan, p, clflash_tile_bytes, budget, block, block_q, local_bytes, variant_name, 2,
+                              threads);
+            out->kernel = kernel;
+            clflash_set_split(out, p, 1, 1);
+            return CLFLASH_SUCCESS;
+        }
+        clReleaseKernel(kernel);
+    }
+    return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE, "no block fits the wgmma kernel's limits");
+}
