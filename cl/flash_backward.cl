@@ -188,17 +188,18 @@ static inline float pair_prob(float x, float l2, const bwd_args *a, __global con
  * domain), extra their biases (0 without a bias) or -INFINITY for a pair the row does not see,
  * dist ALiBi's d - j; *slope receives f'. float8 arithmetic that a CPU runs in vector registers,
  * where the pair-by-pair loop called a scalar tanh per pair (PoCL, n = 2048, d = 64, f32:
- * softcap cost 3.4x to 5x the plain backward). tanh is 1 - 2 / (1 + e^(2x)), as in the forward's
- * CPU path. */
+ * softcap cost 3.4x to 5x the plain backward). tanh is common.cl's tanh8, as in the forward's CPU
+ * path. */
 static inline float8 pair_prob8(float8 x, float8 l2, float8 extra, float8 dist, const bwd_args *a, float slope_h,
                                 float8 *slope)
 {
-    float8 f = x * a->scale;
 #if SOFTCAP
-    const float8 t = 1.0f - 2.0f / (1.0f + exp2(f * (2.0f * M_LOG2E_F / a->softcap)));
-    f = a->softcap * t;
+    /* scale / softcap in one product: one step less in the chain that bounds this loop */
+    const float8 t = tanh8(x * (a->scale / a->softcap));
+    float8 f = a->softcap * t;
     *slope = fma(-t, t, (float8)(1.0f));
 #else
+    float8 f = x * a->scale;
     *slope = (float8)(1.0f);
 #endif
     const int8 unseen = extra == (float8)(-INFINITY);

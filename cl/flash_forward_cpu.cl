@@ -45,14 +45,13 @@
 /* common.cl's transform_score on eight consecutive keys key0 .. key0 + 7 of query i (natural-log
  * units in and out), for the CPU path's tiles that the row sees whole: float8 arithmetic that a
  * CPU runs in vector registers, where the per-key loop called a scalar tanh per score (PoCL,
- * n = 2048, d = 64: softcap cost 3.5 times the plain call). tanh(x) is 1 - 2 / (1 + e^(2x)),
- * within a few units of 2^-24 absolute (what a softmax sees), +-1 where e^(2x) overflows or
- * underflows. bias_at is the bias of key key0 of the row. */
+ * n = 2048, d = 64: softcap cost 3.5 times the plain call). tanh is common.cl's tanh8. bias_at
+ * is the bias of key key0 of the row. */
 static inline float8 transform_scores8(float8 s, float softcap, __global const float *bias_at, float alibi_slope,
                                        uint i, uint key0, uint seq_q, uint seq_k)
 {
 #if SOFTCAP
-    s = softcap * (1.0f - 2.0f / (1.0f + exp2(s * (2.0f * M_LOG2E_F / softcap))));
+    s = softcap * tanh8(s * (1.0f / softcap));
 #endif
 #if BIAS
     s += vload8(0, bias_at);

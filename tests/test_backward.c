@@ -543,6 +543,10 @@ static const feat_t feats[] = {
     {1, 2, 1, 37, 53, 32, F16, CAUSAL, 0, 0, 1.5f, 3.0f, NO_BIAS, 0, NO_LENS, 0},
     {2, 2, 0, 53, 37, 16, BF16, 0, 0, 0, 1.0f, 2.5f, NO_BIAS, 0, NO_LENS, 0},
     {1, 1, 0, 1, 7, 16, F32, 0, 0, 0, 2.0f, 1.0f, NO_BIAS, 0, NO_LENS, 0},
+    /* f32 over whole key tiles, so that the CPU path's transforms on 8 pairs at a time (common.cl's
+     * tanh8) are tested in the dtype that resolves them: planned blocks, then blocks of 8 */
+    {1, 2, 1, 67, 131, 32, F32, CAUSAL, 0, 0, 2.0f, 5.0f, NO_BIAS, 0, NO_LENS, 0},
+    {1, 2, 0, 29, 43, 16, F32, 0, 0, 0, 2.0f, 3.0f, NO_BIAS, 0, NO_LENS, 8},
     /* bias: full, broadcast, per key, fully masked rows, a single key */
     {2, 2, 0, 33, 47, 16, F32, 0, 0, 0, 0.0f, 0.0f, BIAS_FULL, 0, NO_LENS, 0},
     {3, 4, 2, 21, 30, 16, F16, 0, 0, 0, 0.0f, 0.0f, BIAS_BCAST, 0, NO_LENS, 0},

@@ -371,7 +371,10 @@ END_TEST
 
 START_TEST(softcap)
 {
-    feature_case fc = make(1, 2, 0, 45, 45, 32, _i ? CLFLASH_F16 : CLFLASH_F32, _i ? CLFLASH_CAUSAL : 0);
+    /* _i 0, 1: one partial key tile (scalar tanh); 2, 3: f32 with two whole 64-key tiles and a
+     * partial one, so that the CPU path's tanh on 8 keys at a time (common.cl's tanh8) is tested */
+    const uint32_t sq = _i < 2 ? 45 : 67, sk = _i < 2 ? 45 : 131;
+    feature_case fc = make(1, 2, 0, sq, sk, 32, _i == 1 ? CLFLASH_F16 : CLFLASH_F32, _i & 1 ? CLFLASH_CAUSAL : 0);
     fc.d.scale = 2.0f; /* large logits, so the cap bends them */
     fc.d.softcap = 5.0f;
     check_both(&fc, "softcap");
@@ -670,7 +673,7 @@ static Suite *features_suite(void)
     tcase_add_loop_test(tt, i8_storage, 0, 4);
     tcase_add_test(tt, i8_plans_with_one_byte_tiles);
     tcase_add_loop_test(tm, sliding_window, 0, (int)(sizeof windows / sizeof windows[0]));
-    tcase_add_loop_test(tm, softcap, 0, 2);
+    tcase_add_loop_test(tm, softcap, 0, 4);
     tcase_add_loop_test(tm, bias_full_and_masked, 0, 2);
     tcase_add_loop_test(tm, bias_broadcast, 0, 3);
     tcase_add_test(tm, bias_fully_masked_rows);
@@ -694,7 +697,7 @@ static Suite *features_suite(void)
     tcase_add_test(tg, bf16_strided);
     tcase_add_loop_test(tg, i8_storage, 0, 4);
     tcase_add_loop_test(tg, sliding_window, 0, (int)(sizeof windows / sizeof windows[0]));
-    tcase_add_loop_test(tg, softcap, 0, 2);
+    tcase_add_loop_test(tg, softcap, 0, 4);
     tcase_add_loop_test(tg, bias_full_and_masked, 0, 2);
     tcase_add_loop_test(tg, bias_broadcast, 0, 3);
     tcase_add_test(tg, bias_fully_masked_rows);
