@@ -448,22 +448,15 @@ clflash_status clflash_ring_backward(clflash_context *ctx, MPI_Comm comm, const 
                                      cl_mem dv)
 {
     ring_clear_detail();
-    int init = 0, fini = 0;
-    if (comm == MPI_COMM_NULL)
-        return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "comm is MPI_COMM_NULL");
-    if (MPI_Initialized(&init) != MPI_SUCCESS || !init || MPI_Finalized(&fini) != MPI_SUCCESS || fini)
-        return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "MPI is not initialised (or already finalised)");
+    clflash_status st = ring_mpi_ready(comm);
+    if (st != CLFLASH_SUCCESS)
+        return st;
     const double t_entry = MPI_Wtime();
     const clflash_status local = check_backward_local(ctx, d, q, k, v, o, d_o, lse, dq, dk, dv);
     MPI_Comm ring_comm;
-    if (MPI_Comm_dup(comm, &ring_comm) != MPI_SUCCESS)
-        return ring_fail(CLFLASH_RING_ERROR_MPI, "MPI_Comm_dup failed");
     ring_geometry g;
-    clflash_status st = ring_geometry_agree(ring_comm, d, local, &g);
-    if (st != CLFLASH_SUCCESS) {
-        MPI_Comm_free(&ring_comm);
+    if ((st = ring_join(comm, d, local, &ring_comm, &g)) != CLFLASH_SUCCESS)
         return st;
-    }
     ring_bwd B;
     memset(&B, 0, sizeof B);
     B.ctx = ctx;

@@ -363,3 +363,24 @@ void ring_geometry_free(ring_geometry *g)
     free(g->shards);
     g->shards = NULL;
 }
+
+clflash_status ring_mpi_ready(MPI_Comm comm)
+{
+    int init = 0, fini = 0;
+    if (comm == MPI_COMM_NULL)
+        return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "comm is MPI_COMM_NULL");
+    if (MPI_Initialized(&init) != MPI_SUCCESS || !init || MPI_Finalized(&fini) != MPI_SUCCESS || fini)
+        return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "MPI is not initialised (or already finalised)");
+    return CLFLASH_SUCCESS;
+}
+
+clflash_status ring_join(MPI_Comm comm, const clflash_ring_desc *d, clflash_status local, MPI_Comm *ring_comm,
+                         ring_geometry *g)
+{
+    if (MPI_Comm_dup(comm, ring_comm) != MPI_SUCCESS)
+        return ring_fail(CLFLASH_RING_ERROR_MPI, "MPI_Comm_dup failed");
+    const clflash_status st = ring_geometry_agree(*ring_comm, d, local, g);
+    if (st != CLFLASH_SUCCESS)
+        MPI_Comm_free(ring_comm);
+    return st;
+}

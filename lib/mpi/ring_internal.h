@@ -66,6 +66,13 @@ clflash_status ring_check_tensor(clflash_context *ctx, cl_mem m, const clflash_l
 clflash_status ring_geometry_agree(MPI_Comm comm, const clflash_ring_desc *d, clflash_status local,
                                    ring_geometry *g);
 void ring_geometry_free(ring_geometry *g);
+/* How both collective calls begin. ring_mpi_ready: comm is not MPI_COMM_NULL and MPI is running
+ * (this rank's answer alone: a caller error, before any communication). ring_join: duplicates comm
+ * into *ring_comm (the ring's messages never meet the caller's) and agrees on the geometry with
+ * ring_geometry_agree; on failure *ring_comm is freed and every rank returns the same status. */
+clflash_status ring_mpi_ready(MPI_Comm comm);
+clflash_status ring_join(MPI_Comm comm, const clflash_ring_desc *d, clflash_status local, MPI_Comm *ring_comm,
+                         ring_geometry *g);
 /* Every rank's status after a phase, the same on every rank: the first failing rank's. */
 clflash_status ring_agree_status(MPI_Comm comm, clflash_status mine, const char *phase);
 
