@@ -469,7 +469,9 @@ typedef enum {
 
 /* Rank `who` (or every rank) gets a descriptor that breaks a rule; every rank must return `want`,
  * and no rank's O or lse may be written. */
-static int run_invalid(const char *name, bad_kind kind, int who, clflash_status want)
+/* One rank's descriptor differs (kind) from the others': every rank must return want, and no output
+ * buffer may be written, through clflash_ring_forward or (backward) clflash_ring_backward. */
+static int run_invalid(const char *name, bad_kind kind, int who, clflash_status want, int backward)
 {
     const uint32_t n = 12, d = 16, hq = 4;
     clflash_ring_desc rd = {.struct_size = sizeof rd};
@@ -510,7 +512,16 @@ static int run_invalid(const char *name, bad_kind kind, int who, clflash_status 
     cl_mem v = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, elems * 4, sent, &err);
     cl_mem o = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, elems * 4, sent, &err);
     cl_mem l = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, lse_n * 4, sent, &err);
-    const clflash_status st = clflash_ring_forward(ctx, MPI_COMM_WORLD, &rd, q, k, v, o, l);
+    cl_mem grads[4] = {NULL, NULL, NULL, NULL}; /* d_o, dq, dk, dv */
+    clflash_status st;
+    if (backward) {
+        for (int i = 0; i < 4; i++)
+            grads[i] = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, elems * 4, sent,
+                                      &err);
+        st = clflash_ring_backward(ctx, MPI_COMM_WORLD, &rd, q, k, v, o, grads[0], l, grads[1], grads[2], grads[3]);
+    } else {
+        st = clflash_ring_forward(ctx, MPI_COMM_WORLD, &rd, q, k, v, o, l);
+    }
     int fail = 0;
     char msg[600] = "";
     if (st != want) {
@@ -536,6 +547,13 @@ static int run_invalid(const char *name, bad_kind kind, int who, clflash_status 
         fail = 1;
         snprintf(msg, sizeof msg, "lse was written");
     }
+    for (int i = 1; i < 4 && backward; i++) {
+        clEnqueueReadBuffer(clflash_context_queue(ctx), grads[i], CL_TRUE, 0, elems * 4, back, 0, NULL, NULL);
+        if (!fail && memcmp(back, sent, elems * 4) != 0) {
+            fail = 1;
+            snprintf(msg, sizeof msg, "%s was written", i == 1 ? "dq" : i == 2 ? "dk" : "dv");
+        }
+    }
     if (fail)
         printf("  rank %d of %d: FAIL %s: %s\n", R, P, name, msg);
     else if (R == 0)
@@ -547,6 +565,9 @@ static int run_invalid(const char *name, bad_kind kind, int who, clflash_status 
     clReleaseMemObject(v);
     clReleaseMemObject(o);
     clReleaseMemObject(l);
+    for (int i = 0; i < 4; i++)
+        if (grads[i] != NULL)
+            clReleaseMemObject(grads[i]);
     free(sent);
     free(back);
     return fail;
@@ -631,16 +652,22 @@ int main(int argc, char **argv)
         any |= report(name, run_backward_case(&backward_cases[i]));
     }
     const int last = P - 1;
-    any |= report("ranks disagree on heads_q", run_invalid("heads_q", BAD_HEADS, last, CLFLASH_ERROR_INVALID_SHAPE));
-    any |= report("ranks disagree on head_dim", run_invalid("head_dim", BAD_HEAD_DIM, 0, CLFLASH_ERROR_INVALID_SHAPE));
-    any |= report("ranks disagree on heads_kv", run_invalid("heads_kv", BAD_HEADS_KV, last, CLFLASH_ERROR_INVALID_SHAPE));
-    any |= report("ranks disagree on dtype", run_invalid("dtype", BAD_DTYPE, last, CLFLASH_ERROR_INVALID_DTYPE));
-    any |= report("ranks disagree on softcap", run_invalid("softcap", BAD_SOFTCAP, last, CLFLASH_ERROR_INVALID_SCALE));
-    any |= report("one rank's bad struct_size", run_invalid("struct_size", BAD_STRUCT_SIZE, last,
-                                                            CLFLASH_ERROR_INVALID_ARGUMENT));
-    any |= report("contiguous shards with a gap", run_invalid("gap", BAD_GAP, last, CLFLASH_ERROR_INVALID_SHAPE));
-    any |= report("zigzag shard of the wrong size", run_invalid("zigzag", BAD_ZIGZAG_TOTAL, 0,
-                                                                CLFLASH_ERROR_INVALID_SHAPE));
+    for (int backward = 0; backward < 2; backward++) {
+        const char *const pre = backward ? "backward: " : "";
+        char what[120];
+#define INVALID(label, tag, kind, who, want)                                                                      \
+    (snprintf(what, sizeof what, "%s%s", pre, label), report(what, run_invalid(tag, kind, who, want, backward)))
+        any |= INVALID("ranks disagree on heads_q", "heads_q", BAD_HEADS, last, CLFLASH_ERROR_INVALID_SHAPE);
+        any |= INVALID("ranks disagree on head_dim", "head_dim", BAD_HEAD_DIM, 0, CLFLASH_ERROR_INVALID_SHAPE);
+        any |= INVALID("ranks disagree on heads_kv", "heads_kv", BAD_HEADS_KV, last, CLFLASH_ERROR_INVALID_SHAPE);
+        any |= INVALID("ranks disagree on dtype", "dtype", BAD_DTYPE, last, CLFLASH_ERROR_INVALID_DTYPE);
+        any |= INVALID("ranks disagree on softcap", "softcap", BAD_SOFTCAP, last, CLFLASH_ERROR_INVALID_SCALE);
+        any |= INVALID("one rank's bad struct_size", "struct_size", BAD_STRUCT_SIZE, last,
+                       CLFLASH_ERROR_INVALID_ARGUMENT);
+        any |= INVALID("contiguous shards with a gap", "gap", BAD_GAP, last, CLFLASH_ERROR_INVALID_SHAPE);
+        any |= INVALID("zigzag shard of the wrong size", "zigzag", BAD_ZIGZAG_TOTAL, 0, CLFLASH_ERROR_INVALID_SHAPE);
+#undef INVALID
+    }
     clflash_context_free(ctx);
     MPI_Finalize();
     if (R == 0)
