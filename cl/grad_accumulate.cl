@@ -28,14 +28,15 @@ static inline ulong grad_at(ulong e, uint heads, uint rows, uint d, ulong off, u
     return off + bh / heads * bs + bh % heads * hs + i * ss + c;
 }
 
-/* dst (compact) = src (layout off, bs, hs, ss); n = batch * heads * rows * d. Through fp32, which
- * holds every storage type's values exactly (half moves only by vload/vstore without cl_khr_fp16). */
-__kernel void grad_gather(__global bits_t *dst, __global const bits_t *src, ulong n, uint heads, uint rows, uint d,
-                          ulong off, ulong bs, ulong hs, ulong ss)
+/* dst (compact, from element dst_off) = src (layout off, bs, hs, ss); n = batch * heads * rows * d.
+ * Through fp32, which holds every storage type's values exactly (half moves only by vload/vstore
+ * without cl_khr_fp16). */
+__kernel void grad_gather(__global bits_t *dst, __global const bits_t *src, ulong dst_off, ulong n, uint heads,
+                          uint rows, uint d, ulong off, ulong bs, ulong hs, ulong ss)
 {
     const ulong e = get_global_id(0);
     if (e < n)
-        store_g(dst, e, load_g(src, grad_at(e, heads, rows, d, off, bs, hs, ss)));
+        store_g(dst, dst_off + e, load_g(src, grad_at(e, heads, rows, d, off, bs, hs, ss)));
 }
 
 /* acc += part over rows row0 .. row0 + len - 1 of two compact [nbh][rows][d] tensors of the same

@@ -184,8 +184,8 @@ CLFLASH_API clflash_status clflash_ring_forward(clflash_context *ctx, MPI_Comm c
  * accumulator of a step is read from the device and sent while the next step computes: every
  * addition is a kernel enqueued in order after the step's gradients, and the host waits only for
  * MPI (the incoming accumulator before its upload) and for a step's read before sending it, when
- * the next step's kernels are already enqueued. Not overlapped: the own shard is read to the host
- * and written back compact before step 0.
+ * the next step's kernels are already enqueued. The own shard is compacted on the device first
+ * (a copy kernel; every step's calls take the compact layout) and read to the host beside step 0.
  *
  * Memory per call: the forward's two K/V shards (host and device), plus on the device a compact
  * copy of Q, a dQ partial and an fp32 dQ accumulator (this rank's rows), a dK/dV partial and an

@@ -36,10 +36,10 @@ static inline clflash_status clflash_component_check_version(void)
  * F32, F16 or BF16), CLFLASH_ERROR_INVALID_SHAPE (a dimension 0, rows past the tensor), a build
  * failure, or OpenCL's error; clflash_last_error_detail says more. */
 
-/* dst (compact, dtype) = src (dtype, layout l). */
+/* dst (compact, dtype, starting at element dst_off) = src (dtype, layout l). */
 CLFLASH_API clflash_status clflash_grad_gather(clflash_context *c, cl_command_queue queue, clflash_dtype dtype,
-                                               cl_mem dst, cl_mem src, const clflash_layout *l, uint32_t batch,
-                                               uint32_t heads, uint32_t rows, uint32_t head_dim);
+                                               cl_mem dst, uint64_t dst_off, cl_mem src, const clflash_layout *l,
+                                               uint32_t batch, uint32_t heads, uint32_t rows, uint32_t head_dim);
 
 /* acc (compact fp32) += part (compact, part_dtype; F32 adds one accumulator into another) over rows
  * row0 .. row0 + len - 1 of both; each element is one fp32 addition, so the bits depend only on

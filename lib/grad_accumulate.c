@@ -96,9 +96,10 @@ static clflash_layout resolved(const clflash_layout *l, uint32_t heads, uint32_t
     return r;
 }
 
-/* gather (dst compact, src laid out) or scatter (dst laid out, src compact fp32 from src_off) */
+/* gather (dst compact from element compact_off, src laid out) or scatter (dst laid out, src compact
+ * fp32 from element compact_off): the two kernels take the same arguments */
 static clflash_status move(clflash_context *c, cl_command_queue queue, clflash_dtype t, grad_kernel which, cl_mem dst,
-                           cl_mem src, uint64_t src_off, const clflash_layout *l, uint32_t batch, uint32_t heads,
+                           cl_mem src, uint64_t compact_off, const clflash_layout *l, uint32_t batch, uint32_t heads,
                            uint32_t rows, uint32_t head_dim)
 {
     clflash_clear_detail();
@@ -106,26 +107,20 @@ static clflash_status move(clflash_context *c, cl_command_queue queue, clflash_d
     if (st != CLFLASH_SUCCESS)
         return st;
     const clflash_layout r = resolved(l, heads, rows, head_dim);
-    const cl_ulong n = (cl_ulong)batch * heads * rows * head_dim, so = src_off;
+    const cl_ulong n = (cl_ulong)batch * heads * rows * head_dim, co = compact_off;
     const cl_uint h = heads, rw = rows, d = head_dim;
     const cl_ulong off = r.offset, bs = r.batch_stride, hs = r.head_stride, ss = r.seq_stride;
-    if (which == GRAD_SCATTER) {
-        const clflash_arg a[] = {{sizeof(cl_mem), &dst}, {sizeof(cl_mem), &src}, {sizeof so, &so}, {sizeof n, &n},
-                                 {sizeof h, &h},         {sizeof rw, &rw},       {sizeof d, &d},   {sizeof off, &off},
-                                 {sizeof bs, &bs},       {sizeof hs, &hs},       {sizeof ss, &ss}};
-        return launch(c, queue, t, which, a, sizeof a / sizeof a[0], n);
-    }
-    const clflash_arg a[] = {{sizeof(cl_mem), &dst}, {sizeof(cl_mem), &src}, {sizeof n, &n},   {sizeof h, &h},
-                             {sizeof rw, &rw},       {sizeof d, &d},         {sizeof off, &off}, {sizeof bs, &bs},
-                             {sizeof hs, &hs},       {sizeof ss, &ss}};
+    const clflash_arg a[] = {{sizeof(cl_mem), &dst}, {sizeof(cl_mem), &src}, {sizeof co, &co}, {sizeof n, &n},
+                             {sizeof h, &h},         {sizeof rw, &rw},       {sizeof d, &d},   {sizeof off, &off},
+                             {sizeof bs, &bs},       {sizeof hs, &hs},       {sizeof ss, &ss}};
     return launch(c, queue, t, which, a, sizeof a / sizeof a[0], n);
 }
 
 clflash_status clflash_grad_gather(clflash_context *c, cl_command_queue queue, clflash_dtype dtype, cl_mem dst,
-                                   cl_mem src, const clflash_layout *l, uint32_t batch, uint32_t heads, uint32_t rows,
-                                   uint32_t head_dim)
+                                   uint64_t dst_off, cl_mem src, const clflash_layout *l, uint32_t batch,
+                                   uint32_t heads, uint32_t rows, uint32_t head_dim)
 {
-    return move(c, queue, dtype, GRAD_GATHER, dst, src, 0, l, batch, heads, rows, head_dim);
+    return move(c, queue, dtype, GRAD_GATHER, dst, src, dst_off, l, batch, heads, rows, head_dim);
 }
 
 clflash_status clflash_grad_scatter(clflash_context *c, cl_command_queue queue, clflash_dtype dtype, cl_mem dst,

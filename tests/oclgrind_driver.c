@@ -251,10 +251,12 @@ static int run_grad_case(clflash_context *c, size_t n)
     cl_mem m_acc = clCreateBuffer(ctx, f, nc * sizeof(float), acc, &err);
     cl_mem m_acc2 = clCreateBuffer(ctx, f, nc * sizeof(float), acc2, &err);
     cl_mem m_dst = clCreateBuffer(ctx, f, nl * es, out0, &err);
-    cl_mem m_gath = clCreateBuffer(ctx, CL_MEM_READ_WRITE, nc * es, NULL, &err);
+    /* gathered from element GATHER_OFF of a buffer of exactly that many more elements */
+    enum { GATHER_OFF = 2 };
+    cl_mem m_gath = clCreateBuffer(ctx, CL_MEM_READ_WRITE, (nc + GATHER_OFF) * es, NULL, &err);
     clflash_status st = err;
     if (st == CLFLASH_SUCCESS)
-        st = clflash_grad_gather(c, qu, t, m_gath, m_src, &l, B, H, R, D);
+        st = clflash_grad_gather(c, qu, t, m_gath, GATHER_OFF, m_src, &l, B, H, R, D);
     if (st == CLFLASH_SUCCESS)
         st = clflash_grad_accumulate(c, qu, t, m_acc, m_part, (uint64_t)B * H, R, r0, len, D);
     if (st == CLFLASH_SUCCESS) /* an fp32 partial: every row */
@@ -263,7 +265,7 @@ static int run_grad_case(clflash_context *c, size_t n)
         st = clflash_grad_scatter(c, qu, t, m_dst, &l, B > 1 ? B - 1 : 1, H, R, D, m_acc,
                                   B > 1 ? (uint64_t)H * R * D : 0);
     if (st == CLFLASH_SUCCESS)
-        st = clEnqueueReadBuffer(qu, m_gath, CL_TRUE, 0, nc * es, gath, 0, NULL, NULL);
+        st = clEnqueueReadBuffer(qu, m_gath, CL_TRUE, GATHER_OFF * es, nc * es, gath, 0, NULL, NULL);
     if (st == CLFLASH_SUCCESS)
         st = clEnqueueReadBuffer(qu, m_acc, CL_TRUE, 0, nc * sizeof(float), accg, 0, NULL, NULL);
     if (st == CLFLASH_SUCCESS)

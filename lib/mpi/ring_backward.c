@@ -116,16 +116,17 @@ static clflash_status accumulate(ring_bwd *B, clflash_dtype part_dtype, cl_mem a
     return st ? ring_fail(st, "adding a gradient partial: %s", clflash_last_error_detail()) : CLFLASH_SUCCESS;
 }
 
-/* The caller's tensor m (layout l, heads heads, rows rows) from compact fp32 src at element src_off
- * (scatter), or compact dst from it (gather; src_off unused). */
+/* The caller's tensor m (layout l, heads heads, rows rows) from compact fp32 compact_buf at element
+ * compact_off (scatter), or compact_buf from element compact_off (storage type) from it (gather). */
 static clflash_status move(ring_bwd *B, int scatter, cl_mem m, const clflash_layout *l, uint32_t heads, uint32_t rows,
-                           cl_mem compact_buf, uint64_t src_off)
+                           cl_mem compact_buf, uint64_t compact_off)
 {
     const ring_geometry *g = B->g;
     const clflash_status st =
         scatter ? clflash_grad_scatter(B->ctx, B->cq, g->dtype, m, l, g->batch, heads, rows, g->head_dim, compact_buf,
-                                       src_off)
-                : clflash_grad_gather(B->ctx, B->cq, g->dtype, compact_buf, m, l, g->batch, heads, rows, g->head_dim);
+                                       compact_off)
+                : clflash_grad_gather(B->ctx, B->cq, g->dtype, compact_buf, compact_off, m, l, g->batch, heads, rows,
+                                      g->head_dim);
     return st ? ring_fail(st, "%s a tensor: %s", scatter ? "writing out" : "compacting", clflash_last_error_detail())
               : CLFLASH_SUCCESS;
 }
@@ -350,6 +351,26 @@ static clflash_status send_accumulator(ring_bwd *B, int s, clflash_status st)
     return st;
 }
 
+/* This rank's own K/V shard, compacted on the device into dev[0] (the layout every step's calls
+ * take, so that dK/dV come out compact too), in order on the compute queue; written[0] marks the
+ * end, which step 0 and the read to the host wait for. */
+static clflash_status own_shard_to_device(ring_bwd *B, cl_mem k, cl_mem v, uint32_t rows)
+{
+    const ring_geometry *g = B->g;
+    clflash_status st = move(B, 0, k, &B->d->k, g->heads_kv, rows, B->x.dev[0], 0);
+    if (st == CLFLASH_SUCCESS)
+        st = move(B, 0, v, &B->d->v, g->heads_kv, rows, B->x.dev[0], B->x.rows_elems * rows);
+    if (st != CLFLASH_SUCCESS)
+        return st;
+    if (B->x.written[0])
+        clReleaseEvent(B->x.written[0]);
+    B->x.written[0] = NULL;
+    cl_int err = clEnqueueMarkerWithWaitList(B->cq, 0, NULL, &B->x.written[0]);
+    if (err == CL_SUCCESS)
+        err = clFlush(B->cq);
+    return err == CL_SUCCESS ? CLFLASH_SUCCESS : ring_fail(err, "compacting the own K/V shard: %d", err);
+}
+
 /* The P steps and the final writes. A rank that fails keeps passing shards and accumulators.
  * Step s's accumulator is sent during step s + 1, after that step's kernels are enqueued, so the
  * device has work while the host waits for the read. */
@@ -358,21 +379,32 @@ static clflash_status run_ring(ring_bwd *B, cl_mem k, cl_mem v, cl_mem dq, cl_me
     const ring_geometry *g = B->g;
     const int P = g->size;
     const uint32_t own_rows = g->shards[g->rank].rows;
-    /* the own shard, compact: read to host[0] (to be sent) and written to dev[0] (step 0 uses it) */
-    clflash_status st = ring_exchange_pack_own(&B->x, g, k, &B->d->k, v, &B->d->v, own_rows);
-    if (st == CLFLASH_SUCCESS)
-        st = ring_exchange_upload(&B->x, 0, own_rows);
+    /* the own shard, compact in dev[0] (step 0 computes on it) and read from there into host[0] on
+     * the transfer queue while step 0 computes; sent once step 0 is enqueued */
+    clflash_status st = own_shard_to_device(B, k, v, own_rows);
+    if (st == CLFLASH_SUCCESS && P > 1)
+        st = ring_exchange_read_own_start(&B->x, own_rows);
     for (int s = 0; s < P; s++) {
         const int slot = s % 2, more = s + 1 < P;
         const uint32_t rows = g->shards[src_of(g, s)].rows, next_rows = more ? g->shards[src_of(g, s + 1)].rows : 0;
-        const double posted = B->timing ? MPI_Wtime() : 0.0;
-        if (more) {
+        double posted = B->timing ? MPI_Wtime() : 0.0;
+        if (more && s > 0) {
             const clflash_status ps = ring_exchange_post(&B->x, slot, rows, next_rows);
             if (ps && !st)
                 st = ps;
         }
         if (st == CLFLASH_SUCCESS)
             st = compute_step(B, s);
+        if (more && s == 0) { /* the own shard's read ran beside step 0's kernels */
+            const clflash_status fs = ring_exchange_pack_own_finish(&B->x);
+            if (fs && !st)
+                st = fs;
+            if (B->timing)
+                posted = MPI_Wtime();
+            const clflash_status ps = ring_exchange_post(&B->x, slot, rows, next_rows);
+            if (ps && !st)
+                st = ps;
+        }
         if (P > 1) {
             if (s > 0)
                 st = send_accumulator(B, s - 1, st);

@@ -131,11 +131,17 @@ clflash_status ring_exchange_pack_own_finish(ring_exchange *x)
     return err == CL_SUCCESS ? CLFLASH_SUCCESS : ring_fail(err, "reading the own K/V shard to the host: %d", err);
 }
 
-clflash_status ring_exchange_pack_own(ring_exchange *x, const ring_geometry *g, cl_mem k, const clflash_layout *kl,
-                                      cl_mem v, const clflash_layout *vl, uint32_t rows)
+clflash_status ring_exchange_read_own_start(ring_exchange *x, uint32_t rows)
 {
-    const clflash_status st = ring_exchange_pack_own_start(x, g, k, kl, v, vl, rows);
-    return st != CLFLASH_SUCCESS ? st : ring_exchange_pack_own_finish(x);
+    cl_int err = clEnqueueReadBuffer(x->queue, x->dev[0], CL_FALSE, 0, (size_t)shard_bytes(x, rows), x->host[0],
+                                     x->written[0] ? 1 : 0, x->written[0] ? &x->written[0] : NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = clFlush(x->queue);
+    if (err != CL_SUCCESS) {
+        clFinish(x->queue); /* nothing may still write host[0] */
+        return ring_fail(err, "reading the own K/V shard to the host: %d", err);
+    }
+    return CLFLASH_SUCCESS;
 }
 
 clflash_status ring_post_bytes(MPI_Comm comm, void *buf, uint64_t bytes, int peer, int tag0, int send,

@@ -138,14 +138,15 @@ typedef struct {
 /* Allocates the buffers for shards of up to max_rows rows and the transfer queue. */
 clflash_status ring_exchange_init(ring_exchange *x, clflash_context *ctx, MPI_Comm comm, const ring_geometry *g);
 void ring_exchange_free(ring_exchange *x);
-/* Reads this rank's own K and V (caller layouts, rows rows) into host[0], compact; waits. The
- * _start / _finish pair does the same in two halves: enqueue (and flush) the reads, then wait. */
+/* Enqueues (and flushes) the reads of this rank's own K and V (caller layouts, rows rows) into
+ * host[0], compact, on the transfer queue; ring_exchange_pack_own_finish waits for them. */
 clflash_status ring_exchange_pack_own_start(ring_exchange *x, const ring_geometry *g, cl_mem k,
                                             const clflash_layout *kl, cl_mem v, const clflash_layout *vl,
                                             uint32_t rows);
 clflash_status ring_exchange_pack_own_finish(ring_exchange *x);
-clflash_status ring_exchange_pack_own(ring_exchange *x, const ring_geometry *g, cl_mem k, const clflash_layout *kl,
-                                      cl_mem v, const clflash_layout *vl, uint32_t rows);
+/* The same from dev[0] when the own shard is already compact there (written[0] its last write):
+ * enqueues (and flushes) the read of rows rows into host[0]; ring_exchange_pack_own_finish waits. */
+clflash_status ring_exchange_read_own_start(ring_exchange *x, uint32_t rows);
 /* Posts the sends of host[slot] (send_rows rows) to the right and the receives into host[1 - slot]
  * (recv_rows rows) from the left. Waits first until host[1 - slot]'s last write to the device is done. */
 clflash_status ring_exchange_post(ring_exchange *x, int slot, uint32_t send_rows, uint32_t recv_rows);
