@@ -47,11 +47,14 @@
  * CPU runs in vector registers, where the per-key loop called a scalar tanh per score (PoCL,
  * n = 2048, d = 64: softcap cost 3.5 times the plain call). tanh is common.cl's tanh8. bias_at
  * is the bias of key key0 of the row. */
-static inline float8 transform_scores8(float8 s, float softcap, __global const float *bias_at, float alibi_slope,
-                                       uint i, uint key0, uint seq_q, uint seq_k)
+static inline float8 transform_scores8(float8 raw, float scale, float softcap, __global const float *bias_at,
+                                       float alibi_slope, uint i, uint key0, uint seq_q, uint seq_k)
 {
 #if SOFTCAP
-    s = softcap * tanh8(s * (1.0f / softcap));
+    /* scale / softcap in one product: one step less in the chain that bounds the loop */
+    float8 s = softcap * tanh8(raw * (scale / softcap));
+#else
+    float8 s = raw * scale;
 #endif
 #if BIAS
     s += vload8(0, bias_at);
@@ -181,7 +184,7 @@ PATH_FUNCTION void flash_forward_cpu_body(FORWARD_PARAMS, __local float *kf, __l
 #else
                 __global const float *bias_at = bias;
 #endif
-                float8 x = transform_scores8(vload8(k8, s) * score_scale, softcap, bias_at, slope, qi, k0 + 8 * k8, n_q,
+                float8 x = transform_scores8(vload8(k8, s), score_scale, softcap, bias_at, slope, qi, k0 + 8 * k8, n_q,
                                              diag_k) * M_LOG2E_F;
                 const int8 key = (int8)((int)(k0 + 8 * k8)) + (int8)(0, 1, 2, 3, 4, 5, 6, 7);
                 x = select((float8)(-INFINITY), x, key >= (int8)(lo_i) && key < (int8)(hi_i));
