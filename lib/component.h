@@ -33,7 +33,8 @@ static inline clflash_status clflash_component_check_version(void)
  * wait list and no event: in-order queues order them. Buffers are not checked for size here (the
  * component checks its callers' buffers and sizes its own). Statuses: CLFLASH_SUCCESS,
  * CLFLASH_ERROR_INVALID_ARGUMENT (NULL context, queue or buffer), CLFLASH_ERROR_INVALID_DTYPE (not
- * F32, F16 or BF16), CLFLASH_ERROR_INVALID_SHAPE (a dimension 0, rows past the tensor), a build
+ * F32, F16 or BF16), CLFLASH_ERROR_INVALID_SHAPE (a dimension 0, rows past the tensor),
+ * CLFLASH_ERROR_INVALID_LAYOUT (a default stride that overflows), a build
  * failure, or OpenCL's error; clflash_last_error_detail says more. */
 
 /* dst (compact, dtype, starting at element dst_off) = src (dtype, layout l). */

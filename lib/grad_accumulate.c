@@ -83,19 +83,6 @@ static clflash_status launch(clflash_context *c, cl_command_queue queue, clflash
     return CLFLASH_SUCCESS;
 }
 
-/* l with its zero strides replaced by the contiguous defaults. */
-static clflash_layout resolved(const clflash_layout *l, uint32_t heads, uint32_t rows, uint32_t head_dim)
-{
-    clflash_layout r = l ? *l : (clflash_layout){0, 0, 0, 0};
-    if (r.seq_stride == 0)
-        r.seq_stride = head_dim;
-    if (r.head_stride == 0)
-        r.head_stride = (uint64_t)rows * r.seq_stride;
-    if (r.batch_stride == 0)
-        r.batch_stride = (uint64_t)heads * r.head_stride;
-    return r;
-}
-
 /* gather (dst compact from element compact_off, src laid out) or scatter (dst laid out, src compact
  * fp32 from element compact_off): the two kernels take the same arguments */
 static clflash_status move(clflash_context *c, cl_command_queue queue, clflash_dtype t, grad_kernel which, cl_mem dst,
@@ -106,7 +93,10 @@ static clflash_status move(clflash_context *c, cl_command_queue queue, clflash_d
     clflash_status st = check_common(c, queue, t, dst, src, (uint64_t)batch * heads, rows, head_dim);
     if (st != CLFLASH_SUCCESS)
         return st;
-    const clflash_layout r = resolved(l, heads, rows, head_dim);
+    const clflash_layout none = {0, 0, 0, 0};
+    clflash_strides r;
+    if (!clflash_resolve_strides(l ? l : &none, heads, rows, head_dim, &r))
+        return clflash_fail(CLFLASH_ERROR_INVALID_LAYOUT, "a default stride of the layout overflows");
     const cl_ulong n = (cl_ulong)batch * heads * rows * head_dim, co = compact_off;
     const cl_uint h = heads, rw = rows, d = head_dim;
     const cl_ulong off = r.offset, bs = r.batch_stride, hs = r.head_stride, ss = r.seq_stride;
