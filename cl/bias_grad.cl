@@ -57,6 +57,7 @@ static inline void stage_columns(__local float *xt, __local float *yt, __global 
 /* The shape, layouts and features every term needs. */
 typedef struct {
     uint seq_q, seq_k, heads_q, win_left, win_right;
+    int diag_offset; /* the descriptor's diagonal_offset (common.cl's diagonal_keys) */
     float scale, softcap;
     ulong q_off, q_bs, q_hs, q_ss, k_off, k_bs, k_hs, k_ss, v_off, v_bs, v_hs, v_ss, o_off, o_bs, o_hs, o_ss;
     ulong bias_off, bias_bs, bias_hs, bias_rs;
@@ -103,7 +104,7 @@ static inline void tile_terms(__global const bits_t *q, __global const bits_t *k
     }
     /* the terms, computed with the indices clamped into the tensors and kept only where they count
      * (no branches around the values carried over the barriers above) */
-    const uint diag_k = diagonal_keys(key_len, a->seq_k);
+    const long diag_k = diagonal_keys(key_len, a->seq_k, a->diag_offset);
     for (uint m = 0; m < RM; m++) {
         const uint qi = q0 + r + 16 * m, qc = min(qi, a->seq_q - 1);
         long lo, hi;
@@ -129,7 +130,8 @@ static inline void tile_terms(__global const bits_t *q, __global const bits_t *k
 static inline void seeing_tiles(uint k0, uint k_end, uint key_len, const bg_args *a, uint *t_lo, uint *t_hi)
 {
     uint qb, qe;
-    key_block_queries(k0, k_end, a->seq_q, diagonal_keys(key_len, a->seq_k), key_len, a->win_left, a->win_right, &qb, &qe);
+    key_block_queries(k0, k_end, a->seq_q, diagonal_keys(key_len, a->seq_k, a->diag_offset), key_len, a->win_left,
+                      a->win_right, &qb, &qe);
     *t_lo = qb / TQ;
     *t_hi = (qe + TQ - 1) / TQ;
 }
@@ -141,13 +143,13 @@ bias_grad(__global const bits_t *q, __global const bits_t *k, __global const bit
           __global const float *lse, __global const float *dvec, __global const float *bias, __global float *dbias,
           __global const float *alibi, __global const int *key_lens, uint batch, uint heads_q, uint group,
           uint seq_q, uint seq_k, uint key_tiles, float scale, float softcap, uint win_left, uint win_right,
-          ulong q_off, ulong q_bs, ulong q_hs, ulong q_ss, ulong k_off, ulong k_bs, ulong k_hs, ulong k_ss,
-          ulong v_off, ulong v_bs, ulong v_hs, ulong v_ss, ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss,
+          int diag_offset, ulong q_off, ulong q_bs, ulong q_hs, ulong q_ss, ulong k_off, ulong k_bs, ulong k_hs,
+          ulong k_ss, ulong v_off, ulong v_bs, ulong v_hs, ulong v_ss, ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss,
           ulong bias_off, ulong bias_bs, ulong bias_hs, ulong bias_rs)
 {
     __local float qt[TQ * (DC + 1)], dot[TQ * (DC + 1)], kt[TK * (DC + 1)], vt[TK * (DC + 1)];
     __local float sums[16 * TK]; /* with the rows broadcast: [key][r] partial sums */
-    const bg_args a = {seq_q, seq_k, heads_q, win_left, win_right, scale, softcap, q_off, q_bs, q_hs, q_ss,
+    const bg_args a = {seq_q, seq_k, heads_q, win_left, win_right, diag_offset, scale, softcap, q_off, q_bs, q_hs, q_ss,
                        k_off, k_bs,  k_hs,    k_ss,     v_off,     v_bs,  v_hs,    v_ss,  o_off, o_bs, o_hs,
                        o_ss,  bias_off, bias_bs, bias_hs, bias_rs};
     const uint lid = get_local_id(0), r = lid / 16, c = lid % 16;

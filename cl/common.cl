@@ -143,29 +143,30 @@ static inline ulong lse_row0(uint b, uint h, uint heads_q, uint seq_q, uint tota
 #endif
 }
 
-/* Causal visibility alone, bottom-right aligned: query i sees key j iff j <= i + seq_k - seq_q. */
-static inline bool key_visible(uint i, uint j, uint seq_q, uint seq_k)
+/* Causal visibility alone: query i sees key j iff j <= i + diag_k - seq_q (diagonal_keys). */
+static inline bool key_visible(uint i, uint j, uint seq_q, long diag_k)
 {
 #if CAUSAL
-    return (long)j <= (long)i + (long)seq_k - (long)seq_q;
+    return (long)j <= (long)i + diag_k - (long)seq_q;
 #else
     return true;
 #endif
 }
 
-/* Which keys query i sees, as the half-open range [*lo, *hi). Every rule is aligned bottom-right:
- * the query's diagonal key is d = i + seq_k - seq_q.
+/* Which keys query i sees, as the half-open range [*lo, *hi). Every rule is aligned to the
+ * query's diagonal key d = i + diag_k - seq_q, where diag_k is diagonal_keys' (seq_k bottom-right,
+ * moved by the descriptor's diagonal_offset):
  *   CAUSAL:  keys j <= d;
  *   WINDOW:  d - window_left <= j <= d + window_right (set by the host through WIN_LEFT and
  *            WIN_RIGHT, runtime arguments, so one build serves every width);
  *   key_len: keys j < key_len (key padding; the host passes seq_k when there is none).
- * The range is empty when hi <= lo. Both ends grow with i, which lets a block of queries skip
- * whole key tiles. */
-static inline void visible_keys(uint i, uint seq_q, uint seq_k, uint key_len, uint win_left, uint win_right,
+ * The range is empty when hi <= lo; lo is at most key_len (a diagonal moved past the keys must not
+ * put it further). Both ends grow with i, which lets a block of queries skip whole key tiles. */
+static inline void visible_keys(uint i, uint seq_q, long diag_k, uint key_len, uint win_left, uint win_right,
                                 long *lo, long *hi)
 {
-    const long d = (long)i + (long)seq_k - (long)seq_q;
-    long l = 0, h = (long)min(seq_k, key_len);
+    const long d = (long)i + diag_k - (long)seq_q;
+    long l = 0, h = (long)key_len;
 #if CAUSAL
     h = min(h, d + 1);
 #endif
@@ -176,7 +177,7 @@ static inline void visible_keys(uint i, uint seq_q, uint seq_k, uint key_len, ui
     (void)d;
     (void)win_left;
     (void)win_right;
-    *lo = l;
+    *lo = min(l, (long)key_len);
     *hi = h;
 }
 
@@ -192,18 +193,20 @@ static inline uint batch_key_len(__global const int *key_lens, uint b, uint seq_
 #endif
 }
 
-/* The key count query rows align their diagonal to, the `seq_k` that visible_keys,
+/* The key count query rows align their diagonal to, the `diag_k` that visible_keys,
  * block_key_range, key_block_queries and the ALiBi distance take: the buffer's seq_k, or with
- * KEYLEN_DIAGONAL (CLFLASH_ALIGN_TO_KEY_LENGTH) the entry's own key length, so that query i's
- * diagonal key is i + key_len - seq_q. */
-static inline uint diagonal_keys(uint key_len, uint seq_k)
+ * KEYLEN_DIAGONAL (CLFLASH_ALIGN_TO_KEY_LENGTH) the entry's own key length, plus diag_offset (the
+ * descriptor's diagonal_offset, a runtime argument: 0 keeps the bottom-right rule), so that query
+ * i's diagonal key is i + key_len - seq_q + diag_offset. Signed: the diagonal may lie before key 0
+ * or past the last key. */
+static inline long diagonal_keys(uint key_len, uint seq_k, int diag_offset)
 {
 #if KEYLEN_DIAGONAL
     (void)seq_k;
-    return key_len;
+    return (long)key_len + diag_offset;
 #else
     (void)key_len;
-    return seq_k;
+    return (long)seq_k + diag_offset;
 #endif
 }
 
@@ -211,25 +214,25 @@ static inline uint diagonal_keys(uint key_len, uint seq_k)
  * [*begin, *end), begin a multiple of `tile`. Both ends of visible_keys grow with the query index,
  * so the tiles before the first row's lo and from the last row's hi on are invisible to the whole
  * block: they are skipped, not computed and masked. */
-static inline void block_key_range(uint q0, uint rows, uint seq_q, uint seq_k, uint key_len, uint win_left,
+static inline void block_key_range(uint q0, uint rows, uint seq_q, long diag_k, uint key_len, uint win_left,
                                    uint win_right, uint tile, uint *begin, uint *end)
 {
     long first_lo, first_hi, last_lo, last_hi;
-    visible_keys(q0, seq_q, seq_k, key_len, win_left, win_right, &first_lo, &first_hi);
-    visible_keys(min(q0 + rows, seq_q) - 1, seq_q, seq_k, key_len, win_left, win_right, &last_lo, &last_hi);
+    visible_keys(q0, seq_q, diag_k, key_len, win_left, win_right, &first_lo, &first_hi);
+    visible_keys(min(q0 + rows, seq_q) - 1, seq_q, diag_k, key_len, win_left, win_right, &last_lo, &last_hi);
     *begin = first_lo <= 0 ? 0u : (uint)first_lo / tile * tile;
     *end = last_hi <= (long)*begin ? *begin : (uint)last_hi;
 }
 
 /* The queries that can see a key of [k0, k_end) (k0 < k_end): [*q_begin, *q_end), empty when
- * equal; visible_keys inverted over a block of keys. With d = i + seq_k - seq_q, query i sees key
+ * equal; visible_keys inverted over a block of keys. With d = i + diag_k - seq_q, query i sees key
  * j only if j < key_len, j <= d (CAUSAL) and d - win_left <= j <= d + win_right (WINDOW), so the
  * first query is bounded by the block's first key and the last by its last key. For one key
  * (k_end = k0 + 1) the range is exact; for a block it is the union of its keys' ranges. */
-static inline void key_block_queries(uint k0, uint k_end, uint seq_q, uint seq_k, uint key_len, uint win_left,
+static inline void key_block_queries(uint k0, uint k_end, uint seq_q, long diag_k, uint key_len, uint win_left,
                                      uint win_right, uint *q_begin, uint *q_end)
 {
-    const long shift = (long)seq_k - (long)seq_q;
+    const long shift = diag_k - (long)seq_q;
     long qb = 0, qe = k0 < key_len ? (long)seq_q : 0; /* a block wholly past the key length: none */
 #if CAUSAL
     qb = max(qb, (long)k0 - shift);
@@ -294,7 +297,7 @@ static inline float8 tanh8(float8 x)
  * recomputed in the backward matches the forward's lse). Bias and ALiBi are additive, so only
  * softcap bends it: d(cap * tanh(s / cap))/ds = 1 - tanh^2(s / cap). */
 static inline float transform_score_grad(float s, float softcap, float bias, float alibi_slope, uint i, uint j,
-                                         uint seq_q, uint seq_k, float *slope)
+                                         uint seq_q, long diag_k, float *slope)
 {
 #if SOFTCAP
     const float t = tanh(s / softcap);
@@ -307,7 +310,7 @@ static inline float transform_score_grad(float s, float softcap, float bias, flo
     s += bias;
 #endif
 #if ALIBI
-    s -= alibi_slope * fabs((float)((long)i + (long)seq_k - (long)seq_q - (long)j));
+    s -= alibi_slope * fabs((float)((long)i + diag_k - (long)seq_q - (long)j));
 #endif
     (void)softcap;
     (void)bias;
@@ -315,7 +318,7 @@ static inline float transform_score_grad(float s, float softcap, float bias, flo
     (void)i;
     (void)j;
     (void)seq_q;
-    (void)seq_k;
+    (void)diag_k;
     return s;
 }
 
@@ -362,10 +365,10 @@ static inline bias_grad_cover bias_grad_group_cover(bool bcast_batch, bool bcast
  * softcap (cap * tanh(s / cap)), then the additive bias, then ALiBi (-slope * |d - j|):
  * transform_score_grad without its derivative (which the compiler drops). */
 static inline float transform_score(float s, float softcap, float bias, float alibi_slope, uint i, uint j,
-                                    uint seq_q, uint seq_k)
+                                    uint seq_q, long diag_k)
 {
     float slope;
-    return transform_score_grad(s, softcap, bias, alibi_slope, i, j, seq_q, seq_k, &slope);
+    return transform_score_grad(s, softcap, bias, alibi_slope, i, j, seq_q, diag_k, &slope);
 }
 
 /* ---- split-KV and GQA packing (the forward kernels) -------------------------------------------
@@ -549,7 +552,7 @@ static inline ulong kv_row(ulong base, ulong page_stride, ulong seq_stride, __gl
     __global out_t *o, __global float *lse, uint seq_q, uint seq_k, uint heads_q, uint group, \
     float score_scale, ulong q_off, ulong q_bs, ulong q_hs, ulong q_ss, ulong k_off, ulong k_bs, \
     ulong k_hs, ulong k_ss, ulong v_off, ulong v_bs, ulong v_hs, ulong v_ss, ulong o_off, \
-    ulong o_bs, ulong o_hs, ulong o_ss, uint win_left, uint win_right, float softcap, \
+    ulong o_bs, ulong o_hs, ulong o_ss, uint win_left, uint win_right, int diag_offset, float softcap, \
     float out_scale, __global const float *bias, ulong bias_off, ulong bias_bs, ulong bias_hs, \
     ulong bias_rs, __global const float *alibi, __global const int *key_lens, uint n_splits, \
     uint split_keys, __global const int *block_table, uint pages_per_seq, uint num_pages, \
@@ -559,7 +562,7 @@ static inline ulong kv_row(ulong base, ulong page_stride, ulong seq_stride, __gl
 #define FORWARD_ARGS \
     q, k, v, o, lse, seq_q, seq_k, heads_q, group, score_scale, q_off, q_bs, q_hs, q_ss, k_off, \
     k_bs, k_hs, k_ss, v_off, v_bs, v_hs, v_ss, o_off, o_bs, o_hs, o_ss, win_left, win_right, \
-    softcap, out_scale, bias, bias_off, bias_bs, bias_hs, bias_rs, alibi, key_lens, n_splits, \
+    diag_offset, softcap, out_scale, bias, bias_off, bias_bs, bias_hs, bias_rs, alibi, key_lens, n_splits, \
     split_keys, block_table, pages_per_seq, num_pages, cu_seqlens_q, cu_seqlens_k, total_q, total_k
 
 /* PATH_FUNCTION: a forward path's body, a function always inlined into its kernel, which declares

@@ -141,7 +141,9 @@ typedef struct {
     uint seq_q, seq_k, heads_q, group;
     float scale_log2, scale;
     ulong q_off, q_bs, q_hs, q_ss, k_off, k_bs, k_hs, k_ss, v_off, v_bs, v_hs, v_ss, o_off, o_bs, o_hs, o_ss;
-    uint key_len, diag_k, win_left, win_right;
+    uint key_len;
+    long diag_k; /* signed: diagonal_keys moves it by the host's diagonal offset */
+    uint win_left, win_right;
     float softcap;
     ulong bias_off, bias_bs, bias_hs, bias_rs;
     uint q_first, k_first, total_q;
@@ -325,7 +327,7 @@ static inline void dkdv_block(__global const bits_t *q, __global const bits_t *k
     for (uint cc = 0; cc < COLS_PER_LANE; cc++)
         acc_k[cc] = acc_v[cc] = 0.0f;
     /* ALiBi's distance for query qi is qi - key_shift (pair_prob) */
-    const long key_shift = (long)kj + (long)seq_q - (long)a->diag_k;
+    const long key_shift = (long)kj + (long)seq_q - a->diag_k;
 
     for (uint g = 0; g < a->group; g++) {
         const head_bases hb = bases_of_head(a, alibi, b, hk * a->group + g);
@@ -422,7 +424,7 @@ static inline void dq_block(__global const bits_t *q, __global const bits_t *k, 
     dq_key_ranges(a, q0, qi, &key_begin, &key_end, &lo, &hi);
     const ulong bias_row = hb.bias + (ulong)min(qi, seq_q - 1) * a->bias_rs;
     /* ALiBi's distance for key j is query_diag - j (pair_prob) */
-    const long query_diag = (long)qi + (long)a->diag_k - (long)seq_q;
+    const long query_diag = (long)qi + a->diag_k - (long)seq_q;
 
     float acc[COLS_PER_LANE];
     for (uint cc = 0; cc < COLS_PER_LANE; cc++)
@@ -610,7 +612,7 @@ static inline void dkdv_block_cpu(__global const bits_t *q, __global const bits_
 #if SOFTCAP || BIAS || ALIBI
             for (uint i8 = 0; i8 < BLOCK / 8; i8++) {
                 /* ALiBi's d - j of rows q0 + 8 * i8 .. + 7, exact in float below 2^24 */
-                const float dist0 = (float)((long)(q0 + 8 * i8) + (long)a->diag_k - (long)seq_q - (long)kj);
+                const float dist0 = (float)((long)(q0 + 8 * i8) + a->diag_k - (long)seq_q - (long)kj);
                 float8 slope;
                 const float8 p8 = pair_prob8(vload8(i8, p), vload8(i8, row_lse), vload8(i8, extra),
                                              (float8)(dist0) + (float8)(0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f),
@@ -712,7 +714,7 @@ static inline void dq_block_cpu(__global const bits_t *q, __global const bits_t 
 #if SOFTCAP || BIAS || ALIBI
         for (uint j8 = 0; j8 < BLOCK / 8; j8++) {
             /* ALiBi's d - j of keys k0 + 8 * j8 .. + 7, exact in float below 2^24 */
-            const float dist0 = (float)((long)qi + (long)a->diag_k - (long)seq_q - (long)(k0 + 8 * j8));
+            const float dist0 = (float)((long)qi + a->diag_k - (long)seq_q - (long)(k0 + 8 * j8));
             float8 slope;
             const float8 p8 = pair_prob8(vload8(j8, s), (float8)(l2), vload8(j8, extra),
                                          (float8)(dist0) - (float8)(0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f),
@@ -758,7 +760,7 @@ flash_backward_grads(__global const bits_t *q, __global const bits_t *k, __globa
                      uint heads_q, uint heads_kv, uint group, uint tiles_k, float scale_log2, float scale,
                      ulong q_off, ulong q_bs, ulong q_hs, ulong q_ss, ulong k_off, ulong k_bs, ulong k_hs,
                      ulong k_ss, ulong v_off, ulong v_bs, ulong v_hs, ulong v_ss, ulong o_off, ulong o_bs,
-                     ulong o_hs, ulong o_ss, uint win_left, uint win_right, float softcap,
+                     ulong o_hs, ulong o_ss, uint win_left, uint win_right, int diag_offset, float softcap,
                      __global const float *bias, ulong bias_off, ulong bias_bs, ulong bias_hs, ulong bias_rs,
                      __global const float *alibi, __global const int *key_lens, __global const int *cu_seqlens_q,
                      __global const int *cu_seqlens_k, uint total_q, uint total_k)
@@ -787,7 +789,8 @@ flash_backward_grads(__global const bits_t *q, __global const bits_t *k, __globa
     uint q_first, k_first;
     const uint n_q = seq_span(cu_seqlens_q, b, total_q, seq_q, &q_first);
     const uint n_k = seq_span(cu_seqlens_k, b, total_k, seq_k, &k_first);
-    const uint key_len = batch_key_len(key_lens, b, n_k), diag_k = diagonal_keys(key_len, n_k);
+    const uint key_len = batch_key_len(key_lens, b, n_k);
+    const long diag_k = diagonal_keys(key_len, n_k, diag_offset);
     const bwd_args a = {n_q,    n_k,     heads_q, group,   scale_log2, scale,    q_off,     q_bs,
                         q_hs,   q_ss,    k_off,   k_bs,    k_hs,       k_ss,     v_off,     v_bs,
                         v_hs,   v_ss,    o_off,   o_bs,    o_hs,       o_ss,     key_len,   diag_k,

@@ -92,7 +92,8 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void flash_decode_cpu(FO
         return;
     const uint rows = min((uint)DEC_ROWS, rows_total - row0); /* this work-item's rows */
 
-    const uint key_len = batch_key_len(key_lens, b, n_k), diag_k = diagonal_keys(key_len, n_k);
+    const uint key_len = batch_key_len(key_lens, b, n_k);
+    const long diag_k = diagonal_keys(key_len, n_k, diag_offset);
     uint key_begin, key_end;
     {
         const uint first = ROW_QUERY(row0), last = ROW_QUERY(row0 + rows - 1);

@@ -48,7 +48,7 @@
  * n = 2048, d = 64: softcap cost 3.5 times the plain call). tanh is common.cl's tanh8. bias_at
  * is the bias of key key0 of the row. */
 static inline float8 transform_scores8(float8 raw, float scale, float softcap, __global const float *bias_at,
-                                       float alibi_slope, uint i, uint key0, uint seq_q, uint seq_k)
+                                       float alibi_slope, uint i, uint key0, uint seq_q, long diag_k)
 {
 #if SOFTCAP
     /* scale / softcap in one product: one step less in the chain that bounds the loop */
@@ -63,14 +63,14 @@ static inline float8 transform_scores8(float8 raw, float scale, float softcap, _
 #endif
 #if ALIBI
     /* d - j for j = key0 .. key0 + 7, exact in float below 2^24 as the scalar form's */
-    const float dist = (float)((long)i + (long)seq_k - (long)seq_q - (long)key0);
+    const float dist = (float)((long)i + diag_k - (long)seq_q - (long)key0);
     s -= alibi_slope * fabs((float8)(dist) - (float8)(0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f));
 #else
     (void)alibi_slope;
     (void)i;
     (void)key0;
     (void)seq_q;
-    (void)seq_k;
+    (void)diag_k;
 #endif
     return s;
 }
@@ -112,7 +112,8 @@ PATH_FUNCTION void flash_forward_cpu_body(FORWARD_PARAMS, __local float *kf, __l
         vf[idx / (HD8 - HEAD_DIM) * HD8 + HEAD_DIM + idx % (HD8 - HEAD_DIM)] = 0.0f;
 #endif
 
-    const uint key_len = batch_key_len(key_lens, b, n_k), diag_k = diagonal_keys(key_len, n_k);
+    const uint key_len = batch_key_len(key_lens, b, n_k);
+    const long diag_k = diagonal_keys(key_len, n_k, diag_offset);
     long lo, hi;
     uint key_begin = 0, key_end = 0;
     if (live)

@@ -87,7 +87,8 @@ PATH_FUNCTION void flash_forward_lanes_body(FORWARD_PARAMS, __local bits_t *qt, 
     }
 
     /* The key tiles the block visits (block_key_range) and the keys this row sees, [lo, hi). */
-    const uint key_len = batch_key_len(key_lens, b, n_k), diag_k = diagonal_keys(key_len, n_k);
+    const uint key_len = batch_key_len(key_lens, b, n_k);
+    const long diag_k = diagonal_keys(key_len, n_k, diag_offset);
     long lo, hi;
     uint key_begin = 0, key_end = 0;
     if (live)

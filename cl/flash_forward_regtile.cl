@@ -136,7 +136,8 @@ PATH_FUNCTION void flash_forward_regtile_body(FORWARD_PARAMS, __local float4 *qs
         qs[r * 4 * RT_QS4 + c] = (row < rows_total && c < HEAD_DIM) ? load_g(q, at) : 0.0f;
     }
 
-    const uint key_len = batch_key_len(key_lens, b, n_k), diag_k = diagonal_keys(key_len, n_k);
+    const uint key_len = batch_key_len(key_lens, b, n_k);
+    const long diag_k = diagonal_keys(key_len, n_k, diag_offset);
     uint key_begin = 0, key_end = 0;
     /* the keys every row of the block sees, [full_lo, full_hi): both ends of visible_keys grow with
      * the query, so they are the last row's lo and the first row's hi. A tile inside needs no mask. */
@@ -174,7 +175,7 @@ PATH_FUNCTION void flash_forward_regtile_body(FORWARD_PARAMS, __local float4 *qs
         const uint qi = ROW_QUERY(row);
         h_r[i] = ROW_HEAD(h0, row);
 #if CAUSAL || WINDOW || ALIBI
-        diag_r[i] = (long)qi + (long)diag_k - (long)n_q;
+        diag_r[i] = (long)qi + diag_k - (long)n_q;
 #endif
 #if BIAS
         bias_row[i] = bias_off + (ulong)b * bias_bs + (ulong)h_r[i] * bias_hs + (ulong)qi * bias_rs;

@@ -22,7 +22,7 @@ __kernel __attribute__((reqd_work_group_size(TS, TS, 1))) void
 naive_scores(__global const bits_t *q, __global const bits_t *k, __global out_t *s, uint seq_q,
              uint seq_k, uint heads_q, uint group, uint bh0, float scale, ulong q_off, ulong q_bs,
              ulong q_hs, ulong q_ss, ulong k_off, ulong k_bs, ulong k_hs, ulong k_ss, uint win_left,
-             uint win_right, float softcap, __global const float *bias, ulong bias_off, ulong bias_bs,
+             uint win_right, int diag_offset, float softcap, __global const float *bias, ulong bias_off, ulong bias_bs,
              ulong bias_hs, ulong bias_rs, __global const float *alibi, __global const int *key_lens)
 {
     __local float qs[TS][TS + 1];
@@ -49,7 +49,8 @@ naive_scores(__global const bits_t *q, __global const bits_t *k, __global out_t 
     }
     const uint i = i0 + ty, j = j0 + tx;
     if (i < seq_q && j < seq_k) {
-        const uint key_len = batch_key_len(key_lens, b, seq_k), diag_k = diagonal_keys(key_len, seq_k);
+        const uint key_len = batch_key_len(key_lens, b, seq_k);
+        const long diag_k = diagonal_keys(key_len, seq_k, diag_offset);
         long lo, hi;
         visible_keys(i, seq_q, diag_k, key_len, win_left, win_right, &lo, &hi);
         float x = -INFINITY;

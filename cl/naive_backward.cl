@@ -37,7 +37,7 @@ naive_bwd_products(__global const bits_t *q, __global const bits_t *k, __global 
                    float scale, ulong q_off, ulong q_bs, ulong q_hs, ulong q_ss, ulong k_off,
                    ulong k_bs, ulong k_hs, ulong k_ss, ulong v_off, ulong v_bs, ulong v_hs,
                    ulong v_ss, ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss, uint win_left,
-                   uint win_right, float softcap, __global const float *bias, ulong bias_off,
+                   uint win_right, int diag_offset, float softcap, __global const float *bias, ulong bias_off,
                    ulong bias_bs, ulong bias_hs, ulong bias_rs, __global const float *alibi,
                    __global const int *key_lens, __global float *gm)
 {
@@ -75,7 +75,8 @@ naive_bwd_products(__global const bits_t *q, __global const bits_t *k, __global 
     const uint i = i0 + ty, j = j0 + tx;
     if (i < seq_q && j < seq_k) {
         const float l = lse[(ulong)bh * seq_q + i];
-        const uint key_len = batch_key_len(key_lens, b, seq_k), diag_k = diagonal_keys(key_len, seq_k);
+        const uint key_len = batch_key_len(key_lens, b, seq_k);
+        const long diag_k = diagonal_keys(key_len, seq_k, diag_offset);
         long lo, hi;
         visible_keys(i, seq_q, diag_k, key_len, win_left, win_right, &lo, &hi);
         const bool seen = l != -INFINITY && (long)j >= lo && (long)j < hi;

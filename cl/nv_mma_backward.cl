@@ -129,8 +129,9 @@ typedef struct {
     uint seq_q, seq_k, heads_q, group;
     float scale_log2, scale;
     ulong q_off, q_bs, q_hs, q_ss, k_off, k_bs, k_hs, k_ss, v_off, v_bs, v_hs, v_ss, o_off, o_bs, o_hs, o_ss;
-    uint key_len, diag_k, win_left, win_right; /* key_len: the batch entry's (seq_k without key lengths);
-                                                  diag_k: common.cl's diagonal_keys */
+    uint key_len; /* the batch entry's (seq_k without key lengths) */
+    long diag_k;  /* common.cl's diagonal_keys (signed: the diagonal offset moves it) */
+    uint win_left, win_right;
     float softcap;
     ulong bias_off, bias_bs, bias_hs, bias_rs;
     uint total_q, q_row;
@@ -333,7 +334,7 @@ static inline void key_group(const mma_bwd_args *a, __global const ushort *q, __
     const uint g = lane / 4, t = lane % 4;
     const ulong k_base = a->k_off + (ulong)b * a->k_bs + (ulong)hk * a->k_hs;
     const ulong v_base = a->v_off + (ulong)b * a->v_bs + (ulong)hk * a->v_hs;
-    const long shift = (long)a->diag_k - (long)a->seq_q; /* query i's diagonal key is i + shift */
+    const long shift = a->diag_k - (long)a->seq_q; /* query i's diagonal key is i + shift */
     /* P's exponent: the raw product times p_scale; with transforms the scores come in log2 units */
     const float p_scale = TRANSFORMS ? 1.0f : a->scale_log2;
     const float hidden = hidden_score(p_scale); /* the score of a masked pair */
@@ -503,7 +504,7 @@ static inline void query_group(const mma_bwd_args *a, __global const ushort *q, 
     const ulong o_base = a->o_off + (ulong)b * a->o_bs + (ulong)h * a->o_hs;
     const ulong k_base = a->k_off + (ulong)b * a->k_bs + (ulong)hk * a->k_hs;
     const ulong v_base = a->v_off + (ulong)b * a->v_bs + (ulong)hk * a->v_hs;
-    const long shift = (long)a->diag_k - (long)a->seq_q;
+    const long shift = a->diag_k - (long)a->seq_q;
     const float p_scale = TRANSFORMS ? 1.0f : a->scale_log2; /* as in key_group */
     const float hidden = hidden_score(p_scale);
     const score_consts sc = make_score_consts(a->scale, a->softcap);
@@ -655,7 +656,8 @@ nv_mma_backward(__global const ushort *q, __global const ushort *k, __global con
                 uint heads_kv, uint group, uint tiles_k, float scale_log2, float scale, ulong q_off, ulong q_bs,
                 ulong q_hs, ulong q_ss, ulong k_off, ulong k_bs, ulong k_hs, ulong k_ss, ulong v_off, ulong v_bs,
                 ulong v_hs, ulong v_ss, ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss, uint win_left,
-                uint win_right, float softcap, __global const float *bias, ulong bias_off, ulong bias_bs,
+                uint win_right, int diag_offset, float softcap, __global const float *bias, ulong bias_off,
+                ulong bias_bs,
                 ulong bias_hs, ulong bias_rs, __global const float *alibi, __global const int *key_lens,
                 __global const int *cu_seqlens_q, __global const int *cu_seqlens_k, uint total_q, uint total_k)
 {
@@ -694,7 +696,7 @@ nv_mma_backward(__global const ushort *q, __global const ushort *k, __global con
                             o_hs,
                             o_ss,
                             key_len,
-                            diagonal_keys(key_len, len_k),
+                            diagonal_keys(key_len, len_k, diag_offset),
                             win_left,
                             win_right,
                             softcap,

@@ -51,6 +51,7 @@
 /* The shape, layouts and features every term needs. */
 typedef struct {
     uint seq_q, seq_k, heads_q, group, win_left, win_right;
+    int diag_offset; /* the descriptor's diagonal_offset (common.cl's diagonal_keys) */
     ulong q_off, q_bs, q_hs, q_ss, k_off, k_bs, k_hs, k_ss, v_off, v_bs, v_hs, v_ss, o_off, o_bs, o_hs, o_ss;
     ulong bias_off, bias_bs, bias_hs, bias_rs;
 } nbg_args;
@@ -101,8 +102,8 @@ static inline void tile_terms(const nbg_args *a, __global const ushort *q, __glo
     const ulong o_base = a->o_off + (ulong)b * a->o_bs + (ulong)h * a->o_hs;
     const ulong k_base = a->k_off + (ulong)b * a->k_bs + (ulong)hk * a->k_hs;
     const ulong v_base = a->v_off + (ulong)b * a->v_bs + (ulong)hk * a->v_hs;
-    const uint diag_k = diagonal_keys(key_len, a->seq_k);
-    const long shift = (long)diag_k - (long)a->seq_q;
+    const long diag_k = diagonal_keys(key_len, a->seq_k, a->diag_offset);
+    const long shift = diag_k - (long)a->seq_q;
     /* The lane's rows g and g + 8 of the warp's 16 (rows past seq_q read the last row's data: their
      * lse offset is +inf, so P = 0). Their statistics are loaded first, so that the loads overlap
      * the copies of Q and K. */
@@ -168,7 +169,8 @@ static inline void tile_terms(const nbg_args *a, __global const ushort *q, __glo
 static inline void seeing_tiles(const nbg_args *a, uint k0, uint k_end, uint key_len, uint *t_lo, uint *t_hi)
 {
     uint qb, qe;
-    key_block_queries(k0, k_end, a->seq_q, diagonal_keys(key_len, a->seq_k), key_len, a->win_left, a->win_right, &qb, &qe);
+    key_block_queries(k0, k_end, a->seq_q, diagonal_keys(key_len, a->seq_k, a->diag_offset), key_len, a->win_left,
+                      a->win_right, &qb, &qe);
     *t_lo = qb / TQ;
     *t_hi = (qe + TQ - 1) / TQ;
 }
@@ -181,7 +183,8 @@ nv_mma_bias_grad(__global const ushort *q, __global const ushort *k, __global co
                  __global const ushort *d_o, __global const float *lse, __global const float *dvec,
                  __global const float *bias, __global float *dbias, __global const float *alibi,
                  __global const int *key_lens, uint batch, uint heads_q, uint group, uint seq_q, uint seq_k,
-                 uint key_tiles, float scale, float softcap, uint win_left, uint win_right, ulong q_off, ulong q_bs,
+                 uint key_tiles, float scale, float softcap, uint win_left, uint win_right, int diag_offset,
+                 ulong q_off, ulong q_bs,
                  ulong q_hs, ulong q_ss, ulong k_off, ulong k_bs, ulong k_hs, ulong k_ss, ulong v_off, ulong v_bs,
                  ulong v_hs, ulong v_ss, ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss, ulong bias_off,
                  ulong bias_bs, ulong bias_hs, ulong bias_rs)
@@ -191,7 +194,7 @@ nv_mma_bias_grad(__global const ushort *q, __global const ushort *k, __global co
     __local ushort *const xt = (__local ushort *)words; /* Q, then dO */
     __local ushort *const yt = xt + TQ * ROW_STRIDE;     /* K, then V */
     __local float sums[WARPS * TK];                      /* with the rows broadcast: [warp][key] */
-    const nbg_args a = {seq_q, seq_k, heads_q, group, win_left, win_right, q_off,    q_bs,    q_hs,    q_ss,
+    const nbg_args a = {seq_q, seq_k, heads_q, group, win_left, win_right, diag_offset, q_off, q_bs, q_hs, q_ss,
                         k_off, k_bs,  k_hs,    k_ss,  v_off,    v_bs,      v_hs,     v_ss,    o_off,   o_bs,
                         o_hs,  o_ss,  bias_off, bias_bs, bias_hs, bias_rs};
     const score_consts sc = make_score_consts(scale, softcap);

@@ -499,8 +499,9 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
                     ulong q_off, ulong q_bs, ulong q_hs, ulong q_ss,
                     ulong k_off, ulong k_bs, ulong k_hs, ulong k_ss,
                     ulong v_off, ulong v_bs, ulong v_hs, ulong v_ss,
-                    ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss, uint win_left, uint win_right, float softcap,
-                    float out_scale, __global const float *bias, ulong bias_off, ulong bias_bs, ulong bias_hs,
+                    ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss, uint win_left, uint win_right, int diag_offset,
+                    float softcap, float out_scale, __global const float *bias, ulong bias_off, ulong bias_bs,
+                    ulong bias_hs,
                     ulong bias_rs, __global const float *alibi, __global const int *key_lens, uint n_splits,
                     uint split_keys, __global const int *block_table, uint pages_per_seq, uint num_pages,
                     __global const int *cu_seqlens_q, __global const int *cu_seqlens_k, uint total_q, uint total_k
@@ -557,8 +558,9 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
     /* paged: the head's place in a page (a paged cache is never a variable-length batch) */
     const ulong k_base = kv_head_base(k_off, k_bs, k_hs, b, hk) + (ulong)k_row * k_ss;
     const ulong v_base = kv_head_base(v_off, v_bs, v_hs, b, hk) + (ulong)k_row * v_ss;
-    const uint key_len = batch_key_len(key_lens, b, len_k), diag_k = diagonal_keys(key_len, len_k);
-    const long shift = (long)diag_k - (long)len_q; /* query i's diagonal key is i + shift */
+    const uint key_len = batch_key_len(key_lens, b, len_k);
+    const long diag_k = diagonal_keys(key_len, len_k, diag_offset);
+    const long shift = diag_k - (long)len_q; /* query i's diagonal key is i + shift */
     (void)out_scale; /* the I8 output scale: no I8 here */
 
 #if !NV_Q_DIRECT && !Q_WITH_TILES

@@ -399,7 +399,8 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
                       ulong q_off, ulong q_bs, ulong q_hs, ulong q_ss,
                       ulong k_off, ulong k_bs, ulong k_hs, ulong k_ss,
                       ulong v_off, ulong v_bs, ulong v_hs, ulong v_ss,
-                      ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss, uint win_left, uint win_right, float softcap,
+                      ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss, uint win_left, uint win_right, int diag_offset,
+                      float softcap,
                       float out_scale, __global const float *bias, ulong bias_off, ulong bias_bs, ulong bias_hs,
                       ulong bias_rs, __global const float *alibi, __global const int *key_lens, uint n_splits,
                       uint split_keys, __global const int *block_table, uint pages_per_seq, uint num_pages,
@@ -410,7 +411,8 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
     __local uint4 local_words[LOCAL_HALVES / 8] __attribute__((aligned(128)));
     __local ushort *const tiles = (__local ushort *)local_words;
     /* what this kernel does not take (the #error above) */
-    (void)win_left, (void)win_right, (void)softcap, (void)out_scale, (void)bias, (void)bias_off, (void)bias_bs;
+    (void)win_left, (void)win_right, (void)diag_offset, (void)softcap, (void)out_scale, (void)bias, (void)bias_off;
+    (void)bias_bs;
     (void)bias_hs, (void)bias_rs, (void)alibi, (void)key_lens, (void)split_keys, (void)block_table;
     (void)pages_per_seq, (void)num_pages, (void)cu_seqlens_q, (void)cu_seqlens_k, (void)total_q, (void)total_k;
 

@@ -444,6 +444,23 @@ typedef struct {
     cl_mem cu_seqlens_k;    /* the same for the keys: rows of the packed K and V (dK, dV) */
     uint32_t total_q;       /* rows of the packed Q and O (>= 1 with cu_seqlens_q; 0 without) */
     uint32_t total_k;       /* rows of the packed K and V (>= 1 with cu_seqlens_k; 0 without) */
+
+    /* ---- Moving the diagonal (since 0.5; forward and backward). ---- */
+    int32_t diagonal_offset; /* 0 = the bottom-right diagonal; else query i's diagonal key, which
+                                CLFLASH_CAUSAL, CLFLASH_WINDOW and ALiBi are aligned to, becomes
+                                d = i + seq_k - seq_q + diagonal_offset (seq_k is the entry's key
+                                length with CLFLASH_ALIGN_TO_KEY_LENGTH, the sequence's length in a
+                                variable-length batch): causal sees keys j <= d, a window
+                                d - window_left .. d + window_right, ALiBi adds -slope * |d - j|.
+                                For queries at global positions q0 .. and keys at k0 .. of a longer
+                                sequence (a chunk of a prefill, a shard of context parallelism),
+                                diagonal_offset = (q0 - k0) - (seq_k - seq_q) gives the rules of the
+                                whole sequence; seq_q - seq_k gives the top-left alignment of
+                                PyTorch's is_causal. Rows left with no visible key get O = 0 and
+                                lse = -INFINITY. Without a diagonal rule it changes nothing.
+                                -CLFLASH_MAX_SEQ_K .. CLFLASH_MAX_SEQ_K, else
+                                CLFLASH_ERROR_INVALID_ARGUMENT. Every kernel takes it at run time
+                                (no new build per offset) */
 } clflash_attention_desc;
 
 /* The most parts num_splits may ask for (and clflash_merge_states take). */

@@ -169,7 +169,7 @@ clflash_status clflash_backward_naive(clflash_context *c, const clflash_attentio
         err = clflash_set_args(nk.products, 0, products_args, 11);
         if (!err) err = clSetKernelArg(nk.products, 12, sizeof(float), &p.scale);
         if (!err) err = clflash_set_feature_args(nk.products, 29, &p, 0);
-        if (!err) err = clSetKernelArg(nk.products, 39, sizeof(cl_mem), gm ? &gm : NULL);
+        if (!err) err = clSetKernelArg(nk.products, 29 + CLFLASH_FEATURE_ARGS - 1, sizeof(cl_mem), gm ? &gm : NULL);
         if (!err) err = clflash_set_args(nk.softmax, 0, softmax_args, 4);
         if (!err) err = clSetKernelArg(nk.softmax, 4, sizeof(cl_mem), gm ? &gm : NULL);
         if (!err) err = clflash_set_args(nk.dq, 0, dq_args, 7);

@@ -124,6 +124,7 @@ clflash_status clflash_enqueue_bias_grad(clflash_context *c, const clflash_probl
     const cl_uint batch = p->batch, heads_q = p->heads_q, group = p->group, seq_q = p->seq_q, seq_k = p->seq_k;
     const cl_uint key_tiles = (seq_k + TILE - 1) / TILE, row_tiles = bc & 4u ? 1u : (seq_q + TILE - 1) / TILE;
     const cl_uint wl = p->window_left, wr = p->window_right;
+    const cl_int offset = p->diagonal_offset;
     const cl_ulong lay[20] = {p->q.offset, p->q.batch_stride, p->q.head_stride, p->q.seq_stride,
                               p->k.offset, p->k.batch_stride, p->k.head_stride, p->k.seq_stride,
                               p->v.offset, p->v.batch_stride, p->v.head_stride, p->v.seq_stride,
@@ -150,7 +151,8 @@ clflash_status clflash_enqueue_bias_grad(clflash_context *c, const clflash_probl
                                 {sizeof(float), &p->scale},
                                 {sizeof(float), &p->softcap},
                                 {sizeof(cl_uint), &wl},
-                                {sizeof(cl_uint), &wr}};
+                                {sizeof(cl_uint), &wr},
+                                {sizeof(cl_int), &offset}};
     const cl_uint n_args = sizeof args / sizeof args[0];
     cl_int err = clflash_set_args(kernel, 0, args, n_args);
     for (cl_uint i = 0; err == CL_SUCCESS && i < 20; i++)

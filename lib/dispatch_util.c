@@ -75,9 +75,13 @@ cl_int clflash_set_feature_args(cl_kernel k, cl_uint first, const clflash_proble
     const cl_uint wl = p->window_left, wr = p->window_right;
     const cl_ulong bl[4] = {p->bias_strides.offset, p->bias_strides.batch_stride, p->bias_strides.head_stride,
                             p->bias_strides.seq_stride};
-    const clflash_arg head[] = {{sizeof(cl_uint), &wl}, {sizeof(cl_uint), &wr}, {sizeof(float), &p->softcap},
+    const cl_int offset = p->diagonal_offset;
+    const clflash_arg head[] = {{sizeof(cl_uint), &wl},
+                                {sizeof(cl_uint), &wr},
+                                {sizeof(cl_int), &offset},
+                                {sizeof(float), &p->softcap},
                                 {sizeof(float), &p->v_scale}};
-    const size_t n_head = include_out_scale ? 4 : 3;
+    const size_t n_head = include_out_scale ? 5 : 4;
     const clflash_arg tail[] = {{sizeof(cl_mem), p->bias ? &p->bias : NULL},
                                 {sizeof(cl_ulong), &bl[0]},
                                 {sizeof(cl_ulong), &bl[1]},

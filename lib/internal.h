@@ -277,6 +277,7 @@ typedef struct {
     uint32_t num_splits;       /* as given: 0 = planner, 1 = none, N = exactly N */
     clflash_strides q, k, v, o;
     uint32_t window_left, window_right;
+    int32_t diagonal_offset;   /* moves the diagonal of causal, window and ALiBi (clflash.h) */
     float softcap;
     cl_mem bias, alibi_slopes, key_lengths;
     clflash_strides bias_strides; /* elements; broadcast dimensions have stride 0 */
@@ -654,9 +655,10 @@ CLFLASH_INTERNAL void clflash_forward_defines(const clflash_problem *p, int with
 #define CLFLASH_VARLEN_ARGS 4
 CLFLASH_INTERNAL cl_int clflash_set_varlen_args(cl_kernel k, cl_uint first, const clflash_problem *p);
 /* How many arguments clflash_set_feature_args sets with include_out_scale (the flash kernel's). */
-#define CLFLASH_FEATURE_ARGS 11
+#define CLFLASH_FEATURE_ARGS 12
 /* The kernel arguments both the flash and the naive scores kernel take after their own: window
- * widths, softcap, bias (buffer, offset, three strides), ALiBi slopes and key lengths. Sets
+ * widths, the diagonal offset (int), softcap, bias (buffer, offset, three strides), ALiBi slopes
+ * and key lengths. Sets
  * CLFLASH_FEATURE_ARGS arguments from index `first`. `include_out_scale` puts v_scale after
  * softcap (the flash kernel's order). */
 CLFLASH_INTERNAL cl_int clflash_set_feature_args(cl_kernel k, cl_uint first, const clflash_problem *p,

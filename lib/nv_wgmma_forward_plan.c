@@ -40,6 +40,8 @@ static const char *shape_refusal(const clflash_problem *p)
     if ((p->flags & ~(uint32_t)CLFLASH_CAUSAL) != 0 || p->softcap != 0.0f || p->bias != NULL ||
         p->alibi_slopes != NULL || p->key_lengths != NULL)
         return "a score feature other than the causal mask";
+    if (p->diagonal_offset != 0)
+        return "a diagonal offset";
     if (p->block_table != NULL)
         return "a paged KV cache";
     if (p->varlen)

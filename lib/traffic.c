@@ -16,7 +16,7 @@
  * seq_k and seq_q here). */
 static void visible_keys(const clflash_problem *p, uint64_t i, int64_t *lo, int64_t *hi)
 {
-    const int64_t d = (int64_t)i + (int64_t)p->seq_k - (int64_t)p->seq_q;
+    const int64_t d = (int64_t)i + (int64_t)p->seq_k - (int64_t)p->seq_q + p->diagonal_offset;
     int64_t l = 0, h = p->seq_k;
     if ((p->flags & CLFLASH_CAUSAL) && d + 1 < h)
         h = d + 1;
@@ -26,7 +26,7 @@ static void visible_keys(const clflash_problem *p, uint64_t i, int64_t *lo, int6
         if (d + (int64_t)p->window_right + 1 < h)
             h = d + (int64_t)p->window_right + 1;
     }
-    *lo = l;
+    *lo = l < h ? l : h;
     *hi = h;
 }
 

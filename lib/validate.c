@@ -307,6 +307,10 @@ clflash_status clflash_resolve_desc(const clflash_attention_desc *caller, clflas
     p->v_scale = d->dtype == CLFLASH_I8 && d->v_scale != 0.0f ? d->v_scale : 1.0f;
     p->window_left = d->window_left;
     p->window_right = d->window_right;
+    if (d->diagonal_offset < -(int64_t)CLFLASH_MAX_SEQ_K || d->diagonal_offset > (int64_t)CLFLASH_MAX_SEQ_K)
+        return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "diagonal_offset %d is outside -%u .. %u",
+                            (int)d->diagonal_offset, CLFLASH_MAX_SEQ_K, CLFLASH_MAX_SEQ_K);
+    p->diagonal_offset = d->diagonal_offset;
     p->softcap = d->softcap;
     p->bias = d->bias;
     p->alibi_slopes = d->alibi_slopes;

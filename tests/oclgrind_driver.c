@@ -209,7 +209,19 @@ static const struct {
 };
 #define N_GRAD_CASES (sizeof gcases / sizeof gcases[0])
 
-#define N_CASES (N_FORWARD_CASES + N_BACKWARD_CASES + N_PAGED_CASES + N_APPEND_CASES + N_VARLEN_CASES + N_GRAD_CASES)
+/* diagonal_offset (clflash_attention_desc): rows of bcases again with their diagonal moved, so that
+ * rows see no key, every key, or a window away from the corner: the GPU kernels (window; ALiBi),
+ * the naive backward with every feature, the CPU path (aligned to key lengths; window with key
+ * lengths; every transform). */
+static const struct {
+    size_t row;
+    int32_t offset;
+} ocases[] = {{8, -6}, {14, 7}, {21, 5}, {23, -3}, {26, 4}, {27, -5}};
+
+#define N_OFFSET_CASES (sizeof ocases / sizeof ocases[0])
+#define N_CASES                                                                                                    \
+    (N_FORWARD_CASES + N_BACKWARD_CASES + N_PAGED_CASES + N_APPEND_CASES + N_VARLEN_CASES + N_GRAD_CASES +          \
+     N_OFFSET_CASES)
 
 /* Runs grad case n; returns 1 on a failure (printed). */
 static int run_grad_case(clflash_context *c, size_t n)
@@ -449,8 +461,8 @@ static int run_append_case(clflash_context *c, size_t n)
     return failed;
 }
 
-/* Runs backward case n; returns 1 on a failure (printed). */
-static int run_backward_case(clflash_context *shared, size_t n)
+/* Runs backward case n with its diagonal moved by offset; returns 1 on a failure (printed). */
+static int run_backward_case(clflash_context *shared, size_t n, int32_t offset)
 {
     const backward_case *k = &bcases[n];
     clflash_context *c = shared;
@@ -472,6 +484,7 @@ static int run_backward_case(clflash_context *shared, size_t n)
     d.window_right = k->window_right;
     d.scale = k->scale;
     d.softcap = k->softcap;
+    d.diagonal_offset = offset;
     if (k->strided) { /* gaps after every row of dQ (and Q), dK and dV */
         d.q = (clflash_layout){3, 0, 0, k->head_dim + 2};
         d.k = (clflash_layout){1, 0, 0, k->head_dim + 1};
@@ -491,6 +504,8 @@ static int run_backward_case(clflash_context *shared, size_t n)
         snprintf(what + strlen(what), sizeof what - strlen(what), "%s%s%s",
                  k->bias ? (k->algo == TB_FLASH ? " bias (and dBias)" : " bias") : "",
                  k->alibi ? " alibi" : "", k->lens ? " key-lengths" : "");
+    if (offset != 0)
+        snprintf(what + strlen(what), sizeof what - strlen(what), " diagonal_offset=%d", (int)offset);
     const char *algo = k->algo == TB_FLASH ? "backward" : "naive backward";
     tb_case t;
     int failed = 0;
@@ -592,6 +607,11 @@ int main(int argc, char **argv)
     printf("device: %s\n", name);
     int failures = 0;
     for (size_t n = first; n < last; n++) {
+        if (n >= N_CASES - N_OFFSET_CASES) {
+            const size_t o = n - (N_CASES - N_OFFSET_CASES);
+            failures += run_backward_case(c, ocases[o].row, ocases[o].offset);
+            continue;
+        }
         if (n >= N_FORWARD_CASES + N_BACKWARD_CASES + N_PAGED_CASES + N_APPEND_CASES + N_VARLEN_CASES) {
             failures += run_grad_case(c, n - (N_FORWARD_CASES + N_BACKWARD_CASES + N_PAGED_CASES + N_APPEND_CASES +
                                               N_VARLEN_CASES));
@@ -610,7 +630,7 @@ int main(int argc, char **argv)
             continue;
         }
         if (n >= N_FORWARD_CASES) {
-            failures += run_backward_case(c, n - N_FORWARD_CASES);
+            failures += run_backward_case(c, n - N_FORWARD_CASES, 0);
             continue;
         }
         const driver_case *k = &cases[n];

@@ -181,11 +181,11 @@ static int64_t ref_key_len(const clflash_attention_desc *d, const ref_extras *x,
 }
 
 /* Query i's diagonal key in batch entry b: i + seq_k - seq_q, or with CLFLASH_ALIGN_TO_KEY_LENGTH
- * i + key_len - seq_q. */
+ * i + key_len - seq_q; plus diagonal_offset. */
 static int64_t ref_diagonal(const clflash_attention_desc *d, const ref_extras *x, uint32_t b, uint32_t i)
 {
     const int64_t keys = (d->flags & CLFLASH_ALIGN_TO_KEY_LENGTH) ? ref_key_len(d, x, b) : (int64_t)d->seq_k;
-    return (int64_t)i + keys - (int64_t)d->seq_q;
+    return (int64_t)i + keys - (int64_t)d->seq_q + d->diagonal_offset;
 }
 
 void ref_visible_keys(const clflash_attention_desc *d, const ref_extras *x, uint32_t b, uint32_t i, int64_t *lo,

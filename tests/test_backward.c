@@ -491,8 +491,9 @@ typedef struct {
     uint32_t block;
 } feat_t;
 
-/* Builds case t for f (the bias, slopes and lengths as tb_case_init_features makes them). */
-static void feat_init(tb_case *t, const feat_t *f, uint64_t seed)
+/* Builds case t for f (the bias, slopes and lengths as tb_case_init_features makes them), its
+ * diagonal moved by `offset` (clflash_attention_desc.diagonal_offset). */
+static void feat_init_offset(tb_case *t, const feat_t *f, int32_t offset, uint64_t seed)
 {
     clflash_attention_desc d =
         th_desc(f->batch, f->heads_q, f->heads_kv, f->seq_q, f->seq_k, f->head_dim, f->dtype, f->flags);
@@ -501,7 +502,13 @@ static void feat_init(tb_case *t, const feat_t *f, uint64_t seed)
     d.window_left = f->window_left;
     d.window_right = f->window_right;
     d.block = f->block;
+    d.diagonal_offset = offset;
     ck_assert_msg(tb_case_init_features(t, &d, f->bias, f->alibi, f->lens, seed) == 0, "out of host memory");
+}
+
+static void feat_init(tb_case *t, const feat_t *f, uint64_t seed)
+{
+    feat_init_offset(t, f, 0, seed);
 }
 
 /* A description of f for failure messages. */
@@ -511,16 +518,18 @@ static void feat_str(const feat_t *f, const tb_case *t, char *buf, size_t len)
     static const char *const lens[] = {"", " lens=ragged", " lens=0"};
     char what[200];
     th_desc_str(&t->d, what, sizeof what);
-    snprintf(buf, len, "%s window=%u,%u softcap=%g%s%s%s", what, f->window_left, f->window_right,
-             (double)f->softcap, biases[f->bias], f->alibi ? " alibi" : "", lens[f->lens]);
+    snprintf(buf, len, "%s window=%u,%u softcap=%g%s%s%s diagonal_offset=%d", what, f->window_left,
+             f->window_right, (double)f->softcap, biases[f->bias], f->alibi ? " alibi" : "", lens[f->lens],
+             (int)t->d.diagonal_offset);
 }
 
-/* Runs f through one path and checks it against the reference. */
-static void run_feat(clflash_context *c, const feat_t *f, tb_algo algo, int device_forward, uint64_t seed)
+/* Runs f, its diagonal moved by offset, through one path and checks it against the reference. */
+static void run_feat_offset(clflash_context *c, const feat_t *f, int32_t offset, tb_algo algo, int device_forward,
+                            uint64_t seed)
 {
     char what[400], msg[3000];
     tb_case t;
-    feat_init(&t, f, seed);
+    feat_init_offset(&t, f, offset, seed);
     feat_str(f, &t, what, sizeof what);
     t.bias_grad = algo == TB_FLASH && t.bias != NULL; /* dBias too (the naive backward refuses it) */
     const clflash_status st = tb_run(c, &t, algo, device_forward, NULL);
@@ -529,6 +538,11 @@ static void run_feat(clflash_context *c, const feat_t *f, tb_algo algo, int devi
     ck_assert_msg(tb_check(&t, msg, sizeof msg) == 0, "%s%s%s: %s", algo == TB_NAIVE ? "naive " : "", what,
                   device_forward ? " (O and lse from clflash_forward)" : "", msg);
     tb_case_free(&t);
+}
+
+static void run_feat(clflash_context *c, const feat_t *f, tb_algo algo, int device_forward, uint64_t seed)
+{
+    run_feat_offset(c, f, 0, algo, device_forward, seed);
 }
 
 static const feat_t feats[] = {
@@ -589,6 +603,38 @@ START_TEST(backward_features)
     clflash_context *c = test_context(NULL);
     run_feat(c, &feats[_i], TB_FLASH, 0, 2000 + (uint64_t)_i);
     run_feat(c, &feats[_i], TB_NAIVE, 0, 2000 + (uint64_t)_i);
+    clflash_context_free(c);
+}
+END_TEST
+
+/* diagonal_offset (a chunk of a longer sequence, top-left alignment): rows that see no key, rows
+ * that see every key, windows and ALiBi at moved diagonals, key lengths aligned or not, small
+ * blocks; the planned path and the GPU path (portable.cpu_path=0) and the naive one. */
+static const struct {
+    feat_t f;
+    int32_t offset;
+} offset_feats[] = {
+    {{2, 2, 1, 37, 53, 16, F32, CAUSAL, 0, 0, 0.0f, 0.0f, NO_BIAS, 1, NO_LENS, 0}, -40},
+    {{1, 2, 0, 67, 131, 32, F32, CAUSAL, 0, 0, 2.0f, 5.0f, NO_BIAS, 0, NO_LENS, 0}, 67 - 131},
+    {{1, 4, 2, 40, 40, 16, F16, CAUSAL | WIN, 9, 3, 0.0f, 0.0f, NO_BIAS, 0, NO_LENS, 8}, 45},
+    {{2, 2, 1, 23, 71, 16, BF16, WIN, 5, 7, 1.0f, 3.0f, BIAS_FULL, 1, NO_LENS, 0}, -30},
+    {{1, 2, 0, 31, 31, 16, F32, CAUSAL, 0, 0, 0.0f, 0.0f, NO_BIAS, 1, NO_LENS, 8}, 31},
+    {{1, 2, 0, 31, 31, 16, F32, CAUSAL, 0, 0, 0.0f, 0.0f, NO_BIAS, 0, NO_LENS, 0}, -31},
+    {{4, 2, 1, 5, 37, 16, F32, CAUSAL | ALN, 0, 0, 0.0f, 0.0f, NO_BIAS, 1, LENS_RAGGED, 0}, -2},
+    {{4, 2, 1, 19, 53, 16, F16, CAUSAL | WIN, 6, 2, 0.0f, 0.0f, BIAS_BCAST, 0, LENS_RAGGED, 8}, 11},
+};
+
+/* _i: row of offset_feats * 2 + (0: the planned path, 1: the GPU path); both against the
+ * reference, and the naive backward with the planned context. */
+START_TEST(backward_diagonal_offsets)
+{
+    clflash_context_options opt = {.struct_size = sizeof opt};
+    opt.tuning = "portable.cpu_path=0";
+    clflash_context *c = test_context(_i % 2 ? &opt : NULL);
+    const int k = _i / 2;
+    run_feat_offset(c, &offset_feats[k].f, offset_feats[k].offset, TB_FLASH, 0, 2300 + (uint64_t)k);
+    if (_i % 2 == 0)
+        run_feat_offset(c, &offset_feats[k].f, offset_feats[k].offset, TB_NAIVE, 0, 2300 + (uint64_t)k);
     clflash_context_free(c);
 }
 END_TEST
@@ -1034,6 +1080,7 @@ static Suite *backward_suite(void)
     tcase_set_timeout(tx, TEST_TIMEOUT_S);
     tcase_add_loop_test(tx, backward_features, 0, N_OF(feats));
     tcase_add_loop_test(tx, backward_features_pipeline, 0, 3);
+    tcase_add_loop_test(tx, backward_diagonal_offsets, 0, 2 * N_OF(offset_feats));
     tcase_add_loop_test(tx, backward_features_finite_differences, 0, N_OF(feats_fd));
     tcase_add_test(tx, backward_softcap_sensitivity);
     suite_add_tcase(s, tx);

@@ -571,6 +571,59 @@ START_TEST(aligned_to_key_lengths)
 }
 END_TEST
 
+/* diagonal_offset: the diagonal of causal, window and ALiBi moved off the bottom-right corner.
+ * Negative and positive offsets (top-left alignment, chunks of a longer sequence: rows that see
+ * no key, rows that see every key), offsets past either end of the keys, with windows, ALiBi,
+ * softcap, key lengths aligned or not, a decoding step with its parts, and the largest offsets
+ * allowed. _i: case * 3 + type (f32, f16, bf16). */
+static const struct {
+    uint32_t b, hq, hkv, sq, sk, flags, left, right, splits;
+    int32_t offset;
+    int alibi, lens;
+    float softcap;
+} offsets[] = {
+    {2, 2, 1, 67, 131, CLFLASH_CAUSAL, 0, 0, 0, 67 - 131, 0, 0, 0.0f},  /* top-left, as PyTorch's */
+    {2, 2, 1, 37, 53, CLFLASH_CAUSAL, 0, 0, 0, -40, 1, 0, 0.0f},        /* the first rows see nothing */
+    {1, 4, 2, 40, 40, CLFLASH_CAUSAL | CLFLASH_WINDOW, 9, 3, 0, 45, 0, 0, 0.0f}, /* past the last key */
+    {2, 2, 1, 23, 71, CLFLASH_WINDOW, 5, 7, 0, -30, 1, 0, 3.0f},
+    {1, 2, 0, 31, 31, CLFLASH_CAUSAL, 0, 0, 0, 31, 1, 0, 0.0f},         /* a whole earlier shard */
+    {1, 2, 0, 31, 31, CLFLASH_CAUSAL, 0, 0, 0, -31, 0, 0, 0.0f},        /* a later shard: nothing */
+    {3, 8, 2, 1, 300, CLFLASH_CAUSAL | CLFLASH_WINDOW, 50, 0, 3, -100, 1, 0, 0.0f}, /* decoding */
+    {4, 2, 1, 5, 37, CLFLASH_CAUSAL | CLFLASH_ALIGN_TO_KEY_LENGTH, 0, 0, 0, -2, 1, 1, 0.0f},
+    {4, 2, 1, 9, 33, CLFLASH_WINDOW, 4, 3, 0, 7, 0, 1, 0.0f},
+    {1, 2, 1, 17, 19, CLFLASH_CAUSAL, 0, 0, 0, (int32_t)CLFLASH_MAX_SEQ_K, 0, 0, 0.0f},
+    {1, 2, 1, 17, 19, CLFLASH_CAUSAL | CLFLASH_WINDOW, 3, 3, 0, -(int32_t)CLFLASH_MAX_SEQ_K, 0, 0, 0.0f},
+};
+
+START_TEST(diagonal_offsets)
+{
+    const int32_t lens[4] = {37, 20, 0, 50};
+    const int k = _i / 3;
+    const clflash_dtype t = all_types[_i % 3];
+    feature_case fc = make(offsets[k].b, offsets[k].hq, offsets[k].hkv, offsets[k].sq, offsets[k].sk, 16, t,
+                           offsets[k].flags);
+    fc.d.window_left = offsets[k].left;
+    fc.d.window_right = offsets[k].right;
+    fc.d.num_splits = offsets[k].splits;
+    fc.d.diagonal_offset = offsets[k].offset;
+    fc.d.softcap = offsets[k].softcap;
+    if (offsets[k].alibi) {
+        fc.slopes = malloc(offsets[k].hq * sizeof(float));
+        REQUIRE(fc.slopes);
+        for (uint32_t h = 0; h < offsets[k].hq; h++) /* distances reach 60: scores the naive path's
+                                                        bf16 score matrix still resolves */
+            fc.slopes[h] = 0.05f / (float)(h + 1);
+    }
+    if (offsets[k].lens) {
+        fc.lens = malloc(offsets[k].b * sizeof(int32_t));
+        REQUIRE(fc.lens);
+        memcpy(fc.lens, lens, offsets[k].b * sizeof(int32_t));
+    }
+    check_both(&fc, "diagonal offset");
+    free_case(&fc);
+}
+END_TEST
+
 /* ---- validation of the new fields --------------------------------------------------------------- */
 static clflash_status plan_status(const clflash_attention_desc *d)
 {
@@ -600,7 +653,15 @@ START_TEST(validation_of_new_fields)
     ck_assert_int_eq(plan_status(&x), CLFLASH_ERROR_INVALID_FLAGS);
     x = d; x.bias_broadcast = CLFLASH_BROADCAST_ROWS; /* without a bias */
     ck_assert_int_eq(plan_status(&x), CLFLASH_ERROR_INVALID_ARGUMENT);
+    x = d; x.diagonal_offset = (int32_t)CLFLASH_MAX_SEQ_K + 1;
+    ck_assert_int_eq(plan_status(&x), CLFLASH_ERROR_INVALID_ARGUMENT);
+    x = d; x.diagonal_offset = -(int32_t)CLFLASH_MAX_SEQ_K - 1;
+    ck_assert_int_eq(plan_status(&x), CLFLASH_ERROR_INVALID_ARGUMENT);
+    x = d; x.diagonal_offset = INT32_MIN;
+    ck_assert_int_eq(plan_status(&x), CLFLASH_ERROR_INVALID_ARGUMENT);
     ck_assert_str_ne(clflash_last_error_detail(), "");
+    x = d; x.diagonal_offset = -(int32_t)CLFLASH_MAX_SEQ_K; /* without a diagonal rule: changes nothing */
+    ck_assert_int_eq(plan_status(&x), CLFLASH_SUCCESS);
 }
 END_TEST
 
@@ -683,6 +744,7 @@ static Suite *features_suite(void)
     tcase_add_loop_test(tm, each_feature_in_each_dtype, 0, 5 * 4);
     tcase_add_loop_test(tm, each_feature_decoding, 0, 5 * 2 * 4);
     tcase_add_loop_test(tm, aligned_to_key_lengths, 0, 3 * (int)N_OF(aligned));
+    tcase_add_loop_test(tm, diagonal_offsets, 0, 3 * (int)N_OF(offsets));
     tcase_add_test(tv, validation_of_new_fields);
     tcase_add_test(tv, small_feature_buffers_refused);
     tcase_add_test(tv, window_skips_tiles_in_the_traffic_model);
@@ -706,6 +768,7 @@ static Suite *features_suite(void)
     tcase_add_test(tg, everything_at_once);
     tcase_add_loop_test(tg, each_feature_decoding, 0, 5 * 2 * 4);
     tcase_add_loop_test(tg, aligned_to_key_lengths, 0, 3 * (int)N_OF(aligned));
+    tcase_add_loop_test(tg, diagonal_offsets, 0, 3 * (int)N_OF(offsets));
     suite_add_tcase(s, tg);
 
     TCase *ts = tcase_create("gpu_path_small_tiles");
@@ -715,6 +778,7 @@ static Suite *features_suite(void)
     tcase_add_test(ts, everything_at_once);
     tcase_add_loop_test(ts, each_feature_in_each_dtype, 0, 5 * 4);
     tcase_add_loop_test(ts, aligned_to_key_lengths, 0, 3 * (int)N_OF(aligned));
+    tcase_add_loop_test(ts, diagonal_offsets, 0, 3 * (int)N_OF(offsets));
     suite_add_tcase(s, ts);
     return s;
 }
@@ -727,7 +791,7 @@ static Suite *features_suite(void)
  * argument runs them all; each case runs flash (forced B = 8, so several key tiles) and naive
  * against the reference, and the last line is "K of N cases failed". */
 #ifdef OCLGRIND_DRIVER_ONLY
-#define N_OCLGRIND_CASES 8
+#define N_OCLGRIND_CASES 10
 
 static int oclgrind_case(int i)
 {
@@ -754,6 +818,22 @@ static int oclgrind_case(int i)
         break;
     case 6: fc.d.out_dtype = CLFLASH_F16; set_i8_scales(&fc); break;
     case 7: fc.d.window_left = 3; fc.d.softcap = 4.0f; add_bias(&fc, 0, 22); break;
+    case 8: /* a window moved before the corner, with ALiBi: rows that see no key */
+        fc.d.flags = CLFLASH_WINDOW | CLFLASH_CAUSAL;
+        fc.d.window_left = 4;
+        fc.d.diagonal_offset = -12;
+        fc.slopes = malloc(2 * sizeof(float));
+        REQUIRE(fc.slopes);
+        fc.slopes[0] = 0.5f;
+        fc.slopes[1] = 0.25f;
+        break;
+    case 9: /* causal moved past the last key, with key lengths */
+        fc.d.flags = CLFLASH_CAUSAL;
+        fc.d.diagonal_offset = 6;
+        fc.lens = malloc(sizeof lens);
+        REQUIRE(fc.lens);
+        memcpy(fc.lens, lens, sizeof lens);
+        break;
     default: break;
     }
     if (run(&fc, TH_FLASH, msg, sizeof msg)) {
