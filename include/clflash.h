@@ -516,8 +516,8 @@ typedef struct {
  *    never written.
  *  - Not combined with key_lengths, bias (and so bias_grad) or block_table:
  *    CLFLASH_ERROR_UNSUPPORTED. clflash_forward_naive and clflash_backward_naive refuse varlen
- *    (CLFLASH_ERROR_UNSUPPORTED). On NVIDIA GPUs such calls run on the portable kernels, not on the
- *    tensor-core kernels.
+ *    (CLFLASH_ERROR_UNSUPPORTED). On NVIDIA GPUs of compute capability 8.0 or later, f16 and bf16
+ *    calls run on the tensor-core kernels (forward, split-KV and backward), as without packing.
  *  - The cumulative lengths live in device memory where clflash cannot check them before the
  *    kernels run. Each value is clamped into [0, total] and a sequence's length is
  *    max(0, cu[b + 1] - cu[b]) cut to seq_q (seq_k), so non-monotone, negative or too large values

@@ -48,10 +48,6 @@ const char *clflash_nv_mma_refusal(const clflash_context *c, const clflash_probl
         return "the forced block is not a multiple of 16 up to 64";
     if (p->block_table != NULL && !clflash_nv_rows_aligned(p))
         return "a paged KV cache whose rows are not all 16-byte aligned";
-    /* The tensor-core kernels carry a VARLEN path (cl/nv_mma_forward.cl, nv_mma_backward.cl); the
-     * planners take it into use once test_varlen has checked it on an NVIDIA GPU. */
-    if (p->varlen)
-        return "a variable-length batch (cu_seqlens): the portable kernels take it";
     return NULL;
 }
 

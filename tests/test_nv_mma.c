@@ -6,7 +6,7 @@
  *                         descriptor plans the portable kernel; on an NVIDIA device of compute
  *                         capability >= 8 the eligible ones plan nv_mma_forward and each reason
  *                         for refusal (dtype, O type, head_dim, alignment, features, forced block,
- *                         a variable-length batch, portable_only) sends the call to the portable
+ *                         portable_only) sends the call to the portable
  *                         kernel.
  *   test_nv_mma numerics  on a tensor-core device only (exit code 77, "skipped", elsewhere): f16
  *                         and bf16, head_dim 16..256, odd, prime and size-1 shapes, seq_q != seq_k
@@ -162,7 +162,7 @@ START_TEST(selection)
     clflash_attention_desc vl = th_desc(1, 2, 0, 100, 100, 64, CLFLASH_F16, CLFLASH_CAUSAL);
     vl.cu_seqlens_q = vl.cu_seqlens_k = cu; /* the planner reads no buffer */
     vl.total_q = vl.total_k = 100;
-    CASE("variable-length batch (the portable kernels take it)", vl, 0);
+    CASE("variable-length batch", vl, 1);
 #undef CASE
     for (int i = 0; i < n; i++) {
         const char *got = plan_kernel(ctx, &cases[i].d);
@@ -325,7 +325,7 @@ START_TEST(backward_selection)
     clflash_attention_desc vl = th_desc(2, 2, 0, 64, 64, 64, CLFLASH_BF16, CLFLASH_CAUSAL);
     vl.cu_seqlens_q = vl.cu_seqlens_k = floats; /* the planner reads no buffer */
     vl.total_q = vl.total_k = 100;
-    CASE("variable-length batch (the portable kernel takes it)", vl, 0);
+    CASE("variable-length batch", vl, 1);
 #undef CASE
     for (int i = 0; i < n; i++) {
         const char *got = plan_backward_kernel(ctx, &cases[i].d);
