@@ -1,10 +1,11 @@
 /*
  * nv_wgmma_forward.cl - the forward pass on Hopper's warpgroup tensor-core instructions (wgmma),
- * built through the library's sm_90a PTX binary path (lib/sm90a.c). EXPERIMENTAL: written and
- * assembled for sm_90a (tests/kernel_nvptx.cmake), not yet run on Hopper; the planner
- * (lib/nv_wgmma_forward_plan.c) chooses it only where clflash_sm90a_available says yes, the call
- * is in scope (below) and the environment variable CLFLASH_WGMMA=1 asks for it. Everything else,
- * and every failure on the way, runs nv_mma_forward.
+ * built through the library's sm_90a PTX binary path (lib/sm90a.c). EXPERIMENTAL: assembled for
+ * sm_90a in CI (tests/kernel_nvptx.cmake); on the H200 it matched the fp64 reference at head_dim
+ * 128, and at head_dim 64 only up to 64 keys (fixed since: "S is never one m64n64k16" below, not
+ * yet rerun there). The planner (lib/nv_wgmma_forward_plan.c) chooses it only where
+ * clflash_sm90a_available says yes, the call is in scope (below) and the environment variable
+ * CLFLASH_WGMMA=1 asks for it. Everything else, and every failure on the way, runs nv_mma_forward.
  *
  * Scope: f16 and bf16, head_dim 64 or 128, rows of Q, K, V and O on 16 bytes (NV_ALIGNED), causal
  * or not, GQA (one query head per work-group, its K/V head hg / group), lse. No window, softcap,
@@ -14,9 +15,9 @@
  * Work: a work-group of WARPGROUPS warpgroups (128 work-items each) owns BLOCK_Q = 64 * WARPGROUPS
  * query rows of one (batch, head); warpgroup wg owns rows 64 wg .. 64 wg + 63, warp w of it rows
  * 16 w .. 16 w + 15 of those. For each key tile of BLOCK keys:
- *   S = Q K^T     wgmma m64n<BLOCK>k16, A = Q from registers (loaded once), B = the K tile in local
- *                 memory through a descriptor, fp32 accumulators, HEAD_DIM / 16 products in one
- *                 wgmma group;
+ *   S = Q K^T     wgmma m64n32k16 (BLOCK / 32 of them per k-step, one per 32 keys), A = Q from
+ *                 registers (loaded once), B = the K tile in local memory through a descriptor,
+ *                 fp32 accumulators, HEAD_DIM / 16 k-steps in one wgmma group;
  *   softmax       online, on the accumulators: the four lanes of a quad hold a row's values
  *                 (row max by shfl.sync), as in nv_mma_forward.cl; O and l are rescaled every tile;
  *   O += P V      P packed to f16/bf16 pairs in registers is the A operand (the S accumulator
@@ -28,6 +29,12 @@
  * statement, so that the compiler never sees an accumulator before it is complete. That gives up
  * the overlap of one group with the next (FlashAttention-3's intra-warpgroup pipelining and
  * ping-pong): correctness first; several warpgroups per SM keep the tensor cores fed meanwhile.
+ * S is never one m64n64k16 product, though B = 64 would allow it: when the S group and the O group
+ * are both m64n64k16 with A in registers, ptxas (CUDA 13.0, and the H200 driver's 580 JIT) gives
+ * P's A words the registers of Q's A words, which the loop still needs: from the second key tile
+ * on S was P of the tile before times K (every H200 result of head_dim 64 with more than 64 keys,
+ * reproduced exactly by that model). With S in m64n32k16 products, the pairing that head_dim 128
+ * runs right, ptxas keeps Q in registers of its own.
  *
  * Fragments (PTX ISA, "Register Fragments" of wgmma .m64nNk16; CUTLASS's ALayout_64x16 and
  * CLayout_64xN say the same): with g = lane / 4, t = lane % 4, warp w of the warpgroup,
@@ -51,10 +58,11 @@
  * those neighbouring in M or N, for both major-nesses (CUTLASS's make_gmma_desc, INTERLEAVE; the
  * PTX ISA's table of strides, in 128-bit units: K-major "the stride from the first column to the
  * second column of the 8x2 tile", MN-major interleave "from the first 8 columns to the next 8",
- * columns being K there). Not yet checked on hardware with a B other than all ones (the probe):
+ * columns being K there). The H200 agrees (swapping LBO and SBO breaks even one key tile):
  *   K-major (S = Q K^T, B = K^T: K is d, N the keys; the transpose bit 0): core rows are keys
  *     (N), each 16 bytes of 8 columns (K). LBO = 16 BLOCK (the next 8 columns), SBO = 128 (the
- *     next 8 keys); k-step kk (columns 16kk ..) starts at chunk 2kk: start + kk * 32 BLOCK bytes.
+ *     next 8 keys); k-step kk (columns 16kk ..) starts at chunk 2kk: start + kk * 32 BLOCK bytes,
+ *     and its keys 32 .. 63 four SBO (512 bytes) on.
  *   MN-major (O += P V, B = V: K is the keys, N is d; the transpose bit 1): core rows are keys
  *     (K), each 16 bytes of 8 columns (N, contiguous). LBO = 128 (the next 8 keys), SBO = 16 BLOCK
  *     (the next 8 columns); k-step u (keys 16u ..) starts 256 u bytes on, and the 64 columns from
@@ -130,10 +138,13 @@
  * Each text is one asm statement's: a PTX scope, the descriptors of the group's k-steps (the first
  * an operand, each next one the previous plus the constant step, the "n" operand), wgmma.fence,
  * the wgmma.mma_async of every k-step, commit, wait for it. Operands: the accumulators first (%0
- * ..), then the A words of every k-step, four each, then the first descriptor and the step. The
- * S group's first product overwrites the accumulators (scale-d false: a predicate set from an A
- * word compared with itself), the others add; the O groups always add. The trailing immediates
- * are scale-a 1, scale-b 1 and the transpose of B: 0 (K, K-major) or 1 (V, N-major). */
+ * ..), then the A words of every k-step, four each, then the first descriptor and the step; the S
+ * group also takes the byte offset / 16 of keys 32 .. 63 (h<k>: the k-step's descriptor plus it),
+ * used where BLOCK is 64: the second m64n32k16 of each k-step writes accumulators 16 .. 31 (keys
+ * 32 .. 63, the same fragment layout as one m64n64k16). The S group's first product (of each 32
+ * keys) overwrites the accumulators (scale-d false: a predicate set from an A word compared with
+ * itself), the others add; the O groups always add. The trailing immediates are scale-a 1,
+ * scale-b 1 and the transpose of B: 0 (K, K-major) or 1 (V, N-major). */
 #if BLOCK == 32 && K_STEPS == 4
 #define WG_S_TEXT \
     "// sm90a: {\n" \
@@ -185,17 +196,26 @@
     "// sm90a: {\n" \
     "// sm90a: .reg .pred over, acc;\n" \
     "// sm90a: .reg .b64 k<4>;\n" \
+    "// sm90a: .reg .b64 h<4>;\n" \
     "// sm90a: setp.ne.b32 over, %32, %32;\n" \
     "// sm90a: setp.eq.b32 acc, %32, %32;\n" \
     "// sm90a: mov.b64 k0, %48;\n" \
     "// sm90a: add.s64 k1, k0, %49;\n" \
     "// sm90a: add.s64 k2, k1, %49;\n" \
     "// sm90a: add.s64 k3, k2, %49;\n" \
+    "// sm90a: add.s64 h0, k0, %50;\n" \
+    "// sm90a: add.s64 h1, k1, %50;\n" \
+    "// sm90a: add.s64 h2, k2, %50;\n" \
+    "// sm90a: add.s64 h3, k3, %50;\n" \
     "// sm90a: wgmma.fence.sync.aligned;\n" \
-    "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, k0, over, 1, 1, 0;\n" \
-    "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%36, %37, %38, %39}, k1, acc, 1, 1, 0;\n" \
-    "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%40, %41, %42, %43}, k2, acc, 1, 1, 0;\n" \
-    "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%44, %45, %46, %47}, k3, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%32, %33, %34, %35}, k0, over, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, h0, over, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%36, %37, %38, %39}, k1, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%36, %37, %38, %39}, h1, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%40, %41, %42, %43}, k2, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%40, %41, %42, %43}, h2, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%44, %45, %46, %47}, k3, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%44, %45, %46, %47}, h3, acc, 1, 1, 0;\n" \
     "// sm90a: wgmma.commit_group.sync.aligned;\n" \
     "// sm90a: wgmma.wait_group.sync.aligned 0;\n" \
     "// sm90a: }\n"
@@ -204,6 +224,7 @@
     "// sm90a: {\n" \
     "// sm90a: .reg .pred over, acc;\n" \
     "// sm90a: .reg .b64 k<8>;\n" \
+    "// sm90a: .reg .b64 h<8>;\n" \
     "// sm90a: setp.ne.b32 over, %32, %32;\n" \
     "// sm90a: setp.eq.b32 acc, %32, %32;\n" \
     "// sm90a: mov.b64 k0, %64;\n" \
@@ -214,15 +235,31 @@
     "// sm90a: add.s64 k5, k4, %65;\n" \
     "// sm90a: add.s64 k6, k5, %65;\n" \
     "// sm90a: add.s64 k7, k6, %65;\n" \
+    "// sm90a: add.s64 h0, k0, %66;\n" \
+    "// sm90a: add.s64 h1, k1, %66;\n" \
+    "// sm90a: add.s64 h2, k2, %66;\n" \
+    "// sm90a: add.s64 h3, k3, %66;\n" \
+    "// sm90a: add.s64 h4, k4, %66;\n" \
+    "// sm90a: add.s64 h5, k5, %66;\n" \
+    "// sm90a: add.s64 h6, k6, %66;\n" \
+    "// sm90a: add.s64 h7, k7, %66;\n" \
     "// sm90a: wgmma.fence.sync.aligned;\n" \
-    "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, k0, over, 1, 1, 0;\n" \
-    "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%36, %37, %38, %39}, k1, acc, 1, 1, 0;\n" \
-    "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%40, %41, %42, %43}, k2, acc, 1, 1, 0;\n" \
-    "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%44, %45, %46, %47}, k3, acc, 1, 1, 0;\n" \
-    "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%48, %49, %50, %51}, k4, acc, 1, 1, 0;\n" \
-    "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%52, %53, %54, %55}, k5, acc, 1, 1, 0;\n" \
-    "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%56, %57, %58, %59}, k6, acc, 1, 1, 0;\n" \
-    "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%60, %61, %62, %63}, k7, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%32, %33, %34, %35}, k0, over, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, h0, over, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%36, %37, %38, %39}, k1, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%36, %37, %38, %39}, h1, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%40, %41, %42, %43}, k2, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%40, %41, %42, %43}, h2, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%44, %45, %46, %47}, k3, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%44, %45, %46, %47}, h3, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%48, %49, %50, %51}, k4, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%48, %49, %50, %51}, h4, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%52, %53, %54, %55}, k5, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%52, %53, %54, %55}, h5, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%56, %57, %58, %59}, k6, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%56, %57, %58, %59}, h6, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%60, %61, %62, %63}, k7, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%60, %61, %62, %63}, h7, acc, 1, 1, 0;\n" \
     "// sm90a: wgmma.commit_group.sync.aligned;\n" \
     "// sm90a: wgmma.wait_group.sync.aligned 0;\n" \
     "// sm90a: }\n"
@@ -316,7 +353,8 @@ static inline ulong wg_desc(__local const ushort *start, uint lbo, uint sbo)
 static inline void wg_scores(float s[S_ACC], const uint q[4 * K_STEPS], __local const ushort *tile)
 {
     const ulong desc = wg_desc(tile, WG_K_LBO, WG_K_SBO);
-    __asm__ __volatile__(WG_S_TEXT : WG_S_OUT(s) : WG_Q_IN(q), "l"(desc), "n"(2 * BLOCK) : "memory");
+    __asm__ __volatile__(WG_S_TEXT : WG_S_OUT(s) : WG_Q_IN(q), "l"(desc), "n"(2 * BLOCK), "n"(4 * WG_K_SBO / 16)
+                         : "memory");
 }
 
 /* o[32 sl .. 32 sl + 31] += P V for columns 64 sl .. 64 sl + 63: p the A words of P (4 per 16
