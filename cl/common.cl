@@ -389,10 +389,12 @@ static inline float transform_score(float s, float softcap, float bias, float al
 #define ROW_QUERY(r) ((r) / PACK)
 #define ROW_HEAD(h0, r) ((h0) + (r) % PACK)
 
-/* The work-group's query block (in packed rows) and heads: h0 its first query head, hk its K/V head. */
-static inline uint query_block_index(uint n_splits)
+/* The work-group's query block (in packed rows), from g0, its index along grid dimension 0
+ * (get_group_id(0), or flash_forward_cpu.cl's permuted one); and its heads: h0 its first query
+ * head, hk its K/V head. */
+static inline uint query_block_index(uint g0, uint n_splits)
 {
-    return get_group_id(0) / n_splits;
+    return g0 / n_splits;
 }
 static inline void group_heads(uint group, uint *h0, uint *hk)
 {
@@ -406,13 +408,14 @@ static inline void group_heads(uint group, uint *h0, uint *hk)
 #endif
 }
 
-/* With SPLIT, narrows the key range [*begin, *end) to the work-group's part (begin stays a multiple
- * of the tile: both it and the part's start are) and moves O's offset and lse to the part. */
-static inline void split_part(uint n_splits, uint split_keys, uint heads_q, uint seq_q, uint *begin, uint *end,
-                              ulong *o_off, __global float **lse)
+/* With SPLIT, narrows the key range [*begin, *end) to the part of the work-group whose index along
+ * grid dimension 0 is g0 (begin stays a multiple of the tile: both it and the part's start are) and
+ * moves O's offset and lse to the part. */
+static inline void split_part(uint g0, uint n_splits, uint split_keys, uint heads_q, uint seq_q, uint *begin,
+                              uint *end, ulong *o_off, __global float **lse)
 {
 #if SPLIT
-    const uint part = get_group_id(0) % n_splits;
+    const uint part = g0 % n_splits;
     const ulong lo = (ulong)part * split_keys, hi = lo + split_keys;
     *begin = (uint)max((ulong)*begin, min(lo, (ulong)*end));
     *end = (uint)max((ulong)*begin, min((ulong)*end, hi));
@@ -424,6 +427,7 @@ static inline void split_part(uint n_splits, uint split_keys, uint heads_q, uint
 #endif
     *lse += part * rows_all;
 #else
+    (void)g0;
     (void)n_splits;
     (void)split_keys;
     (void)heads_q;

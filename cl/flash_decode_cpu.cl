@@ -87,7 +87,7 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void flash_decode_cpu(FO
     const uint n_q = seq_span(cu_seqlens_q, b, total_q, seq_q, &q_first);
     const uint n_k = seq_span(cu_seqlens_k, b, total_k, seq_k, &k_first);
     const uint rows_total = n_q * PACK;
-    const uint row0 = query_block_index(n_splits) * DEC_ROWS;
+    const uint row0 = query_block_index(get_group_id(0), n_splits) * DEC_ROWS;
     if (row0 >= rows_total) /* rows past a short sequence's queries (VARLEN): nothing to do */
         return;
     const uint rows = min((uint)DEC_ROWS, rows_total - row0); /* this work-item's rows */
@@ -100,7 +100,7 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void flash_decode_cpu(FO
         block_key_range(first, last - first + 1, n_q, diag_k, key_len, win_left, win_right, DEC_KEYS, &key_begin,
                         &key_end);
     }
-    split_part(n_splits, split_keys, heads_q, seq_q, &key_begin, &key_end, &o_off, &lse);
+    split_part(get_group_id(0), n_splits, split_keys, heads_q, seq_q, &key_begin, &key_end, &o_off, &lse);
 
     /* Each row's Q (fp32, times score_scale), query, head, visible keys, bias row and slope. */
     float8 qr[DEC_ROWS][HD8];

@@ -76,14 +76,38 @@ static inline float8 transform_scores8(float8 raw, float scale, float softcap, _
 }
 #endif
 
+/* The work-group's indices along the grid's three dimensions: (query block and part, head, batch
+ * entry). With VARLEN they are a permutation of get_group_id's in which the head, not the batch
+ * entry, varies slowest in the order work-groups are numbered (dimension 0 fastest); the blocks of
+ * one (entry, head) stay consecutive, so a thread keeps streaming the same K and V. Why: PoCL's
+ * pthread scheduler hands a thread up to 256 consecutive work-groups per thread of the device at
+ * once, and in launch order such a run held whole sequences (the entry varies slowest): with
+ * mixed lengths one of two threads took 60% of the work in its first run, and a packed call took
+ * 1.17-1.19x the same sequences in separate calls. Every head has the same work, so runs over
+ * heads balance. The grid is a full product, so each (block, head, entry) comes once. */
+static inline void cpu_group(uint *g0, uint *h, uint *b)
+{
+#if VARLEN
+    const uint n0 = get_num_groups(0), n1 = get_num_groups(1), n2 = get_num_groups(2);
+    const uint lin = get_group_id(0) + n0 * (get_group_id(1) + n1 * get_group_id(2));
+    *g0 = lin % n0;
+    *b = lin / n0 % n2;
+    *h = lin / n0 / n2;
+#else
+    *g0 = get_group_id(0);
+    *h = get_group_id(1);
+    *b = get_group_id(2);
+#endif
+}
+
 /* One work-item per query row. The body is a function, always inlined (common.cl's PATH_FUNCTION);
  * its local arrays are declared in the kernel below, at kernel scope as OpenCL C 1.2 requires. */
 PATH_FUNCTION void flash_forward_cpu_body(FORWARD_PARAMS, __local float *kf, __local float *vf)
 {
     const uint lid = get_local_id(0); /* = the row: one work-item per row */
-    const uint q0 = query_block_index(n_splits) * BLOCK;
-    const uint h = get_group_id(1);
-    const uint b = get_group_id(2);
+    uint g0, h, b;
+    cpu_group(&g0, &h, &b);
+    const uint q0 = query_block_index(g0, n_splits) * BLOCK;
     const uint hk = h / group;
     const uint qi = q0 + lid;
     /* the entry's queries and keys: n_q from packed row q_first, n_k from k_first (common.cl's
@@ -118,7 +142,7 @@ PATH_FUNCTION void flash_forward_cpu_body(FORWARD_PARAMS, __local float *kf, __l
     uint key_begin = 0, key_end = 0;
     if (live)
         block_key_range(q0, BLOCK, n_q, diag_k, key_len, win_left, win_right, BLOCK, &key_begin, &key_end);
-    split_part(n_splits, split_keys, heads_q, seq_q, &key_begin, &key_end, &o_off, &lse);
+    split_part(g0, n_splits, split_keys, heads_q, seq_q, &key_begin, &key_end, &o_off, &lse);
     visible_keys(min(qi, max(n_q, 1u) - 1), n_q, diag_k, key_len, win_left, win_right, &lo, &hi);
     const float slope = alibi_slope(alibi, h);
 #if BIAS

@@ -62,7 +62,7 @@ PATH_FUNCTION void flash_forward_lanes_body(FORWARD_PARAMS, __local bits_t *qt, 
     const uint lid = get_local_id(0);
     const uint row = lid / TPR;
     const uint lane = lid % TPR;
-    const uint q0 = query_block_index(n_splits) * BLOCK;
+    const uint q0 = query_block_index(get_group_id(0), n_splits) * BLOCK;
     const uint h = get_group_id(1);
     const uint b = get_group_id(2);
     const uint hk = h / group;
@@ -93,7 +93,7 @@ PATH_FUNCTION void flash_forward_lanes_body(FORWARD_PARAMS, __local bits_t *qt, 
     uint key_begin = 0, key_end = 0;
     if (live)
         block_key_range(q0, BLOCK, n_q, diag_k, key_len, win_left, win_right, BLOCK, &key_begin, &key_end);
-    split_part(n_splits, split_keys, heads_q, seq_q, &key_begin, &key_end, &o_off, &lse);
+    split_part(get_group_id(0), n_splits, split_keys, heads_q, seq_q, &key_begin, &key_end, &o_off, &lse);
     visible_keys(min(qi, max(n_q, 1u) - 1), n_q, diag_k, key_len, win_left, win_right, &lo, &hi);
     const float slope = alibi_slope(alibi, h);
 #if BIAS

@@ -108,7 +108,7 @@ PATH_FUNCTION void flash_forward_regtile_body(FORWARD_PARAMS, __local float4 *qs
     __local float *const my_red = red + tr * RT_RM * RT_TC + tc; /* red[tr * RT_RM + i][tc] at i * RT_TC */
     /* The block's rows are packed rows (common.cl: PACK query heads per query; row = query with
      * PACK = 1): q0 is the first, rows_total the number of (query, head) rows the grid covers. */
-    const uint q0 = query_block_index(n_splits) * BLOCK_Q;
+    const uint q0 = query_block_index(get_group_id(0), n_splits) * BLOCK_Q;
     const uint b = get_group_id(2);
     /* the entry's queries and keys: n_q from packed row q_first, n_k from k_first (common.cl's
      * seq_span; seq_q and seq_k, from row 0, without VARLEN) */
@@ -152,7 +152,7 @@ PATH_FUNCTION void flash_forward_regtile_body(FORWARD_PARAMS, __local float4 *qs
         full_lo = (uint)clamp(lo, 0L, (long)n_k);
         full_hi = (uint)clamp(hi, 0L, (long)n_k);
     }
-    split_part(n_splits, split_keys, heads_q, seq_q, &key_begin, &key_end, &o_off, &lse);
+    split_part(get_group_id(0), n_splits, split_keys, heads_q, seq_q, &key_begin, &key_end, &o_off, &lse);
 
     /* This work-item's rows: their head and, where a mask or ALiBi needs it, their diagonal key
      * d = query + diag_k - n_q. As in common.cl's visible_keys, the row sees key j iff j < key_len

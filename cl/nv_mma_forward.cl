@@ -527,12 +527,13 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
      * under the causal mask those see the most keys, and the light ones fill in at the end
      * (1.1x at d = 128 on the H200). A block's parts (SPLIT) stay side by side. */
     const uint n_q = get_num_groups(0) / n_splits, n_h = get_num_groups(1), n_hb = n_h * get_num_groups(2);
-    const uint lin = query_block_index(n_splits) + n_q * (get_group_id(1) + n_h * get_group_id(2));
+    const uint lin =
+        query_block_index(get_group_id(0), n_splits) + n_q * (get_group_id(1) + n_h * get_group_id(2));
     const uint hg = lin % n_hb % n_h, b = lin % n_hb / n_h;
     const uint row0 = (n_q - 1 - lin / n_hb) * BLOCK_Q;
 #else
     const uint hg = get_group_id(1), b = get_group_id(2);
-    const uint row0 = query_block_index(n_splits) * BLOCK_Q;
+    const uint row0 = query_block_index(get_group_id(0), n_splits) * BLOCK_Q;
 #endif
 #if PACK > 1
     const uint hk = hg, h0 = hg * PACK; /* the block's K/V head and its first query head */
@@ -597,7 +598,7 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
     __global const float *const parts_lse = lse; /* part 0's, before split_part moves lse to this part's */
     const ulong parts_o_off = o_off;
 #endif
-    split_part(n_splits, split_keys, heads_q, seq_q, &key_begin, &key_end, &o_off, &lse);
+    split_part(get_group_id(0), n_splits, split_keys, heads_q, seq_q, &key_begin, &key_end, &o_off, &lse);
     const uint n_tiles = (key_end - key_begin + BLOCK - 1) / BLOCK;
     long block_first_lo, block_first_hi, block_last_lo, block_last_hi;
     visible_keys(q_first, len_q, diag_k, key_len, win_left, win_right, &block_first_lo, &block_first_hi);
