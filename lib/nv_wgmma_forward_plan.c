@@ -2,8 +2,8 @@
  * nv_wgmma_forward_plan.c - decides whether a forward call runs cl/nv_wgmma_forward.cl (Hopper's
  * wgmma, through the sm_90a PTX binary path of sm90a.c), and plans and builds it.
  *
- * EXPERIMENTAL: the kernel is written and assembled for sm_90a in CI, but has not run on Hopper
- * yet. It is chosen only when all of these hold: the caller's environment asks for it
+ * EXPERIMENTAL: the kernel is assembled for sm_90a in CI and right on an H200, but slower there
+ * than nv_mma_forward (docs/performance/h200.md). It is chosen only when all of these hold: the caller's environment asks for it
  * (CLFLASH_WGMMA=1, read when the context is created: clflash.h), the call is one the tensor-core
  * forward takes (clflash_nv_mma_refusal) and in this kernel's scope (shape_refusal), and the
  * context's device runs the sm_90a path right (clflash_sm90a_available: an NVIDIA device of
