@@ -66,12 +66,13 @@ typedef struct {
     clflash_dtype dtype;  /* same on every rank; CLFLASH_F32, CLFLASH_F16 or CLFLASH_BF16: storage of
                              Q, K, V, O (and of the K/V shards on the wire); math is fp32 */
     float scale;          /* same on every rank; 0 = 1/sqrt(head_dim); must be finite */
-    uint32_t flags;       /* same on every rank; 0 or CLFLASH_CAUSAL, applied to the positions in
-                             the whole sequence: query position p sees key position p' iff p' <= p.
-                             CLFLASH_WINDOW and CLFLASH_ALIGN_TO_KEY_LENGTH are refused
-                             (CLFLASH_ERROR_UNSUPPORTED): their rules, like ALiBi's bias and key
-                             lengths (which this descriptor has no field for), depend on global
-                             positions that each call would need shifted per shard pair */
+    uint32_t flags;       /* same on every rank; 0, CLFLASH_CAUSAL, CLFLASH_WINDOW or both, applied to
+                             the positions in the whole sequence: with CLFLASH_CAUSAL query position
+                             p sees key position p' iff p' <= p; with CLFLASH_WINDOW iff
+                             p - window_left <= p' <= p + window_right (both rules hold when both
+                             are set). CLFLASH_ALIGN_TO_KEY_LENGTH is refused
+                             (CLFLASH_ERROR_UNSUPPORTED): the queries of a ring are the whole
+                             sequence, not its last rows, so there is no diagonal to move */
     uint32_t block;       /* this rank's B for clflash_forward: 0 = the planner's (may differ
                              between ranks, as their devices may) */
     uint32_t mapping;     /* same on every rank; a clflash_ring_mapping (0 = CLFLASH_RING_CONTIGUOUS) */
@@ -86,6 +87,22 @@ typedef struct {
                              scaled score s becomes softcap * tanh(s / softcap). It depends on the
                              score only, not on positions, so every call of the ring applies it as
                              is. Must be finite and >= 0 */
+    uint32_t window_left, window_right; /* same on every rank; with CLFLASH_WINDOW in flags (set
+                             without it: CLFLASH_ERROR_INVALID_FLAGS): the keys a query sees lie
+                             from window_left positions before it to window_right after it, in the
+                             whole sequence */
+    cl_mem alibi_slopes;  /* NULL = none; else float[heads_q], a buffer of ctx (only read): the score
+                             of query position p and key position p' gets -slope[h] * |p - p'|
+                             (after softcap), as clflash_attention_desc.alibi_slopes says for one
+                             device. Whether it is NULL must be the same on every rank (the slopes
+                             themselves are each rank's own buffer and are not compared) */
+    cl_mem key_lengths;   /* NULL = none; else int32[batch], a buffer of ctx (only read): keys at
+                             positions >= key_lengths[b] of the whole sequence are invisible to batch
+                             entry b (a query row left with no key gets O = 0, lse = -INFINITY).
+                             Values are clamped to [0, seq_total], so a negative or huge one is
+                             harmless. Read once per call (a blocking read of batch int32s). Whether
+                             it is NULL must be the same on every rank; the values should be too
+                             (each rank applies its own to the keys it sees) */
 } clflash_ring_desc;
 
 /* Attention of every rank's queries against the whole sequence's keys and values, for a sequence
@@ -103,11 +120,17 @@ typedef struct {
  * of its own.
  *
  * How: P steps. At step s the rank holds the K/V shard of rank (r - s) mod P (its own at step 0)
- * and runs clflash_forward with lse of its queries against it, one call per query chunk (one for a
- * contiguous shard, two for a zigzag shard) with the causal rule expressed through the global
- * positions: a key chunk entirely in the query chunk's future is skipped, one entirely in its past
- * is attended without a mask, and a chunk on the diagonal takes CLFLASH_CAUSAL (bottom-right
- * aligned, which the zigzag chunks' equal sizes make exact). Each partial result is converted to
+ * and runs clflash_forward with lse of its queries against it. Without a window, ALiBi or key
+ * lengths that is one call per query chunk (one for a contiguous shard, two for a zigzag shard)
+ * with the causal rule expressed through the global positions: a key chunk entirely in the query
+ * chunk's future is skipped, one entirely in its past is attended without a mask, and a chunk on
+ * the diagonal takes CLFLASH_CAUSAL (bottom-right aligned, which the zigzag chunks' equal sizes
+ * make exact). With a window, ALiBi or key lengths each (query chunk, key chunk) pair is a call of
+ * its own, skipped when the causal and window rules hide every one of its (query, key) pairs; the
+ * call takes the caller's flags, window widths and slopes with clflash_attention_desc's
+ * diagonal_offset = (q_pos - k_pos) - (k_len - q_len) (the two chunks' first positions and
+ * lengths), which puts every rule at the whole sequence's diagonal, and key lengths
+ * clamp(key_lengths[b] - k_pos, 0, k_len) in a small buffer per key chunk. Each partial result is converted to
  * fp32 (exactly) and merged into an fp32 running (O, lse) by clflash_merge_states; the last merge
  * writes o (and lse) in the storage type. While step s computes, the next shard travels: the shard
  * in host memory is sent to rank r + 1 with MPI_Isend while MPI_Irecv takes the next one from
@@ -123,7 +146,8 @@ typedef struct {
  *
  * The call returns when o and lse are written (it waits for its kernels). It allocates, per call,
  * device and host memory for two K/V shards (of the largest rank's size) and fp32 running results
- * four times the size of this rank's O, and releases them before returning.
+ * four times the size of this rank's O (with key lengths also one int32[batch] buffer per key chunk
+ * its queries see), and releases them before returning.
  *
  * Checks, before anything is enqueued: first each rank's own (NULL arguments, struct_size, ranges,
  * buffers that are not buffers of ctx or are too small for their layouts), then, collectively
@@ -136,16 +160,22 @@ typedef struct {
  * initialised or already finalised: these two return on the calling rank at once, without
  * communicating, since there is no communicator to agree on; NULL ctx, d, q, k, v or o,
  * a struct_size out of range, a buffer not of ctx, o the same buffer as q, k or v, lse the same as
- * any other); CLFLASH_ERROR_UNSUPPORTED (fields of a newer version set; CLFLASH_WINDOW or
- * CLFLASH_ALIGN_TO_KEY_LENGTH); CLFLASH_ERROR_INVALID_SHAPE (a dimension 0 or above its limit,
+ * any other, alibi_slopes or key_lengths not a buffer of ctx or the same buffer as o or lse, or
+ * ranks that disagree on whether alibi_slopes or key_lengths is NULL); CLFLASH_ERROR_UNSUPPORTED
+ * (fields of a newer version set; CLFLASH_ALIGN_TO_KEY_LENGTH; a sequence so long that a pair's
+ * diagonal_offset is outside -CLFLASH_MAX_SEQ_K .. CLFLASH_MAX_SEQ_K); CLFLASH_ERROR_INVALID_SHAPE
+ * (a dimension 0 or above its limit,
  * heads_kv not dividing heads_q, ranks that disagree on batch, heads or head_dim, a seq_total that is
  * not the shards' sum, shards
  * that do not cover the sequence exactly once, a zigzag sequence that is not a multiple of 2P or a
  * zigzag shard that is not 2 * seq_total / (2P) rows); CLFLASH_ERROR_INVALID_DTYPE (not F32, F16,
  * BF16, or ranks that disagree); CLFLASH_ERROR_INVALID_SCALE (a scale that is not finite, a softcap
  * that is not finite or is negative, or ranks that disagree on either);
- * CLFLASH_ERROR_INVALID_FLAGS (unknown bits, an unknown mapping, or ranks that disagree on either);
- * CLFLASH_ERROR_HEAD_DIM_UNSUPPORTED; CLFLASH_ERROR_BUFFER_TOO_SMALL; the planner's statuses
+ * CLFLASH_ERROR_INVALID_FLAGS (unknown bits, an unknown mapping, window widths without
+ * CLFLASH_WINDOW, or ranks that disagree on flags, mapping or window widths);
+ * CLFLASH_ERROR_HEAD_DIM_UNSUPPORTED; CLFLASH_ERROR_BUFFER_TOO_SMALL (a tensor too small for its
+ * layout, alibi_slopes of fewer than heads_q floats, key_lengths of fewer than batch int32s); the
+ * planner's statuses
  * (CLFLASH_ERROR_INVALID_LAYOUT, CLFLASH_ERROR_TILE_TOO_LARGE, CLFLASH_ERROR_BUILD_FAILED, ...);
  * CLFLASH_ERROR_OUT_OF_HOST_MEMORY; CLFLASH_RING_ERROR_MPI; or an OpenCL error. Errors found
  * before the ring starts enqueue nothing and write no caller buffer. If a call fails during the ring
@@ -164,10 +194,12 @@ CLFLASH_API clflash_status clflash_ring_forward(clflash_context *ctx, MPI_Comm c
  * buffers of ctx of their own (none of them an input buffer).
  *
  * How: P steps, as in the forward. At step s the rank holds the K/V shard of rank (r - s) mod P,
- * and each of its query chunks that sees some of those keys (the forward's rule: skipped, unmasked,
- * or causal on the diagonal) runs one clflash_backward on (the Q chunk, those keys) with the
- * chunk's final O, dO and GLOBAL lse, so that P = exp(S - lse) is the probability over the whole
- * sequence and D = rowsum(dO * O) is the whole row's: the per-pair gradients then add up exactly.
+ * and each of its query chunks that sees some of those keys runs the forward's calls as
+ * clflash_backward (skipped, unmasked, or causal on the diagonal; or with a window, ALiBi or key
+ * lengths one call per visible pair of query chunk and key chunk, whose dK/dV belong to that key
+ * chunk's rows) on (the Q chunk, those keys) with the chunk's final O, dO and GLOBAL lse, so
+ * that P = exp(S - lse) is the probability over the whole sequence and D = rowsum(dO * O) is the
+ * whole row's: the per-pair gradients then add up exactly.
  * The dQ partials are added into an fp32 accumulator of this rank; the dK/dV partials of the step
  * are summed in fp32 and, on the device, that shard's fp32 dK/dV accumulator is added to them; the
  * accumulator arrives from rank r - 1 and travels on to rank r + 1, one step behind the shard. After step P - 1 the
@@ -194,7 +226,8 @@ CLFLASH_API clflash_status clflash_ring_forward(clflash_context *ctx, MPI_Comm c
  *
  * Checks and returns: as clflash_ring_forward (the same collective checks; every rank returns the
  * same status), plus CLFLASH_ERROR_INVALID_ARGUMENT for a NULL lse, d_o, dq, dk or dv, or an
- * output that is an input buffer or the same buffer as another output, and
+ * output that is an input buffer (alibi_slopes and key_lengths count as inputs) or the same
+ * buffer as another output, and
  * CLFLASH_ERROR_BUFFER_TOO_SMALL for d_o, dq, dk or dv too small for their layouts, and
  * clflash_plan_backward's statuses. Errors found before the ring starts write no caller buffer. If a
  * call fails during the ring, the failing rank writes none of dq, dk, dv (they are written only

@@ -3,7 +3,8 @@
  * O and lse (and, for the backward cases, dq, dk, dv and two runs' bits) with the fp64
  * reference attention of the whole sequence (tests/reference.c), computed on every rank from the
  * same seeded inputs, for contiguous shards (even, uneven with a one-token rank, given to the ranks
- * out of order) and the zigzag mapping, causal and not, MHA, GQA and MQA, F32, F16 and BF16, odd
+ * out of order) and the zigzag mapping, causal and not, sliding windows, ALiBi, key lengths (ragged,
+ * 0, past the sequence, negative) and all of them with softcap, MHA, GQA and MQA, F32, F16 and BF16, odd
  * head_dim, token-major layouts with gaps (gaps of the inputs hold NaN, which must never be read;
  * gaps of O hold a sentinel, which must never be written). Then the collective checks: ranks that
  * disagree on a field, or one rank's own error, make every rank return the same status, and no
@@ -35,7 +36,58 @@ typedef struct {
     int token_major;     /* [batch][seq][heads][head_dim] layouts with gaps */
     int with_lse;
     float softcap;       /* 0 = off */
+    uint32_t window_left, window_right; /* with CLFLASH_WINDOW in flags */
+    int alibi;           /* slopes 0.3, 0.15, 0.075, ... per query head */
+    int key_lengths;     /* per batch entry: ragged, 0, past the sequence, negative, in turn */
 } ring_case;
+
+/* The window, ALiBi slopes and key lengths of a case: host copies for the reference, buffers for
+ * the ring (this rank's own, with the same values on every rank). */
+typedef struct {
+    float slopes[16];
+    int32_t lengths[8];
+    cl_mem slopes_buf, lengths_buf;
+    ref_extras x;
+} case_extras;
+
+static int extras_make(const ring_case *c, uint32_t total, case_extras *e)
+{
+    memset(e, 0, sizeof *e);
+    cl_int err = CL_SUCCESS;
+    if (c->alibi) {
+        for (uint32_t h = 0; h < c->heads_q; h++)
+            e->slopes[h] = 0.3f / (float)(1u << (h % 8));
+        e->slopes_buf = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                                       c->heads_q * sizeof(float), e->slopes, &err);
+        e->x.alibi_slopes = e->slopes;
+    }
+    if (c->key_lengths && err == CL_SUCCESS) {
+        const int32_t pattern[4] = {(int32_t)(total * 3 / 5 + 1), 0, (int32_t)total + 999, -5};
+        for (uint32_t b = 0; b < c->batch; b++)
+            e->lengths[b] = pattern[b % 4];
+        e->lengths_buf = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                                        c->batch * sizeof(int32_t), e->lengths, &err);
+        e->x.key_lengths = e->lengths;
+    }
+    return err == CL_SUCCESS;
+}
+
+/* The case's rules on the reference's descriptor of the whole sequence and on the ring's. */
+static void extras_apply(const ring_case *c, const case_extras *e, clflash_attention_desc *whole, clflash_ring_desc *rd)
+{
+    whole->window_left = rd->window_left = c->window_left;
+    whole->window_right = rd->window_right = c->window_right;
+    rd->alibi_slopes = e->slopes_buf;
+    rd->key_lengths = e->lengths_buf;
+}
+
+static void extras_free(case_extras *e)
+{
+    if (e->slopes_buf)
+        clReleaseMemObject(e->slopes_buf);
+    if (e->lengths_buf)
+        clReleaseMemObject(e->lengths_buf);
+}
 
 /* ---- the token map of a case ------------------------------------------------------------------ */
 static void shard_sizes(const ring_case *c, uint32_t *rows, uint64_t *offset)
@@ -181,11 +233,14 @@ static int run_case(const ring_case *c)
     whole.dtype = c->dtype;
     whole.flags = c->flags;
     whole.softcap = c->softcap;
+    clflash_ring_desc rd = {.struct_size = sizeof rd};
+    case_extras ex;
+    int ok = extras_make(c, total, &ex);
+    extras_apply(c, &ex, &whole, &rd);
     double *ro = malloc(sizeof(double) * c->batch * c->heads_q * total * d);
     double *rl = malloc(sizeof(double) * c->batch * c->heads_q * total);
-    ref_attention_ex(&whole, gq, gk, gv, NULL, ro, rl);
+    ref_attention_ex(&whole, gq, gk, gv, &ex.x, ro, rl);
 
-    clflash_ring_desc rd = {.struct_size = sizeof rd};
     rd.batch = c->batch;
     rd.heads_q = c->heads_q;
     rd.heads_kv = c->heads_kv;
@@ -201,7 +256,7 @@ static int run_case(const ring_case *c)
     rd.k = rd.v = shard_layout(c, hkv, n);
     rd.o = shard_layout(c, c->heads_q, n);
     tensor tq = {0}, tk = {0}, tv = {0}, to = {0};
-    int ok = make_tensor(&tq, c->dtype, &rd.q, c->batch, c->heads_q, n, d, gq, total, c, offs[R], 0) &&
+    ok = ok && make_tensor(&tq, c->dtype, &rd.q, c->batch, c->heads_q, n, d, gq, total, c, offs[R], 0) &&
              make_tensor(&tk, c->dtype, &rd.k, c->batch, hkv, n, d, gk, total, c, offs[R], 0) &&
              make_tensor(&tv, c->dtype, &rd.v, c->batch, hkv, n, d, gv, total, c, offs[R], 0) &&
              make_tensor(&to, c->dtype, &rd.o, c->batch, c->heads_q, n, d, NULL, total, c, offs[R], 1);
@@ -284,6 +339,7 @@ static int run_case(const ring_case *c)
     free_tensor(&to);
     if (lbuf)
         clReleaseMemObject(lbuf);
+    extras_free(&ex);
     free(lse);
     free(gq);
     free(gk);
@@ -358,11 +414,14 @@ static int run_backward_case(const ring_case *c)
     whole.dtype = c->dtype;
     whole.flags = c->flags;
     whole.softcap = c->softcap;
+    clflash_ring_desc rd = {.struct_size = sizeof rd};
+    case_extras ex;
+    int ok = extras_make(c, total, &ex);
+    extras_apply(c, &ex, &whole, &rd);
     double *rdq = malloc(sizeof(double) * nq_all), *rdk = malloc(sizeof(double) * nk_all),
            *rdv = malloc(sizeof(double) * nk_all);
-    ref_attention_backward_ex(&whole, gq, gk, gv, gdo, NULL, rdq, rdk, rdv, NULL, NULL, NULL);
+    ref_attention_backward_ex(&whole, gq, gk, gv, gdo, &ex.x, rdq, rdk, rdv, NULL, NULL, NULL);
 
-    clflash_ring_desc rd = {.struct_size = sizeof rd};
     rd.batch = c->batch;
     rd.heads_q = c->heads_q;
     rd.heads_kv = c->heads_kv;
@@ -377,7 +436,7 @@ static int run_backward_case(const ring_case *c)
     rd.k = rd.v = shard_layout(c, hkv, n);
     rd.o = shard_layout(c, c->heads_q, n);
     tensor tq = {0}, tk = {0}, tv = {0}, to = {0}, tdo = {0}, tdq[2] = {{0}}, tdk[2] = {{0}}, tdv[2] = {{0}};
-    int ok = make_tensor(&tq, c->dtype, &rd.q, c->batch, c->heads_q, n, d, gq, total, c, offs[R], 0) &&
+    ok = ok && make_tensor(&tq, c->dtype, &rd.q, c->batch, c->heads_q, n, d, gq, total, c, offs[R], 0) &&
              make_tensor(&tk, c->dtype, &rd.k, c->batch, hkv, n, d, gk, total, c, offs[R], 0) &&
              make_tensor(&tv, c->dtype, &rd.v, c->batch, hkv, n, d, gv, total, c, offs[R], 0) &&
              make_tensor(&to, c->dtype, &rd.o, c->batch, c->heads_q, n, d, NULL, total, c, offs[R], 1) &&
@@ -445,6 +504,7 @@ static int run_backward_case(const ring_case *c)
         free_tensor(all[i]);
     if (lbuf)
         clReleaseMemObject(lbuf);
+    extras_free(&ex);
     free(gq);
     free(gk);
     free(gv);
@@ -464,7 +524,11 @@ typedef enum {
     BAD_ZIGZAG_TOTAL,
     BAD_DTYPE,
     BAD_HEADS_KV,
-    BAD_SOFTCAP
+    BAD_SOFTCAP,
+    BAD_WINDOW,      /* every rank a window, one rank's right width different */
+    BAD_SLOPES,      /* every rank but one passes ALiBi slopes */
+    BAD_KEY_LENGTHS, /* one rank alone passes key lengths */
+    BAD_ALIGN        /* one rank sets CLFLASH_ALIGN_TO_KEY_LENGTH (with key lengths on every rank) */
 } bad_kind;
 
 /* Rank `who` (or every rank) gets a descriptor that breaks a rule; every rank must return `want`,
@@ -492,8 +556,14 @@ static int run_invalid(const char *name, bad_kind kind, int who, clflash_status 
         case BAD_DTYPE: rd.dtype = CLFLASH_F16; break;
         case BAD_HEADS_KV: rd.heads_kv = 1; break;
         case BAD_SOFTCAP: rd.softcap = 3.0f; break; /* valid alone; the others have none */
-        case BAD_ZIGZAG_TOTAL: break;
+        case BAD_WINDOW: rd.window_right = 1; break;
+        case BAD_ALIGN: rd.flags |= CLFLASH_ALIGN_TO_KEY_LENGTH; break;
+        case BAD_ZIGZAG_TOTAL: case BAD_SLOPES: case BAD_KEY_LENGTHS: break;
         }
+    }
+    if (kind == BAD_WINDOW) {
+        rd.flags |= CLFLASH_WINDOW;
+        rd.window_left = 4;
     }
     if (kind == BAD_ZIGZAG_TOTAL) { /* 2P chunks of 6 tokens, and one token more on rank `who` */
         rd.mapping = CLFLASH_RING_ZIGZAG;
@@ -512,6 +582,12 @@ static int run_invalid(const char *name, bad_kind kind, int who, clflash_status 
     cl_mem v = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, elems * 4, sent, &err);
     cl_mem o = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, elems * 4, sent, &err);
     cl_mem l = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, lse_n * 4, sent, &err);
+    /* slopes and key lengths, valid in themselves (sent's first values, 0 and 0.001 ...) */
+    cl_mem extra = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, hq * 4, sent, &err);
+    if ((kind == BAD_SLOPES && R != who) || kind == BAD_WINDOW)
+        rd.alibi_slopes = extra;
+    if ((kind == BAD_KEY_LENGTHS && R == who) || kind == BAD_ALIGN)
+        rd.key_lengths = extra;
     cl_mem grads[4] = {NULL, NULL, NULL, NULL}; /* d_o, dq, dk, dv */
     clflash_status st;
     if (backward) {
@@ -565,6 +641,7 @@ static int run_invalid(const char *name, bad_kind kind, int who, clflash_status 
     clReleaseMemObject(v);
     clReleaseMemObject(o);
     clReleaseMemObject(l);
+    clReleaseMemObject(extra);
     for (int i = 0; i < 4; i++)
         if (grads[i] != NULL)
             clReleaseMemObject(grads[i]);
@@ -605,46 +682,72 @@ int main(int argc, char **argv)
     }
     static const ring_case cases[] = {
         {"contiguous even, f32, not causal, MHA, d 32", 1, 2, 0, 32, CLFLASH_F32, 0, CLFLASH_RING_CONTIGUOUS, 160,
-         {0, 0, 0, 0}, 0, 0, 1, 0.0f},
+         {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 0},
         {"contiguous uneven (one rank of 1 token), causal, f32, GQA 4/2, d 33, lse", 2, 4, 2, 33, CLFLASH_F32,
-         CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 150, {5, -1, 3, 7}, 0, 0, 1, 0.0f},
+         CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 150, {5, -1, 3, 7}, 0, 0, 1, 0.0f, 0, 0, 0, 0},
         {"contiguous uneven (rank 0 of 1 token), shards in reverse rank order, causal, f16, MQA 3/1, d 33, "
          "token-major layouts with gaps, lse", 1, 3, 1, 33, CLFLASH_F16, CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 131,
-         {-1, 4, 2, 3}, 1, 1, 1, 0.0f},
+         {-1, 4, 2, 3}, 1, 1, 1, 0.0f, 0, 0, 0, 0},
         {"contiguous uneven, not causal, f16, GQA 4/2, d 16, no lse", 2, 4, 2, 16, CLFLASH_F16, 0,
-         CLFLASH_RING_CONTIGUOUS, 101, {5, -1, 3, 7}, 0, 0, 0, 0.0f},
+         CLFLASH_RING_CONTIGUOUS, 101, {5, -1, 3, 7}, 0, 0, 0, 0.0f, 0, 0, 0, 0},
         {"zigzag, causal, f32, GQA 4/2, d 16, lse", 2, 4, 2, 16, CLFLASH_F32, CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 24,
-         {0, 0, 0, 0}, 0, 0, 1, 0.0f},
+         {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 0},
         {"zigzag, causal, f16, MHA, d 33, token-major layouts with gaps, lse", 1, 2, 2, 33, CLFLASH_F16,
-         CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 17, {0, 0, 0, 0}, 0, 1, 1, 0.0f},
+         CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 17, {0, 0, 0, 0}, 0, 1, 1, 0.0f, 0, 0, 0, 0},
         {"zigzag, not causal, f32, MQA 3/1, d 33", 1, 3, 1, 33, CLFLASH_F32, 0, CLFLASH_RING_ZIGZAG, 10,
-         {0, 0, 0, 0}, 0, 0, 0, 0.0f},
+         {0, 0, 0, 0}, 0, 0, 0, 0.0f, 0, 0, 0, 0},
         {"contiguous uneven, causal, bf16, GQA 4/2, d 16, lse", 1, 4, 2, 16, CLFLASH_BF16, CLFLASH_CAUSAL,
-         CLFLASH_RING_CONTIGUOUS, 120, {2, 3, -1, 1}, 0, 0, 1, 0.0f},
+         CLFLASH_RING_CONTIGUOUS, 120, {2, 3, -1, 1}, 0, 0, 1, 0.0f, 0, 0, 0, 0},
         {"zigzag, causal, f32, GQA 4/2, d 33, softcap 0.5 (most scores capped), lse", 1, 4, 2, 33, CLFLASH_F32,
-         CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 11, {0, 0, 0, 0}, 0, 0, 1, 0.5f},
+         CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 11, {0, 0, 0, 0}, 0, 0, 1, 0.5f, 0, 0, 0, 0},
         {"contiguous uneven (one rank of 1 token), not causal, f16, MHA, d 16, softcap 2, lse", 1, 2, 0, 16,
-         CLFLASH_F16, 0, CLFLASH_RING_CONTIGUOUS, 97, {5, -1, 3, 7}, 0, 1, 1, 2.0f},
+         CLFLASH_F16, 0, CLFLASH_RING_CONTIGUOUS, 97, {5, -1, 3, 7}, 0, 1, 1, 2.0f, 0, 0, 0, 0},
+        {"zigzag, causal window 5/0 (narrower than a chunk), f32, GQA 4/2, d 16, lse", 1, 4, 2, 16, CLFLASH_F32,
+         CLFLASH_CAUSAL | CLFLASH_WINDOW, CLFLASH_RING_ZIGZAG, 12, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 5, 0, 0, 0},
+        {"contiguous uneven (one rank of 1 token), window 7/3 not causal, f16, MHA, d 33, lse", 1, 2, 0, 33,
+         CLFLASH_F16, CLFLASH_WINDOW, CLFLASH_RING_CONTIGUOUS, 90, {5, -1, 3, 7}, 0, 0, 1, 0.0f, 7, 3, 0, 0},
+        {"zigzag, ALiBi not causal, f32, MHA, d 16, lse", 1, 2, 0, 16, CLFLASH_F32, 0, CLFLASH_RING_ZIGZAG, 8,
+         {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 1, 0},
+        {"contiguous uneven, ALiBi causal, bf16, GQA 4/2, d 32, lse", 1, 4, 2, 32, CLFLASH_BF16, CLFLASH_CAUSAL,
+         CLFLASH_RING_CONTIGUOUS, 101, {2, 3, -1, 1}, 0, 0, 1, 0.0f, 0, 0, 1, 0},
+        {"contiguous uneven, shards in reverse rank order, key lengths (ragged, 0, past the end, negative), "
+         "causal, f32, MQA 3/1, d 16, lse", 4, 3, 1, 16, CLFLASH_F32, CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 70,
+         {5, -1, 3, 7}, 1, 0, 1, 0.0f, 0, 0, 0, 1},
+        {"zigzag, key lengths (ragged, 0, past the end), not causal, f16, MHA, d 16, lse", 3, 2, 0, 16, CLFLASH_F16,
+         0, CLFLASH_RING_ZIGZAG, 9, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 1},
+        {"zigzag, causal window 9/0, ALiBi, key lengths and softcap 2, f32, GQA 4/2, d 33, token-major layouts "
+         "with gaps, lse", 3, 4, 2, 33, CLFLASH_F32, CLFLASH_CAUSAL | CLFLASH_WINDOW, CLFLASH_RING_ZIGZAG, 10,
+         {0, 0, 0, 0}, 0, 1, 1, 2.0f, 9, 0, 1, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         any |= report(cases[i].name, run_case(&cases[i]));
     static const ring_case backward_cases[] = {
         {"contiguous uneven (one rank of 1 token), causal, f32, GQA 4/2, d 33", 2, 4, 2, 33, CLFLASH_F32,
-         CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 90, {5, -1, 3, 7}, 0, 0, 1, 0.0f},
+         CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 90, {5, -1, 3, 7}, 0, 0, 1, 0.0f, 0, 0, 0, 0},
         {"contiguous uneven, shards in reverse rank order, not causal, f16, MQA 3/1, d 16, token-major layouts "
-         "with gaps", 1, 3, 1, 16, CLFLASH_F16, 0, CLFLASH_RING_CONTIGUOUS, 77, {-1, 4, 2, 3}, 1, 1, 1, 0.0f},
+         "with gaps", 1, 3, 1, 16, CLFLASH_F16, 0, CLFLASH_RING_CONTIGUOUS, 77, {-1, 4, 2, 3}, 1, 1, 1, 0.0f, 0, 0, 0,
+         0},
         {"zigzag, causal, f32, GQA 4/2, d 16", 1, 4, 2, 16, CLFLASH_F32, CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 12,
-         {0, 0, 0, 0}, 0, 0, 1, 0.0f},
+         {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 0},
         {"zigzag, causal, f16, GQA 4/2, d 33, token-major layouts with gaps", 1, 4, 2, 33, CLFLASH_F16,
-         CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 9, {0, 0, 0, 0}, 0, 1, 1, 0.0f},
+         CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 9, {0, 0, 0, 0}, 0, 1, 1, 0.0f, 0, 0, 0, 0},
         {"zigzag, not causal, f32, MHA, d 32", 2, 2, 0, 32, CLFLASH_F32, 0, CLFLASH_RING_ZIGZAG, 8, {0, 0, 0, 0}, 0,
-         0, 1, 0.0f},
+         0, 1, 0.0f, 0, 0, 0, 0},
         {"contiguous even, causal, bf16, GQA 4/2, d 16", 1, 4, 2, 16, CLFLASH_BF16, CLFLASH_CAUSAL,
-         CLFLASH_RING_CONTIGUOUS, 64, {0, 0, 0, 0}, 0, 0, 1, 0.0f},
+         CLFLASH_RING_CONTIGUOUS, 64, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 0},
         {"zigzag, causal, f32, GQA 4/2, d 33, softcap 0.5", 1, 4, 2, 33, CLFLASH_F32, CLFLASH_CAUSAL,
-         CLFLASH_RING_ZIGZAG, 7, {0, 0, 0, 0}, 0, 0, 1, 0.5f},
+         CLFLASH_RING_ZIGZAG, 7, {0, 0, 0, 0}, 0, 0, 1, 0.5f, 0, 0, 0, 0},
         {"contiguous uneven (one rank of 1 token), not causal, f16, GQA 4/2, d 16, softcap 2", 1, 4, 2, 16,
-         CLFLASH_F16, 0, CLFLASH_RING_CONTIGUOUS, 71, {5, -1, 3, 7}, 0, 1, 1, 2.0f},
+         CLFLASH_F16, 0, CLFLASH_RING_CONTIGUOUS, 71, {5, -1, 3, 7}, 0, 1, 1, 2.0f, 0, 0, 0, 0},
+        {"zigzag, causal window 5/0 (narrower than a chunk), f32, GQA 4/2, d 16", 1, 4, 2, 16, CLFLASH_F32,
+         CLFLASH_CAUSAL | CLFLASH_WINDOW, CLFLASH_RING_ZIGZAG, 8, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 5, 0, 0, 0},
+        {"contiguous uneven (one rank of 1 token), window 6/2 not causal, ALiBi, f16, MHA, d 16", 1, 2, 0, 16,
+         CLFLASH_F16, CLFLASH_WINDOW, CLFLASH_RING_CONTIGUOUS, 71, {5, -1, 3, 7}, 0, 0, 1, 0.0f, 6, 2, 1, 0},
+        {"zigzag, key lengths (ragged, 0, past the end), causal, f32, MQA 3/1, d 16", 3, 3, 1, 16, CLFLASH_F32,
+         CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 7, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 1},
+        {"contiguous uneven, shards in reverse rank order, window 10/4 not causal, ALiBi, key lengths and softcap "
+         "2, f32, GQA 4/2, d 33, token-major layouts with gaps", 4, 4, 2, 33, CLFLASH_F32, CLFLASH_WINDOW,
+         CLFLASH_RING_CONTIGUOUS, 66, {2, 3, -1, 1}, 1, 1, 1, 2.0f, 10, 4, 1, 1},
     };
     for (size_t i = 0; i < sizeof backward_cases / sizeof backward_cases[0]; i++) {
         char name[200];
@@ -666,6 +769,11 @@ int main(int argc, char **argv)
                        CLFLASH_ERROR_INVALID_ARGUMENT);
         any |= INVALID("contiguous shards with a gap", "gap", BAD_GAP, last, CLFLASH_ERROR_INVALID_SHAPE);
         any |= INVALID("zigzag shard of the wrong size", "zigzag", BAD_ZIGZAG_TOTAL, 0, CLFLASH_ERROR_INVALID_SHAPE);
+        any |= INVALID("ranks disagree on window_right", "window", BAD_WINDOW, last, CLFLASH_ERROR_INVALID_FLAGS);
+        any |= INVALID("one rank without ALiBi slopes", "alibi_slopes", BAD_SLOPES, 0, CLFLASH_ERROR_INVALID_ARGUMENT);
+        any |= INVALID("one rank alone with key lengths", "key_lengths", BAD_KEY_LENGTHS, last,
+                       CLFLASH_ERROR_INVALID_ARGUMENT);
+        any |= INVALID("one rank with CLFLASH_ALIGN_TO_KEY_LENGTH", "align", BAD_ALIGN, 0, CLFLASH_ERROR_UNSUPPORTED);
 #undef INVALID
     }
     clflash_context_free(ctx);

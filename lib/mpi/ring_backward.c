@@ -1,7 +1,8 @@
 /*
  * ring_backward.c - clflash_ring_backward: the gradients of the ring forward. P steps, as in the
  * forward: at step s the rank holds the K/V shard of rank (r - s) mod P, and each of its query
- * chunks that sees some of those keys (ring_visible, the forward's rule) runs one clflash_backward
+ * chunks that sees some of those keys runs the forward's calls (ring_calls: one, or with a window,
+ * ALiBi or key lengths one per key chunk, whose dK/dV are that chunk's rows) as clflash_backward
  * with the rank's final O, its dO and the GLOBAL lse. With the global lse, P = exp(S - lse) is the
  * probability over the whole sequence and clflash_backward's D = rowsum(dO * O) is the global one,
  * so the per-pair gradients simply add up. dQ partials are added into this rank's fp32 dQ
@@ -54,6 +55,7 @@ typedef struct {
     int in_n;
     ring_exchange x;
     int have_x;
+    ring_key_lengths kl;  /* per key chunk, with key lengths */
     ring_timing *timing;  /* NULL unless a clflash_ring_stats is attached (ring_stats.h) */
     double acc_posted;    /* MPI_Wtime when the incoming accumulator's receive was posted (timing only) */
 } ring_bwd;
@@ -85,7 +87,7 @@ static clflash_attention_desc call_desc(const ring_bwd *B, const ring_chunk *q, 
     a.dtype = g->dtype;
     a.scale = g->scale;
     a.softcap = g->softcap;
-    a.flags = c->causal ? CLFLASH_CAUSAL : 0;
+    ring_call_rules(&a, g, c, ring_key_lengths_at(&B->kl, c->k_pos));
     a.block = B->d->block;
     a.q = ring_layout_rows(&qz, g->heads_q, B->d->seq_local, g->head_dim, q->row);
     a.k = ring_layout_rows(kl, g->heads_kv, kv_rows, g->head_dim, c->k_row);
@@ -137,15 +139,17 @@ static clflash_status setup(ring_bwd *B, MPI_Comm comm, cl_mem q)
 {
     const ring_geometry *g = B->g;
     const ring_shard *own = &g->shards[g->rank];
-    const int causal = (g->flags & CLFLASH_CAUSAL) != 0;
     const uint32_t n = B->d->seq_local;
     clflash_status st = CLFLASH_SUCCESS;
     B->nq = own->nchunks;
+    if ((st = ring_key_lengths_init(&B->kl, B->ctx, B->cq, g, own->chunk, own->nchunks)) != CLFLASH_SUCCESS)
+        return st;
     for (int i = 0; i < B->nq; i++) {
         B->qc[i] = own->chunk[i];
-        ring_call c;
-        if (ring_visible(&B->qc[i], own, causal, &c) == 1) {
-            clflash_attention_desc a = call_desc(B, &B->qc[i], &c, &B->d->k, &B->d->v, own->rows);
+        ring_call c[2];
+        const int nc = ring_calls(g, &B->qc[i], own, c);
+        for (int j = 0; j < nc; j++) {
+            clflash_attention_desc a = call_desc(B, &B->qc[i], &c[j], &B->d->k, &B->d->v, own->rows);
             clflash_plan p;
             memset(&p, 0, sizeof p);
             p.struct_size = sizeof p;
@@ -229,6 +233,7 @@ static void teardown(ring_bwd *B)
     free(B->h_in);
     free(B->h_out[0]);
     free(B->h_out[1]);
+    ring_key_lengths_free(&B->kl);
 }
 
 /* The compute of step s against the shard in x.dev[slot]: dQ into dq_acc, this step's dK/dV into
@@ -249,22 +254,23 @@ static clflash_status compute_step(ring_bwd *B, int s)
         return ring_fail(err, "starting step %d: %d", s, err);
     ring_timing_mark(B->timing, B->cq, RING_T_START, s);
     for (int i = 0; i < B->nq; i++) {
-        ring_call c;
-        if (ring_visible(&B->qc[i], kv, (g->flags & CLFLASH_CAUSAL) != 0, &c) != 1)
-            continue;
-        const clflash_attention_desc a = call_desc(B, &B->qc[i], &c, &kl, &vl, kv->rows);
-        const clflash_status st = clflash_backward(B->ctx, &a, B->cq, B->q_c, B->x.dev[slot], B->x.dev[slot], B->o,
-                                                   B->d_o, B->lse_c[i], B->dq_part, B->dkv_part, B->dkv_part, 0, NULL,
-                                                   NULL);
-        if (st != CLFLASH_SUCCESS)
-            return ring_fail(st, "clflash_backward at step %d: %s", s, clflash_last_error_detail());
-        clflash_status as = accumulate(B, g->dtype, B->dq_acc, B->dq_part, (uint64_t)g->batch * g->heads_q,
-                                       B->d->seq_local, B->qc[i].row, B->qc[i].len);
-        if (as == CLFLASH_SUCCESS) /* K and V as one [2 * batch * heads_kv][rows][head_dim] tensor */
-            as = accumulate(B, g->dtype, B->dkv_acc, B->dkv_part, 2ull * g->batch * g->heads_kv, kv->rows, c.k_row,
-                            c.k_len);
-        if (as != CLFLASH_SUCCESS)
-            return as;
+        ring_call c[2];
+        const int nc = ring_calls(g, &B->qc[i], kv, c);
+        for (int j = 0; j < nc; j++) {
+            const clflash_attention_desc a = call_desc(B, &B->qc[i], &c[j], &kl, &vl, kv->rows);
+            const clflash_status st = clflash_backward(B->ctx, &a, B->cq, B->q_c, B->x.dev[slot], B->x.dev[slot],
+                                                       B->o, B->d_o, B->lse_c[i], B->dq_part, B->dkv_part,
+                                                       B->dkv_part, 0, NULL, NULL);
+            if (st != CLFLASH_SUCCESS)
+                return ring_fail(st, "clflash_backward at step %d: %s", s, clflash_last_error_detail());
+            clflash_status as = accumulate(B, g->dtype, B->dq_acc, B->dq_part, (uint64_t)g->batch * g->heads_q,
+                                           B->d->seq_local, B->qc[i].row, B->qc[i].len);
+            if (as == CLFLASH_SUCCESS) /* K and V as one [2 * batch * heads_kv][rows][head_dim] tensor */
+                as = accumulate(B, g->dtype, B->dkv_acc, B->dkv_part, 2ull * g->batch * g->heads_kv, kv->rows,
+                                c[j].k_row, c[j].k_len);
+            if (as != CLFLASH_SUCCESS)
+                return as;
+        }
     }
     ring_timing_mark(B->timing, B->cq, RING_T_GRAD_END, s);
     if (B->x.released[slot])
@@ -463,9 +469,9 @@ static clflash_status check_backward_local(clflash_context *ctx, const clflash_r
         (st = ring_check_tensor(ctx, dk, &d->k, d->batch, hkv, d->seq_local, d->head_dim, d->dtype, "dk")) ||
         (st = ring_check_tensor(ctx, dv, &d->v, d->batch, hkv, d->seq_local, d->head_dim, d->dtype, "dv")))
         return st;
-    const cl_mem in[] = {q, k, v, o, d_o, lse}, out[] = {dq, dk, dv};
+    const cl_mem in[] = {q, k, v, o, d_o, lse, d->alibi_slopes, d->key_lengths}, out[] = {dq, dk, dv};
     for (int i = 0; i < 3; i++) {
-        for (int j = 0; j < 6; j++)
+        for (int j = 0; j < 8; j++)
             if (out[i] == in[j])
                 return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "dq, dk and dv must not be input buffers");
         for (int j = 0; j < i; j++)

@@ -1,7 +1,8 @@
 /*
  * ring_forward.c - clflash_ring_forward: the ring's P steps for one rank. At step s the rank holds
  * the K/V shard of rank (r - s) mod P; each of its query chunks that sees some of those keys runs
- * one clflash_forward with lse, and the partial (O, lse) is merged into the chunk's fp32 running
+ * clflash_forward with lse (ring_calls: one call, or with a window, ALiBi or key lengths one per
+ * key chunk), and each partial (O, lse) is merged into the chunk's fp32 running
  * result with clflash_merge_states; the chunk's last merge writes the caller's O and lse. Meanwhile
  * ring_exchange.c moves the next shard.
  *
@@ -38,6 +39,7 @@ typedef struct {
     ring_query rq[2];
     ring_exchange x;
     int have_x;
+    ring_key_lengths kl; /* per key chunk, with key lengths */
     ring_timing *timing; /* NULL unless a clflash_ring_stats is attached (ring_stats.h) */
 } ring_run;
 
@@ -62,7 +64,7 @@ static clflash_attention_desc call_desc(const ring_run *R, const ring_query *rq,
     a.dtype = g->dtype;
     a.scale = g->scale;
     a.softcap = g->softcap;
-    a.flags = c->causal ? CLFLASH_CAUSAL : 0;
+    ring_call_rules(&a, g, c, ring_key_lengths_at(&R->kl, c->k_pos));
     a.block = R->d->block;
     a.q = ring_layout_rows(&R->d->q, g->heads_q, R->d->seq_local, g->head_dim, rq->q.row);
     a.k = ring_layout_rows(kl, g->heads_kv, kv_rows, g->head_dim, c->k_row);
@@ -173,10 +175,11 @@ static clflash_status setup(ring_run *R, MPI_Comm comm)
 {
     const ring_geometry *g = R->g;
     const ring_shard *own = &g->shards[g->rank];
-    const int causal = (g->flags & CLFLASH_CAUSAL) != 0;
     clflash_status st = CLFLASH_SUCCESS;
     uint64_t max_len = 0;
     R->nq = own->nchunks;
+    if ((st = ring_key_lengths_init(&R->kl, R->ctx, R->cq, g, own->chunk, own->nchunks)) != CLFLASH_SUCCESS)
+        return st;
     for (int i = 0; i < R->nq; i++) {
         ring_query *rq = &R->rq[i];
         rq->q = own->chunk[i];
@@ -184,12 +187,13 @@ static clflash_status setup(ring_run *R, MPI_Comm comm)
         rq->part_elems = rq->part_rows * g->head_dim;
         if (rq->q.len > max_len)
             max_len = rq->q.len;
-        ring_call c;
+        ring_call c[2];
         for (int s = 0; s < g->size; s++)
-            rq->calls += ring_visible(&rq->q, &g->shards[src_of(g, s)], causal, &c) == 1;
-        /* the own shard's call, as it will run at step 0 */
-        if (ring_visible(&rq->q, own, causal, &c) == 1) {
-            clflash_attention_desc a = call_desc(R, rq, &c, &R->d->k, &R->d->v, own->rows);
+            rq->calls += ring_calls(g, &rq->q, &g->shards[src_of(g, s)], c);
+        /* the own shard's calls, as they will run at step 0 */
+        const int n = ring_calls(g, &rq->q, own, c);
+        for (int j = 0; j < n; j++) {
+            clflash_attention_desc a = call_desc(R, rq, &c[j], &R->d->k, &R->d->v, own->rows);
             clflash_plan p;
             memset(&p, 0, sizeof p);
             p.struct_size = sizeof p;
@@ -233,6 +237,7 @@ static void teardown(ring_run *R)
         clReleaseMemObject(R->tmp_o);
     if (R->tmp_l)
         clReleaseMemObject(R->tmp_l);
+    ring_key_lengths_free(&R->kl);
 }
 
 /* The compute of step s: every query chunk against the shard this rank holds now. */
@@ -247,12 +252,13 @@ static clflash_status compute_step(ring_run *R, int s, cl_mem k, const clflash_l
         return ring_fail(err, "waiting for the upload of step %d: %d", s, err);
     ring_timing_mark(R->timing, R->cq, RING_T_START, s);
     for (int i = 0; i < R->nq; i++) {
-        ring_call c;
-        if (ring_visible(&R->rq[i].q, kv, (g->flags & CLFLASH_CAUSAL) != 0, &c) != 1)
-            continue;
-        const clflash_status st = run_call(R, &R->rq[i], &c, k, kl, v, vl, kv->rows, s);
-        if (st)
-            return st;
+        ring_call c[2];
+        const int n = ring_calls(g, &R->rq[i].q, kv, c);
+        for (int j = 0; j < n; j++) {
+            const clflash_status st = run_call(R, &R->rq[i], &c[j], k, kl, v, vl, kv->rows, s);
+            if (st)
+                return st;
+        }
     }
     ring_timing_mark(R->timing, R->cq, RING_T_GRAD_END, s);
     if (s > 0) { /* the device buffer of this step may be overwritten once these kernels are done */

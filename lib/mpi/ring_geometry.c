@@ -112,8 +112,11 @@ clflash_status ring_check_local(clflash_context *ctx, const clflash_ring_desc *i
         return ring_fail(CLFLASH_ERROR_INVALID_SCALE, "softcap must be finite and >= 0");
     if (d->flags & ~CLFLASH_KNOWN_FLAGS)
         return ring_fail(CLFLASH_ERROR_INVALID_FLAGS, "unknown bits in flags 0x%x", d->flags);
-    if (d->flags & ~CLFLASH_CAUSAL)
-        return ring_fail(CLFLASH_ERROR_UNSUPPORTED, "the ring takes CLFLASH_CAUSAL only (flags 0x%x)", d->flags);
+    if (d->flags & CLFLASH_ALIGN_TO_KEY_LENGTH)
+        return ring_fail(CLFLASH_ERROR_UNSUPPORTED, "the ring does not take CLFLASH_ALIGN_TO_KEY_LENGTH (flags 0x%x): "
+                         "its queries are the whole sequence", d->flags);
+    if (!(d->flags & CLFLASH_WINDOW) && (d->window_left || d->window_right))
+        return ring_fail(CLFLASH_ERROR_INVALID_FLAGS, "window_left/window_right are set but flags lack CLFLASH_WINDOW");
     if (d->mapping != CLFLASH_RING_CONTIGUOUS && d->mapping != CLFLASH_RING_ZIGZAG)
         return ring_fail(CLFLASH_ERROR_INVALID_FLAGS, "unknown mapping %u", d->mapping);
     if (d->mapping == CLFLASH_RING_ZIGZAG && d->seq_offset != 0)
@@ -122,6 +125,11 @@ clflash_status ring_check_local(clflash_context *ctx, const clflash_ring_desc *i
         return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "o must not be the same buffer as q, k or v");
     if (lse && (lse == q || lse == k || lse == v || lse == o))
         return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "lse must be a buffer of its own");
+    const cl_mem extra[2] = {d->alibi_slopes, d->key_lengths};
+    for (int i = 0; i < 2; i++)
+        if (extra[i] && (extra[i] == o || extra[i] == lse))
+            return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "%s must not be the same buffer as o or lse",
+                             i ? "key_lengths" : "alibi_slopes");
     const uint32_t hkv = d->heads_kv ? d->heads_kv : d->heads_q;
     const size_t s = clflash_dtype_size(d->dtype);
     const struct {
@@ -138,11 +146,17 @@ clflash_status ring_check_local(clflash_context *ctx, const clflash_ring_desc *i
     }
     if (lse && (st = check_buffer(ctx, lse, (uint64_t)d->batch * d->heads_q * d->seq_local * sizeof(float), "lse")))
         return st;
+    if (d->alibi_slopes && (st = check_buffer(ctx, d->alibi_slopes, (uint64_t)d->heads_q * sizeof(float),
+                                              "alibi_slopes")))
+        return st;
+    if (d->key_lengths && (st = check_buffer(ctx, d->key_lengths, (uint64_t)d->batch * sizeof(int32_t), "key_lengths")))
+        return st;
     return CLFLASH_SUCCESS;
 }
 
 /* The fields gathered from every rank, in this order. */
 enum { F_STATUS, F_BATCH, F_HEADS_Q, F_HEADS_KV, F_HEAD_DIM, F_DTYPE, F_SCALE, F_FLAGS, F_MAPPING, F_SOFTCAP,
+       F_WINDOW_LEFT, F_WINDOW_RIGHT, F_HAS_ALIBI, F_HAS_KEY_LENGTHS, /* the last field every rank must agree on */
        F_SEQ_TOTAL, F_SEQ_LOCAL, F_SEQ_OFFSET, F_COUNT };
 
 static const struct {
@@ -154,6 +168,10 @@ static const struct {
     [F_DTYPE] = {"dtype", CLFLASH_ERROR_INVALID_DTYPE},       [F_SCALE] = {"scale (bits)", CLFLASH_ERROR_INVALID_SCALE},
     [F_FLAGS] = {"flags", CLFLASH_ERROR_INVALID_FLAGS},       [F_MAPPING] = {"mapping", CLFLASH_ERROR_INVALID_FLAGS},
     [F_SOFTCAP] = {"softcap (bits)", CLFLASH_ERROR_INVALID_SCALE},
+    [F_WINDOW_LEFT] = {"window_left", CLFLASH_ERROR_INVALID_FLAGS},
+    [F_WINDOW_RIGHT] = {"window_right", CLFLASH_ERROR_INVALID_FLAGS},
+    [F_HAS_ALIBI] = {"alibi_slopes (whether given)", CLFLASH_ERROR_INVALID_ARGUMENT},
+    [F_HAS_KEY_LENGTHS] = {"key_lengths (whether given)", CLFLASH_ERROR_INVALID_ARGUMENT},
     [F_SEQ_TOTAL] = {"seq_total", CLFLASH_ERROR_INVALID_SHAPE},
 };
 
@@ -241,7 +259,7 @@ static clflash_status decide(const uint64_t *all, ring_geometry *g)
         }
     }
     for (int r = 1; r < P; r++)
-        for (int i = F_BATCH; i <= F_SOFTCAP; i++)
+        for (int i = F_BATCH; i <= F_HAS_KEY_LENGTHS; i++)
             if (all[(size_t)r * F_COUNT + i] != all[i])
                 return ring_fail(agreed[i].st, "rank %d: %s is %llu, rank 0's is %llu", r, agreed[i].name,
                                  (unsigned long long)all[(size_t)r * F_COUNT + i], (unsigned long long)all[i]);
@@ -256,6 +274,11 @@ static clflash_status decide(const uint64_t *all, ring_geometry *g)
     g->mapping = (uint32_t)all[F_MAPPING];
     bits = (uint32_t)all[F_SOFTCAP];
     memcpy(&g->softcap, &bits, sizeof bits);
+    g->window_left = (uint32_t)all[F_WINDOW_LEFT];
+    g->window_right = (uint32_t)all[F_WINDOW_RIGHT];
+    g->has_alibi = all[F_HAS_ALIBI] != 0;
+    g->has_key_lengths = all[F_HAS_KEY_LENGTHS] != 0;
+    g->per_pair = (g->flags & CLFLASH_WINDOW) || g->has_alibi || g->has_key_lengths;
     uint64_t sum = 0;
     g->max_rows = 0;
     for (int r = 0; r < P; r++) {
@@ -308,14 +331,24 @@ static clflash_status decide(const uint64_t *all, ring_geometry *g)
         return ring_fail(CLFLASH_ERROR_OUT_OF_HOST_MEMORY, "no memory for the shard map");
     for (int r = 0; r < P; r++)
         shard_of(all + (size_t)r * F_COUNT, g, r, &g->shards[r]);
-    /* every pair must be one call or none (true for both mappings; checked so that it stays true) */
-    ring_call call;
+    /* every pair must give calls (one causal call or none for both mappings without per_pair;
+     * diagonal offsets in range with it), and every query chunk at least one call (its own
+     * diagonal is always visible), so that its O is written */
+    ring_call call[2];
     for (int a = 0; a < P; a++)
-        for (int c = 0; c < g->shards[a].nchunks; c++)
-            for (int b = 0; b < P; b++)
-                if (ring_visible(&g->shards[a].chunk[c], &g->shards[b], (g->flags & CLFLASH_CAUSAL) != 0, &call) < 0)
-                    return ring_fail(CLFLASH_ERROR_UNSUPPORTED, "rank %d's chunk %d against rank %d's shard is not "
-                                     "one causal call", a, c, b);
+        for (int c = 0; c < g->shards[a].nchunks; c++) {
+            int calls = 0;
+            for (int b = 0; b < P; b++) {
+                const int n = ring_calls(g, &g->shards[a].chunk[c], &g->shards[b], call);
+                if (n < 0)
+                    return ring_fail(CLFLASH_ERROR_UNSUPPORTED, g->per_pair ? "rank %d's chunk %d against rank %d's "
+                                     "shard: a diagonal_offset beyond CLFLASH_MAX_SEQ_K (the sequence is too long)"
+                                     : "rank %d's chunk %d against rank %d's shard is not one causal call", a, c, b);
+                calls += n;
+            }
+            if (calls == 0)
+                return ring_fail(CLFLASH_ERROR_UNSUPPORTED, "rank %d's chunk %d sees no key chunk", a, c);
+        }
     return CLFLASH_SUCCESS;
 }
 
@@ -340,6 +373,10 @@ clflash_status ring_geometry_agree(MPI_Comm comm, const clflash_ring_desc *d, cl
         const float softcap = d->softcap;
         memcpy(&bits, &softcap, sizeof bits);
         mine[F_SOFTCAP] = bits;
+        mine[F_WINDOW_LEFT] = d->window_left;
+        mine[F_WINDOW_RIGHT] = d->window_right;
+        mine[F_HAS_ALIBI] = d->alibi_slopes != NULL;
+        mine[F_HAS_KEY_LENGTHS] = d->key_lengths != NULL;
         mine[F_SEQ_TOTAL] = d->seq_total;
         mine[F_SEQ_LOCAL] = d->seq_local;
         mine[F_SEQ_OFFSET] = d->seq_offset;
@@ -351,6 +388,10 @@ clflash_status ring_geometry_agree(MPI_Comm comm, const clflash_ring_desc *d, cl
         st = ring_fail(CLFLASH_RING_ERROR_MPI, "MPI_Allgather of the shapes failed");
     else
         st = decide(all, g);
+    if (st == CLFLASH_SUCCESS) { /* this rank's own buffers (whether each is given is agreed) */
+        g->alibi_slopes = d->alibi_slopes;
+        g->key_lengths = d->key_lengths;
+    }
     if (all != small)
         free(all);
     if (st)

@@ -1,8 +1,8 @@
 /*
  * ring_internal.h - what the files of the MPI ring component share: the ring's geometry (every
- * rank's shard as chunks of global positions, agreed on collectively), the rule that turns a
- * (query chunk, key shard) pair into at most one clflash_forward call, the K/V exchange with its
- * host staging, and the component's error detail.
+ * rank's shard as chunks of global positions, agreed on collectively), the rules that turn a
+ * (query chunk, key shard) pair into clflash_forward/clflash_backward calls, the per-key-chunk key
+ * lengths, the K/V exchange with its host staging, and the component's error detail.
  *
  * The component is a client of clflash.h and of lib/component.h (the kernels libclflash runs for
  * its components) only; nothing here reaches into lib/internal.h.
@@ -50,6 +50,11 @@ typedef struct {
     clflash_dtype dtype;
     float scale, softcap;
     uint32_t flags, mapping;
+    uint32_t window_left, window_right; /* with CLFLASH_WINDOW in flags */
+    int has_alibi, has_key_lengths;     /* agreed: whether the ranks pass slopes / key lengths */
+    int per_pair;        /* a window, ALiBi or key lengths: one call per (query chunk, key chunk) */
+    cl_mem alibi_slopes; /* this rank's own (NULL without) */
+    cl_mem key_lengths;  /* this rank's own, global positions (NULL without) */
     uint64_t seq_total;
     uint32_t max_rows;   /* the largest shard's rows */
     ring_shard *shards;  /* [size], in rank order */
@@ -77,16 +82,50 @@ clflash_status ring_join(MPI_Comm comm, const clflash_ring_desc *d, clflash_stat
 clflash_status ring_agree_status(MPI_Comm comm, clflash_status mine, const char *phase);
 
 /* ---- visibility (ring_visible.c) ------------------------------------------------------------- */
-/* One clflash_forward call of a query chunk against a key shard: keys rows k_row .. k_row + k_len - 1
- * of the shard, causal (bottom-right aligned) or not. */
+/* One clflash_forward (or clflash_backward) call of a query chunk against a key shard: key rows
+ * k_row .. k_row + k_len - 1 of the shard, the call's flags and diagonal_offset, and (for a call
+ * of one key chunk, ring_calls with per_pair) the global position of its first key, which selects
+ * its key lengths. */
 typedef struct {
     uint32_t k_row, k_len;
-    int causal;
+    uint32_t flags;
+    int32_t diagonal_offset;
+    uint64_t k_pos;
 } ring_call;
 
-/* 1 and *out when the chunk sees some keys of the shard, 0 when it sees none, -1 when what it sees
- * cannot be one bottom-right-aligned call (never for the mappings clflash_mpi.h defines). */
+/* Causal only (or no rule): 1 and *out when the chunk sees some keys of the shard (one call,
+ * CLFLASH_CAUSAL bottom-right aligned on a diagonal chunk), 0 when it sees none, -1 when what it
+ * sees cannot be one bottom-right-aligned call (never for the mappings clflash_mpi.h defines). */
 int ring_visible(const ring_chunk *q, const ring_shard *kv, int causal, ring_call *out);
+
+/* ---- the calls of a pair (ring_pairs.c) ------------------------------------------------------- */
+/* The calls of query chunk q against shard kv, in key row order, into out[0..]: ring_visible's one
+ * call without per_pair; with it one call per key chunk that some query of q may see (the causal
+ * and window rules on global positions), with the caller's flags and the diagonal_offset that
+ * puts them at the whole sequence's diagonal. Returns the count (0 .. 2), or -1 when a call
+ * cannot be formed (ring_visible's -1, or a diagonal_offset beyond CLFLASH_MAX_SEQ_K). */
+int ring_calls(const ring_geometry *g, const ring_chunk *q, const ring_shard *kv, ring_call out[2]);
+/* Sets a's flags, window widths, slopes, key lengths (key_lengths, the call's own buffer or NULL)
+ * and diagonal_offset for call c. */
+void ring_call_rules(clflash_attention_desc *a, const ring_geometry *g, const ring_call *c, cl_mem key_lengths);
+
+/* ---- key lengths per key chunk (ring_key_lengths.c) ------------------------------------------- */
+/* The caller's key_lengths (global positions) as each call needs them: for the key chunk at
+ * position pos of len rows, int32[batch] of clamp(L[b] - pos, 0, len). One buffer per key chunk
+ * that this rank's query chunks see. */
+typedef struct {
+    int n;
+    uint64_t *pos; /* [n] */
+    cl_mem *buf;   /* [n] */
+} ring_key_lengths;
+
+/* Nothing without g->key_lengths; else reads the caller's buffer (blocking, on cq) and creates the
+ * buffers for the key chunks of every shard that the chunks q[0 .. nq-1] have calls with. */
+clflash_status ring_key_lengths_init(ring_key_lengths *kl, clflash_context *ctx, cl_command_queue cq,
+                                     const ring_geometry *g, const ring_chunk *q, int nq);
+/* The buffer of the key chunk at position pos, NULL if none. */
+cl_mem ring_key_lengths_at(const ring_key_lengths *kl, uint64_t pos);
+void ring_key_lengths_free(ring_key_lengths *kl);
 
 /* ---- timing (ring_stats.c; only while a clflash_ring_stats of ring_stats.h is attached) ---------- */
 typedef struct {

@@ -6,14 +6,15 @@
  *
  * Why a rule of its own: the contiguous and zigzag mappings give different patterns (for zigzag the
  * second query chunk at step 0 sees the first key chunk whole and the second up to its diagonal,
- * one causal call over both), and the backward will need the same pairs.
+ * one causal call over both), and the backward needs the same pairs. It serves the causal rule
+ * alone; windows, ALiBi and key lengths take ring_pairs.c's one call per key chunk.
  */
 #include "ring_internal.h"
 
 int ring_visible(const ring_chunk *q, const ring_shard *kv, int causal, ring_call *out)
 {
     if (!causal) {
-        *out = (ring_call){0, kv->rows, 0};
+        *out = (ring_call){0, kv->rows, 0, 0, 0};
         return 1;
     }
     const uint64_t q_first = q->pos, q_last = q->pos + q->len - 1;
@@ -50,6 +51,6 @@ int ring_visible(const ring_chunk *q, const ring_shard *kv, int causal, ring_cal
         if (q_last + 1 != diag_end || (k_row != k_end - (uint32_t)(diag_end - diag_first) && q_first < diag_first))
             return -1;
     }
-    *out = (ring_call){k_row, k_end - k_row, diagonal};
+    *out = (ring_call){k_row, k_end - k_row, diagonal ? CLFLASH_CAUSAL : 0u, 0, 0};
     return 1;
 }

@@ -1,0 +1,61 @@
+/*
+ * ring_pairs.c - the calls of a query chunk against a travelling K/V shard, as the forward and the
+ * backward enqueue them. With the causal rule alone (or none) they are ring_visible's: at most one
+ * call per (query chunk, shard), unchanged from the ring's first version. With a sliding window,
+ * ALiBi or key lengths every (query chunk, key chunk) pair is a call of its own, with
+ * clflash_attention_desc.diagonal_offset putting the causal rule, the window and ALiBi's distance
+ * at the whole sequence's diagonal, and its key lengths relative to the key chunk.
+ *
+ * Why per key chunk: ALiBi and key lengths depend on each key's global position, which a call can
+ * only express through one diagonal offset and one set of key lengths per key run; a zigzag
+ * shard's two chunks are far apart in the sequence, so they cannot share a call.
+ */
+#include "ring_internal.h"
+
+/* Whether some (query, key) pair of the two chunks passes the causal and window rules, from the
+ * range of key - query distances the chunks span. */
+static int pair_visible(const ring_geometry *g, const ring_chunk *q, const ring_chunk *k)
+{
+    const int64_t nearest = (int64_t)k->pos - (int64_t)(q->pos + q->len - 1); /* smallest key - query */
+    const int64_t farthest = (int64_t)(k->pos + k->len - 1) - (int64_t)q->pos; /* largest */
+    int64_t right = INT64_MAX, left = INT64_MAX; /* allowed: -left <= key - query <= right */
+    if (g->flags & CLFLASH_WINDOW) {
+        right = g->window_right;
+        left = g->window_left;
+    }
+    if ((g->flags & CLFLASH_CAUSAL) && right > 0)
+        right = 0;
+    return nearest <= right && farthest >= -left;
+}
+
+int ring_calls(const ring_geometry *g, const ring_chunk *q, const ring_shard *kv, ring_call out[2])
+{
+    if (!g->per_pair)
+        return ring_visible(q, kv, (g->flags & CLFLASH_CAUSAL) != 0, &out[0]);
+    const int diagonal_rules = (g->flags & (CLFLASH_CAUSAL | CLFLASH_WINDOW)) != 0 || g->has_alibi;
+    int n = 0;
+    for (int i = 0; i < kv->nchunks; i++) {
+        const ring_chunk *k = &kv->chunk[i];
+        if (!pair_visible(g, q, k))
+            continue;
+        /* positions are below 2^31 * 2^20 and lengths below 2^30: no overflow in int64 */
+        const int64_t off = diagonal_rules ? ((int64_t)q->pos - (int64_t)k->pos) - ((int64_t)k->len - (int64_t)q->len)
+                                           : 0;
+        if (off < -(int64_t)CLFLASH_MAX_SEQ_K || off > (int64_t)CLFLASH_MAX_SEQ_K)
+            return -1;
+        out[n++] = (ring_call){k->row, k->len, g->flags & (CLFLASH_CAUSAL | CLFLASH_WINDOW), (int32_t)off, k->pos};
+    }
+    return n;
+}
+
+void ring_call_rules(clflash_attention_desc *a, const ring_geometry *g, const ring_call *c, cl_mem key_lengths)
+{
+    a->flags = c->flags;
+    a->diagonal_offset = c->diagonal_offset;
+    if (c->flags & CLFLASH_WINDOW) {
+        a->window_left = g->window_left;
+        a->window_right = g->window_right;
+    }
+    a->alibi_slopes = g->alibi_slopes;
+    a->key_lengths = key_lengths;
+}
