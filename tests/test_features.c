@@ -280,6 +280,15 @@ static void add_bias(feature_case *fc, unsigned mask_every, uint64_t seed)
         fc->bias[i] = (mask_every && i % mask_every == 3) ? -INFINITY : 2.0f * (float)ref_rng_uniform(&rng);
 }
 
+/* ALiBi slopes first / (h + 1) for each query head h. */
+static void add_slopes(feature_case *fc, float first)
+{
+    fc->slopes = malloc(fc->d.heads_q * sizeof(float));
+    REQUIRE(fc->slopes);
+    for (uint32_t h = 0; h < fc->d.heads_q; h++)
+        fc->slopes[h] = first / (float)(h + 1);
+}
+
 /* The i8 scales the feature cases use (a real value is the scale times the stored integer). */
 static void set_i8_scales(feature_case *fc)
 {
@@ -555,12 +564,8 @@ START_TEST(aligned_to_key_lengths)
     fc.d.window_left = aligned[k].left;
     fc.d.window_right = aligned[k].right;
     fc.d.num_splits = aligned[k].splits;
-    if (aligned[k].alibi) {
-        fc.slopes = malloc(aligned[k].hq * sizeof(float));
-        REQUIRE(fc.slopes);
-        for (uint32_t h = 0; h < aligned[k].hq; h++)
-            fc.slopes[h] = 0.25f / (float)(h + 1);
-    }
+    if (aligned[k].alibi)
+        add_slopes(&fc, 0.25f);
     if (aligned[k].lens) {
         fc.lens = malloc(aligned[k].b * sizeof(int32_t));
         REQUIRE(fc.lens);
@@ -607,13 +612,8 @@ START_TEST(diagonal_offsets)
     fc.d.num_splits = offsets[k].splits;
     fc.d.diagonal_offset = offsets[k].offset;
     fc.d.softcap = offsets[k].softcap;
-    if (offsets[k].alibi) {
-        fc.slopes = malloc(offsets[k].hq * sizeof(float));
-        REQUIRE(fc.slopes);
-        for (uint32_t h = 0; h < offsets[k].hq; h++) /* distances reach 60: scores the naive path's
-                                                        bf16 score matrix still resolves */
-            fc.slopes[h] = 0.05f / (float)(h + 1);
-    }
+    if (offsets[k].alibi) /* distances reach 60: scores the naive path's bf16 score matrix resolves */
+        add_slopes(&fc, 0.05f);
     if (offsets[k].lens) {
         fc.lens = malloc(offsets[k].b * sizeof(int32_t));
         REQUIRE(fc.lens);
@@ -806,10 +806,7 @@ static int oclgrind_case(int i)
     case 1: fc.d.softcap = 3.0f; fc.d.scale = 1.5f; break;
     case 2: fc.d.bias_broadcast = CLFLASH_BROADCAST_HEADS; add_bias(&fc, 5, 21); break;
     case 3:
-        fc.slopes = malloc(2 * sizeof(float));
-        REQUIRE(fc.slopes);
-        fc.slopes[0] = 0.5f;
-        fc.slopes[1] = 0.25f;
+        add_slopes(&fc, 0.5f);
         break;
     case 4:
         fc.lens = malloc(sizeof lens);
@@ -822,10 +819,7 @@ static int oclgrind_case(int i)
         fc.d.flags = CLFLASH_WINDOW | CLFLASH_CAUSAL;
         fc.d.window_left = 4;
         fc.d.diagonal_offset = -12;
-        fc.slopes = malloc(2 * sizeof(float));
-        REQUIRE(fc.slopes);
-        fc.slopes[0] = 0.5f;
-        fc.slopes[1] = 0.25f;
+        add_slopes(&fc, 0.5f);
         break;
     case 9: /* causal moved past the last key, with key lengths */
         fc.d.flags = CLFLASH_CAUSAL;
