@@ -48,6 +48,7 @@ typedef struct {
     cl_mem dkv_in;     /* fp32, the same geometry: the incoming accumulator on the device */
     uint64_t kv_row_elems; /* 2 * batch * heads_kv * head_dim: fp32 values per shard row of dK/dV */
     float *h_in, *h_out[2]; /* host fp32 dK/dV accumulators: the incoming, the outgoing (two in flight) */
+    ring_staging h_mem[3];  /* their memory (ring_staging.c): h_in, h_out[0], h_out[1] */
     cl_event rd[2];    /* the read of dkv_acc into h_out[i] */
     MPI_Request out_req[2][64];
     int out_n[2];
@@ -183,9 +184,10 @@ static clflash_status setup(ring_bwd *B, MPI_Comm comm, cl_mem q)
         if (st)
             return st;
         /* zeroed: a rank that fails still sends them */
-        B->h_in = calloc(1, (size_t)(kv_elems * sizeof(float)));
-        B->h_out[0] = calloc(1, (size_t)(kv_elems * sizeof(float)));
-        B->h_out[1] = calloc(1, (size_t)(kv_elems * sizeof(float)));
+        const size_t acc_bytes = (size_t)(kv_elems * sizeof(float));
+        B->h_in = ring_staging_alloc(&B->h_mem[0], B->ctx, B->cq, acc_bytes);
+        B->h_out[0] = ring_staging_alloc(&B->h_mem[1], B->ctx, B->cq, acc_bytes);
+        B->h_out[1] = ring_staging_alloc(&B->h_mem[2], B->ctx, B->cq, acc_bytes);
         if (!B->h_in || !B->h_out[0] || !B->h_out[1])
             return ring_fail(CLFLASH_ERROR_OUT_OF_HOST_MEMORY, "no host memory for the dK/dV accumulators");
     }
@@ -230,9 +232,8 @@ static void teardown(ring_bwd *B)
     for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++)
         if (mems[i])
             clReleaseMemObject(mems[i]);
-    free(B->h_in);
-    free(B->h_out[0]);
-    free(B->h_out[1]);
+    for (int j = 0; j < 3; j++)
+        ring_staging_free(&B->h_mem[j]);
     ring_key_lengths_free(&B->kl);
 }
 

@@ -3,7 +3,8 @@
  * see OpenCL memory), nonblocking MPI to the neighbours, and uploads to one of two device buffers
  * on a queue of the ring's own, ordered against the compute queue by OpenCL events.
  *
- * A shard on the wire and in the staging and device buffers is compact: K as
+ * The staging buffers are ring_staging.c's (pinned where the driver gives them). A shard on the wire
+ * and in the staging and device buffers is compact: K as
  * [batch][heads_kv][rows][head_dim] in the storage type, V right after it. Only the own shard is
  * read from the device (once, from the caller's layouts); every later shard arrives in host memory
  * already, so it is sent on from there.
@@ -40,7 +41,7 @@ clflash_status ring_exchange_init(ring_exchange *x, clflash_context *ctx, MPI_Co
     if (err != CL_SUCCESS)
         return ring_fail(err, "clCreateCommandQueue for the ring's transfers: %d", err);
     for (int i = 0; i < 2; i++) {
-        x->host[i] = calloc(1, (size_t)bytes);
+        x->host[i] = ring_staging_alloc(&x->staging[i], ctx, x->queue, (size_t)bytes);
         if (x->host[i] == NULL)
             return ring_fail(CLFLASH_ERROR_OUT_OF_HOST_MEMORY, "no host memory for a K/V shard (%llu bytes)",
                              (unsigned long long)bytes);
@@ -62,7 +63,7 @@ void ring_exchange_free(ring_exchange *x)
             clReleaseEvent(x->released[i]);
         if (x->dev[i])
             clReleaseMemObject(x->dev[i]);
-        free(x->host[i]);
+        ring_staging_free(&x->staging[i]);
     }
     if (x->queue)
         clReleaseCommandQueue(x->queue);

@@ -155,6 +155,19 @@ int ring_waitall(int n, MPI_Request *req, const ring_timing *t, double *done_at)
 /* Finishes the timed queue, fills the sink, releases everything. No-op without t. */
 void ring_timing_end(ring_timing *t, clflash_status call_status);
 
+/* ---- host staging memory (ring_staging.c) ---------------------------------------------------- */
+/* A mapped CL_MEM_ALLOC_HOST_PTR buffer of the context (mem set), or calloc'd memory (mem NULL). */
+typedef struct {
+    cl_mem mem;
+    cl_command_queue queue; /* the queue that mapped it, which unmaps it */
+    void *ptr;
+} ring_staging;
+/* bytes of zeroed host memory for staging, mapped through q when the driver gives such a buffer;
+ * NULL when there is no memory at all. */
+void *ring_staging_alloc(ring_staging *s, clflash_context *ctx, cl_command_queue q, size_t bytes);
+/* Unmaps and releases (or frees) it; s may be zeroed. Nothing may still use the memory. */
+void ring_staging_free(ring_staging *s);
+
 /* ---- the K/V exchange (ring_exchange.c) ------------------------------------------------------ */
 /* Two host staging buffers and two device buffers, each holding one shard's K then V, compact
  * ([batch][heads_kv][rows][head_dim] each, V right after K). */
@@ -163,7 +176,8 @@ typedef struct {
     int left, right;
     size_t elem;           /* bytes per element */
     uint64_t rows_elems;   /* batch * heads_kv * head_dim: elements of one row of the shard */
-    void *host[2];
+    void *host[2];           /* staging[i].ptr */
+    ring_staging staging[2];
     cl_mem dev[2];
     cl_command_queue queue; /* transfers' own queue */
     cl_event written[2];    /* host[i] -> dev[i] */
