@@ -337,8 +337,9 @@ CLFLASH_API clflash_status clflash_context_set_tuning(clflash_context *c, const 
  * Describing an attention call.
  * ------------------------------------------------------------------------------------------- */
 
-/* Causal masking, aligned bottom-right: query i sees key j iff j <= i + seq_k - seq_q. When
- * seq_q > seq_k the first seq_q - seq_k queries see no key: their O rows are 0 and lse is -inf. */
+/* Causal masking, aligned bottom-right: query i sees key j iff j <= i + seq_k - seq_q (the
+ * descriptor's diagonal_offset moves that diagonal). When seq_q > seq_k the first seq_q - seq_k
+ * queries see no key: their O rows are 0 and lse is -inf. */
 #define CLFLASH_CAUSAL (1u << 0)
 /* Sliding window: with d = i + seq_k - seq_q, query i sees key j iff
  * d - window_left <= j <= d + window_right (the descriptor's fields). With CLFLASH_CAUSAL as well,
@@ -411,7 +412,8 @@ typedef struct {
     cl_mem key_lengths;   /* NULL = none; else int32[batch] of the context: keys j >= key_lengths[b]
                              are invisible to batch entry b (values are clamped to [0, seq_k]); a
                              row left with no visible key gets O = 0 and lse = -INFINITY. Where
-                             causal, window and ALiBi put the diagonal: CLFLASH_ALIGN_TO_KEY_LENGTH */
+                             causal, window and ALiBi put the diagonal: CLFLASH_ALIGN_TO_KEY_LENGTH
+                             and diagonal_offset */
 
     /* ---- Added in 0.5 (past 0.5.0's first layout; see struct_size). Zero keeps the default. ---- */
     uint32_t num_splits;  /* split-KV (flash-decoding) for the forward: 0 = the planner decides, 1 =
