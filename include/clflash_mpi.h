@@ -145,9 +145,14 @@ typedef struct {
  * roundings of the storage type. Deterministic for a fixed rank count and mapping.
  *
  * The call returns when o and lse are written (it waits for its kernels). It allocates, per call,
- * device and host memory for two K/V shards (of the largest rank's size) and fp32 running results
- * four times the size of this rank's O (with key lengths also one int32[batch] buffer per key chunk
- * its queries see), and releases them before returning.
+ * device memory for two K/V shards (of the largest rank's size) and fp32 running results four
+ * times the size of this rank's O (with key lengths also one int32[batch] buffer per key chunk its
+ * queries see), and releases them before returning. The host staging of the two shards is
+ * pinned where the driver allows it (buffers of ctx's context created with CL_MEM_ALLOC_HOST_PTR
+ * and mapped) and is KEPT after the call for the next ring call on ctx, up to five such buffers
+ * (the backward's three accumulators count too), until clflash_context_free(ctx): creating and
+ * pinning them costs about as much as a step of the ring. Where the driver gives no such buffer
+ * the staging is ordinary memory, freed before the call returns.
  *
  * Checks, before anything is enqueued: first each rank's own (NULL arguments, struct_size, ranges,
  * buffers that are not buffers of ctx or are too small for their layouts), then, collectively
@@ -222,7 +227,7 @@ CLFLASH_API clflash_status clflash_ring_forward(clflash_context *ctx, MPI_Comm c
  * Memory per call: the forward's two K/V shards (host and device), plus on the device a compact
  * copy of Q, a dQ partial and an fp32 dQ accumulator (this rank's rows), a dK/dV partial and an
  * fp32 dK/dV sum and an fp32 incoming accumulator (of the largest shard); on the host three fp32
- * dK/dV buffers of the largest shard.
+ * dK/dV buffers of the largest shard, staged and kept as the forward's shards are.
  *
  * Checks and returns: as clflash_ring_forward (the same collective checks; every rank returns the
  * same status), plus CLFLASH_ERROR_INVALID_ARGUMENT for a NULL lse, d_o, dq, dk or dv, or an

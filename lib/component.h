@@ -25,6 +25,24 @@ static inline clflash_status clflash_component_check_version(void)
     return clflash_version_number() == CLFLASH_VERSION_NUMBER ? CLFLASH_SUCCESS : CLFLASH_ERROR_UNSUPPORTED;
 }
 
+/* ---- component_slots.c: state a component keeps as long as the context ---------------------------
+ * A component may attach one piece of data to a context under a key of its own (the address of a
+ * static object of the component): clflash_context_free calls its release, once, after the
+ * context's queue has finished and before the queue and the OpenCL context are released, so
+ * release may still enqueue on clflash_context_queue(c) and wait. Up to 4 components per context.
+ * The component guards its data itself (the calls here only attach and find it, under the
+ * context's lock). */
+
+/* The data attached under key, or NULL (none, or c NULL or not live). */
+CLFLASH_API void *clflash_component_data(clflash_context *c, const void *key);
+
+/* Attaches data under key: CLFLASH_SUCCESS; if the key holds data already, that data stays and
+ * *existing (when not NULL) receives it, status CLFLASH_SUCCESS too (the caller then releases its
+ * own); CLFLASH_ERROR_INVALID_ARGUMENT for a NULL context, key, data or release, or when every
+ * slot is taken. */
+CLFLASH_API clflash_status clflash_component_attach(clflash_context *c, const void *key, void *data,
+                                                    void (*release)(void *data), void **existing);
+
 /* ---- grad_accumulate.c: fp32 sums of gradient partials (cl/grad_accumulate.cl) ------------------
  * Tensors named compact are [nbh][rows][head_dim] with nothing between elements (nbh the product of
  * the leading dimensions: batch * heads). A caller's tensor is [batch][heads][rows][head_dim] as

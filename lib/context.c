@@ -135,6 +135,7 @@ void clflash_context_free(clflash_context *c)
         return;
     c->magic = 0;
     clFinish(c->queue);
+    clflash_component_slots_free(c);
     clflash_scratch_pool_free(c);
     clflash_plan_cache_free(c);
     clflash_program_cache_free(c);

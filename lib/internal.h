@@ -126,6 +126,9 @@ typedef struct clflash_log_entry clflash_log_entry;
 typedef struct clflash_scratch clflash_scratch;
 typedef struct clflash_plan_entry clflash_plan_entry;
 
+/* How many components may keep state in one context (component.h, clflash_component_attach). */
+#define CLFLASH_COMPONENT_SLOTS 4
+
 struct clflash_context {
     uint32_t magic;           /* CLFLASH_CONTEXT_MAGIC while alive; cleared on free */
     cl_context ctx;           /* retained */
@@ -156,8 +159,18 @@ struct clflash_context {
 
     int sm90a_state;           /* sm90a.c: 0 not probed yet, 1 the sm_90a path works, -1 not */
     char sm90a_why[240];       /* why, once probed */
+
+    /* component_slots.c: state an optional component keeps as long as the context, under lock */
+    struct {
+        const void *key;
+        void *data;
+        void (*release)(void *data);
+    } components[CLFLASH_COMPONENT_SLOTS];
 };
 #define CLFLASH_CONTEXT_MAGIC 0x434c464cu /* "CLFL" */
+
+/* Calls every component's release (component_slots.c); clflash_context_free does, first. */
+CLFLASH_INTERNAL void clflash_component_slots_free(clflash_context *c);
 
 /* Returns CLFLASH_ERROR_INVALID_ARGUMENT (with a detail) unless c is a live context. */
 CLFLASH_INTERNAL clflash_status clflash_check_context(const clflash_context *c);

@@ -2,7 +2,8 @@
  * test_context.c - contexts: free(NULL), the accessors, wrapping a caller's own cl_context and
  * device, argument errors, device selection through CLFLASH_DEVICE ("P:D", a case-insensitive
  * substring of the device or platform name, and a string that matches nothing), and several
- * threads sharing one context (concurrent first builds, per-thread error details).
+ * threads sharing one context (concurrent first builds, per-thread error details), and the slots
+ * in which components keep state until the context is freed (component.h).
  *
  * Tests that change CLFLASH_DEVICE restore the caller's value before they finish, so the rest of
  * the suite keeps the device the caller chose, also when Check runs without fork.
@@ -10,6 +11,7 @@
 #define _POSIX_C_SOURCE 200809L /* setenv, unsetenv, strdup */
 
 #include "check_common.h"
+#include "component.h"
 
 #include <ctype.h>
 #include <pthread.h>
@@ -123,6 +125,48 @@ START_TEST(accessors_of_a_live_context)
     ck_assert_int_eq(clGetContextInfo(ctx, CL_CONTEXT_NUM_DEVICES, sizeof ndev, &ndev, NULL), CL_SUCCESS);
     ck_assert_uint_ge(ndev, 1);
     clflash_context_free(c);
+}
+END_TEST
+
+/* component.h's slots: found by key, the first attachment kept, four per context, each release
+ * called once when the context is freed. */
+static int released[5];
+static void release_slot(void *data)
+{
+    released[*(int *)data]++;
+}
+
+START_TEST(component_slots)
+{
+    static int keys[5], values[5] = {0, 1, 2, 3, 4};
+    clflash_context *c = test_context(NULL);
+    memset(released, 0, sizeof released);
+    ck_assert_ptr_null(clflash_component_data(c, &keys[0]));
+    ck_assert_ptr_null(clflash_component_data(NULL, &keys[0]));
+    void *existing = &keys[0];
+    ck_assert_int_eq(clflash_component_attach(c, &keys[0], &values[0], release_slot, &existing), CLFLASH_SUCCESS);
+    ck_assert_ptr_null(existing);
+    ck_assert_ptr_eq(clflash_component_data(c, &keys[0]), &values[0]);
+    /* a second attachment under the same key keeps the first and hands it back */
+    ck_assert_int_eq(clflash_component_attach(c, &keys[0], &values[1], release_slot, &existing), CLFLASH_SUCCESS);
+    ck_assert_ptr_eq(existing, &values[0]);
+    ck_assert_ptr_eq(clflash_component_data(c, &keys[0]), &values[0]);
+    for (int i = 1; i < 4; i++)
+        ck_assert_int_eq(clflash_component_attach(c, &keys[i], &values[i], release_slot, NULL), CLFLASH_SUCCESS);
+    ck_assert_int_eq(clflash_component_attach(c, &keys[4], &values[4], release_slot, NULL),
+                     CLFLASH_ERROR_INVALID_ARGUMENT); /* every slot taken */
+    ck_assert_str_ne(clflash_last_error_detail(), "");
+    ck_assert_int_eq(clflash_component_attach(c, NULL, &values[4], release_slot, NULL), CLFLASH_ERROR_INVALID_ARGUMENT);
+    ck_assert_int_eq(clflash_component_attach(c, &keys[4], NULL, release_slot, NULL), CLFLASH_ERROR_INVALID_ARGUMENT);
+    ck_assert_int_eq(clflash_component_attach(c, &keys[4], &values[4], NULL, NULL), CLFLASH_ERROR_INVALID_ARGUMENT);
+    ck_assert_int_eq(clflash_component_attach(NULL, &keys[4], &values[4], release_slot, NULL),
+                     CLFLASH_ERROR_INVALID_ARGUMENT);
+    for (int i = 0; i < 5; i++)
+        ck_assert_int_eq(released[i], 0);
+    clflash_context_free(c);
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(released[i], 1);
+    ck_assert_int_eq(released[4], 0);
 }
 END_TEST
 
@@ -387,6 +431,7 @@ static Suite *context_suite(void)
     tcase_add_test(tb, free_null_and_null_accessors);
     tcase_add_test(tb, accessors_of_a_live_context);
     tcase_add_test(tb, create_argument_errors);
+    tcase_add_test(tb, component_slots);
     tcase_add_test(tb, create_with_own_cl_context);
     suite_add_tcase(s, tb);
 

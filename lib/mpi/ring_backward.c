@@ -183,11 +183,12 @@ static clflash_status setup(ring_bwd *B, MPI_Comm comm, cl_mem q)
         B->dkv_in = new_buffer(B, kv_elems * sizeof(float), &st);
         if (st)
             return st;
-        /* zeroed: a rank that fails still sends them */
+        /* a rank that fails still sends them (what they hold then does not matter: every rank
+         * returns the failure) */
         const size_t acc_bytes = (size_t)(kv_elems * sizeof(float));
-        B->h_in = ring_staging_alloc(&B->h_mem[0], B->ctx, B->cq, acc_bytes);
-        B->h_out[0] = ring_staging_alloc(&B->h_mem[1], B->ctx, B->cq, acc_bytes);
-        B->h_out[1] = ring_staging_alloc(&B->h_mem[2], B->ctx, B->cq, acc_bytes);
+        B->h_in = ring_staging_alloc(&B->h_mem[0], B->ctx, acc_bytes);
+        B->h_out[0] = ring_staging_alloc(&B->h_mem[1], B->ctx, acc_bytes);
+        B->h_out[1] = ring_staging_alloc(&B->h_mem[2], B->ctx, acc_bytes);
         if (!B->h_in || !B->h_out[0] || !B->h_out[1])
             return ring_fail(CLFLASH_ERROR_OUT_OF_HOST_MEMORY, "no host memory for the dK/dV accumulators");
     }
@@ -233,7 +234,7 @@ static void teardown(ring_bwd *B)
         if (mems[i])
             clReleaseMemObject(mems[i]);
     for (int j = 0; j < 3; j++)
-        ring_staging_free(&B->h_mem[j]);
+        ring_staging_free(&B->h_mem[j], B->ctx);
     ring_key_lengths_free(&B->kl);
 }
 

@@ -26,6 +26,7 @@ static uint64_t shard_bytes(const ring_exchange *x, uint32_t rows)
 clflash_status ring_exchange_init(ring_exchange *x, clflash_context *ctx, MPI_Comm comm, const ring_geometry *g)
 {
     memset(x, 0, sizeof *x);
+    x->ctx = ctx;
     x->comm = comm;
     x->left = (g->rank + g->size - 1) % g->size;
     x->right = (g->rank + 1) % g->size;
@@ -41,7 +42,7 @@ clflash_status ring_exchange_init(ring_exchange *x, clflash_context *ctx, MPI_Co
     if (err != CL_SUCCESS)
         return ring_fail(err, "clCreateCommandQueue for the ring's transfers: %d", err);
     for (int i = 0; i < 2; i++) {
-        x->host[i] = ring_staging_alloc(&x->staging[i], ctx, x->queue, (size_t)bytes);
+        x->host[i] = ring_staging_alloc(&x->staging[i], ctx, (size_t)bytes);
         if (x->host[i] == NULL)
             return ring_fail(CLFLASH_ERROR_OUT_OF_HOST_MEMORY, "no host memory for a K/V shard (%llu bytes)",
                              (unsigned long long)bytes);
@@ -63,7 +64,7 @@ void ring_exchange_free(ring_exchange *x)
             clReleaseEvent(x->released[i]);
         if (x->dev[i])
             clReleaseMemObject(x->dev[i]);
-        ring_staging_free(&x->staging[i]);
+        ring_staging_free(&x->staging[i], x->ctx);
     }
     if (x->queue)
         clReleaseCommandQueue(x->queue);

@@ -159,19 +159,22 @@ void ring_timing_end(ring_timing *t, clflash_status call_status);
 /* A mapped CL_MEM_ALLOC_HOST_PTR buffer of the context (mem set), or calloc'd memory (mem NULL). */
 typedef struct {
     cl_mem mem;
-    cl_command_queue queue; /* the queue that mapped it, which unmaps it */
     void *ptr;
+    size_t bytes;
 } ring_staging;
-/* bytes of zeroed host memory for staging, mapped through q when the driver gives such a buffer;
- * NULL when there is no memory at all. */
-void *ring_staging_alloc(ring_staging *s, clflash_context *ctx, cl_command_queue q, size_t bytes);
-/* Unmaps and releases (or frees) it; s may be zeroed. Nothing may still use the memory. */
-void ring_staging_free(ring_staging *s);
+/* At least bytes of host memory for staging: a mapped buffer kept from an earlier call on ctx, a
+ * new one, or zeroed plain memory where the driver gives none; NULL when there is no memory at
+ * all. A kept buffer holds what the earlier call left in it. */
+void *ring_staging_alloc(ring_staging *s, clflash_context *ctx, size_t bytes);
+/* Gives a mapped buffer back to ctx's cache (which may release it) or frees plain memory; s may
+ * be zeroed. Nothing may still use the memory. */
+void ring_staging_free(ring_staging *s, clflash_context *ctx);
 
 /* ---- the K/V exchange (ring_exchange.c) ------------------------------------------------------ */
 /* Two host staging buffers and two device buffers, each holding one shard's K then V, compact
  * ([batch][heads_kv][rows][head_dim] each, V right after K). */
 typedef struct {
+    clflash_context *ctx;
     MPI_Comm comm;
     int left, right;
     size_t elem;           /* bytes per element */
