@@ -111,6 +111,19 @@ static cl_int read_tensor(ring_exchange *x, const ring_geometry *g, cl_mem m, co
     return err;
 }
 
+/* After the own shard's reads into host[0] were enqueued (err: how that went): flushes them, or on
+ * an error waits until nothing still writes host[0] and fails. */
+static clflash_status flush_own_read(ring_exchange *x, cl_int err)
+{
+    if (err == CL_SUCCESS)
+        err = clFlush(x->queue);
+    if (err != CL_SUCCESS) {
+        clFinish(x->queue);
+        return ring_fail(err, "reading the own K/V shard to the host: %d", err);
+    }
+    return CLFLASH_SUCCESS;
+}
+
 clflash_status ring_exchange_pack_own_start(ring_exchange *x, const ring_geometry *g, cl_mem k,
                                             const clflash_layout *kl, cl_mem v, const clflash_layout *vl, uint32_t rows)
 {
@@ -118,13 +131,7 @@ clflash_status ring_exchange_pack_own_start(ring_exchange *x, const ring_geometr
     cl_int err = read_tensor(x, g, k, kl, rows, h);
     if (err == CL_SUCCESS)
         err = read_tensor(x, g, v, vl, rows, h + x->rows_elems * rows * x->elem);
-    if (err == CL_SUCCESS)
-        err = clFlush(x->queue);
-    if (err != CL_SUCCESS) {
-        clFinish(x->queue); /* nothing may still write host[0] */
-        return ring_fail(err, "reading the own K/V shard to the host: %d", err);
-    }
-    return CLFLASH_SUCCESS;
+    return flush_own_read(x, err);
 }
 
 clflash_status ring_exchange_pack_own_finish(ring_exchange *x)
@@ -137,13 +144,7 @@ clflash_status ring_exchange_read_own_start(ring_exchange *x, uint32_t rows)
 {
     cl_int err = clEnqueueReadBuffer(x->queue, x->dev[0], CL_FALSE, 0, (size_t)shard_bytes(x, rows), x->host[0],
                                      x->written[0] ? 1 : 0, x->written[0] ? &x->written[0] : NULL, NULL);
-    if (err == CL_SUCCESS)
-        err = clFlush(x->queue);
-    if (err != CL_SUCCESS) {
-        clFinish(x->queue); /* nothing may still write host[0] */
-        return ring_fail(err, "reading the own K/V shard to the host: %d", err);
-    }
-    return CLFLASH_SUCCESS;
+    return flush_own_read(x, err);
 }
 
 clflash_status ring_post_bytes(MPI_Comm comm, void *buf, uint64_t bytes, int peer, int tag0, int send,
