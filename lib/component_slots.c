@@ -32,30 +32,27 @@ clflash_status clflash_component_attach(clflash_context *c, const void *key, voi
         return CLFLASH_ERROR_INVALID_ARGUMENT;
     if (key == NULL || data == NULL || release == NULL)
         return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "a component slot needs a key, data and a release");
-    clflash_status st = CLFLASH_ERROR_INVALID_ARGUMENT;
-    int free_slot = -1;
+    int found = -1, empty = -1;
     pthread_mutex_lock(&c->lock);
     for (int i = 0; i < CLFLASH_COMPONENT_SLOTS; i++) {
-        if (c->components[i].key == key) {
-            if (existing != NULL)
-                *existing = c->components[i].data;
-            st = CLFLASH_SUCCESS;
-            free_slot = -2;
-            break;
-        }
-        if (c->components[i].key == NULL && free_slot == -1)
-            free_slot = i;
+        if (c->components[i].key == key)
+            found = i;
+        else if (c->components[i].key == NULL && empty < 0)
+            empty = i;
     }
-    if (free_slot >= 0) {
-        c->components[free_slot].key = key;
-        c->components[free_slot].data = data;
-        c->components[free_slot].release = release;
-        st = CLFLASH_SUCCESS;
+    if (found >= 0) {
+        if (existing != NULL)
+            *existing = c->components[found].data;
+    } else if (empty >= 0) {
+        c->components[empty].key = key;
+        c->components[empty].data = data;
+        c->components[empty].release = release;
     }
     pthread_mutex_unlock(&c->lock);
-    if (free_slot == -1)
-        return clflash_fail(st, "every one of the context's %d component slots is taken", CLFLASH_COMPONENT_SLOTS);
-    return st;
+    if (found < 0 && empty < 0)
+        return clflash_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "every one of the context's %d component slots is taken",
+                            CLFLASH_COMPONENT_SLOTS);
+    return CLFLASH_SUCCESS;
 }
 
 void clflash_component_slots_free(clflash_context *c)
