@@ -132,12 +132,24 @@ typedef struct {
  * lengths), which puts every rule at the whole sequence's diagonal, and key lengths
  * clamp(key_lengths[b] - k_pos, 0, k_len) in a small buffer per key chunk. Each partial result is converted to
  * fp32 (exactly) and merged into an fp32 running (O, lse) by clflash_merge_states; the last merge
- * writes o (and lse) in the storage type. While step s computes, the next shard travels: the shard
- * in host memory is sent to rank r + 1 with MPI_Isend while MPI_Irecv takes the next one from
- * r - 1 into a second host buffer; the calling thread drives MPI (MPI_Waitall) while the device
- * computes, then writes the received shard to the second of two device buffers on a queue of its
- * own, which the next step's kernels wait for (OpenCL events). The own shard is read from the
- * device once, at step 0, while step 0 computes.
+ * writes o (and lse) in the storage type. While step s computes, the next shard travels to the
+ * second of two device buffers, written on a queue of the ring's own, which the next step's kernels
+ * wait for (OpenCL events). The own shard is read from the device once, at step 0, while step 0
+ * computes. How shards cross between processes (the K/V transport), chosen per call and the same
+ * on every rank:
+ *  - the node-local window, where every rank of comm is on one node (MPI_Comm_split_type): each
+ *    rank reads its own shard into its segment of an MPI shared-memory window, and every rank
+ *    uploads each shard straight from its owner's segment at the step that needs it. No shard
+ *    bytes go through MPI messages. The window (one segment of this rank's shard size per rank)
+ *    is KEPT with comm, as an MPI attribute, for the next call on comm, and freed when comm is
+ *    freed or at MPI_Finalize; a call whose shard is larger on some rank replaces it.
+ *  - MPI messages otherwise: the shard in host memory is sent to rank r + 1 with MPI_Isend while
+ *    MPI_Irecv takes the next one from r - 1 into a second host buffer; the calling thread drives
+ *    MPI (MPI_Waitall) while the device computes, then uploads the received shard.
+ * The environment variable CLFLASH_RING_TRANSPORT chooses: unset or "auto" the window where it
+ * can be had (every rank on one node and MPI grants it on every rank), else messages; "mpi"
+ * messages; "shared" the window or CLFLASH_ERROR_UNSUPPORTED. Ranks that disagree on it, or a
+ * value other than these, give CLFLASH_ERROR_INVALID_ARGUMENT on every rank (nothing written).
  *
  * Exactness: with F32 storage the result differs from one clflash_forward over the whole sequence
  * only by fp32 rounding. With F16 or BF16 each step's partial O is rounded once to the storage type
@@ -152,7 +164,8 @@ typedef struct {
  * and mapped) and is KEPT after the call for the next ring call on ctx, up to five such buffers
  * (the backward's three accumulators count too), until clflash_context_free(ctx): creating and
  * pinning them costs about as much as a step of the ring. Where the driver gives no such buffer
- * the staging is ordinary memory, freed before the call returns.
+ * the staging is ordinary memory, freed before the call returns. With the node-local window the
+ * K/V shards need no staging buffers (the backward's accumulators still do).
  *
  * Checks, before anything is enqueued: first each rank's own (NULL arguments, struct_size, ranges,
  * buffers that are not buffers of ctx or are too small for their layouts), then, collectively
@@ -166,9 +179,11 @@ typedef struct {
  * communicating, since there is no communicator to agree on; NULL ctx, d, q, k, v or o,
  * a struct_size out of range, a buffer not of ctx, o the same buffer as q, k or v, lse the same as
  * any other, alibi_slopes or key_lengths not a buffer of ctx or the same buffer as o or lse, or
- * ranks that disagree on whether alibi_slopes or key_lengths is NULL); CLFLASH_ERROR_UNSUPPORTED
+ * ranks that disagree on whether alibi_slopes or key_lengths is NULL, or on CLFLASH_RING_TRANSPORT,
+ * or a value of it that is not auto, mpi or shared); CLFLASH_ERROR_UNSUPPORTED
  * (fields of a newer version set; CLFLASH_ALIGN_TO_KEY_LENGTH; a sequence so long that a pair's
- * diagonal_offset is outside -CLFLASH_MAX_SEQ_K .. CLFLASH_MAX_SEQ_K); CLFLASH_ERROR_INVALID_SHAPE
+ * diagonal_offset is outside -CLFLASH_MAX_SEQ_K .. CLFLASH_MAX_SEQ_K; CLFLASH_RING_TRANSPORT=shared
+ * where the ranks span nodes or MPI gives no window); CLFLASH_ERROR_INVALID_SHAPE
  * (a dimension 0 or above its limit,
  * heads_kv not dividing heads_q, ranks that disagree on batch, heads or head_dim, a seq_total that is
  * not the shards' sum, shards
@@ -224,7 +239,7 @@ CLFLASH_API clflash_status clflash_ring_forward(clflash_context *ctx, MPI_Comm c
  * the next step's kernels are already enqueued. The own shard is compacted on the device first
  * (a copy kernel; every step's calls take the compact layout) and read to the host beside step 0.
  *
- * Memory per call: the forward's two K/V shards (host and device), plus on the device a compact
+ * Memory per call: the forward's two K/V shards (device; host with MPI messages), plus on the device a compact
  * copy of Q, a dQ partial and an fp32 dQ accumulator (this rank's rows), a dK/dV partial and an
  * fp32 dK/dV sum and an fp32 incoming accumulator (of the largest shard); on the host three fp32
  * dK/dV buffers of the largest shard, staged and kept as the forward's shards are.

@@ -5,7 +5,9 @@
 # that a call took some time.
 #
 #   cmake -DMPIEXEC="<mpiexec>|<flag>|..." -DBENCH=<clflash-ring-bench> -DRANKS=<n> -DARGS="a|b|c"
-#         -P ring_bench_check.cmake
+#         [-DTRANSPORT=shared|mpi] -P ring_bench_check.cmake
+# With TRANSPORT, every pass must name that K/V transport (ranks on one node take the shared
+# window unless CLFLASH_RING_TRANSPORT says otherwise).
 cmake_minimum_required(VERSION 3.19)
 
 foreach(_v MPIEXEC BENCH RANKS ARGS)
@@ -77,6 +79,10 @@ foreach(_p IN LISTS _passes)
   string(JSON _status GET "${_out}" passes ${_p} timing_status)
   if(NOT _status STREQUAL "ok")
     string(APPEND _failed "  ${_name}: timing_status '${_status}'\n")
+  endif()
+  string(JSON _transport ERROR_VARIABLE _e GET "${_out}" passes ${_p} transport)
+  if(_e OR (DEFINED TRANSPORT AND NOT _transport STREQUAL TRANSPORT))
+    string(APPEND _failed "  ${_name}: transport '${_transport}', want '${TRANSPORT}'\n")
   endif()
   want_number("${_name} ring_ms" 0 1 0 passes ${_p} ring_ms)
   want_number("${_name} single_rank_ms" 0 1 0 passes ${_p} single_rank_ms)

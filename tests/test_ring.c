@@ -7,12 +7,14 @@
  * 0, past the sequence, negative) and all of them with softcap, MHA, GQA and MQA, F32, F16 and BF16, odd
  * head_dim, token-major layouts with gaps (gaps of the inputs hold NaN, which must never be read;
  * gaps of O hold a sentinel, which must never be written). Then the collective checks: ranks that
- * disagree on a field, or one rank's own error, make every rank return the same status, and no
- * caller buffer is written.
+ * disagree on a field (or on CLFLASH_RING_TRANSPORT), or one rank's own error, make every rank
+ * return the same status, and no caller buffer is written. The transport (MPI messages or the
+ * node-local shared window) is the environment's: tests/CMakeLists.txt runs the file under both.
  *
  * Not a Check suite: Check forks a child per test, which MPI does not allow. Each case prints one
  * line per failing rank; the program exits 1 when any case failed on any rank.
  */
+#define _POSIX_C_SOURCE 200809L /* setenv, strdup */
 #include "backward_harness.h"
 #include "clflash_mpi.h"
 #include "reference.h"
@@ -528,8 +530,29 @@ typedef enum {
     BAD_WINDOW,      /* every rank a window, one rank's right width different */
     BAD_SLOPES,      /* every rank but one passes ALiBi slopes */
     BAD_KEY_LENGTHS, /* one rank alone passes key lengths */
-    BAD_ALIGN        /* one rank sets CLFLASH_ALIGN_TO_KEY_LENGTH (with key lengths on every rank) */
+    BAD_ALIGN,       /* one rank sets CLFLASH_ALIGN_TO_KEY_LENGTH (with key lengths on every rank) */
+    BAD_TRANSPORT,   /* one rank's CLFLASH_RING_TRANSPORT is not a known value */
+    BAD_TRANSPORT_MIX /* one rank's CLFLASH_RING_TRANSPORT is mpi, the others' shared */
 } bad_kind;
+
+/* Sets CLFLASH_RING_TRANSPORT for one call (value NULL: unset), or puts back what the test was
+ * started with (restore). */
+static void transport_env(const char *value, int restore)
+{
+    static int saved;
+    static char *start;
+    if (!saved) {
+        const char *v = getenv("CLFLASH_RING_TRANSPORT");
+        start = v ? strdup(v) : NULL;
+        saved = 1;
+    }
+    if (restore)
+        value = start;
+    if (value)
+        setenv("CLFLASH_RING_TRANSPORT", value, 1);
+    else
+        unsetenv("CLFLASH_RING_TRANSPORT");
+}
 
 /* Rank `who` (or every rank) gets a descriptor that breaks a rule; every rank must return `want`,
  * and no rank's O or lse may be written. */
@@ -558,9 +581,12 @@ static int run_invalid(const char *name, bad_kind kind, int who, clflash_status 
         case BAD_SOFTCAP: rd.softcap = 3.0f; break; /* valid alone; the others have none */
         case BAD_WINDOW: rd.window_right = 1; break;
         case BAD_ALIGN: rd.flags |= CLFLASH_ALIGN_TO_KEY_LENGTH; break;
-        case BAD_ZIGZAG_TOTAL: case BAD_SLOPES: case BAD_KEY_LENGTHS: break;
+        case BAD_TRANSPORT: transport_env("ring", 0); break;
+        case BAD_ZIGZAG_TOTAL: case BAD_SLOPES: case BAD_KEY_LENGTHS: case BAD_TRANSPORT_MIX: break;
         }
     }
+    if (kind == BAD_TRANSPORT_MIX)
+        transport_env(R == who ? "mpi" : "shared", 0);
     if (kind == BAD_WINDOW) {
         rd.flags |= CLFLASH_WINDOW;
         rd.window_left = 4;
@@ -598,6 +624,7 @@ static int run_invalid(const char *name, bad_kind kind, int who, clflash_status 
     } else {
         st = clflash_ring_forward(ctx, MPI_COMM_WORLD, &rd, q, k, v, o, l);
     }
+    transport_env(NULL, 1);
     int fail = 0;
     char msg[600] = "";
     if (st != want) {
@@ -774,6 +801,10 @@ int main(int argc, char **argv)
         any |= INVALID("one rank alone with key lengths", "key_lengths", BAD_KEY_LENGTHS, last,
                        CLFLASH_ERROR_INVALID_ARGUMENT);
         any |= INVALID("one rank with CLFLASH_ALIGN_TO_KEY_LENGTH", "align", BAD_ALIGN, 0, CLFLASH_ERROR_UNSUPPORTED);
+        any |= INVALID("one rank's CLFLASH_RING_TRANSPORT unknown", "transport", BAD_TRANSPORT, last,
+                       CLFLASH_ERROR_INVALID_ARGUMENT);
+        any |= INVALID("ranks disagree on CLFLASH_RING_TRANSPORT", "transport mix", BAD_TRANSPORT_MIX, 0,
+                       CLFLASH_ERROR_INVALID_ARGUMENT);
 #undef INVALID
     }
     clflash_context_free(ctx);

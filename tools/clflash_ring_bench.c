@@ -9,10 +9,12 @@
  * clflash_mpi is. The per-step figures come from the ring's optional timing (lib/mpi/ring_stats.h):
  * OpenCL profiling markers around each step's kernels, the uploads' profiling, and the time MPI
  * took to deliver each message. The definitions the report uses:
- *   transfer (alone) = the same bytes moved with nothing else running: one step's K/V shard sent to
- *              rank r + 1 and received from r - 1 (MPI_Sendrecv) and uploaded (backward: plus the
- *              fp32 dK/dV accumulator sent, received, uploaded and read back), times the P - 1 steps
- *              that move data while another computes; the slowest rank's;
+ *   transfer (alone) = the same bytes moved with nothing else running, by the transport the ring
+ *              took: one step's K/V shard sent to rank r + 1 and received from r - 1 (MPI_Sendrecv)
+ *              and uploaded, or (the node-local window) uploaded from rank r - 1's segment of a
+ *              shared-memory window; backward: plus the fp32 dK/dV accumulator sent, received,
+ *              uploaded and read back; times the P - 1 steps that move data while another
+ *              computes; the slowest rank's;
  *   exposed  = on one rank, the device's wait between steps (backward: plus the accumulator's
  *              device segment, which includes any wait for its bytes);
  *   overlap  = 1 - exposed / transfer, clamped to [0, 1]; the worst rank's;
@@ -153,7 +155,7 @@ static double median(double *v, unsigned n)
 /* One rank's figures of one pass: HEAD_FIELDS, then STEP_FIELDS per step, each the median over the
  * timed calls. */
 static int time_ring(const options *o, int backward, clflash_context *c, MPI_Comm comm, const clflash_ring_desc *d,
-                     cl_mem *t, int P, double *out)
+                     cl_mem *t, int P, double *out, char transport[8])
 {
     const unsigned reps = o->reps, nf = HEAD_FIELDS + STEP_FIELDS * (unsigned)P;
     double *all = xmalloc(sizeof(double) * nf * reps), *col = xmalloc(sizeof(double) * reps);
@@ -173,6 +175,7 @@ static int time_ring(const options *o, int backward, clflash_context *c, MPI_Com
             continue;
         if (stats.status != CLFLASH_SUCCESS && timing == CLFLASH_SUCCESS)
             timing = stats.status;
+        memcpy(transport, stats.transport, sizeof stats.transport);
         double *row = all + (size_t)(i - o->warmup) * nf;
         row[0] = stats.call_s;
         row[1] = stats.device_s;
@@ -243,9 +246,28 @@ static double time_single(const options *o, int backward, clflash_context *c)
     return result;
 }
 
+/* The K/V part of one step through the node-local window, as the ring's shared transport does it:
+ * each rank uploads its left neighbour's shard straight from that rank's segment (win and left_seg,
+ * set up by the caller). Through MPI messages: the shard sent to the right and received from the
+ * left (MPI_Sendrecv), then uploaded. */
+static cl_int move_kv(cl_command_queue qu, cl_mem dev, size_t n, const unsigned char *left_seg, unsigned char *out,
+                      unsigned char *in, int left, int right)
+{
+    if (left_seg != NULL)
+        return clEnqueueWriteBuffer(qu, dev, CL_TRUE, 0, n, left_seg, 0, NULL, NULL);
+    for (size_t at = 0; at < n; at += (size_t)1 << 30) {
+        const int piece = (int)(n - at < ((size_t)1 << 30) ? n - at : (size_t)1 << 30);
+        MPI_Sendrecv(out + at, piece, MPI_BYTE, right, 7, in + at, piece, MPI_BYTE, left, 7, MPI_COMM_WORLD,
+                     MPI_STATUS_IGNORE);
+    }
+    return clEnqueueWriteBuffer(qu, dev, CL_TRUE, 0, n, in, 0, NULL, NULL);
+}
+
 /* Every rank (collective): the median over reps of moving one step's bytes around the ring with
- * nothing else running, as the definitions at the top say; the slowest rank's, in seconds. */
-static double time_transfer(const options *o, int backward, clflash_context *c, int P)
+ * nothing else running, as the definitions at the top say, through the transport the ring used
+ * (shared: the K/V shard from the neighbour's segment of a shared-memory window); the slowest
+ * rank's, in seconds. */
+static double time_transfer(const options *o, int backward, clflash_context *c, int P, int shared)
 {
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -255,31 +277,45 @@ static double time_transfer(const options *o, int backward, clflash_context *c, 
     const size_t most = backward ? acc_bytes : kv_bytes;
     unsigned char *out = xmalloc(most), *in = xmalloc(most);
     memset(out, 0, most);
+    const int right = (rank + 1) % P, left = (rank + P - 1) % P;
+    MPI_Win win = MPI_WIN_NULL;
+    unsigned char *left_seg = NULL;
+    if (shared) {
+        void *mine_seg = NULL;
+        MPI_Aint size = 0;
+        int unit = 0;
+        MPI_Win_allocate_shared((MPI_Aint)kv_bytes, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &mine_seg, &win);
+        MPI_Win_shared_query(win, left, &size, &unit, &left_seg);
+        memset(mine_seg, 0, kv_bytes);
+        MPI_Win_fence(0, win);
+    }
     cl_int err = CL_SUCCESS;
     cl_mem dev = clCreateBuffer(clflash_context_cl(c), CL_MEM_READ_WRITE, most, NULL, &err);
     cl_command_queue qu = clflash_context_queue(c);
     double *t = xmalloc(sizeof(double) * o->reps), result = 0.0;
-    const int right = (rank + 1) % P, left = (rank + P - 1) % P;
     for (unsigned i = 0; i < o->warmup + o->reps; i++) {
         MPI_Barrier(MPI_COMM_WORLD);
         const double t0 = MPI_Wtime();
-        for (int part = 0; part < 1 + backward; part++) { /* 0: the K/V shard, 1: the accumulator */
-            const size_t n = part ? acc_bytes : kv_bytes;
-            for (size_t at = 0; at < n; at += (size_t)1 << 30) {
-                const int piece = (int)(n - at < ((size_t)1 << 30) ? n - at : (size_t)1 << 30);
-                MPI_Sendrecv(out + at, piece, MPI_BYTE, right, 7, in + at, piece, MPI_BYTE, left, 7, MPI_COMM_WORLD,
+        if (err == CL_SUCCESS)
+            err = move_kv(qu, dev, kv_bytes, left_seg, out, in, left, right);
+        if (backward) { /* the fp32 accumulator: always MPI messages, then uploaded and read back */
+            for (size_t at = 0; at < acc_bytes; at += (size_t)1 << 30) {
+                const int piece = (int)(acc_bytes - at < ((size_t)1 << 30) ? acc_bytes - at : (size_t)1 << 30);
+                MPI_Sendrecv(out + at, piece, MPI_BYTE, right, 8, in + at, piece, MPI_BYTE, left, 8, MPI_COMM_WORLD,
                              MPI_STATUS_IGNORE);
             }
             if (err == CL_SUCCESS)
-                err = clEnqueueWriteBuffer(qu, dev, CL_TRUE, 0, n, in, 0, NULL, NULL);
-            if (part && err == CL_SUCCESS)
-                err = clEnqueueReadBuffer(qu, dev, CL_TRUE, 0, n, out, 0, NULL, NULL);
+                err = clEnqueueWriteBuffer(qu, dev, CL_TRUE, 0, acc_bytes, in, 0, NULL, NULL);
+            if (err == CL_SUCCESS)
+                err = clEnqueueReadBuffer(qu, dev, CL_TRUE, 0, acc_bytes, out, 0, NULL, NULL);
         }
         if (i >= o->warmup)
             t[i - o->warmup] = MPI_Wtime() - t0;
     }
     double mine = err == CL_SUCCESS ? median(t, o->reps) * (P - 1) : -1.0;
     MPI_Allreduce(&mine, &result, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (win != MPI_WIN_NULL)
+        MPI_Win_free(&win);
     if (dev)
         clReleaseMemObject(dev);
     free(out), free(in), free(t);
@@ -288,7 +324,7 @@ static double time_transfer(const options *o, int backward, clflash_context *c, 
 
 /* Rank 0: the report of one pass from every rank's figures (P rows of HEAD_FIELDS + STEP_FIELDS * P). */
 static void report(const options *o, json_writer *w, int backward, int P, const double *fig, double single_s,
-                   double transfer)
+                   double transfer, const char *transport)
 {
     const unsigned nf = HEAD_FIELDS + STEP_FIELDS * (unsigned)P;
     double call = 0.0, exposed = 0.0; /* the slowest rank's call, the most exposed rank's time */
@@ -315,6 +351,7 @@ static void report(const options *o, json_writer *w, int backward, int P, const 
         json_open(w, NULL, '{');
         json_str(w, "pass", name);
         json_str(w, "timing_status", st == CLFLASH_SUCCESS ? "ok" : clflash_ring_status_string(st));
+        json_str(w, "transport", transport);
         json_num(w, "ring_ms", 1, call * 1e3);
         json_num(w, "single_rank_ms", have_eff, single_s * 1e3);
         json_num(w, "efficiency", have_eff, eff);
@@ -355,7 +392,8 @@ static void report(const options *o, json_writer *w, int backward, int P, const 
     printf("\n%s: %.3f ms per call (slowest rank, median of %u)", name, call * 1e3, o->reps);
     if (have_eff)
         printf("; one rank alone %.3f ms; efficiency %.0f%%", single_s * 1e3, eff * 100.0);
-    printf("\n  transfer alone %.3f ms, exposed %.3f ms (most exposed rank)", transfer * 1e3, exposed * 1e3);
+    printf("\n  K/V transport %s; transfer alone %.3f ms, exposed %.3f ms (most exposed rank)", transport,
+           transfer * 1e3, exposed * 1e3);
     if (have_overlap)
         printf(": %.0f%% of the transfer hidden", overlap * 100.0);
     else if (st != CLFLASH_SUCCESS)
@@ -478,18 +516,19 @@ int main(int argc, char **argv)
         /* the backward needs the forward's o and lse: one untimed forward first */
         if (backward && !o.forward)
             failed |= clflash_ring_forward(c, MPI_COMM_WORLD, &d, t[0], t[1], t[2], t[3], t[4]) != CLFLASH_SUCCESS;
-        failed |= time_ring(&o, backward, c, MPI_COMM_WORLD, &d, t, P, mine);
+        char transport[8] = "";
+        failed |= time_ring(&o, backward, c, MPI_COMM_WORLD, &d, t, P, mine, transport);
         MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
         if (any)
             break;
         MPI_Gather(mine, (int)nf, MPI_DOUBLE, fig, (int)nf, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-        const double transfer = time_transfer(&o, backward, c, P);
+        const double transfer = time_transfer(&o, backward, c, P, strcmp(transport, "shared") == 0);
         double single = -1.0;
         if (o.single && rank == 0)
             single = time_single(&o, backward, c);
         MPI_Barrier(MPI_COMM_WORLD); /* the other ranks idle while rank 0 runs alone */
         if (rank == 0)
-            report(&o, w, backward, P, fig, single, transfer);
+            report(&o, w, backward, P, fig, single, transfer, transport);
     }
     if (w && !any) {
         json_close(w, ']');

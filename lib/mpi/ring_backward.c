@@ -426,7 +426,7 @@ static clflash_status run_ring(ring_bwd *B, cl_mem k, cl_mem v, cl_mem dq, cl_me
             ring_timing_host(B->timing, RING_T_KV_MPI, s, B->x.done_at - posted);
         }
         if (more && st == CLFLASH_SUCCESS)
-            st = ring_exchange_upload(&B->x, 1 - slot, next_rows);
+            st = ring_exchange_upload(&B->x, 1 - slot, src_of(g, s + 1), next_rows);
         if (more && st == CLFLASH_SUCCESS)
             ring_timing_upload(B->timing, s, B->x.written[1 - slot]);
     }
@@ -508,6 +508,10 @@ clflash_status clflash_ring_backward(clflash_context *ctx, MPI_Comm comm, const 
     B.lse = lse;
     B.timing = ring_timing_begin(ctx, g.size, t_entry, &B.cq);
     st = ring_agree_status(ring_comm, setup(&B, ring_comm, q), "setup");
+    if (st == CLFLASH_SUCCESS && g.size > 1)
+        st = ring_agree_status(ring_comm, ring_exchange_connect(&B.x, comm), "connecting the ring");
+    if (st == CLFLASH_SUCCESS && g.size > 1)
+        ring_timing_transport(B.timing, ring_exchange_transport(&B.x));
     if (st == CLFLASH_SUCCESS) {
         const clflash_status mine = run_ring(&B, k, v, dq, dk, dv);
         teardown(&B);

@@ -1,13 +1,15 @@
 /*
- * ring_exchange.c - how K/V shards travel around the ring: double-buffered host staging (MPI cannot
- * see OpenCL memory), nonblocking MPI to the neighbours, and uploads to one of two device buffers
- * on a queue of the ring's own, ordered against the compute queue by OpenCL events.
- *
- * The staging buffers are ring_staging.c's (pinned where the driver gives them). A shard on the wire
- * and in the staging and device buffers is compact: K as
- * [batch][heads_kv][rows][head_dim] in the storage type, V right after it. Only the own shard is
- * read from the device (once, from the caller's layouts); every later shard arrives in host memory
- * already, so it is sent on from there.
+ * ring_exchange.c - how K/V shards travel around the ring: through host memory (MPI cannot see
+ * OpenCL memory) into one of two device buffers, uploaded on a queue of the ring's own and ordered
+ * against the compute queue by OpenCL events. Two transports, chosen collectively per call
+ * (ring_exchange_connect):
+ *  - MPI messages: double-buffered host staging (ring_staging.c's, pinned where the driver gives
+ *    it), each shard sent on to the right neighbour with nonblocking MPI at every step;
+ *  - the shared window (ring_shared.c), when every rank is on one node: each rank's own shard sits
+ *    in its segment and every rank uploads each shard straight from its owner's segment.
+ * A shard in host memory and in the device buffers is compact: K as [batch][heads_kv][rows][head_dim]
+ * in the storage type, V right after it. Only the own shard is read from the device (once, from the
+ * caller's layouts).
  */
 #include "ring_internal.h"
 
@@ -28,35 +30,63 @@ clflash_status ring_exchange_init(ring_exchange *x, clflash_context *ctx, MPI_Co
     memset(x, 0, sizeof *x);
     x->ctx = ctx;
     x->comm = comm;
+    x->rank = g->rank;
     x->left = (g->rank + g->size - 1) % g->size;
     x->right = (g->rank + 1) % g->size;
     x->elem = clflash_dtype_size(g->dtype);
     x->rows_elems = (uint64_t)g->batch * g->heads_kv * g->head_dim;
-    const uint64_t bytes = shard_bytes(x, g->max_rows);
-    if (bytes > (uint64_t)RING_PIECE_BYTES * RING_MAX_PIECES || bytes > SIZE_MAX)
+    x->max_bytes = shard_bytes(x, g->max_rows);
+    x->own_bytes = shard_bytes(x, g->shards[g->rank].rows);
+    if (x->max_bytes > (uint64_t)RING_PIECE_BYTES * RING_MAX_PIECES || x->max_bytes > SIZE_MAX)
         return ring_fail(CLFLASH_ERROR_UNSUPPORTED, "a K/V shard of %llu bytes is above the ring's 64 GiB",
-                         (unsigned long long)bytes);
+                         (unsigned long long)x->max_bytes);
     cl_int err = CL_SUCCESS;
     x->queue = clCreateCommandQueue(clflash_context_cl(ctx), clflash_context_device(ctx),
                                     ring_timing_wanted() ? CL_QUEUE_PROFILING_ENABLE : 0, &err);
     if (err != CL_SUCCESS)
         return ring_fail(err, "clCreateCommandQueue for the ring's transfers: %d", err);
     for (int i = 0; i < 2; i++) {
-        x->host[i] = ring_staging_alloc(&x->staging[i], ctx, (size_t)bytes);
-        if (x->host[i] == NULL)
-            return ring_fail(CLFLASH_ERROR_OUT_OF_HOST_MEMORY, "no host memory for a K/V shard (%llu bytes)",
-                             (unsigned long long)bytes);
-        x->dev[i] = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_WRITE, (size_t)bytes, NULL, &err);
+        x->dev[i] = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_WRITE, (size_t)x->max_bytes, NULL, &err);
         if (err != CL_SUCCESS)
-            return ring_fail(err, "clCreateBuffer for a K/V shard (%llu bytes): %d", (unsigned long long)bytes, err);
+            return ring_fail(err, "clCreateBuffer for a K/V shard (%llu bytes): %d", (unsigned long long)x->max_bytes,
+                             err);
     }
     return CLFLASH_SUCCESS;
+}
+
+clflash_status ring_exchange_connect(ring_exchange *x, MPI_Comm caller)
+{
+    int mode = 0;
+    clflash_status st = ring_transport_choose(x->comm, &mode);
+    if (st == CLFLASH_SUCCESS && mode > 0)
+        st = ring_shared_open(&x->shm, caller, x->comm, (size_t)x->own_bytes, mode == 2);
+    if (st != CLFLASH_SUCCESS)
+        return st;
+    if (x->shm.open) {
+        x->host[0] = x->shm.seg[x->rank];
+        return CLFLASH_SUCCESS;
+    }
+    for (int i = 0; i < 2; i++) {
+        x->host[i] = ring_staging_alloc(&x->staging[i], x->ctx, (size_t)x->max_bytes);
+        if (x->host[i] == NULL)
+            return ring_fail(CLFLASH_ERROR_OUT_OF_HOST_MEMORY, "no host memory for a K/V shard (%llu bytes)",
+                             (unsigned long long)x->max_bytes);
+    }
+    return CLFLASH_SUCCESS;
+}
+
+const char *ring_exchange_transport(const ring_exchange *x)
+{
+    return x->shm.open ? "shared" : "mpi";
 }
 
 void ring_exchange_free(ring_exchange *x)
 {
     if (x->queue)
         clFinish(x->queue);
+    if (x->shm.open && x->nreq) /* a posted barrier nobody waited for: complete it before the next */
+        MPI_Waitall(x->nreq, x->req, MPI_STATUSES_IGNORE);
+    ring_shared_close(&x->shm, x->comm);
     for (int i = 0; i < 2; i++) {
         if (x->written[i])
             clReleaseEvent(x->written[i]);
@@ -162,9 +192,25 @@ clflash_status ring_post_bytes(MPI_Comm comm, void *buf, uint64_t bytes, int pee
     return CLFLASH_SUCCESS;
 }
 
+/* The shared window's only message: once this rank's own shard is in its segment, a barrier
+ * (nonblocking; ring_exchange_wait completes it) after which every segment may be read. */
+static clflash_status announce_own(ring_exchange *x)
+{
+    if (x->own_announced)
+        return CLFLASH_SUCCESS;
+    x->own_announced = 1;
+    ring_shared_sync(&x->shm);
+    if (MPI_Ibarrier(x->comm, &x->req[x->nreq++]) != MPI_SUCCESS)
+        return ring_fail(CLFLASH_RING_ERROR_MPI, "MPI_Ibarrier announcing the own K/V shard failed");
+    return CLFLASH_SUCCESS;
+}
+
 clflash_status ring_exchange_post(ring_exchange *x, int slot, uint32_t send_rows, uint32_t recv_rows)
 {
     const int other = 1 - slot;
+    x->nreq = 0;
+    if (x->shm.open)
+        return announce_own(x);
     if (x->written[other]) { /* the receive overwrites host[other]: its upload must be done */
         const cl_int err = clWaitForEvents(1, &x->written[other]);
         clReleaseEvent(x->written[other]);
@@ -172,7 +218,6 @@ clflash_status ring_exchange_post(ring_exchange *x, int slot, uint32_t send_rows
         if (err != CL_SUCCESS)
             return ring_fail(err, "an upload of a K/V shard failed: %d", err);
     }
-    x->nreq = 0;
     const uint64_t rb = shard_bytes(x, recv_rows), sb = shard_bytes(x, send_rows);
     unsigned char *rh = x->host[other], *sh = x->host[slot];
     for (uint64_t at = 0, tag = 0; at < rb; at += RING_PIECE_BYTES, tag++) {
@@ -194,16 +239,19 @@ clflash_status ring_exchange_wait(ring_exchange *x)
     x->nreq = 0;
     if (ring_waitall(n, x->req, x->timing, &x->done_at) != MPI_SUCCESS)
         return ring_fail(CLFLASH_RING_ERROR_MPI, "MPI_Waitall on the K/V shards failed");
+    if (n > 0)
+        ring_shared_sync(&x->shm); /* the barrier: every segment is written */
     return CLFLASH_SUCCESS;
 }
 
-clflash_status ring_exchange_upload(ring_exchange *x, int slot, uint32_t rows)
+clflash_status ring_exchange_upload(ring_exchange *x, int slot, int src, uint32_t rows)
 {
     if (x->written[slot]) {
         clReleaseEvent(x->written[slot]);
         x->written[slot] = NULL;
     }
-    cl_int err = clEnqueueWriteBuffer(x->queue, x->dev[slot], CL_FALSE, 0, (size_t)shard_bytes(x, rows), x->host[slot],
+    const void *from = x->shm.open ? (const void *)x->shm.seg[src] : x->host[slot];
+    cl_int err = clEnqueueWriteBuffer(x->queue, x->dev[slot], CL_FALSE, 0, (size_t)shard_bytes(x, rows), from,
                                       x->released[slot] ? 1 : 0, x->released[slot] ? &x->released[slot] : NULL,
                                       &x->written[slot]);
     if (err == CL_SUCCESS)

@@ -320,7 +320,7 @@ static clflash_status run_ring(ring_run *R, cl_mem k, cl_mem v)
                 st = ws;
             ring_timing_host(R->timing, RING_T_KV_MPI, s, R->x.done_at - posted);
             if (st == CLFLASH_SUCCESS)
-                st = ring_exchange_upload(&R->x, 1 - slot, next_rows);
+                st = ring_exchange_upload(&R->x, 1 - slot, src_of(g, s + 1), next_rows);
             if (st == CLFLASH_SUCCESS)
                 ring_timing_upload(R->timing, s, R->x.written[1 - slot]);
         }
@@ -355,6 +355,10 @@ clflash_status clflash_ring_forward(clflash_context *ctx, MPI_Comm comm, const c
     R.lse = lse;
     R.timing = ring_timing_begin(ctx, g.size, t_entry, &R.cq);
     st = ring_agree_status(ring_comm, setup(&R, ring_comm), "setup");
+    if (st == CLFLASH_SUCCESS && R.have_x)
+        st = ring_agree_status(ring_comm, ring_exchange_connect(&R.x, comm), "connecting the ring");
+    if (st == CLFLASH_SUCCESS && R.have_x)
+        ring_timing_transport(R.timing, ring_exchange_transport(&R.x));
     if (R.have_x)
         R.x.timing = R.timing;
     if (st == CLFLASH_SUCCESS) {

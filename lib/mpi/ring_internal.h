@@ -150,6 +150,8 @@ enum { RING_T_KV_MPI, RING_T_ACC_MPI };
 void ring_timing_mark(ring_timing *t, cl_command_queue q, int which, int s);
 void ring_timing_upload(ring_timing *t, int s, cl_event e);
 void ring_timing_host(ring_timing *t, int which, int s, double seconds);
+/* Notes the K/V transport's name (ring_exchange_transport) in the sink. */
+void ring_timing_transport(ring_timing *t, const char *name);
 /* MPI_Waitall, or with t a MPI_Testall loop; *done_at (if not NULL) = MPI_Wtime when done. */
 int ring_waitall(int n, MPI_Request *req, const ring_timing *t, double *done_at);
 /* Finishes the timed queue, fills the sink, releases everything. No-op without t. */
@@ -170,13 +172,40 @@ void *ring_staging_alloc(ring_staging *s, clflash_context *ctx, size_t bytes);
  * be zeroed. Nothing may still use the memory. */
 void ring_staging_free(ring_staging *s, clflash_context *ctx);
 
+/* ---- the node-local transport (ring_shared.c) ------------------------------------------------ */
+/* An MPI shared-memory window with one segment per rank of the ring, open for the whole call. */
+typedef struct {
+    int open;
+    MPI_Win win;
+    unsigned char **seg; /* [P]: every rank's segment as this process sees it */
+} ring_shared;
+/* Collective: which transport the ring takes, from CLFLASH_RING_TRANSPORT on every rank and whether
+ * they share one node. *mode: 0 MPI messages, 1 the shared window if every rank gets it, 2 the
+ * shared window or an error. Every rank gets the same status and mode. */
+clflash_status ring_transport_choose(MPI_Comm comm, int *mode);
+/* Collective over comm (the ring's duplicate of caller): maps every rank's segment of the window
+ * kept with caller, after replacing it on every rank when some rank has none or one smaller than its
+ * own_bytes. Without a window on some rank: nothing is allocated, and the status is CLFLASH_SUCCESS
+ * with s->open 0 (or CLFLASH_ERROR_UNSUPPORTED when `required`). */
+clflash_status ring_shared_open(ring_shared *s, MPI_Comm caller, MPI_Comm comm, size_t own_bytes, int required);
+/* MPI_Win_sync: before a rank tells others its segment is written, and after it is told. */
+void ring_shared_sync(ring_shared *s);
+/* Collective: waits until no rank reads a segment any more (the window stays with the caller's
+ * communicator). */
+void ring_shared_close(ring_shared *s, MPI_Comm comm);
+
 /* ---- the K/V exchange (ring_exchange.c) ------------------------------------------------------ */
-/* Two host staging buffers and two device buffers, each holding one shard's K then V, compact
- * ([batch][heads_kv][rows][head_dim] each, V right after K). */
+/* Two device buffers and, with MPI messages, two host staging buffers, each holding one shard's
+ * K then V, compact ([batch][heads_kv][rows][head_dim] each, V right after K). With the shared
+ * window, host[0] is this rank's segment (its own shard, written once) and host[1] is unused. */
 typedef struct {
     clflash_context *ctx;
     MPI_Comm comm;
-    int left, right;
+    int rank, left, right;
+    uint64_t own_bytes;    /* this rank's shard, compact */
+    uint64_t max_bytes;    /* the largest rank's */
+    ring_shared shm;       /* open: the node-local transport */
+    int own_announced;     /* shared: the barrier that says every own shard is in place was posted */
     size_t elem;           /* bytes per element */
     uint64_t rows_elems;   /* batch * heads_kv * head_dim: elements of one row of the shard */
     void *host[2];           /* staging[i].ptr */
@@ -191,9 +220,16 @@ typedef struct {
     double done_at;            /* MPI_Wtime when ring_exchange_wait's messages were done */
 } ring_exchange;
 
-/* Allocates the buffers for shards of up to max_rows rows and the transfer queue. */
+/* Allocates the device buffers for shards of up to max_rows rows and the transfer queue (this
+ * rank alone). */
 clflash_status ring_exchange_init(ring_exchange *x, clflash_context *ctx, MPI_Comm comm, const ring_geometry *g);
+/* Collective, once every rank's init has succeeded: chooses the transport (ring_shared.c) and
+ * takes its host memory (the window kept with the caller's communicator, or two staging buffers). */
+clflash_status ring_exchange_connect(ring_exchange *x, MPI_Comm caller);
+/* Collective when connected through the window (every rank calls it). */
 void ring_exchange_free(ring_exchange *x);
+/* "shared" or "mpi": the transport a connected exchange uses. */
+const char *ring_exchange_transport(const ring_exchange *x);
 /* Enqueues (and flushes) the reads of this rank's own K and V (caller layouts, rows rows) into
  * host[0], compact, on the transfer queue; ring_exchange_pack_own_finish waits for them. */
 clflash_status ring_exchange_pack_own_start(ring_exchange *x, const ring_geometry *g, cl_mem k,
@@ -203,13 +239,16 @@ clflash_status ring_exchange_pack_own_finish(ring_exchange *x);
 /* The same from dev[0] when the own shard is already compact there (written[0] its last write):
  * enqueues (and flushes) the read of rows rows into host[0]; ring_exchange_pack_own_finish waits. */
 clflash_status ring_exchange_read_own_start(ring_exchange *x, uint32_t rows);
-/* Posts the sends of host[slot] (send_rows rows) to the right and the receives into host[1 - slot]
- * (recv_rows rows) from the left. Waits first until host[1 - slot]'s last write to the device is done. */
+/* MPI messages: posts the sends of host[slot] (send_rows rows) to the right and the receives into
+ * host[1 - slot] (recv_rows rows) from the left, after waiting until host[1 - slot]'s last write to
+ * the device is done. Shared window: the first call (the own shard is in the segment) posts the
+ * barrier that tells every rank so; later calls post nothing. */
 clflash_status ring_exchange_post(ring_exchange *x, int slot, uint32_t send_rows, uint32_t recv_rows);
-/* Waits for the posted messages (driving MPI while the device computes). */
+/* Waits for what was posted (driving MPI while the device computes). */
 clflash_status ring_exchange_wait(ring_exchange *x);
-/* Enqueues host[slot] -> dev[slot] (rows rows) on the transfer queue after released[slot]. */
-clflash_status ring_exchange_upload(ring_exchange *x, int slot, uint32_t rows);
+/* Enqueues the upload of rank src's shard (rows rows) into dev[slot] on the transfer queue after
+ * released[slot]: from host[slot] (MPI messages) or from src's segment (shared window). */
+clflash_status ring_exchange_upload(ring_exchange *x, int slot, int src, uint32_t rows);
 /* Posts a nonblocking send (send != 0) or receive of bytes bytes at buf to or from peer, in pieces of
  * at most 1 GiB with tags tag0, tag0 + 1, ... (at most 64 pieces); appends the requests to req. */
 clflash_status ring_post_bytes(MPI_Comm comm, void *buf, uint64_t bytes, int peer, int tag0, int send,

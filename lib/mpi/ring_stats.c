@@ -7,6 +7,7 @@
 #include "ring_stats.h"
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,11 +32,13 @@ ring_timing *ring_timing_begin(clflash_context *ctx, int P, double t_entry, cl_c
     double *host = calloc((size_t)P * 2, sizeof *host);
     if (t == NULL || ev == NULL || host == NULL) { /* the call runs untimed */
         free(t), free(ev), free(host);
-        memset(sink, 0, offsetof(clflash_ring_stats, call_s));
+        sink->steps = 0; /* the caller's cap and step stay */
+        sink->transport[0] = '\0';
         sink->status = CLFLASH_ERROR_OUT_OF_HOST_MEMORY;
         return NULL;
     }
     t->sink = sink;
+    sink->transport[0] = '\0';
     t->P = P;
     t->t_entry = t_entry;
     t->start = ev, t->grad_end = ev + P, t->step_end = ev + 2 * P, t->upload = ev + 3 * P;
@@ -106,6 +109,12 @@ static double event_time(cl_event e, cl_profiling_info which)
     if (e == NULL || clGetEventProfilingInfo(e, which, sizeof ns, &ns, NULL) != CL_SUCCESS)
         return -1.0;
     return (double)ns * 1e-9;
+}
+
+void ring_timing_transport(ring_timing *t, const char *name)
+{
+    if (t != NULL)
+        snprintf(t->sink->transport, sizeof t->sink->transport, "%s", name);
 }
 
 void ring_timing_end(ring_timing *t, clflash_status call_status)

@@ -44,6 +44,8 @@ typedef struct {
     double call_s;                 /* host: the call's wall time on this rank, entry to return */
     double device_s;               /* device: the first step's start to the last step's end */
     clflash_status status;         /* of the timing itself: CLFLASH_SUCCESS, or why figures are missing */
+    char transport[8];             /* how the K/V shards travelled: "mpi" (messages) or "shared" (the
+                                      node-local window); "" with one rank or before the ring ran */
 } clflash_ring_stats;
 
 /* Attaches s to the calling thread: its next clflash_ring_forward and clflash_ring_backward calls

@@ -1,0 +1,239 @@
+/*
+ * ring_shared.c - the ring's node-local transport: when every rank of the ring runs on one node,
+ * K/V shards never go through MPI messages. Each rank reads its own shard from its device once,
+ * into its segment of an MPI shared-memory window (MPI_Win_allocate_shared), and every other rank
+ * uploads that shard to its device straight from there at the step that needs it. A shard then
+ * crosses host memory once per reader (the upload), where the message path copies it between the
+ * processes first (one or two copies by MPI) and forwards it P - 1 times.
+ *
+ * Why a window rather than POSIX shared memory of our own: MPI already knows which ranks share a
+ * node (MPI_Comm_split_type), places and names the segments, and cleans them up with the job.
+ * The window is kept with the caller's communicator (an MPI attribute) for the next call, like the
+ * pinned staging with the context, and freed with the communicator (MPI_Comm_free); a call that
+ * needs a larger segment on some rank replaces it on every rank.
+ *
+ * The choice (ring_transport_choose) is collective and made per call: CLFLASH_RING_TRANSPORT=mpi
+ * forces the message path, =shared requires this one (an error where the ranks span nodes or the
+ * window cannot be had), unset or =auto takes this one where every rank shares the node and the
+ * window is granted, else the message path.
+ */
+#include "ring_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* What CLFLASH_RING_TRANSPORT asks for: -1 unknown value, 0 mpi, 1 auto, 2 shared. */
+static int transport_asked(void)
+{
+    const char *v = getenv("CLFLASH_RING_TRANSPORT");
+    if (v == NULL || *v == '\0' || strcmp(v, "auto") == 0)
+        return 1;
+    if (strcmp(v, "mpi") == 0)
+        return 0;
+    if (strcmp(v, "shared") == 0)
+        return 2;
+    return -1;
+}
+
+clflash_status ring_transport_choose(MPI_Comm comm, int *mode)
+{
+    *mode = 0;
+    int size = 0, node_size = 0;
+    MPI_Comm_size(comm, &size);
+    MPI_Comm node = MPI_COMM_NULL;
+    if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS &&
+        node != MPI_COMM_NULL) {
+        MPI_Comm_size(node, &node_size);
+        MPI_Comm_free(&node);
+    }
+    /* [0] the smallest request, [1] minus the largest, [2] 1 unless some rank's node lacks a rank */
+    const int asked = transport_asked();
+    int mine[3] = {asked, -asked, node_size == size}, all[3] = {0, 0, 0};
+    if (MPI_Allreduce(mine, all, 3, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS)
+        return ring_fail(CLFLASH_RING_ERROR_MPI, "MPI_Allreduce choosing the ring's transport failed");
+    if (all[0] < 0)
+        return asked < 0 ? ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT,
+                                     "CLFLASH_RING_TRANSPORT must be auto, mpi or shared, not '%s'",
+                                     getenv("CLFLASH_RING_TRANSPORT"))
+                         : ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT,
+                                     "CLFLASH_RING_TRANSPORT must be auto, mpi or shared on every rank");
+    if (all[0] != -all[1])
+        return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "the ranks disagree on CLFLASH_RING_TRANSPORT");
+    if (all[0] == 2 && !all[2])
+        return ring_fail(CLFLASH_ERROR_UNSUPPORTED,
+                         "CLFLASH_RING_TRANSPORT=shared, but the ranks of the ring are not all on one node");
+    *mode = all[2] ? all[0] : 0;
+    return CLFLASH_SUCCESS;
+}
+
+/* A window kept with the caller's communicator (an MPI attribute) for the next call: creating one
+ * and touching its pages for the first time costs about as much as a step. Freed by
+ * delete_kept when the communicator is freed, or by at_finalize at the start of MPI_Finalize (MPI
+ * deletes MPI_COMM_SELF's attributes first, while everything still works; the other
+ * communicators' attributes go later, when freeing a window no longer can). */
+typedef struct kept_window {
+    MPI_Comm comm; /* the window's own duplicate of the caller's communicator */
+    MPI_Win win;
+    unsigned char **seg; /* [P] */
+    size_t bytes;        /* this rank's segment */
+    int released;        /* win and comm freed (at_finalize) */
+    struct kept_window *next; /* every kept window of the process, oldest first */
+} kept_window;
+
+static int kept_key = MPI_KEYVAL_INVALID, finalize_key = MPI_KEYVAL_INVALID;
+static kept_window *kept_list;
+
+/* Frees k's window and communicator (collective over k->comm) once. */
+static void release(kept_window *k)
+{
+    if (k->released)
+        return;
+    k->released = 1;
+    MPI_Win_unlock_all(k->win);
+    MPI_Win_free(&k->win);
+    MPI_Comm_free(&k->comm);
+}
+
+static int delete_kept(MPI_Comm comm, int key, void *value, void *extra)
+{
+    (void)comm, (void)key, (void)extra;
+    kept_window *k = value;
+    for (kept_window **at = &kept_list; *at != NULL; at = &(*at)->next)
+        if (*at == k) {
+            *at = k->next;
+            break;
+        }
+    release(k);
+    free(k->seg);
+    free(k);
+    return MPI_SUCCESS;
+}
+
+/* Every rank releases its windows in the order they were made, which is an order all ranks that
+ * share a window agree on (each was made collectively). */
+static int at_finalize(MPI_Comm comm, int key, void *value, void *extra)
+{
+    (void)comm, (void)key, (void)value, (void)extra;
+    for (kept_window *k = kept_list; k != NULL; k = k->next)
+        release(k);
+    return MPI_SUCCESS;
+}
+
+/* The two attribute keys, and the finalize hook on MPI_COMM_SELF; 0 where MPI refuses them. */
+static int keys_ready(void)
+{
+    if (kept_key != MPI_KEYVAL_INVALID)
+        return 1;
+    int key = MPI_KEYVAL_INVALID;
+    if (MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, at_finalize, &finalize_key, NULL) != MPI_SUCCESS ||
+        MPI_Comm_set_attr(MPI_COMM_SELF, finalize_key, NULL) != MPI_SUCCESS ||
+        MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_kept, &key, NULL) != MPI_SUCCESS)
+        return 0;
+    kept_key = key;
+    return 1;
+}
+
+/* A new window of own_bytes over a duplicate of caller; NULL where MPI gives none on this rank. */
+static kept_window *new_window(MPI_Comm caller, size_t own_bytes)
+{
+    kept_window *k = calloc(1, sizeof *k);
+    if (k == NULL)
+        return NULL;
+    k->win = MPI_WIN_NULL;
+    if (MPI_Comm_dup(caller, &k->comm) != MPI_SUCCESS) {
+        free(k);
+        return NULL;
+    }
+    MPI_Comm_set_errhandler(k->comm, MPI_ERRORS_RETURN);
+    int size = 0;
+    MPI_Comm_size(k->comm, &size);
+    /* each segment on its owner's memory (NUMA), not one block */
+    MPI_Info info = MPI_INFO_NULL;
+    if (MPI_Info_create(&info) == MPI_SUCCESS)
+        MPI_Info_set(info, "alloc_shared_noncontig", "true");
+    void *base = NULL;
+    int ok = MPI_Win_allocate_shared((MPI_Aint)(own_bytes ? own_bytes : 1), 1, info, k->comm, &base, &k->win) ==
+             MPI_SUCCESS;
+    if (info != MPI_INFO_NULL)
+        MPI_Info_free(&info);
+    k->seg = ok ? calloc((size_t)size, sizeof *k->seg) : NULL;
+    ok = ok && k->seg != NULL;
+    for (int r = 0; r < size && ok; r++) {
+        MPI_Aint bytes = 0;
+        int unit = 0;
+        void *p = NULL;
+        ok = MPI_Win_shared_query(k->win, r, &bytes, &unit, &p) == MPI_SUCCESS && p != NULL;
+        k->seg[r] = p;
+    }
+    if (ok && MPI_Win_lock_all(MPI_MODE_NOCHECK, k->win) == MPI_SUCCESS) {
+        k->bytes = own_bytes;
+        kept_window **tail = &kept_list;
+        while (*tail != NULL)
+            tail = &(*tail)->next;
+        *tail = k;
+        return k;
+    }
+    /* (a window granted on some ranks only is freed by those; MPI implementations fail the
+     * collective allocation on every rank together, so this is not expected) */
+    if (k->win != MPI_WIN_NULL)
+        MPI_Win_free(&k->win);
+    MPI_Comm_free(&k->comm);
+    free(k->seg);
+    free(k);
+    return NULL;
+}
+
+clflash_status ring_shared_open(ring_shared *s, MPI_Comm caller, MPI_Comm comm, size_t own_bytes, int required)
+{
+    memset(s, 0, sizeof *s);
+    const int keys = keys_ready();
+    kept_window *k = NULL;
+    int found = 0;
+    if (keys)
+        MPI_Comm_get_attr(caller, kept_key, &k, &found);
+    if (!found)
+        k = NULL;
+    /* a new window on every rank when any rank has none or one too small (they are made together,
+     * so every rank has one or none) */
+    int renew = k == NULL || k->bytes < own_bytes, any = 0;
+    if (MPI_Allreduce(&renew, &any, 1, MPI_INT, MPI_MAX, comm) != MPI_SUCCESS)
+        return ring_fail(CLFLASH_RING_ERROR_MPI, "MPI_Allreduce before the shared-memory window failed");
+    if (any) {
+        if (k != NULL)
+            MPI_Comm_delete_attr(caller, kept_key); /* delete_kept frees it (collective) */
+        k = new_window(caller, own_bytes);
+        int ok = k != NULL, all = 0;
+        if (MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS)
+            return ring_fail(CLFLASH_RING_ERROR_MPI, "MPI_Allreduce after MPI_Win_allocate_shared failed");
+        if (all && (!keys || MPI_Comm_set_attr(caller, kept_key, k) != MPI_SUCCESS))
+            all = 0;
+        if (!all) { /* (a rank with a window while another has none is not expected: see new_window) */
+            if (k != NULL)
+                delete_kept(caller, kept_key, k, NULL);
+            return required ? ring_fail(CLFLASH_ERROR_UNSUPPORTED,
+                                        "CLFLASH_RING_TRANSPORT=shared, but MPI gave no shared-memory window of "
+                                        "%llu bytes on every rank",
+                                        (unsigned long long)own_bytes)
+                            : CLFLASH_SUCCESS;
+        }
+    }
+    s->open = 1;
+    s->win = k->win;
+    s->seg = k->seg;
+    return CLFLASH_SUCCESS;
+}
+
+void ring_shared_sync(ring_shared *s)
+{
+    if (s->open)
+        MPI_Win_sync(s->win);
+}
+
+void ring_shared_close(ring_shared *s, MPI_Comm comm)
+{
+    if (!s->open)
+        return;
+    /* no rank may write its segment again (the next call) while another still reads it */
+    MPI_Barrier(comm);
+    memset(s, 0, sizeof *s);
+}
