@@ -49,6 +49,10 @@ typedef struct {
     uint64_t kv_row_elems; /* 2 * batch * heads_kv * head_dim: fp32 values per shard row of dK/dV */
     float *h_in, *h_out[2]; /* host fp32 dK/dV accumulators: the incoming, the outgoing (two in flight) */
     ring_staging h_mem[3];  /* their memory (ring_staging.c): h_in, h_out[0], h_out[1] */
+    uint64_t acc_slot;      /* bytes of one host accumulator (a whole number of pages) */
+    int shared;             /* the node-local window: h_out[i] in this rank's segment, no h_in; the
+                               incoming accumulator is uploaded from the left rank's h_out */
+    unsigned char *left_acc; /* shared: the left rank's h_out[0] (h_out[1] acc_slot bytes after it) */
     cl_event rd[2];    /* the read of dkv_acc into h_out[i] */
     MPI_Request out_req[2][64];
     int out_n[2];
@@ -183,14 +187,7 @@ static clflash_status setup(ring_bwd *B, MPI_Comm comm, cl_mem q)
         B->dkv_in = new_buffer(B, kv_elems * sizeof(float), &st);
         if (st)
             return st;
-        /* a rank that fails still sends them (what they hold then does not matter: every rank
-         * returns the failure) */
-        const size_t acc_bytes = (size_t)(kv_elems * sizeof(float));
-        B->h_in = ring_staging_alloc(&B->h_mem[0], B->ctx, acc_bytes);
-        B->h_out[0] = ring_staging_alloc(&B->h_mem[1], B->ctx, acc_bytes);
-        B->h_out[1] = ring_staging_alloc(&B->h_mem[2], B->ctx, acc_bytes);
-        if (!B->h_in || !B->h_out[0] || !B->h_out[1])
-            return ring_fail(CLFLASH_ERROR_OUT_OF_HOST_MEMORY, "no host memory for the dK/dV accumulators");
+        B->acc_slot = (kv_elems * sizeof(float) + 4095) / 4096 * 4096;
     }
     B->have_x = 1;
     if ((st = ring_exchange_init(&B->x, B->ctx, comm, g)) != CLFLASH_SUCCESS)
@@ -212,6 +209,35 @@ static clflash_status setup(ring_bwd *B, MPI_Comm comm, cl_mem q)
     if (B->nq == 1)
         B->lse_c[0] = B->lse;
     return err == CL_SUCCESS ? CLFLASH_SUCCESS : ring_fail(err, "preparing Q and lse for the backward: %d", err);
+}
+
+/* After ring_exchange_connect (P > 1): the host accumulators. With the window they are the first
+ * 2 * acc_slot bytes of each rank's segment; else staging buffers (a rank that fails still sends
+ * them: what they hold then does not matter, every rank returns the failure). */
+static clflash_status accumulator_memory(ring_bwd *B)
+{
+    unsigned char *own = ring_exchange_extra(&B->x, B->g->rank);
+    if (own != NULL) {
+        B->shared = 1;
+        B->h_out[0] = (float *)own;
+        B->h_out[1] = (float *)(own + B->acc_slot);
+        B->left_acc = ring_exchange_extra(&B->x, B->x.left);
+        return CLFLASH_SUCCESS;
+    }
+    const size_t bytes = (size_t)B->acc_slot;
+    B->h_in = ring_staging_alloc(&B->h_mem[0], B->ctx, bytes);
+    B->h_out[0] = ring_staging_alloc(&B->h_mem[1], B->ctx, bytes);
+    B->h_out[1] = ring_staging_alloc(&B->h_mem[2], B->ctx, bytes);
+    if (!B->h_in || !B->h_out[0] || !B->h_out[1])
+        return ring_fail(CLFLASH_ERROR_OUT_OF_HOST_MEMORY, "no host memory for the dK/dV accumulators");
+    return CLFLASH_SUCCESS;
+}
+
+/* Where the incoming accumulator of step s (1 .. P; P: this rank's own, complete) is read from:
+ * h_in, or the left rank's h_out of the step before. */
+static const void *incoming(const ring_bwd *B, int s)
+{
+    return B->shared ? (const void *)(B->left_acc + (uint64_t)((s - 1) % 2) * B->acc_slot) : (const void *)B->h_in;
 }
 
 static void teardown(ring_bwd *B)
@@ -309,13 +335,14 @@ static clflash_status finish_accumulator(ring_bwd *B, int s, clflash_status st)
         double done_at = 0.0;
         st = wait_requests(B, B->in_req, &B->in_n, st, "an incoming dK/dV accumulator", &done_at);
         ring_timing_host(B->timing, RING_T_ACC_MPI, s, done_at - B->acc_posted);
+        ring_shared_sync(&B->x.shm); /* (shared) the left rank's h_out is written */
     }
     st = wait_requests(B, B->out_req[slot], &B->out_n[slot], st, "an outgoing dK/dV accumulator", NULL);
     if (st)
         return st;
     cl_int err = CL_SUCCESS;
     if (s > 0) {
-        err = clEnqueueWriteBuffer(B->cq, B->dkv_in, CL_FALSE, 0, bytes, B->h_in, 0, NULL, NULL);
+        err = clEnqueueWriteBuffer(B->cq, B->dkv_in, CL_FALSE, 0, bytes, incoming(B, s), 0, NULL, NULL);
         if (err == CL_SUCCESS &&
             (st = accumulate(B, CLFLASH_F32, B->dkv_acc, B->dkv_in, 2ull * g->batch * g->heads_kv,
                              g->shards[src_of(g, s)].rows, 0, g->shards[src_of(g, s)].rows)) != CLFLASH_SUCCESS)
@@ -331,6 +358,31 @@ static clflash_status finish_accumulator(ring_bwd *B, int s, clflash_status st)
     return err == CL_SUCCESS ? CLFLASH_SUCCESS : ring_fail(err, "moving the dK/dV accumulator of step %d: %d", s, err);
 }
 
+/* The window's version of sending step s's accumulator, once its read into h_out[s % 2] is done
+ * (the caller waited): zero-byte messages only. To rank r + 1 "ready" (it uploads h_out[s % 2]
+ * from this rank's segment); to rank r - 1 "consumed" for the accumulator of step s - 1 it gave
+ * (uploaded before that read, so done). Posts the receives of rank r + 1's "consumed" for this
+ * one (waited for before h_out[s % 2] is written again, two steps on; none for the last, which the
+ * window's closing barrier covers) and of rank r - 1's next "ready". */
+static clflash_status signal_accumulator(ring_bwd *B, int s, clflash_status st)
+{
+    const int slot = s % 2;
+    static char none; /* the zero-byte messages' buffer */
+    ring_shared_sync(&B->x.shm);
+    int rc = MPI_SUCCESS;
+    if (s > 0)
+        rc |= MPI_Isend(&none, 0, MPI_BYTE, B->x.left, ACC_TAG0 + 1, B->x.comm, &B->in_req[B->in_n++]);
+    rc |= MPI_Isend(&none, 0, MPI_BYTE, B->x.right, ACC_TAG0, B->x.comm, &B->out_req[slot][B->out_n[slot]++]);
+    if (s + 1 < B->g->size)
+        rc |= MPI_Irecv(&none, 0, MPI_BYTE, B->x.right, ACC_TAG0 + 1, B->x.comm, &B->out_req[slot][B->out_n[slot]++]);
+    if (B->timing)
+        B->acc_posted = MPI_Wtime();
+    rc |= MPI_Irecv(&none, 0, MPI_BYTE, B->x.left, ACC_TAG0, B->x.comm, &B->in_req[B->in_n++]);
+    if (rc != MPI_SUCCESS && !st)
+        st = ring_fail(CLFLASH_RING_ERROR_MPI, "signalling a dK/dV accumulator at step %d failed", s);
+    return st;
+}
+
 /* Sends step s's accumulator (h_out[s % 2]) on to rank r + 1 once its read is done, and posts the
  * receive of the next one from rank r - 1 (step s + 1's, or after the last step this rank's own
  * complete dK/dV) into h_in, whose last upload the read came after. A rank that has failed still
@@ -344,6 +396,8 @@ static clflash_status send_accumulator(ring_bwd *B, int s, clflash_status st)
         if (err != CL_SUCCESS && !st)
             st = ring_fail(err, "step %d's kernels or its dK/dV read: %d", s, err);
     }
+    if (B->shared)
+        return signal_accumulator(B, s, st);
     const uint64_t n = B->kv_row_elems * g->shards[src_of(g, s)].rows;
     const int next = s + 1 < g->size ? src_of(g, s + 1) : g->rank;
     const uint64_t in_bytes = B->kv_row_elems * g->shards[next].rows * sizeof(float);
@@ -433,10 +487,11 @@ static clflash_status run_ring(ring_bwd *B, cl_mem k, cl_mem v, cl_mem dq, cl_me
     if (P > 1) { /* the last step's accumulator goes out; the own shard's, complete, arrives from rank r - 1 */
         st = send_accumulator(B, P - 1, st);
         st = wait_requests(B, B->in_req, &B->in_n, st, "the own dK/dV", NULL);
+        ring_shared_sync(&B->x.shm);
         if (st == CLFLASH_SUCCESS) {
             const cl_int err = clEnqueueWriteBuffer(B->cq, B->dkv_acc, CL_FALSE, 0,
-                                                    (size_t)(B->kv_row_elems * own_rows * sizeof(float)), B->h_in, 0,
-                                                    NULL, NULL);
+                                                    (size_t)(B->kv_row_elems * own_rows * sizeof(float)),
+                                                    incoming(B, P), 0, NULL, NULL);
             if (err != CL_SUCCESS)
                 st = ring_fail(err, "writing the own dK/dV to the device: %d", err);
         }
@@ -509,7 +564,9 @@ clflash_status clflash_ring_backward(clflash_context *ctx, MPI_Comm comm, const 
     B.timing = ring_timing_begin(ctx, g.size, t_entry, &B.cq);
     st = ring_agree_status(ring_comm, setup(&B, ring_comm, q), "setup");
     if (st == CLFLASH_SUCCESS && g.size > 1)
-        st = ring_agree_status(ring_comm, ring_exchange_connect(&B.x, comm), "connecting the ring");
+        st = ring_agree_status(ring_comm, ring_exchange_connect(&B.x, comm, 2 * B.acc_slot), "connecting the ring");
+    if (st == CLFLASH_SUCCESS && g.size > 1)
+        st = ring_agree_status(ring_comm, accumulator_memory(&B), "the dK/dV accumulators' host memory");
     if (st == CLFLASH_SUCCESS && g.size > 1)
         ring_timing_transport(B.timing, ring_exchange_transport(&B.x));
     if (st == CLFLASH_SUCCESS) {

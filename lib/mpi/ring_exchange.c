@@ -54,16 +54,17 @@ clflash_status ring_exchange_init(ring_exchange *x, clflash_context *ctx, MPI_Co
     return CLFLASH_SUCCESS;
 }
 
-clflash_status ring_exchange_connect(ring_exchange *x, MPI_Comm caller)
+clflash_status ring_exchange_connect(ring_exchange *x, MPI_Comm caller, uint64_t extra_bytes)
 {
     int mode = 0;
+    x->extra = (extra_bytes + 4095) / 4096 * 4096; /* the shard on a page of its own */
     clflash_status st = ring_transport_choose(x->comm, &mode);
     if (st == CLFLASH_SUCCESS && mode > 0)
-        st = ring_shared_open(&x->shm, caller, x->comm, (size_t)x->own_bytes, mode == 2);
+        st = ring_shared_open(&x->shm, caller, x->comm, (size_t)(x->extra + x->own_bytes), mode == 2);
     if (st != CLFLASH_SUCCESS)
         return st;
     if (x->shm.open) {
-        x->host[0] = x->shm.seg[x->rank];
+        x->host[0] = x->shm.seg[x->rank] + x->extra;
         return CLFLASH_SUCCESS;
     }
     for (int i = 0; i < 2; i++) {
@@ -73,6 +74,11 @@ clflash_status ring_exchange_connect(ring_exchange *x, MPI_Comm caller)
                              (unsigned long long)x->max_bytes);
     }
     return CLFLASH_SUCCESS;
+}
+
+unsigned char *ring_exchange_extra(const ring_exchange *x, int r)
+{
+    return x->shm.open ? x->shm.seg[r] : NULL;
 }
 
 const char *ring_exchange_transport(const ring_exchange *x)
@@ -250,7 +256,7 @@ clflash_status ring_exchange_upload(ring_exchange *x, int slot, int src, uint32_
         clReleaseEvent(x->written[slot]);
         x->written[slot] = NULL;
     }
-    const void *from = x->shm.open ? (const void *)x->shm.seg[src] : x->host[slot];
+    const void *from = x->shm.open ? (const void *)(x->shm.seg[src] + x->extra) : x->host[slot];
     cl_int err = clEnqueueWriteBuffer(x->queue, x->dev[slot], CL_FALSE, 0, (size_t)shard_bytes(x, rows), from,
                                       x->released[slot] ? 1 : 0, x->released[slot] ? &x->released[slot] : NULL,
                                       &x->written[slot]);

@@ -356,7 +356,7 @@ clflash_status clflash_ring_forward(clflash_context *ctx, MPI_Comm comm, const c
     R.timing = ring_timing_begin(ctx, g.size, t_entry, &R.cq);
     st = ring_agree_status(ring_comm, setup(&R, ring_comm), "setup");
     if (st == CLFLASH_SUCCESS && R.have_x)
-        st = ring_agree_status(ring_comm, ring_exchange_connect(&R.x, comm), "connecting the ring");
+        st = ring_agree_status(ring_comm, ring_exchange_connect(&R.x, comm, 0), "connecting the ring");
     if (st == CLFLASH_SUCCESS && R.have_x)
         ring_timing_transport(R.timing, ring_exchange_transport(&R.x));
     if (R.have_x)

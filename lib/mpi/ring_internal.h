@@ -204,6 +204,7 @@ typedef struct {
     int rank, left, right;
     uint64_t own_bytes;    /* this rank's shard, compact */
     uint64_t max_bytes;    /* the largest rank's */
+    uint64_t extra;        /* shared: bytes before the shard in each segment (ring_exchange_connect) */
     ring_shared shm;       /* open: the node-local transport */
     int own_announced;     /* shared: the barrier that says every own shard is in place was posted */
     size_t elem;           /* bytes per element */
@@ -224,8 +225,12 @@ typedef struct {
  * rank alone). */
 clflash_status ring_exchange_init(ring_exchange *x, clflash_context *ctx, MPI_Comm comm, const ring_geometry *g);
 /* Collective, once every rank's init has succeeded: chooses the transport (ring_shared.c) and
- * takes its host memory (the window kept with the caller's communicator, or two staging buffers). */
-clflash_status ring_exchange_connect(ring_exchange *x, MPI_Comm caller);
+ * takes its host memory (the window kept with the caller's communicator, or two staging buffers).
+ * With the window, each rank's segment starts with extra_bytes (the same on every rank) for the
+ * caller's own use (ring_exchange_extra), then the own shard. */
+clflash_status ring_exchange_connect(ring_exchange *x, MPI_Comm caller, uint64_t extra_bytes);
+/* With the window: the start of rank r's extra bytes as this process sees them; else NULL. */
+unsigned char *ring_exchange_extra(const ring_exchange *x, int r);
 /* Collective when connected through the window (every rank calls it). */
 void ring_exchange_free(ring_exchange *x);
 /* "shared" or "mpi": the transport a connected exchange uses. */
