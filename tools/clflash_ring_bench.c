@@ -12,9 +12,9 @@
  *   transfer (alone) = the same bytes moved with nothing else running, by the transport the ring
  *              took: one step's K/V shard sent to rank r + 1 and received from r - 1 (MPI_Sendrecv)
  *              and uploaded, or (the node-local window) uploaded from rank r - 1's segment of a
- *              shared-memory window; backward: plus the fp32 dK/dV accumulator sent, received,
- *              uploaded and read back; times the P - 1 steps that move data while another
- *              computes; the slowest rank's;
+ *              shared-memory window; backward: plus the fp32 dK/dV accumulator sent and
+ *              received (or, shared, taken from rank r - 1's segment), uploaded and read back;
+ *              times the P - 1 steps that move data while another computes; the slowest rank's;
  *   exposed  = on one rank, the device's wait between steps (backward: plus the accumulator's
  *              device segment, which includes any wait for its bytes);
  *   overlap  = 1 - exposed / transfer, clamped to [0, 1]; the worst rank's;
@@ -279,14 +279,14 @@ static double time_transfer(const options *o, int backward, clflash_context *c, 
     memset(out, 0, most);
     const int right = (rank + 1) % P, left = (rank + P - 1) % P;
     MPI_Win win = MPI_WIN_NULL;
-    unsigned char *left_seg = NULL;
+    unsigned char *left_seg = NULL, *own_seg = NULL; /* shared: the K/V shard, then (backward) the accumulator */
     if (shared) {
-        void *mine_seg = NULL;
+        const size_t seg_bytes = kv_bytes + (backward ? acc_bytes : 0);
         MPI_Aint size = 0;
         int unit = 0;
-        MPI_Win_allocate_shared((MPI_Aint)kv_bytes, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &mine_seg, &win);
+        MPI_Win_allocate_shared((MPI_Aint)seg_bytes, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &own_seg, &win);
         MPI_Win_shared_query(win, left, &size, &unit, &left_seg);
-        memset(mine_seg, 0, kv_bytes);
+        memset(own_seg, 0, seg_bytes);
         MPI_Win_fence(0, win);
     }
     cl_int err = CL_SUCCESS;
@@ -298,7 +298,12 @@ static double time_transfer(const options *o, int backward, clflash_context *c, 
         const double t0 = MPI_Wtime();
         if (err == CL_SUCCESS)
             err = move_kv(qu, dev, kv_bytes, left_seg, out, in, left, right);
-        if (backward) { /* the fp32 accumulator: always MPI messages, then uploaded and read back */
+        if (backward && shared) { /* the fp32 accumulator: from the left's segment, back into the own */
+            if (err == CL_SUCCESS)
+                err = clEnqueueWriteBuffer(qu, dev, CL_TRUE, 0, acc_bytes, left_seg + kv_bytes, 0, NULL, NULL);
+            if (err == CL_SUCCESS)
+                err = clEnqueueReadBuffer(qu, dev, CL_TRUE, 0, acc_bytes, own_seg + kv_bytes, 0, NULL, NULL);
+        } else if (backward) { /* the fp32 accumulator: MPI messages, then uploaded and read back */
             for (size_t at = 0; at < acc_bytes; at += (size_t)1 << 30) {
                 const int piece = (int)(acc_bytes - at < ((size_t)1 << 30) ? acc_bytes - at : (size_t)1 << 30);
                 MPI_Sendrecv(out + at, piece, MPI_BYTE, right, 8, in + at, piece, MPI_BYTE, left, 8, MPI_COMM_WORLD,
