@@ -19,6 +19,7 @@
  */
 #include "ring_internal.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,6 +83,9 @@ typedef struct kept_window {
 
 static int kept_key = MPI_KEYVAL_INVALID, finalize_key = MPI_KEYVAL_INVALID;
 static kept_window *kept_list;
+/* The keys and the list are the process's: ring calls on different communicators may run on
+ * different threads (MPI_THREAD_MULTIPLE). */
+static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Frees k's window and communicator (collective over k->comm) once. */
 static void release(kept_window *k)
@@ -98,11 +102,13 @@ static int delete_kept(MPI_Comm comm, int key, void *value, void *extra)
 {
     (void)comm, (void)key, (void)extra;
     kept_window *k = value;
+    pthread_mutex_lock(&kept_lock);
     for (kept_window **at = &kept_list; *at != NULL; at = &(*at)->next)
         if (*at == k) {
             *at = k->next;
             break;
         }
+    pthread_mutex_unlock(&kept_lock);
     release(k);
     free(k->seg);
     free(k);
@@ -122,15 +128,15 @@ static int at_finalize(MPI_Comm comm, int key, void *value, void *extra)
 /* The two attribute keys, and the finalize hook on MPI_COMM_SELF; 0 where MPI refuses them. */
 static int keys_ready(void)
 {
-    if (kept_key != MPI_KEYVAL_INVALID)
-        return 1;
-    int key = MPI_KEYVAL_INVALID;
-    if (MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, at_finalize, &finalize_key, NULL) != MPI_SUCCESS ||
-        MPI_Comm_set_attr(MPI_COMM_SELF, finalize_key, NULL) != MPI_SUCCESS ||
-        MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_kept, &key, NULL) != MPI_SUCCESS)
-        return 0;
-    kept_key = key;
-    return 1;
+    pthread_mutex_lock(&kept_lock);
+    int key = kept_key;
+    if (key == MPI_KEYVAL_INVALID &&
+        MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, at_finalize, &finalize_key, NULL) == MPI_SUCCESS &&
+        MPI_Comm_set_attr(MPI_COMM_SELF, finalize_key, NULL) == MPI_SUCCESS &&
+        MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_kept, &key, NULL) == MPI_SUCCESS)
+        kept_key = key;
+    pthread_mutex_unlock(&kept_lock);
+    return key != MPI_KEYVAL_INVALID;
 }
 
 /* A new window of own_bytes over a duplicate of caller; NULL where MPI gives none on this rank. */
@@ -167,10 +173,12 @@ static kept_window *new_window(MPI_Comm caller, size_t own_bytes)
     }
     if (ok && MPI_Win_lock_all(MPI_MODE_NOCHECK, k->win) == MPI_SUCCESS) {
         k->bytes = own_bytes;
+        pthread_mutex_lock(&kept_lock);
         kept_window **tail = &kept_list;
         while (*tail != NULL)
             tail = &(*tail)->next;
         *tail = k;
+        pthread_mutex_unlock(&kept_lock);
         return k;
     }
     /* (a window granted on some ranks only is freed by those; MPI implementations fail the
