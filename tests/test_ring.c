@@ -25,6 +25,9 @@
 #include <string.h>
 
 static int P, R; /* ranks, this rank */
+/* The communicator the accuracy cases call the ring on: MPI_COMM_WORLD, or for a while one of its
+ * own (the ring keeps its node-local window with the communicator; freeing it releases that) */
+static MPI_Comm case_comm = MPI_COMM_WORLD;
 static clflash_context *ctx;
 
 typedef struct {
@@ -280,7 +283,7 @@ static int run_case(const ring_case *c)
         fail = 1;
     }
     /* every rank calls, even one whose setup failed (its NULL buffers make the call fail collectively) */
-    const clflash_status st = clflash_ring_forward(ctx, MPI_COMM_WORLD, &rd, tq.buf, tk.buf, tv.buf, to.buf, lbuf);
+    const clflash_status st = clflash_ring_forward(ctx, case_comm, &rd, tq.buf, tk.buf, tv.buf, to.buf, lbuf);
     if (!fail && st != CLFLASH_SUCCESS) {
         snprintf(msg, sizeof msg, "clflash_ring_forward: %s (%s)", clflash_ring_status_string(st),
                  clflash_ring_last_error_detail());
@@ -460,14 +463,14 @@ static int run_backward_case(const ring_case *c)
         snprintf(msg, sizeof msg, "setting up the buffers failed");
         fail = 1;
     }
-    clflash_status st = clflash_ring_forward(ctx, MPI_COMM_WORLD, &rd, tq.buf, tk.buf, tv.buf, to.buf, lbuf);
+    clflash_status st = clflash_ring_forward(ctx, case_comm, &rd, tq.buf, tk.buf, tv.buf, to.buf, lbuf);
     if (!fail && st != CLFLASH_SUCCESS) {
         snprintf(msg, sizeof msg, "clflash_ring_forward: %s (%s)", clflash_ring_status_string(st),
                  clflash_ring_last_error_detail());
         fail = 1;
     }
     for (int run = 0; run < 2; run++) {
-        st = clflash_ring_backward(ctx, MPI_COMM_WORLD, &rd, tq.buf, tk.buf, tv.buf, to.buf, tdo.buf, lbuf,
+        st = clflash_ring_backward(ctx, case_comm, &rd, tq.buf, tk.buf, tv.buf, to.buf, tdo.buf, lbuf,
                                    tdq[run].buf, tdk[run].buf, tdv[run].buf);
         if (!fail && st != CLFLASH_SUCCESS) {
             snprintf(msg, sizeof msg, "clflash_ring_backward (run %d): %s (%s)", run + 1,
@@ -780,6 +783,19 @@ int main(int argc, char **argv)
         char name[200];
         snprintf(name, sizeof name, "backward: %s (and determinism)", backward_cases[i].name);
         any |= report(name, run_backward_case(&backward_cases[i]));
+    }
+    /* the same cases on communicators of their own, each freed after its calls: the window kept
+     * with the first goes with MPI_Comm_free, the second gets a new one (of a new size) */
+    for (int round = 0; round < 2; round++) {
+        MPI_Comm_dup(MPI_COMM_WORLD, &case_comm);
+        const ring_case *fc = &cases[round ? 2 : 0], *bc = &backward_cases[round ? 0 : 2];
+        char name[240];
+        snprintf(name, sizeof name, "on a communicator of its own (%d): %s", round + 1, fc->name);
+        any |= report(name, run_case(fc));
+        snprintf(name, sizeof name, "on a communicator of its own (%d): backward: %s", round + 1, bc->name);
+        any |= report(name, run_backward_case(bc));
+        MPI_Comm_free(&case_comm);
+        case_comm = MPI_COMM_WORLD;
     }
     const int last = P - 1;
     for (int backward = 0; backward < 2; backward++) {
