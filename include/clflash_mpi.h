@@ -103,6 +103,25 @@ typedef struct {
                              harmless. Read once per call (a blocking read of batch int32s). Whether
                              it is NULL must be the same on every rank; the values should be too
                              (each rank applies its own to the keys it sees) */
+    cl_mem bias;          /* NULL = none; else a float buffer of ctx (only read) added to the scores
+                             (after softcap, with ALiBi; -INFINITY masks), as
+                             clflash_attention_desc.bias says for one device. It holds THIS rank's
+                             rows of the whole sequence's bias: float[batch][heads_q][seq_local]
+                             [seq_total], element (b, h, i, j) for row i of this rank's shard (in its
+                             row order: with the zigzag mapping rows 0 .. c - 1 are chunk r and rows
+                             c .. 2c - 1 chunk 2P-1-r) and key position j of the whole sequence (in
+                             global position order, whichever rank holds that key). Whether it is
+                             NULL must be the same on every rank. The backward adds it when it
+                             recomputes the scores; the ring offers no bias gradient */
+    clflash_layout bias_layout; /* where element (b, h, i, j) is: offset + b*batch_stride +
+                             h*head_stride + i*seq_stride + j (keys contiguous); zero strides take
+                             the defaults seq_stride = seq_total, head_stride = seq_local *
+                             seq_stride, batch_stride = heads_q * head_stride, except those
+                             bias_broadcast sets to 0. This rank's own (not compared); set without a
+                             bias: CLFLASH_ERROR_INVALID_ARGUMENT */
+    uint32_t bias_broadcast; /* same on every rank; CLFLASH_BROADCAST_BATCH | _HEADS | _ROWS, as
+                             clflash_attention_desc.bias_broadcast: that dimension's stride is 0
+                             (_ROWS: one row of seq_total keys shared by every query row) */
 } clflash_ring_desc;
 
 /* Attention of every rank's queries against the whole sequence's keys and values, for a sequence
@@ -120,17 +139,20 @@ typedef struct {
  * of its own.
  *
  * How: P steps. At step s the rank holds the K/V shard of rank (r - s) mod P (its own at step 0)
- * and runs clflash_forward with lse of its queries against it. Without a window, ALiBi or key
- * lengths that is one call per query chunk (one for a contiguous shard, two for a zigzag shard)
+ * and runs clflash_forward with lse of its queries against it. Without a window, ALiBi, key
+ * lengths or a bias that is one call per query chunk (one for a contiguous shard, two for a zigzag shard)
  * with the causal rule expressed through the global positions: a key chunk entirely in the query
  * chunk's future is skipped, one entirely in its past is attended without a mask, and a chunk on
  * the diagonal takes CLFLASH_CAUSAL (bottom-right aligned, which the zigzag chunks' equal sizes
- * make exact). With a window, ALiBi or key lengths each (query chunk, key chunk) pair is a call of
- * its own, skipped when the causal and window rules hide every one of its (query, key) pairs; the
+ * make exact). With a window, ALiBi, key lengths or a bias each (query chunk, key chunk) pair is a
+ * call of its own, skipped when the causal and window rules hide every one of its (query, key) pairs; the
  * call takes the caller's flags, window widths and slopes with clflash_attention_desc's
  * diagonal_offset = (q_pos - k_pos) - (k_len - q_len) (the two chunks' first positions and
- * lengths), which puts every rule at the whole sequence's diagonal, and key lengths
- * clamp(key_lengths[b] - k_pos, 0, k_len) in a small buffer per key chunk. Each partial result is converted to
+ * lengths), which puts every rule at the whole sequence's diagonal, key lengths
+ * clamp(key_lengths[b] - k_pos, 0, k_len) in a small buffer per key chunk, and the bias itself with
+ * its layout's offset moved to element (0, 0, the query chunk's first row, k_pos) (rows of this
+ * rank's shard, columns of the whole sequence; the strides stay the caller's, resolved against
+ * seq_local and seq_total). Each partial result is converted to
  * fp32 (exactly) and merged into an fp32 running (O, lse) by clflash_merge_states; the last merge
  * writes o (and lse) in the storage type. While step s computes, the next shard travels to the
  * second of two device buffers, written on a queue of the ring's own, which the next step's kernels
@@ -178,8 +200,9 @@ typedef struct {
  * initialised or already finalised: these two return on the calling rank at once, without
  * communicating, since there is no communicator to agree on; NULL ctx, d, q, k, v or o,
  * a struct_size out of range, a buffer not of ctx, o the same buffer as q, k or v, lse the same as
- * any other, alibi_slopes or key_lengths not a buffer of ctx or the same buffer as o or lse, or
- * ranks that disagree on whether alibi_slopes or key_lengths is NULL, or on CLFLASH_RING_TRANSPORT,
+ * any other, alibi_slopes, key_lengths or bias not a buffer of ctx or the same buffer as o or lse,
+ * bias_layout or bias_broadcast set without a bias, or ranks that disagree on whether alibi_slopes,
+ * key_lengths or bias is NULL, or on CLFLASH_RING_TRANSPORT,
  * or a value of it that is not auto, mpi or shared); CLFLASH_ERROR_UNSUPPORTED
  * (fields of a newer version set; CLFLASH_ALIGN_TO_KEY_LENGTH; a sequence so long that a pair's
  * diagonal_offset is outside -CLFLASH_MAX_SEQ_K .. CLFLASH_MAX_SEQ_K; CLFLASH_RING_TRANSPORT=shared
@@ -191,10 +214,14 @@ typedef struct {
  * zigzag shard that is not 2 * seq_total / (2P) rows); CLFLASH_ERROR_INVALID_DTYPE (not F32, F16,
  * BF16, or ranks that disagree); CLFLASH_ERROR_INVALID_SCALE (a scale that is not finite, a softcap
  * that is not finite or is negative, or ranks that disagree on either);
- * CLFLASH_ERROR_INVALID_FLAGS (unknown bits, an unknown mapping, window widths without
- * CLFLASH_WINDOW, or ranks that disagree on flags, mapping or window widths);
+ * CLFLASH_ERROR_INVALID_FLAGS (unknown bits in flags or bias_broadcast, an unknown mapping, window
+ * widths without CLFLASH_WINDOW, or ranks that disagree on flags, mapping, window widths or
+ * bias_broadcast);
  * CLFLASH_ERROR_HEAD_DIM_UNSUPPORTED; CLFLASH_ERROR_BUFFER_TOO_SMALL (a tensor too small for its
- * layout, alibi_slopes of fewer than heads_q floats, key_lengths of fewer than batch int32s); the
+ * layout, alibi_slopes of fewer than heads_q floats, key_lengths of fewer than batch int32s, a bias
+ * smaller than its layout's extent over [batch][heads_q][seq_local][seq_total], its broadcast
+ * dimensions counted once); CLFLASH_ERROR_INVALID_LAYOUT (a bias layout that addresses more than
+ * 2^64 bytes); the
  * planner's statuses
  * (CLFLASH_ERROR_INVALID_LAYOUT, CLFLASH_ERROR_TILE_TOO_LARGE, CLFLASH_ERROR_BUILD_FAILED, ...);
  * CLFLASH_ERROR_OUT_OF_HOST_MEMORY; CLFLASH_RING_ERROR_MPI; or an OpenCL error. Errors found
@@ -215,11 +242,12 @@ CLFLASH_API clflash_status clflash_ring_forward(clflash_context *ctx, MPI_Comm c
  *
  * How: P steps, as in the forward. At step s the rank holds the K/V shard of rank (r - s) mod P,
  * and each of its query chunks that sees some of those keys runs the forward's calls as
- * clflash_backward (skipped, unmasked, or causal on the diagonal; or with a window, ALiBi or key
- * lengths one call per visible pair of query chunk and key chunk, whose dK/dV belong to that key
- * chunk's rows) on (the Q chunk, those keys) with the chunk's final O, dO and GLOBAL lse, so
- * that P = exp(S - lse) is the probability over the whole sequence and D = rowsum(dO * O) is the
- * whole row's: the per-pair gradients then add up exactly.
+ * clflash_backward (skipped, unmasked, or causal on the diagonal; or with a window, ALiBi, key
+ * lengths or a bias one call per visible pair of query chunk and key chunk, whose dK/dV belong to
+ * that key chunk's rows) on (the Q chunk, those keys) with the chunk's final O, dO and GLOBAL lse,
+ * so that P = exp(S - lse) is the probability over the whole sequence and D = rowsum(dO * O) is the
+ * whole row's: the per-pair gradients then add up exactly. A bias (d->bias, the forward's) is
+ * added to S with the forward's offsets when P is recomputed; its gradient (dBias) is not offered.
  * The dQ partials are added into an fp32 accumulator of this rank; the dK/dV partials of the step
  * are summed in fp32 and, on the device, that shard's fp32 dK/dV accumulator is added to them; the
  * accumulator arrives from rank r - 1 and travels on to rank r + 1, one step behind the shard. After step P - 1 the
@@ -246,7 +274,7 @@ CLFLASH_API clflash_status clflash_ring_forward(clflash_context *ctx, MPI_Comm c
  *
  * Checks and returns: as clflash_ring_forward (the same collective checks; every rank returns the
  * same status), plus CLFLASH_ERROR_INVALID_ARGUMENT for a NULL lse, d_o, dq, dk or dv, or an
- * output that is an input buffer (alibi_slopes and key_lengths count as inputs) or the same
+ * output that is an input buffer (alibi_slopes, key_lengths and bias count as inputs) or the same
  * buffer as another output, and
  * CLFLASH_ERROR_BUFFER_TOO_SMALL for d_o, dq, dk or dv too small for their layouts, and
  * clflash_plan_backward's statuses. Errors found before the ring starts write no caller buffer. If a

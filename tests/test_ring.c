@@ -4,8 +4,10 @@
  * reference attention of the whole sequence (tests/reference.c), computed on every rank from the
  * same seeded inputs, for contiguous shards (even, uneven with a one-token rank, given to the ranks
  * out of order) and the zigzag mapping, causal and not, sliding windows, ALiBi, key lengths (ragged,
- * 0, past the sequence, negative) and all of them with softcap, MHA, GQA and MQA, F32, F16 and BF16, odd
- * head_dim, token-major layouts with gaps (gaps of the inputs hold NaN, which must never be read;
+ * 0, past the sequence, negative) and all of them with softcap, an additive bias (this rank's rows
+ * against the whole sequence's keys: strided with gaps, broadcast over batch and heads or over rows,
+ * with -INFINITY entries and fully masked rows, with a window and softcap), MHA, GQA and MQA, F32,
+ * F16 and BF16, odd head_dim, token-major layouts with gaps (gaps of the inputs hold NaN, which must never be read;
  * gaps of O hold a sentinel, which must never be written). Then the collective checks: ranks that
  * disagree on a field (or on CLFLASH_RING_TRANSPORT), or one rank's own error, make every rank
  * return the same status, and no caller buffer is written. The transport (MPI messages or the
@@ -44,7 +46,20 @@ typedef struct {
     uint32_t window_left, window_right; /* with CLFLASH_WINDOW in flags */
     int alibi;           /* slopes 0.3, 0.15, 0.075, ... per query head */
     int key_lengths;     /* per batch entry: ragged, 0, past the sequence, negative, in turn */
+    int bias;            /* a ring_bias_kind */
 } ring_case;
+
+/* The bias of a case. Every rank holds its rows of the whole sequence's bias, which the reference
+ * sees as one [batch][heads_q][total][total] tensor (with the same broadcast bits). */
+typedef enum {
+    RB_NONE,
+    RB_STRIDED,  /* the shard's bias at an offset with gaps after each row and head (NaN there);
+                    every 7th element of the whole bias -INFINITY */
+    RB_BCAST_BH, /* broadcast over batch and heads: one [seq_local][total] per rank */
+    RB_MASKED,   /* every 5th element -INFINITY, and head 0 of batch entry 0 fully masked (every
+                    key -INFINITY) at the positions p with p % 11 == 4 */
+    RB_BCAST_ROWS /* broadcast over rows: one row of total keys per (batch, head), at an offset */
+} ring_bias_kind;
 
 /* The window, ALiBi slopes and key lengths of a case: host copies for the reference, buffers for
  * the ring (this rank's own, with the same values on every rank). */
@@ -52,13 +67,98 @@ typedef struct {
     float slopes[16];
     int32_t lengths[8];
     cl_mem slopes_buf, lengths_buf;
+    float *bias;              /* the whole sequence's, for the reference */
+    uint32_t bias_broadcast;
+    clflash_layout bias_layout; /* this rank's */
+    cl_mem bias_buf;          /* this rank's rows, in bias_layout */
     ref_extras x;
 } case_extras;
 
-static int extras_make(const ring_case *c, uint32_t total, case_extras *e)
+static uint64_t position(const ring_case *c, uint32_t i, uint64_t offset);
+
+/* Strides of a bias layout over [batch][heads][rows][keys] as clflash_attention_desc and
+ * clflash_ring_desc define them: defaults for zero strides, then the broadcast ones 0. */
+static ref_strides bias_strides(const clflash_layout *l, uint32_t heads, uint32_t rows, uint32_t keys, uint32_t bcast)
+{
+    ref_strides s = ref_resolve_layout(l, heads, rows, keys);
+    if (bcast & CLFLASH_BROADCAST_BATCH)
+        s.batch_stride = 0;
+    if (bcast & CLFLASH_BROADCAST_HEADS)
+        s.head_stride = 0;
+    if (bcast & CLFLASH_BROADCAST_ROWS)
+        s.seq_stride = 0;
+    return s;
+}
+
+static uint64_t bias_extent(const ref_strides *s, uint32_t batch, uint32_t heads, uint32_t rows, uint32_t keys)
+{
+    return s->offset + (batch - 1u) * s->batch_stride + (heads - 1u) * s->head_stride + (rows - 1u) * s->seq_stride +
+           keys;
+}
+
+/* The whole sequence's bias (e->bias, dense but for broadcast dimensions) and this rank's n rows
+ * of it (rows at the positions of the case's mapping, every key position), in e->bias_layout. */
+static int bias_make(const ring_case *c, uint32_t total, uint32_t n, uint64_t offset, case_extras *e)
+{
+    const uint32_t bcast = c->bias == RB_BCAST_BH     ? CLFLASH_BROADCAST_BATCH | CLFLASH_BROADCAST_HEADS
+                           : c->bias == RB_BCAST_ROWS ? CLFLASH_BROADCAST_ROWS
+                                                      : 0;
+    const clflash_layout dense = {0, 0, 0, 0};
+    const ref_strides gs = bias_strides(&dense, c->heads_q, total, total, bcast);
+    const uint64_t gn = bias_extent(&gs, c->batch, c->heads_q, total, total);
+    e->bias = malloc(gn * sizeof(float));
+    if (e->bias == NULL)
+        return 0;
+    ref_rng rng;
+    ref_rng_seed(&rng, 31);
+    for (uint64_t i = 0; i < gn; i++) {
+        e->bias[i] = 2.0f * (float)ref_rng_uniform(&rng);
+        if ((c->bias == RB_STRIDED && i % 7 == 3) || (c->bias == RB_MASKED && i % 5 == 1))
+            e->bias[i] = -INFINITY;
+    }
+    if (c->bias == RB_MASKED)
+        for (uint32_t p = 4; p < total; p += 11)
+            for (uint32_t j = 0; j < total; j++)
+                e->bias[ref_index(&gs, 0, 0, p, j)] = -INFINITY;
+    e->bias_broadcast = bcast;
+    memset(&e->bias_layout, 0, sizeof e->bias_layout);
+    if (c->bias == RB_STRIDED) {
+        e->bias_layout.offset = 3;
+        e->bias_layout.seq_stride = total + 2;
+        e->bias_layout.head_stride = (uint64_t)n * (total + 2) + 1;
+    } else if (c->bias == RB_BCAST_ROWS) {
+        e->bias_layout.offset = 5;
+        e->bias_layout.head_stride = total + 3;
+    }
+    const ref_strides ls = bias_strides(&e->bias_layout, c->heads_q, n, total, bcast);
+    const uint64_t ln = bias_extent(&ls, c->batch, c->heads_q, n, total);
+    float *mine = malloc(ln * sizeof(float));
+    if (mine == NULL)
+        return 0;
+    for (uint64_t i = 0; i < ln; i++)
+        mine[i] = NAN; /* gaps: never to be read */
+    for (uint32_t b = 0; b < c->batch; b++)
+        for (uint32_t h = 0; h < c->heads_q; h++)
+            for (uint32_t i = 0; i < n; i++)
+                for (uint32_t j = 0; j < total; j++) {
+                    const uint32_t p = (uint32_t)position(c, i, offset);
+                    mine[ref_index(&ls, b, h, i, j)] = e->bias[ref_index(&gs, b, h, p, j)];
+                }
+    cl_int err;
+    e->bias_buf = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, ln * sizeof(float),
+                                 mine, &err);
+    free(mine);
+    e->x.bias = e->bias;
+    return err == CL_SUCCESS;
+}
+
+/* n and offset: this rank's rows and (contiguous) first position, for the bias. */
+static int extras_make(const ring_case *c, uint32_t total, uint32_t n, uint64_t offset, case_extras *e)
 {
     memset(e, 0, sizeof *e);
     cl_int err = CL_SUCCESS;
+    if (c->bias && !bias_make(c, total, n, offset, e))
+        return 0;
     if (c->alibi) {
         for (uint32_t h = 0; h < c->heads_q; h++)
             e->slopes[h] = 0.3f / (float)(1u << (h % 8));
@@ -84,6 +184,9 @@ static void extras_apply(const ring_case *c, const case_extras *e, clflash_atten
     whole->window_right = rd->window_right = c->window_right;
     rd->alibi_slopes = e->slopes_buf;
     rd->key_lengths = e->lengths_buf;
+    rd->bias = e->bias_buf;
+    rd->bias_layout = e->bias_layout;
+    whole->bias_broadcast = rd->bias_broadcast = e->bias_broadcast; /* the reference's bias is dense */
 }
 
 static void extras_free(case_extras *e)
@@ -92,6 +195,9 @@ static void extras_free(case_extras *e)
         clReleaseMemObject(e->slopes_buf);
     if (e->lengths_buf)
         clReleaseMemObject(e->lengths_buf);
+    if (e->bias_buf)
+        clReleaseMemObject(e->bias_buf);
+    free(e->bias);
 }
 
 /* ---- the token map of a case ------------------------------------------------------------------ */
@@ -240,7 +346,7 @@ static int run_case(const ring_case *c)
     whole.softcap = c->softcap;
     clflash_ring_desc rd = {.struct_size = sizeof rd};
     case_extras ex;
-    int ok = extras_make(c, total, &ex);
+    int ok = extras_make(c, total, n, offs[R], &ex);
     extras_apply(c, &ex, &whole, &rd);
     double *ro = malloc(sizeof(double) * c->batch * c->heads_q * total * d);
     double *rl = malloc(sizeof(double) * c->batch * c->heads_q * total);
@@ -421,7 +527,7 @@ static int run_backward_case(const ring_case *c)
     whole.softcap = c->softcap;
     clflash_ring_desc rd = {.struct_size = sizeof rd};
     case_extras ex;
-    int ok = extras_make(c, total, &ex);
+    int ok = extras_make(c, total, n, offs[R], &ex);
     extras_apply(c, &ex, &whole, &rd);
     double *rdq = malloc(sizeof(double) * nq_all), *rdk = malloc(sizeof(double) * nk_all),
            *rdv = malloc(sizeof(double) * nk_all);
@@ -535,7 +641,11 @@ typedef enum {
     BAD_KEY_LENGTHS, /* one rank alone passes key lengths */
     BAD_ALIGN,       /* one rank sets CLFLASH_ALIGN_TO_KEY_LENGTH (with key lengths on every rank) */
     BAD_TRANSPORT,   /* one rank's CLFLASH_RING_TRANSPORT is not a known value */
-    BAD_TRANSPORT_MIX /* one rank's CLFLASH_RING_TRANSPORT is mpi, the others' shared */
+    BAD_TRANSPORT_MIX, /* one rank's CLFLASH_RING_TRANSPORT is mpi, the others' shared */
+    BAD_BIAS,         /* every rank but one passes a bias */
+    BAD_BIAS_BCAST,   /* every rank a bias, one rank's broadcast over heads */
+    BAD_BIAS_SMALL,   /* every rank a bias, one rank's a float short of its layout */
+    BAD_BIAS_OUTPUT   /* one rank's bias is its o (forward) or dq (backward) */
 } bad_kind;
 
 /* Sets CLFLASH_RING_TRANSPORT for one call (value NULL: unset), or puts back what the test was
@@ -585,7 +695,9 @@ static int run_invalid(const char *name, bad_kind kind, int who, clflash_status 
         case BAD_WINDOW: rd.window_right = 1; break;
         case BAD_ALIGN: rd.flags |= CLFLASH_ALIGN_TO_KEY_LENGTH; break;
         case BAD_TRANSPORT: transport_env("ring", 0); break;
-        case BAD_ZIGZAG_TOTAL: case BAD_SLOPES: case BAD_KEY_LENGTHS: case BAD_TRANSPORT_MIX: break;
+        case BAD_BIAS_BCAST: rd.bias_broadcast = CLFLASH_BROADCAST_HEADS; break; /* valid alone */
+        case BAD_ZIGZAG_TOTAL: case BAD_SLOPES: case BAD_KEY_LENGTHS: case BAD_TRANSPORT_MIX: case BAD_BIAS:
+        case BAD_BIAS_SMALL: case BAD_BIAS_OUTPUT: break;
         }
     }
     if (kind == BAD_TRANSPORT_MIX)
@@ -617,12 +729,26 @@ static int run_invalid(const char *name, bad_kind kind, int who, clflash_status 
         rd.alibi_slopes = extra;
     if ((kind == BAD_KEY_LENGTHS && R == who) || kind == BAD_ALIGN)
         rd.key_lengths = extra;
+    /* a bias of this rank's rows against every key: [1][hq][n][n * P] floats (one short on `who`
+     * with BAD_BIAS_SMALL) */
+    const size_t bias_n = (size_t)hq * n * n * (size_t)P - (kind == BAD_BIAS_SMALL && R == who);
+    float *zeros = calloc(bias_n, sizeof(float));
+    cl_mem bias = NULL;
+    if (kind >= BAD_BIAS && zeros)
+        bias = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bias_n * 4, zeros,
+                              &err);
+    if (kind >= BAD_BIAS && !(kind == BAD_BIAS && R == who))
+        rd.bias = bias;
+    if (kind == BAD_BIAS_OUTPUT && R == who && !backward)
+        rd.bias = o;
     cl_mem grads[4] = {NULL, NULL, NULL, NULL}; /* d_o, dq, dk, dv */
     clflash_status st;
     if (backward) {
         for (int i = 0; i < 4; i++)
             grads[i] = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, elems * 4, sent,
                                       &err);
+        if (kind == BAD_BIAS_OUTPUT && R == who)
+            rd.bias = grads[1];
         st = clflash_ring_backward(ctx, MPI_COMM_WORLD, &rd, q, k, v, o, grads[0], l, grads[1], grads[2], grads[3]);
     } else {
         st = clflash_ring_forward(ctx, MPI_COMM_WORLD, &rd, q, k, v, o, l);
@@ -672,6 +798,9 @@ static int run_invalid(const char *name, bad_kind kind, int who, clflash_status 
     clReleaseMemObject(o);
     clReleaseMemObject(l);
     clReleaseMemObject(extra);
+    if (bias)
+        clReleaseMemObject(bias);
+    free(zeros);
     for (int i = 0; i < 4; i++)
         if (grads[i] != NULL)
             clReleaseMemObject(grads[i]);
@@ -712,72 +841,96 @@ int main(int argc, char **argv)
     }
     static const ring_case cases[] = {
         {"contiguous even, f32, not causal, MHA, d 32", 1, 2, 0, 32, CLFLASH_F32, 0, CLFLASH_RING_CONTIGUOUS, 160,
-         {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 0},
+         {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 0, RB_NONE},
         {"contiguous uneven (one rank of 1 token), causal, f32, GQA 4/2, d 33, lse", 2, 4, 2, 33, CLFLASH_F32,
-         CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 150, {5, -1, 3, 7}, 0, 0, 1, 0.0f, 0, 0, 0, 0},
+         CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 150, {5, -1, 3, 7}, 0, 0, 1, 0.0f, 0, 0, 0, 0, RB_NONE},
         {"contiguous uneven (rank 0 of 1 token), shards in reverse rank order, causal, f16, MQA 3/1, d 33, "
          "token-major layouts with gaps, lse", 1, 3, 1, 33, CLFLASH_F16, CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 131,
-         {-1, 4, 2, 3}, 1, 1, 1, 0.0f, 0, 0, 0, 0},
+         {-1, 4, 2, 3}, 1, 1, 1, 0.0f, 0, 0, 0, 0, RB_NONE},
         {"contiguous uneven, not causal, f16, GQA 4/2, d 16, no lse", 2, 4, 2, 16, CLFLASH_F16, 0,
-         CLFLASH_RING_CONTIGUOUS, 101, {5, -1, 3, 7}, 0, 0, 0, 0.0f, 0, 0, 0, 0},
+         CLFLASH_RING_CONTIGUOUS, 101, {5, -1, 3, 7}, 0, 0, 0, 0.0f, 0, 0, 0, 0, RB_NONE},
         {"zigzag, causal, f32, GQA 4/2, d 16, lse", 2, 4, 2, 16, CLFLASH_F32, CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 24,
-         {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 0},
+         {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 0, RB_NONE},
         {"zigzag, causal, f16, MHA, d 33, token-major layouts with gaps, lse", 1, 2, 2, 33, CLFLASH_F16,
-         CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 17, {0, 0, 0, 0}, 0, 1, 1, 0.0f, 0, 0, 0, 0},
+         CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 17, {0, 0, 0, 0}, 0, 1, 1, 0.0f, 0, 0, 0, 0, RB_NONE},
         {"zigzag, not causal, f32, MQA 3/1, d 33", 1, 3, 1, 33, CLFLASH_F32, 0, CLFLASH_RING_ZIGZAG, 10,
-         {0, 0, 0, 0}, 0, 0, 0, 0.0f, 0, 0, 0, 0},
+         {0, 0, 0, 0}, 0, 0, 0, 0.0f, 0, 0, 0, 0, RB_NONE},
         {"contiguous uneven, causal, bf16, GQA 4/2, d 16, lse", 1, 4, 2, 16, CLFLASH_BF16, CLFLASH_CAUSAL,
-         CLFLASH_RING_CONTIGUOUS, 120, {2, 3, -1, 1}, 0, 0, 1, 0.0f, 0, 0, 0, 0},
+         CLFLASH_RING_CONTIGUOUS, 120, {2, 3, -1, 1}, 0, 0, 1, 0.0f, 0, 0, 0, 0, RB_NONE},
         {"zigzag, causal, f32, GQA 4/2, d 33, softcap 0.5 (most scores capped), lse", 1, 4, 2, 33, CLFLASH_F32,
-         CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 11, {0, 0, 0, 0}, 0, 0, 1, 0.5f, 0, 0, 0, 0},
+         CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 11, {0, 0, 0, 0}, 0, 0, 1, 0.5f, 0, 0, 0, 0, RB_NONE},
         {"contiguous uneven (one rank of 1 token), not causal, f16, MHA, d 16, softcap 2, lse", 1, 2, 0, 16,
-         CLFLASH_F16, 0, CLFLASH_RING_CONTIGUOUS, 97, {5, -1, 3, 7}, 0, 1, 1, 2.0f, 0, 0, 0, 0},
+         CLFLASH_F16, 0, CLFLASH_RING_CONTIGUOUS, 97, {5, -1, 3, 7}, 0, 1, 1, 2.0f, 0, 0, 0, 0, RB_NONE},
         {"zigzag, causal window 5/0 (narrower than a chunk), f32, GQA 4/2, d 16, lse", 1, 4, 2, 16, CLFLASH_F32,
-         CLFLASH_CAUSAL | CLFLASH_WINDOW, CLFLASH_RING_ZIGZAG, 12, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 5, 0, 0, 0},
+         CLFLASH_CAUSAL | CLFLASH_WINDOW, CLFLASH_RING_ZIGZAG, 12, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 5, 0, 0, 0, RB_NONE},
         {"contiguous uneven (one rank of 1 token), window 7/3 not causal, f16, MHA, d 33, lse", 1, 2, 0, 33,
-         CLFLASH_F16, CLFLASH_WINDOW, CLFLASH_RING_CONTIGUOUS, 90, {5, -1, 3, 7}, 0, 0, 1, 0.0f, 7, 3, 0, 0},
+         CLFLASH_F16, CLFLASH_WINDOW, CLFLASH_RING_CONTIGUOUS, 90, {5, -1, 3, 7}, 0, 0, 1, 0.0f, 7, 3, 0, 0, RB_NONE},
         {"zigzag, ALiBi not causal, f32, MHA, d 16, lse", 1, 2, 0, 16, CLFLASH_F32, 0, CLFLASH_RING_ZIGZAG, 8,
-         {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 1, 0},
+         {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 1, 0, RB_NONE},
         {"contiguous uneven, ALiBi causal, bf16, GQA 4/2, d 32, lse", 1, 4, 2, 32, CLFLASH_BF16, CLFLASH_CAUSAL,
-         CLFLASH_RING_CONTIGUOUS, 101, {2, 3, -1, 1}, 0, 0, 1, 0.0f, 0, 0, 1, 0},
+         CLFLASH_RING_CONTIGUOUS, 101, {2, 3, -1, 1}, 0, 0, 1, 0.0f, 0, 0, 1, 0, RB_NONE},
         {"contiguous uneven, shards in reverse rank order, key lengths (ragged, 0, past the end, negative), "
          "causal, f32, MQA 3/1, d 16, lse", 4, 3, 1, 16, CLFLASH_F32, CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 70,
-         {5, -1, 3, 7}, 1, 0, 1, 0.0f, 0, 0, 0, 1},
+         {5, -1, 3, 7}, 1, 0, 1, 0.0f, 0, 0, 0, 1, RB_NONE},
         {"zigzag, key lengths (ragged, 0, past the end), not causal, f16, MHA, d 16, lse", 3, 2, 0, 16, CLFLASH_F16,
-         0, CLFLASH_RING_ZIGZAG, 9, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 1},
+         0, CLFLASH_RING_ZIGZAG, 9, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 1, RB_NONE},
         {"zigzag, causal window 9/0, ALiBi, key lengths and softcap 2, f32, GQA 4/2, d 33, token-major layouts "
          "with gaps, lse", 3, 4, 2, 33, CLFLASH_F32, CLFLASH_CAUSAL | CLFLASH_WINDOW, CLFLASH_RING_ZIGZAG, 10,
-         {0, 0, 0, 0}, 0, 1, 1, 2.0f, 9, 0, 1, 1},
+         {0, 0, 0, 0}, 0, 1, 1, 2.0f, 9, 0, 1, 1, RB_NONE},
+        {"zigzag, bias (strided with gaps, some -inf), causal, f32, GQA 4/2, d 16, lse", 2, 4, 2, 16, CLFLASH_F32,
+         CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 10, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 0, RB_STRIDED},
+        {"contiguous uneven (one rank of 1 token), shards in reverse rank order, bias broadcast over batch and "
+         "heads, not causal, f16, GQA 4/2, d 33, lse", 2, 4, 2, 33, CLFLASH_F16, 0, CLFLASH_RING_CONTIGUOUS, 83,
+         {5, -1, 3, 7}, 1, 0, 1, 0.0f, 0, 0, 0, 0, RB_BCAST_BH},
+        {"contiguous uneven, bias with -inf entries and fully masked rows, causal, f32, MHA, d 32, lse", 1, 2, 0, 32,
+         CLFLASH_F32, CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 75, {2, 3, -1, 1}, 0, 0, 1, 0.0f, 0, 0, 0, 0,
+         RB_MASKED},
+        {"zigzag, bias broadcast over rows, not causal, f16, MQA 3/1, d 16, token-major layouts with gaps, lse", 2, 3,
+         1, 16, CLFLASH_F16, 0, CLFLASH_RING_ZIGZAG, 9, {0, 0, 0, 0}, 0, 1, 1, 0.0f, 0, 0, 0, 0, RB_BCAST_ROWS},
+        {"zigzag, causal window 5/0, softcap 2, ALiBi and a bias (strided with gaps, some -inf), f32, GQA 4/2, d 33, "
+         "token-major layouts with gaps, lse", 1, 4, 2, 33, CLFLASH_F32, CLFLASH_CAUSAL | CLFLASH_WINDOW,
+         CLFLASH_RING_ZIGZAG, 12, {0, 0, 0, 0}, 0, 1, 1, 2.0f, 5, 0, 1, 0, RB_STRIDED},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         any |= report(cases[i].name, run_case(&cases[i]));
     static const ring_case backward_cases[] = {
         {"contiguous uneven (one rank of 1 token), causal, f32, GQA 4/2, d 33", 2, 4, 2, 33, CLFLASH_F32,
-         CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 90, {5, -1, 3, 7}, 0, 0, 1, 0.0f, 0, 0, 0, 0},
+         CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 90, {5, -1, 3, 7}, 0, 0, 1, 0.0f, 0, 0, 0, 0, RB_NONE},
         {"contiguous uneven, shards in reverse rank order, not causal, f16, MQA 3/1, d 16, token-major layouts "
          "with gaps", 1, 3, 1, 16, CLFLASH_F16, 0, CLFLASH_RING_CONTIGUOUS, 77, {-1, 4, 2, 3}, 1, 1, 1, 0.0f, 0, 0, 0,
-         0},
+         0, RB_NONE},
         {"zigzag, causal, f32, GQA 4/2, d 16", 1, 4, 2, 16, CLFLASH_F32, CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 12,
-         {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 0},
+         {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 0, RB_NONE},
         {"zigzag, causal, f16, GQA 4/2, d 33, token-major layouts with gaps", 1, 4, 2, 33, CLFLASH_F16,
-         CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 9, {0, 0, 0, 0}, 0, 1, 1, 0.0f, 0, 0, 0, 0},
+         CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 9, {0, 0, 0, 0}, 0, 1, 1, 0.0f, 0, 0, 0, 0, RB_NONE},
         {"zigzag, not causal, f32, MHA, d 32", 2, 2, 0, 32, CLFLASH_F32, 0, CLFLASH_RING_ZIGZAG, 8, {0, 0, 0, 0}, 0,
-         0, 1, 0.0f, 0, 0, 0, 0},
+         0, 1, 0.0f, 0, 0, 0, 0, RB_NONE},
         {"contiguous even, causal, bf16, GQA 4/2, d 16", 1, 4, 2, 16, CLFLASH_BF16, CLFLASH_CAUSAL,
-         CLFLASH_RING_CONTIGUOUS, 64, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 0},
+         CLFLASH_RING_CONTIGUOUS, 64, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 0, RB_NONE},
         {"zigzag, causal, f32, GQA 4/2, d 33, softcap 0.5", 1, 4, 2, 33, CLFLASH_F32, CLFLASH_CAUSAL,
-         CLFLASH_RING_ZIGZAG, 7, {0, 0, 0, 0}, 0, 0, 1, 0.5f, 0, 0, 0, 0},
+         CLFLASH_RING_ZIGZAG, 7, {0, 0, 0, 0}, 0, 0, 1, 0.5f, 0, 0, 0, 0, RB_NONE},
         {"contiguous uneven (one rank of 1 token), not causal, f16, GQA 4/2, d 16, softcap 2", 1, 4, 2, 16,
-         CLFLASH_F16, 0, CLFLASH_RING_CONTIGUOUS, 71, {5, -1, 3, 7}, 0, 1, 1, 2.0f, 0, 0, 0, 0},
+         CLFLASH_F16, 0, CLFLASH_RING_CONTIGUOUS, 71, {5, -1, 3, 7}, 0, 1, 1, 2.0f, 0, 0, 0, 0, RB_NONE},
         {"zigzag, causal window 5/0 (narrower than a chunk), f32, GQA 4/2, d 16", 1, 4, 2, 16, CLFLASH_F32,
-         CLFLASH_CAUSAL | CLFLASH_WINDOW, CLFLASH_RING_ZIGZAG, 8, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 5, 0, 0, 0},
+         CLFLASH_CAUSAL | CLFLASH_WINDOW, CLFLASH_RING_ZIGZAG, 8, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 5, 0, 0, 0, RB_NONE},
         {"contiguous uneven (one rank of 1 token), window 6/2 not causal, ALiBi, f16, MHA, d 16", 1, 2, 0, 16,
-         CLFLASH_F16, CLFLASH_WINDOW, CLFLASH_RING_CONTIGUOUS, 71, {5, -1, 3, 7}, 0, 0, 1, 0.0f, 6, 2, 1, 0},
+         CLFLASH_F16, CLFLASH_WINDOW, CLFLASH_RING_CONTIGUOUS, 71, {5, -1, 3, 7}, 0, 0, 1, 0.0f, 6, 2, 1, 0, RB_NONE},
         {"zigzag, key lengths (ragged, 0, past the end), causal, f32, MQA 3/1, d 16", 3, 3, 1, 16, CLFLASH_F32,
-         CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 7, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 1},
+         CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 7, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 1, RB_NONE},
         {"contiguous uneven, shards in reverse rank order, window 10/4 not causal, ALiBi, key lengths and softcap "
          "2, f32, GQA 4/2, d 33, token-major layouts with gaps", 4, 4, 2, 33, CLFLASH_F32, CLFLASH_WINDOW,
-         CLFLASH_RING_CONTIGUOUS, 66, {2, 3, -1, 1}, 1, 1, 1, 2.0f, 10, 4, 1, 1},
+         CLFLASH_RING_CONTIGUOUS, 66, {2, 3, -1, 1}, 1, 1, 1, 2.0f, 10, 4, 1, 1, RB_NONE},
+        {"zigzag, bias (strided with gaps, some -inf), causal, f32, GQA 4/2, d 16", 1, 4, 2, 16, CLFLASH_F32,
+         CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 8, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 0, RB_STRIDED},
+        {"contiguous uneven (one rank of 1 token), shards in reverse rank order, bias broadcast over batch and "
+         "heads, not causal, f16, GQA 4/2, d 16", 2, 4, 2, 16, CLFLASH_F16, 0, CLFLASH_RING_CONTIGUOUS, 71,
+         {5, -1, 3, 7}, 1, 0, 1, 0.0f, 0, 0, 0, 0, RB_BCAST_BH},
+        {"contiguous uneven, bias with -inf entries and fully masked rows, causal, f32, MHA, d 33", 1, 2, 0, 33,
+         CLFLASH_F32, CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 66, {2, 3, -1, 1}, 0, 0, 1, 0.0f, 0, 0, 0, 0,
+         RB_MASKED},
+        {"zigzag, window 6/2 not causal, softcap 2 and a bias (strided with gaps, some -inf), f32, MQA 3/1, d 16, "
+         "token-major layouts with gaps", 1, 3, 1, 16, CLFLASH_F32, CLFLASH_WINDOW, CLFLASH_RING_ZIGZAG, 7,
+         {0, 0, 0, 0}, 0, 1, 1, 2.0f, 6, 2, 0, 0, RB_STRIDED},
     };
     for (size_t i = 0; i < sizeof backward_cases / sizeof backward_cases[0]; i++) {
         char name[200];
@@ -820,6 +973,13 @@ int main(int argc, char **argv)
         any |= INVALID("one rank's CLFLASH_RING_TRANSPORT unknown", "transport", BAD_TRANSPORT, last,
                        CLFLASH_ERROR_INVALID_ARGUMENT);
         any |= INVALID("ranks disagree on CLFLASH_RING_TRANSPORT", "transport mix", BAD_TRANSPORT_MIX, 0,
+                       CLFLASH_ERROR_INVALID_ARGUMENT);
+        any |= INVALID("one rank without a bias", "bias", BAD_BIAS, 0, CLFLASH_ERROR_INVALID_ARGUMENT);
+        any |= INVALID("ranks disagree on bias_broadcast", "bias_broadcast", BAD_BIAS_BCAST, last,
+                       CLFLASH_ERROR_INVALID_FLAGS);
+        any |= INVALID("one rank's bias a float too small", "bias size", BAD_BIAS_SMALL, last,
+                       CLFLASH_ERROR_BUFFER_TOO_SMALL);
+        any |= INVALID("one rank's bias is an output buffer", "bias output", BAD_BIAS_OUTPUT, 0,
                        CLFLASH_ERROR_INVALID_ARGUMENT);
 #undef INVALID
     }

@@ -2,8 +2,9 @@
  * ring_backward.c - clflash_ring_backward: the gradients of the ring forward. P steps, as in the
  * forward: at step s the rank holds the K/V shard of rank (r - s) mod P, and each of its query
  * chunks that sees some of those keys runs the forward's calls (ring_calls: one, or with a window,
- * ALiBi or key lengths one per key chunk, whose dK/dV are that chunk's rows) as clflash_backward
- * with the rank's final O, its dO and the GLOBAL lse. With the global lse, P = exp(S - lse) is the
+ * ALiBi, key lengths or a bias one per key chunk, whose dK/dV are that chunk's rows; the bias is
+ * added where P is recomputed, and no bias gradient is asked for) as clflash_backward with the
+ * rank's final O, its dO and the GLOBAL lse. With the global lse, P = exp(S - lse) is the
  * probability over the whole sequence and clflash_backward's D = rowsum(dO * O) is the global one,
  * so the per-pair gradients simply add up. dQ partials are added into this rank's fp32 dQ
  * accumulator on the device; the dK/dV partials of a step are summed (fp32, on the device) into one
@@ -92,7 +93,7 @@ static clflash_attention_desc call_desc(const ring_bwd *B, const ring_chunk *q, 
     a.dtype = g->dtype;
     a.scale = g->scale;
     a.softcap = g->softcap;
-    ring_call_rules(&a, g, c, ring_key_lengths_at(&B->kl, c->k_pos));
+    ring_call_rules(&a, g, q, c, ring_key_lengths_at(&B->kl, c->k_pos));
     a.block = B->d->block;
     a.q = ring_layout_rows(&qz, g->heads_q, B->d->seq_local, g->head_dim, q->row);
     a.k = ring_layout_rows(kl, g->heads_kv, kv_rows, g->head_dim, c->k_row);
@@ -526,9 +527,9 @@ static clflash_status check_backward_local(clflash_context *ctx, const clflash_r
         (st = ring_check_tensor(ctx, dk, &d->k, d->batch, hkv, d->seq_local, d->head_dim, d->dtype, "dk")) ||
         (st = ring_check_tensor(ctx, dv, &d->v, d->batch, hkv, d->seq_local, d->head_dim, d->dtype, "dv")))
         return st;
-    const cl_mem in[] = {q, k, v, o, d_o, lse, d->alibi_slopes, d->key_lengths}, out[] = {dq, dk, dv};
+    const cl_mem in[] = {q, k, v, o, d_o, lse, d->alibi_slopes, d->key_lengths, d->bias}, out[] = {dq, dk, dv};
     for (int i = 0; i < 3; i++) {
-        for (int j = 0; j < 8; j++)
+        for (int j = 0; j < 9; j++)
             if (out[i] == in[j])
                 return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "dq, dk and dv must not be input buffers");
         for (int j = 0; j < i; j++)

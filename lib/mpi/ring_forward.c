@@ -1,7 +1,7 @@
 /*
  * ring_forward.c - clflash_ring_forward: the ring's P steps for one rank. At step s the rank holds
  * the K/V shard of rank (r - s) mod P; each of its query chunks that sees some of those keys runs
- * clflash_forward with lse (ring_calls: one call, or with a window, ALiBi or key lengths one per
+ * clflash_forward with lse (ring_calls: one call, or with a window, ALiBi, key lengths or a bias one per
  * key chunk), and each partial (O, lse) is merged into the chunk's fp32 running
  * result with clflash_merge_states; the chunk's last merge writes the caller's O and lse. Meanwhile
  * ring_exchange.c moves the next shard.
@@ -64,7 +64,7 @@ static clflash_attention_desc call_desc(const ring_run *R, const ring_query *rq,
     a.dtype = g->dtype;
     a.scale = g->scale;
     a.softcap = g->softcap;
-    ring_call_rules(&a, g, c, ring_key_lengths_at(&R->kl, c->k_pos));
+    ring_call_rules(&a, g, &rq->q, c, ring_key_lengths_at(&R->kl, c->k_pos));
     a.block = R->d->block;
     a.q = ring_layout_rows(&R->d->q, g->heads_q, R->d->seq_local, g->head_dim, rq->q.row);
     a.k = ring_layout_rows(kl, g->heads_kv, kv_rows, g->head_dim, c->k_row);

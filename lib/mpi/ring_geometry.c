@@ -2,7 +2,8 @@
  * ring_geometry.c - what a ring call checks before anything is enqueued, and the geometry every
  * rank agrees on: each rank's own checks (arguments, ranges, buffers), then one MPI_Allgather of
  * every rank's shape fields and local status, from which every rank computes the same verdict and
- * the same map of shards (chunks of global positions per rank).
+ * the same map of shards (chunks of global positions per rank); with a bias, one more agreement on
+ * its size, which depends on seq_total.
  *
  * Why collective: a rank that returned early on its own error would leave the others blocked in
  * the ring. Every decision here is a function of the gathered data only, so all ranks return the
@@ -46,15 +47,34 @@ static uint64_t mul_add(uint64_t a, uint64_t b, uint64_t c)
     return a * b + c;
 }
 
-/* Bytes a buffer needs for tensor l (resolved): its last element's end. */
+/* Bytes a buffer needs for tensor l (resolved): its last element's end. (head_dim is the length of
+ * the contiguous last dimension: seq_total for a bias.) */
 static uint64_t extent_bytes(const clflash_layout *l, uint32_t batch, uint32_t heads, uint32_t seq,
-                             uint32_t head_dim, size_t elem)
+                             uint64_t head_dim, size_t elem)
 {
     uint64_t e = mul_add(batch - 1u, l->batch_stride, l->offset);
     e = mul_add(heads - 1u, l->head_stride, e);
     e = mul_add(seq - 1u, l->seq_stride, e);
     e = mul_add(1, head_dim, e);
     return mul_add(e, elem, 0);
+}
+
+clflash_layout ring_bias_layout(const clflash_ring_desc *d, uint64_t seq_total)
+{
+    clflash_layout r = d->bias_layout;
+    if (r.seq_stride == 0)
+        r.seq_stride = seq_total;
+    if (r.head_stride == 0) /* an overflow leaves UINT64_MAX, which the extent then reports */
+        r.head_stride = mul_add(d->seq_local, r.seq_stride, 0);
+    if (r.batch_stride == 0)
+        r.batch_stride = mul_add(d->heads_q, r.head_stride, 0);
+    if (d->bias_broadcast & CLFLASH_BROADCAST_BATCH)
+        r.batch_stride = 0;
+    if (d->bias_broadcast & CLFLASH_BROADCAST_HEADS)
+        r.head_stride = 0;
+    if (d->bias_broadcast & CLFLASH_BROADCAST_ROWS)
+        r.seq_stride = 0;
+    return r;
 }
 
 static clflash_status check_buffer(clflash_context *ctx, cl_mem m, uint64_t need, const char *name)
@@ -125,11 +145,17 @@ clflash_status ring_check_local(clflash_context *ctx, const clflash_ring_desc *i
         return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "o must not be the same buffer as q, k or v");
     if (lse && (lse == q || lse == k || lse == v || lse == o))
         return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "lse must be a buffer of its own");
-    const cl_mem extra[2] = {d->alibi_slopes, d->key_lengths};
-    for (int i = 0; i < 2; i++)
+    const cl_mem extra[3] = {d->alibi_slopes, d->key_lengths, d->bias};
+    static const char *const extra_name[3] = {"alibi_slopes", "key_lengths", "bias"};
+    for (int i = 0; i < 3; i++)
         if (extra[i] && (extra[i] == o || extra[i] == lse))
             return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "%s must not be the same buffer as o or lse",
-                             i ? "key_lengths" : "alibi_slopes");
+                             extra_name[i]);
+    if (d->bias_broadcast & ~(uint32_t)(CLFLASH_BROADCAST_BATCH | CLFLASH_BROADCAST_HEADS | CLFLASH_BROADCAST_ROWS))
+        return ring_fail(CLFLASH_ERROR_INVALID_FLAGS, "bias_broadcast 0x%x has unknown bits", d->bias_broadcast);
+    if (d->bias == NULL && (d->bias_broadcast || d->bias_layout.offset || d->bias_layout.batch_stride ||
+                            d->bias_layout.head_stride || d->bias_layout.seq_stride))
+        return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "bias_layout or bias_broadcast is set but bias is NULL");
     const uint32_t hkv = d->heads_kv ? d->heads_kv : d->heads_q;
     const size_t s = clflash_dtype_size(d->dtype);
     const struct {
@@ -151,12 +177,17 @@ clflash_status ring_check_local(clflash_context *ctx, const clflash_ring_desc *i
         return st;
     if (d->key_lengths && (st = check_buffer(ctx, d->key_lengths, (uint64_t)d->batch * sizeof(int32_t), "key_lengths")))
         return st;
+    /* the bias's size needs seq_total, which is known only once every rank's shard is: checked
+     * after the agreement (check_bias_size) */
+    if (d->bias && (st = check_buffer(ctx, d->bias, 0, "bias")))
+        return st;
     return CLFLASH_SUCCESS;
 }
 
 /* The fields gathered from every rank, in this order. */
 enum { F_STATUS, F_BATCH, F_HEADS_Q, F_HEADS_KV, F_HEAD_DIM, F_DTYPE, F_SCALE, F_FLAGS, F_MAPPING, F_SOFTCAP,
-       F_WINDOW_LEFT, F_WINDOW_RIGHT, F_HAS_ALIBI, F_HAS_KEY_LENGTHS, /* the last field every rank must agree on */
+       F_WINDOW_LEFT, F_WINDOW_RIGHT, F_HAS_ALIBI, F_HAS_KEY_LENGTHS, F_HAS_BIAS,
+       F_BIAS_BROADCAST, /* the last field every rank must agree on */
        F_SEQ_TOTAL, F_SEQ_LOCAL, F_SEQ_OFFSET, F_COUNT };
 
 static const struct {
@@ -172,6 +203,8 @@ static const struct {
     [F_WINDOW_RIGHT] = {"window_right", CLFLASH_ERROR_INVALID_FLAGS},
     [F_HAS_ALIBI] = {"alibi_slopes (whether given)", CLFLASH_ERROR_INVALID_ARGUMENT},
     [F_HAS_KEY_LENGTHS] = {"key_lengths (whether given)", CLFLASH_ERROR_INVALID_ARGUMENT},
+    [F_HAS_BIAS] = {"bias (whether given)", CLFLASH_ERROR_INVALID_ARGUMENT},
+    [F_BIAS_BROADCAST] = {"bias_broadcast", CLFLASH_ERROR_INVALID_FLAGS},
     [F_SEQ_TOTAL] = {"seq_total", CLFLASH_ERROR_INVALID_SHAPE},
 };
 
@@ -259,7 +292,7 @@ static clflash_status decide(const uint64_t *all, ring_geometry *g)
         }
     }
     for (int r = 1; r < P; r++)
-        for (int i = F_BATCH; i <= F_HAS_KEY_LENGTHS; i++)
+        for (int i = F_BATCH; i <= F_BIAS_BROADCAST; i++)
             if (all[(size_t)r * F_COUNT + i] != all[i])
                 return ring_fail(agreed[i].st, "rank %d: %s is %llu, rank 0's is %llu", r, agreed[i].name,
                                  (unsigned long long)all[(size_t)r * F_COUNT + i], (unsigned long long)all[i]);
@@ -278,7 +311,9 @@ static clflash_status decide(const uint64_t *all, ring_geometry *g)
     g->window_right = (uint32_t)all[F_WINDOW_RIGHT];
     g->has_alibi = all[F_HAS_ALIBI] != 0;
     g->has_key_lengths = all[F_HAS_KEY_LENGTHS] != 0;
-    g->per_pair = (g->flags & CLFLASH_WINDOW) || g->has_alibi || g->has_key_lengths;
+    g->has_bias = all[F_HAS_BIAS] != 0;
+    g->bias_broadcast = (uint32_t)all[F_BIAS_BROADCAST];
+    g->per_pair = (g->flags & CLFLASH_WINDOW) || g->has_alibi || g->has_key_lengths || g->has_bias;
     uint64_t sum = 0;
     g->max_rows = 0;
     for (int r = 0; r < P; r++) {
@@ -352,6 +387,25 @@ static clflash_status decide(const uint64_t *all, ring_geometry *g)
     return CLFLASH_SUCCESS;
 }
 
+/* This rank's bias against its layout over [batch][heads_q][seq_local][seq_total] (its broadcast
+ * strides 0, as clflash counts a bias's extent); ring_check_local has seen that it is a buffer of
+ * ctx. */
+static clflash_status check_bias_size(const clflash_ring_desc *d, const ring_geometry *g)
+{
+    const uint64_t need =
+        extent_bytes(&g->bias_layout, d->batch, d->heads_q, d->seq_local, g->seq_total, sizeof(float));
+    size_t size = 0;
+    if (need == UINT64_MAX)
+        return ring_fail(CLFLASH_ERROR_INVALID_LAYOUT, "the layout of bias addresses more than 2^64 bytes");
+    if (clGetMemObjectInfo(d->bias, CL_MEM_SIZE, sizeof size, &size, NULL) != CL_SUCCESS)
+        return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "bias is not a buffer of the context");
+    if ((uint64_t)size < need)
+        return ring_fail(CLFLASH_ERROR_BUFFER_TOO_SMALL, "bias has %zu bytes, its layout over %u x %u x %u x %llu "
+                         "needs %llu", size, d->batch, d->heads_q, d->seq_local, (unsigned long long)g->seq_total,
+                         (unsigned long long)need);
+    return CLFLASH_SUCCESS;
+}
+
 clflash_status ring_geometry_agree(MPI_Comm comm, const clflash_ring_desc *d, clflash_status local, ring_geometry *g)
 {
     memset(g, 0, sizeof *g);
@@ -377,6 +431,8 @@ clflash_status ring_geometry_agree(MPI_Comm comm, const clflash_ring_desc *d, cl
         mine[F_WINDOW_RIGHT] = d->window_right;
         mine[F_HAS_ALIBI] = d->alibi_slopes != NULL;
         mine[F_HAS_KEY_LENGTHS] = d->key_lengths != NULL;
+        mine[F_HAS_BIAS] = d->bias != NULL;
+        mine[F_BIAS_BROADCAST] = d->bias_broadcast;
         mine[F_SEQ_TOTAL] = d->seq_total;
         mine[F_SEQ_LOCAL] = d->seq_local;
         mine[F_SEQ_OFFSET] = d->seq_offset;
@@ -391,6 +447,11 @@ clflash_status ring_geometry_agree(MPI_Comm comm, const clflash_ring_desc *d, cl
     if (st == CLFLASH_SUCCESS) { /* this rank's own buffers (whether each is given is agreed) */
         g->alibi_slopes = d->alibi_slopes;
         g->key_lengths = d->key_lengths;
+        g->bias = d->bias;
+        if (g->has_bias) { /* every rank or none: a collective of its own */
+            g->bias_layout = ring_bias_layout(d, g->seq_total);
+            st = ring_agree_status(comm, check_bias_size(d, g), "the bias's size");
+        }
     }
     if (all != small)
         free(all);

@@ -52,9 +52,13 @@ typedef struct {
     uint32_t flags, mapping;
     uint32_t window_left, window_right; /* with CLFLASH_WINDOW in flags */
     int has_alibi, has_key_lengths;     /* agreed: whether the ranks pass slopes / key lengths */
-    int per_pair;        /* a window, ALiBi or key lengths: one call per (query chunk, key chunk) */
+    int has_bias;                       /* agreed: whether the ranks pass a bias */
+    uint32_t bias_broadcast;            /* agreed */
+    int per_pair;        /* a window, ALiBi, key lengths or a bias: one call per (query chunk, key chunk) */
     cl_mem alibi_slopes; /* this rank's own (NULL without) */
     cl_mem key_lengths;  /* this rank's own, global positions (NULL without) */
+    cl_mem bias;         /* this rank's own rows against every global key position (NULL without) */
+    clflash_layout bias_layout; /* its layout, resolved (ring_bias_layout): broadcast strides 0 */
     uint64_t seq_total;
     uint32_t max_rows;   /* the largest shard's rows */
     ring_shard *shards;  /* [size], in rank order */
@@ -67,7 +71,8 @@ clflash_status ring_check_local(clflash_context *ctx, const clflash_ring_desc *d
 clflash_status ring_check_tensor(clflash_context *ctx, cl_mem m, const clflash_layout *l, uint32_t batch,
                                  uint32_t heads, uint32_t rows, uint32_t head_dim, clflash_dtype t, const char *name);
 /* The collective part: gathers every rank's fields and local status, and fills g (free with
- * ring_geometry_free) or returns the status every rank returns. */
+ * ring_geometry_free) or returns the status every rank returns. With a bias (on every rank, agreed)
+ * a second collective agrees on whether each rank's bias is large enough, which needs seq_total. */
 clflash_status ring_geometry_agree(MPI_Comm comm, const clflash_ring_desc *d, clflash_status local,
                                    ring_geometry *g);
 void ring_geometry_free(ring_geometry *g);
@@ -85,7 +90,7 @@ clflash_status ring_agree_status(MPI_Comm comm, clflash_status mine, const char 
 /* One clflash_forward (or clflash_backward) call of a query chunk against a key shard: key rows
  * k_row .. k_row + k_len - 1 of the shard, the call's flags and diagonal_offset, and (for a call
  * of one key chunk, ring_calls with per_pair) the global position of its first key, which selects
- * its key lengths. */
+ * its key lengths and its first bias column. */
 typedef struct {
     uint32_t k_row, k_len;
     uint32_t flags;
@@ -105,9 +110,11 @@ int ring_visible(const ring_chunk *q, const ring_shard *kv, int causal, ring_cal
  * puts them at the whole sequence's diagonal. Returns the count (0 .. 2), or -1 when a call
  * cannot be formed (ring_visible's -1, or a diagonal_offset beyond CLFLASH_MAX_SEQ_K). */
 int ring_calls(const ring_geometry *g, const ring_chunk *q, const ring_shard *kv, ring_call out[2]);
-/* Sets a's flags, window widths, slopes, key lengths (key_lengths, the call's own buffer or NULL)
- * and diagonal_offset for call c. */
-void ring_call_rules(clflash_attention_desc *a, const ring_geometry *g, const ring_call *c, cl_mem key_lengths);
+/* Sets a's flags, window widths, slopes, key lengths (key_lengths, the call's own buffer or NULL),
+ * diagonal_offset and bias for call c of query chunk q: the bias layout's offset moves to element
+ * (0, 0, q's first row, c's first key position). */
+void ring_call_rules(clflash_attention_desc *a, const ring_geometry *g, const ring_chunk *q, const ring_call *c,
+                     cl_mem key_lengths);
 
 /* ---- key lengths per key chunk (ring_key_lengths.c) ------------------------------------------- */
 /* The caller's key_lengths (global positions) as each call needs them: for the key chunk at
@@ -265,6 +272,9 @@ void ring_exchange_layouts(const ring_exchange *x, const ring_geometry *g, uint3
 /* ---- layouts (ring_geometry.c) --------------------------------------------------------------- */
 /* l with its zero strides replaced by the contiguous defaults for a tensor of heads x seq rows. */
 clflash_layout ring_resolve_layout(const clflash_layout *l, uint32_t heads, uint32_t seq, uint32_t head_dim);
+/* The bias layout of d, resolved for [batch][heads_q][seq_local][seq_total] as clflash resolves a
+ * bias layout (defaults first, then the dimensions bias_broadcast names get stride 0). */
+clflash_layout ring_bias_layout(const clflash_ring_desc *d, uint64_t seq_total);
 /* l shifted down by `row` rows (l resolved first). */
 clflash_layout ring_layout_rows(const clflash_layout *l, uint32_t heads, uint32_t seq, uint32_t head_dim,
                                 uint32_t row);
