@@ -164,7 +164,11 @@ typedef struct {
  *    uploads each shard straight from its owner's segment at the step that needs it. No shard
  *    bytes go through MPI messages. The window (one segment of this rank's shard size per rank)
  *    is KEPT with comm, as an MPI attribute, for the next call on comm, and freed when comm is
- *    freed or at MPI_Finalize; a call whose shard is larger on some rank replaces it.
+ *    freed or at MPI_Finalize; a call whose shard is larger on some rank replaces it. Freeing it
+ *    is collective (MPI_Win_free), so MPI_Comm_free of a communicator the ring has used then
+ *    waits for its other ranks: free such communicators in the same order on every rank, and
+ *    where several threads call the ring on communicators that share ranks, make their first
+ *    calls in the same order on every rank (MPI_Finalize frees the windows in that order).
  *  - MPI messages otherwise: the shard in host memory is sent to rank r + 1 with MPI_Isend while
  *    MPI_Irecv takes the next one from r - 1 into a second host buffer; the calling thread drives
  *    MPI (MPI_Waitall) while the device computes, then uploads the received shard.

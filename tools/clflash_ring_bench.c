@@ -284,8 +284,14 @@ static double time_transfer(const options *o, int backward, clflash_context *c, 
         const size_t seg_bytes = kv_bytes + (backward ? acc_bytes : 0);
         MPI_Aint size = 0;
         int unit = 0;
-        MPI_Win_allocate_shared((MPI_Aint)seg_bytes, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &own_seg, &win);
-        MPI_Win_shared_query(win, left, &size, &unit, &left_seg);
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+        if (MPI_Win_allocate_shared((MPI_Aint)seg_bytes, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &own_seg, &win) !=
+                MPI_SUCCESS ||
+            MPI_Win_shared_query(win, left, &size, &unit, &left_seg) != MPI_SUCCESS || left_seg == NULL) {
+            fprintf(stderr, "%s: no shared-memory window for the transfer alone\n", tool_name());
+            free(out), free(in);
+            return -1.0;
+        }
         memset(own_seg, 0, seg_bytes);
         MPI_Win_fence(0, win);
     }
@@ -298,7 +304,8 @@ static double time_transfer(const options *o, int backward, clflash_context *c, 
         const double t0 = MPI_Wtime();
         if (err == CL_SUCCESS)
             err = move_kv(qu, dev, kv_bytes, left_seg, out, in, left, right);
-        if (backward && shared) { /* the fp32 accumulator: from the left's segment, back into the own */
+        if (backward && shared) { /* the fp32 accumulator: from the left's segment, back into the own
+                                     (the timing's: the neighbour may be writing it meanwhile) */
             if (err == CL_SUCCESS)
                 err = clEnqueueWriteBuffer(qu, dev, CL_TRUE, 0, acc_bytes, left_seg + kv_bytes, 0, NULL, NULL);
             if (err == CL_SUCCESS)

@@ -339,6 +339,7 @@ static clflash_status finish_accumulator(ring_bwd *B, int s, clflash_status st)
         ring_shared_sync(&B->x.shm); /* (shared) the left rank's h_out is written */
     }
     st = wait_requests(B, B->out_req[slot], &B->out_n[slot], st, "an outgoing dK/dV accumulator", NULL);
+    ring_shared_sync(&B->x.shm); /* (shared) rank r + 1 is done reading h_out[slot] */
     if (st)
         return st;
     cl_int err = CL_SUCCESS;
@@ -346,8 +347,10 @@ static clflash_status finish_accumulator(ring_bwd *B, int s, clflash_status st)
         err = clEnqueueWriteBuffer(B->cq, B->dkv_in, CL_FALSE, 0, bytes, incoming(B, s), 0, NULL, NULL);
         if (err == CL_SUCCESS &&
             (st = accumulate(B, CLFLASH_F32, B->dkv_acc, B->dkv_in, 2ull * g->batch * g->heads_kv,
-                             g->shards[src_of(g, s)].rows, 0, g->shards[src_of(g, s)].rows)) != CLFLASH_SUCCESS)
+                             g->shards[src_of(g, s)].rows, 0, g->shards[src_of(g, s)].rows)) != CLFLASH_SUCCESS) {
+            clFinish(B->cq); /* the upload reads rank r - 1's memory: done before "consumed" goes */
             return st;
+        }
     }
     if (B->rd[slot])
         clReleaseEvent(B->rd[slot]);
@@ -356,6 +359,8 @@ static clflash_status finish_accumulator(ring_bwd *B, int s, clflash_status st)
         err = clEnqueueReadBuffer(B->cq, B->dkv_acc, CL_FALSE, 0, bytes, B->h_out[slot], 0, NULL, &B->rd[slot]);
     if (err == CL_SUCCESS)
         err = clFlush(B->cq);
+    if (err != CL_SUCCESS)
+        clFinish(B->cq); /* as above: nothing of this step may still read rank r - 1's memory */
     return err == CL_SUCCESS ? CLFLASH_SUCCESS : ring_fail(err, "moving the dK/dV accumulator of step %d: %d", s, err);
 }
 

@@ -440,19 +440,25 @@ clflash_status ring_geometry_agree(MPI_Comm comm, const clflash_ring_desc *d, cl
     uint64_t small[64 * F_COUNT];
     uint64_t *all = gather_memory(comm, small, sizeof small, sizeof(uint64_t) * F_COUNT * (size_t)g->size);
     clflash_status st;
-    if (MPI_Allgather(mine, F_COUNT, MPI_UINT64_T, all, F_COUNT, MPI_UINT64_T, comm) != MPI_SUCCESS)
+    int some_bias = 0; /* from the gathered fields: the same on every rank */
+    if (MPI_Allgather(mine, F_COUNT, MPI_UINT64_T, all, F_COUNT, MPI_UINT64_T, comm) != MPI_SUCCESS) {
         st = ring_fail(CLFLASH_RING_ERROR_MPI, "MPI_Allgather of the shapes failed");
-    else
+    } else {
+        for (int r = 0; r < g->size; r++)
+            some_bias |= all[(size_t)r * F_COUNT + F_HAS_BIAS] != 0;
         st = decide(all, g);
+    }
     if (st == CLFLASH_SUCCESS) { /* this rank's own buffers (whether each is given is agreed) */
         g->alibi_slopes = d->alibi_slopes;
         g->key_lengths = d->key_lengths;
         g->bias = d->bias;
-        if (g->has_bias) { /* every rank or none: a collective of its own */
+        if (g->has_bias)
             g->bias_layout = ring_bias_layout(d, g->seq_total);
-            st = ring_agree_status(comm, check_bias_size(d, g), "the bias's size");
-        }
     }
+    /* the bias's size needs the agreed seq_total: a collective of its own, made by every rank
+     * where some rank passes a bias, whatever decide gave this rank */
+    if (some_bias)
+        st = ring_agree_status(comm, st != CLFLASH_SUCCESS ? st : check_bias_size(d, g), "the bias's size");
     if (all != small)
         free(all);
     if (st)

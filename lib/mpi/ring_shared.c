@@ -73,8 +73,9 @@ clflash_status ring_transport_choose(MPI_Comm comm, int *mode)
  * deletes MPI_COMM_SELF's attributes first, while everything still works; the other
  * communicators' attributes go later, when freeing a window no longer can). */
 typedef struct kept_window {
-    MPI_Comm comm; /* the window's own duplicate of the caller's communicator */
-    MPI_Win win;
+    MPI_Comm comm; /* the window's own duplicate of the caller's communicator (MPI_COMM_NULL: none) */
+    MPI_Win win;   /* MPI_WIN_NULL: none */
+    int locked;    /* MPI_Win_lock_all done */
     unsigned char **seg; /* [P] */
     size_t bytes;        /* this rank's segment */
     int released;        /* win and comm freed (at_finalize) */
@@ -93,15 +94,16 @@ static void release(kept_window *k)
     if (k->released)
         return;
     k->released = 1;
-    MPI_Win_unlock_all(k->win);
-    MPI_Win_free(&k->win);
-    MPI_Comm_free(&k->comm);
+    if (k->locked)
+        MPI_Win_unlock_all(k->win);
+    if (k->win != MPI_WIN_NULL)
+        MPI_Win_free(&k->win);
+    if (k->comm != MPI_COMM_NULL)
+        MPI_Comm_free(&k->comm);
 }
 
-static int delete_kept(MPI_Comm comm, int key, void *value, void *extra)
+static void unlink_kept(kept_window *k)
 {
-    (void)comm, (void)key, (void)extra;
-    kept_window *k = value;
     pthread_mutex_lock(&kept_lock);
     for (kept_window **at = &kept_list; *at != NULL; at = &(*at)->next)
         if (*at == k) {
@@ -109,6 +111,13 @@ static int delete_kept(MPI_Comm comm, int key, void *value, void *extra)
             break;
         }
     pthread_mutex_unlock(&kept_lock);
+}
+
+static int delete_kept(MPI_Comm comm, int key, void *value, void *extra)
+{
+    (void)comm, (void)key, (void)extra;
+    kept_window *k = value;
+    unlink_kept(k);
     release(k);
     free(k->seg);
     free(k);
@@ -116,7 +125,8 @@ static int delete_kept(MPI_Comm comm, int key, void *value, void *extra)
 }
 
 /* Every rank releases its windows in the order they were made, which is an order all ranks that
- * share a window agree on (each was made collectively). */
+ * share a window agree on as long as windows on communicators with common ranks are made in the
+ * same order everywhere (clflash_mpi.h's thread rule). */
 static int at_finalize(MPI_Comm comm, int key, void *value, void *extra)
 {
     (void)comm, (void)key, (void)value, (void)extra;
@@ -139,30 +149,41 @@ static int keys_ready(void)
     return key != MPI_KEYVAL_INVALID;
 }
 
-/* A new window of own_bytes over a duplicate of caller; NULL where MPI gives none on this rank. */
-static kept_window *new_window(MPI_Comm caller, size_t own_bytes)
+/* Makes k's window of own_bytes over a duplicate of caller. Every rank makes the same collective
+ * calls (the duplicate, the allocation) whatever fails on it; returns 0 where some local step
+ * failed (the caller agrees on the outcome and releases k everywhere if any rank failed). */
+static int make_window(kept_window *k, MPI_Comm caller, size_t own_bytes)
 {
-    kept_window *k = calloc(1, sizeof *k);
-    if (k == NULL)
-        return NULL;
+    k->comm = MPI_COMM_NULL;
     k->win = MPI_WIN_NULL;
-    if (MPI_Comm_dup(caller, &k->comm) != MPI_SUCCESS) {
-        free(k);
-        return NULL;
-    }
-    MPI_Comm_set_errhandler(k->comm, MPI_ERRORS_RETURN);
+    int ok = MPI_Comm_dup(caller, &k->comm) == MPI_SUCCESS;
+    if (!ok)
+        k->comm = MPI_COMM_NULL;
+    /* (MPI fails a duplicate on every rank together; were it to fail on one alone, the allocation
+     * still runs there, on the caller's communicator, so that no rank skips it) */
+    const MPI_Comm on = ok ? k->comm : caller;
     int size = 0;
-    MPI_Comm_size(k->comm, &size);
+    MPI_Comm_size(on, &size);
     /* each segment on its owner's memory (NUMA), not one block */
     MPI_Info info = MPI_INFO_NULL;
     if (MPI_Info_create(&info) == MPI_SUCCESS)
         MPI_Info_set(info, "alloc_shared_noncontig", "true");
+    MPI_Errhandler old = MPI_ERRHANDLER_NULL;
+    MPI_Comm_get_errhandler(on, &old);
+    MPI_Comm_set_errhandler(on, MPI_ERRORS_RETURN);
     void *base = NULL;
-    int ok = MPI_Win_allocate_shared((MPI_Aint)(own_bytes ? own_bytes : 1), 1, info, k->comm, &base, &k->win) ==
-             MPI_SUCCESS;
+    if (MPI_Win_allocate_shared((MPI_Aint)(own_bytes ? own_bytes : 1), 1, info, on, &base, &k->win) != MPI_SUCCESS) {
+        k->win = MPI_WIN_NULL;
+        ok = 0;
+    }
+    MPI_Comm_set_errhandler(on, old);
+    if (old != MPI_ERRHANDLER_NULL)
+        MPI_Errhandler_free(&old);
     if (info != MPI_INFO_NULL)
         MPI_Info_free(&info);
-    k->seg = ok ? calloc((size_t)size, sizeof *k->seg) : NULL;
+    if (k->win == MPI_WIN_NULL)
+        return 0;
+    k->seg = calloc((size_t)size, sizeof *k->seg);
     ok = ok && k->seg != NULL;
     for (int r = 0; r < size && ok; r++) {
         MPI_Aint bytes = 0;
@@ -171,24 +192,9 @@ static kept_window *new_window(MPI_Comm caller, size_t own_bytes)
         ok = MPI_Win_shared_query(k->win, r, &bytes, &unit, &p) == MPI_SUCCESS && p != NULL;
         k->seg[r] = p;
     }
-    if (ok && MPI_Win_lock_all(MPI_MODE_NOCHECK, k->win) == MPI_SUCCESS) {
-        k->bytes = own_bytes;
-        pthread_mutex_lock(&kept_lock);
-        kept_window **tail = &kept_list;
-        while (*tail != NULL)
-            tail = &(*tail)->next;
-        *tail = k;
-        pthread_mutex_unlock(&kept_lock);
-        return k;
-    }
-    /* (a window granted on some ranks only is freed by those; MPI implementations fail the
-     * collective allocation on every rank together, so this is not expected) */
-    if (k->win != MPI_WIN_NULL)
-        MPI_Win_free(&k->win);
-    MPI_Comm_free(&k->comm);
-    free(k->seg);
-    free(k);
-    return NULL;
+    k->locked = ok && MPI_Win_lock_all(MPI_MODE_NOCHECK, k->win) == MPI_SUCCESS;
+    k->bytes = own_bytes;
+    return ok && k->locked;
 }
 
 clflash_status ring_shared_open(ring_shared *s, MPI_Comm caller, MPI_Comm comm, size_t own_bytes, int required)
@@ -201,29 +207,45 @@ clflash_status ring_shared_open(ring_shared *s, MPI_Comm caller, MPI_Comm comm, 
         MPI_Comm_get_attr(caller, kept_key, &k, &found);
     if (!found)
         k = NULL;
-    /* a new window on every rank when any rank has none or one too small (they are made together,
-     * so every rank has one or none) */
+    /* a new window on every rank when any rank has none or one too small. Windows are made,
+     * kept and dropped together below, so every rank has one or none. */
     int renew = k == NULL || k->bytes < own_bytes, any = 0;
     if (MPI_Allreduce(&renew, &any, 1, MPI_INT, MPI_MAX, comm) != MPI_SUCCESS)
         return ring_fail(CLFLASH_RING_ERROR_MPI, "MPI_Allreduce before the shared-memory window failed");
     if (any) {
         if (k != NULL)
             MPI_Comm_delete_attr(caller, kept_key); /* delete_kept frees it (collective) */
-        k = new_window(caller, own_bytes);
-        int ok = k != NULL, all = 0;
+        kept_window local; /* stands in where the allocation below fails, so the collectives still run */
+        memset(&local, 0, sizeof local);
+        kept_window *made = calloc(1, sizeof *made);
+        k = made != NULL ? made : &local;
+        int ok = make_window(k, caller, own_bytes) && made != NULL && keys;
+        const int attached = ok && MPI_Comm_set_attr(caller, kept_key, k) == MPI_SUCCESS;
+        ok = attached;
+        int all = 0;
         if (MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS)
-            return ring_fail(CLFLASH_RING_ERROR_MPI, "MPI_Allreduce after MPI_Win_allocate_shared failed");
-        if (all && (!keys || MPI_Comm_set_attr(caller, kept_key, k) != MPI_SUCCESS))
-            all = 0;
-        if (!all) { /* (a rank with a window while another has none is not expected: see new_window) */
-            if (k != NULL)
-                delete_kept(caller, kept_key, k, NULL);
+            all = 0; /* (then every rank drops its window below, as each sees the failure) */
+        if (!all) { /* every rank drops what it made: the same collective frees everywhere */
+            if (attached) {
+                MPI_Comm_delete_attr(caller, kept_key); /* delete_kept */
+            } else if (made != NULL) {
+                delete_kept(caller, kept_key, made, NULL);
+            } else {
+                release(&local);
+                free(local.seg);
+            }
             return required ? ring_fail(CLFLASH_ERROR_UNSUPPORTED,
                                         "CLFLASH_RING_TRANSPORT=shared, but MPI gave no shared-memory window of "
                                         "%llu bytes on every rank",
                                         (unsigned long long)own_bytes)
                             : CLFLASH_SUCCESS;
         }
+        pthread_mutex_lock(&kept_lock);
+        kept_window **tail = &kept_list;
+        while (*tail != NULL)
+            tail = &(*tail)->next;
+        *tail = k;
+        pthread_mutex_unlock(&kept_lock);
     }
     s->open = 1;
     s->win = k->win;
@@ -243,5 +265,6 @@ void ring_shared_close(ring_shared *s, MPI_Comm comm)
         return;
     /* no rank may write its segment again (the next call) while another still reads it */
     MPI_Barrier(comm);
+    MPI_Win_sync(s->win);
     memset(s, 0, sizeof *s);
 }
