@@ -150,7 +150,8 @@ typedef struct {
  * Arguments: ctx, this rank's clflash context (its device and its queue, on which the kernels run);
  * comm, the communicator of the ring (its rank order is the ring's order; rank r receives shards
  * from rank r - 1 and sends to rank r + 1, modulo its size); d, this rank's descriptor; q, k, v,
- * buffers of ctx holding this rank's shard of Q, K, V in d->dtype and the layouts d->q, d->k, d->v;
+ * buffers of ctx holding this rank's shard of Q, K, V in d->dtype and the layouts d->q, d->k, d->v
+ * (k and v: page pools where d->block_table is set; see the descriptor);
  * o, a buffer of ctx that receives this rank's rows of the result in d->dtype and layout d->o (its
  * gaps are never written); lse, NULL or a float buffer of ctx of at least batch * heads_q *
  * seq_local floats that receives float[batch][heads_q][seq_local], the natural-log sum of
