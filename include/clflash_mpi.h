@@ -122,6 +122,26 @@ typedef struct {
     uint32_t bias_broadcast; /* same on every rank; CLFLASH_BROADCAST_BATCH | _HEADS | _ROWS, as
                              clflash_attention_desc.bias_broadcast: that dimension's stride is 0
                              (_ROWS: one row of seq_total keys shared by every query row) */
+    /* A paged K/V cache for THIS rank's shard (forward only; clflash_ring_backward refuses a
+     * block_table with CLFLASH_ERROR_UNSUPPORTED). Each rank's own storage: ranks may differ in
+     * whether they page and how, and nothing here is compared. With block_table set, k and v are
+     * page pools as clflash.h's "Paged KV caches" says (d->k and d->v address element (page p,
+     * K/V head h, slot r, column c) at offset + p*batch_stride + h*head_stride + r*seq_stride + c;
+     * zero strides are the [page][head][slot][head_dim] defaults), and row j of batch entry b of the
+     * shard (0 .. seq_local - 1, in the shard's row order) is slot j % page_size of page
+     * block_table[b][j / page_size]. How: before step 0 the rank reads the table to the host (one
+     * blocking read of batch * pages_per_seq int32s) and, on the device, copies its pages into a
+     * compact shard of its own (one copy per batch entry, used page and K/V head, for K and for
+     * V); every step then reads that copy as it reads an unpaged shard, so paging combines with
+     * every other feature of the ring. Costs one compact shard of device memory more. */
+    cl_mem block_table;     /* NULL = k and v are ordinary shard tensors; else int32[batch]
+                               [pages_per_seq], a buffer of ctx (only read, once, on the host) */
+    uint32_t page_size;     /* keys per page, 1 .. CLFLASH_MAX_PAGE_SIZE (with a block_table) */
+    uint32_t pages_per_seq; /* the table's row length; seq_local <= pages_per_seq * page_size */
+    uint32_t num_pages;     /* pages in each pool (>= 1); every table entry a row of the shard uses
+                               must lie in 0 .. num_pages - 1, else CLFLASH_ERROR_INVALID_ARGUMENT
+                               on every rank before anything is enqueued (entries for rows at or
+                               past seq_local are never read) */
 } clflash_ring_desc;
 
 /* Attention of every rank's queries against the whole sequence's keys and values, for a sequence
@@ -130,7 +150,8 @@ typedef struct {
  * Arguments: ctx, this rank's clflash context (its device and its queue, on which the kernels run);
  * comm, the communicator of the ring (its rank order is the ring's order; rank r receives shards
  * from rank r - 1 and sends to rank r + 1, modulo its size); d, this rank's descriptor; q, k, v,
- * buffers of ctx holding this rank's shard of Q, K, V in d->dtype and the layouts d->q, d->k, d->v;
+ * buffers of ctx holding this rank's shard of Q, K, V in d->dtype and the layouts d->q, d->k, d->v
+ * (k and v: page pools where d->block_table is set; see the descriptor);
  * o, a buffer of ctx that receives this rank's rows of the result in d->dtype and layout d->o (its
  * gaps are never written); lse, NULL or a float buffer of ctx of at least batch * heads_q *
  * seq_local floats that receives float[batch][heads_q][seq_local], the natural-log sum of
@@ -205,7 +226,9 @@ typedef struct {
  * communicating, since there is no communicator to agree on; NULL ctx, d, q, k, v or o,
  * a struct_size out of range, a buffer not of ctx, o the same buffer as q, k or v, lse the same as
  * any other, alibi_slopes, key_lengths or bias not a buffer of ctx or the same buffer as o or lse,
- * bias_layout or bias_broadcast set without a bias, or ranks that disagree on whether alibi_slopes,
+ * bias_layout or bias_broadcast set without a bias, page_size, pages_per_seq or num_pages set
+ * without a block_table, a block_table that is not a buffer of ctx, is o or lse, or has an entry
+ * that a row of the shard uses outside 0 .. num_pages - 1, or ranks that disagree on whether alibi_slopes,
  * key_lengths or bias is NULL, or on CLFLASH_RING_TRANSPORT,
  * or a value of it that is not auto, mpi or shared); CLFLASH_ERROR_UNSUPPORTED
  * (fields of a newer version set; CLFLASH_ALIGN_TO_KEY_LENGTH; a sequence so long that a pair's
@@ -224,7 +247,10 @@ typedef struct {
  * CLFLASH_ERROR_HEAD_DIM_UNSUPPORTED; CLFLASH_ERROR_BUFFER_TOO_SMALL (a tensor too small for its
  * layout, alibi_slopes of fewer than heads_q floats, key_lengths of fewer than batch int32s, a bias
  * smaller than its layout's extent over [batch][heads_q][seq_local][seq_total], its broadcast
- * dimensions counted once); CLFLASH_ERROR_INVALID_LAYOUT (a bias layout that addresses more than
+ * dimensions counted once, a block_table of fewer than batch * pages_per_seq int32s, pools smaller
+ * than num_pages pages of their layouts); CLFLASH_ERROR_INVALID_SHAPE also for page_size,
+ * pages_per_seq or num_pages 0 or page_size above CLFLASH_MAX_PAGE_SIZE with a block_table, or
+ * seq_local above pages_per_seq * page_size; CLFLASH_ERROR_INVALID_LAYOUT (a bias layout that addresses more than
  * 2^64 bytes); the
  * planner's statuses
  * (CLFLASH_ERROR_INVALID_LAYOUT, CLFLASH_ERROR_TILE_TOO_LARGE, CLFLASH_ERROR_BUILD_FAILED, ...);
@@ -277,7 +303,8 @@ CLFLASH_API clflash_status clflash_ring_forward(clflash_context *ctx, MPI_Comm c
  * dK/dV buffers of the largest shard, staged and kept as the forward's shards are.
  *
  * Checks and returns: as clflash_ring_forward (the same collective checks; every rank returns the
- * same status), plus CLFLASH_ERROR_INVALID_ARGUMENT for a NULL lse, d_o, dq, dk or dv, or an
+ * same status), plus CLFLASH_ERROR_UNSUPPORTED for a descriptor with a block_table (on any rank;
+ * clflash_backward takes no paged cache, and the ring's dK/dV are written in d->k's layout), plus CLFLASH_ERROR_INVALID_ARGUMENT for a NULL lse, d_o, dq, dk or dv, or an
  * output that is an input buffer (alibi_slopes, key_lengths and bias count as inputs) or the same
  * buffer as another output, and
  * CLFLASH_ERROR_BUFFER_TOO_SMALL for d_o, dq, dk or dv too small for their layouts, and

@@ -8,7 +8,9 @@
  * against the whole sequence's keys: strided with gaps, broadcast over batch and heads or over rows,
  * with -INFINITY entries and fully masked rows, with a window and softcap), MHA, GQA and MQA, F32,
  * F16 and BF16, odd head_dim, token-major layouts with gaps (gaps of the inputs hold NaN, which must never be read;
- * gaps of O hold a sentinel, which must never be written). Then the collective checks: ranks that
+ * gaps of O hold a sentinel, which must never be written), and paged K/V shards (block_table: pages of 1,
+ * 3 or 16 rows in a shuffled order, spare pages and the last page's unused slots NaN, on every rank
+ * or the odd ones only). Then the collective checks: ranks that
  * disagree on a field (or on CLFLASH_RING_TRANSPORT), or one rank's own error, make every rank
  * return the same status, and no caller buffer is written. The transport (MPI messages or the
  * node-local shared window) is the environment's: tests/CMakeLists.txt runs the file under both.
@@ -48,6 +50,13 @@ typedef struct {
     int key_lengths;     /* per batch entry: ragged, 0, past the sequence, negative, in turn */
     int bias;            /* a ring_bias_kind */
 } ring_case;
+
+/* A forward case whose K/V shards are paged (clflash_ring_desc.block_table). */
+typedef struct {
+    ring_case c;
+    uint32_t page_size;
+    int odd_only;        /* only the odd ranks page, the even ones pass tensors */
+} paged_case;
 
 /* The bias of a case. Every rank holds its rows of the whole sequence's bias, which the reference
  * sees as one [batch][heads_q][total][total] tensor (with the same broadcast bits). */
@@ -305,6 +314,84 @@ static void free_tensor(tensor *t)
     memset(t, 0, sizeof *t);
 }
 
+/* A paged K/V shard (clflash_ring_desc.block_table) for this rank's n rows, in *p: the block table
+ * (pages_per_seq = the pages used + 1, the last column -3 or far past the pool: never to be read)
+ * and the pool's size (the used pages and 3 more); the used pages lie in a shuffled order. */
+typedef struct {
+    uint32_t page_size, used, pages_per_seq, num_pages;
+    int32_t *table; /* [batch][pages_per_seq] */
+    cl_mem table_buf;
+} paged;
+
+static int paged_make(paged *p, uint32_t batch, uint32_t n, uint32_t page_size)
+{
+    p->page_size = page_size;
+    p->used = (n + page_size - 1) / page_size;
+    p->pages_per_seq = p->used + 1;
+    p->num_pages = batch * p->used + 3;
+    p->table = malloc(sizeof(int32_t) * batch * p->pages_per_seq);
+    uint32_t *perm = malloc(sizeof(uint32_t) * p->num_pages);
+    if (!p->table || !perm) {
+        free(perm);
+        return 0;
+    }
+    ref_rng rng;
+    ref_rng_seed(&rng, 77 + (uint64_t)R);
+    for (uint32_t i = 0; i < p->num_pages; i++)
+        perm[i] = i;
+    for (uint32_t i = p->num_pages - 1; i > 0; i--) {
+        const uint32_t j = (uint32_t)(ref_rng_next(&rng) % (i + 1u)), x = perm[i];
+        perm[i] = perm[j];
+        perm[j] = x;
+    }
+    for (uint32_t b = 0; b < batch; b++) {
+        for (uint32_t q = 0; q < p->used; q++)
+            p->table[b * p->pages_per_seq + q] = (int32_t)perm[b * p->used + q];
+        p->table[b * p->pages_per_seq + p->used] = b % 2 ? -3 : (int32_t)p->num_pages + 100;
+    }
+    free(perm);
+    cl_int err;
+    p->table_buf = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                                  sizeof(int32_t) * batch * p->pages_per_seq, p->table, &err);
+    return err == CL_SUCCESS;
+}
+
+static void paged_free(paged *p)
+{
+    if (p->table_buf)
+        clReleaseMemObject(p->table_buf);
+    free(p->table);
+    memset(p, 0, sizeof *p);
+}
+
+/* A pool (layout l over num_pages pages of page_size slots) holding this rank's shard of global as
+ * p's table says; every other element (pages not used, slots past the shard's end) NaN. */
+static int make_pool(tensor *t, clflash_dtype dt, const clflash_layout *l, const paged *p, uint32_t batch,
+                     uint32_t heads, uint32_t n, uint32_t d, const float *global, uint32_t total, const ring_case *c,
+                     uint64_t offset)
+{
+    t->elems = ref_extent(l, p->num_pages, heads, p->page_size, d);
+    t->bytes = t->elems * clflash_dtype_size(dt);
+    t->host = malloc(t->bytes);
+    if (!t->host)
+        return 0;
+    for (size_t i = 0; i < t->elems; i++)
+        ref_store(dt, t->host, i, NAN);
+    const ref_strides s = ref_resolve_layout(l, heads, p->page_size, d);
+    for (uint32_t b = 0; b < batch; b++)
+        for (uint32_t i = 0; i < n; i++) {
+            const uint32_t page = (uint32_t)p->table[b * p->pages_per_seq + i / p->page_size];
+            const uint64_t pos = position(c, i, offset);
+            for (uint32_t h = 0; h < heads; h++)
+                for (uint32_t x = 0; x < d; x++)
+                    ref_store(dt, t->host, ref_index(&s, page, h, i % p->page_size, x),
+                              global[(((uint64_t)b * heads + h) * total + pos) * d + x]);
+        }
+    cl_int err;
+    t->buf = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, t->bytes, t->host, &err);
+    return err == CL_SUCCESS;
+}
+
 /* Inputs of the whole sequence, rounded to the storage type (what the device will see). */
 static float *inputs(uint64_t n, clflash_dtype dt, uint64_t seed)
 {
@@ -324,8 +411,9 @@ static ref_tol tol_o(clflash_dtype t)
     return ref_tol_o(t, REF_PATH_FLASH);
 }
 
-/* Runs case c; returns this rank's failures (0 or 1) and prints why. */
-static int run_case(const ring_case *c)
+/* Runs case c, with K/V pools of page_size (0 = tensors) on every rank or on the odd ones (odd_only);
+ * returns this rank's failures (0 or 1) and prints why. */
+static int run_case_paged(const ring_case *c, uint32_t page_size, int odd_only)
 {
     uint32_t rows[64] = {0};
     uint64_t offs[64] = {0};
@@ -371,6 +459,18 @@ static int run_case(const ring_case *c)
              make_tensor(&tk, c->dtype, &rd.k, c->batch, hkv, n, d, gk, total, c, offs[R], 0) &&
              make_tensor(&tv, c->dtype, &rd.v, c->batch, hkv, n, d, gv, total, c, offs[R], 0) &&
              make_tensor(&to, c->dtype, &rd.o, c->batch, c->heads_q, n, d, NULL, total, c, offs[R], 1);
+    paged pg = {0};
+    tensor pk = {0}, pv = {0};
+    if (ok && page_size && (!odd_only || R % 2)) { /* K and V from pools instead */
+        rd.k = rd.v = shard_layout(c, hkv, page_size);
+        ok = paged_make(&pg, c->batch, n, page_size) &&
+             make_pool(&pk, c->dtype, &rd.k, &pg, c->batch, hkv, n, d, gk, total, c, offs[R]) &&
+             make_pool(&pv, c->dtype, &rd.v, &pg, c->batch, hkv, n, d, gv, total, c, offs[R]);
+        rd.block_table = pg.table_buf;
+        rd.page_size = pg.page_size;
+        rd.pages_per_seq = pg.pages_per_seq;
+        rd.num_pages = pg.num_pages;
+    }
     const size_t nl = (size_t)c->batch * c->heads_q * n;
     float *lse = malloc(nl * sizeof(float));
     for (size_t i = 0; i < nl; i++)
@@ -389,7 +489,8 @@ static int run_case(const ring_case *c)
         fail = 1;
     }
     /* every rank calls, even one whose setup failed (its NULL buffers make the call fail collectively) */
-    const clflash_status st = clflash_ring_forward(ctx, case_comm, &rd, tq.buf, tk.buf, tv.buf, to.buf, lbuf);
+    const clflash_status st = clflash_ring_forward(ctx, case_comm, &rd, tq.buf, rd.block_table ? pk.buf : tk.buf,
+                                                   rd.block_table ? pv.buf : tv.buf, to.buf, lbuf);
     if (!fail && st != CLFLASH_SUCCESS) {
         snprintf(msg, sizeof msg, "clflash_ring_forward: %s (%s)", clflash_ring_status_string(st),
                  clflash_ring_last_error_detail());
@@ -448,6 +549,9 @@ static int run_case(const ring_case *c)
     free_tensor(&tk);
     free_tensor(&tv);
     free_tensor(&to);
+    free_tensor(&pk);
+    free_tensor(&pv);
+    paged_free(&pg);
     if (lbuf)
         clReleaseMemObject(lbuf);
     extras_free(&ex);
@@ -458,6 +562,11 @@ static int run_case(const ring_case *c)
     free(ro);
     free(rl);
     return fail;
+}
+
+static int run_case(const ring_case *c)
+{
+    return run_case_paged(c, 0, 0);
 }
 
 /* ---- the backward ------------------------------------------------------------------------------ */
@@ -645,7 +754,9 @@ typedef enum {
     BAD_BIAS,         /* every rank but one passes a bias */
     BAD_BIAS_BCAST,   /* every rank a bias, one rank's broadcast over heads */
     BAD_BIAS_SMALL,   /* every rank a bias, one rank's a float short of its layout */
-    BAD_BIAS_OUTPUT   /* one rank's bias is its o (forward) or dq (backward) */
+    BAD_BIAS_OUTPUT,  /* one rank's bias is its o (forward) or dq (backward) */
+    BAD_PAGED,        /* one rank pages its K/V shard (valid in the forward; the backward refuses it) */
+    BAD_PAGE_ENTRY    /* one rank's block table names a page past its pools */
 } bad_kind;
 
 /* Sets CLFLASH_RING_TRANSPORT for one call (value NULL: unset), or puts back what the test was
@@ -697,7 +808,7 @@ static int run_invalid(const char *name, bad_kind kind, int who, clflash_status 
         case BAD_TRANSPORT: transport_env("ring", 0); break;
         case BAD_BIAS_BCAST: rd.bias_broadcast = CLFLASH_BROADCAST_HEADS; break; /* valid alone */
         case BAD_ZIGZAG_TOTAL: case BAD_SLOPES: case BAD_KEY_LENGTHS: case BAD_TRANSPORT_MIX: case BAD_BIAS:
-        case BAD_BIAS_SMALL: case BAD_BIAS_OUTPUT: break;
+        case BAD_BIAS_SMALL: case BAD_BIAS_OUTPUT: case BAD_PAGED: case BAD_PAGE_ENTRY: break;
         }
     }
     if (kind == BAD_TRANSPORT_MIX)
@@ -734,11 +845,23 @@ static int run_invalid(const char *name, bad_kind kind, int who, clflash_status 
     const size_t bias_n = (size_t)hq * n * n * (size_t)P - (kind == BAD_BIAS_SMALL && R == who);
     float *zeros = calloc(bias_n, sizeof(float));
     cl_mem bias = NULL;
-    if (kind >= BAD_BIAS && zeros)
+    if (kind >= BAD_BIAS && kind <= BAD_BIAS_OUTPUT && zeros)
         bias = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bias_n * 4, zeros,
                               &err);
-    if (kind >= BAD_BIAS && !(kind == BAD_BIAS && R == who))
+    if (kind >= BAD_BIAS && kind <= BAD_BIAS_OUTPUT && !(kind == BAD_BIAS && R == who))
         rd.bias = bias;
+    /* 3 pages of 4 rows make the shard of 12; k and v hold 3 such pages; BAD_PAGE_ENTRY's last
+     * entry is page 3, one past them */
+    const int32_t pages[3] = {2, 0, kind == BAD_PAGE_ENTRY ? 3 : 1};
+    cl_mem table = NULL;
+    if ((kind == BAD_PAGED || kind == BAD_PAGE_ENTRY) && R == who) {
+        table = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof pages,
+                               (void *)pages, &err);
+        rd.block_table = table;
+        rd.page_size = 4;
+        rd.pages_per_seq = 3;
+        rd.num_pages = 3;
+    }
     if (kind == BAD_BIAS_OUTPUT && R == who && !backward)
         rd.bias = o;
     cl_mem grads[4] = {NULL, NULL, NULL, NULL}; /* d_o, dq, dk, dv */
@@ -800,6 +923,8 @@ static int run_invalid(const char *name, bad_kind kind, int who, clflash_status 
     clReleaseMemObject(extra);
     if (bias)
         clReleaseMemObject(bias);
+    if (table)
+        clReleaseMemObject(table);
     free(zeros);
     for (int i = 0; i < 4; i++)
         if (grads[i] != NULL)
@@ -893,6 +1018,30 @@ int main(int argc, char **argv)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         any |= report(cases[i].name, run_case(&cases[i]));
+    static const paged_case paged_cases[] = {
+        /* paged own shards (block_table): pages in a shuffled order, a pool larger than needed, the
+         * last page partly used, on every rank or on the odd ranks only */
+        {{"paged (page 3, every rank), contiguous uneven (one rank of 1 token), causal, f32, GQA 4/2, d 33, lse", 2,
+         4, 2, 33, CLFLASH_F32, CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 61, {5, -1, 3, 7}, 0, 0, 1, 0.0f, 0, 0, 0,
+         0, RB_NONE}, 3, 0},
+        {{"paged (page 16, odd ranks), zigzag, causal, f16, MHA, d 33, token-major pools with gaps, lse", 2, 2, 2, 33,
+         CLFLASH_F16, CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 10, {0, 0, 0, 0}, 0, 1, 1, 0.0f, 0, 0, 0, 0, RB_NONE},
+         16, 1},
+        {{"paged (page 1, every rank), contiguous uneven, shards in reverse rank order, not causal, f16, GQA 4/2, "
+         "d 16", 2, 4, 2, 16, CLFLASH_F16, 0, CLFLASH_RING_CONTIGUOUS, 37, {2, 3, -1, 1}, 1, 0, 0, 0.0f, 0, 0, 0, 0,
+         RB_NONE}, 1, 0},
+        {{"paged (page 16, every rank), zigzag, not causal, f32, MQA 3/1, d 16, lse", 1, 3, 1, 16, CLFLASH_F32, 0,
+         CLFLASH_RING_ZIGZAG, 12, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 0, RB_NONE}, 16, 0},
+        {{"paged (page 3, every rank), zigzag, causal window 5/0 and key lengths, f32, GQA 4/2, d 16, token-major "
+         "pools with gaps, lse", 3, 4, 2, 16, CLFLASH_F32, CLFLASH_CAUSAL | CLFLASH_WINDOW, CLFLASH_RING_ZIGZAG, 8,
+         {0, 0, 0, 0}, 0, 1, 1, 0.0f, 5, 0, 0, 1, RB_NONE}, 3, 0},
+        {{"paged (page 3, odd ranks), contiguous uneven, key lengths and ALiBi, causal, f16, GQA 4/2, d 32, lse", 3, 4,
+         2, 32, CLFLASH_F16, CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 70, {5, -1, 3, 7}, 0, 0, 1, 0.0f, 0, 0, 1, 1,
+         RB_NONE}, 3, 1},
+    };
+    for (size_t i = 0; i < sizeof paged_cases / sizeof paged_cases[0]; i++)
+        any |= report(paged_cases[i].c.name,
+                      run_case_paged(&paged_cases[i].c, paged_cases[i].page_size, paged_cases[i].odd_only));
     static const ring_case backward_cases[] = {
         {"contiguous uneven (one rank of 1 token), causal, f32, GQA 4/2, d 33", 2, 4, 2, 33, CLFLASH_F32,
          CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 90, {5, -1, 3, 7}, 0, 0, 1, 0.0f, 0, 0, 0, 0, RB_NONE},
@@ -981,6 +1130,12 @@ int main(int argc, char **argv)
                        CLFLASH_ERROR_BUFFER_TOO_SMALL);
         any |= INVALID("one rank's bias is an output buffer", "bias output", BAD_BIAS_OUTPUT, 0,
                        CLFLASH_ERROR_INVALID_ARGUMENT);
+        /* the forward refuses the entry past the pools before anything is enqueued; the backward
+         * refuses any block table first */
+        any |= INVALID("one rank's block table names a page past its pools", "block table entry", BAD_PAGE_ENTRY,
+                       last, backward ? CLFLASH_ERROR_UNSUPPORTED : CLFLASH_ERROR_INVALID_ARGUMENT);
+        if (backward)
+            any |= INVALID("one rank pages its K/V shard", "paged", BAD_PAGED, 0, CLFLASH_ERROR_UNSUPPORTED);
 #undef INVALID
     }
     clflash_context_free(ctx);

@@ -524,6 +524,9 @@ static clflash_status check_backward_local(clflash_context *ctx, const clflash_r
     clflash_status st = ring_check_local(ctx, d, q, k, v, o, lse);
     if (st)
         return st;
+    if (d->block_table)
+        return ring_fail(CLFLASH_ERROR_UNSUPPORTED, "the ring's backward takes no paged K/V (block_table): "
+                         "clflash_backward has none, and dK/dV are written in the layouts of k and v");
     if (lse == NULL)
         return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "lse must not be NULL (the forward's lse)");
     const uint32_t hkv = d->heads_kv ? d->heads_kv : d->heads_q;

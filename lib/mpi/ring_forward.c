@@ -4,7 +4,8 @@
  * clflash_forward with lse (ring_calls: one call, or with a window, ALiBi, key lengths or a bias one per
  * key chunk), and each partial (O, lse) is merged into the chunk's fp32 running
  * result with clflash_merge_states; the chunk's last merge writes the caller's O and lse. Meanwhile
- * ring_exchange.c moves the next shard.
+ * ring_exchange.c moves the next shard. A paged own shard (block_table) is first copied into a
+ * compact shard of the call's own (ring_paged.c), which then stands for the caller's K and V.
  *
  * Why the running result is fp32: clflash_forward writes O in the storage type, so with F16 or BF16
  * each partial is rounded once; converting it to fp32 (a one-part merge, which multiplies by
@@ -33,13 +34,18 @@ typedef struct {
     const clflash_ring_desc *d;
     const ring_geometry *g;
     cl_mem q, o, lse;
+    cl_mem k, v;         /* the own shard's K and V: the caller's, or own_kv with a block table */
+    clflash_layout kl, vl; /* their layouts */
+    int32_t *table;      /* the block table read to the host (NULL without one) */
+    cl_mem own_kv;       /* with a block table: the own shard, compact (K, then V) */
+    cl_mem pool_k, pool_v; /* the caller's k and v (page pools with a block table) */
     cl_mem tmp_o;        /* a partial O in the storage type (not with F32) */
     cl_mem tmp_l;        /* a partial lse */
     int nq;
     ring_query rq[2];
     ring_exchange x;
     int have_x;
-    ring_key_lengths kl; /* per key chunk, with key lengths */
+    ring_key_lengths klen; /* per key chunk, with key lengths */
     ring_timing *timing; /* NULL unless a clflash_ring_stats is attached (ring_stats.h) */
 } ring_run;
 
@@ -64,7 +70,7 @@ static clflash_attention_desc call_desc(const ring_run *R, const ring_query *rq,
     a.dtype = g->dtype;
     a.scale = g->scale;
     a.softcap = g->softcap;
-    ring_call_rules(&a, g, &rq->q, c, ring_key_lengths_at(&R->kl, c->k_pos));
+    ring_call_rules(&a, g, &rq->q, c, ring_key_lengths_at(&R->klen, c->k_pos));
     a.block = R->d->block;
     a.q = ring_layout_rows(&R->d->q, g->heads_q, R->d->seq_local, g->head_dim, rq->q.row);
     a.k = ring_layout_rows(kl, g->heads_kv, kv_rows, g->head_dim, c->k_row);
@@ -178,7 +184,19 @@ static clflash_status setup(ring_run *R, MPI_Comm comm)
     clflash_status st = CLFLASH_SUCCESS;
     uint64_t max_len = 0;
     R->nq = own->nchunks;
-    if ((st = ring_key_lengths_init(&R->kl, R->ctx, R->cq, g, own->chunk, own->nchunks)) != CLFLASH_SUCCESS)
+    if (R->table) { /* the paged own shard's compact copy: every step reads it as an unpaged shard */
+        const size_t es = clflash_dtype_size(g->dtype);
+        const uint64_t half = (uint64_t)g->batch * g->heads_kv * own->rows * g->head_dim;
+        R->own_kv = new_buffer(R, 2 * half * es, &st);
+        R->k = R->v = R->own_kv;
+        R->kl = (clflash_layout){0, (uint64_t)g->heads_kv * own->rows * g->head_dim,
+                                 (uint64_t)own->rows * g->head_dim, g->head_dim};
+        R->vl = R->kl;
+        R->vl.offset = half;
+        if (st != CLFLASH_SUCCESS)
+            return st;
+    }
+    if ((st = ring_key_lengths_init(&R->klen, R->ctx, R->cq, g, own->chunk, own->nchunks)) != CLFLASH_SUCCESS)
         return st;
     for (int i = 0; i < R->nq; i++) {
         ring_query *rq = &R->rq[i];
@@ -193,7 +211,7 @@ static clflash_status setup(ring_run *R, MPI_Comm comm)
         /* the own shard's calls, as they will run at step 0 */
         const int n = ring_calls(g, &rq->q, own, c);
         for (int j = 0; j < n; j++) {
-            clflash_attention_desc a = call_desc(R, rq, &c[j], &R->d->k, &R->d->v, own->rows);
+            clflash_attention_desc a = call_desc(R, rq, &c[j], &R->kl, &R->vl, own->rows);
             clflash_plan p;
             memset(&p, 0, sizeof p);
             p.struct_size = sizeof p;
@@ -237,7 +255,10 @@ static void teardown(ring_run *R)
         clReleaseMemObject(R->tmp_o);
     if (R->tmp_l)
         clReleaseMemObject(R->tmp_l);
-    ring_key_lengths_free(&R->kl);
+    if (R->own_kv)
+        clReleaseMemObject(R->own_kv);
+    free(R->table);
+    ring_key_lengths_free(&R->klen);
 }
 
 /* The compute of step s: every query chunk against the shard this rank holds now. */
@@ -274,11 +295,18 @@ static clflash_status compute_step(ring_run *R, int s, cl_mem k, const clflash_l
 }
 
 /* The P steps. A rank that fails keeps exchanging shards (without computing) so that none blocks. */
-static clflash_status run_ring(ring_run *R, cl_mem k, cl_mem v)
+static clflash_status run_ring(ring_run *R)
 {
     const ring_geometry *g = R->g;
     const int P = g->size;
+    cl_mem k = R->k, v = R->v;
     clflash_status st = CLFLASH_SUCCESS;
+    if (R->table) { /* the pages into the compact copy; finished before the transfer queue reads it */
+        st = ring_paged_gather(R->cq, R->d, R->table, R->pool_k, R->pool_v, R->own_kv);
+        const cl_int err = clFinish(R->cq);
+        if (err != CL_SUCCESS && st == CLFLASH_SUCCESS)
+            st = ring_fail(err, "copying the own shard's pages: %d", err);
+    }
     double posted = 0.0; /* MPI_Wtime when this step's exchange was posted (timing only) */
     for (int s = 0; s < P; s++) {
         const int slot = s % 2;
@@ -289,7 +317,7 @@ static clflash_status run_ring(ring_run *R, cl_mem k, cl_mem v)
             posted = MPI_Wtime();
         if (s == 0 && more) { /* the own shard's read goes first, so that a device that runs one
                                  queue at a time does not put it behind step 0's kernels */
-            const clflash_status ps = ring_exchange_pack_own_start(&R->x, g, k, &R->d->k, v, &R->d->v, rows);
+            const clflash_status ps = ring_exchange_pack_own_start(&R->x, g, k, &R->kl, v, &R->vl, rows);
             if (ps && !st)
                 st = ps;
         }
@@ -299,7 +327,7 @@ static clflash_status run_ring(ring_run *R, cl_mem k, cl_mem v)
                 st = ps;
         }
         if (st == CLFLASH_SUCCESS) {
-            clflash_layout kl = R->d->k, vl = R->d->v;
+            clflash_layout kl = R->kl, vl = R->vl;
             if (s > 0)
                 ring_exchange_layouts(&R->x, g, rows, &kl, &vl);
             st = compute_step(R, s, s > 0 ? R->x.dev[slot] : k, &kl, s > 0 ? R->x.dev[slot] : v, &vl);
@@ -339,11 +367,16 @@ clflash_status clflash_ring_forward(clflash_context *ctx, MPI_Comm comm, const c
     if (st != CLFLASH_SUCCESS)
         return st;
     const double t_entry = MPI_Wtime();
-    const clflash_status local = ring_check_local(ctx, d, q, k, v, o, lse);
+    clflash_status local = ring_check_local(ctx, d, q, k, v, o, lse);
+    int32_t *table = NULL; /* a paged own shard's block table, read once and checked here */
+    if (local == CLFLASH_SUCCESS && d->block_table)
+        local = ring_paged_read_table(ctx, d, &table);
     MPI_Comm ring_comm;
     ring_geometry g;
-    if ((st = ring_join(comm, d, local, &ring_comm, &g)) != CLFLASH_SUCCESS)
+    if ((st = ring_join(comm, d, local, &ring_comm, &g)) != CLFLASH_SUCCESS) {
+        free(table);
         return st;
+    }
     ring_run R;
     memset(&R, 0, sizeof R);
     R.ctx = ctx;
@@ -353,6 +386,13 @@ clflash_status clflash_ring_forward(clflash_context *ctx, MPI_Comm comm, const c
     R.q = q;
     R.o = o;
     R.lse = lse;
+    R.k = k;
+    R.v = v;
+    R.kl = d->k;
+    R.vl = d->v;
+    R.table = table; /* freed by teardown */
+    R.pool_k = k;
+    R.pool_v = v;
     R.timing = ring_timing_begin(ctx, g.size, t_entry, &R.cq);
     st = ring_agree_status(ring_comm, setup(&R, ring_comm), "setup");
     if (st == CLFLASH_SUCCESS && R.have_x)
@@ -362,7 +402,7 @@ clflash_status clflash_ring_forward(clflash_context *ctx, MPI_Comm comm, const c
     if (R.have_x)
         R.x.timing = R.timing;
     if (st == CLFLASH_SUCCESS) {
-        const clflash_status mine = run_ring(&R, k, v);
+        const clflash_status mine = run_ring(&R);
         teardown(&R);
         st = ring_agree_status(ring_comm, mine, "ring");
     } else {

@@ -145,9 +145,11 @@ clflash_status ring_check_local(clflash_context *ctx, const clflash_ring_desc *i
         return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "o must not be the same buffer as q, k or v");
     if (lse && (lse == q || lse == k || lse == v || lse == o))
         return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "lse must be a buffer of its own");
-    const cl_mem extra[3] = {d->alibi_slopes, d->key_lengths, d->bias};
-    static const char *const extra_name[3] = {"alibi_slopes", "key_lengths", "bias"};
-    for (int i = 0; i < 3; i++)
+    if ((st = ring_paged_check(d)))
+        return st;
+    const cl_mem extra[4] = {d->alibi_slopes, d->key_lengths, d->bias, d->block_table};
+    static const char *const extra_name[4] = {"alibi_slopes", "key_lengths", "bias", "block_table"};
+    for (int i = 0; i < 4; i++)
         if (extra[i] && (extra[i] == o || extra[i] == lse))
             return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "%s must not be the same buffer as o or lse",
                              extra_name[i]);
@@ -165,11 +167,16 @@ clflash_status ring_check_local(clflash_context *ctx, const clflash_ring_desc *i
         const char *name;
     } t[4] = {{q, &d->q, d->heads_q, "q"}, {k, &d->k, hkv, "k"}, {v, &d->v, hkv, "v"}, {o, &d->o, d->heads_q, "o"}};
     for (int i = 0; i < 4; i++) {
-        const clflash_layout r = ring_resolve_layout(t[i].l, t[i].heads, d->seq_local, d->head_dim);
-        if ((st = check_buffer(ctx, t[i].m, extent_bytes(&r, d->batch, t[i].heads, d->seq_local, d->head_dim, s),
-                               t[i].name)))
+        /* a paged K or V is a pool of num_pages pages of page_size rows */
+        const int pool = d->block_table && (i == 1 || i == 2);
+        const uint32_t outer = pool ? d->num_pages : d->batch, rows = pool ? d->page_size : d->seq_local;
+        const clflash_layout r = ring_resolve_layout(t[i].l, t[i].heads, rows, d->head_dim);
+        if ((st = check_buffer(ctx, t[i].m, extent_bytes(&r, outer, t[i].heads, rows, d->head_dim, s), t[i].name)))
             return st;
     }
+    if (d->block_table && (st = check_buffer(ctx, d->block_table,
+                                             (uint64_t)d->batch * d->pages_per_seq * sizeof(int32_t), "block_table")))
+        return st;
     if (lse && (st = check_buffer(ctx, lse, (uint64_t)d->batch * d->heads_q * d->seq_local * sizeof(float), "lse")))
         return st;
     if (d->alibi_slopes && (st = check_buffer(ctx, d->alibi_slopes, (uint64_t)d->heads_q * sizeof(float),

@@ -86,6 +86,18 @@ clflash_status ring_join(MPI_Comm comm, const clflash_ring_desc *d, clflash_stat
 /* Every rank's status after a phase, the same on every rank: the first failing rank's. */
 clflash_status ring_agree_status(MPI_Comm comm, clflash_status mine, const char *phase);
 
+/* ---- a paged own shard (ring_paged.c) --------------------------------------------------------- */
+/* The paging fields of d (ring_check_local calls it): none without a block table, else ranges. */
+clflash_status ring_paged_check(const clflash_ring_desc *d);
+/* Reads d->block_table to the host (blocking, on ctx's queue) into *table (malloc'd,
+ * int32[batch][pages_per_seq]) and checks that every entry a row of the shard uses names a page of
+ * the pools; *table is NULL on failure. */
+clflash_status ring_paged_read_table(clflash_context *ctx, const clflash_ring_desc *d, int32_t **table);
+/* Enqueues on cq the copies of the shard's pages (pools k and v, table from ring_paged_read_table)
+ * into dst as a compact shard: K [batch][heads_kv][seq_local][head_dim], V right after it. */
+clflash_status ring_paged_gather(cl_command_queue cq, const clflash_ring_desc *d, const int32_t *table, cl_mem k,
+                                 cl_mem v, cl_mem dst);
+
 /* ---- visibility (ring_visible.c) ------------------------------------------------------------- */
 /* One clflash_forward (or clflash_backward) call of a query chunk against a key shard: key rows
  * k_row .. k_row + k_len - 1 of the shard, the call's flags and diagonal_offset, and (for a call
