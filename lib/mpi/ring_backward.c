@@ -274,7 +274,7 @@ static clflash_status compute_step(ring_bwd *B, int s)
     const int slot = s % 2;
     const uint64_t kv_bytes = B->kv_row_elems * kv->rows * sizeof(float);
     clflash_layout kl, vl;
-    ring_exchange_layouts(&B->x, g, kv->rows, &kl, &vl);
+    ring_compact_layouts(g, kv->rows, &kl, &vl);
     const float zero = 0.0f;
     cl_int err = clEnqueueBarrierWithWaitList(B->cq, 1, &B->x.written[slot], NULL);
     if (err == CL_SUCCESS)

@@ -107,13 +107,12 @@ void ring_exchange_free(ring_exchange *x)
     memset(x, 0, sizeof *x);
 }
 
-void ring_exchange_layouts(const ring_exchange *x, const ring_geometry *g, uint32_t rows, clflash_layout *kl,
-                           clflash_layout *vl)
+void ring_compact_layouts(const ring_geometry *g, uint32_t rows, clflash_layout *kl, clflash_layout *vl)
 {
     const uint64_t d = g->head_dim;
     *kl = (clflash_layout){0, (uint64_t)g->heads_kv * rows * d, (uint64_t)rows * d, d};
     *vl = *kl;
-    vl->offset = x->rows_elems * rows;
+    vl->offset = (uint64_t)g->batch * g->heads_kv * rows * d;
 }
 
 /* Enqueues the reads of one caller tensor (layout l over rows rows) into host memory at dst,

@@ -189,10 +189,7 @@ static clflash_status setup(ring_run *R, MPI_Comm comm)
         const uint64_t half = (uint64_t)g->batch * g->heads_kv * own->rows * g->head_dim;
         R->own_kv = new_buffer(R, 2 * half * es, &st);
         R->k = R->v = R->own_kv;
-        R->kl = (clflash_layout){0, (uint64_t)g->heads_kv * own->rows * g->head_dim,
-                                 (uint64_t)own->rows * g->head_dim, g->head_dim};
-        R->vl = R->kl;
-        R->vl.offset = half;
+        ring_compact_layouts(g, own->rows, &R->kl, &R->vl);
         if (st != CLFLASH_SUCCESS)
             return st;
     }
@@ -329,7 +326,7 @@ static clflash_status run_ring(ring_run *R)
         if (st == CLFLASH_SUCCESS) {
             clflash_layout kl = R->kl, vl = R->vl;
             if (s > 0)
-                ring_exchange_layouts(&R->x, g, rows, &kl, &vl);
+                ring_compact_layouts(g, rows, &kl, &vl);
             st = compute_step(R, s, s > 0 ? R->x.dev[slot] : k, &kl, s > 0 ? R->x.dev[slot] : v, &vl);
         }
         if (s == 0 && more) { /* the own shard: read while step 0 computes, then sent */

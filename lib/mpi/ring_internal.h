@@ -277,9 +277,8 @@ clflash_status ring_exchange_upload(ring_exchange *x, int slot, int src, uint32_
  * at most 1 GiB with tags tag0, tag0 + 1, ... (at most 64 pieces); appends the requests to req. */
 clflash_status ring_post_bytes(MPI_Comm comm, void *buf, uint64_t bytes, int peer, int tag0, int send,
                                MPI_Request *req, int *nreq);
-/* Layouts of K and V in dev[slot] for a shard of rows rows. */
-void ring_exchange_layouts(const ring_exchange *x, const ring_geometry *g, uint32_t rows, clflash_layout *kl,
-                           clflash_layout *vl);
+/* Layouts of K and V in a compact shard of rows rows (dev[slot], or a paged shard's copy). */
+void ring_compact_layouts(const ring_geometry *g, uint32_t rows, clflash_layout *kl, clflash_layout *vl);
 
 /* ---- layouts (ring_geometry.c) --------------------------------------------------------------- */
 /* l with its zero strides replaced by the contiguous defaults for a tensor of heads x seq rows. */
