@@ -7,9 +7,9 @@
  * ring backward: one clflash_backward per query chunk and key shard) needs three things the
  * attention kernels do not do: a caller's tensor copied into a compact one (grad_gather), a
  * compact partial added into an fp32 accumulator over a range of rows (grad_accumulate), and an
- * fp32 accumulator written out into a caller's tensor in the storage type (grad_scatter), and zeros
-written into a caller's fp32 tensor (grad_zero: the ring's bias gradient for pairs no call meets). Keeping
- * the sums in fp32 avoids rounding the running sum at every step. lib/grad_accumulate.c enqueues
+ * fp32 accumulator written out into a caller's tensor in the storage type (grad_scatter), and
+ * zeros written into a caller's fp32 tensor (grad_zero: the ring's bias gradient for pairs no call
+ * meets). Keeping the sums in fp32 avoids rounding the running sum at every step. lib/grad_accumulate.c enqueues
  * them for clflash's components (lib/component.h).
  *
  * Storage: CLFLASH_DTYPE_x (F32, F16 or BF16; load_g / store_g), the type of the tensors that are
