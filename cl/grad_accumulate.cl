@@ -7,8 +7,9 @@
  * ring backward: one clflash_backward per query chunk and key shard) needs three things the
  * attention kernels do not do: a caller's tensor copied into a compact one (grad_gather), a
  * compact partial added into an fp32 accumulator over a range of rows (grad_accumulate), and an
- * fp32 accumulator written out into a caller's tensor in the storage type (grad_scatter). Keeping
- * the sums in fp32 avoids rounding the running sum at every step. lib/grad_accumulate.c enqueues
+ * fp32 accumulator written out into a caller's tensor in the storage type (grad_scatter), and
+ * zeros written into a caller's fp32 tensor (grad_zero: the ring's bias gradient for pairs no call
+ * meets). Keeping the sums in fp32 avoids rounding the running sum at every step. lib/grad_accumulate.c enqueues
  * them for clflash's components (lib/component.h).
  *
  * Storage: CLFLASH_DTYPE_x (F32, F16 or BF16; load_g / store_g), the type of the tensors that are
@@ -61,4 +62,14 @@ __kernel void grad_scatter(__global bits_t *dst, __global const float *src, ulon
     const ulong e = get_global_id(0);
     if (e < n)
         store_g(dst, grad_at(e, heads, rows, d, off, bs, hs, ss), src[src_off + e]);
+}
+
+/* dst (layout off, bs, hs, ss, fp32) = 0; n = batch * heads * rows * d. The gaps of dst are not
+ * written. */
+__kernel void grad_zero(__global float *dst, ulong n, uint heads, uint rows, uint d, ulong off, ulong bs, ulong hs,
+                        ulong ss)
+{
+    const ulong e = get_global_id(0);
+    if (e < n)
+        dst[grad_at(e, heads, rows, d, off, bs, hs, ss)] = 0.0f;
 }

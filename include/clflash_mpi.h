@@ -112,7 +112,8 @@ typedef struct {
                              c .. 2c - 1 chunk 2P-1-r) and key position j of the whole sequence (in
                              global position order, whichever rank holds that key). Whether it is
                              NULL must be the same on every rank. The backward adds it when it
-                             recomputes the scores; the ring offers no bias gradient */
+                             recomputes the scores, and writes its gradient into bias_grad (below)
+                             if given */
     clflash_layout bias_layout; /* where element (b, h, i, j) is: offset + b*batch_stride +
                              h*head_stride + i*seq_stride + j (keys contiguous); zero strides take
                              the defaults seq_stride = seq_total, head_stride = seq_local *
@@ -142,6 +143,24 @@ typedef struct {
                                must lie in 0 .. num_pages - 1, else CLFLASH_ERROR_INVALID_ARGUMENT
                                on every rank before anything is enqueued (entries for rows at or
                                past seq_local are never read) */
+    cl_mem bias_grad;       /* NULL = none; else clflash_ring_backward also writes the bias gradient
+                               here (clflash_ring_forward ignores it): a float buffer of ctx in the
+                               bias's layout (bias_layout, bias_broadcast, resolved against
+                               seq_local and seq_total as for bias), holding THIS rank's rows of
+                               the dBias that clflash_backward of the whole sequence would write:
+                               element (b, h, i, j) is the sum of dS = P * (dP - D) over the pairs
+                               it is added to (no softcap factor). With _BATCH or _HEADS those sums
+                               run over the batch entries or heads, all on this rank. With _ROWS
+                               the one row is shared by every query row of the whole sequence,
+                               whose rows live on every rank: each rank sums its own rows' terms in
+                               fp32, the ranks' rows are summed in rank order in fp64 (passed from
+                               rank 0 up, then broadcast), and every rank writes the same complete
+                               row, the same bits on every run. Every element the layout
+                               addresses over [batch][heads_q][seq_local][seq_total] is written,
+                               0 where no visible pair adds to it (key chunks a query chunk never
+                               meets under the causal and window rules included); the layout's
+                               gaps are not. Needs a bias; whether it is NULL must be the same on
+                               every rank; must not be any other buffer of the call */
 } clflash_ring_desc;
 
 /* Attention of every rank's queries against the whole sequence's keys and values, for a sequence
@@ -277,13 +296,24 @@ CLFLASH_API clflash_status clflash_ring_forward(clflash_context *ctx, MPI_Comm c
  * that key chunk's rows) on (the Q chunk, those keys) with the chunk's final O, dO and GLOBAL lse,
  * so that P = exp(S - lse) is the probability over the whole sequence and D = rowsum(dO * O) is the
  * whole row's: the per-pair gradients then add up exactly. A bias (d->bias, the forward's) is
- * added to S with the forward's offsets when P is recomputed; its gradient (dBias) is not offered.
+ * added to S with the forward's offsets when P is recomputed.
  * The dQ partials are added into an fp32 accumulator of this rank; the dK/dV partials of the step
  * are summed in fp32 and, on the device, that shard's fp32 dK/dV accumulator is added to them; the
  * accumulator arrives from rank r - 1 and travels on to rank r + 1, one step behind the shard. After step P - 1 the
  * accumulator's next hop is its owner. The fp32 sums are written in the storage type at the end.
  * The additions (cl/grad_accumulate.cl, built once per context by clflash's program cache)
  * are in a fixed order: deterministic for a fixed rank count and mapping.
+ *
+ * The bias gradient (d->bias_grad, optional, with a bias): every call of a bias is one (query
+ * chunk, key chunk) pair, whose block of dBias (the chunk's rows, the key chunk's columns) the call
+ * writes itself (clflash_attention_desc.bias_grad, at the bias's moved offset; broadcast batch
+ * entries and heads summed within the call). Blocks of pairs that get no call (the causal or window
+ * rule hides every pair) are set to 0 after the ring, so that every element the layout addresses
+ * over [batch][heads_q][seq_local][seq_total] is written and its gaps are not. With
+ * CLFLASH_BROADCAST_ROWS the one row is shared by the whole sequence's query rows: each call's
+ * block goes to a scratch row and is added (fp32, in call order) into a row of this rank; after
+ * the ring rank 0 sends its row to rank 1, each rank adds its own (fp64) and sends the sum on, the
+ * last rank broadcasts the total, and every rank writes it. Deterministic for a fixed rank count.
  *
  * Exactness: in F32 the gradients differ from one clflash_backward over the whole sequence only
  * by fp32 rounding (in a different order of summation). In F16/BF16 each partial (one per pair of
@@ -300,19 +330,26 @@ CLFLASH_API clflash_status clflash_ring_forward(clflash_context *ctx, MPI_Comm c
  * Memory per call: the forward's two K/V shards (device; host with MPI messages), plus on the device a compact
  * copy of Q, a dQ partial and an fp32 dQ accumulator (this rank's rows), a dK/dV partial and an
  * fp32 dK/dV sum and an fp32 incoming accumulator (of the largest shard); on the host three fp32
- * dK/dV buffers of the largest shard, staged and kept as the forward's shards are.
+ * dK/dV buffers of the largest shard, staged and kept as the forward's shards are. With a bias
+ * gradient broadcast over rows also a scratch of the bias's extent and two fp32 rows on the device
+ * and, on the host, the row in fp32 and twice in fp64 (batch * heads_q * seq_total values, the
+ * bias's broadcasts counted once; at most 2^31 - 1 of them, else CLFLASH_ERROR_UNSUPPORTED).
  *
  * Checks and returns: as clflash_ring_forward (the same collective checks; every rank returns the
  * same status), plus CLFLASH_ERROR_UNSUPPORTED for a descriptor with a block_table (on any rank;
  * clflash_backward takes no paged cache, and the ring's dK/dV are written in d->k's layout), plus CLFLASH_ERROR_INVALID_ARGUMENT for a NULL lse, d_o, dq, dk or dv, or an
  * output that is an input buffer (alibi_slopes, key_lengths and bias count as inputs) or the same
- * buffer as another output, and
- * CLFLASH_ERROR_BUFFER_TOO_SMALL for d_o, dq, dk or dv too small for their layouts, and
+ * buffer as another output (bias_grad counts as an output), a bias_grad without a bias, or ranks
+ * that disagree on whether bias_grad is NULL, and
+ * CLFLASH_ERROR_BUFFER_TOO_SMALL for d_o, dq, dk or dv too small for their layouts or a bias_grad
+ * smaller than the bias layout's extent, CLFLASH_ERROR_INVALID_LAYOUT for a bias layout that makes
+ * two elements of bias_grad share an address (broadcast dimensions counted once), and
  * clflash_plan_backward's statuses. Errors found before the ring starts write no caller buffer. If a
  * call fails during the ring, the failing rank writes none of dq, dk, dv (they are written only
  * after the last step, by a rank that has not failed), keeps passing shards and accumulators so
  * that no rank blocks, and every rank returns its status; the other ranks' outputs may then have
- * been written, with meaningless values. */
+ * been written, with meaningless values, and bias_grad may have been partly written on any rank
+ * (the calls write it as they go). */
 CLFLASH_API clflash_status clflash_ring_backward(clflash_context *ctx, MPI_Comm comm, const clflash_ring_desc *d,
                                                  cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem d_o, cl_mem lse,
                                                  cl_mem dq, cl_mem dk, cl_mem dv);

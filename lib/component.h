@@ -73,6 +73,11 @@ CLFLASH_API clflash_status clflash_grad_scatter(clflash_context *c, cl_command_q
                                                 cl_mem dst, const clflash_layout *l, uint32_t batch, uint32_t heads,
                                                 uint32_t rows, uint32_t head_dim, cl_mem src, uint64_t src_off);
 
+/* dst (fp32, layout l; its gaps untouched) = 0 over [batch][heads][rows][head_dim]. */
+CLFLASH_API clflash_status clflash_grad_zero(clflash_context *c, cl_command_queue queue, cl_mem dst,
+                                             const clflash_layout *l, uint32_t batch, uint32_t heads, uint32_t rows,
+                                             uint32_t head_dim);
+
 #ifdef __cplusplus
 }
 #endif

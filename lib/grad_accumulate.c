@@ -1,7 +1,8 @@
 /*
  * grad_accumulate.c - enqueues cl/grad_accumulate.cl's kernels for clflash's components
  * (component.h): a caller's tensor gathered into a compact one, a compact partial added into an
- * fp32 accumulator, an fp32 accumulator scattered into a caller's tensor in its storage type.
+ * fp32 accumulator, an fp32 accumulator scattered into a caller's tensor in its storage type, zeros
+ * written into a caller's fp32 tensor.
  *
  * Why here and not in the component: the kernels are built through the library's program cache
  * (once per context and storage type, common.cl's storage helpers prepended, the context's build
@@ -14,8 +15,8 @@
 
 #define GRAD_GROUP 64 /* work-items per group; the grid is rounded up to it */
 
-typedef enum { GRAD_GATHER, GRAD_ACCUMULATE, GRAD_SCATTER } grad_kernel;
-static const char *const kernel_names[] = {"grad_gather", "grad_accumulate", "grad_scatter"};
+typedef enum { GRAD_GATHER, GRAD_ACCUMULATE, GRAD_SCATTER, GRAD_ZERO } grad_kernel;
+static const char *const kernel_names[] = {"grad_gather", "grad_accumulate", "grad_scatter", "grad_zero"};
 
 /* What a kernel is built for; the plan cache's key (the first word keeps it apart from other
  * kernels' keys). */
@@ -136,4 +137,24 @@ clflash_status clflash_grad_accumulate(clflash_context *c, cl_command_queue queu
     const clflash_arg a[] = {{sizeof(cl_mem), &acc}, {sizeof(cl_mem), &part}, {sizeof n, &n}, {sizeof r, &r},
                              {sizeof r0, &r0},       {sizeof l, &l},          {sizeof d, &d}};
     return launch(c, queue, part_dtype, GRAD_ACCUMULATE, a, sizeof a / sizeof a[0], n);
+}
+
+clflash_status clflash_grad_zero(clflash_context *c, cl_command_queue queue, cl_mem dst, const clflash_layout *l,
+                                 uint32_t batch, uint32_t heads, uint32_t rows, uint32_t head_dim)
+{
+    clflash_clear_detail();
+    clflash_status st = check_common(c, queue, CLFLASH_F32, dst, dst, (uint64_t)batch * heads, rows, head_dim);
+    if (st != CLFLASH_SUCCESS)
+        return st;
+    const clflash_layout none = {0, 0, 0, 0};
+    clflash_strides r;
+    if (!clflash_resolve_strides(l ? l : &none, heads, rows, head_dim, &r))
+        return clflash_fail(CLFLASH_ERROR_INVALID_LAYOUT, "a default stride of the layout overflows");
+    const cl_ulong n = (cl_ulong)batch * heads * rows * head_dim;
+    const cl_uint h = heads, rw = rows, d = head_dim;
+    const cl_ulong off = r.offset, bs = r.batch_stride, hs = r.head_stride, ss = r.seq_stride;
+    const clflash_arg a[] = {{sizeof(cl_mem), &dst}, {sizeof n, &n},     {sizeof h, &h},   {sizeof rw, &rw},
+                             {sizeof d, &d},         {sizeof off, &off}, {sizeof bs, &bs}, {sizeof hs, &hs},
+                             {sizeof ss, &ss}};
+    return launch(c, queue, CLFLASH_F32, GRAD_ZERO, a, sizeof a / sizeof a[0], n);
 }

@@ -196,7 +196,9 @@ static const struct {
  * (an offset, a row stride past head_dim, heads and batch strides past the rows) gathered into a
  * compact one; a partial in the storage type and then an fp32 one added into an fp32 accumulator
  * over a range of rows inside the tensor; the accumulator scattered back into a tensor with gaps
- * (a sentinel in them must survive). Element counts that are not multiples of the work-group,
+ * (a sentinel in them must survive); with f32, the laid-out tensor zeroed (grad_zero: the ring's
+ * bias gradient of pairs no call meets), its gaps keeping their values. Element counts that are
+ * not multiples of the work-group,
  * and one tensor of a single element; buffers of exactly the bytes the tensors need, so that any
  * access past them is Oclgrind's report. */
 static const struct {
@@ -282,6 +284,12 @@ static int run_grad_case(clflash_context *c, size_t n)
         st = clEnqueueReadBuffer(qu, m_acc, CL_TRUE, 0, nc * sizeof(float), accg, 0, NULL, NULL);
     if (st == CLFLASH_SUCCESS)
         st = clEnqueueReadBuffer(qu, m_dst, CL_TRUE, 0, nl * es, got, 0, NULL, NULL);
+    unsigned char *zeroed = NULL; /* f32: m_src after grad_zero */
+    if (st == CLFLASH_SUCCESS && t == CLFLASH_F32 && (zeroed = malloc(nl * es)) != NULL) {
+        st = clflash_grad_zero(c, qu, m_src, &l, B, H, R, D);
+        if (st == CLFLASH_SUCCESS)
+            st = clEnqueueReadBuffer(qu, m_src, CL_TRUE, 0, nl * es, zeroed, 0, NULL, NULL);
+    }
     char what[160], msg[300] = "";
     snprintf(what, sizeof what, "grad_accumulate %s batch %u heads %u rows %u head_dim %u, rows %u..%u",
              t == CLFLASH_F32 ? "f32" : t == CLFLASH_F16 ? "f16" : "bf16", B, H, R, D, r0, r0 + len - 1);
@@ -321,7 +329,11 @@ static int run_grad_case(clflash_context *c, size_t n)
                            in_head >= (uint64_t)R * ls.seq_stride || in_head % ls.seq_stride >= D;
         if (in_gap && ref_load(t, got, i) != 77.0f)
             snprintf(msg, sizeof msg, "scatter wrote the gap at element %zu", i);
+        if (zeroed && ref_load(t, zeroed, i) != (in_gap ? ref_load(t, src, i) : 0.0f))
+            snprintf(msg, sizeof msg, "grad_zero: element %zu%s is %g", i, in_gap ? " (a gap)" : "",
+                     (double)ref_load(t, zeroed, i));
     }
+    free(zeroed);
     int failed = 1;
     if (st != CLFLASH_SUCCESS)
         printf("FAILED %s: %s (%s)\n", what, clflash_status_string(st), clflash_last_error_detail());

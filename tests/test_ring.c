@@ -49,6 +49,7 @@ typedef struct {
     int alibi;           /* slopes 0.3, 0.15, 0.075, ... per query head */
     int key_lengths;     /* per batch entry: ragged, 0, past the sequence, negative, in turn */
     int bias;            /* a ring_bias_kind */
+    int dbias;           /* backward: ask for the bias gradient (clflash_ring_desc.bias_grad) too */
 } ring_case;
 
 /* A forward case whose K/V shards are paged (clflash_ring_desc.block_table). */
@@ -79,6 +80,7 @@ typedef struct {
     float *bias;              /* the whole sequence's, for the reference */
     uint32_t bias_broadcast;
     clflash_layout bias_layout; /* this rank's */
+    uint64_t bias_n;          /* floats of this rank's bias buffer (its layout's extent) */
     cl_mem bias_buf;          /* this rank's rows, in bias_layout */
     ref_extras x;
 } case_extras;
@@ -141,6 +143,7 @@ static int bias_make(const ring_case *c, uint32_t total, uint32_t n, uint64_t of
     }
     const ref_strides ls = bias_strides(&e->bias_layout, c->heads_q, n, total, bcast);
     const uint64_t ln = bias_extent(&ls, c->batch, c->heads_q, n, total);
+    e->bias_n = ln;
     float *mine = malloc(ln * sizeof(float));
     if (mine == NULL)
         return 0;
@@ -613,8 +616,52 @@ static size_t check_grad(const ring_case *c, const char *name, const tensor *t, 
     return bad;
 }
 
-/* Runs the forward, then clflash_ring_backward twice: every rank compares its dq, dk, dv with the
- * fp64 reference backward of the whole sequence, and the two runs must give the same bits. */
+/* Compares this rank's dBias (got, in e->bias_layout over its n rows against every key) with the
+ * fp64 reference of the whole sequence (ref, at the positions of the dense bias layout of whole,
+ * broadcast dimensions summed): values within tb_tol (atol scaled as check_grad does), exactly 0
+ * where the reference has no term (seen 0: hidden pairs, -inf biases, key chunks a query chunk
+ * never meets), gaps of the layout keeping the sentinel. Returns the number of bad elements. */
+static size_t check_dbias(const ring_case *c, const case_extras *e, const float *got, uint32_t n, uint64_t offset,
+                          const clflash_attention_desc *whole, const double *ref, const unsigned char *seen, char *msg,
+                          size_t msg_len)
+{
+    const uint32_t total = whole->seq_q;
+    const ref_strides gs = ref_resolve_bias_layout(whole);
+    const ref_strides ls = bias_strides(&e->bias_layout, c->heads_q, n, total, e->bias_broadcast);
+    const uint64_t ref_n = tb_bias_extent(whole);
+    double mx = 0.0;
+    for (uint64_t i = 0; i < ref_n; i++)
+        mx = fabs(ref[i]) > mx ? fabs(ref[i]) : mx;
+    ref_tol tol = tb_tol(c->dtype);
+    tol.atol *= mx > 1.0 ? mx : 1.0;
+    unsigned char *written = calloc(e->bias_n, 1);
+    size_t bad = 0;
+    for (uint32_t b = 0; b < c->batch; b++)
+        for (uint32_t h = 0; h < c->heads_q; h++)
+            for (uint32_t i = 0; i < n; i++) {
+                const uint64_t p = position(c, i, offset);
+                for (uint32_t j = 0; j < total; j++) {
+                    const uint64_t at = ref_index(&ls, b, h, i, j), want_at = ref_index(&gs, b, h, (uint32_t)p, j);
+                    written[at] = 1;
+                    const double g = got[at], want = ref[want_at];
+                    if ((!ref_close(g, want, tol) || (!seen[want_at] && g != 0.0)) && bad++ == 0)
+                        snprintf(msg, msg_len, "dBias[b%u h%u row %u (position %llu) key %u] = %.7g, reference %.7g%s",
+                                 b, h, i, (unsigned long long)p, j, g, want, seen[want_at] ? "" : " (no term)");
+                }
+            }
+    for (uint64_t i = 0; i < e->bias_n; i++) {
+        uint32_t bits;
+        memcpy(&bits, &got[i], 4);
+        if (!written[i] && bits != 0xc6f5ab9au && bad++ == 0)
+            snprintf(msg, msg_len, "dBias's gap element %llu was written", (unsigned long long)i);
+    }
+    free(written);
+    return bad;
+}
+
+/* Runs the forward, then clflash_ring_backward twice: every rank compares its dq, dk, dv (and with
+ * c->dbias its dBias) with the fp64 reference backward of the whole sequence, and the two runs must
+ * give the same bits. */
 static int run_backward_case(const ring_case *c)
 {
     uint32_t rows[64] = {0};
@@ -639,8 +686,13 @@ static int run_backward_case(const ring_case *c)
     int ok = extras_make(c, total, n, offs[R], &ex);
     extras_apply(c, &ex, &whole, &rd);
     double *rdq = malloc(sizeof(double) * nq_all), *rdk = malloc(sizeof(double) * nk_all),
-           *rdv = malloc(sizeof(double) * nk_all);
-    ref_attention_backward_ex(&whole, gq, gk, gv, gdo, &ex.x, rdq, rdk, rdv, NULL, NULL, NULL);
+           *rdv = malloc(sizeof(double) * nk_all), *rdb = NULL;
+    unsigned char *rdb_seen = NULL;
+    if (c->dbias) {
+        rdb = malloc(sizeof(double) * tb_bias_extent(&whole));
+        rdb_seen = malloc(tb_bias_extent(&whole));
+    }
+    ref_attention_backward_ex(&whole, gq, gk, gv, gdo, &ex.x, rdq, rdk, rdv, rdb, rdb_seen, NULL);
 
     rd.batch = c->batch;
     rd.heads_q = c->heads_q;
@@ -666,11 +718,23 @@ static int run_backward_case(const ring_case *c)
              make_tensor(&tdk[run], c->dtype, &rd.k, c->batch, hkv, n, d, NULL, total, c, offs[R], 1) &&
              make_tensor(&tdv[run], c->dtype, &rd.v, c->batch, hkv, n, d, NULL, total, c, offs[R], 1);
     const size_t nl = (size_t)c->batch * c->heads_q * n;
-    cl_mem lbuf = NULL;
+    cl_mem lbuf = NULL, dbias_buf[2] = {NULL, NULL};
+    float *dbias[2] = {NULL, NULL};
     if (ok) {
         cl_int err;
         lbuf = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_WRITE, nl * sizeof(float), NULL, &err);
         ok = err == CL_SUCCESS;
+    }
+    for (int run = 0; run < 2 && ok && c->dbias; run++) { /* dBias pre-filled with the sentinel */
+        dbias[run] = malloc(ex.bias_n * sizeof(float));
+        ok = dbias[run] != NULL;
+        for (uint64_t i = 0; ok && i < ex.bias_n; i++)
+            memcpy(&dbias[run][i], &(uint32_t){0xc6f5ab9au}, 4);
+        cl_int err = CL_SUCCESS;
+        if (ok)
+            dbias_buf[run] = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
+                                            ex.bias_n * sizeof(float), dbias[run], &err);
+        ok = ok && err == CL_SUCCESS;
     }
     int fail = 0;
     char msg[600] = "";
@@ -685,6 +749,7 @@ static int run_backward_case(const ring_case *c)
         fail = 1;
     }
     for (int run = 0; run < 2; run++) {
+        rd.bias_grad = dbias_buf[run];
         st = clflash_ring_backward(ctx, case_comm, &rd, tq.buf, tk.buf, tv.buf, to.buf, tdo.buf, lbuf,
                                    tdq[run].buf, tdk[run].buf, tdv[run].buf);
         if (!fail && st != CLFLASH_SUCCESS) {
@@ -697,6 +762,9 @@ static int run_backward_case(const ring_case *c)
             clEnqueueReadBuffer(cq, tdq[run].buf, CL_TRUE, 0, tdq[run].bytes, tdq[run].host, 0, NULL, NULL);
             clEnqueueReadBuffer(cq, tdk[run].buf, CL_TRUE, 0, tdk[run].bytes, tdk[run].host, 0, NULL, NULL);
             clEnqueueReadBuffer(cq, tdv[run].buf, CL_TRUE, 0, tdv[run].bytes, tdv[run].host, 0, NULL, NULL);
+            if (dbias_buf[run])
+                clEnqueueReadBuffer(cq, dbias_buf[run], CL_TRUE, 0, ex.bias_n * sizeof(float), dbias[run], 0, NULL,
+                                    NULL);
         }
     }
     if (!fail) {
@@ -705,13 +773,16 @@ static int run_backward_case(const ring_case *c)
             bad = check_grad(c, "dK", &tdk[0], &rd.k, hkv, n, offs[R], rdk, total, msg, sizeof msg);
         if (!bad)
             bad = check_grad(c, "dV", &tdv[0], &rd.v, hkv, n, offs[R], rdv, total, msg, sizeof msg);
+        if (!bad && c->dbias)
+            bad = check_dbias(c, &ex, dbias[0], n, offs[R], &whole, rdb, rdb_seen, msg, sizeof msg);
         if (bad) {
             fail = 1;
             char tail[64];
             snprintf(tail, sizeof tail, "; %zu bad values", bad);
             strncat(msg, tail, sizeof msg - strlen(msg) - 1);
         } else if (memcmp(tdq[0].host, tdq[1].host, tdq[0].bytes) || memcmp(tdk[0].host, tdk[1].host, tdk[0].bytes) ||
-                   memcmp(tdv[0].host, tdv[1].host, tdv[0].bytes)) {
+                   memcmp(tdv[0].host, tdv[1].host, tdv[0].bytes) ||
+                   (c->dbias && memcmp(dbias[0], dbias[1], ex.bias_n * sizeof(float)))) {
             fail = 1;
             snprintf(msg, sizeof msg, "two runs gave different bits");
         }
@@ -724,6 +795,11 @@ static int run_backward_case(const ring_case *c)
         free_tensor(all[i]);
     if (lbuf)
         clReleaseMemObject(lbuf);
+    for (int run = 0; run < 2; run++) {
+        if (dbias_buf[run])
+            clReleaseMemObject(dbias_buf[run]);
+        free(dbias[run]);
+    }
     extras_free(&ex);
     free(gq);
     free(gk);
@@ -732,6 +808,8 @@ static int run_backward_case(const ring_case *c)
     free(rdq);
     free(rdk);
     free(rdv);
+    free(rdb);
+    free(rdb_seen);
     return fail;
 }
 
@@ -756,7 +834,12 @@ typedef enum {
     BAD_BIAS_SMALL,   /* every rank a bias, one rank's a float short of its layout */
     BAD_BIAS_OUTPUT,  /* one rank's bias is its o (forward) or dq (backward) */
     BAD_PAGED,        /* one rank pages its K/V shard (valid in the forward; the backward refuses it) */
-    BAD_PAGE_ENTRY    /* one rank's block table names a page past its pools */
+    BAD_PAGE_ENTRY,   /* one rank's block table names a page past its pools */
+    /* backward only (the forward ignores bias_grad): */
+    BAD_BIAS_GRAD,         /* every rank a bias, every rank but one a bias_grad */
+    BAD_BIAS_GRAD_ALIAS,   /* every rank a bias and a bias_grad, one rank's bias_grad is its dk */
+    BAD_BIAS_GRAD_SMALL,   /* every rank a bias and a bias_grad, one rank's bias_grad a float short */
+    BAD_BIAS_GRAD_NO_BIAS  /* no bias anywhere, one rank passes a bias_grad */
 } bad_kind;
 
 /* Sets CLFLASH_RING_TRANSPORT for one call (value NULL: unset), or puts back what the test was
@@ -808,7 +891,8 @@ static int run_invalid(const char *name, bad_kind kind, int who, clflash_status 
         case BAD_TRANSPORT: transport_env("ring", 0); break;
         case BAD_BIAS_BCAST: rd.bias_broadcast = CLFLASH_BROADCAST_HEADS; break; /* valid alone */
         case BAD_ZIGZAG_TOTAL: case BAD_SLOPES: case BAD_KEY_LENGTHS: case BAD_TRANSPORT_MIX: case BAD_BIAS:
-        case BAD_BIAS_SMALL: case BAD_BIAS_OUTPUT: case BAD_PAGED: case BAD_PAGE_ENTRY: break;
+        case BAD_BIAS_SMALL: case BAD_BIAS_OUTPUT: case BAD_PAGED: case BAD_PAGE_ENTRY: case BAD_BIAS_GRAD:
+        case BAD_BIAS_GRAD_ALIAS: case BAD_BIAS_GRAD_SMALL: case BAD_BIAS_GRAD_NO_BIAS: break;
         }
     }
     if (kind == BAD_TRANSPORT_MIX)
@@ -844,12 +928,26 @@ static int run_invalid(const char *name, bad_kind kind, int who, clflash_status 
      * with BAD_BIAS_SMALL) */
     const size_t bias_n = (size_t)hq * n * n * (size_t)P - (kind == BAD_BIAS_SMALL && R == who);
     float *zeros = calloc(bias_n, sizeof(float));
+    const int grad_kind = kind >= BAD_BIAS_GRAD && kind <= BAD_BIAS_GRAD_NO_BIAS,
+              with_bias = (kind >= BAD_BIAS && kind <= BAD_BIAS_OUTPUT) || (grad_kind && kind != BAD_BIAS_GRAD_NO_BIAS);
     cl_mem bias = NULL;
-    if (kind >= BAD_BIAS && kind <= BAD_BIAS_OUTPUT && zeros)
+    if (with_bias && zeros)
         bias = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bias_n * 4, zeros,
                               &err);
-    if (kind >= BAD_BIAS && kind <= BAD_BIAS_OUTPUT && !(kind == BAD_BIAS && R == who))
+    if (with_bias && !(kind == BAD_BIAS && R == who))
         rd.bias = bias;
+    /* a bias_grad of the same size (one float short on `who` with BAD_BIAS_GRAD_SMALL), holding 7s
+     * that must stay */
+    const size_t dbias_n = (size_t)hq * n * n * (size_t)P - (kind == BAD_BIAS_GRAD_SMALL && R == who);
+    float *sevens = malloc(dbias_n * sizeof(float));
+    for (size_t i = 0; sevens && i < dbias_n; i++)
+        sevens[i] = 7.0f;
+    cl_mem dbias = NULL;
+    if (grad_kind && sevens)
+        dbias = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, dbias_n * 4, sevens,
+                               &err);
+    if (grad_kind && !(kind == BAD_BIAS_GRAD && R == who) && !(kind == BAD_BIAS_GRAD_NO_BIAS && R != who))
+        rd.bias_grad = dbias;
     /* 3 pages of 4 rows make the shard of 12; k and v hold 3 such pages; BAD_PAGE_ENTRY's last
      * entry is page 3, one past them */
     const int32_t pages[3] = {2, 0, kind == BAD_PAGE_ENTRY ? 3 : 1};
@@ -872,6 +970,8 @@ static int run_invalid(const char *name, bad_kind kind, int who, clflash_status 
                                       &err);
         if (kind == BAD_BIAS_OUTPUT && R == who)
             rd.bias = grads[1];
+        if (kind == BAD_BIAS_GRAD_ALIAS && R == who)
+            rd.bias_grad = grads[2];
         st = clflash_ring_backward(ctx, MPI_COMM_WORLD, &rd, q, k, v, o, grads[0], l, grads[1], grads[2], grads[3]);
     } else {
         st = clflash_ring_forward(ctx, MPI_COMM_WORLD, &rd, q, k, v, o, l);
@@ -909,6 +1009,17 @@ static int run_invalid(const char *name, bad_kind kind, int who, clflash_status 
             snprintf(msg, sizeof msg, "%s was written", i == 1 ? "dq" : i == 2 ? "dk" : "dv");
         }
     }
+    if (dbias) {
+        float *got = malloc(dbias_n * sizeof(float));
+        clEnqueueReadBuffer(clflash_context_queue(ctx), dbias, CL_TRUE, 0, dbias_n * 4, got, 0, NULL, NULL);
+        if (!fail && (!got || memcmp(got, sevens, dbias_n * 4) != 0)) {
+            fail = 1;
+            snprintf(msg, sizeof msg, "bias_grad was written");
+        }
+        free(got);
+        clReleaseMemObject(dbias);
+    }
+    free(sevens);
     if (fail)
         printf("  rank %d of %d: FAIL %s: %s\n", R, P, name, msg);
     else if (R == 0)
@@ -966,55 +1077,56 @@ int main(int argc, char **argv)
     }
     static const ring_case cases[] = {
         {"contiguous even, f32, not causal, MHA, d 32", 1, 2, 0, 32, CLFLASH_F32, 0, CLFLASH_RING_CONTIGUOUS, 160,
-         {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 0, RB_NONE},
+         {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 0, RB_NONE, 0},
         {"contiguous uneven (one rank of 1 token), causal, f32, GQA 4/2, d 33, lse", 2, 4, 2, 33, CLFLASH_F32,
-         CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 150, {5, -1, 3, 7}, 0, 0, 1, 0.0f, 0, 0, 0, 0, RB_NONE},
+         CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 150, {5, -1, 3, 7}, 0, 0, 1, 0.0f, 0, 0, 0, 0, RB_NONE, 0},
         {"contiguous uneven (rank 0 of 1 token), shards in reverse rank order, causal, f16, MQA 3/1, d 33, "
          "token-major layouts with gaps, lse", 1, 3, 1, 33, CLFLASH_F16, CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 131,
-         {-1, 4, 2, 3}, 1, 1, 1, 0.0f, 0, 0, 0, 0, RB_NONE},
+         {-1, 4, 2, 3}, 1, 1, 1, 0.0f, 0, 0, 0, 0, RB_NONE, 0},
         {"contiguous uneven, not causal, f16, GQA 4/2, d 16, no lse", 2, 4, 2, 16, CLFLASH_F16, 0,
-         CLFLASH_RING_CONTIGUOUS, 101, {5, -1, 3, 7}, 0, 0, 0, 0.0f, 0, 0, 0, 0, RB_NONE},
+         CLFLASH_RING_CONTIGUOUS, 101, {5, -1, 3, 7}, 0, 0, 0, 0.0f, 0, 0, 0, 0, RB_NONE, 0},
         {"zigzag, causal, f32, GQA 4/2, d 16, lse", 2, 4, 2, 16, CLFLASH_F32, CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 24,
-         {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 0, RB_NONE},
+         {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 0, RB_NONE, 0},
         {"zigzag, causal, f16, MHA, d 33, token-major layouts with gaps, lse", 1, 2, 2, 33, CLFLASH_F16,
-         CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 17, {0, 0, 0, 0}, 0, 1, 1, 0.0f, 0, 0, 0, 0, RB_NONE},
+         CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 17, {0, 0, 0, 0}, 0, 1, 1, 0.0f, 0, 0, 0, 0, RB_NONE, 0},
         {"zigzag, not causal, f32, MQA 3/1, d 33", 1, 3, 1, 33, CLFLASH_F32, 0, CLFLASH_RING_ZIGZAG, 10,
-         {0, 0, 0, 0}, 0, 0, 0, 0.0f, 0, 0, 0, 0, RB_NONE},
+         {0, 0, 0, 0}, 0, 0, 0, 0.0f, 0, 0, 0, 0, RB_NONE, 0},
         {"contiguous uneven, causal, bf16, GQA 4/2, d 16, lse", 1, 4, 2, 16, CLFLASH_BF16, CLFLASH_CAUSAL,
-         CLFLASH_RING_CONTIGUOUS, 120, {2, 3, -1, 1}, 0, 0, 1, 0.0f, 0, 0, 0, 0, RB_NONE},
+         CLFLASH_RING_CONTIGUOUS, 120, {2, 3, -1, 1}, 0, 0, 1, 0.0f, 0, 0, 0, 0, RB_NONE, 0},
         {"zigzag, causal, f32, GQA 4/2, d 33, softcap 0.5 (most scores capped), lse", 1, 4, 2, 33, CLFLASH_F32,
-         CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 11, {0, 0, 0, 0}, 0, 0, 1, 0.5f, 0, 0, 0, 0, RB_NONE},
+         CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 11, {0, 0, 0, 0}, 0, 0, 1, 0.5f, 0, 0, 0, 0, RB_NONE, 0},
         {"contiguous uneven (one rank of 1 token), not causal, f16, MHA, d 16, softcap 2, lse", 1, 2, 0, 16,
-         CLFLASH_F16, 0, CLFLASH_RING_CONTIGUOUS, 97, {5, -1, 3, 7}, 0, 1, 1, 2.0f, 0, 0, 0, 0, RB_NONE},
+         CLFLASH_F16, 0, CLFLASH_RING_CONTIGUOUS, 97, {5, -1, 3, 7}, 0, 1, 1, 2.0f, 0, 0, 0, 0, RB_NONE, 0},
         {"zigzag, causal window 5/0 (narrower than a chunk), f32, GQA 4/2, d 16, lse", 1, 4, 2, 16, CLFLASH_F32,
-         CLFLASH_CAUSAL | CLFLASH_WINDOW, CLFLASH_RING_ZIGZAG, 12, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 5, 0, 0, 0, RB_NONE},
+         CLFLASH_CAUSAL | CLFLASH_WINDOW, CLFLASH_RING_ZIGZAG, 12, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 5, 0, 0, 0, RB_NONE, 0},
         {"contiguous uneven (one rank of 1 token), window 7/3 not causal, f16, MHA, d 33, lse", 1, 2, 0, 33,
-         CLFLASH_F16, CLFLASH_WINDOW, CLFLASH_RING_CONTIGUOUS, 90, {5, -1, 3, 7}, 0, 0, 1, 0.0f, 7, 3, 0, 0, RB_NONE},
+         CLFLASH_F16, CLFLASH_WINDOW, CLFLASH_RING_CONTIGUOUS, 90, {5, -1, 3, 7}, 0, 0, 1, 0.0f, 7, 3, 0, 0, RB_NONE,
+         0},
         {"zigzag, ALiBi not causal, f32, MHA, d 16, lse", 1, 2, 0, 16, CLFLASH_F32, 0, CLFLASH_RING_ZIGZAG, 8,
-         {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 1, 0, RB_NONE},
+         {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 1, 0, RB_NONE, 0},
         {"contiguous uneven, ALiBi causal, bf16, GQA 4/2, d 32, lse", 1, 4, 2, 32, CLFLASH_BF16, CLFLASH_CAUSAL,
-         CLFLASH_RING_CONTIGUOUS, 101, {2, 3, -1, 1}, 0, 0, 1, 0.0f, 0, 0, 1, 0, RB_NONE},
+         CLFLASH_RING_CONTIGUOUS, 101, {2, 3, -1, 1}, 0, 0, 1, 0.0f, 0, 0, 1, 0, RB_NONE, 0},
         {"contiguous uneven, shards in reverse rank order, key lengths (ragged, 0, past the end, negative), "
          "causal, f32, MQA 3/1, d 16, lse", 4, 3, 1, 16, CLFLASH_F32, CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 70,
-         {5, -1, 3, 7}, 1, 0, 1, 0.0f, 0, 0, 0, 1, RB_NONE},
+         {5, -1, 3, 7}, 1, 0, 1, 0.0f, 0, 0, 0, 1, RB_NONE, 0},
         {"zigzag, key lengths (ragged, 0, past the end), not causal, f16, MHA, d 16, lse", 3, 2, 0, 16, CLFLASH_F16,
-         0, CLFLASH_RING_ZIGZAG, 9, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 1, RB_NONE},
+         0, CLFLASH_RING_ZIGZAG, 9, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 1, RB_NONE, 0},
         {"zigzag, causal window 9/0, ALiBi, key lengths and softcap 2, f32, GQA 4/2, d 33, token-major layouts "
          "with gaps, lse", 3, 4, 2, 33, CLFLASH_F32, CLFLASH_CAUSAL | CLFLASH_WINDOW, CLFLASH_RING_ZIGZAG, 10,
-         {0, 0, 0, 0}, 0, 1, 1, 2.0f, 9, 0, 1, 1, RB_NONE},
+         {0, 0, 0, 0}, 0, 1, 1, 2.0f, 9, 0, 1, 1, RB_NONE, 0},
         {"zigzag, bias (strided with gaps, some -inf), causal, f32, GQA 4/2, d 16, lse", 2, 4, 2, 16, CLFLASH_F32,
-         CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 10, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 0, RB_STRIDED},
+         CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 10, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 0, RB_STRIDED, 0},
         {"contiguous uneven (one rank of 1 token), shards in reverse rank order, bias broadcast over batch and "
          "heads, not causal, f16, GQA 4/2, d 33, lse", 2, 4, 2, 33, CLFLASH_F16, 0, CLFLASH_RING_CONTIGUOUS, 83,
-         {5, -1, 3, 7}, 1, 0, 1, 0.0f, 0, 0, 0, 0, RB_BCAST_BH},
+         {5, -1, 3, 7}, 1, 0, 1, 0.0f, 0, 0, 0, 0, RB_BCAST_BH, 0},
         {"contiguous uneven, bias with -inf entries and fully masked rows, causal, f32, MHA, d 32, lse", 1, 2, 0, 32,
          CLFLASH_F32, CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 75, {2, 3, -1, 1}, 0, 0, 1, 0.0f, 0, 0, 0, 0,
-         RB_MASKED},
+         RB_MASKED, 0},
         {"zigzag, bias broadcast over rows, not causal, f16, MQA 3/1, d 16, token-major layouts with gaps, lse", 2, 3,
-         1, 16, CLFLASH_F16, 0, CLFLASH_RING_ZIGZAG, 9, {0, 0, 0, 0}, 0, 1, 1, 0.0f, 0, 0, 0, 0, RB_BCAST_ROWS},
+         1, 16, CLFLASH_F16, 0, CLFLASH_RING_ZIGZAG, 9, {0, 0, 0, 0}, 0, 1, 1, 0.0f, 0, 0, 0, 0, RB_BCAST_ROWS, 0},
         {"zigzag, causal window 5/0, softcap 2, ALiBi and a bias (strided with gaps, some -inf), f32, GQA 4/2, d 33, "
          "token-major layouts with gaps, lse", 1, 4, 2, 33, CLFLASH_F32, CLFLASH_CAUSAL | CLFLASH_WINDOW,
-         CLFLASH_RING_ZIGZAG, 12, {0, 0, 0, 0}, 0, 1, 1, 2.0f, 5, 0, 1, 0, RB_STRIDED},
+         CLFLASH_RING_ZIGZAG, 12, {0, 0, 0, 0}, 0, 1, 1, 2.0f, 5, 0, 1, 0, RB_STRIDED, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         any |= report(cases[i].name, run_case(&cases[i]));
@@ -1023,67 +1135,75 @@ int main(int argc, char **argv)
          * last page partly used, on every rank or on the odd ranks only */
         {{"paged (page 3, every rank), contiguous uneven (one rank of 1 token), causal, f32, GQA 4/2, d 33, lse", 2,
          4, 2, 33, CLFLASH_F32, CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 61, {5, -1, 3, 7}, 0, 0, 1, 0.0f, 0, 0, 0,
-         0, RB_NONE}, 3, 0},
+         0, RB_NONE, 0}, 3, 0},
         {{"paged (page 16, odd ranks), zigzag, causal, f16, MHA, d 33, token-major pools with gaps, lse", 2, 2, 2, 33,
-         CLFLASH_F16, CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 10, {0, 0, 0, 0}, 0, 1, 1, 0.0f, 0, 0, 0, 0, RB_NONE},
+         CLFLASH_F16, CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 10, {0, 0, 0, 0}, 0, 1, 1, 0.0f, 0, 0, 0, 0, RB_NONE, 0},
          16, 1},
         {{"paged (page 1, every rank), contiguous uneven, shards in reverse rank order, not causal, f16, GQA 4/2, "
          "d 16", 2, 4, 2, 16, CLFLASH_F16, 0, CLFLASH_RING_CONTIGUOUS, 37, {2, 3, -1, 1}, 1, 0, 0, 0.0f, 0, 0, 0, 0,
-         RB_NONE}, 1, 0},
+         RB_NONE, 0}, 1, 0},
         {{"paged (page 16, every rank), zigzag, not causal, f32, MQA 3/1, d 16, lse", 1, 3, 1, 16, CLFLASH_F32, 0,
-         CLFLASH_RING_ZIGZAG, 12, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 0, RB_NONE}, 16, 0},
+         CLFLASH_RING_ZIGZAG, 12, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 0, RB_NONE, 0}, 16, 0},
         {{"paged (page 3, every rank), zigzag, causal window 5/0 and key lengths, f32, GQA 4/2, d 16, token-major "
          "pools with gaps, lse", 3, 4, 2, 16, CLFLASH_F32, CLFLASH_CAUSAL | CLFLASH_WINDOW, CLFLASH_RING_ZIGZAG, 8,
-         {0, 0, 0, 0}, 0, 1, 1, 0.0f, 5, 0, 0, 1, RB_NONE}, 3, 0},
+         {0, 0, 0, 0}, 0, 1, 1, 0.0f, 5, 0, 0, 1, RB_NONE, 0}, 3, 0},
         {{"paged (page 3, odd ranks), contiguous uneven, key lengths and ALiBi, causal, f16, GQA 4/2, d 32, lse", 3, 4,
          2, 32, CLFLASH_F16, CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 70, {5, -1, 3, 7}, 0, 0, 1, 0.0f, 0, 0, 1, 1,
-         RB_NONE}, 3, 1},
+         RB_NONE, 0}, 3, 1},
     };
     for (size_t i = 0; i < sizeof paged_cases / sizeof paged_cases[0]; i++)
         any |= report(paged_cases[i].c.name,
                       run_case_paged(&paged_cases[i].c, paged_cases[i].page_size, paged_cases[i].odd_only));
     static const ring_case backward_cases[] = {
         {"contiguous uneven (one rank of 1 token), causal, f32, GQA 4/2, d 33", 2, 4, 2, 33, CLFLASH_F32,
-         CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 90, {5, -1, 3, 7}, 0, 0, 1, 0.0f, 0, 0, 0, 0, RB_NONE},
+         CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 90, {5, -1, 3, 7}, 0, 0, 1, 0.0f, 0, 0, 0, 0, RB_NONE, 0},
         {"contiguous uneven, shards in reverse rank order, not causal, f16, MQA 3/1, d 16, token-major layouts "
          "with gaps", 1, 3, 1, 16, CLFLASH_F16, 0, CLFLASH_RING_CONTIGUOUS, 77, {-1, 4, 2, 3}, 1, 1, 1, 0.0f, 0, 0, 0,
-         0, RB_NONE},
+         0, RB_NONE, 0},
         {"zigzag, causal, f32, GQA 4/2, d 16", 1, 4, 2, 16, CLFLASH_F32, CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 12,
-         {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 0, RB_NONE},
+         {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 0, RB_NONE, 0},
         {"zigzag, causal, f16, GQA 4/2, d 33, token-major layouts with gaps", 1, 4, 2, 33, CLFLASH_F16,
-         CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 9, {0, 0, 0, 0}, 0, 1, 1, 0.0f, 0, 0, 0, 0, RB_NONE},
+         CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 9, {0, 0, 0, 0}, 0, 1, 1, 0.0f, 0, 0, 0, 0, RB_NONE, 0},
         {"zigzag, not causal, f32, MHA, d 32", 2, 2, 0, 32, CLFLASH_F32, 0, CLFLASH_RING_ZIGZAG, 8, {0, 0, 0, 0}, 0,
-         0, 1, 0.0f, 0, 0, 0, 0, RB_NONE},
+         0, 1, 0.0f, 0, 0, 0, 0, RB_NONE, 0},
         {"contiguous even, causal, bf16, GQA 4/2, d 16", 1, 4, 2, 16, CLFLASH_BF16, CLFLASH_CAUSAL,
-         CLFLASH_RING_CONTIGUOUS, 64, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 0, RB_NONE},
+         CLFLASH_RING_CONTIGUOUS, 64, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 0, RB_NONE, 0},
         {"zigzag, causal, f32, GQA 4/2, d 33, softcap 0.5", 1, 4, 2, 33, CLFLASH_F32, CLFLASH_CAUSAL,
-         CLFLASH_RING_ZIGZAG, 7, {0, 0, 0, 0}, 0, 0, 1, 0.5f, 0, 0, 0, 0, RB_NONE},
+         CLFLASH_RING_ZIGZAG, 7, {0, 0, 0, 0}, 0, 0, 1, 0.5f, 0, 0, 0, 0, RB_NONE, 0},
         {"contiguous uneven (one rank of 1 token), not causal, f16, GQA 4/2, d 16, softcap 2", 1, 4, 2, 16,
-         CLFLASH_F16, 0, CLFLASH_RING_CONTIGUOUS, 71, {5, -1, 3, 7}, 0, 1, 1, 2.0f, 0, 0, 0, 0, RB_NONE},
+         CLFLASH_F16, 0, CLFLASH_RING_CONTIGUOUS, 71, {5, -1, 3, 7}, 0, 1, 1, 2.0f, 0, 0, 0, 0, RB_NONE, 0},
         {"zigzag, causal window 5/0 (narrower than a chunk), f32, GQA 4/2, d 16", 1, 4, 2, 16, CLFLASH_F32,
-         CLFLASH_CAUSAL | CLFLASH_WINDOW, CLFLASH_RING_ZIGZAG, 8, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 5, 0, 0, 0, RB_NONE},
+         CLFLASH_CAUSAL | CLFLASH_WINDOW, CLFLASH_RING_ZIGZAG, 8, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 5, 0, 0, 0, RB_NONE, 0},
         {"contiguous uneven (one rank of 1 token), window 6/2 not causal, ALiBi, f16, MHA, d 16", 1, 2, 0, 16,
-         CLFLASH_F16, CLFLASH_WINDOW, CLFLASH_RING_CONTIGUOUS, 71, {5, -1, 3, 7}, 0, 0, 1, 0.0f, 6, 2, 1, 0, RB_NONE},
+         CLFLASH_F16, CLFLASH_WINDOW, CLFLASH_RING_CONTIGUOUS, 71, {5, -1, 3, 7}, 0, 0, 1, 0.0f, 6, 2, 1, 0, RB_NONE,
+         0},
         {"zigzag, key lengths (ragged, 0, past the end), causal, f32, MQA 3/1, d 16", 3, 3, 1, 16, CLFLASH_F32,
-         CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 7, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 1, RB_NONE},
+         CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 7, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 1, RB_NONE, 0},
         {"contiguous uneven, shards in reverse rank order, window 10/4 not causal, ALiBi, key lengths and softcap "
          "2, f32, GQA 4/2, d 33, token-major layouts with gaps", 4, 4, 2, 33, CLFLASH_F32, CLFLASH_WINDOW,
-         CLFLASH_RING_CONTIGUOUS, 66, {2, 3, -1, 1}, 1, 1, 1, 2.0f, 10, 4, 1, 1, RB_NONE},
+         CLFLASH_RING_CONTIGUOUS, 66, {2, 3, -1, 1}, 1, 1, 1, 2.0f, 10, 4, 1, 1, RB_NONE, 0},
         {"zigzag, bias (strided with gaps, some -inf), causal, f32, GQA 4/2, d 16", 1, 4, 2, 16, CLFLASH_F32,
-         CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 8, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 0, RB_STRIDED},
+         CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 8, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 0, RB_STRIDED, 1},
         {"contiguous uneven (one rank of 1 token), shards in reverse rank order, bias broadcast over batch and "
          "heads, not causal, f16, GQA 4/2, d 16", 2, 4, 2, 16, CLFLASH_F16, 0, CLFLASH_RING_CONTIGUOUS, 71,
-         {5, -1, 3, 7}, 1, 0, 1, 0.0f, 0, 0, 0, 0, RB_BCAST_BH},
+         {5, -1, 3, 7}, 1, 0, 1, 0.0f, 0, 0, 0, 0, RB_BCAST_BH, 1},
         {"contiguous uneven, bias with -inf entries and fully masked rows, causal, f32, MHA, d 33", 1, 2, 0, 33,
          CLFLASH_F32, CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 66, {2, 3, -1, 1}, 0, 0, 1, 0.0f, 0, 0, 0, 0,
-         RB_MASKED},
+         RB_MASKED, 1},
         {"zigzag, window 6/2 not causal, softcap 2 and a bias (strided with gaps, some -inf), f32, MQA 3/1, d 16, "
          "token-major layouts with gaps", 1, 3, 1, 16, CLFLASH_F32, CLFLASH_WINDOW, CLFLASH_RING_ZIGZAG, 7,
-         {0, 0, 0, 0}, 0, 1, 1, 2.0f, 6, 2, 0, 0, RB_STRIDED},
+         {0, 0, 0, 0}, 0, 1, 1, 2.0f, 6, 2, 0, 0, RB_STRIDED, 1},
+        {"zigzag, bias broadcast over rows (summed over the ranks), causal, f16, GQA 4/2, d 16, token-major layouts "
+         "with gaps", 2, 4, 2, 16, CLFLASH_F16, CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 6, {0, 0, 0, 0}, 0, 1, 1, 0.0f, 0,
+         0, 0, 0, RB_BCAST_ROWS, 1},
+        {"contiguous uneven (one rank of 1 token), shards in reverse rank order, window 5/3 not causal, bias "
+         "broadcast over rows (summed over the ranks), f32, MHA, d 16", 1, 2, 0, 16, CLFLASH_F32, CLFLASH_WINDOW,
+         CLFLASH_RING_CONTIGUOUS, 53, {5, -1, 3, 7}, 1, 0, 1, 0.0f, 5, 3, 0, 0, RB_BCAST_ROWS, 1},
     };
     for (size_t i = 0; i < sizeof backward_cases / sizeof backward_cases[0]; i++) {
         char name[200];
-        snprintf(name, sizeof name, "backward: %s (and determinism)", backward_cases[i].name);
+        snprintf(name, sizeof name, "backward: %s (%sand determinism)", backward_cases[i].name,
+                 backward_cases[i].dbias ? "dBias " : "");
         any |= report(name, run_backward_case(&backward_cases[i]));
     }
     /* the same cases on communicators of their own, each freed after its calls: the window kept
@@ -1134,8 +1254,17 @@ int main(int argc, char **argv)
          * refuses any block table first */
         any |= INVALID("one rank's block table names a page past its pools", "block table entry", BAD_PAGE_ENTRY,
                        last, backward ? CLFLASH_ERROR_UNSUPPORTED : CLFLASH_ERROR_INVALID_ARGUMENT);
-        if (backward)
+        if (backward) {
             any |= INVALID("one rank pages its K/V shard", "paged", BAD_PAGED, 0, CLFLASH_ERROR_UNSUPPORTED);
+            any |= INVALID("one rank without a bias_grad", "bias_grad", BAD_BIAS_GRAD, last,
+                           CLFLASH_ERROR_INVALID_ARGUMENT);
+            any |= INVALID("one rank's bias_grad is its dk", "bias_grad alias", BAD_BIAS_GRAD_ALIAS, 0,
+                           CLFLASH_ERROR_INVALID_ARGUMENT);
+            any |= INVALID("one rank's bias_grad a float too small", "bias_grad size", BAD_BIAS_GRAD_SMALL, last,
+                           CLFLASH_ERROR_BUFFER_TOO_SMALL);
+            any |= INVALID("one rank's bias_grad without a bias", "bias_grad without bias", BAD_BIAS_GRAD_NO_BIAS, 0,
+                           CLFLASH_ERROR_INVALID_ARGUMENT);
+        }
 #undef INVALID
     }
     clflash_context_free(ctx);

@@ -3,7 +3,7 @@
  * forward: at step s the rank holds the K/V shard of rank (r - s) mod P, and each of its query
  * chunks that sees some of those keys runs the forward's calls (ring_calls: one, or with a window,
  * ALiBi, key lengths or a bias one per key chunk, whose dK/dV are that chunk's rows; the bias is
- * added where P is recomputed, and no bias gradient is asked for) as clflash_backward with the
+ * added where P is recomputed) as clflash_backward with the
  * rank's final O, its dO and the GLOBAL lse. With the global lse, P = exp(S - lse) is the
  * probability over the whole sequence and clflash_backward's D = rowsum(dO * O) is the global one,
  * so the per-pair gradients simply add up. dQ partials are added into this rank's fp32 dQ
@@ -22,10 +22,22 @@
  * every step. The order of every addition is fixed (query chunks in row order within a step, steps
  * in order; for dK/dV the owner's rank first, then around the ring), so a fixed rank count gives
  * the same bits on every run.
+ *
+ * The bias gradient (d->bias_grad): with a bias every call is one (query chunk, key chunk) pair,
+ * and the pair's block of dBias (this rank's rows of the chunk, the key chunk's columns) is the
+ * call's own dBias, so each call writes it straight into the caller's buffer at the bias's moved
+ * offset (clflash_backward sums broadcast batch entries and heads itself). Blocks of pairs that
+ * get no call (hidden by the causal or window rule) are zeroed after the ring (clflash_grad_zero).
+ * A bias broadcast over rows is the exception: its one row is shared by every query row of the
+ * whole sequence, so every call writes the row's block into a scratch buffer in the bias layout,
+ * which is added (fp32, in call order) into a compact [batch][heads][seq_total] row of this rank;
+ * after the ring the ranks' rows are summed along the ranks in rank order (fp64, rank 0 first, then
+ * broadcast from the last rank), and every rank writes the sum: deterministic as well.
  */
 #include "component.h"
 #include "ring_internal.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,6 +74,14 @@ typedef struct {
     ring_exchange x;
     int have_x;
     ring_key_lengths kl;  /* per key chunk, with key lengths */
+    cl_mem dbias_call;    /* with bias_grad: the buffer the calls write their dBias into (the caller's,
+                             or with a bias broadcast over rows rows_scratch) */
+    int rows_bcast;       /* bias_grad with CLFLASH_BROADCAST_ROWS: the row is summed over the ranks */
+    uint32_t bias_nb, bias_nh; /* the bias's batch entries and heads, 1 where broadcast */
+    cl_mem rows_scratch;  /* rows_bcast: a call's dBias, in the bias layout (its extent) */
+    cl_mem rows_part;     /* rows_bcast: rows_scratch compact, fp32 [bias_nb * bias_nh][seq_total] */
+    cl_mem rows_acc;      /* rows_bcast: this rank's sum of them, the same geometry */
+    double *rows_host;    /* rows_bcast: rows_acc on the host after the ring, then the ranks' sum */
     ring_timing *timing;  /* NULL unless a clflash_ring_stats is attached (ring_stats.h) */
     double acc_posted;    /* MPI_Wtime when the incoming accumulator's receive was posted (timing only) */
 } ring_bwd;
@@ -99,6 +119,7 @@ static clflash_attention_desc call_desc(const ring_bwd *B, const ring_chunk *q, 
     a.k = ring_layout_rows(kl, g->heads_kv, kv_rows, g->head_dim, c->k_row);
     a.v = ring_layout_rows(vl, g->heads_kv, kv_rows, g->head_dim, c->k_row);
     a.o = ring_layout_rows(&B->d->o, g->heads_q, B->d->seq_local, g->head_dim, q->row);
+    a.bias_grad = B->dbias_call; /* in the bias's layout, whose offset ring_call_rules moved */
     return a;
 }
 
@@ -122,6 +143,22 @@ static clflash_status accumulate(ring_bwd *B, clflash_dtype part_dtype, cl_mem a
     const clflash_status st =
         clflash_grad_accumulate(B->ctx, B->cq, part_dtype, acc, part, nbh, rows, row0, len, B->g->head_dim);
     return st ? ring_fail(st, "adding a gradient partial: %s", clflash_last_error_detail()) : CLFLASH_SUCCESS;
+}
+
+/* With a bias gradient broadcast over rows: call c's block of the row (its key chunk's columns,
+ * summed over the call's query rows), which the call wrote into rows_scratch, is added into
+ * rows_acc. The row is gathered whole into rows_part (compact), and the addition takes only the
+ * call's columns: seen as [nbh][seq_total][1], they are the rows k_pos .. k_pos + k_len - 1. */
+static clflash_status add_row_block(ring_bwd *B, const ring_call *c)
+{
+    const ring_geometry *g = B->g;
+    const uint32_t keys = (uint32_t)g->seq_total; /* below 2^31: setup checked the row's size */
+    clflash_status st = clflash_grad_gather(B->ctx, B->cq, CLFLASH_F32, B->rows_part, 0, B->rows_scratch,
+                                            &g->bias_layout, B->bias_nb, B->bias_nh, 1, keys);
+    if (st == CLFLASH_SUCCESS)
+        st = clflash_grad_accumulate(B->ctx, B->cq, CLFLASH_F32, B->rows_acc, B->rows_part,
+                                     (uint64_t)B->bias_nb * B->bias_nh, keys, (uint32_t)c->k_pos, c->k_len, 1);
+    return st ? ring_fail(st, "adding a bias gradient row: %s", clflash_last_error_detail()) : CLFLASH_SUCCESS;
 }
 
 /* The caller's tensor m (layout l, heads heads, rows rows) from compact fp32 compact_buf at element
@@ -179,6 +216,20 @@ static clflash_status setup(ring_bwd *B, MPI_Comm comm, cl_mem q)
     B->dkv_acc = new_buffer(B, kv_elems * sizeof(float), &st);
     for (int i = 0; i < B->nq && B->nq > 1; i++)
         B->lse_c[i] = new_buffer(B, (uint64_t)g->batch * g->heads_q * B->qc[i].len * sizeof(float), &st);
+    B->dbias_call = g->bias_grad;
+    B->bias_nb = g->bias_broadcast & CLFLASH_BROADCAST_BATCH ? 1 : g->batch;
+    B->bias_nh = g->bias_broadcast & CLFLASH_BROADCAST_HEADS ? 1 : g->heads_q;
+    B->rows_bcast = g->bias_grad != NULL && (g->bias_broadcast & CLFLASH_BROADCAST_ROWS);
+    const uint64_t row_elems = (uint64_t)B->bias_nb * B->bias_nh * g->seq_total;
+    if (B->rows_bcast) {
+        if (row_elems > (uint64_t)INT_MAX)
+            return ring_fail(CLFLASH_ERROR_UNSUPPORTED, "a bias gradient broadcast over rows of %llu elements is above "
+                             "the ring's %d (one MPI message)", (unsigned long long)row_elems, INT_MAX);
+        B->rows_scratch = new_buffer(B, ring_bias_extent_bytes(g, n), &st);
+        B->rows_part = new_buffer(B, row_elems * sizeof(float), &st);
+        B->rows_acc = new_buffer(B, row_elems * sizeof(float), &st);
+        B->dbias_call = B->rows_scratch;
+    }
     if (st)
         return st;
     if (g->size > 1) {
@@ -200,6 +251,9 @@ static clflash_status setup(ring_bwd *B, MPI_Comm comm, cl_mem q)
         return st;
     cl_int err =
         clEnqueueFillBuffer(B->cq, B->dq_acc, &zero, sizeof zero, 0, (size_t)(q_elems * sizeof(float)), 0, NULL, NULL);
+    if (err == CL_SUCCESS && B->rows_bcast)
+        err = clEnqueueFillBuffer(B->cq, B->rows_acc, &zero, sizeof zero, 0, (size_t)(row_elems * sizeof(float)), 0,
+                                  NULL, NULL);
     for (int i = 0; i < B->nq && B->nq > 1 && err == CL_SUCCESS; i++) {
         const size_t len = (size_t)B->qc[i].len * sizeof(float);
         const size_t so[3] = {(size_t)B->qc[i].row * sizeof(float), 0, 0}, dz[3] = {0, 0, 0},
@@ -255,8 +309,9 @@ static void teardown(ring_bwd *B)
     for (int j = 0; j < 2; j++)
         if (B->rd[j])
             clReleaseEvent(B->rd[j]);
-    cl_mem mems[] = {B->q_c, B->dq_part, B->dq_acc, B->dkv_part, B->dkv_acc, B->dkv_in,
-                     B->nq > 1 ? B->lse_c[0] : NULL, B->nq > 1 ? B->lse_c[1] : NULL};
+    cl_mem mems[] = {B->q_c,     B->dq_part,   B->dq_acc,   B->dkv_part,
+                     B->dkv_acc, B->dkv_in,    B->nq > 1 ? B->lse_c[0] : NULL,
+                     B->nq > 1 ? B->lse_c[1] : NULL, B->rows_scratch, B->rows_part, B->rows_acc};
     for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++)
         if (mems[i])
             clReleaseMemObject(mems[i]);
@@ -297,6 +352,8 @@ static clflash_status compute_step(ring_bwd *B, int s)
             if (as == CLFLASH_SUCCESS) /* K and V as one [2 * batch * heads_kv][rows][head_dim] tensor */
                 as = accumulate(B, g->dtype, B->dkv_acc, B->dkv_part, 2ull * g->batch * g->heads_kv, kv->rows,
                                 c[j].k_row, c[j].k_len);
+            if (as == CLFLASH_SUCCESS && B->rows_bcast)
+                as = add_row_block(B, &c[j]);
             if (as != CLFLASH_SUCCESS)
                 return as;
         }
@@ -439,6 +496,34 @@ static clflash_status own_shard_to_device(ring_bwd *B, cl_mem k, cl_mem v, uint3
     return err == CL_SUCCESS ? CLFLASH_SUCCESS : ring_fail(err, "compacting the own K/V shard: %d", err);
 }
 
+/* With a bias gradient not broadcast over rows: zeros into the blocks of this rank's rows of it that
+ * no call writes (a query chunk and a key chunk whose every pair the causal or window rule hides),
+ * so that every element the bias layout addresses is written. */
+static clflash_status zero_unmet(ring_bwd *B)
+{
+    const ring_geometry *g = B->g;
+    for (int i = 0; i < B->nq; i++)
+        for (int r = 0; r < g->size; r++) {
+            const ring_shard *kv = &g->shards[r];
+            ring_call c[2];
+            const int nc = ring_calls(g, &B->qc[i], kv, c); /* one call per key chunk met: a bias is set */
+            for (int k = 0; k < kv->nchunks; k++) {
+                int met = 0;
+                for (int j = 0; j < nc; j++)
+                    met |= c[j].k_pos == kv->chunk[k].pos;
+                if (met)
+                    continue;
+                clflash_layout l = g->bias_layout;
+                l.offset += (uint64_t)B->qc[i].row * l.seq_stride + kv->chunk[k].pos;
+                const clflash_status st = clflash_grad_zero(B->ctx, B->cq, g->bias_grad, &l, B->bias_nb, B->bias_nh,
+                                                            B->qc[i].len, kv->chunk[k].len);
+                if (st != CLFLASH_SUCCESS)
+                    return ring_fail(st, "zeroing the bias gradient of unmet pairs: %s", clflash_last_error_detail());
+            }
+        }
+    return CLFLASH_SUCCESS;
+}
+
 /* The P steps and the final writes. A rank that fails keeps passing shards and accumulators.
  * Step s's accumulator is sent during step s + 1, after that step's kernels are enqueued, so the
  * device has work while the host waits for the read. */
@@ -509,10 +594,81 @@ static clflash_status run_ring(ring_bwd *B, cl_mem k, cl_mem v, cl_mem dq, cl_me
             st = move(B, 1, dk, &B->d->k, g->heads_kv, own_rows, B->dkv_acc, 0);
         if (st == CLFLASH_SUCCESS)
             st = move(B, 1, dv, &B->d->v, g->heads_kv, own_rows, B->dkv_acc, v_off);
+        if (st == CLFLASH_SUCCESS && g->bias_grad && !B->rows_bcast)
+            st = zero_unmet(B);
+    }
+    float *row = NULL;
+    const size_t row_elems = (size_t)B->bias_nb * B->bias_nh * (size_t)g->seq_total;
+    if (st == CLFLASH_SUCCESS && B->rows_bcast) {
+        row = malloc(row_elems * sizeof(float));
+        B->rows_host = malloc(row_elems * sizeof(double));
+        if (row == NULL || B->rows_host == NULL)
+            st = ring_fail(CLFLASH_ERROR_OUT_OF_HOST_MEMORY, "no host memory for the bias gradient's row");
+        cl_int err = CL_SUCCESS;
+        if (st == CLFLASH_SUCCESS &&
+            (err = clEnqueueReadBuffer(B->cq, B->rows_acc, CL_FALSE, 0, row_elems * sizeof(float), row, 0, NULL,
+                                       NULL)) != CL_SUCCESS)
+            st = ring_fail(err, "reading the bias gradient's row: %d", err);
     }
     const cl_int fin = clFinish(B->cq);
     if (fin != CL_SUCCESS && st == CLFLASH_SUCCESS)
         st = ring_fail(fin, "clFinish after the ring: %d", fin);
+    if (st == CLFLASH_SUCCESS && row != NULL)
+        for (size_t i = 0; i < row_elems; i++)
+            B->rows_host[i] = row[i];
+    free(row);
+    return st;
+}
+
+/* The ranks' rows of a bias gradient broadcast over rows (rows_host, this rank's) summed in rank
+ * order: rank 0 sends its row to rank 1, each rank adds its own to what it receives and sends the
+ * sum on, and the last rank broadcasts the total, which every rank writes into its bias_grad (one
+ * write per batch entry and head of the bias). Collective; called on every rank once the ring has
+ * succeeded on every rank. */
+static clflash_status reduce_rows(ring_bwd *B, MPI_Comm comm)
+{
+    const ring_geometry *g = B->g;
+    const int n = (int)((uint64_t)B->bias_nb * B->bias_nh * g->seq_total); /* setup checked it fits */
+    double *in = malloc((size_t)n * sizeof(double));
+    float *out = malloc((size_t)n * sizeof(float));
+    /* every rank must take part in the messages below: agree first that every rank has the memory */
+    clflash_status st = ring_agree_status(comm, in && out ? CLFLASH_SUCCESS
+                                                          : ring_fail(CLFLASH_ERROR_OUT_OF_HOST_MEMORY,
+                                                                      "no host memory for the bias gradient's row"),
+                                          "the bias gradient's row");
+    int rc = MPI_SUCCESS;
+    if (st == CLFLASH_SUCCESS) {
+        if (g->rank > 0) {
+            rc |= MPI_Recv(in, n, MPI_DOUBLE, g->rank - 1, ACC_TAG0 + 2, comm, MPI_STATUS_IGNORE);
+            for (int i = 0; i < n; i++)
+                B->rows_host[i] = in[i] + B->rows_host[i];
+        }
+        if (g->rank + 1 < g->size)
+            rc |= MPI_Send(B->rows_host, n, MPI_DOUBLE, g->rank + 1, ACC_TAG0 + 2, comm);
+        rc |= MPI_Bcast(B->rows_host, n, MPI_DOUBLE, g->size - 1, comm);
+        if (rc != MPI_SUCCESS)
+            st = ring_fail(CLFLASH_RING_ERROR_MPI, "summing the bias gradient's row over the ranks failed");
+    }
+    cl_int err = CL_SUCCESS;
+    if (st == CLFLASH_SUCCESS) {
+        for (int i = 0; i < n; i++)
+            out[i] = (float)B->rows_host[i];
+        const clflash_layout *l = &g->bias_layout;
+        for (uint32_t b = 0; b < B->bias_nb && err == CL_SUCCESS; b++)
+            for (uint32_t h = 0; h < B->bias_nh && err == CL_SUCCESS; h++)
+                err = clEnqueueWriteBuffer(B->cq, g->bias_grad, CL_FALSE,
+                                           (size_t)((l->offset + b * l->batch_stride + h * l->head_stride) *
+                                                    sizeof(float)),
+                                           (size_t)g->seq_total * sizeof(float),
+                                           out + ((size_t)b * B->bias_nh + h) * g->seq_total, 0, NULL, NULL);
+        const cl_int fin = clFinish(B->cq);
+        if (err == CL_SUCCESS)
+            err = fin;
+        if (err != CL_SUCCESS)
+            st = ring_fail(err, "writing the bias gradient's row: %d", err);
+    }
+    free(in);
+    free(out);
     return st;
 }
 
@@ -535,7 +691,8 @@ static clflash_status check_backward_local(clflash_context *ctx, const clflash_r
         (st = ring_check_tensor(ctx, dk, &d->k, d->batch, hkv, d->seq_local, d->head_dim, d->dtype, "dk")) ||
         (st = ring_check_tensor(ctx, dv, &d->v, d->batch, hkv, d->seq_local, d->head_dim, d->dtype, "dv")))
         return st;
-    const cl_mem in[] = {q, k, v, o, d_o, lse, d->alibi_slopes, d->key_lengths, d->bias}, out[] = {dq, dk, dv};
+    const cl_mem in[] = {q, k, v, o, d_o, lse, d->alibi_slopes, d->key_lengths, d->bias},
+                 out[] = {dq, dk, dv, d->bias_grad};
     for (int i = 0; i < 3; i++) {
         for (int j = 0; j < 9; j++)
             if (out[i] == in[j])
@@ -544,6 +701,19 @@ static clflash_status check_backward_local(clflash_context *ctx, const clflash_r
             if (out[i] == out[j])
                 return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "dq, dk and dv must be three different buffers");
     }
+    if (d->bias_grad == NULL)
+        return CLFLASH_SUCCESS;
+    /* its size needs seq_total: checked after the agreement, with the bias's (ring_geometry.c) */
+    if (d->bias == NULL)
+        return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "bias_grad is set but bias is NULL");
+    if ((st = ring_check_buffer(ctx, d->bias_grad, 0, "bias_grad")))
+        return st;
+    for (int j = 0; j < 9; j++)
+        if (d->bias_grad == in[j])
+            return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "bias_grad must not be an input buffer");
+    for (int j = 0; j < 3; j++)
+        if (d->bias_grad == out[j])
+            return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "bias_grad must not be the same buffer as dq, dk or dv");
     return CLFLASH_SUCCESS;
 }
 
@@ -559,7 +729,7 @@ clflash_status clflash_ring_backward(clflash_context *ctx, MPI_Comm comm, const 
     const clflash_status local = check_backward_local(ctx, d, q, k, v, o, d_o, lse, dq, dk, dv);
     MPI_Comm ring_comm;
     ring_geometry g;
-    if ((st = ring_join(comm, d, local, &ring_comm, &g)) != CLFLASH_SUCCESS)
+    if ((st = ring_join(comm, d, local, 1, &ring_comm, &g)) != CLFLASH_SUCCESS)
         return st;
     ring_bwd B;
     memset(&B, 0, sizeof B);
@@ -582,9 +752,12 @@ clflash_status clflash_ring_backward(clflash_context *ctx, MPI_Comm comm, const 
         const clflash_status mine = run_ring(&B, k, v, dq, dk, dv);
         teardown(&B);
         st = ring_agree_status(ring_comm, mine, "ring");
+        if (st == CLFLASH_SUCCESS && B.rows_bcast)
+            st = ring_agree_status(ring_comm, reduce_rows(&B, ring_comm), "the bias gradient's row");
     } else {
         teardown(&B);
     }
+    free(B.rows_host);
     ring_timing_end(B.timing, st);
     ring_geometry_free(&g);
     MPI_Comm_free(&ring_comm);

@@ -370,7 +370,7 @@ clflash_status clflash_ring_forward(clflash_context *ctx, MPI_Comm comm, const c
         local = ring_paged_read_table(ctx, d, &table);
     MPI_Comm ring_comm;
     ring_geometry g;
-    if ((st = ring_join(comm, d, local, &ring_comm, &g)) != CLFLASH_SUCCESS) {
+    if ((st = ring_join(comm, d, local, 0, &ring_comm, &g)) != CLFLASH_SUCCESS) {
         free(table);
         return st;
     }

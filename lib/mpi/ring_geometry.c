@@ -77,7 +77,7 @@ clflash_layout ring_bias_layout(const clflash_ring_desc *d, uint64_t seq_total)
     return r;
 }
 
-static clflash_status check_buffer(clflash_context *ctx, cl_mem m, uint64_t need, const char *name)
+clflash_status ring_check_buffer(clflash_context *ctx, cl_mem m, uint64_t need, const char *name)
 {
     cl_context mc = NULL;
     cl_mem_object_type type = 0;
@@ -100,7 +100,7 @@ clflash_status ring_check_tensor(clflash_context *ctx, cl_mem m, const clflash_l
     if (m == NULL)
         return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "%s must not be NULL", name);
     const clflash_layout r = ring_resolve_layout(l, heads, rows, head_dim);
-    return check_buffer(ctx, m, extent_bytes(&r, batch, heads, rows, head_dim, clflash_dtype_size(t)), name);
+    return ring_check_buffer(ctx, m, extent_bytes(&r, batch, heads, rows, head_dim, clflash_dtype_size(t)), name);
 }
 
 clflash_status ring_check_local(clflash_context *ctx, const clflash_ring_desc *in, cl_mem q, cl_mem k, cl_mem v,
@@ -171,29 +171,31 @@ clflash_status ring_check_local(clflash_context *ctx, const clflash_ring_desc *i
         const int pool = d->block_table && (i == 1 || i == 2);
         const uint32_t outer = pool ? d->num_pages : d->batch, rows = pool ? d->page_size : d->seq_local;
         const clflash_layout r = ring_resolve_layout(t[i].l, t[i].heads, rows, d->head_dim);
-        if ((st = check_buffer(ctx, t[i].m, extent_bytes(&r, outer, t[i].heads, rows, d->head_dim, s), t[i].name)))
+        if ((st = ring_check_buffer(ctx, t[i].m, extent_bytes(&r, outer, t[i].heads, rows, d->head_dim, s), t[i].name)))
             return st;
     }
-    if (d->block_table && (st = check_buffer(ctx, d->block_table,
+    if (d->block_table && (st = ring_check_buffer(ctx, d->block_table,
                                              (uint64_t)d->batch * d->pages_per_seq * sizeof(int32_t), "block_table")))
         return st;
-    if (lse && (st = check_buffer(ctx, lse, (uint64_t)d->batch * d->heads_q * d->seq_local * sizeof(float), "lse")))
+    if (lse && (st = ring_check_buffer(ctx, lse, (uint64_t)d->batch * d->heads_q * d->seq_local * sizeof(float),
+                                       "lse")))
         return st;
-    if (d->alibi_slopes && (st = check_buffer(ctx, d->alibi_slopes, (uint64_t)d->heads_q * sizeof(float),
+    if (d->alibi_slopes && (st = ring_check_buffer(ctx, d->alibi_slopes, (uint64_t)d->heads_q * sizeof(float),
                                               "alibi_slopes")))
         return st;
-    if (d->key_lengths && (st = check_buffer(ctx, d->key_lengths, (uint64_t)d->batch * sizeof(int32_t), "key_lengths")))
+    if (d->key_lengths &&
+        (st = ring_check_buffer(ctx, d->key_lengths, (uint64_t)d->batch * sizeof(int32_t), "key_lengths")))
         return st;
     /* the bias's size needs seq_total, which is known only once every rank's shard is: checked
      * after the agreement (check_bias_size) */
-    if (d->bias && (st = check_buffer(ctx, d->bias, 0, "bias")))
+    if (d->bias && (st = ring_check_buffer(ctx, d->bias, 0, "bias")))
         return st;
     return CLFLASH_SUCCESS;
 }
 
 /* The fields gathered from every rank, in this order. */
 enum { F_STATUS, F_BATCH, F_HEADS_Q, F_HEADS_KV, F_HEAD_DIM, F_DTYPE, F_SCALE, F_FLAGS, F_MAPPING, F_SOFTCAP,
-       F_WINDOW_LEFT, F_WINDOW_RIGHT, F_HAS_ALIBI, F_HAS_KEY_LENGTHS, F_HAS_BIAS,
+       F_WINDOW_LEFT, F_WINDOW_RIGHT, F_HAS_ALIBI, F_HAS_KEY_LENGTHS, F_HAS_BIAS, F_HAS_BIAS_GRAD,
        F_BIAS_BROADCAST, /* the last field every rank must agree on */
        F_SEQ_TOTAL, F_SEQ_LOCAL, F_SEQ_OFFSET, F_COUNT };
 
@@ -211,6 +213,7 @@ static const struct {
     [F_HAS_ALIBI] = {"alibi_slopes (whether given)", CLFLASH_ERROR_INVALID_ARGUMENT},
     [F_HAS_KEY_LENGTHS] = {"key_lengths (whether given)", CLFLASH_ERROR_INVALID_ARGUMENT},
     [F_HAS_BIAS] = {"bias (whether given)", CLFLASH_ERROR_INVALID_ARGUMENT},
+    [F_HAS_BIAS_GRAD] = {"bias_grad (whether given)", CLFLASH_ERROR_INVALID_ARGUMENT},
     [F_BIAS_BROADCAST] = {"bias_broadcast", CLFLASH_ERROR_INVALID_FLAGS},
     [F_SEQ_TOTAL] = {"seq_total", CLFLASH_ERROR_INVALID_SHAPE},
 };
@@ -319,6 +322,7 @@ static clflash_status decide(const uint64_t *all, ring_geometry *g)
     g->has_alibi = all[F_HAS_ALIBI] != 0;
     g->has_key_lengths = all[F_HAS_KEY_LENGTHS] != 0;
     g->has_bias = all[F_HAS_BIAS] != 0;
+    g->has_bias_grad = all[F_HAS_BIAS_GRAD] != 0;
     g->bias_broadcast = (uint32_t)all[F_BIAS_BROADCAST];
     g->per_pair = (g->flags & CLFLASH_WINDOW) || g->has_alibi || g->has_key_lengths || g->has_bias;
     uint64_t sum = 0;
@@ -394,26 +398,67 @@ static clflash_status decide(const uint64_t *all, ring_geometry *g)
     return CLFLASH_SUCCESS;
 }
 
-/* This rank's bias against its layout over [batch][heads_q][seq_local][seq_total] (its broadcast
- * strides 0, as clflash counts a bias's extent); ring_check_local has seen that it is a buffer of
- * ctx. */
+uint64_t ring_bias_extent_bytes(const ring_geometry *g, uint32_t seq_local)
+{
+    return extent_bytes(&g->bias_layout, g->batch, g->heads_q, seq_local, g->seq_total, sizeof(float));
+}
+
+/* Whether no two elements the bias layout l addresses over [batch][heads][rows][keys] share an
+ * address, counting each broadcast dimension (stride 0) once: the dimensions of more than one
+ * element, innermost (smallest stride) first, must each step past everything the inner ones span. */
+static int bias_disjoint(const clflash_layout *l, uint32_t batch, uint32_t heads, uint32_t rows, uint64_t keys)
+{
+    uint64_t count[3] = {batch, heads, rows}, stride[3] = {l->batch_stride, l->head_stride, l->seq_stride};
+    for (int i = 0; i < 3; i++)
+        if (stride[i] == 0)
+            count[i] = 1;
+    for (int i = 0; i < 3; i++) /* sort by stride, ascending */
+        for (int j = i + 1; j < 3; j++)
+            if (stride[j] < stride[i]) {
+                const uint64_t s = stride[i], c = count[i];
+                stride[i] = stride[j];
+                count[i] = count[j];
+                stride[j] = s;
+                count[j] = c;
+            }
+    uint64_t span = keys; /* elements from the first to one past the last of the inner dimensions */
+    for (int i = 0; i < 3; i++) {
+        if (count[i] <= 1)
+            continue;
+        if (stride[i] < span)
+            return 0;
+        span = mul_add(count[i] - 1, stride[i], span);
+    }
+    return 1;
+}
+
+/* This rank's bias (and, with has_bias_grad, its bias_grad) against the bias layout over
+ * [batch][heads_q][seq_local][seq_total] (its broadcast strides 0, as clflash counts a bias's
+ * extent); ring_check_local (and the backward's own check) has seen that they are buffers of ctx. */
 static clflash_status check_bias_size(const clflash_ring_desc *d, const ring_geometry *g)
 {
-    const uint64_t need =
-        extent_bytes(&g->bias_layout, d->batch, d->heads_q, d->seq_local, g->seq_total, sizeof(float));
-    size_t size = 0;
+    const uint64_t need = ring_bias_extent_bytes(g, d->seq_local);
     if (need == UINT64_MAX)
         return ring_fail(CLFLASH_ERROR_INVALID_LAYOUT, "the layout of bias addresses more than 2^64 bytes");
-    if (clGetMemObjectInfo(d->bias, CL_MEM_SIZE, sizeof size, &size, NULL) != CL_SUCCESS)
-        return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "bias is not a buffer of the context");
-    if ((uint64_t)size < need)
-        return ring_fail(CLFLASH_ERROR_BUFFER_TOO_SMALL, "bias has %zu bytes, its layout over %u x %u x %u x %llu "
-                         "needs %llu", size, d->batch, d->heads_q, d->seq_local, (unsigned long long)g->seq_total,
-                         (unsigned long long)need);
+    for (int i = 0; i < 1 + g->has_bias_grad; i++) {
+        const cl_mem m = i ? d->bias_grad : d->bias;
+        const char *name = i ? "bias_grad" : "bias";
+        size_t size = 0;
+        if (clGetMemObjectInfo(m, CL_MEM_SIZE, sizeof size, &size, NULL) != CL_SUCCESS)
+            return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "%s is not a buffer of the context", name);
+        if ((uint64_t)size < need)
+            return ring_fail(CLFLASH_ERROR_BUFFER_TOO_SMALL, "%s has %zu bytes, the bias layout over %u x %u x %u x "
+                             "%llu needs %llu", name, size, d->batch, d->heads_q, d->seq_local,
+                             (unsigned long long)g->seq_total, (unsigned long long)need);
+    }
+    if (g->has_bias_grad && !bias_disjoint(&g->bias_layout, d->batch, d->heads_q, d->seq_local, g->seq_total))
+        return ring_fail(CLFLASH_ERROR_INVALID_LAYOUT, "the bias layout makes elements of bias_grad overlap; as an "
+                         "output it needs distinct elements (each one a sum over the broadcast dimensions)");
     return CLFLASH_SUCCESS;
 }
 
-clflash_status ring_geometry_agree(MPI_Comm comm, const clflash_ring_desc *d, clflash_status local, ring_geometry *g)
+clflash_status ring_geometry_agree(MPI_Comm comm, const clflash_ring_desc *d, clflash_status local, int backward,
+                                   ring_geometry *g)
 {
     memset(g, 0, sizeof *g);
     MPI_Comm_size(comm, &g->size);
@@ -439,6 +484,7 @@ clflash_status ring_geometry_agree(MPI_Comm comm, const clflash_ring_desc *d, cl
         mine[F_HAS_ALIBI] = d->alibi_slopes != NULL;
         mine[F_HAS_KEY_LENGTHS] = d->key_lengths != NULL;
         mine[F_HAS_BIAS] = d->bias != NULL;
+        mine[F_HAS_BIAS_GRAD] = backward && d->bias_grad != NULL; /* the forward ignores it */
         mine[F_BIAS_BROADCAST] = d->bias_broadcast;
         mine[F_SEQ_TOTAL] = d->seq_total;
         mine[F_SEQ_LOCAL] = d->seq_local;
@@ -459,13 +505,20 @@ clflash_status ring_geometry_agree(MPI_Comm comm, const clflash_ring_desc *d, cl
         g->alibi_slopes = d->alibi_slopes;
         g->key_lengths = d->key_lengths;
         g->bias = d->bias;
+        g->bias_grad = g->has_bias_grad ? d->bias_grad : NULL;
         if (g->has_bias)
             g->bias_layout = ring_bias_layout(d, g->seq_total);
     }
     /* the bias's size needs the agreed seq_total: a collective of its own, made by every rank
      * where some rank passes a bias, whatever decide gave this rank */
-    if (some_bias)
-        st = ring_agree_status(comm, st != CLFLASH_SUCCESS ? st : check_bias_size(d, g), "the bias's size");
+    if (some_bias && st == CLFLASH_SUCCESS) {
+        st = ring_agree_status(comm, check_bias_size(d, g), "the bias's size");
+    } else if (some_bias) { /* the same failure on every rank already: take part, keep its detail */
+        char keep[400];
+        snprintf(keep, sizeof keep, "%s", clflash_ring_last_error_detail());
+        ring_agree_status(comm, st, "the bias's size");
+        ring_fail(st, "%s", keep);
+    }
     if (all != small)
         free(all);
     if (st)
@@ -489,12 +542,12 @@ clflash_status ring_mpi_ready(MPI_Comm comm)
     return CLFLASH_SUCCESS;
 }
 
-clflash_status ring_join(MPI_Comm comm, const clflash_ring_desc *d, clflash_status local, MPI_Comm *ring_comm,
-                         ring_geometry *g)
+clflash_status ring_join(MPI_Comm comm, const clflash_ring_desc *d, clflash_status local, int backward,
+                         MPI_Comm *ring_comm, ring_geometry *g)
 {
     if (MPI_Comm_dup(comm, ring_comm) != MPI_SUCCESS)
         return ring_fail(CLFLASH_RING_ERROR_MPI, "MPI_Comm_dup failed");
-    const clflash_status st = ring_geometry_agree(*ring_comm, d, local, g);
+    const clflash_status st = ring_geometry_agree(*ring_comm, d, local, backward, g);
     if (st != CLFLASH_SUCCESS)
         MPI_Comm_free(ring_comm);
     return st;

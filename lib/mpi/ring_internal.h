@@ -54,11 +54,13 @@ typedef struct {
     int has_alibi, has_key_lengths;     /* agreed: whether the ranks pass slopes / key lengths */
     int has_bias;                       /* agreed: whether the ranks pass a bias */
     uint32_t bias_broadcast;            /* agreed */
+    int has_bias_grad;                  /* agreed (backward only; the forward ignores bias_grad) */
     int per_pair;        /* a window, ALiBi, key lengths or a bias: one call per (query chunk, key chunk) */
     cl_mem alibi_slopes; /* this rank's own (NULL without) */
     cl_mem key_lengths;  /* this rank's own, global positions (NULL without) */
     cl_mem bias;         /* this rank's own rows against every global key position (NULL without) */
     clflash_layout bias_layout; /* its layout, resolved (ring_bias_layout): broadcast strides 0 */
+    cl_mem bias_grad;    /* this rank's (backward only; NULL without) */
     uint64_t seq_total;
     uint32_t max_rows;   /* the largest shard's rows */
     ring_shard *shards;  /* [size], in rank order */
@@ -67,22 +69,28 @@ typedef struct {
 /* This rank's checks that need no communication: arguments, ranges, buffers. */
 clflash_status ring_check_local(clflash_context *ctx, const clflash_ring_desc *d, cl_mem q, cl_mem k, cl_mem v,
                                 cl_mem o, cl_mem lse);
+/* m is a buffer of ctx of at least need bytes (need UINT64_MAX: CLFLASH_ERROR_INVALID_LAYOUT). */
+clflash_status ring_check_buffer(clflash_context *ctx, cl_mem m, uint64_t need, const char *name);
 /* A tensor argument of rows rows: not NULL, a buffer of ctx, large enough for layout l. */
 clflash_status ring_check_tensor(clflash_context *ctx, cl_mem m, const clflash_layout *l, uint32_t batch,
                                  uint32_t heads, uint32_t rows, uint32_t head_dim, clflash_dtype t, const char *name);
 /* The collective part: gathers every rank's fields and local status, and fills g (free with
  * ring_geometry_free) or returns the status every rank returns. With a bias (on every rank, agreed)
- * a second collective agrees on whether each rank's bias is large enough, which needs seq_total. */
-clflash_status ring_geometry_agree(MPI_Comm comm, const clflash_ring_desc *d, clflash_status local,
+ * a second collective agrees on whether each rank's bias (and bias_grad) is large enough, which
+ * needs seq_total. backward: whether d->bias_grad counts (the forward ignores it). */
+clflash_status ring_geometry_agree(MPI_Comm comm, const clflash_ring_desc *d, clflash_status local, int backward,
                                    ring_geometry *g);
+/* Bytes a buffer in the bias layout needs for seq_local rows against every key (UINT64_MAX on
+ * overflow). */
+uint64_t ring_bias_extent_bytes(const ring_geometry *g, uint32_t seq_local);
 void ring_geometry_free(ring_geometry *g);
 /* How both collective calls begin. ring_mpi_ready: comm is not MPI_COMM_NULL and MPI is running
  * (this rank's answer alone: a caller error, before any communication). ring_join: duplicates comm
  * into *ring_comm (the ring's messages never meet the caller's) and agrees on the geometry with
  * ring_geometry_agree; on failure *ring_comm is freed and every rank returns the same status. */
 clflash_status ring_mpi_ready(MPI_Comm comm);
-clflash_status ring_join(MPI_Comm comm, const clflash_ring_desc *d, clflash_status local, MPI_Comm *ring_comm,
-                         ring_geometry *g);
+clflash_status ring_join(MPI_Comm comm, const clflash_ring_desc *d, clflash_status local, int backward,
+                         MPI_Comm *ring_comm, ring_geometry *g);
 /* Every rank's status after a phase, the same on every rank: the first failing rank's. */
 clflash_status ring_agree_status(MPI_Comm comm, clflash_status mine, const char *phase);
 
