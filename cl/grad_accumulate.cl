@@ -4,13 +4,13 @@
  *
  * Why a file of its own: clflash_backward writes its gradients in the storage type and in the
  * layouts of its inputs, so a caller that adds up the gradients of several calls (clflash_mpi's
- * ring backward: one clflash_backward per query chunk and key shard) needs three things the
+ * ring backward: one clflash_backward per query chunk and key shard) needs four things the
  * attention kernels do not do: a caller's tensor copied into a compact one (grad_gather), a
  * compact partial added into an fp32 accumulator over a range of rows (grad_accumulate), and an
  * fp32 accumulator written out into a caller's tensor in the storage type (grad_scatter), and
  * zeros written into a caller's fp32 tensor (grad_zero: the ring's bias gradient for pairs no call
- * meets). Keeping the sums in fp32 avoids rounding the running sum at every step. lib/grad_accumulate.c enqueues
- * them for clflash's components (lib/component.h).
+ * meets). Keeping the sums in fp32 avoids rounding the running sum at every step.
+ * lib/grad_accumulate.c enqueues them for clflash's components (lib/component.h).
  *
  * Storage: CLFLASH_DTYPE_x (F32, F16 or BF16; load_g / store_g), the type of the tensors that are
  * not fp32 accumulators; built with CLFLASH_DTYPE_F32 grad_accumulate adds one fp32 accumulator
