@@ -747,7 +747,7 @@ clflash_status clflash_ring_backward(clflash_context *ctx, MPI_Comm comm, const 
     if (st == CLFLASH_SUCCESS && g.size > 1)
         st = ring_agree_status(ring_comm, accumulator_memory(&B), "the dK/dV accumulators' host memory");
     if (st == CLFLASH_SUCCESS && g.size > 1)
-        ring_timing_transport(B.timing, ring_exchange_transport(&B.x));
+        ring_timing_transport(B.timing, ring_exchange_transport(&B.x), B.x.copier.staged ? B.x.copier.threads : 0);
     if (st == CLFLASH_SUCCESS) {
         const clflash_status mine = run_ring(&B, k, v, dq, dk, dv);
         teardown(&B);
