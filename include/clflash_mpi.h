@@ -216,6 +216,13 @@ typedef struct {
  * can be had (every rank on one node and MPI grants it on every rank), else messages; "mpi"
  * messages; "shared" the window or CLFLASH_ERROR_UNSUPPORTED. Ranks that disagree on it, or a
  * value other than these, give CLFLASH_ERROR_INVALID_ARGUMENT on every rank (nothing written).
+ * With the window, CLFLASH_RING_UPLOAD chooses how a shard goes from a segment (pageable memory)
+ * to the device: unset or "auto" staged unless ctx's device is a CPU or the driver gives no mapped
+ * CL_MEM_ALLOC_HOST_PTR buffer, "direct" one upload straight from the segment, "staged" through a
+ * pinned buffer of the shard's size kept with ctx (up to 4 host threads, the host's cores divided by
+ * the node's ranks, copy 4 MiB pieces into it, each uploaded as soon as it is copied). Each rank
+ * follows its own; a value other than these on any rank gives CLFLASH_ERROR_INVALID_ARGUMENT on
+ * every rank.
  *
  * Exactness: with F32 storage the result differs from one clflash_forward over the whole sequence
  * only by fp32 rounding. With F16 or BF16 each step's partial O is rounded once to the storage type
@@ -249,7 +256,8 @@ typedef struct {
  * without a block_table, a block_table that is not a buffer of ctx, is o or lse, or has an entry
  * that a row of the shard uses outside 0 .. num_pages - 1, or ranks that disagree on whether alibi_slopes,
  * key_lengths or bias is NULL, or on CLFLASH_RING_TRANSPORT,
- * or a value of it that is not auto, mpi or shared); CLFLASH_ERROR_UNSUPPORTED
+ * or a value of it that is not auto, mpi or shared, or of CLFLASH_RING_UPLOAD not auto, direct or
+ * staged); CLFLASH_ERROR_UNSUPPORTED
  * (fields of a newer version set; CLFLASH_ALIGN_TO_KEY_LENGTH; a sequence so long that a pair's
  * diagonal_offset is outside -CLFLASH_MAX_SEQ_K .. CLFLASH_MAX_SEQ_K; CLFLASH_RING_TRANSPORT=shared
  * where the ranks span nodes or MPI gives no window); CLFLASH_ERROR_INVALID_SHAPE
