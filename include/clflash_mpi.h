@@ -161,6 +161,25 @@ typedef struct {
                                meets under the causal and window rules included); the layout's
                                gaps are not. Needs a bias; whether it is NULL must be the same on
                                every rank; must not be any other buffer of the call */
+    /* A variable-length (packed) batch, as clflash.h's "Variable-length batches" for one device:
+     * the whole sequence of seq_total tokens is num_seqs packed sequences, one after the other, and
+     * a query sees only keys of its own sequence. The causal rule, the window and ALiBi apply
+     * within each sequence to positions from its start, which (query and key lengths being equal in
+     * each sequence) is the whole sequence's rule restricted to the sequence: query position p of
+     * sequence s sees key position p' iff cu_seqlens[s] <= p' < cu_seqlens[s + 1] and the rules
+     * of flags hold for (p, p'). The mappings shard the packed stream as any sequence, so a packed
+     * sequence may lie across shard and chunk boundaries. Needs batch 1 (the packed stream is the
+     * one batch entry); not combined with key_lengths, bias (and so bias_grad) or block_table
+     * (CLFLASH_ERROR_UNSUPPORTED), as one device's variable-length batch is not. How the ring
+     * splits it into calls: clflash_ring_forward below. */
+    cl_mem cu_seqlens;      /* NULL = no packing; else int32[num_seqs + 1], a buffer of ctx (only
+                               read, once per call, with a blocking read on the host): cumulative
+                               lengths in positions of the whole sequence, cu_seqlens[0] = 0,
+                               non-decreasing (sequences of length 0 are allowed), cu_seqlens[num_seqs]
+                               = seq_total. Same on every rank (the contents are compared across
+                               the communicator) */
+    uint32_t num_seqs;      /* with cu_seqlens: the number of packed sequences, 1 .. 2^31 - 2; same
+                               on every rank; set without cu_seqlens: CLFLASH_ERROR_INVALID_ARGUMENT */
 } clflash_ring_desc;
 
 /* Attention of every rank's queries against the whole sequence's keys and values, for a sequence
