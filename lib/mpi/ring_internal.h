@@ -2,7 +2,8 @@
  * ring_internal.h - what the files of the MPI ring component share: the ring's geometry (every
  * rank's shard as chunks of global positions, agreed on collectively), the rules that turn a
  * (query chunk, key shard) pair into clflash_forward/clflash_backward calls, the per-key-chunk key
- * lengths, the K/V exchange with its host staging, and the component's error detail.
+ * lengths, the packed sequences' calls, the K/V exchange with its host staging, and the
+ * component's error detail.
  *
  * The component is a client of clflash.h and of lib/component.h (the kernels libclflash runs for
  * its components) only; nothing here reaches into lib/internal.h.

@@ -5,7 +5,8 @@
  * ALiBi, key lengths or a bias every (query chunk, key chunk) pair is a call of its own, with
  * clflash_attention_desc.diagonal_offset putting the causal rule, the window and ALiBi's distance
  * at the whole sequence's diagonal, its key lengths relative to the key chunk, and the bias layout's
- * offset at the pair's first element.
+ * offset at the pair's first element. Packed sequences (cu_seqlens) have pairs of their own,
+ * ring_varlen.c's.
  *
  * Why per key chunk: ALiBi, key lengths and the bias depend on each key's global position, which a
  * call can only express through one diagonal offset, one set of key lengths and one bias offset
