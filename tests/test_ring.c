@@ -198,7 +198,7 @@ static int extras_make(const ring_case *c, uint32_t total, uint32_t n, uint64_t 
     if (case_seqs && err == CL_SUCCESS) {
         int32_t cu[40] = {0};
         uint32_t s = 0;
-        for (; case_seqs[s] >= 0 && s < 38; s++)
+        for (; s < 38 && case_seqs[s] >= 0; s++)
             cu[s + 1] = cu[s] + case_seqs[s] < (int32_t)total ? cu[s] + case_seqs[s] : (int32_t)total;
         cu[++s] = (int32_t)total; /* the tokens left */
         e->num_seqs = s;
