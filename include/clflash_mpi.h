@@ -161,6 +161,25 @@ typedef struct {
                                meets under the causal and window rules included); the layout's
                                gaps are not. Needs a bias; whether it is NULL must be the same on
                                every rank; must not be any other buffer of the call */
+    /* A variable-length (packed) batch, as clflash.h's "Variable-length batches" for one device:
+     * the whole sequence of seq_total tokens is num_seqs packed sequences, one after the other, and
+     * a query sees only keys of its own sequence. The causal rule, the window and ALiBi apply
+     * within each sequence to positions from its start, which (query and key lengths being equal in
+     * each sequence) is the whole sequence's rule restricted to the sequence: query position p of
+     * sequence s sees key position p' iff cu_seqlens[s] <= p' < cu_seqlens[s + 1] and the rules
+     * of flags hold for (p, p'). The mappings shard the packed stream as any sequence, so a packed
+     * sequence may lie across shard and chunk boundaries. Needs batch 1 (the packed stream is the
+     * one batch entry); not combined with key_lengths, bias (and so bias_grad) or block_table
+     * (CLFLASH_ERROR_UNSUPPORTED), as one device's variable-length batch is not. How the ring
+     * splits it into calls: clflash_ring_forward below. */
+    cl_mem cu_seqlens;      /* NULL = no packing; else int32[num_seqs + 1], a buffer of ctx (only
+                               read, once per call, with a blocking read on the host): cumulative
+                               lengths in positions of the whole sequence, cu_seqlens[0] = 0,
+                               non-decreasing (sequences of length 0 are allowed), cu_seqlens[num_seqs]
+                               = seq_total. Same on every rank (the contents are compared across
+                               the communicator) */
+    uint32_t num_seqs;      /* with cu_seqlens: the number of packed sequences, 1 .. 2^31 - 2; same
+                               on every rank; set without cu_seqlens: CLFLASH_ERROR_INVALID_ARGUMENT */
 } clflash_ring_desc;
 
 /* Attention of every rank's queries against the whole sequence's keys and values, for a sequence
@@ -192,7 +211,15 @@ typedef struct {
  * clamp(key_lengths[b] - k_pos, 0, k_len) in a small buffer per key chunk, and the bias itself with
  * its layout's offset moved to element (0, 0, the query chunk's first row, k_pos) (rows of this
  * rank's shard, columns of the whole sequence; the strides stay the caller's, resolved against
- * seq_local and seq_total). Each partial result is converted to
+ * seq_local and seq_total). With packed sequences (cu_seqlens) every (query chunk, key chunk) pair
+ * is one call too: a clflash variable-length batch over the whole query chunk and the whole key
+ * chunk, whose entries are the non-empty packed sequences with tokens in either (their pieces'
+ * cumulative lengths are made on the host and uploaded to two small buffers per pair). A chunk
+ * against itself has every sequence's piece on both sides (diagonal_offset 0); two different
+ * chunks share at most one sequence, whose diagonal diagonal_offset places as above, and the
+ * pair is skipped when they share none or the causal and window rules hide the shared one. An
+ * entry with queries but no keys in the pair gets O = 0 and lse = -INFINITY there, which the merge
+ * ignores. Each partial result is converted to
  * fp32 (exactly) and merged into an fp32 running (O, lse) by clflash_merge_states; the last merge
  * writes o (and lse) in the storage type. While step s computes, the next shard travels to the
  * second of two device buffers, written on a queue of the ring's own, which the next step's kernels
@@ -232,7 +259,8 @@ typedef struct {
  * The call returns when o and lse are written (it waits for its kernels). It allocates, per call,
  * device memory for two K/V shards (of the largest rank's size) and fp32 running results four
  * times the size of this rank's O (with key lengths also one int32[batch] buffer per key chunk its
- * queries see), and releases them before returning. The host staging of the two shards is
+ * queries see; with packed sequences two small int32 buffers, the entries' cumulative lengths, per
+ * pair of chunks with a call), and releases them before returning. The host staging of the two shards is
  * pinned where the driver allows it (buffers of ctx's context created with CL_MEM_ALLOC_HOST_PTR
  * and mapped) and is KEPT after the call for the next ring call on ctx, up to five such buffers
  * (the backward's three accumulators count too), until clflash_context_free(ctx): creating and
@@ -257,12 +285,17 @@ typedef struct {
  * that a row of the shard uses outside 0 .. num_pages - 1, or ranks that disagree on whether alibi_slopes,
  * key_lengths or bias is NULL, or on CLFLASH_RING_TRANSPORT,
  * or a value of it that is not auto, mpi or shared, or of CLFLASH_RING_UPLOAD not auto, direct or
- * staged); CLFLASH_ERROR_UNSUPPORTED
- * (fields of a newer version set; CLFLASH_ALIGN_TO_KEY_LENGTH; a sequence so long that a pair's
+ * staged; num_seqs without cu_seqlens, cu_seqlens not a
+ * buffer of ctx or the same as o or lse, ranks that disagree on num_seqs (0 without cu_seqlens) or
+ * on the values of cu_seqlens, and cu_seqlens whose first value is not 0, that decreases or whose
+ * last value is not seq_total); CLFLASH_ERROR_UNSUPPORTED
+ * (fields of a newer version set; CLFLASH_ALIGN_TO_KEY_LENGTH; cu_seqlens with key_lengths, a bias
+ * or a block_table; a pair of chunks that holds more than CLFLASH_MAX_BATCH packed sequences; a
+ * sequence so long that a pair's
  * diagonal_offset is outside -CLFLASH_MAX_SEQ_K .. CLFLASH_MAX_SEQ_K; CLFLASH_RING_TRANSPORT=shared
  * where the ranks span nodes or MPI gives no window); CLFLASH_ERROR_INVALID_SHAPE
  * (a dimension 0 or above its limit,
- * heads_kv not dividing heads_q, ranks that disagree on batch, heads or head_dim, a seq_total that is
+ * heads_kv not dividing heads_q, cu_seqlens with batch above 1 or num_seqs 0, ranks that disagree on batch, heads or head_dim, a seq_total that is
  * not the shards' sum, shards
  * that do not cover the sequence exactly once, a zigzag sequence that is not a multiple of 2P or a
  * zigzag shard that is not 2 * seq_total / (2P) rows); CLFLASH_ERROR_INVALID_DTYPE (not F32, F16,
@@ -274,7 +307,8 @@ typedef struct {
  * CLFLASH_ERROR_HEAD_DIM_UNSUPPORTED; CLFLASH_ERROR_BUFFER_TOO_SMALL (a tensor too small for its
  * layout, alibi_slopes of fewer than heads_q floats, key_lengths of fewer than batch int32s, a bias
  * smaller than its layout's extent over [batch][heads_q][seq_local][seq_total], its broadcast
- * dimensions counted once, a block_table of fewer than batch * pages_per_seq int32s, pools smaller
+ * dimensions counted once, a block_table of fewer than batch * pages_per_seq int32s, cu_seqlens of
+ * fewer than num_seqs + 1 int32s, pools smaller
  * than num_pages pages of their layouts); CLFLASH_ERROR_INVALID_SHAPE also for page_size,
  * pages_per_seq or num_pages 0 or page_size above CLFLASH_MAX_PAGE_SIZE with a block_table, or
  * seq_local above pages_per_seq * page_size; CLFLASH_ERROR_INVALID_LAYOUT (a bias layout that addresses more than
@@ -300,8 +334,8 @@ CLFLASH_API clflash_status clflash_ring_forward(clflash_context *ctx, MPI_Comm c
  * How: P steps, as in the forward. At step s the rank holds the K/V shard of rank (r - s) mod P,
  * and each of its query chunks that sees some of those keys runs the forward's calls as
  * clflash_backward (skipped, unmasked, or causal on the diagonal; or with a window, ALiBi, key
- * lengths or a bias one call per visible pair of query chunk and key chunk, whose dK/dV belong to
- * that key chunk's rows) on (the Q chunk, those keys) with the chunk's final O, dO and GLOBAL lse,
+ * lengths, a bias or packed sequences one call per visible pair of query chunk and key chunk, whose
+ * dK/dV belong to that key chunk's rows) on (the Q chunk, those keys) with the chunk's final O, dO and GLOBAL lse,
  * so that P = exp(S - lse) is the probability over the whole sequence and D = rowsum(dO * O) is the
  * whole row's: the per-pair gradients then add up exactly. A bias (d->bias, the forward's) is
  * added to S with the forward's offsets when P is recomputed.
@@ -322,6 +356,11 @@ CLFLASH_API clflash_status clflash_ring_forward(clflash_context *ctx, MPI_Comm c
  * block goes to a scratch row and is added (fp32, in call order) into a row of this rank; after
  * the ring rank 0 sends its row to rank 1, each rank adds its own (fp64) and sends the sum on, the
  * last rank broadcasts the total, and every rank writes it. Deterministic for a fixed rank count.
+ *
+ * Packed sequences (d->cu_seqlens, the forward's): each pair's call is the forward's
+ * variable-length call; its entries with queries but no keys get dQ = 0 and those with keys but no
+ * queries dK = dV = 0, so every row of the pair's chunks gets a partial, and a pair that makes no
+ * call adds nothing.
  *
  * Exactness: in F32 the gradients differ from one clflash_backward over the whole sequence only
  * by fp32 rounding (in a different order of summation). In F16/BF16 each partial (one per pair of
@@ -346,7 +385,7 @@ CLFLASH_API clflash_status clflash_ring_forward(clflash_context *ctx, MPI_Comm c
  * Checks and returns: as clflash_ring_forward (the same collective checks; every rank returns the
  * same status), plus CLFLASH_ERROR_UNSUPPORTED for a descriptor with a block_table (on any rank;
  * clflash_backward takes no paged cache, and the ring's dK/dV are written in d->k's layout), plus CLFLASH_ERROR_INVALID_ARGUMENT for a NULL lse, d_o, dq, dk or dv, or an
- * output that is an input buffer (alibi_slopes, key_lengths and bias count as inputs) or the same
+ * output that is an input buffer (alibi_slopes, key_lengths, bias and cu_seqlens count as inputs) or the same
  * buffer as another output (bias_grad counts as an output), a bias_grad without a bias, or ranks
  * that disagree on whether bias_grad is NULL, and
  * CLFLASH_ERROR_BUFFER_TOO_SMALL for d_o, dq, dk or dv too small for their layouts or a bias_grad

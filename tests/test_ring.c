@@ -8,9 +8,11 @@
  * against the whole sequence's keys: strided with gaps, broadcast over batch and heads or over rows,
  * with -INFINITY entries and fully masked rows, with a window and softcap), MHA, GQA and MQA, F32,
  * F16 and BF16, odd head_dim, token-major layouts with gaps (gaps of the inputs hold NaN, which must never be read;
- * gaps of O hold a sentinel, which must never be written), and paged K/V shards (block_table: pages of 1,
+ * gaps of O hold a sentinel, which must never be written), paged K/V shards (block_table: pages of 1,
  * 3 or 16 rows in a shuffled order, spare pages and the last page's unused slots NaN, on every rank
- * or the odd ones only). Then the collective checks: ranks that
+ * or the odd ones only), and packed sequences (cu_seqlens, against the reference of the whole
+ * sequence with a block-diagonal mask: sequences across shards and chunks, longer than a shard, of
+ * 1 and 0 tokens). Then the collective checks: ranks that
  * disagree on a field (or on CLFLASH_RING_TRANSPORT), or one rank's own error, make every rank
  * return the same status, and no caller buffer is written. The transport (MPI messages or the
  * node-local shared window) is the environment's: tests/CMakeLists.txt runs the file under both.
@@ -33,6 +35,9 @@ static int P, R; /* ranks, this rank */
  * own (the ring keeps its node-local window with the communicator; freeing it releases that) */
 static MPI_Comm case_comm = MPI_COMM_WORLD;
 static clflash_context *ctx;
+/* The packed sequences of the case running now (clflash_ring_desc.cu_seqlens): their lengths, ended
+ * by -1, clipped to the whole sequence, and a last sequence of the tokens left; NULL: no packing */
+static const int32_t *case_seqs;
 
 typedef struct {
     const char *name;
@@ -82,6 +87,10 @@ typedef struct {
     clflash_layout bias_layout; /* this rank's */
     uint64_t bias_n;          /* floats of this rank's bias buffer (its layout's extent) */
     cl_mem bias_buf;          /* this rank's rows, in bias_layout */
+    float *mask;              /* packed sequences: [total][total], 0 within a sequence, -inf across,
+                                 the reference's bias (broadcast over batch and heads) */
+    uint32_t num_seqs;
+    cl_mem cu_buf;            /* packed sequences: the ring's cu_seqlens */
     ref_extras x;
 } case_extras;
 
@@ -186,6 +195,26 @@ static int extras_make(const ring_case *c, uint32_t total, uint32_t n, uint64_t 
                                         c->batch * sizeof(int32_t), e->lengths, &err);
         e->x.key_lengths = e->lengths;
     }
+    if (case_seqs && err == CL_SUCCESS) {
+        int32_t cu[40] = {0};
+        uint32_t s = 0;
+        for (; s < 38 && case_seqs[s] >= 0; s++)
+            cu[s + 1] = cu[s] + case_seqs[s] < (int32_t)total ? cu[s] + case_seqs[s] : (int32_t)total;
+        cu[++s] = (int32_t)total; /* the tokens left */
+        e->num_seqs = s;
+        e->mask = malloc((size_t)total * total * sizeof(float));
+        if (e->mask == NULL)
+            return 0;
+        for (uint32_t q = 0, sq = 0; q < total; q++) {
+            while ((uint32_t)cu[sq + 1] <= q)
+                sq++;
+            for (uint32_t k = 0; k < total; k++)
+                e->mask[(size_t)q * total + k] = k >= (uint32_t)cu[sq] && k < (uint32_t)cu[sq + 1] ? 0.0f : -INFINITY;
+        }
+        e->x.bias = e->mask;
+        e->cu_buf = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                                   (s + 1) * sizeof(int32_t), cu, &err);
+    }
     return err == CL_SUCCESS;
 }
 
@@ -199,6 +228,10 @@ static void extras_apply(const ring_case *c, const case_extras *e, clflash_atten
     rd->bias = e->bias_buf;
     rd->bias_layout = e->bias_layout;
     whole->bias_broadcast = rd->bias_broadcast = e->bias_broadcast; /* the reference's bias is dense */
+    rd->cu_seqlens = e->cu_buf;
+    rd->num_seqs = e->num_seqs;
+    if (e->mask) /* the reference sees packing as a block-diagonal mask */
+        whole->bias_broadcast = CLFLASH_BROADCAST_BATCH | CLFLASH_BROADCAST_HEADS;
 }
 
 static void extras_free(case_extras *e)
@@ -209,7 +242,10 @@ static void extras_free(case_extras *e)
         clReleaseMemObject(e->lengths_buf);
     if (e->bias_buf)
         clReleaseMemObject(e->bias_buf);
+    if (e->cu_buf)
+        clReleaseMemObject(e->cu_buf);
     free(e->bias);
+    free(e->mask);
 }
 
 /* ---- the token map of a case ------------------------------------------------------------------ */
@@ -839,7 +875,13 @@ typedef enum {
     BAD_BIAS_GRAD,         /* every rank a bias, every rank but one a bias_grad */
     BAD_BIAS_GRAD_ALIAS,   /* every rank a bias and a bias_grad, one rank's bias_grad is its dk */
     BAD_BIAS_GRAD_SMALL,   /* every rank a bias and a bias_grad, one rank's bias_grad a float short */
-    BAD_BIAS_GRAD_NO_BIAS  /* no bias anywhere, one rank passes a bias_grad */
+    BAD_BIAS_GRAD_NO_BIAS, /* no bias anywhere, one rank passes a bias_grad */
+    /* packed sequences (cu_seqlens {0, 5, seq_total} on every rank but where said): */
+    BAD_NUM_SEQS,          /* one rank's num_seqs 3 ({0, 5, 9, seq_total}) */
+    BAD_CU_VALUES,         /* one rank's {0, 6, seq_total}, valid alone */
+    BAD_CU_DECREASING,     /* one rank's {0, seq_total, 5} */
+    BAD_CU_LAST,           /* every rank's {0, 5, seq_total - 1} */
+    BAD_CU_KEY_LENGTHS     /* every rank's with key lengths */
 } bad_kind;
 
 /* Sets CLFLASH_RING_TRANSPORT for one call (value NULL: unset), or puts back what the test was
@@ -892,7 +934,8 @@ static int run_invalid(const char *name, bad_kind kind, int who, clflash_status 
         case BAD_BIAS_BCAST: rd.bias_broadcast = CLFLASH_BROADCAST_HEADS; break; /* valid alone */
         case BAD_ZIGZAG_TOTAL: case BAD_SLOPES: case BAD_KEY_LENGTHS: case BAD_TRANSPORT_MIX: case BAD_BIAS:
         case BAD_BIAS_SMALL: case BAD_BIAS_OUTPUT: case BAD_PAGED: case BAD_PAGE_ENTRY: case BAD_BIAS_GRAD:
-        case BAD_BIAS_GRAD_ALIAS: case BAD_BIAS_GRAD_SMALL: case BAD_BIAS_GRAD_NO_BIAS: break;
+        case BAD_BIAS_GRAD_ALIAS: case BAD_BIAS_GRAD_SMALL: case BAD_BIAS_GRAD_NO_BIAS: case BAD_NUM_SEQS:
+        case BAD_CU_VALUES: case BAD_CU_DECREASING: case BAD_CU_LAST: case BAD_CU_KEY_LENGTHS: break;
         }
     }
     if (kind == BAD_TRANSPORT_MIX)
@@ -962,6 +1005,29 @@ static int run_invalid(const char *name, bad_kind kind, int who, clflash_status 
     }
     if (kind == BAD_BIAS_OUTPUT && R == who && !backward)
         rd.bias = o;
+    cl_mem cu = NULL;
+    if (kind >= BAD_NUM_SEQS) {
+        const int32_t total = (int32_t)(n * (uint32_t)P);
+        int32_t vals[4] = {0, 5, total, 0};
+        rd.num_seqs = 2;
+        if (kind == BAD_NUM_SEQS && R == who) {
+            vals[2] = 9;
+            vals[3] = total;
+            rd.num_seqs = 3;
+        }
+        if (kind == BAD_CU_VALUES && R == who)
+            vals[1] = 6;
+        if (kind == BAD_CU_DECREASING && R == who) {
+            vals[1] = total;
+            vals[2] = 5;
+        }
+        if (kind == BAD_CU_LAST)
+            vals[2] = total - 1;
+        if (kind == BAD_CU_KEY_LENGTHS)
+            rd.key_lengths = extra;
+        cu = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof vals, vals, &err);
+        rd.cu_seqlens = cu;
+    }
     cl_mem grads[4] = {NULL, NULL, NULL, NULL}; /* d_o, dq, dk, dv */
     clflash_status st;
     if (backward) {
@@ -1036,6 +1102,8 @@ static int run_invalid(const char *name, bad_kind kind, int who, clflash_status 
         clReleaseMemObject(bias);
     if (table)
         clReleaseMemObject(table);
+    if (cu)
+        clReleaseMemObject(cu);
     free(zeros);
     for (int i = 0; i < 4; i++)
         if (grads[i] != NULL)
@@ -1206,6 +1274,52 @@ int main(int argc, char **argv)
                  backward_cases[i].dbias ? "dBias " : "");
         any |= report(name, run_backward_case(&backward_cases[i]));
     }
+    /* packed sequences (cu_seqlens), forward and backward against the reference of the whole
+     * packed sequence (a block-diagonal mask): sequences across shard and chunk boundaries, longer
+     * than a shard, of 1 token and of 0 */
+    static const int32_t seqs_a[] = {7, 1, 0, 30, 0, 2, 1, -1}, seqs_b[] = {3, 0, 1, 12, 9, 1, -1},
+                         seqs_c[] = {10, 1, 0, 5, 17, -1}, seqs_d[] = {0, 1, 40, 3, 0, -1};
+    static const struct {
+        ring_case c;
+        const int32_t *seqs;
+        int backward;
+    } packed_cases[] = {
+        {{"packed sequences, contiguous uneven, causal, f32, GQA 4/2, d 16, lse", 1, 4, 2, 16, CLFLASH_F32,
+          CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 61, {2, 3, -1, 1}, 0, 0, 1, 0.0f, 0, 0, 0, 0, RB_NONE, 0},
+         seqs_a, 0},
+        {{"packed sequences, zigzag, causal, f16, MHA, d 32, token-major layouts with gaps, lse", 1, 2, 0, 32,
+          CLFLASH_F16, CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 7, {0, 0, 0, 0}, 0, 1, 1, 0.0f, 0, 0, 0, 0, RB_NONE, 0},
+         seqs_b, 0},
+        {{"packed sequences, zigzag, window 4/2 not causal, ALiBi, f32, GQA 4/2, d 16, lse", 1, 4, 2, 16, CLFLASH_F32,
+          CLFLASH_WINDOW, CLFLASH_RING_ZIGZAG, 8, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 4, 2, 1, 0, RB_NONE, 0},
+         seqs_c, 0},
+        {{"packed sequences, contiguous uneven, shards in reverse rank order, not causal, softcap 2, f16, MQA 3/1, "
+          "d 16, lse", 1, 3, 1, 16, CLFLASH_F16, 0, CLFLASH_RING_CONTIGUOUS, 57, {5, -1, 3, 7}, 1, 0, 1, 2.0f, 0, 0, 0,
+          0, RB_NONE, 0},
+         seqs_d, 0},
+        {{"packed sequences, contiguous uneven, causal, f32, GQA 4/2, d 16", 1, 4, 2, 16, CLFLASH_F32, CLFLASH_CAUSAL,
+          CLFLASH_RING_CONTIGUOUS, 61, {2, 3, -1, 1}, 0, 0, 1, 0.0f, 0, 0, 0, 0, RB_NONE, 0},
+         seqs_a, 1},
+        {{"packed sequences, zigzag, causal, f16, GQA 4/2, d 16, token-major layouts with gaps", 1, 4, 2, 16,
+          CLFLASH_F16, CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 7, {0, 0, 0, 0}, 0, 1, 1, 0.0f, 0, 0, 0, 0, RB_NONE, 0},
+         seqs_b, 1},
+        {{"packed sequences, contiguous uneven, shards in reverse rank order, window 6/2 not causal, ALiBi, f32, MHA, "
+          "d 16", 1, 2, 0, 16, CLFLASH_F32, CLFLASH_WINDOW, CLFLASH_RING_CONTIGUOUS, 57, {5, -1, 3, 7}, 1, 0, 1, 0.0f,
+          6, 2, 1, 0, RB_NONE, 0},
+         seqs_d, 1},
+        {{"packed sequences, zigzag, not causal, f32, MQA 3/1, d 16", 1, 3, 1, 16, CLFLASH_F32, 0, CLFLASH_RING_ZIGZAG,
+          8, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 0, RB_NONE, 0},
+         seqs_c, 1},
+    };
+    for (size_t i = 0; i < sizeof packed_cases / sizeof packed_cases[0]; i++) {
+        char name[200];
+        snprintf(name, sizeof name, "%s%s", packed_cases[i].backward ? "backward (and determinism): " : "",
+                 packed_cases[i].c.name);
+        case_seqs = packed_cases[i].seqs;
+        any |= report(name, packed_cases[i].backward ? run_backward_case(&packed_cases[i].c)
+                                                     : run_case(&packed_cases[i].c));
+        case_seqs = NULL;
+    }
     /* the same cases on communicators of their own, each freed after its calls: the window kept
      * with the first goes with MPI_Comm_free, the second gets a new one (of a new size) */
     for (int round = 0; round < 2; round++) {
@@ -1265,6 +1379,15 @@ int main(int argc, char **argv)
             any |= INVALID("one rank's bias_grad without a bias", "bias_grad without bias", BAD_BIAS_GRAD_NO_BIAS, 0,
                            CLFLASH_ERROR_INVALID_ARGUMENT);
         }
+        any |= INVALID("ranks disagree on num_seqs", "num_seqs", BAD_NUM_SEQS, last, CLFLASH_ERROR_INVALID_ARGUMENT);
+        any |= INVALID("ranks disagree on cu_seqlens", "cu_seqlens values", BAD_CU_VALUES, last,
+                       CLFLASH_ERROR_INVALID_ARGUMENT);
+        any |= INVALID("one rank's cu_seqlens decreases", "cu_seqlens decreasing", BAD_CU_DECREASING, 0,
+                       CLFLASH_ERROR_INVALID_ARGUMENT);
+        any |= INVALID("cu_seqlens ends before seq_total", "cu_seqlens last", BAD_CU_LAST, 0,
+                       CLFLASH_ERROR_INVALID_ARGUMENT);
+        any |= INVALID("cu_seqlens with key lengths", "cu_seqlens key_lengths", BAD_CU_KEY_LENGTHS, 0,
+                       CLFLASH_ERROR_UNSUPPORTED);
 #undef INVALID
     }
     clflash_context_free(ctx);

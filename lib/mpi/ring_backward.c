@@ -74,6 +74,7 @@ typedef struct {
     ring_exchange x;
     int have_x;
     ring_key_lengths kl;  /* per key chunk, with key lengths */
+    ring_varlen packed;   /* per pair, with packed sequences */
     cl_mem dbias_call;    /* with bias_grad: the buffer the calls write their dBias into (the caller's,
                              or with a bias broadcast over rows rows_scratch) */
     int rows_bcast;       /* bias_grad with CLFLASH_BROADCAST_ROWS: the row is summed over the ranks */
@@ -120,6 +121,7 @@ static clflash_attention_desc call_desc(const ring_bwd *B, const ring_chunk *q, 
     a.v = ring_layout_rows(vl, g->heads_kv, kv_rows, g->head_dim, c->k_row);
     a.o = ring_layout_rows(&B->d->o, g->heads_q, B->d->seq_local, g->head_dim, q->row);
     a.bias_grad = B->dbias_call; /* in the bias's layout, whose offset ring_call_rules moved */
+    ring_varlen_rules(&a, &B->packed, q, c);
     return a;
 }
 
@@ -185,7 +187,8 @@ static clflash_status setup(ring_bwd *B, MPI_Comm comm, cl_mem q)
     const uint32_t n = B->d->seq_local;
     clflash_status st = CLFLASH_SUCCESS;
     B->nq = own->nchunks;
-    if ((st = ring_key_lengths_init(&B->kl, B->ctx, B->cq, g, own->chunk, own->nchunks)) != CLFLASH_SUCCESS)
+    if ((st = ring_key_lengths_init(&B->kl, B->ctx, B->cq, g, own->chunk, own->nchunks)) != CLFLASH_SUCCESS ||
+        (st = ring_varlen_init(&B->packed, B->ctx, g, own->chunk, own->nchunks)) != CLFLASH_SUCCESS)
         return st;
     for (int i = 0; i < B->nq; i++) {
         B->qc[i] = own->chunk[i];
@@ -318,6 +321,7 @@ static void teardown(ring_bwd *B)
     for (int j = 0; j < 3; j++)
         ring_staging_free(&B->h_mem[j], B->ctx);
     ring_key_lengths_free(&B->kl);
+    ring_varlen_free(&B->packed);
 }
 
 /* The compute of step s against the shard in x.dev[slot]: dQ into dq_acc, this step's dK/dV into
@@ -691,10 +695,10 @@ static clflash_status check_backward_local(clflash_context *ctx, const clflash_r
         (st = ring_check_tensor(ctx, dk, &d->k, d->batch, hkv, d->seq_local, d->head_dim, d->dtype, "dk")) ||
         (st = ring_check_tensor(ctx, dv, &d->v, d->batch, hkv, d->seq_local, d->head_dim, d->dtype, "dv")))
         return st;
-    const cl_mem in[] = {q, k, v, o, d_o, lse, d->alibi_slopes, d->key_lengths, d->bias},
+    const cl_mem in[] = {q, k, v, o, d_o, lse, d->alibi_slopes, d->key_lengths, d->bias, d->cu_seqlens},
                  out[] = {dq, dk, dv, d->bias_grad};
     for (int i = 0; i < 3; i++) {
-        for (int j = 0; j < 9; j++)
+        for (int j = 0; j < 10; j++)
             if (out[i] == in[j])
                 return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "dq, dk and dv must not be input buffers");
         for (int j = 0; j < i; j++)
@@ -708,7 +712,7 @@ static clflash_status check_backward_local(clflash_context *ctx, const clflash_r
         return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "bias_grad is set but bias is NULL");
     if ((st = ring_check_buffer(ctx, d->bias_grad, 0, "bias_grad")))
         return st;
-    for (int j = 0; j < 9; j++)
+    for (int j = 0; j < 10; j++)
         if (d->bias_grad == in[j])
             return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "bias_grad must not be an input buffer");
     for (int j = 0; j < 3; j++)
@@ -726,11 +730,21 @@ clflash_status clflash_ring_backward(clflash_context *ctx, MPI_Comm comm, const 
     if (st != CLFLASH_SUCCESS)
         return st;
     const double t_entry = MPI_Wtime();
-    const clflash_status local = check_backward_local(ctx, d, q, k, v, o, d_o, lse, dq, dk, dv);
+    clflash_status local = check_backward_local(ctx, d, q, k, v, o, d_o, lse, dq, dk, dv);
+    int32_t *cu = NULL; /* packed sequences' lengths, read once, agreed after the join */
+    if (local == CLFLASH_SUCCESS)
+        local = ring_varlen_read(ctx, d, &cu);
     MPI_Comm ring_comm;
     ring_geometry g;
-    if ((st = ring_join(comm, d, local, 1, &ring_comm, &g)) != CLFLASH_SUCCESS)
+    if ((st = ring_join(comm, d, local, 1, &ring_comm, &g)) != CLFLASH_SUCCESS) {
+        free(cu);
         return st;
+    }
+    if ((st = ring_varlen_agree(ring_comm, &g, cu)) != CLFLASH_SUCCESS) {
+        ring_geometry_free(&g);
+        MPI_Comm_free(&ring_comm);
+        return st;
+    }
     ring_bwd B;
     memset(&B, 0, sizeof B);
     B.ctx = ctx;

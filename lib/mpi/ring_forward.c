@@ -46,6 +46,7 @@ typedef struct {
     ring_exchange x;
     int have_x;
     ring_key_lengths klen; /* per key chunk, with key lengths */
+    ring_varlen packed;  /* per pair, with packed sequences */
     ring_timing *timing; /* NULL unless a clflash_ring_stats is attached (ring_stats.h) */
 } ring_run;
 
@@ -76,6 +77,7 @@ static clflash_attention_desc call_desc(const ring_run *R, const ring_query *rq,
     a.k = ring_layout_rows(kl, g->heads_kv, kv_rows, g->head_dim, c->k_row);
     a.v = ring_layout_rows(vl, g->heads_kv, kv_rows, g->head_dim, c->k_row);
     a.o = ring_layout_rows(&R->d->o, g->heads_q, R->d->seq_local, g->head_dim, rq->q.row);
+    ring_varlen_rules(&a, &R->packed, &rq->q, c);
     return a;
 }
 
@@ -137,10 +139,11 @@ static clflash_status run_call(ring_run *R, ring_query *rq, const ring_call *c, 
     const uint64_t slot = first ? 0 : 1;
     cl_mem part_lse = first ? al : R->tmp_l; /* slot 0's lse is written in place; slot 1's is copied */
     if (t == CLFLASH_F32) {
-        a.o = (clflash_layout){slot * rq->part_elems, 0, 0, 0};
+        a.o = ring_varlen_layout(&a, &(clflash_layout){slot * rq->part_elems, 0, 0, 0}, R->g->heads_q, rq->q.len,
+                                 R->g->head_dim);
         CL_TRY("clflash_forward", clflash_forward(R->ctx, &a, R->cq, R->q, k, v, ao, part_lse, 0, NULL, NULL));
     } else {
-        a.o = (clflash_layout){0, 0, 0, 0};
+        a.o = ring_varlen_layout(&a, &(clflash_layout){0, 0, 0, 0}, R->g->heads_q, rq->q.len, R->g->head_dim);
         CL_TRY("clflash_forward", clflash_forward(R->ctx, &a, R->cq, R->q, k, v, R->tmp_o, part_lse, 0, NULL, NULL));
         clflash_merge_desc m = merge_desc(R, rq, 1, t, CLFLASH_F32);
         m.o = (clflash_layout){slot * rq->part_elems, 0, 0, 0};
@@ -193,7 +196,8 @@ static clflash_status setup(ring_run *R, MPI_Comm comm)
         if (st != CLFLASH_SUCCESS)
             return st;
     }
-    if ((st = ring_key_lengths_init(&R->klen, R->ctx, R->cq, g, own->chunk, own->nchunks)) != CLFLASH_SUCCESS)
+    if ((st = ring_key_lengths_init(&R->klen, R->ctx, R->cq, g, own->chunk, own->nchunks)) != CLFLASH_SUCCESS ||
+        (st = ring_varlen_init(&R->packed, R->ctx, g, own->chunk, own->nchunks)) != CLFLASH_SUCCESS)
         return st;
     for (int i = 0; i < R->nq; i++) {
         ring_query *rq = &R->rq[i];
@@ -256,6 +260,7 @@ static void teardown(ring_run *R)
         clReleaseMemObject(R->own_kv);
     free(R->table);
     ring_key_lengths_free(&R->klen);
+    ring_varlen_free(&R->packed);
 }
 
 /* The compute of step s: every query chunk against the shard this rank holds now. */
@@ -368,10 +373,20 @@ clflash_status clflash_ring_forward(clflash_context *ctx, MPI_Comm comm, const c
     int32_t *table = NULL; /* a paged own shard's block table, read once and checked here */
     if (local == CLFLASH_SUCCESS && d->block_table)
         local = ring_paged_read_table(ctx, d, &table);
+    int32_t *cu = NULL; /* packed sequences' lengths, read once, agreed after the join */
+    if (local == CLFLASH_SUCCESS)
+        local = ring_varlen_read(ctx, d, &cu);
     MPI_Comm ring_comm;
     ring_geometry g;
     if ((st = ring_join(comm, d, local, 0, &ring_comm, &g)) != CLFLASH_SUCCESS) {
         free(table);
+        free(cu);
+        return st;
+    }
+    if ((st = ring_varlen_agree(ring_comm, &g, cu)) != CLFLASH_SUCCESS) {
+        free(table);
+        ring_geometry_free(&g);
+        MPI_Comm_free(&ring_comm);
         return st;
     }
     ring_run R;

@@ -147,9 +147,9 @@ clflash_status ring_check_local(clflash_context *ctx, const clflash_ring_desc *i
         return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "lse must be a buffer of its own");
     if ((st = ring_paged_check(d)))
         return st;
-    const cl_mem extra[4] = {d->alibi_slopes, d->key_lengths, d->bias, d->block_table};
-    static const char *const extra_name[4] = {"alibi_slopes", "key_lengths", "bias", "block_table"};
-    for (int i = 0; i < 4; i++)
+    const cl_mem extra[5] = {d->alibi_slopes, d->key_lengths, d->bias, d->block_table, d->cu_seqlens};
+    static const char *const extra_name[5] = {"alibi_slopes", "key_lengths", "bias", "block_table", "cu_seqlens"};
+    for (int i = 0; i < 5; i++)
         if (extra[i] && (extra[i] == o || extra[i] == lse))
             return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "%s must not be the same buffer as o or lse",
                              extra_name[i]);
@@ -190,13 +190,13 @@ clflash_status ring_check_local(clflash_context *ctx, const clflash_ring_desc *i
      * after the agreement (check_bias_size) */
     if (d->bias && (st = ring_check_buffer(ctx, d->bias, 0, "bias")))
         return st;
-    return CLFLASH_SUCCESS;
+    return ring_varlen_check(ctx, d);
 }
 
 /* The fields gathered from every rank, in this order. */
 enum { F_STATUS, F_BATCH, F_HEADS_Q, F_HEADS_KV, F_HEAD_DIM, F_DTYPE, F_SCALE, F_FLAGS, F_MAPPING, F_SOFTCAP,
        F_WINDOW_LEFT, F_WINDOW_RIGHT, F_HAS_ALIBI, F_HAS_KEY_LENGTHS, F_HAS_BIAS, F_HAS_BIAS_GRAD,
-       F_BIAS_BROADCAST, /* the last field every rank must agree on */
+       F_BIAS_BROADCAST, F_NUM_SEQS, /* the last field every rank must agree on */
        F_SEQ_TOTAL, F_SEQ_LOCAL, F_SEQ_OFFSET, F_COUNT };
 
 static const struct {
@@ -215,6 +215,7 @@ static const struct {
     [F_HAS_BIAS] = {"bias (whether given)", CLFLASH_ERROR_INVALID_ARGUMENT},
     [F_HAS_BIAS_GRAD] = {"bias_grad (whether given)", CLFLASH_ERROR_INVALID_ARGUMENT},
     [F_BIAS_BROADCAST] = {"bias_broadcast", CLFLASH_ERROR_INVALID_FLAGS},
+    [F_NUM_SEQS] = {"num_seqs (0: no cu_seqlens)", CLFLASH_ERROR_INVALID_ARGUMENT},
     [F_SEQ_TOTAL] = {"seq_total", CLFLASH_ERROR_INVALID_SHAPE},
 };
 
@@ -302,7 +303,7 @@ static clflash_status decide(const uint64_t *all, ring_geometry *g)
         }
     }
     for (int r = 1; r < P; r++)
-        for (int i = F_BATCH; i <= F_BIAS_BROADCAST; i++)
+        for (int i = F_BATCH; i <= F_NUM_SEQS; i++)
             if (all[(size_t)r * F_COUNT + i] != all[i])
                 return ring_fail(agreed[i].st, "rank %d: %s is %llu, rank 0's is %llu", r, agreed[i].name,
                                  (unsigned long long)all[(size_t)r * F_COUNT + i], (unsigned long long)all[i]);
@@ -324,6 +325,7 @@ static clflash_status decide(const uint64_t *all, ring_geometry *g)
     g->has_bias = all[F_HAS_BIAS] != 0;
     g->has_bias_grad = all[F_HAS_BIAS_GRAD] != 0;
     g->bias_broadcast = (uint32_t)all[F_BIAS_BROADCAST];
+    g->num_seqs = (uint32_t)all[F_NUM_SEQS];
     g->per_pair = (g->flags & CLFLASH_WINDOW) || g->has_alibi || g->has_key_lengths || g->has_bias;
     uint64_t sum = 0;
     g->max_rows = 0;
@@ -379,9 +381,10 @@ static clflash_status decide(const uint64_t *all, ring_geometry *g)
         shard_of(all + (size_t)r * F_COUNT, g, r, &g->shards[r]);
     /* every pair must give calls (one causal call or none for both mappings without per_pair;
      * diagonal offsets in range with it), and every query chunk at least one call (its own
-     * diagonal is always visible), so that its O is written */
+     * diagonal is always visible), so that its O is written. Packed sequences: ring_varlen_agree
+     * checks their calls once every rank has the lengths */
     ring_call call[2];
-    for (int a = 0; a < P; a++)
+    for (int a = 0; a < P && g->num_seqs == 0; a++)
         for (int c = 0; c < g->shards[a].nchunks; c++) {
             int calls = 0;
             for (int b = 0; b < P; b++) {
@@ -486,6 +489,7 @@ clflash_status ring_geometry_agree(MPI_Comm comm, const clflash_ring_desc *d, cl
         mine[F_HAS_BIAS] = d->bias != NULL;
         mine[F_HAS_BIAS_GRAD] = backward && d->bias_grad != NULL; /* the forward ignores it */
         mine[F_BIAS_BROADCAST] = d->bias_broadcast;
+        mine[F_NUM_SEQS] = d->cu_seqlens ? d->num_seqs : 0;
         mine[F_SEQ_TOTAL] = d->seq_total;
         mine[F_SEQ_LOCAL] = d->seq_local;
         mine[F_SEQ_OFFSET] = d->seq_offset;
@@ -530,6 +534,8 @@ void ring_geometry_free(ring_geometry *g)
 {
     free(g->shards);
     g->shards = NULL;
+    free(g->cu);
+    g->cu = NULL;
 }
 
 clflash_status ring_mpi_ready(MPI_Comm comm)

@@ -2,7 +2,8 @@
  * ring_internal.h - what the files of the MPI ring component share: the ring's geometry (every
  * rank's shard as chunks of global positions, agreed on collectively), the rules that turn a
  * (query chunk, key shard) pair into clflash_forward/clflash_backward calls, the per-key-chunk key
- * lengths, the K/V exchange with its host staging, and the component's error detail.
+ * lengths, the packed sequences' calls, the K/V exchange with its host staging, and the
+ * component's error detail.
  *
  * The component is a client of clflash.h and of lib/component.h (the kernels libclflash runs for
  * its components) only; nothing here reaches into lib/internal.h.
@@ -61,6 +62,9 @@ typedef struct {
     cl_mem bias;         /* this rank's own rows against every global key position (NULL without) */
     clflash_layout bias_layout; /* its layout, resolved (ring_bias_layout): broadcast strides 0 */
     cl_mem bias_grad;    /* this rank's (backward only; NULL without) */
+    uint32_t num_seqs;   /* agreed: packed sequences (0: no packing) */
+    int32_t *cu;         /* with num_seqs: the agreed cumulative lengths [num_seqs + 1] (host; owned,
+                            set by ring_varlen_agree, freed by ring_geometry_free) */
     uint64_t seq_total;
     uint32_t max_rows;   /* the largest shard's rows */
     ring_shard *shards;  /* [size], in rank order */
@@ -135,6 +139,43 @@ int ring_calls(const ring_geometry *g, const ring_chunk *q, const ring_shard *kv
  * (0, 0, q's first row, c's first key position). */
 void ring_call_rules(clflash_attention_desc *a, const ring_geometry *g, const ring_chunk *q, const ring_call *c,
                      cl_mem key_lengths);
+/* Whether some (query, key) pair of the runs q and k passes the causal and window rules. */
+int ring_pair_visible(const ring_geometry *g, const ring_chunk *q, const ring_chunk *k);
+
+/* ---- packed sequences (ring_varlen.c) --------------------------------------------------------- */
+/* The packing fields of d (ring_check_local calls it): none without cu_seqlens, else what they
+ * need and what they exclude. */
+clflash_status ring_varlen_check(clflash_context *ctx, const clflash_ring_desc *d);
+/* Reads d->cu_seqlens to the host (blocking, on ctx's queue) into *cu (malloc'd, int32[num_seqs +
+ * 1]) and checks that it starts at 0 and never decreases; *cu is NULL on failure or without one. */
+clflash_status ring_varlen_read(clflash_context *ctx, const clflash_ring_desc *d, int32_t **cu);
+/* Collective, after ring_join, on every rank: nothing without packing (g->num_seqs 0, agreed);
+ * else agrees that every rank's cu holds rank 0's values and ends at seq_total, and that every
+ * pair of chunks the ring meets gives a call clflash can take. g takes cu (freed either way). */
+clflash_status ring_varlen_agree(MPI_Comm comm, ring_geometry *g, int32_t *cu);
+/* ring_calls with packing: for each key chunk of kv, one call when it is q itself (every packed
+ * sequence's piece against itself) or when the one sequence with tokens in both has a visible
+ * pair; diagonal_offset places that sequence's diagonal. Count, or -1 as ring_calls. */
+int ring_varlen_calls(const ring_geometry *g, const ring_chunk *q, const ring_shard *kv, ring_call out[2]);
+/* The cumulative lengths of each call of this rank's query chunks: per (query chunk, key chunk)
+ * pair, the sequences with tokens in either as the entries of a clflash variable-length batch over
+ * the query chunk's rows and the key chunk's rows, in two small device buffers. */
+typedef struct {
+    int n;
+    uint64_t *q_pos, *k_pos;        /* [n]: the pair's chunks */
+    uint32_t *entries, *max_q, *max_k; /* [n]: sequences, and their longest pieces */
+    cl_mem *cu_q, *cu_k;            /* [n] */
+} ring_varlen;
+/* Nothing without g->cu; else the buffers of every call of the chunks q[0 .. nq-1]. */
+clflash_status ring_varlen_init(ring_varlen *v, clflash_context *ctx, const ring_geometry *g, const ring_chunk *q,
+                                int nq);
+/* Makes a (whose layouts are set) call c of query chunk q a variable-length batch: batch, seq_q,
+ * seq_k, cu_seqlens, totals, and the packed layouts (batch_stride 0). No-op without packing. */
+void ring_varlen_rules(clflash_attention_desc *a, const ring_varlen *v, const ring_chunk *q, const ring_call *c);
+/* Layout l of a tensor of heads x rows for call a: resolved, and packed when a is varlen. */
+clflash_layout ring_varlen_layout(const clflash_attention_desc *a, const clflash_layout *l, uint32_t heads,
+                                  uint32_t rows, uint32_t head_dim);
+void ring_varlen_free(ring_varlen *v);
 
 /* ---- key lengths per key chunk (ring_key_lengths.c) ------------------------------------------- */
 /* The caller's key_lengths (global positions) as each call needs them: for the key chunk at

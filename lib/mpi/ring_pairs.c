@@ -5,7 +5,8 @@
  * ALiBi, key lengths or a bias every (query chunk, key chunk) pair is a call of its own, with
  * clflash_attention_desc.diagonal_offset putting the causal rule, the window and ALiBi's distance
  * at the whole sequence's diagonal, its key lengths relative to the key chunk, and the bias layout's
- * offset at the pair's first element.
+ * offset at the pair's first element. Packed sequences (cu_seqlens) have pairs of their own,
+ * ring_varlen.c's.
  *
  * Why per key chunk: ALiBi, key lengths and the bias depend on each key's global position, which a
  * call can only express through one diagonal offset, one set of key lengths and one bias offset
@@ -16,7 +17,7 @@
 
 /* Whether some (query, key) pair of the two chunks passes the causal and window rules, from the
  * range of key - query distances the chunks span. */
-static int pair_visible(const ring_geometry *g, const ring_chunk *q, const ring_chunk *k)
+int ring_pair_visible(const ring_geometry *g, const ring_chunk *q, const ring_chunk *k)
 {
     const int64_t nearest = (int64_t)k->pos - (int64_t)(q->pos + q->len - 1); /* smallest key - query */
     const int64_t farthest = (int64_t)(k->pos + k->len - 1) - (int64_t)q->pos; /* largest */
@@ -32,13 +33,15 @@ static int pair_visible(const ring_geometry *g, const ring_chunk *q, const ring_
 
 int ring_calls(const ring_geometry *g, const ring_chunk *q, const ring_shard *kv, ring_call out[2])
 {
+    if (g->num_seqs) /* packed sequences: their own pairs */
+        return ring_varlen_calls(g, q, kv, out);
     if (!g->per_pair) /* never with a bias: its columns need a call per key chunk */
         return ring_visible(q, kv, (g->flags & CLFLASH_CAUSAL) != 0, &out[0]);
     const int diagonal_rules = (g->flags & (CLFLASH_CAUSAL | CLFLASH_WINDOW)) != 0 || g->has_alibi;
     int n = 0;
     for (int i = 0; i < kv->nchunks; i++) {
         const ring_chunk *k = &kv->chunk[i];
-        if (!pair_visible(g, q, k))
+        if (!ring_pair_visible(g, q, k))
             continue;
         /* positions are below 2^31 * 2^20 and lengths below 2^30: no overflow in int64 */
         const int64_t off = diagonal_rules ? ((int64_t)q->pos - (int64_t)k->pos) - ((int64_t)k->len - (int64_t)q->len)
