@@ -865,6 +865,7 @@ typedef enum {
     BAD_ALIGN,       /* one rank sets CLFLASH_ALIGN_TO_KEY_LENGTH (with key lengths on every rank) */
     BAD_TRANSPORT,   /* one rank's CLFLASH_RING_TRANSPORT is not a known value */
     BAD_TRANSPORT_MIX, /* one rank's CLFLASH_RING_TRANSPORT is mpi, the others' shared */
+    BAD_UPLOAD,      /* one rank's CLFLASH_RING_UPLOAD is not a known value */
     BAD_BIAS,         /* every rank but one passes a bias */
     BAD_BIAS_BCAST,   /* every rank a bias, one rank's broadcast over heads */
     BAD_BIAS_SMALL,   /* every rank a bias, one rank's a float short of its layout */
@@ -884,23 +885,27 @@ typedef enum {
     BAD_CU_KEY_LENGTHS     /* every rank's with key lengths */
 } bad_kind;
 
-/* Sets CLFLASH_RING_TRANSPORT for one call (value NULL: unset), or puts back what the test was
- * started with (restore). */
-static void transport_env(const char *value, int restore)
+/* The environment variables a collective check sets on some ranks for one call. */
+enum { ENV_TRANSPORT, ENV_UPLOAD, ENV_COUNT };
+static const char *const env_names[ENV_COUNT] = {"CLFLASH_RING_TRANSPORT", "CLFLASH_RING_UPLOAD"};
+
+/* Sets env_names[which] for one call (value NULL: unset), or puts back what the test was started
+ * with (restore). */
+static void ring_env(int which, const char *value, int restore)
 {
-    static int saved;
-    static char *start;
-    if (!saved) {
-        const char *v = getenv("CLFLASH_RING_TRANSPORT");
-        start = v ? strdup(v) : NULL;
-        saved = 1;
+    static int saved[ENV_COUNT];
+    static char *start[ENV_COUNT];
+    if (!saved[which]) {
+        const char *v = getenv(env_names[which]);
+        start[which] = v ? strdup(v) : NULL;
+        saved[which] = 1;
     }
     if (restore)
-        value = start;
+        value = start[which];
     if (value)
-        setenv("CLFLASH_RING_TRANSPORT", value, 1);
+        setenv(env_names[which], value, 1);
     else
-        unsetenv("CLFLASH_RING_TRANSPORT");
+        unsetenv(env_names[which]);
 }
 
 /* Rank `who` (or every rank) gets a descriptor that breaks a rule; every rank must return `want`,
@@ -930,7 +935,8 @@ static int run_invalid(const char *name, bad_kind kind, int who, clflash_status 
         case BAD_SOFTCAP: rd.softcap = 3.0f; break; /* valid alone; the others have none */
         case BAD_WINDOW: rd.window_right = 1; break;
         case BAD_ALIGN: rd.flags |= CLFLASH_ALIGN_TO_KEY_LENGTH; break;
-        case BAD_TRANSPORT: transport_env("ring", 0); break;
+        case BAD_TRANSPORT: ring_env(ENV_TRANSPORT, "ring", 0); break;
+        case BAD_UPLOAD: ring_env(ENV_UPLOAD, "pinned", 0); break;
         case BAD_BIAS_BCAST: rd.bias_broadcast = CLFLASH_BROADCAST_HEADS; break; /* valid alone */
         case BAD_ZIGZAG_TOTAL: case BAD_SLOPES: case BAD_KEY_LENGTHS: case BAD_TRANSPORT_MIX: case BAD_BIAS:
         case BAD_BIAS_SMALL: case BAD_BIAS_OUTPUT: case BAD_PAGED: case BAD_PAGE_ENTRY: case BAD_BIAS_GRAD:
@@ -939,7 +945,7 @@ static int run_invalid(const char *name, bad_kind kind, int who, clflash_status 
         }
     }
     if (kind == BAD_TRANSPORT_MIX)
-        transport_env(R == who ? "mpi" : "shared", 0);
+        ring_env(ENV_TRANSPORT, R == who ? "mpi" : "shared", 0);
     if (kind == BAD_WINDOW) {
         rd.flags |= CLFLASH_WINDOW;
         rd.window_left = 4;
@@ -1042,7 +1048,8 @@ static int run_invalid(const char *name, bad_kind kind, int who, clflash_status 
     } else {
         st = clflash_ring_forward(ctx, MPI_COMM_WORLD, &rd, q, k, v, o, l);
     }
-    transport_env(NULL, 1);
+    ring_env(ENV_TRANSPORT, NULL, 1);
+    ring_env(ENV_UPLOAD, NULL, 1);
     int fail = 0;
     char msg[600] = "";
     if (st != want) {
@@ -1356,6 +1363,8 @@ int main(int argc, char **argv)
         any |= INVALID("one rank's CLFLASH_RING_TRANSPORT unknown", "transport", BAD_TRANSPORT, last,
                        CLFLASH_ERROR_INVALID_ARGUMENT);
         any |= INVALID("ranks disagree on CLFLASH_RING_TRANSPORT", "transport mix", BAD_TRANSPORT_MIX, 0,
+                       CLFLASH_ERROR_INVALID_ARGUMENT);
+        any |= INVALID("one rank's CLFLASH_RING_UPLOAD unknown", "upload", BAD_UPLOAD, last,
                        CLFLASH_ERROR_INVALID_ARGUMENT);
         any |= INVALID("one rank without a bias", "bias", BAD_BIAS, 0, CLFLASH_ERROR_INVALID_ARGUMENT);
         any |= INVALID("ranks disagree on bias_broadcast", "bias_broadcast", BAD_BIAS_BCAST, last,
