@@ -271,7 +271,8 @@ static void *copy_job_run(void *arg)
     return NULL;
 }
 
-static cl_int staged_upload(cl_command_queue qu, cl_mem dev, size_t n, const unsigned char *src, const stager *sg)
+/* dst = src (n bytes) by sg->threads host threads. */
+static void staged_copy(unsigned char *dst, const unsigned char *src, size_t n, const stager *sg)
 {
     pthread_t th[8];
     copy_job jobs[8];
@@ -280,7 +281,7 @@ static cl_int staged_upload(cl_command_queue qu, cl_mem dev, size_t n, const uns
     int started[8] = {0};
     for (int t = 0; t < T; t++) {
         const size_t at = per * (size_t)t < n ? per * (size_t)t : n;
-        jobs[t] = (copy_job){sg->ptr + at, src + at, n - at < per ? n - at : per};
+        jobs[t] = (copy_job){dst + at, src + at, n - at < per ? n - at : per};
         started[t] = t > 0 && pthread_create(&th[t], NULL, copy_job_run, &jobs[t]) == 0;
     }
     for (int t = 0; t < T; t++)
@@ -289,6 +290,11 @@ static cl_int staged_upload(cl_command_queue qu, cl_mem dev, size_t n, const uns
     for (int t = 1; t < T; t++)
         if (started[t])
             pthread_join(th[t], NULL);
+}
+
+static cl_int staged_upload(cl_command_queue qu, cl_mem dev, size_t n, const unsigned char *src, const stager *sg)
+{
+    staged_copy(sg->ptr, src, n, sg);
     return clEnqueueWriteBuffer(qu, dev, CL_TRUE, 0, n, sg->ptr, 0, NULL, NULL);
 }
 
@@ -348,10 +354,9 @@ static double time_transfer(const options *o, int backward, clflash_context *c, 
     cl_command_queue qu = clflash_context_queue(c);
     stager sg = {0, NULL, NULL};
     if (shared && copy_threads > 0 && err == CL_SUCCESS) {
-        sg.mem = clCreateBuffer(clflash_context_cl(c), CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, kv_bytes, NULL, &err);
+        sg.mem = clCreateBuffer(clflash_context_cl(c), CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, most, NULL, &err);
         if (err == CL_SUCCESS)
-            sg.ptr = clEnqueueMapBuffer(qu, sg.mem, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, kv_bytes, 0, NULL, NULL,
-                                        &err);
+            sg.ptr = clEnqueueMapBuffer(qu, sg.mem, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, most, 0, NULL, NULL, &err);
         sg.threads = err == CL_SUCCESS ? copy_threads : 0;
     }
     double *t = xmalloc(sizeof(double) * o->reps), result = 0.0;
@@ -362,10 +367,17 @@ static double time_transfer(const options *o, int backward, clflash_context *c, 
             err = move_kv(qu, dev, kv_bytes, left_seg, out, in, left, right, &sg);
         if (backward && shared) { /* the fp32 accumulator: from the left's segment, back into the own
                                      (the timing's: the neighbour may be writing it meanwhile) */
-            if (err == CL_SUCCESS)
+            if (err == CL_SUCCESS && sg.threads > 0) { /* staged both ways, as the ring does */
+                err = staged_upload(qu, dev, acc_bytes, left_seg + kv_bytes, &sg);
+                if (err == CL_SUCCESS)
+                    err = clEnqueueReadBuffer(qu, dev, CL_TRUE, 0, acc_bytes, sg.ptr, 0, NULL, NULL);
+                if (err == CL_SUCCESS)
+                    staged_copy(own_seg + kv_bytes, sg.ptr, acc_bytes, &sg);
+            } else if (err == CL_SUCCESS) {
                 err = clEnqueueWriteBuffer(qu, dev, CL_TRUE, 0, acc_bytes, left_seg + kv_bytes, 0, NULL, NULL);
-            if (err == CL_SUCCESS)
-                err = clEnqueueReadBuffer(qu, dev, CL_TRUE, 0, acc_bytes, own_seg + kv_bytes, 0, NULL, NULL);
+                if (err == CL_SUCCESS)
+                    err = clEnqueueReadBuffer(qu, dev, CL_TRUE, 0, acc_bytes, own_seg + kv_bytes, 0, NULL, NULL);
+            }
         } else if (backward) { /* the fp32 accumulator: MPI messages, then uploaded and read back */
             for (size_t at = 0; at < acc_bytes; at += (size_t)1 << 30) {
                 const int piece = (int)(acc_bytes - at < ((size_t)1 << 30) ? acc_bytes - at : (size_t)1 << 30);
