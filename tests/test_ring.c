@@ -865,7 +865,7 @@ typedef enum {
     BAD_ALIGN,       /* one rank sets CLFLASH_ALIGN_TO_KEY_LENGTH (with key lengths on every rank) */
     BAD_TRANSPORT,   /* one rank's CLFLASH_RING_TRANSPORT is not a known value */
     BAD_TRANSPORT_MIX, /* one rank's CLFLASH_RING_TRANSPORT is mpi, the others' shared */
-    BAD_UPLOAD,      /* one rank's CLFLASH_RING_UPLOAD is not a known value */
+    BAD_PIN,         /* one rank's CLFLASH_RING_PIN is not a known value */
     BAD_BIAS,         /* every rank but one passes a bias */
     BAD_BIAS_BCAST,   /* every rank a bias, one rank's broadcast over heads */
     BAD_BIAS_SMALL,   /* every rank a bias, one rank's a float short of its layout */
@@ -886,8 +886,8 @@ typedef enum {
 } bad_kind;
 
 /* The environment variables a collective check sets on some ranks for one call. */
-enum { ENV_TRANSPORT, ENV_UPLOAD, ENV_COUNT };
-static const char *const env_names[ENV_COUNT] = {"CLFLASH_RING_TRANSPORT", "CLFLASH_RING_UPLOAD"};
+enum { ENV_TRANSPORT, ENV_PIN, ENV_COUNT };
+static const char *const env_names[ENV_COUNT] = {"CLFLASH_RING_TRANSPORT", "CLFLASH_RING_PIN"};
 
 /* Sets env_names[which] for one call (value NULL: unset), or puts back what the test was started
  * with (restore). */
@@ -936,7 +936,7 @@ static int run_invalid(const char *name, bad_kind kind, int who, clflash_status 
         case BAD_WINDOW: rd.window_right = 1; break;
         case BAD_ALIGN: rd.flags |= CLFLASH_ALIGN_TO_KEY_LENGTH; break;
         case BAD_TRANSPORT: ring_env(ENV_TRANSPORT, "ring", 0); break;
-        case BAD_UPLOAD: ring_env(ENV_UPLOAD, "pinned", 0); break;
+        case BAD_PIN: ring_env(ENV_PIN, "pinned", 0); break;
         case BAD_BIAS_BCAST: rd.bias_broadcast = CLFLASH_BROADCAST_HEADS; break; /* valid alone */
         case BAD_ZIGZAG_TOTAL: case BAD_SLOPES: case BAD_KEY_LENGTHS: case BAD_TRANSPORT_MIX: case BAD_BIAS:
         case BAD_BIAS_SMALL: case BAD_BIAS_OUTPUT: case BAD_PAGED: case BAD_PAGE_ENTRY: case BAD_BIAS_GRAD:
@@ -1049,7 +1049,7 @@ static int run_invalid(const char *name, bad_kind kind, int who, clflash_status 
         st = clflash_ring_forward(ctx, MPI_COMM_WORLD, &rd, q, k, v, o, l);
     }
     ring_env(ENV_TRANSPORT, NULL, 1);
-    ring_env(ENV_UPLOAD, NULL, 1);
+    ring_env(ENV_PIN, NULL, 1);
     int fail = 0;
     char msg[600] = "";
     if (st != want) {
@@ -1364,7 +1364,7 @@ int main(int argc, char **argv)
                        CLFLASH_ERROR_INVALID_ARGUMENT);
         any |= INVALID("ranks disagree on CLFLASH_RING_TRANSPORT", "transport mix", BAD_TRANSPORT_MIX, 0,
                        CLFLASH_ERROR_INVALID_ARGUMENT);
-        any |= INVALID("one rank's CLFLASH_RING_UPLOAD unknown", "upload", BAD_UPLOAD, last,
+        any |= INVALID("one rank's CLFLASH_RING_PIN unknown", "pin", BAD_PIN, last,
                        CLFLASH_ERROR_INVALID_ARGUMENT);
         any |= INVALID("one rank without a bias", "bias", BAD_BIAS, 0, CLFLASH_ERROR_INVALID_ARGUMENT);
         any |= INVALID("ranks disagree on bias_broadcast", "bias_broadcast", BAD_BIAS_BCAST, last,

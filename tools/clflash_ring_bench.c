@@ -32,7 +32,6 @@
 
 #include <math.h>
 #include <mpi.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -156,7 +155,7 @@ static double median(double *v, unsigned n)
 /* One rank's figures of one pass: HEAD_FIELDS, then STEP_FIELDS per step, each the median over the
  * timed calls. */
 static int time_ring(const options *o, int backward, clflash_context *c, MPI_Comm comm, const clflash_ring_desc *d,
-                     cl_mem *t, int P, double *out, char transport[8], int *copy_threads)
+                     cl_mem *t, int P, double *out, char transport[8], int *pinned)
 {
     const unsigned reps = o->reps, nf = HEAD_FIELDS + STEP_FIELDS * (unsigned)P;
     double *all = xmalloc(sizeof(double) * nf * reps), *col = xmalloc(sizeof(double) * reps);
@@ -177,7 +176,7 @@ static int time_ring(const options *o, int backward, clflash_context *c, MPI_Com
         if (stats.status != CLFLASH_SUCCESS && timing == CLFLASH_SUCCESS)
             timing = stats.status;
         memcpy(transport, stats.transport, sizeof stats.transport);
-        *copy_threads = stats.copy_threads;
+        *pinned = stats.pinned;
         double *row = all + (size_t)(i - o->warmup) * nf;
         row[0] = stats.call_s;
         row[1] = stats.device_s;
@@ -248,65 +247,13 @@ static double time_single(const options *o, int backward, clflash_context *c)
     return result;
 }
 
-/* Staged uploads as the ring makes them where its report gives copy threads (lib/mpi/ring_copy.c):
- * host threads copy the shard from the neighbour's segment into a mapped (pinned) buffer, then it
- * is uploaded from there. Here the copy is done before the upload starts, where the ring starts
- * uploading each 4 MiB as it is copied: the transfer alone is if anything longer than the ring's. */
-typedef struct {
-    int threads; /* 0: uploads straight from the segment */
-    cl_mem mem;
-    unsigned char *ptr;
-} stager;
-
-typedef struct {
-    unsigned char *dst;
-    const unsigned char *src;
-    size_t n;
-} copy_job;
-
-static void *copy_job_run(void *arg)
-{
-    const copy_job *j = arg;
-    memcpy(j->dst, j->src, j->n);
-    return NULL;
-}
-
-/* dst = src (n bytes) by sg->threads host threads. */
-static void staged_copy(unsigned char *dst, const unsigned char *src, size_t n, const stager *sg)
-{
-    pthread_t th[8];
-    copy_job jobs[8];
-    const int T = sg->threads < 8 ? sg->threads : 8;
-    const size_t per = (n / (size_t)T + 4095) / 4096 * 4096;
-    int started[8] = {0};
-    for (int t = 0; t < T; t++) {
-        const size_t at = per * (size_t)t < n ? per * (size_t)t : n;
-        jobs[t] = (copy_job){dst + at, src + at, n - at < per ? n - at : per};
-        started[t] = t > 0 && pthread_create(&th[t], NULL, copy_job_run, &jobs[t]) == 0;
-    }
-    for (int t = 0; t < T; t++)
-        if (t == 0 || !started[t])
-            copy_job_run(&jobs[t]);
-    for (int t = 1; t < T; t++)
-        if (started[t])
-            pthread_join(th[t], NULL);
-}
-
-static cl_int staged_upload(cl_command_queue qu, cl_mem dev, size_t n, const unsigned char *src, const stager *sg)
-{
-    staged_copy(sg->ptr, src, n, sg);
-    return clEnqueueWriteBuffer(qu, dev, CL_TRUE, 0, n, sg->ptr, 0, NULL, NULL);
-}
-
 /* The K/V part of one step through the node-local window, as the ring's shared transport does it:
  * each rank uploads its left neighbour's shard straight from that rank's segment (win and left_seg,
  * set up by the caller). Through MPI messages: the shard sent to the right and received from the
  * left (MPI_Sendrecv), then uploaded. */
 static cl_int move_kv(cl_command_queue qu, cl_mem dev, size_t n, const unsigned char *left_seg, unsigned char *out,
-                      unsigned char *in, int left, int right, const stager *sg)
+                      unsigned char *in, int left, int right)
 {
-    if (left_seg != NULL && sg->threads > 0)
-        return staged_upload(qu, dev, n, left_seg, sg);
     if (left_seg != NULL)
         return clEnqueueWriteBuffer(qu, dev, CL_TRUE, 0, n, left_seg, 0, NULL, NULL);
     for (size_t at = 0; at < n; at += (size_t)1 << 30) {
@@ -321,7 +268,7 @@ static cl_int move_kv(cl_command_queue qu, cl_mem dev, size_t n, const unsigned 
  * nothing else running, as the definitions at the top say, through the transport the ring used
  * (shared: the K/V shard from the neighbour's segment of a shared-memory window); the slowest
  * rank's, in seconds. */
-static double time_transfer(const options *o, int backward, clflash_context *c, int P, int shared, int copy_threads)
+static double time_transfer(const options *o, int backward, clflash_context *c, int P, int shared, int pinned)
 {
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -352,32 +299,26 @@ static double time_transfer(const options *o, int backward, clflash_context *c, 
     cl_int err = CL_SUCCESS;
     cl_mem dev = clCreateBuffer(clflash_context_cl(c), CL_MEM_READ_WRITE, most, NULL, &err);
     cl_command_queue qu = clflash_context_queue(c);
-    stager sg = {0, NULL, NULL};
-    if (shared && copy_threads > 0 && err == CL_SUCCESS) {
-        sg.mem = clCreateBuffer(clflash_context_cl(c), CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, most, NULL, &err);
+    cl_mem pin[2] = {NULL, NULL}; /* pinned: the segments registered as the ring registers them */
+    if (shared && pinned && err == CL_SUCCESS) {
+        const size_t seg_bytes = kv_bytes + (backward ? acc_bytes : 0);
+        pin[0] = clCreateBuffer(clflash_context_cl(c), CL_MEM_USE_HOST_PTR | CL_MEM_READ_WRITE, seg_bytes, own_seg, &err);
         if (err == CL_SUCCESS)
-            sg.ptr = clEnqueueMapBuffer(qu, sg.mem, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, most, 0, NULL, NULL, &err);
-        sg.threads = err == CL_SUCCESS ? copy_threads : 0;
+            pin[1] = clCreateBuffer(clflash_context_cl(c), CL_MEM_USE_HOST_PTR | CL_MEM_READ_WRITE, seg_bytes,
+                                    left_seg, &err);
     }
     double *t = xmalloc(sizeof(double) * o->reps), result = 0.0;
     for (unsigned i = 0; i < o->warmup + o->reps; i++) {
         MPI_Barrier(MPI_COMM_WORLD);
         const double t0 = MPI_Wtime();
         if (err == CL_SUCCESS)
-            err = move_kv(qu, dev, kv_bytes, left_seg, out, in, left, right, &sg);
+            err = move_kv(qu, dev, kv_bytes, left_seg, out, in, left, right);
         if (backward && shared) { /* the fp32 accumulator: from the left's segment, back into the own
                                      (the timing's: the neighbour may be writing it meanwhile) */
-            if (err == CL_SUCCESS && sg.threads > 0) { /* staged both ways, as the ring does */
-                err = staged_upload(qu, dev, acc_bytes, left_seg + kv_bytes, &sg);
-                if (err == CL_SUCCESS)
-                    err = clEnqueueReadBuffer(qu, dev, CL_TRUE, 0, acc_bytes, sg.ptr, 0, NULL, NULL);
-                if (err == CL_SUCCESS)
-                    staged_copy(own_seg + kv_bytes, sg.ptr, acc_bytes, &sg);
-            } else if (err == CL_SUCCESS) {
+            if (err == CL_SUCCESS)
                 err = clEnqueueWriteBuffer(qu, dev, CL_TRUE, 0, acc_bytes, left_seg + kv_bytes, 0, NULL, NULL);
-                if (err == CL_SUCCESS)
-                    err = clEnqueueReadBuffer(qu, dev, CL_TRUE, 0, acc_bytes, own_seg + kv_bytes, 0, NULL, NULL);
-            }
+            if (err == CL_SUCCESS)
+                err = clEnqueueReadBuffer(qu, dev, CL_TRUE, 0, acc_bytes, own_seg + kv_bytes, 0, NULL, NULL);
         } else if (backward) { /* the fp32 accumulator: MPI messages, then uploaded and read back */
             for (size_t at = 0; at < acc_bytes; at += (size_t)1 << 30) {
                 const int piece = (int)(acc_bytes - at < ((size_t)1 << 30) ? acc_bytes - at : (size_t)1 << 30);
@@ -394,14 +335,11 @@ static double time_transfer(const options *o, int backward, clflash_context *c, 
     }
     double mine = err == CL_SUCCESS ? median(t, o->reps) * (P - 1) : -1.0;
     MPI_Allreduce(&mine, &result, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    for (int i = 0; i < 2; i++) /* before the memory they cover goes */
+        if (pin[i] != NULL)
+            clReleaseMemObject(pin[i]);
     if (win != MPI_WIN_NULL)
         MPI_Win_free(&win);
-    if (sg.ptr != NULL)
-        clEnqueueUnmapMemObject(qu, sg.mem, sg.ptr, 0, NULL, NULL);
-    if (sg.mem != NULL) {
-        clFinish(qu);
-        clReleaseMemObject(sg.mem);
-    }
     if (dev)
         clReleaseMemObject(dev);
     free(out), free(in), free(t);
@@ -410,7 +348,7 @@ static double time_transfer(const options *o, int backward, clflash_context *c, 
 
 /* Rank 0: the report of one pass from every rank's figures (P rows of HEAD_FIELDS + STEP_FIELDS * P). */
 static void report(const options *o, json_writer *w, int backward, int P, const double *fig, double single_s,
-                   double transfer, const char *transport, int copy_threads)
+                   double transfer, const char *transport, int pinned)
 {
     const unsigned nf = HEAD_FIELDS + STEP_FIELDS * (unsigned)P;
     double call = 0.0, exposed = 0.0; /* the slowest rank's call, the most exposed rank's time */
@@ -438,7 +376,7 @@ static void report(const options *o, json_writer *w, int backward, int P, const 
         json_str(w, "pass", name);
         json_str(w, "timing_status", st == CLFLASH_SUCCESS ? "ok" : clflash_ring_status_string(st));
         json_str(w, "transport", transport);
-        json_num(w, "copy_threads", 1, (double)copy_threads);
+        json_num(w, "pinned", 1, (double)pinned);
         json_num(w, "ring_ms", 1, call * 1e3);
         json_num(w, "single_rank_ms", have_eff, single_s * 1e3);
         json_num(w, "efficiency", have_eff, eff);
@@ -479,10 +417,7 @@ static void report(const options *o, json_writer *w, int backward, int P, const 
     printf("\n%s: %.3f ms per call (slowest rank, median of %u)", name, call * 1e3, o->reps);
     if (have_eff)
         printf("; one rank alone %.3f ms; efficiency %.0f%%", single_s * 1e3, eff * 100.0);
-    char staged[48] = "";
-    if (copy_threads > 0)
-        snprintf(staged, sizeof staged, " (uploads staged by %d host thread%s)", copy_threads,
-                 copy_threads > 1 ? "s" : "");
+    const char *staged = pinned ? " (segments pinned)" : "";
     printf("\n  K/V transport %s%s; transfer alone %.3f ms, exposed %.3f ms (most exposed rank)", transport, staged,
            transfer * 1e3, exposed * 1e3);
     if (have_overlap)
@@ -608,19 +543,19 @@ int main(int argc, char **argv)
         if (backward && !o.forward)
             failed |= clflash_ring_forward(c, MPI_COMM_WORLD, &d, t[0], t[1], t[2], t[3], t[4]) != CLFLASH_SUCCESS;
         char transport[8] = "";
-        int copy_threads = 0;
-        failed |= time_ring(&o, backward, c, MPI_COMM_WORLD, &d, t, P, mine, transport, &copy_threads);
+        int pinned = 0;
+        failed |= time_ring(&o, backward, c, MPI_COMM_WORLD, &d, t, P, mine, transport, &pinned);
         MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
         if (any)
             break;
         MPI_Gather(mine, (int)nf, MPI_DOUBLE, fig, (int)nf, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-        const double transfer = time_transfer(&o, backward, c, P, strcmp(transport, "shared") == 0, copy_threads);
+        const double transfer = time_transfer(&o, backward, c, P, strcmp(transport, "shared") == 0, pinned);
         double single = -1.0;
         if (o.single && rank == 0)
             single = time_single(&o, backward, c);
         MPI_Barrier(MPI_COMM_WORLD); /* the other ranks idle while rank 0 runs alone */
         if (rank == 0)
-            report(&o, w, backward, P, fig, single, transfer, transport, copy_threads);
+            report(&o, w, backward, P, fig, single, transfer, transport, pinned);
     }
     if (w && !any) {
         json_close(w, ']');

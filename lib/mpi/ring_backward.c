@@ -66,11 +66,7 @@ typedef struct {
     int shared;             /* the node-local window: h_out[i] in this rank's segment, no h_in; the
                                incoming accumulator is uploaded from the left rank's h_out */
     unsigned char *left_acc; /* shared: the left rank's h_out[0] (h_out[1] acc_slot bytes after it) */
-    ring_copier acc_up;      /* shared: how incoming accumulators go from the left rank's segment to
-                                the device (staged on a GPU, as the shards: ring_copy.c) */
-    float *h_land[2];        /* shared and staged: pinned memory (h_mem[1], h_mem[2]) the reads of
-                                dkv_acc land in before they are copied into h_out[i]; else h_out[i] */
-    cl_event rd[2];    /* the read of dkv_acc into h_land[i] */
+    cl_event rd[2];    /* the read of dkv_acc into h_out[i] */
     MPI_Request out_req[2][64];
     int out_n[2];
     MPI_Request in_req[64];
@@ -284,20 +280,12 @@ static clflash_status accumulator_memory(ring_bwd *B)
         B->h_out[0] = (float *)own;
         B->h_out[1] = (float *)(own + B->acc_slot);
         B->left_acc = ring_exchange_extra(&B->x, B->x.left);
-        B->h_land[0] = B->h_out[0];
-        B->h_land[1] = B->h_out[1];
-        if (!B->x.copier.staged) /* the shards' choice (ring_copy_open) holds for the accumulators */
-            return CLFLASH_SUCCESS;
-        clflash_status st = ring_copy_open(&B->acc_up, B->ctx, (size_t)B->acc_slot, B->g->size);
-        for (int i = 0; i < 2 && st == CLFLASH_SUCCESS; i++)
-            if ((B->h_land[i] = ring_staging_alloc(&B->h_mem[1 + i], B->ctx, (size_t)B->acc_slot)) == NULL)
-                st = ring_fail(CLFLASH_ERROR_OUT_OF_HOST_MEMORY, "no host memory for the dK/dV accumulators");
-        return st;
+        return CLFLASH_SUCCESS;
     }
     const size_t bytes = (size_t)B->acc_slot;
     B->h_in = ring_staging_alloc(&B->h_mem[0], B->ctx, bytes);
-    B->h_out[0] = B->h_land[0] = ring_staging_alloc(&B->h_mem[1], B->ctx, bytes);
-    B->h_out[1] = B->h_land[1] = ring_staging_alloc(&B->h_mem[2], B->ctx, bytes);
+    B->h_out[0] = ring_staging_alloc(&B->h_mem[1], B->ctx, bytes);
+    B->h_out[1] = ring_staging_alloc(&B->h_mem[2], B->ctx, bytes);
     if (!B->h_in || !B->h_out[0] || !B->h_out[1])
         return ring_fail(CLFLASH_ERROR_OUT_OF_HOST_MEMORY, "no host memory for the dK/dV accumulators");
     return CLFLASH_SUCCESS;
@@ -319,7 +307,6 @@ static void teardown(ring_bwd *B)
             MPI_Waitall(B->out_n[j], B->out_req[j], MPI_STATUSES_IGNORE);
     if (B->in_n)
         MPI_Waitall(B->in_n, B->in_req, MPI_STATUSES_IGNORE);
-    ring_copy_close(&B->acc_up, B->ctx);
     if (B->have_x)
         ring_exchange_free(&B->x);
     for (int j = 0; j < 2; j++)
@@ -418,10 +405,7 @@ static clflash_status finish_accumulator(ring_bwd *B, int s, clflash_status st)
         return st;
     cl_int err = CL_SUCCESS;
     if (s > 0) {
-        cl_event up = NULL;
-        err = ring_copy_upload(&B->acc_up, B->cq, B->dkv_in, 0, incoming(B, s), bytes, NULL, &up);
-        if (up)
-            clReleaseEvent(up);
+        err = clEnqueueWriteBuffer(B->cq, B->dkv_in, CL_FALSE, 0, bytes, incoming(B, s), 0, NULL, NULL);
         if (err == CL_SUCCESS &&
             (st = accumulate(B, CLFLASH_F32, B->dkv_acc, B->dkv_in, 2ull * g->batch * g->heads_kv,
                              g->shards[src_of(g, s)].rows, 0, g->shards[src_of(g, s)].rows)) != CLFLASH_SUCCESS) {
@@ -433,7 +417,7 @@ static clflash_status finish_accumulator(ring_bwd *B, int s, clflash_status st)
         clReleaseEvent(B->rd[slot]);
     B->rd[slot] = NULL;
     if (err == CL_SUCCESS)
-        err = clEnqueueReadBuffer(B->cq, B->dkv_acc, CL_FALSE, 0, bytes, B->h_land[slot], 0, NULL, &B->rd[slot]);
+        err = clEnqueueReadBuffer(B->cq, B->dkv_acc, CL_FALSE, 0, bytes, B->h_out[slot], 0, NULL, &B->rd[slot]);
     if (err == CL_SUCCESS)
         err = clFlush(B->cq);
     if (err != CL_SUCCESS)
@@ -479,9 +463,6 @@ static clflash_status send_accumulator(ring_bwd *B, int s, clflash_status st)
         if (err != CL_SUCCESS && !st)
             st = ring_fail(err, "step %d's kernels or its dK/dV read: %d", s, err);
     }
-    if (B->shared && B->h_land[slot] != B->h_out[slot]) /* staged: on into the segment */
-        ring_copy_host(&B->acc_up, B->h_out[slot], B->h_land[slot],
-                       (size_t)(B->kv_row_elems * g->shards[src_of(g, s)].rows * sizeof(float)));
     if (B->shared)
         return signal_accumulator(B, s, st);
     const uint64_t n = B->kv_row_elems * g->shards[src_of(g, s)].rows;
@@ -603,11 +584,9 @@ static clflash_status run_ring(ring_bwd *B, cl_mem k, cl_mem v, cl_mem dq, cl_me
         st = wait_requests(B, B->in_req, &B->in_n, st, "the own dK/dV", NULL);
         ring_shared_sync(&B->x.shm);
         if (st == CLFLASH_SUCCESS) {
-            cl_event up = NULL;
-            const cl_int err = ring_copy_upload(&B->acc_up, B->cq, B->dkv_acc, 0, incoming(B, P),
-                                                (size_t)(B->kv_row_elems * own_rows * sizeof(float)), NULL, &up);
-            if (up)
-                clReleaseEvent(up);
+            const cl_int err = clEnqueueWriteBuffer(B->cq, B->dkv_acc, CL_FALSE, 0,
+                                                    (size_t)(B->kv_row_elems * own_rows * sizeof(float)),
+                                                    incoming(B, P), 0, NULL, NULL);
             if (err != CL_SUCCESS)
                 st = ring_fail(err, "writing the own dK/dV to the device: %d", err);
         }
@@ -782,7 +761,7 @@ clflash_status clflash_ring_backward(clflash_context *ctx, MPI_Comm comm, const 
     if (st == CLFLASH_SUCCESS && g.size > 1)
         st = ring_agree_status(ring_comm, accumulator_memory(&B), "the dK/dV accumulators' host memory");
     if (st == CLFLASH_SUCCESS && g.size > 1)
-        ring_timing_transport(B.timing, ring_exchange_transport(&B.x), B.x.copier.staged ? B.x.copier.threads : 0);
+        ring_timing_transport(B.timing, ring_exchange_transport(&B.x), B.x.shm.pinned);
     if (st == CLFLASH_SUCCESS) {
         const clflash_status mine = run_ring(&B, k, v, dq, dk, dv);
         teardown(&B);

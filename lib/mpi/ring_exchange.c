@@ -65,9 +65,8 @@ clflash_status ring_exchange_connect(ring_exchange *x, MPI_Comm caller, uint64_t
         return st;
     if (x->shm.open) {
         x->host[0] = x->shm.seg[x->rank] + x->extra;
-        int size = 1;
-        MPI_Comm_size(x->comm, &size); /* the window's ranks share one node */
-        return ring_copy_open(&x->copier, x->ctx, (size_t)x->max_bytes, size);
+        ring_shared_pin(&x->shm, x->ctx);
+        return CLFLASH_SUCCESS;
     }
     for (int i = 0; i < 2; i++) {
         x->host[i] = ring_staging_alloc(&x->staging[i], x->ctx, (size_t)x->max_bytes);
@@ -94,7 +93,6 @@ void ring_exchange_free(ring_exchange *x)
         clFinish(x->queue);
     if (x->shm.open && x->nreq) /* a posted barrier nobody waited for: complete it before the next */
         MPI_Waitall(x->nreq, x->req, MPI_STATUSES_IGNORE);
-    ring_copy_close(&x->copier, x->ctx);
     ring_shared_close(&x->shm, x->comm);
     for (int i = 0; i < 2; i++) {
         if (x->written[i])
@@ -116,13 +114,6 @@ void ring_compact_layouts(const ring_geometry *g, uint32_t rows, clflash_layout 
     *kl = (clflash_layout){0, (uint64_t)g->heads_kv * rows * d, (uint64_t)rows * d, d};
     *vl = *kl;
     vl->offset = (uint64_t)g->batch * g->heads_kv * rows * d;
-}
-
-/* Where the own shard's reads from the device land: the staging buffer where uploads are staged
- * (a direct read into pageable memory is as slow as an upload from it; ring_copy.c), else host[0]. */
-static unsigned char *own_landing(const ring_exchange *x)
-{
-    return x->copier.staged ? x->copier.pinned.ptr : x->host[0];
 }
 
 /* Enqueues the reads of one caller tensor (layout l over rows rows) into host memory at dst,
@@ -172,8 +163,7 @@ static clflash_status flush_own_read(ring_exchange *x, cl_int err)
 clflash_status ring_exchange_pack_own_start(ring_exchange *x, const ring_geometry *g, cl_mem k,
                                             const clflash_layout *kl, cl_mem v, const clflash_layout *vl, uint32_t rows)
 {
-    unsigned char *h = own_landing(x);
-    x->own_landing_bytes = (size_t)shard_bytes(x, rows);
+    unsigned char *h = x->host[0];
     cl_int err = read_tensor(x, g, k, kl, rows, h);
     if (err == CL_SUCCESS)
         err = read_tensor(x, g, v, vl, rows, h + x->rows_elems * rows * x->elem);
@@ -183,17 +173,12 @@ clflash_status ring_exchange_pack_own_start(ring_exchange *x, const ring_geometr
 clflash_status ring_exchange_pack_own_finish(ring_exchange *x)
 {
     const cl_int err = clFinish(x->queue);
-    if (err != CL_SUCCESS)
-        return ring_fail(err, "reading the own K/V shard to the host: %d", err);
-    if (own_landing(x) != x->host[0]) /* staged: on into the segment */
-        ring_copy_host(&x->copier, x->host[0], own_landing(x), x->own_landing_bytes);
-    return CLFLASH_SUCCESS;
+    return err == CL_SUCCESS ? CLFLASH_SUCCESS : ring_fail(err, "reading the own K/V shard to the host: %d", err);
 }
 
 clflash_status ring_exchange_read_own_start(ring_exchange *x, uint32_t rows)
 {
-    x->own_landing_bytes = (size_t)shard_bytes(x, rows);
-    cl_int err = clEnqueueReadBuffer(x->queue, x->dev[0], CL_FALSE, 0, x->own_landing_bytes, own_landing(x),
+    cl_int err = clEnqueueReadBuffer(x->queue, x->dev[0], CL_FALSE, 0, (size_t)shard_bytes(x, rows), x->host[0],
                                      x->written[0] ? 1 : 0, x->written[0] ? &x->written[0] : NULL, NULL);
     return flush_own_read(x, err);
 }
@@ -272,8 +257,9 @@ clflash_status ring_exchange_upload(ring_exchange *x, int slot, int src, uint32_
         x->written[slot] = NULL;
     }
     const void *from = x->shm.open ? (const void *)(x->shm.seg[src] + x->extra) : x->host[slot];
-    cl_int err = ring_copy_upload(&x->copier, x->queue, x->dev[slot], 0, from, (size_t)shard_bytes(x, rows),
-                                  x->released[slot], &x->written[slot]);
+    cl_int err = clEnqueueWriteBuffer(x->queue, x->dev[slot], CL_FALSE, 0, (size_t)shard_bytes(x, rows), from,
+                                      x->released[slot] ? 1 : 0, x->released[slot] ? &x->released[slot] : NULL,
+                                      &x->written[slot]);
     if (err == CL_SUCCESS)
         err = clFlush(x->queue);
     return err == CL_SUCCESS ? CLFLASH_SUCCESS : ring_fail(err, "uploading a K/V shard: %d", err);

@@ -410,7 +410,7 @@ clflash_status clflash_ring_forward(clflash_context *ctx, MPI_Comm comm, const c
     if (st == CLFLASH_SUCCESS && R.have_x)
         st = ring_agree_status(ring_comm, ring_exchange_connect(&R.x, comm, 0), "connecting the ring");
     if (st == CLFLASH_SUCCESS && R.have_x)
-        ring_timing_transport(R.timing, ring_exchange_transport(&R.x), R.x.copier.staged ? R.x.copier.threads : 0);
+        ring_timing_transport(R.timing, ring_exchange_transport(&R.x), R.x.shm.pinned);
     if (R.have_x)
         R.x.timing = R.timing;
     if (st == CLFLASH_SUCCESS) {

@@ -219,7 +219,7 @@ void ring_timing_mark(ring_timing *t, cl_command_queue q, int which, int s);
 void ring_timing_upload(ring_timing *t, int s, cl_event e);
 void ring_timing_host(ring_timing *t, int which, int s, double seconds);
 /* Notes the K/V transport's name (ring_exchange_transport) in the sink. */
-void ring_timing_transport(ring_timing *t, const char *name, int copy_threads);
+void ring_timing_transport(ring_timing *t, const char *name, int pinned);
 /* MPI_Waitall, or with t a MPI_Testall loop; *done_at (if not NULL) = MPI_Wtime when done. */
 int ring_waitall(int n, MPI_Request *req, const ring_timing *t, double *done_at);
 /* Finishes the timed queue, fills the sink, releases everything. No-op without t. */
@@ -240,38 +240,27 @@ void *ring_staging_alloc(ring_staging *s, clflash_context *ctx, size_t bytes);
  * be zeroed. Nothing may still use the memory. */
 void ring_staging_free(ring_staging *s, clflash_context *ctx);
 
-/* ---- uploads from pageable host memory through pinned staging (ring_copy.c) ---------------- */
-/* What CLFLASH_RING_UPLOAD asks for: -1 an unknown value, 0 auto (unset), 1 direct, 2 staged. */
-int ring_upload_asked(void);
-typedef struct {
-    int staged;          /* 0: uploads go straight from the source memory */
-    int threads;         /* staged: host threads that copy, 1 .. 4 */
-    ring_staging pinned; /* staged: the buffer the copies go through */
-    cl_event last;       /* staged: the previous upload's end; the buffer is free after it */
-} ring_copier;
-/* Decides how uploads from pageable memory of up to bytes go (auto: staged unless the device is a
- * CPU or the driver gives no mapped buffer) and takes the staging buffer; node_ranks shares the
- * host's cores between the node's ranks. */
-clflash_status ring_copy_open(ring_copier *c, clflash_context *ctx, size_t bytes, int node_ranks);
-void ring_copy_close(ring_copier *c, clflash_context *ctx);
-/* Enqueues src (host, bytes) -> dst at dst_off on q after wait (may be NULL), and flushes; *done is
- * its end (the caller releases it). Staged, the copies into the staging buffer are done on return. */
-cl_int ring_copy_upload(ring_copier *c, cl_command_queue q, cl_mem dst, size_t dst_off, const void *src, size_t bytes,
-                        cl_event wait, cl_event *done);
-/* dst = src (host memory, bytes) by the copier's threads (one where it is not staged). */
-void ring_copy_host(const ring_copier *c, void *dst, const void *src, size_t bytes);
-
 /* ---- the node-local transport (ring_shared.c) ------------------------------------------------ */
 /* An MPI shared-memory window with one segment per rank of the ring, open for the whole call. */
 typedef struct {
     int open;
     MPI_Win win;
     unsigned char **seg; /* [P]: every rank's segment as this process sees it */
+    void *kept;          /* the kept window (ring_shared.c) */
+    int pinned;          /* ring_shared_pin registered every segment with the context's driver */
 } ring_shared;
 /* Collective: which transport the ring takes, from CLFLASH_RING_TRANSPORT on every rank and whether
  * they share one node. *mode: 0 MPI messages, 1 the shared window if every rank gets it, 2 the
  * shared window or an error. Every rank gets the same status and mode. */
 clflash_status ring_transport_choose(MPI_Comm comm, int *mode);
+/* What CLFLASH_RING_PIN asks for: -1 an unknown value, 0 auto (unset), 1 on, 2 off. */
+int ring_pin_asked(void);
+/* Registers every segment of s with ctx's driver where CLFLASH_RING_PIN says so (auto: unless ctx's
+ * device is a CPU): a CL_MEM_USE_HOST_PTR buffer over each, kept with the window for later calls on
+ * the same OpenCL context and never used for data. Drivers that pin such memory then copy between
+ * the segments and the device at their copy engine's rate instead of through bounce buffers.
+ * Sets s->pinned where every segment got one; a driver that refuses changes nothing else. */
+void ring_shared_pin(ring_shared *s, clflash_context *ctx);
 /* Collective over comm (the ring's duplicate of caller): maps every rank's segment of the window
  * kept with caller, after replacing it on every rank when some rank has none or one smaller than its
  * own_bytes. Without a window on some rank: nothing is allocated, and the status is CLFLASH_SUCCESS
@@ -300,8 +289,6 @@ typedef struct {
     uint64_t rows_elems;   /* batch * heads_kv * head_dim: elements of one row of the shard */
     void *host[2];           /* staging[i].ptr */
     ring_staging staging[2];
-    ring_copier copier;      /* shared: how shards go from the segments to the device */
-    size_t own_landing_bytes; /* the own shard's bytes being read from the device */
     cl_mem dev[2];
     cl_command_queue queue; /* transfers' own queue */
     cl_event written[2];    /* host[i] -> dev[i] */

@@ -48,17 +48,17 @@ clflash_status ring_transport_choose(MPI_Comm comm, int *mode)
         MPI_Comm_free(&node);
     }
     /* [0] the smallest request, [1] minus the largest, [2] 1 unless some rank's node lacks a rank,
-     * [3] -1 where some rank's CLFLASH_RING_UPLOAD is an unknown value (each rank follows its own) */
-    const int asked = transport_asked(), upload = ring_upload_asked();
+     * [3] -1 where some rank's CLFLASH_RING_PIN is an unknown value (each rank follows its own) */
+    const int asked = transport_asked(), upload = ring_pin_asked();
     int mine[4] = {asked, -asked, node_size == size, upload < 0 ? -1 : 0}, all[4] = {0, 0, 0, 0};
     if (MPI_Allreduce(mine, all, 4, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS)
         return ring_fail(CLFLASH_RING_ERROR_MPI, "MPI_Allreduce choosing the ring's transport failed");
     if (all[3] < 0)
-        return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, upload < 0 ? "CLFLASH_RING_UPLOAD must be auto, direct or "
-                                                                      "staged, not '%s'"
-                                                                    : "CLFLASH_RING_UPLOAD is an unknown value on "
-                                                                      "some rank%s",
-                         upload < 0 ? getenv("CLFLASH_RING_UPLOAD") : "");
+        return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, upload < 0 ? "CLFLASH_RING_PIN must be auto, on or off, not "
+                                                                      "'%s'"
+                                                                    : "CLFLASH_RING_PIN is an unknown value on some "
+                                                                      "rank%s",
+                         upload < 0 ? getenv("CLFLASH_RING_PIN") : "");
     if (all[0] < 0)
         return asked < 0 ? ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT,
                                      "CLFLASH_RING_TRANSPORT must be auto, mpi or shared, not '%s'",
@@ -84,7 +84,11 @@ typedef struct kept_window {
     MPI_Win win;   /* MPI_WIN_NULL: none */
     int locked;    /* MPI_Win_lock_all done */
     unsigned char **seg; /* [P] */
+    size_t *seg_bytes;   /* [P]: their sizes */
     size_t bytes;        /* this rank's segment */
+    int size;            /* P */
+    cl_context pin_ctx;  /* ring_shared_pin: the OpenCL context the segments are registered with (retained) */
+    cl_mem *pin;         /* [P]: a CL_MEM_USE_HOST_PTR buffer over each segment, or NULL */
     int released;        /* win and comm freed (at_finalize) */
     struct kept_window *next; /* every kept window of the process, oldest first */
 } kept_window;
@@ -95,12 +99,27 @@ static kept_window *kept_list;
  * different threads (MPI_THREAD_MULTIPLE). */
 static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Frees k's window and communicator (collective over k->comm) once. */
+/* Drops k's registration of its segments with a driver (ring_shared_pin). */
+static void unpin(kept_window *k)
+{
+    for (int r = 0; k->pin != NULL && r < k->size; r++)
+        if (k->pin[r] != NULL)
+            clReleaseMemObject(k->pin[r]);
+    free(k->pin);
+    k->pin = NULL;
+    if (k->pin_ctx != NULL)
+        clReleaseContext(k->pin_ctx);
+    k->pin_ctx = NULL;
+}
+
+/* Frees k's window and communicator (collective over k->comm) once; its registrations first,
+ * while the memory they cover is still mapped. */
 static void release(kept_window *k)
 {
     if (k->released)
         return;
     k->released = 1;
+    unpin(k);
     if (k->locked)
         MPI_Win_unlock_all(k->win);
     if (k->win != MPI_WIN_NULL)
@@ -127,6 +146,7 @@ static int delete_kept(MPI_Comm comm, int key, void *value, void *extra)
     unlink_kept(k);
     release(k);
     free(k->seg);
+    free(k->seg_bytes);
     free(k);
     return MPI_SUCCESS;
 }
@@ -191,13 +211,16 @@ static int make_window(kept_window *k, MPI_Comm caller, size_t own_bytes)
     if (k->win == MPI_WIN_NULL)
         return 0;
     k->seg = calloc((size_t)size, sizeof *k->seg);
-    ok = ok && k->seg != NULL;
+    k->seg_bytes = calloc((size_t)size, sizeof *k->seg_bytes);
+    k->size = size;
+    ok = ok && k->seg != NULL && k->seg_bytes != NULL;
     for (int r = 0; r < size && ok; r++) {
         MPI_Aint bytes = 0;
         int unit = 0;
         void *p = NULL;
         ok = MPI_Win_shared_query(k->win, r, &bytes, &unit, &p) == MPI_SUCCESS && p != NULL;
         k->seg[r] = p;
+        k->seg_bytes[r] = (size_t)bytes;
     }
     k->locked = ok && MPI_Win_lock_all(MPI_MODE_NOCHECK, k->win) == MPI_SUCCESS;
     k->bytes = own_bytes;
@@ -240,6 +263,7 @@ clflash_status ring_shared_open(ring_shared *s, MPI_Comm caller, MPI_Comm comm, 
             } else {
                 release(&local);
                 free(local.seg);
+                free(local.seg_bytes);
             }
             return required ? ring_fail(CLFLASH_ERROR_UNSUPPORTED,
                                         "CLFLASH_RING_TRANSPORT=shared, but MPI gave no shared-memory window of "
@@ -257,7 +281,53 @@ clflash_status ring_shared_open(ring_shared *s, MPI_Comm caller, MPI_Comm comm, 
     s->open = 1;
     s->win = k->win;
     s->seg = k->seg;
+    s->kept = k;
     return CLFLASH_SUCCESS;
+}
+
+int ring_pin_asked(void)
+{
+    const char *v = getenv("CLFLASH_RING_PIN");
+    if (v == NULL || *v == '\0' || strcmp(v, "auto") == 0)
+        return 0;
+    if (strcmp(v, "on") == 0)
+        return 1;
+    if (strcmp(v, "off") == 0)
+        return 2;
+    return -1;
+}
+
+void ring_shared_pin(ring_shared *s, clflash_context *ctx)
+{
+    if (!s->open)
+        return;
+    kept_window *k = s->kept;
+    const cl_context cl = clflash_context_cl(ctx);
+    cl_device_type type = 0;
+    clGetDeviceInfo(clflash_context_device(ctx), CL_DEVICE_TYPE, sizeof type, &type, NULL);
+    const int asked = ring_pin_asked(); /* an unknown value was refused by ring_transport_choose */
+    if (asked == 2 || (asked == 0 && (type & CL_DEVICE_TYPE_CPU))) {
+        unpin(k);
+        return;
+    }
+    if (k->pin_ctx != cl) { /* registered with another context, or not yet */
+        unpin(k);
+        k->pin = calloc((size_t)k->size, sizeof *k->pin);
+        if (k->pin == NULL || clRetainContext(cl) != CL_SUCCESS) {
+            unpin(k);
+            return;
+        }
+        k->pin_ctx = cl;
+        for (int r = 0; r < k->size; r++) {
+            cl_int err = CL_SUCCESS;
+            k->pin[r] = clCreateBuffer(cl, CL_MEM_USE_HOST_PTR | CL_MEM_READ_WRITE, k->seg_bytes[r], k->seg[r], &err);
+            if (err != CL_SUCCESS)
+                k->pin[r] = NULL;
+        }
+    }
+    s->pinned = 1;
+    for (int r = 0; r < k->size; r++)
+        s->pinned &= k->pin[r] != NULL;
 }
 
 void ring_shared_sync(ring_shared *s)

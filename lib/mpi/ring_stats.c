@@ -34,13 +34,13 @@ ring_timing *ring_timing_begin(clflash_context *ctx, int P, double t_entry, cl_c
         free(t), free(ev), free(host);
         sink->steps = 0; /* the caller's cap and step stay */
         sink->transport[0] = '\0';
-        sink->copy_threads = 0;
+        sink->pinned = 0;
         sink->status = CLFLASH_ERROR_OUT_OF_HOST_MEMORY;
         return NULL;
     }
     t->sink = sink;
     sink->transport[0] = '\0';
-    sink->copy_threads = 0;
+    sink->pinned = 0;
     t->P = P;
     t->t_entry = t_entry;
     t->start = ev, t->grad_end = ev + P, t->step_end = ev + 2 * P, t->upload = ev + 3 * P;
@@ -113,11 +113,11 @@ static double event_time(cl_event e, cl_profiling_info which)
     return (double)ns * 1e-9;
 }
 
-void ring_timing_transport(ring_timing *t, const char *name, int copy_threads)
+void ring_timing_transport(ring_timing *t, const char *name, int pinned)
 {
     if (t != NULL) {
         snprintf(t->sink->transport, sizeof t->sink->transport, "%s", name);
-        t->sink->copy_threads = copy_threads;
+        t->sink->pinned = pinned;
     }
 }
 

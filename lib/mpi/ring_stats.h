@@ -46,9 +46,8 @@ typedef struct {
     clflash_status status;         /* of the timing itself: CLFLASH_SUCCESS, or why figures are missing */
     char transport[8];             /* how the K/V shards travelled: "mpi" (messages) or "shared" (the
                                       node-local window); "" with one rank or before the ring ran */
-    int copy_threads;              /* shared: 0 when shards were uploaded straight from the window's
-                                      segments, else the host threads that staged them through pinned
-                                      memory (ring_copy.c) */
+    int pinned;                    /* shared: 1 where the window's segments were registered with the
+                                      driver (ring_shared_pin), 0 where they were pageable memory */
 } clflash_ring_stats;
 
 /* Attaches s to the calling thread: its next clflash_ring_forward and clflash_ring_backward calls
