@@ -243,13 +243,14 @@ typedef struct {
  * can be had (every rank on one node and MPI grants it on every rank), else messages; "mpi"
  * messages; "shared" the window or CLFLASH_ERROR_UNSUPPORTED. Ranks that disagree on it, or a
  * value other than these, give CLFLASH_ERROR_INVALID_ARGUMENT on every rank (nothing written).
- * With the window, CLFLASH_RING_UPLOAD chooses how a shard goes from a segment (pageable memory)
- * to the device: unset or "auto" staged unless ctx's device is a CPU or the driver gives no mapped
- * CL_MEM_ALLOC_HOST_PTR buffer, "direct" one upload straight from the segment, "staged" through a
- * pinned buffer of the shard's size kept with ctx (up to 4 host threads, the host's cores divided by
- * the node's ranks, copy 4 MiB pieces into it, each uploaded as soon as it is copied). Each rank
- * follows its own; a value other than these on any rank gives CLFLASH_ERROR_INVALID_ARGUMENT on
- * every rank.
+ * With the window, CLFLASH_RING_PIN chooses whether the segments are registered with the
+ * driver: unset or "auto" unless ctx's device is a CPU, "on", "off". Registered, each rank's view
+ * of every segment gets a CL_MEM_USE_HOST_PTR buffer of ctx that is never used for data: drivers
+ * that pin such memory (NVIDIA's does) then copy between the segments and the device at their copy
+ * engine's rate instead of through bounce buffers of their own. The buffers stay with the window
+ * (and hold a reference to ctx's OpenCL context) until the window is freed or a call on another
+ * OpenCL context replaces them. Each rank follows its own setting; a value other than these on any
+ * rank gives CLFLASH_ERROR_INVALID_ARGUMENT on every rank.
  *
  * Exactness: with F32 storage the result differs from one clflash_forward over the whole sequence
  * only by fp32 rounding. With F16 or BF16 each step's partial O is rounded once to the storage type
@@ -284,8 +285,8 @@ typedef struct {
  * without a block_table, a block_table that is not a buffer of ctx, is o or lse, or has an entry
  * that a row of the shard uses outside 0 .. num_pages - 1, or ranks that disagree on whether alibi_slopes,
  * key_lengths or bias is NULL, or on CLFLASH_RING_TRANSPORT,
- * or a value of it that is not auto, mpi or shared, or of CLFLASH_RING_UPLOAD not auto, direct or
- * staged; num_seqs without cu_seqlens, cu_seqlens not a
+ * or a value of it that is not auto, mpi or shared, or of CLFLASH_RING_PIN not auto, on or off;
+ * num_seqs without cu_seqlens, cu_seqlens not a
  * buffer of ctx or the same as o or lse, ranks that disagree on num_seqs (0 without cu_seqlens) or
  * on the values of cu_seqlens, and cu_seqlens whose first value is not 0, that decreases or whose
  * last value is not seq_total); CLFLASH_ERROR_UNSUPPORTED
