@@ -3,7 +3,8 @@
  * built through the library's sm_90a PTX binary path (lib/sm90a.c). EXPERIMENTAL: assembled for
  * sm_90a in CI (tests/kernel_nvptx.cmake); on the H200 it matched the fp64 reference at head_dim
  * 128, and at head_dim 64 only up to 64 keys (fixed since: "S is never one m64n64k16" below, not
- * yet rerun there). The planner (lib/nv_wgmma_forward_plan.c) chooses it only where
+ * yet rerun there). The pipelined loop (WG_PIPE 1, below) is assembled for sm_90a only: not yet run
+ * on a GPU. The planner (lib/nv_wgmma_forward_plan.c) chooses it only where
  * clflash_sm90a_available says yes, the call is in scope (below) and the environment variable
  * CLFLASH_WGMMA=1 asks for it. Everything else, and every failure on the way, runs nv_mma_forward.
  *
@@ -23,12 +24,35 @@
  *   O += P V      P packed to f16/bf16 pairs in registers is the A operand (the S accumulator
  *                 layout is the A fragment layout), B = the V tile through a descriptor with the
  *                 transpose bit (V is stored [key][d], N-major for this product), wgmma m64n64k16,
- *                 one group per 64 columns of O, fp32 accumulators in registers.
- * Each group of wgmma is fenced (wgmma.fence: its A registers and accumulators were written by
- * ordinary instructions), committed and waited for (wgmma.wait_group 0) inside the same asm
- * statement, so that the compiler never sees an accumulator before it is complete. That gives up
- * the overlap of one group with the next (FlashAttention-3's intra-warpgroup pipelining and
- * ping-pong): correctness first; several warpgroups per SM keep the tensor cores fed meanwhile.
+ *                 fp32 accumulators in registers.
+ * Every group of wgmma is fenced (wgmma.fence: its A registers and accumulators were written by
+ * ordinary instructions) and committed inside one asm statement. Two loops, chosen by WG_PIPE:
+ *
+ * WG_PIPE 0 waits for each group (wgmma.wait_group 0) in the asm statement that issues it, so that
+ * the compiler never sees an accumulator before it is complete; one group per 64 columns of O. The
+ * tensor cores then idle during every softmax (about 170 instructions a tile) unless the other
+ * warpgroups of the SM fill them.
+ *
+ * WG_PIPE 1 (the default) overlaps products with softmaxes (FlashAttention-3's intra-warpgroup
+ * pipelining, without its ping-pong). Two key tiles a trip, j and j + 1, S in two register sets:
+ * sa holds S of the even tiles, sb of the odd ones. A trip starts with S(j) complete in sa and no
+ * group in flight:
+ *     issue S(j + 1) -> sb;  softmax(j) on sa, O *= alpha, P(j) -> pa;  issue O += P(j) V(j)
+ *     wait_group 1                        S(j + 1) complete; O(j) may still run
+ *     issue S(j + 2) -> sa;  softmax(j + 1) on sb, P(j + 1) -> pb  (O not touched: in flight)
+ *     wait_group 1                        O(j) complete; S(j + 2) may still run
+ *     O *= alpha;  issue O += P(j + 1) V(j + 1);  wait_group 0
+ * so three products of every four run during a softmax; the fourth is waited for at the end of the
+ * trip, because ptxas (CUDA 13.0) was seen to serialise every product of the loop when a group
+ * stayed in flight over its back edge. O += P V is one group there (both 64-column slabs at head_dim 128), since the
+ * waits count groups. Past the last tile S(j + 2) is still issued, on a stale K slot, and nothing
+ * reads it: the second wait then always has exactly one group behind it. An odd tile count ends
+ * with the last tile alone. The PTX ISA forbids touching the accumulators or A registers of a group
+ * in flight; the compiler sees separate asm statements, so after each wait the registers of the
+ * groups it completed pass through empty volatile asm statements as "+f"/"+r" operands (wg_keep_s,
+ * wg_keep_o): every later read takes its value from there, after the wait, and the A words of
+ * O += P V (pa, pb) stay live, so their registers are not reused, until the group is complete.
+ *
  * S is never one m64n64k16 product, though B = 64 would allow it: when the S group and the O group
  * are both m64n64k16 with A in registers, ptxas (CUDA 13.0, and the H200 driver's 580 JIT) gives
  * P's A words the registers of Q's A words, which the loop still needs: from the second key tile
@@ -45,8 +69,10 @@
  * So P's A fragment for keys 16u .. 16u + 15 is pack(d[8u], d[8u+1]), pack(d[8u+2], d[8u+3]),
  * pack(d[8u+4], d[8u+5]), pack(d[8u+6], d[8u+7]).
  *
- * Local memory. STAGES (2) stages, each a K tile and a V tile of BLOCK keys x HEAD_DIM, written by
- * cp.async in the byte layout the descriptors describe: no swizzle ("interleave"), 8 x 8 core
+ * Local memory. K and V tiles of BLOCK keys x HEAD_DIM: with WG_PIPE 1 a ring of K_SLOTS (2) K tiles
+ * and one of V_SLOTS (3) V tiles (tile t in K slot t % 2 and V slot t % 3; 40 KiB at (HEAD_DIM,
+ * BLOCK) = (64, 64) and (128, 32)), with WG_PIPE 0 STAGES (2) stages of a K tile and its V tile
+ * (32 KiB). Each is written by cp.async in the byte layout the descriptors describe: no swizzle ("interleave"), 8 x 8 core
  * matrices of 16-bit elements, each 8 rows of 16 bytes, 128 contiguous bytes. A tile is kept
  * chunk-major: the 16-byte piece of key n holding columns 8c .. 8c + 7 lies at
  *     tile + c * (16 BLOCK) + n * 16   (bytes),
@@ -77,12 +103,19 @@
  * wgmma reads each without bank conflicts; cp.async writes are spread over the banks by giving the
  * 8 work-items of each quarter warp 8 different keys of one chunk (wg_stream_tile).
  *
- * Barriers and proxies. The K/V pipeline is nv_mma_forward's: tiles j + 1 .. j + STAGES - 1
- * stream in while tile j is computed, with one barrier per tile. wgmma reads local memory through
- * the async proxy and cp.async writes it through the generic one, so each work-item, once its
- * copies of tile j are complete (cp.async.wait_group), issues fence.proxy.async.shared::cta before
- * the barrier that makes tile j everybody's; the barrier also tells that every warpgroup's wgmma
- * reads of tile j - 1 are complete (each waited for its groups), so that stage may be refilled.
+ * Barriers and proxies. wgmma reads local memory through the async proxy and cp.async writes it
+ * through the generic one, so each work-item, once its copies are complete (cp.async.wait_group),
+ * issues fence.proxy.async.shared::cta before the barrier that makes them everybody's; the barrier
+ * also tells that every warpgroup's wgmma reads it waited for before it are complete, so that
+ * their slots may be refilled. WG_PIPE 0: nv_mma_forward's pipeline, tiles j + 1 .. j + STAGES - 1
+ * stream in while tile j is computed, one barrier per tile, which frees the stage of tile j - 1.
+ * WG_PIPE 1: one barrier per tile too (wg_tiles_in), before S(t) is issued. There K(t) and V(t - 1)
+ * are in (copied, one commit group, after the barrier before S(t - 1)), and every warpgroup has
+ * waited for S(t - 1) (read K slot (t - 1) % 2) and O(t - 2) (read V slot (t - 2) % 3), but maybe
+ * not for O(t - 1), whose V slot the ring of 3 leaves alone: after the barrier the copies of
+ * K(t + 1) into K slot (t + 1) % 2 and V(t) into V slot t % 3 are issued. So K and V stream in one
+ * tile ahead, as in WG_PIPE 0 with 2 stages; O(t) waits for V(t) one barrier later than S(t)
+ * waits for K(t), and the last tile of an odd count has a barrier of its own for its V.
  * Q is staged once through the same memory (rows padded by 16 bytes, as nv_mma_forward's) and read
  * into A fragments with ldmatrix, an ordinary read: a barrier before the tiles overwrite it. O
  * passes through it at the end, after a barrier, for 16-byte coalesced stores.
@@ -91,7 +124,8 @@
  * key ends with l = 0 and gets O = 0, lse = -inf. Keys at or past seq_k are zero-filled and masked.
  *
  * Defines: HEAD_DIM (64 or 128) = D_REAL, NV_ALIGNED 1, BLOCK (32 or 64), WARPS = 4 * WARPGROUPS,
- * WARPGROUPS (1 or 2), STAGES, CLFLASH_DTYPE_F16 or _BF16, CAUSAL, WITH_LSE and common.cl's feature
+ * WARPGROUPS (1 or 2), STAGES, WG_PIPE (0 or 1; with 1 and HEAD_DIM 128 BLOCK 32 only),
+ * CLFLASH_DTYPE_F16 or _BF16, CAUSAL, WITH_LSE and common.cl's feature
  * switches (all others 0), SPLIT 0, PACK 1, PAGED 0. The helpers (copy16_async, load_matrix_x4,
  * pack_pair, exp2_ftz, lane_xor, stage_rows; THREADS, ROW_STRIDE, CHUNKS, K_STEPS) come from
  * nv_mma_common.cl, which the host puts before this file.
