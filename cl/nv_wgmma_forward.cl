@@ -1,10 +1,9 @@
 /*
  * nv_wgmma_forward.cl - the forward pass on Hopper's warpgroup tensor-core instructions (wgmma),
  * built through the library's sm_90a PTX binary path (lib/sm90a.c). EXPERIMENTAL: assembled for
- * sm_90a in CI (tests/kernel_nvptx.cmake); on the H200 it matched the fp64 reference at head_dim
- * 128, and at head_dim 64 only up to 64 keys (fixed since: "S is never one m64n64k16" below, not
- * yet rerun there). The pipelined loop (WG_PIPE 1, below) is assembled for sm_90a only: not yet run
- * on a GPU. The planner (lib/nv_wgmma_forward_plan.c) chooses it only where
+ * sm_90a in CI (tests/kernel_nvptx.cmake); both loops below (WG_PIPE 0 and 1) matched the fp64
+ * reference on an H100 (2026-12-05, `test_nv_mma wgmma`: 40 of 40 each), and neither is faster
+ * than nv_mma_forward there (docs/performance/h200.md). The planner (lib/nv_wgmma_forward_plan.c) chooses it only where
  * clflash_sm90a_available says yes, the call is in scope (below) and the environment variable
  * CLFLASH_WGMMA=1 asks for it. Everything else, and every failure on the way, runs nv_mma_forward.
  *
@@ -33,9 +32,9 @@
  * tensor cores then idle during every softmax (about 170 instructions a tile) unless the other
  * warpgroups of the SM fill them.
  *
- * WG_PIPE 1 (the default) overlaps products with softmaxes (FlashAttention-3's intra-warpgroup
- * pipelining, without its ping-pong). Two key tiles a trip, j and j + 1, S in two register sets:
- * sa holds S of the even tiles, sb of the odd ones. A trip starts with S(j) complete in sa and no
+ * WG_PIPE 1 (nv_wgmma.pipeline=1; the default is 0) overlaps products with softmaxes
+ * (FlashAttention-3's intra-warpgroup pipelining, without its ping-pong). Two key tiles a trip, j
+ * and j + 1, S in two register sets: sa holds S of the even tiles, sb of the odd ones. A trip starts with S(j) complete in sa and no
  * group in flight:
  *     issue S(j + 1) -> sb;  softmax(j) on sa, O *= alpha, P(j) -> pa;  issue O += P(j) V(j)
  *     wait_group 1                        S(j + 1) complete; O(j) may still run

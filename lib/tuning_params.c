@@ -70,7 +70,7 @@ static const tune_param params[CLFLASH_TUNE_COUNT] = {
     [CLFLASH_TUNE_NV_BACKWARD_STREAM] = {"nv_backward.stream", 0, 1, 0, clflash_nv_default_bwd_stream},
     /* the experimental Hopper forward (nv_wgmma_forward_plan.c): its pipelined loop or the one that
      * waits for every product; B 32 or 64 (a value between steps down to 32) */
-    [CLFLASH_TUNE_NV_WGMMA_PIPELINE] = {"nv_wgmma.pipeline", 0, 1, 1, NULL},
+    [CLFLASH_TUNE_NV_WGMMA_PIPELINE] = {"nv_wgmma.pipeline", 0, 1, 0, NULL},
     [CLFLASH_TUNE_NV_WGMMA_BLOCK] = {"nv_wgmma.block", 32, 64, 64, NULL},
 };
 

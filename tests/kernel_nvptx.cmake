@@ -236,8 +236,8 @@ endforeach()
 # The experimental Hopper forward (nv_wgmma_forward.cl) is built with the defines its planner
 # (lib/nv_wgmma_forward_plan.c) gives the first kernel it would build on an H200 (tests/tuning_table
 # --kernel nv_wgmma_forward), f16 and bf16, head_dim 64 and 128, causal and not, with and without
-# lse, in its pipelined loop (the default, WG_PIPE 1) and in the loop that waits for every product
-# (--tune nv_wgmma.pipeline=0), and at head_dim 64 with B 32 as well (nv_wgmma.block=32); unlike the
+# lse, in the loop that waits for every product (the default, WG_PIPE 0) and in its pipelined loop
+# (--tune nv_wgmma.pipeline=1), at head_dim 64 with B 32 as well (nv_wgmma.block=32); unlike the
 # other tensor-core kernels its spills fail here too. So does any ptxas warning: "Potential
 # Performance Loss: wgmma.mma_async instructions are serialized" means ptxas found a register of a
 # group in flight touched, or a group it could not follow, and put a wait after every product.
@@ -249,11 +249,11 @@ set(_sm90a_cases
   "nv-wgmma-forward-d64-bf16-causal|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 64 --causal 1 --with-lse 1"
   "nv-wgmma-forward-d128-bf16-causal|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 128 --causal 1"
   "nv-wgmma-forward-d128-one-warpgroup|nv_mma_common.cl+nv_wgmma_forward.cl|--kernel nv_wgmma_forward --dtype f16 --head-dim 128 --batch 1 --heads-q 32 --heads-kv 8 --seq-q 17 --seq-k 1000 --with-lse 1"
-  "nv-wgmma-forward-d64-b32|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 64 --with-lse 1 --tune nv_wgmma.block=32"
-  "nv-wgmma-forward-d64-wait|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 64 --tune nv_wgmma.pipeline=0"
-  "nv-wgmma-forward-d128-wait-lse|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 128 --with-lse 1 --tune nv_wgmma.pipeline=0"
-  "nv-wgmma-forward-d64-bf16-causal-wait|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 64 --causal 1 --with-lse 1 --tune nv_wgmma.pipeline=0"
-  "nv-wgmma-forward-d128-bf16-causal-wait|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 128 --causal 1 --tune nv_wgmma.pipeline=0"
+  "nv-wgmma-forward-d64-b32|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 64 --with-lse 1 --tune nv_wgmma.block=32,nv_wgmma.pipeline=1"
+  "nv-wgmma-forward-d64-pipe|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 64 --tune nv_wgmma.pipeline=1"
+  "nv-wgmma-forward-d128-pipe-lse|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 128 --with-lse 1 --tune nv_wgmma.pipeline=1"
+  "nv-wgmma-forward-d64-bf16-causal-pipe|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 64 --causal 1 --with-lse 1 --tune nv_wgmma.pipeline=1"
+  "nv-wgmma-forward-d128-bf16-causal-pipe|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 128 --causal 1 --tune nv_wgmma.pipeline=1"
 )
 foreach(_case IN LISTS _sm90a_cases)
   if(NOT PTX_SM90A)
