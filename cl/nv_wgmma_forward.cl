@@ -1,9 +1,9 @@
 /*
  * nv_wgmma_forward.cl - the forward pass on Hopper's warpgroup tensor-core instructions (wgmma),
  * built through the library's sm_90a PTX binary path (lib/sm90a.c). EXPERIMENTAL: assembled for
- * sm_90a in CI (tests/kernel_nvptx.cmake); on the H200 it matched the fp64 reference at head_dim
- * 128, and at head_dim 64 only up to 64 keys (fixed since: "S is never one m64n64k16" below, not
- * yet rerun there). The planner (lib/nv_wgmma_forward_plan.c) chooses it only where
+ * sm_90a in CI (tests/kernel_nvptx.cmake); both loops below (WG_PIPE 0 and 1) matched the fp64
+ * reference on an H100 (2026-12-05, `test_nv_mma wgmma`: 40 of 40 each), and neither is faster
+ * than nv_mma_forward there (docs/performance/h200.md). The planner (lib/nv_wgmma_forward_plan.c) chooses it only where
  * clflash_sm90a_available says yes, the call is in scope (below) and the environment variable
  * CLFLASH_WGMMA=1 asks for it. Everything else, and every failure on the way, runs nv_mma_forward.
  *
@@ -23,12 +23,35 @@
  *   O += P V      P packed to f16/bf16 pairs in registers is the A operand (the S accumulator
  *                 layout is the A fragment layout), B = the V tile through a descriptor with the
  *                 transpose bit (V is stored [key][d], N-major for this product), wgmma m64n64k16,
- *                 one group per 64 columns of O, fp32 accumulators in registers.
- * Each group of wgmma is fenced (wgmma.fence: its A registers and accumulators were written by
- * ordinary instructions), committed and waited for (wgmma.wait_group 0) inside the same asm
- * statement, so that the compiler never sees an accumulator before it is complete. That gives up
- * the overlap of one group with the next (FlashAttention-3's intra-warpgroup pipelining and
- * ping-pong): correctness first; several warpgroups per SM keep the tensor cores fed meanwhile.
+ *                 fp32 accumulators in registers.
+ * Every group of wgmma is fenced (wgmma.fence: its A registers and accumulators were written by
+ * ordinary instructions) and committed inside one asm statement. Two loops, chosen by WG_PIPE:
+ *
+ * WG_PIPE 0 waits for each group (wgmma.wait_group 0) in the asm statement that issues it, so that
+ * the compiler never sees an accumulator before it is complete; one group per 64 columns of O. The
+ * tensor cores then idle during every softmax (about 170 instructions a tile) unless the other
+ * warpgroups of the SM fill them.
+ *
+ * WG_PIPE 1 (nv_wgmma.pipeline=1; the default is 0) overlaps products with softmaxes
+ * (FlashAttention-3's intra-warpgroup pipelining, without its ping-pong). Two key tiles a trip, j
+ * and j + 1, S in two register sets: sa holds S of the even tiles, sb of the odd ones. A trip starts with S(j) complete in sa and no
+ * group in flight:
+ *     issue S(j + 1) -> sb;  softmax(j) on sa, O *= alpha, P(j) -> pa;  issue O += P(j) V(j)
+ *     wait_group 1                        S(j + 1) complete; O(j) may still run
+ *     issue S(j + 2) -> sa;  softmax(j + 1) on sb, P(j + 1) -> pb  (O not touched: in flight)
+ *     wait_group 1                        O(j) complete; S(j + 2) may still run
+ *     O *= alpha;  issue O += P(j + 1) V(j + 1);  wait_group 0
+ * so three products of every four run during a softmax; the fourth is waited for at the end of the
+ * trip, because ptxas (CUDA 13.0) was seen to serialise every product of the loop when a group
+ * stayed in flight over its back edge. O += P V is one group there (both 64-column slabs at head_dim 128), since the
+ * waits count groups. Past the last tile S(j + 2) is still issued, on a stale K slot, and nothing
+ * reads it: the second wait then always has exactly one group behind it. An odd tile count ends
+ * with the last tile alone. The PTX ISA forbids touching the accumulators or A registers of a group
+ * in flight; the compiler sees separate asm statements, so after each wait the registers of the
+ * groups it completed pass through empty volatile asm statements as "+f"/"+r" operands (wg_keep_s,
+ * wg_keep_o): every later read takes its value from there, after the wait, and the A words of
+ * O += P V (pa, pb) stay live, so their registers are not reused, until the group is complete.
+ *
  * S is never one m64n64k16 product, though B = 64 would allow it: when the S group and the O group
  * are both m64n64k16 with A in registers, ptxas (CUDA 13.0, and the H200 driver's 580 JIT) gives
  * P's A words the registers of Q's A words, which the loop still needs: from the second key tile
@@ -45,8 +68,10 @@
  * So P's A fragment for keys 16u .. 16u + 15 is pack(d[8u], d[8u+1]), pack(d[8u+2], d[8u+3]),
  * pack(d[8u+4], d[8u+5]), pack(d[8u+6], d[8u+7]).
  *
- * Local memory. STAGES (2) stages, each a K tile and a V tile of BLOCK keys x HEAD_DIM, written by
- * cp.async in the byte layout the descriptors describe: no swizzle ("interleave"), 8 x 8 core
+ * Local memory. K and V tiles of BLOCK keys x HEAD_DIM: with WG_PIPE 1 a ring of K_SLOTS (2) K tiles
+ * and one of V_SLOTS (3) V tiles (tile t in K slot t % 2 and V slot t % 3; 40 KiB at (HEAD_DIM,
+ * BLOCK) = (64, 64) and (128, 32)), with WG_PIPE 0 STAGES (2) stages of a K tile and its V tile
+ * (32 KiB). Each is written by cp.async in the byte layout the descriptors describe: no swizzle ("interleave"), 8 x 8 core
  * matrices of 16-bit elements, each 8 rows of 16 bytes, 128 contiguous bytes. A tile is kept
  * chunk-major: the 16-byte piece of key n holding columns 8c .. 8c + 7 lies at
  *     tile + c * (16 BLOCK) + n * 16   (bytes),
@@ -77,12 +102,19 @@
  * wgmma reads each without bank conflicts; cp.async writes are spread over the banks by giving the
  * 8 work-items of each quarter warp 8 different keys of one chunk (wg_stream_tile).
  *
- * Barriers and proxies. The K/V pipeline is nv_mma_forward's: tiles j + 1 .. j + STAGES - 1
- * stream in while tile j is computed, with one barrier per tile. wgmma reads local memory through
- * the async proxy and cp.async writes it through the generic one, so each work-item, once its
- * copies of tile j are complete (cp.async.wait_group), issues fence.proxy.async.shared::cta before
- * the barrier that makes tile j everybody's; the barrier also tells that every warpgroup's wgmma
- * reads of tile j - 1 are complete (each waited for its groups), so that stage may be refilled.
+ * Barriers and proxies. wgmma reads local memory through the async proxy and cp.async writes it
+ * through the generic one, so each work-item, once its copies are complete (cp.async.wait_group),
+ * issues fence.proxy.async.shared::cta before the barrier that makes them everybody's; the barrier
+ * also tells that every warpgroup's wgmma reads it waited for before it are complete, so that
+ * their slots may be refilled. WG_PIPE 0: nv_mma_forward's pipeline, tiles j + 1 .. j + STAGES - 1
+ * stream in while tile j is computed, one barrier per tile, which frees the stage of tile j - 1.
+ * WG_PIPE 1: one barrier per tile too (wg_tiles_in), before S(t) is issued. There K(t) and V(t - 1)
+ * are in (copied, one commit group, after the barrier before S(t - 1)), and every warpgroup has
+ * waited for S(t - 1) (read K slot (t - 1) % 2) and O(t - 2) (read V slot (t - 2) % 3), but maybe
+ * not for O(t - 1), whose V slot the ring of 3 leaves alone: after the barrier the copies of
+ * K(t + 1) into K slot (t + 1) % 2 and V(t) into V slot t % 3 are issued. So K and V stream in one
+ * tile ahead, as in WG_PIPE 0 with 2 stages; O(t) waits for V(t) one barrier later than S(t)
+ * waits for K(t), and the last tile of an odd count has a barrier of its own for its V.
  * Q is staged once through the same memory (rows padded by 16 bytes, as nv_mma_forward's) and read
  * into A fragments with ldmatrix, an ordinary read: a barrier before the tiles overwrite it. O
  * passes through it at the end, after a barrier, for 16-byte coalesced stores.
@@ -91,14 +123,15 @@
  * key ends with l = 0 and gets O = 0, lse = -inf. Keys at or past seq_k are zero-filled and masked.
  *
  * Defines: HEAD_DIM (64 or 128) = D_REAL, NV_ALIGNED 1, BLOCK (32 or 64), WARPS = 4 * WARPGROUPS,
- * WARPGROUPS (1 or 2), STAGES, CLFLASH_DTYPE_F16 or _BF16, CAUSAL, WITH_LSE and common.cl's feature
+ * WARPGROUPS (1 or 2), STAGES, WG_PIPE (0 or 1; with 1 and HEAD_DIM 128 BLOCK 32 only),
+ * CLFLASH_DTYPE_F16 or _BF16, CAUSAL, WITH_LSE and common.cl's feature
  * switches (all others 0), SPLIT 0, PACK 1, PAGED 0. The helpers (copy16_async, load_matrix_x4,
  * pack_pair, exp2_ftz, lane_xor, stage_rows; THREADS, ROW_STRIDE, CHUNKS, K_STEPS) come from
  * nv_mma_common.cl, which the host puts before this file.
  */
 
-#if !defined(WARPGROUPS) || !defined(STAGES) || WARPS != 4 * WARPGROUPS
-#error "WARPGROUPS, STAGES and WARPS = 4 * WARPGROUPS are set by the host (lib/nv_wgmma_forward_plan.c)"
+#if !defined(WARPGROUPS) || !defined(STAGES) || !defined(WG_PIPE) || WARPS != 4 * WARPGROUPS
+#error "WARPGROUPS, STAGES, WG_PIPE and WARPS = 4 * WARPGROUPS are set by the host (lib/nv_wgmma_forward_plan.c)"
 #endif
 #if (HEAD_DIM != 64 && HEAD_DIM != 128) || D_REAL != HEAD_DIM || !NV_ALIGNED
 #error "nv_wgmma_forward takes head_dim 64 or 128 with 16-byte aligned rows"
@@ -117,7 +150,14 @@
 #define TILE_HALVES (BLOCK * HEAD_DIM)     /* one K or V tile */
 #define STAGE_HALVES (2 * TILE_HALVES)     /* a K tile and its V tile */
 #define Q_HALVES (BLOCK_Q * ROW_STRIDE)    /* Q (and O) staged in padded rows */
-#define LOCAL_HALVES (STAGES * STAGE_HALVES > Q_HALVES ? STAGES * STAGE_HALVES : Q_HALVES)
+#if WG_PIPE
+#define K_SLOTS 2                          /* the K ring: tiles t and t + 1 */
+#define V_SLOTS 3                          /* the V ring: tiles t - 1 (in flight), t and t + 1 */
+#define KV_HALVES ((K_SLOTS + V_SLOTS) * TILE_HALVES)
+#else
+#define KV_HALVES (STAGES * STAGE_HALVES)
+#endif
+#define LOCAL_HALVES (KV_HALVES > Q_HALVES ? KV_HALVES : Q_HALVES)
 #define S_ACC (BLOCK / 2)                  /* S accumulators per work-item */
 #define O_ACC (HEAD_DIM / 2)               /* O accumulators per work-item */
 #define O_SLABS (HEAD_DIM / 64)            /* wgmma groups of O += P V, 64 columns each */
@@ -137,7 +177,8 @@
 /* ---- the wgmma groups -------------------------------------------------------------------------
  * Each text is one asm statement's: a PTX scope, the descriptors of the group's k-steps (the first
  * an operand, each next one the previous plus the constant step, the "n" operand), wgmma.fence,
- * the wgmma.mma_async of every k-step, commit, wait for it. Operands: the accumulators first (%0
+ * the wgmma.mma_async of every k-step, and `end`: commit, and wait for it or not (WG_END_WAIT,
+ * WG_END_ASYNC below). Operands: the accumulators first (%0
  * ..), then the A words of every k-step, four each, then the first descriptor and the step; the S
  * group also takes the byte offset / 16 of keys 32 .. 63 (h<k>: the k-step's descriptor plus it),
  * used where BLOCK is 64: the second m64n32k16 of each k-step writes accumulators 16 .. 31 (keys
@@ -146,7 +187,7 @@
  * itself), the others add; the O groups always add. The trailing immediates are scale-a 1,
  * scale-b 1 and the transpose of B: 0 (K, K-major) or 1 (V, N-major). */
 #if BLOCK == 32 && K_STEPS == 4
-#define WG_S_TEXT \
+#define WG_S_TEXT(end) \
     "// sm90a: {\n" \
     "// sm90a: .reg .pred over, acc;\n" \
     "// sm90a: .reg .b64 k<4>;\n" \
@@ -161,11 +202,9 @@
     "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%20, %21, %22, %23}, k1, acc, 1, 1, 0;\n" \
     "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%24, %25, %26, %27}, k2, acc, 1, 1, 0;\n" \
     "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%28, %29, %30, %31}, k3, acc, 1, 1, 0;\n" \
-    "// sm90a: wgmma.commit_group.sync.aligned;\n" \
-    "// sm90a: wgmma.wait_group.sync.aligned 0;\n" \
-    "// sm90a: }\n"
+    end
 #elif BLOCK == 32 && K_STEPS == 8
-#define WG_S_TEXT \
+#define WG_S_TEXT(end) \
     "// sm90a: {\n" \
     "// sm90a: .reg .pred over, acc;\n" \
     "// sm90a: .reg .b64 k<8>;\n" \
@@ -188,11 +227,9 @@
     "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%36, %37, %38, %39}, k5, acc, 1, 1, 0;\n" \
     "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%40, %41, %42, %43}, k6, acc, 1, 1, 0;\n" \
     "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%44, %45, %46, %47}, k7, acc, 1, 1, 0;\n" \
-    "// sm90a: wgmma.commit_group.sync.aligned;\n" \
-    "// sm90a: wgmma.wait_group.sync.aligned 0;\n" \
-    "// sm90a: }\n"
+    end
 #elif BLOCK == 64 && K_STEPS == 4
-#define WG_S_TEXT \
+#define WG_S_TEXT(end) \
     "// sm90a: {\n" \
     "// sm90a: .reg .pred over, acc;\n" \
     "// sm90a: .reg .b64 k<4>;\n" \
@@ -216,11 +253,9 @@
     "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%40, %41, %42, %43}, h2, acc, 1, 1, 0;\n" \
     "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%44, %45, %46, %47}, k3, acc, 1, 1, 0;\n" \
     "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%44, %45, %46, %47}, h3, acc, 1, 1, 0;\n" \
-    "// sm90a: wgmma.commit_group.sync.aligned;\n" \
-    "// sm90a: wgmma.wait_group.sync.aligned 0;\n" \
-    "// sm90a: }\n"
+    end
 #elif BLOCK == 64 && K_STEPS == 8
-#define WG_S_TEXT \
+#define WG_S_TEXT(end) \
     "// sm90a: {\n" \
     "// sm90a: .reg .pred over, acc;\n" \
     "// sm90a: .reg .b64 k<8>;\n" \
@@ -260,12 +295,10 @@
     "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%56, %57, %58, %59}, h6, acc, 1, 1, 0;\n" \
     "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%60, %61, %62, %63}, k7, acc, 1, 1, 0;\n" \
     "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%60, %61, %62, %63}, h7, acc, 1, 1, 0;\n" \
-    "// sm90a: wgmma.commit_group.sync.aligned;\n" \
-    "// sm90a: wgmma.wait_group.sync.aligned 0;\n" \
-    "// sm90a: }\n"
+    end
 #endif
 #if BLOCK == 32
-#define WG_PV_TEXT \
+#define WG_PV_TEXT(end) \
     "// sm90a: {\n" \
     "// sm90a: .reg .pred acc;\n" \
     "// sm90a: .reg .b64 v<2>;\n" \
@@ -275,11 +308,9 @@
     "// sm90a: wgmma.fence.sync.aligned;\n" \
     "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, v0, acc, 1, 1, 1;\n" \
     "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%36, %37, %38, %39}, v1, acc, 1, 1, 1;\n" \
-    "// sm90a: wgmma.commit_group.sync.aligned;\n" \
-    "// sm90a: wgmma.wait_group.sync.aligned 0;\n" \
-    "// sm90a: }\n"
+    end
 #elif BLOCK == 64
-#define WG_PV_TEXT \
+#define WG_PV_TEXT(end) \
     "// sm90a: {\n" \
     "// sm90a: .reg .pred acc;\n" \
     "// sm90a: .reg .b64 v<4>;\n" \
@@ -293,9 +324,7 @@
     "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%36, %37, %38, %39}, v1, acc, 1, 1, 1;\n" \
     "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%40, %41, %42, %43}, v2, acc, 1, 1, 1;\n" \
     "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%44, %45, %46, %47}, v3, acc, 1, 1, 1;\n" \
-    "// sm90a: wgmma.commit_group.sync.aligned;\n" \
-    "// sm90a: wgmma.wait_group.sync.aligned 0;\n" \
-    "// sm90a: }\n"
+    end
 #endif
 
 /* Operand lists: "=f" or "+f" for floats a[i] .. a[i + n - 1], "r" for words. */
@@ -324,6 +353,43 @@
 #else
 #define WG_P_IN(p) WG_IN16(p, 0)
 #endif
+#define WG_KEEP4(w, i) "+r"(w[(i)]), "+r"(w[(i) + 1]), "+r"(w[(i) + 2]), "+r"(w[(i) + 3])
+#define WG_KEEP8(w, i) WG_KEEP4(w, i), WG_KEEP4(w, (i) + 4)
+
+/* The end of every group's text: commit it, and wait for it (the loop of WG_PIPE 0) or leave it in
+ * flight (WG_PIPE 1, where a later wg_wait completes it). */
+#define WG_END_WAIT \
+    "// sm90a: wgmma.commit_group.sync.aligned;\n" \
+    "// sm90a: wgmma.wait_group.sync.aligned 0;\n" \
+    "// sm90a: }\n"
+#define WG_END_ASYNC \
+    "// sm90a: wgmma.commit_group.sync.aligned;\n" \
+    "// sm90a: }\n"
+
+#if WG_PIPE && O_SLABS == 2
+#if BLOCK != 32
+#error "the pipelined loop takes head_dim 128 with BLOCK 32 (five tiles of B 64 are 80 KiB)"
+#endif
+/* O += P V over all 128 columns of O as one group (WG_PIPE 1 counts groups in its waits): the
+ * slab of columns 64 .. 127 writes accumulators 32 .. 63 from V's chunk 8 on (%74: its offset / 16
+ * from the first descriptor). Operands: the 64 accumulators, P's 8 A words, the descriptor, the
+ * k-step's offset / 16 (%73), the slab's. */
+#define WG_PV2_TEXT(end) \
+    "// sm90a: {\n" \
+    "// sm90a: .reg .pred acc;\n" \
+    "// sm90a: .reg .b64 v<4>;\n" \
+    "// sm90a: setp.eq.b32 acc, %64, %64;\n" \
+    "// sm90a: mov.b64 v0, %72;\n" \
+    "// sm90a: add.s64 v1, v0, %73;\n" \
+    "// sm90a: add.s64 v2, v0, %74;\n" \
+    "// sm90a: add.s64 v3, v2, %73;\n" \
+    "// sm90a: wgmma.fence.sync.aligned;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%64, %65, %66, %67}, v0, acc, 1, 1, 1;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%68, %69, %70, %71}, v1, acc, 1, 1, 1;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, v2, acc, 1, 1, 1;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%68, %69, %70, %71}, v3, acc, 1, 1, 1;\n" \
+    end
+#endif
 
 /* The descriptors' byte offsets (the file's comment). Defaults, not host defines: a session on a
  * Hopper GPU can try another reading of the PTX ISA's LBO and SBO through the build options
@@ -349,26 +415,84 @@ static inline ulong wg_desc(__local const ushort *start, uint lbo, uint sbo)
 }
 
 /* s = Q K^T over one K tile (every k-step): q the warpgroup's A words (4 per k-step), tile the K
- * tile. Returns when the products are complete. */
+ * tile. Returns when the products are complete (the loop of WG_PIPE 0). */
 static inline void wg_scores(float s[S_ACC], const uint q[4 * K_STEPS], __local const ushort *tile)
 {
     const ulong desc = wg_desc(tile, WG_K_LBO, WG_K_SBO);
-    __asm__ __volatile__(WG_S_TEXT : WG_S_OUT(s) : WG_Q_IN(q), "l"(desc), "n"(2 * BLOCK), "n"(4 * WG_K_SBO / 16)
+    __asm__ __volatile__(WG_S_TEXT(WG_END_WAIT)
+                         : WG_S_OUT(s) : WG_Q_IN(q), "l"(desc), "n"(2 * BLOCK), "n"(4 * WG_K_SBO / 16)
                          : "memory");
 }
 
 /* o[32 sl .. 32 sl + 31] += P V for columns 64 sl .. 64 sl + 63: p the A words of P (4 per 16
- * keys), tile the V tile. Returns when the products are complete. */
+ * keys), tile the V tile. Returns when the products are complete (the loop of WG_PIPE 0). */
 static inline void wg_values(float o[O_ACC], uint sl, const uint p[4 * P_STEPS], __local const ushort *tile)
 {
     const ulong desc = wg_desc(tile + sl * 64 * BLOCK, WG_V_LBO, WG_V_SBO);
     if (sl == 0)
-        __asm__ __volatile__(WG_PV_TEXT : WG_ACC32(o, 0) : WG_P_IN(p), "l"(desc), "n"(16) : "memory");
+        __asm__ __volatile__(WG_PV_TEXT(WG_END_WAIT) : WG_ACC32(o, 0) : WG_P_IN(p), "l"(desc), "n"(16) : "memory");
 #if O_SLABS > 1
     else
-        __asm__ __volatile__(WG_PV_TEXT : WG_ACC32(o, 32) : WG_P_IN(p), "l"(desc), "n"(16) : "memory");
+        __asm__ __volatile__(WG_PV_TEXT(WG_END_WAIT) : WG_ACC32(o, 32) : WG_P_IN(p), "l"(desc), "n"(16) : "memory");
 #endif
 }
+
+#if WG_PIPE
+/* The same two products left in flight (WG_PIPE 1): each is one committed wgmma group that a later
+ * wg_wait completes. Until then neither its accumulators (s, o) nor its A words (q, p) may be read
+ * or written by anything; the wg_keep_* after that wait hand them back to the compiler. */
+static inline void wg_scores_issue(float s[S_ACC], const uint q[4 * K_STEPS], __local const ushort *tile)
+{
+    const ulong desc = wg_desc(tile, WG_K_LBO, WG_K_SBO);
+    __asm__ __volatile__(WG_S_TEXT(WG_END_ASYNC)
+                         : WG_S_OUT(s) : WG_Q_IN(q), "l"(desc), "n"(2 * BLOCK), "n"(4 * WG_K_SBO / 16)
+                         : "memory");
+}
+
+/* O += P V, every column of O in one group (both slabs at head_dim 128). */
+static inline void wg_values_issue(float o[O_ACC], const uint p[4 * P_STEPS], __local const ushort *tile)
+{
+    const ulong desc = wg_desc(tile, WG_V_LBO, WG_V_SBO);
+#if O_SLABS == 1
+    __asm__ __volatile__(WG_PV_TEXT(WG_END_ASYNC) : WG_ACC32(o, 0) : WG_P_IN(p), "l"(desc), "n"(16) : "memory");
+#else
+    __asm__ __volatile__(WG_PV2_TEXT(WG_END_ASYNC)
+                         : WG_ACC32(o, 0), WG_ACC32(o, 32) : WG_P_IN(p), "l"(desc), "n"(16), "n"(64 * BLOCK * 2 / 16)
+                         : "memory");
+#endif
+}
+
+/* Waits until at most n (a constant) of this warpgroup's wgmma groups are in flight: the older ones
+ * are complete. */
+#define wg_wait(n) __asm__ __volatile__("// sm90a: wgmma.wait_group.sync.aligned %0;\n" ::"n"(n) : "memory")
+
+/* After a wg_wait: the registers of the groups it completed, as if that point wrote them, so that
+ * the compiler neither reads an accumulator nor reuses an A word before it (both asm statements are
+ * volatile and keep their order; everything that reads these values reads them from here). */
+static inline void wg_keep_s(float s[S_ACC])
+{
+#if S_ACC == 16
+    __asm__ __volatile__("" : WG_ACC16(s, 0));
+#else
+    __asm__ __volatile__("" : WG_ACC16(s, 0));
+    __asm__ __volatile__("" : WG_ACC16(s, 16));
+#endif
+}
+
+static inline void wg_keep_o(float o[O_ACC], uint p[4 * P_STEPS])
+{
+    __asm__ __volatile__("" : WG_ACC16(o, 0));
+    __asm__ __volatile__("" : WG_ACC16(o, 16));
+#if O_ACC == 64
+    __asm__ __volatile__("" : WG_ACC16(o, 32));
+    __asm__ __volatile__("" : WG_ACC16(o, 48));
+#endif
+    __asm__ __volatile__("" : WG_KEEP8(p, 0));
+#if P_STEPS == 4
+    __asm__ __volatile__("" : WG_KEEP8(p, 8));
+#endif
+}
+#endif
 
 /* The generic proxy's writes of this work-item to local memory (its completed cp.async copies),
  * ordered before later reads by the async proxy (wgmma) of any work-item that synchronises with it. */
@@ -377,15 +501,26 @@ static inline void fence_proxy_async(void)
     __asm__ __volatile__("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
+/* This work-item's copies complete, ordered before wgmma's reads, then a barrier: every copy of the
+ * work-group issued before it is visible to every warpgroup's wgmma, and every wgmma read that a
+ * warpgroup waited for before it is complete. */
+static inline void wg_tiles_in(void)
+{
+    async_wait_all();
+    fence_proxy_async();
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+
 /* ---- the K/V stream ------------------------------------------------------------------------------
- * Piece p of a tile (p = id, id + THREADS, ...) is key 8 (b % (BLOCK / 8)) + p % 8 and chunk
- * 4 (b / (BLOCK / 8)) + p / 8 % 4, b = p / 32: each quarter warp writes 8 keys of one chunk (128
- * contiguous bytes: no bank conflict) and each warp reads 8 keys' 64 contiguous bytes (whole
- * 32-byte sectors). Keys at or past seq_k read nothing and become zeros. */
+ * One stream per tensor (K, V): each wg_stream_tile copies its next tile of BLOCK keys. Piece p of a
+ * tile (p = id, id + THREADS, ...) is key 8 (b % (BLOCK / 8)) + p % 8 and chunk 4 (b / (BLOCK / 8))
+ * + p / 8 % 4, b = p / 32: each quarter warp writes 8 keys of one chunk (128 contiguous bytes: no
+ * bank conflict) and each warp reads 8 keys' 64 contiguous bytes (whole 32-byte sectors). Keys at or
+ * past seq_k read nothing and become zeros. */
 typedef struct {
-    __global const ushort *k, *v; /* this work-item's first piece in the next tile */
-    __global const ushort *k_any, *v_any; /* a valid address for the copies that read nothing */
-    ulong k_ss, v_ss;
+    __global const ushort *next; /* the next tile's first key */
+    __global const ushort *any;  /* a valid address for the copies that read nothing */
+    ulong ss;
     long keys_left; /* keys of the tensor from the next tile's first key */
 } wg_stream;
 
@@ -399,35 +534,113 @@ static inline uint wg_piece_chunk(uint p)
     return 4 * (p / 32 / (BLOCK / 8)) + p / 8 % 4;
 }
 
-static inline wg_stream wg_stream_start(__global const ushort *k, ulong k_base, ulong k_ss, __global const ushort *v,
-                                        ulong v_base, ulong v_ss, uint seq_k, uint first)
+static inline wg_stream wg_stream_start(__global const ushort *x, ulong base, ulong ss, uint seq_k)
 {
     wg_stream st;
-    st.k = k + k_base + (ulong)first * k_ss;
-    st.v = v + v_base + (ulong)first * v_ss;
-    st.k_any = k + k_base;
-    st.v_any = v + v_base;
-    st.k_ss = k_ss;
-    st.v_ss = v_ss;
-    st.keys_left = (long)seq_k - (long)first;
+    st.next = x + base;
+    st.any = x + base;
+    st.ss = ss;
+    st.keys_left = (long)seq_k;
     return st;
 }
 
-/* Issues the copies of the next K tile into dst and its V tile into dst + TILE_HALVES. */
-static inline void wg_stream_next(wg_stream *st, __local ushort *dst)
+/* Issues the copies of the stream's next tile into dst (not committed). */
+static inline void wg_stream_tile(wg_stream *st, __local ushort *dst)
 {
 #pragma unroll
     for (uint i = 0; i < PIECES / THREADS; i++) {
         const uint p = get_local_id(0) + i * THREADS, key = wg_piece_key(p), chunk = wg_piece_chunk(p);
         const int in = (long)key < st->keys_left;
-        const uint at = chunk * 8 * BLOCK + key * 8;
-        copy16_async(dst + at, in ? st->k + (ulong)key * st->k_ss + chunk * 8 : st->k_any, in ? 16u : 0u);
-        copy16_async(dst + TILE_HALVES + at, in ? st->v + (ulong)key * st->v_ss + chunk * 8 : st->v_any,
+        copy16_async(dst + chunk * 8 * BLOCK + key * 8, in ? st->next + (ulong)key * st->ss + chunk * 8 : st->any,
                      in ? 16u : 0u);
     }
-    st->k += (ulong)BLOCK * st->k_ss;
-    st->v += (ulong)BLOCK * st->v_ss;
+    st->next += (ulong)BLOCK * st->ss;
     st->keys_left -= BLOCK;
+}
+
+/* ---- the online softmax of one tile -----------------------------------------------------------
+ * On the S accumulators of tile `tile`: scale, mask, the running maxima m and sums l of the lane's
+ * two rows (r_lo, r_lo + 8), P packed into p (A words of O += P V: keys 16u .. 16u + 15 from S's n8
+ * blocks 2u and 2u + 1), and the factors alpha that O must be multiplied by before P V is added (the
+ * caller does that, where O is not in flight). s[4n], s[4n + 1] are keys key0 + 8n + 2t, + 1 of row
+ * r_lo; s[4n + 2], s[4n + 3] the same keys of row r_lo + 8. */
+typedef struct {
+    float m_lo, m_hi; /* running maxima (log2 units) */
+    float l_lo, l_hi; /* this lane's part of the row sums */
+    float alpha_lo, alpha_hi;
+} wg_rows;
+
+/* always inlined: called three times in the pipelined loop, and its arrays must stay registers */
+static inline __attribute__((always_inline)) void wg_softmax(float s[S_ACC], uint p[4 * P_STEPS], wg_rows *rw, uint tile, long first_hi, uint seq_k,
+                              uint r_lo, long shift, uint t, float score_scale)
+{
+    const uint key0 = tile * BLOCK;
+    /* The last key each row sees, relative to the lane's first key key0 + 2t, clamped to [-1, BLOCK]
+     * so that it fits an int. A tile needs masks only where some row sees part of it. */
+    int last_lo = BLOCK, last_hi = BLOCK;
+    if ((long)(key0 + BLOCK) > first_hi) {
+        const long lim = (long)seq_k - 1;
+#if CAUSAL
+        const long d_lo = min((long)r_lo + shift, lim), d_hi = min((long)r_lo + 8 + shift, lim);
+#else
+        const long d_lo = lim, d_hi = lim;
+        (void)r_lo, (void)shift;
+#endif
+        last_lo = (int)clamp(d_lo - (long)(key0 + 2 * t), -1L, (long)BLOCK);
+        last_hi = (int)clamp(d_hi - (long)(key0 + 2 * t), -1L, (long)BLOCK);
+    }
+    float max_lo = -INFINITY, max_hi = -INFINITY;
+#pragma unroll
+    for (uint n = 0; n < BLOCK / 8; n++) {
+        s[4 * n] = (int)(8 * n) <= last_lo ? s[4 * n] * score_scale : -INFINITY;
+        s[4 * n + 1] = (int)(8 * n + 1) <= last_lo ? s[4 * n + 1] * score_scale : -INFINITY;
+        s[4 * n + 2] = (int)(8 * n) <= last_hi ? s[4 * n + 2] * score_scale : -INFINITY;
+        s[4 * n + 3] = (int)(8 * n + 1) <= last_hi ? s[4 * n + 3] * score_scale : -INFINITY;
+        max_lo = fmax(max_lo, fmax(s[4 * n], s[4 * n + 1]));
+        max_hi = fmax(max_hi, fmax(s[4 * n + 2], s[4 * n + 3]));
+    }
+    max_lo = fmax(max_lo, lane_xor(max_lo, 1));
+    max_lo = fmax(max_lo, lane_xor(max_lo, 2));
+    max_hi = fmax(max_hi, lane_xor(max_hi, 1));
+    max_hi = fmax(max_hi, lane_xor(max_hi, 2));
+    /* a row that has seen no key keeps -inf and exponentiates against 0: exp2(-inf) = 0 */
+    const float new_lo = fmax(rw->m_lo, max_lo), new_hi = fmax(rw->m_hi, max_hi);
+    const float ref_lo = new_lo == -INFINITY ? 0.0f : new_lo, ref_hi = new_hi == -INFINITY ? 0.0f : new_hi;
+    rw->alpha_lo = exp2_ftz(rw->m_lo - ref_lo);
+    rw->alpha_hi = exp2_ftz(rw->m_hi - ref_hi);
+    rw->m_lo = new_lo;
+    rw->m_hi = new_hi;
+    float sum_lo = 0.0f, sum_hi = 0.0f;
+#pragma unroll
+    for (uint n = 0; n < BLOCK / 8; n++) {
+        s[4 * n] = exp2_ftz(s[4 * n] - ref_lo);
+        s[4 * n + 1] = exp2_ftz(s[4 * n + 1] - ref_lo);
+        s[4 * n + 2] = exp2_ftz(s[4 * n + 2] - ref_hi);
+        s[4 * n + 3] = exp2_ftz(s[4 * n + 3] - ref_hi);
+        sum_lo += s[4 * n] + s[4 * n + 1];
+        sum_hi += s[4 * n + 2] + s[4 * n + 3];
+    }
+    rw->l_lo = rw->l_lo * rw->alpha_lo + sum_lo;
+    rw->l_hi = rw->l_hi * rw->alpha_hi + sum_hi;
+#pragma unroll
+    for (uint u = 0; u < P_STEPS; u++) {
+        p[4 * u] = pack_pair(s[8 * u], s[8 * u + 1]);
+        p[4 * u + 1] = pack_pair(s[8 * u + 2], s[8 * u + 3]);
+        p[4 * u + 2] = pack_pair(s[8 * u + 4], s[8 * u + 5]);
+        p[4 * u + 3] = pack_pair(s[8 * u + 6], s[8 * u + 7]);
+    }
+}
+
+/* O *= alpha, per row. */
+static inline void wg_rescale(float o[O_ACC], const wg_rows *rw)
+{
+#pragma unroll
+    for (uint i = 0; i < O_ACC; i += 4) {
+        o[i] *= rw->alpha_lo;
+        o[i + 1] *= rw->alpha_lo;
+        o[i + 2] *= rw->alpha_hi;
+        o[i + 3] *= rw->alpha_hi;
+    }
 }
 
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1)))
@@ -444,8 +657,8 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
                       uint split_keys, __global const int *block_table, uint pages_per_seq, uint num_pages,
                       __global const int *cu_seqlens_q, __global const int *cu_seqlens_k, uint total_q, uint total_k)
 {
-    /* Stage u holds a K tile at halves u * STAGE_HALVES and its V tile TILE_HALVES on; Q, then O,
-     * are staged in padded rows from 0. 128-byte alignment: every descriptor's start is on 16 bytes. */
+    /* The K and V tiles (the ring slots with WG_PIPE, else the stages), and before them Q, after them
+     * O, staged in padded rows from 0. 128-byte alignment: every descriptor's start is on 16 bytes. */
     __local uint4 local_words[LOCAL_HALVES / 8] __attribute__((aligned(128)));
     __local ushort *const tiles = (__local ushort *)local_words;
     /* what this kernel does not take (the #error above) */
@@ -513,102 +726,107 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
 #pragma unroll
     for (uint i = 0; i < O_ACC; i++)
         acc[i] = 0.0f;
-    float m_lo = -INFINITY, m_hi = -INFINITY; /* running maxima (log2 units) */
-    float l_lo = 0.0f, l_hi = 0.0f;           /* this lane's part of the row sums */
+    wg_rows rw = {-INFINITY, -INFINITY, 0.0f, 0.0f, 1.0f, 1.0f};
+    wg_stream ks = wg_stream_start(k, k_base, k_ss, seq_k), vs = wg_stream_start(v, v_base, v_ss, seq_k);
 
-    wg_stream stream = wg_stream_start(k, k_base, k_ss, v, v_base, v_ss, seq_k, 0);
-    /* tiles 0 .. STAGES - 2 first, one commit group each (empty past the last tile) */
+#if WG_PIPE
+    /* K tile t in K slot t % 2, V tile t in V slot t % 3; "tiles_in(t)" is the wg_tiles_in before
+     * S(t) is issued: K(t) and V(t - 1) are in, and every warpgroup is done with K(t - 1) (S(t - 1)
+     * was waited for) and V(t - 2) (O(t - 2) too), whose slots K(t + 1) and V(t) then refill. */
+    __local ushort *const k_slots = tiles, *const v_slots = tiles + K_SLOTS * TILE_HALVES;
+    float sa[S_ACC], sb[S_ACC]; /* S of the even tiles, of the odd ones */
+    uint pa[4 * P_STEPS], pb[4 * P_STEPS];
+    if (n_tiles > 0) {
+        wg_stream_tile(&ks, k_slots); /* K(0) */
+        async_commit();
+        wg_tiles_in(); /* tiles_in(0) */
+        if (1 < n_tiles)
+            wg_stream_tile(&ks, k_slots + TILE_HALVES); /* K(1) */
+        wg_stream_tile(&vs, v_slots);                   /* V(0) */
+        async_commit();
+        wg_scores_issue(sa, qa, k_slots);
+        wg_wait(0);
+        wg_keep_s(sa);
+    }
+    uint j = 0;
+    /* Two tiles a trip, j and j + 1: at the start S(j) is complete in sa and no group is in flight;
+     * at the end S(j + 2) is complete in sa and none is. */
+    for (; j + 1 < n_tiles; j += 2) {
+        wg_tiles_in(); /* tiles_in(j + 1) */
+        if (j + 2 < n_tiles)
+            wg_stream_tile(&ks, k_slots + j % 2 * TILE_HALVES);        /* K(j + 2) */
+        wg_stream_tile(&vs, v_slots + (j + 1) % 3 * TILE_HALVES);      /* V(j + 1) */
+        async_commit();
+        wg_scores_issue(sb, qa, k_slots + (j + 1) % 2 * TILE_HALVES); /* S(j + 1) in flight */
+        wg_softmax(sa, pa, &rw, j, first_hi, seq_k, r_lo, shift, t, score_scale);
+        wg_rescale(acc, &rw);
+        wg_values_issue(acc, pa, v_slots + j % 3 * TILE_HALVES);      /* O(j) in flight */
+        wg_wait(1);                                                   /* S(j + 1) is complete */
+        wg_keep_s(sb);
+
+        wg_tiles_in(); /* tiles_in(j + 2) */
+        if (j + 3 < n_tiles)
+            wg_stream_tile(&ks, k_slots + (j + 1) % 2 * TILE_HALVES);  /* K(j + 3) */
+        if (j + 2 < n_tiles)
+            wg_stream_tile(&vs, v_slots + (j + 2) % 3 * TILE_HALVES);  /* V(j + 2) */
+        async_commit();
+        /* S(j + 2) in flight; past the last tile a product of a stale K slot that nothing reads,
+         * so that the wait below always leaves exactly one group, this one, in flight */
+        wg_scores_issue(sa, qa, k_slots + j % 2 * TILE_HALVES);
+        wg_softmax(sb, pb, &rw, j + 1, first_hi, seq_k, r_lo, shift, t, score_scale);
+        wg_wait(1); /* O(j) is complete */
+        wg_keep_o(acc, pa);
+        wg_rescale(acc, &rw);
+        wg_values_issue(acc, pb, v_slots + (j + 1) % 3 * TILE_HALVES); /* O(j + 1) in flight */
+        wg_wait(0); /* S(j + 2) and O(j + 1): no group stays in flight over the back edge */
+        wg_keep_s(sa);
+        wg_keep_o(acc, pb);
+    }
+    if (j < n_tiles) { /* an odd count: the last tile alone, S(j) complete in sa */
+        wg_tiles_in(); /* V(j) is in */
+        wg_softmax(sa, pa, &rw, j, first_hi, seq_k, r_lo, shift, t, score_scale);
+        wg_rescale(acc, &rw);
+        wg_values_issue(acc, pa, v_slots + j % 3 * TILE_HALVES);
+        wg_wait(0);
+        wg_keep_o(acc, pa);
+    }
+#else
+    /* tiles 0 .. STAGES - 2 first, one commit group each (empty past the last tile); stage u holds
+     * a K tile at halves u * STAGE_HALVES and its V tile TILE_HALVES on */
 #pragma unroll
     for (uint u = 0; u + 1 < STAGES; u++) {
-        if (u < n_tiles)
-            wg_stream_next(&stream, tiles + u * STAGE_HALVES);
+        if (u < n_tiles) {
+            wg_stream_tile(&ks, tiles + u * STAGE_HALVES);
+            wg_stream_tile(&vs, tiles + u * STAGE_HALVES + TILE_HALVES);
+        }
         async_commit();
     }
     uint stage = 0; /* j % STAGES */
     for (uint j = 0; j < n_tiles; j++) {
-        const uint key0 = j * BLOCK;
         async_wait_pending(STAGES - 2); /* this work-item's copies of tile j are complete */
         fence_proxy_async();            /* ... and ordered before wgmma's reads of them */
         barrier(CLK_LOCAL_MEM_FENCE);   /* tile j is in; every warpgroup is done with tile j - 1 */
         const uint refill = stage == 0 ? STAGES - 1 : stage - 1;
-        if (j + STAGES - 1 < n_tiles)
-            wg_stream_next(&stream, tiles + refill * STAGE_HALVES);
+        if (j + STAGES - 1 < n_tiles) {
+            wg_stream_tile(&ks, tiles + refill * STAGE_HALVES);
+            wg_stream_tile(&vs, tiles + refill * STAGE_HALVES + TILE_HALVES);
+        }
         async_commit();
         __local const ushort *k_tile = tiles + stage * STAGE_HALVES;
         __local const ushort *v_tile = k_tile + TILE_HALVES;
         stage = stage + 1 == STAGES ? 0 : stage + 1;
 
-        /* S = Q K_j^T: s[4n], s[4n + 1] keys key0 + 8n + 2t, + 1 of row r_lo; s[4n + 2], s[4n + 3]
-         * the same keys of row r_lo + 8. */
         float s[S_ACC];
-        wg_scores(s, qa, k_tile);
-
-        /* Scale, mask, online softmax. The last key each row sees, relative to the lane's first
-         * key key0 + 2t, clamped to [-1, BLOCK] so that it fits an int. */
-        int last_lo = BLOCK, last_hi = BLOCK;
-        if ((long)(key0 + BLOCK) > first_hi) {
-            const long lim = (long)seq_k - 1;
-#if CAUSAL
-            const long d_lo = min((long)r_lo + shift, lim), d_hi = min((long)r_lo + 8 + shift, lim);
-#else
-            const long d_lo = lim, d_hi = lim;
-#endif
-            last_lo = (int)clamp(d_lo - (long)(key0 + 2 * t), -1L, (long)BLOCK);
-            last_hi = (int)clamp(d_hi - (long)(key0 + 2 * t), -1L, (long)BLOCK);
-        }
-        float max_lo = -INFINITY, max_hi = -INFINITY;
-#pragma unroll
-        for (uint n = 0; n < BLOCK / 8; n++) {
-            s[4 * n] = (int)(8 * n) <= last_lo ? s[4 * n] * score_scale : -INFINITY;
-            s[4 * n + 1] = (int)(8 * n + 1) <= last_lo ? s[4 * n + 1] * score_scale : -INFINITY;
-            s[4 * n + 2] = (int)(8 * n) <= last_hi ? s[4 * n + 2] * score_scale : -INFINITY;
-            s[4 * n + 3] = (int)(8 * n + 1) <= last_hi ? s[4 * n + 3] * score_scale : -INFINITY;
-            max_lo = fmax(max_lo, fmax(s[4 * n], s[4 * n + 1]));
-            max_hi = fmax(max_hi, fmax(s[4 * n + 2], s[4 * n + 3]));
-        }
-        max_lo = fmax(max_lo, lane_xor(max_lo, 1));
-        max_lo = fmax(max_lo, lane_xor(max_lo, 2));
-        max_hi = fmax(max_hi, lane_xor(max_hi, 1));
-        max_hi = fmax(max_hi, lane_xor(max_hi, 2));
-        /* a row that has seen no key keeps -inf and exponentiates against 0: exp2(-inf) = 0 */
-        const float new_lo = fmax(m_lo, max_lo), new_hi = fmax(m_hi, max_hi);
-        const float ref_lo = new_lo == -INFINITY ? 0.0f : new_lo, ref_hi = new_hi == -INFINITY ? 0.0f : new_hi;
-        const float alpha_lo = exp2_ftz(m_lo - ref_lo), alpha_hi = exp2_ftz(m_hi - ref_hi);
-        m_lo = new_lo;
-        m_hi = new_hi;
-        float sum_lo = 0.0f, sum_hi = 0.0f;
-#pragma unroll
-        for (uint n = 0; n < BLOCK / 8; n++) {
-            s[4 * n] = exp2_ftz(s[4 * n] - ref_lo);
-            s[4 * n + 1] = exp2_ftz(s[4 * n + 1] - ref_lo);
-            s[4 * n + 2] = exp2_ftz(s[4 * n + 2] - ref_hi);
-            s[4 * n + 3] = exp2_ftz(s[4 * n + 3] - ref_hi);
-            sum_lo += s[4 * n] + s[4 * n + 1];
-            sum_hi += s[4 * n + 2] + s[4 * n + 3];
-        }
-        l_lo = l_lo * alpha_lo + sum_lo;
-        l_hi = l_hi * alpha_hi + sum_hi;
-#pragma unroll
-        for (uint i = 0; i < O_ACC; i += 4) {
-            acc[i] *= alpha_lo;
-            acc[i + 1] *= alpha_lo;
-            acc[i + 2] *= alpha_hi;
-            acc[i + 3] *= alpha_hi;
-        }
-
-        /* O += P V_j: P's A words, keys 16u .. 16u + 15 from S's n8 blocks 2u and 2u + 1. */
         uint pa[4 * P_STEPS];
-#pragma unroll
-        for (uint u = 0; u < P_STEPS; u++) {
-            pa[4 * u] = pack_pair(s[8 * u], s[8 * u + 1]);
-            pa[4 * u + 1] = pack_pair(s[8 * u + 2], s[8 * u + 3]);
-            pa[4 * u + 2] = pack_pair(s[8 * u + 4], s[8 * u + 5]);
-            pa[4 * u + 3] = pack_pair(s[8 * u + 6], s[8 * u + 7]);
-        }
+        wg_scores(s, qa, k_tile);
+        wg_softmax(s, pa, &rw, j, first_hi, seq_k, r_lo, shift, t, score_scale);
+        wg_rescale(acc, &rw);
 #pragma unroll
         for (uint sl = 0; sl < O_SLABS; sl++)
             wg_values(acc, sl, pa, v_tile);
     }
+#endif
+    float m_lo = rw.m_lo, m_hi = rw.m_hi, l_lo = rw.l_lo, l_hi = rw.l_hi;
 
     /* The row sums: the four lanes of a quad hold parts of the same rows' sums. */
     l_lo += lane_xor(l_lo, 1);

@@ -312,6 +312,10 @@ CLFLASH_API const char *clflash_context_build_log(const clflash_context *c);
  *      nv_backward.maxrregcount  32..255, a register cap passed to NVIDIA's compiler
  *      nv_backward.stream      0 or 1: how its dK/dV work-groups copy Q and dO (default 1 at
  *                              head_dim >= 128)
+ *      nv_wgmma.pipeline       0 or 1: the experimental Hopper forward (CLFLASH_WGMMA=1) with its
+ *                              pipelined loop (1) or the loop that waits for every product (0,
+ *                              the default)
+ *      nv_wgmma.block          32..64, a cap on its B (32 or 64; a value between gives 32)
  * For each call the rules whose conditions hold apply in order, a later value winning. The order:
  * clflash's built-in rules (register tiles for the AMD and Intel GPU families whose compilers
  * spill the planner's defaults: docs/tuning.md lists them), the file named by the environment

@@ -106,6 +106,8 @@ typedef enum {
     CLFLASH_TUNE_NV_BACKWARD_WARPS,
     CLFLASH_TUNE_NV_BACKWARD_MAXRREGCOUNT,  /* -cl-nv-maxrregcount */
     CLFLASH_TUNE_NV_BACKWARD_STREAM,        /* the kernel's NV_BWD_STREAM */
+    CLFLASH_TUNE_NV_WGMMA_PIPELINE,         /* the Hopper forward's WG_PIPE */
+    CLFLASH_TUNE_NV_WGMMA_BLOCK,            /* a cap on its B */
     CLFLASH_TUNE_COUNT
 } clflash_tune_key;
 
@@ -456,6 +458,11 @@ CLFLASH_INTERNAL void clflash_tune_report(clflash_plan *plan, const char *fmt, .
 CLFLASH_INTERNAL clflash_status clflash_tune_builtin_values(const char *device_name, clflash_device_class cls,
                                                             clflash_dtype dtype, uint32_t head_dim,
                                                             clflash_tune_values *v);
+/* The rules of spec (the syntax of clflash_context_set_tuning) that match a device of this name
+ * and class and (dtype, head_dim), applied on top of *v (tests/tuning_table.c's --tune). */
+CLFLASH_INTERNAL clflash_status clflash_tune_apply_spec(const char *spec, const char *device_name,
+                                                        clflash_device_class cls, clflash_dtype dtype,
+                                                        uint32_t head_dim, clflash_tune_values *v);
 /* forward_plan.c: the register tiles (RT_RM, RT_TC, BLOCK_Q) and B the planner tries first for the
  * portable forward's register-tiled path on c, before building anything (tests/tuning_table.c
  * asks it for GPUs clflash cannot run); 0 if p takes another path there. */

@@ -13,10 +13,15 @@
  * the kernel that runs. Without CLFLASH_WGMMA nothing here runs, not even the probe.
  *
  * The shape: warpgroups of 128 work-items, each owning 64 query rows; two per work-group (128
- * rows) unless seq_q fits one. B (keys per tile) 64 at head_dim 64 and 32 at 128, so that two
- * stages of K and V tiles (4 B head_dim 2 bytes: 32 KiB) fit the 48 KiB of an H200 beside the
- * bytes the driver adds; 32 where 64 does not fit the budget or the device refused it at enqueue
- * (below_block). Q and O are staged through the same array, padded rows of the work-group's rows.
+ * rows) unless seq_q fits one. B (keys per tile) 64 at head_dim 64 and 32 at 128 (the tuning key
+ * nv_wgmma.block caps it), so that the K and V tiles fit the 48 KiB of an H200 beside the bytes
+ * the driver adds (4 there): the pipelined loop (nv_wgmma.pipeline=1: WG_PIPE 1)
+ * keeps a ring of 2 K tiles and one of 3 V tiles, 5 B head_dim 2 bytes = 40 KiB at (64, 64) and
+ * (128, 32), 80 KiB at (128, 64), which is why head_dim 128 stays at 32; the loop that waits for
+ * every product (WG_PIPE 0, the default) two stages of a K and a V tile, 32 KiB. 32 where 64 does
+ * not fit the budget or the device refused it at enqueue (below_block). Q and O are staged through the same
+ * array, padded rows of the work-group's rows (18 KiB at head_dim 64, 34 KiB at 128), which the
+ * tiles overwrite.
  */
 #include "internal.h"
 
@@ -24,7 +29,8 @@
 
 #define KERNEL_NAME "nv_wgmma_forward"
 static const char variant_name[] = "nv_wgmma_forward";
-#define WGMMA_STAGES 2u
+#define WGMMA_STAGES 2u   /* WG_PIPE 0: K and V tile pairs */
+#define WGMMA_KV_TILES 5u /* WG_PIPE 1: 2 K slots and 3 V slots */
 
 /* Why the kernel's scope excludes p (a static string), or NULL: what cl/nv_wgmma_forward.cl takes. */
 static const char *shape_refusal(const clflash_problem *p)
@@ -71,34 +77,43 @@ static uint32_t warpgroups_for(const clflash_problem *p)
     return p->seq_q <= 64 ? 1u : 2u;
 }
 
-/* Bytes of the kernel's local array: WGMMA_STAGES K and V tiles of B rows (unpadded: the
- * descriptors' layout), or the work-group's Q rows padded by 16 bytes, whichever is larger. */
-static cl_ulong counted_local_bytes(const clflash_problem *p, uint32_t block, uint32_t warpgroups)
+/* 1 for the pipelined loop (WG_PIPE 1), 0 for the one that waits for every product. */
+static int pipelined(const clflash_context *c, const clflash_problem *p)
 {
-    const uint64_t tiles = 2ull * WGMMA_STAGES * block * p->head_dim * p->elem_size;
+    return clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_PIPELINE, NULL) != 0;
+}
+
+/* Bytes of the kernel's local array: the K and V tiles of B rows (unpadded: the descriptors'
+ * layout), WGMMA_KV_TILES of them pipelined (cl/nv_wgmma_forward.cl's K_SLOTS + V_SLOTS), else
+ * WGMMA_STAGES pairs, or the work-group's Q rows padded by 16 bytes, whichever is larger. */
+static cl_ulong counted_local_bytes(const clflash_problem *p, int pipe, uint32_t block, uint32_t warpgroups)
+{
+    const uint64_t n_tiles = pipe ? WGMMA_KV_TILES : 2ull * WGMMA_STAGES;
+    const uint64_t tiles = n_tiles * block * p->head_dim * p->elem_size;
     const uint64_t q_rows = 64ull * warpgroups * (p->head_dim + 8) * p->elem_size;
     return tiles > q_rows ? tiles : q_rows;
 }
 
-/* The first B to try: 64 at head_dim 64, 32 at 128; then 32; 0 when none is left below below_block
- * (0: no such limit). */
-static uint32_t first_block(const clflash_problem *p, uint32_t below_block)
+/* The first B to try: 64 at head_dim 64, 32 at 128, at most nv_wgmma.block (rounded down to 32
+ * or 64); then 32; 0 when none is left below below_block (0: no such limit). */
+static uint32_t first_block(const clflash_context *c, const clflash_problem *p, uint32_t below_block)
 {
-    const uint32_t b = p->head_dim == 64 ? 64u : 32u;
+    const uint32_t cap = clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_BLOCK, NULL) >= 64 ? 64u : 32u;
+    const uint32_t b = p->head_dim == 64 && cap == 64 ? 64u : 32u;
     if (below_block == 0 || b < below_block)
         return b;
     return 32u < below_block ? 32u : 0u;
 }
 
-static void kernel_defines(const clflash_problem *p, int with_lse, uint32_t block, uint32_t warpgroups, char *buf,
-                           size_t size)
+static void kernel_defines(const clflash_problem *p, int with_lse, int pipe, uint32_t block, uint32_t warpgroups,
+                           char *buf, size_t size)
 {
     char features[300];
     clflash_forward_defines(p, with_lse, 1, 1, features, sizeof features);
     snprintf(buf, size,
              "%s -D HEAD_DIM=%u -D D_REAL=%u -D NV_ALIGNED=1 -D BLOCK=%u -D WARPS=%u -D WARPGROUPS=%u -D STAGES=%u "
-             "-D BIAS_PAIRS=0",
-             features, p->head_dim, p->head_dim, block, 4 * warpgroups, warpgroups, WGMMA_STAGES);
+             "-D WG_PIPE=%d -D BIAS_PAIRS=0",
+             features, p->head_dim, p->head_dim, block, 4 * warpgroups, warpgroups, WGMMA_STAGES, pipe);
 }
 
 int clflash_nv_wgmma_first_defines(const clflash_context *c, const clflash_problem *p, int with_lse, char *buf,
@@ -107,9 +122,10 @@ int clflash_nv_wgmma_first_defines(const clflash_context *c, const clflash_probl
     if (shape_refusal(p) != NULL)
         return 0;
     const uint32_t wgs = warpgroups_for(p);
-    for (uint32_t block = first_block(p, 0); block >= 32; block -= 32)
-        if (counted_local_bytes(p, block, wgs) <= c->local_mem_budget) {
-            kernel_defines(p, with_lse, block, wgs, buf, size);
+    const int pipe = pipelined(c, p);
+    for (uint32_t block = first_block(c, p, 0); block >= 32; block -= 32)
+        if (counted_local_bytes(p, pipe, block, wgs) <= c->local_mem_budget) {
+            kernel_defines(p, with_lse, pipe, block, wgs, buf, size);
             return 1;
         }
     return 0;
@@ -120,14 +136,15 @@ clflash_status clflash_plan_nv_wgmma(clflash_context *c, const clflash_problem *
 {
     const uint64_t budget = c->local_mem_budget;
     const uint32_t wgs = warpgroups_for(p), threads = 128 * wgs, block_q = 64 * wgs;
-    for (uint32_t block = first_block(p, below_block); block >= 32; block -= 32) {
-        const cl_ulong counted = counted_local_bytes(p, block, wgs);
+    const int pipe = pipelined(c, p);
+    for (uint32_t block = first_block(c, p, below_block); block >= 32; block -= 32) {
+        const cl_ulong counted = counted_local_bytes(p, pipe, block, wgs);
         if (counted > budget)
             continue; /* cannot fit: not built */
         char defines[640];
         cl_program prog;
         cl_int err;
-        kernel_defines(p, with_lse, block, wgs, defines, sizeof defines);
+        kernel_defines(p, with_lse, pipe, block, wgs, defines, sizeof defines);
         clflash_status st = clflash_get_program_sm90a(c, CLFLASH_SOURCE_NV_WGMMA_FORWARD, defines, &prog);
         if (st != CLFLASH_SUCCESS)
             return st;
@@ -146,6 +163,7 @@ clflash_status clflash_plan_nv_wgmma(clflash_context *c, const clflash_problem *
                               threads);
             out->kernel = kernel;
             clflash_set_split(out, p, 1, 1);
+            clflash_tune_report(&out->plan, "nv_wgmma.pipeline=%d,nv_wgmma.block=%u", pipe, block);
             return CLFLASH_SUCCESS;
         }
         clReleaseKernel(kernel);

@@ -68,6 +68,10 @@ static const tune_param params[CLFLASH_TUNE_COUNT] = {
     /* 0: no register cap (a setting gives 32..255) */
     [CLFLASH_TUNE_NV_BACKWARD_MAXRREGCOUNT] = {"nv_backward.maxrregcount", 32, 255, 0, NULL},
     [CLFLASH_TUNE_NV_BACKWARD_STREAM] = {"nv_backward.stream", 0, 1, 0, clflash_nv_default_bwd_stream},
+    /* the experimental Hopper forward (nv_wgmma_forward_plan.c): its pipelined loop or the one that
+     * waits for every product; B 32 or 64 (a value between steps down to 32) */
+    [CLFLASH_TUNE_NV_WGMMA_PIPELINE] = {"nv_wgmma.pipeline", 0, 1, 0, NULL},
+    [CLFLASH_TUNE_NV_WGMMA_BLOCK] = {"nv_wgmma.block", 32, 64, 64, NULL},
 };
 
 /* One rule: the conditions it applies under and the values it sets or clears. */
@@ -524,6 +528,20 @@ clflash_status clflash_tune_builtin_values(const char *device_name, clflash_devi
     uint32_t count = 0;
     const clflash_status st = read_builtin(&list, &count);
     memset(v, 0, sizeof *v);
+    if (st == CLFLASH_SUCCESS) {
+        keep_device_rules(device_name, cls, list, &count);
+        apply_rules(list, count, dtype, head_dim, v);
+    }
+    free(list);
+    return st;
+}
+
+clflash_status clflash_tune_apply_spec(const char *spec, const char *device_name, clflash_device_class cls,
+                                      clflash_dtype dtype, uint32_t head_dim, clflash_tune_values *v)
+{
+    clflash_tune_rule *list = NULL;
+    uint32_t count = 0;
+    const clflash_status st = parse_spec(spec, "tuning_table --tune", &list, &count);
     if (st == CLFLASH_SUCCESS) {
         keep_device_rules(device_name, cls, list, &count);
         apply_rules(list, count, dtype, head_dim, v);

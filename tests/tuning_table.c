@@ -14,7 +14,7 @@
  *                [--max-work-group N]
  *                [--kernel forward|lanes|backward|merge|naive|nv_forward|nv_backward|nv_wgmma_forward]
  *                [--batch N --heads-q N --heads-kv N --seq-q N --seq-k N --compute-units N
- *                 --features 0|1 --causal 0|1 --with-lse 0|1 --unaligned 0|1 --varlen 0|1]
+ *                 --features 0|1 --causal 0|1 --with-lse 0|1 --unaligned 0|1 --varlen 0|1] [--tune SPEC]
  * prints, for the forward (the default), "-D BLOCK=B -D BLOCK_Q=BQ -D RT_RM=RM -D RT_TC=TC", or
  * "lanes" where the table sends the call to the lane-per-row path; for that path (lanes) the
  * defines of its first B and work-items per row, "-D BLOCK=B -D TPR=T -D LDS_STRIDE=.. ..."; for the
@@ -27,7 +27,8 @@
  * planners would build for the shape the other options give (a long prefill of one head by
  * default; --features 1 turns every feature on, --causal 1 the causal mask alone, --unaligned 1
  * gives rows that do not start on 16 bytes, --varlen 1 a variable-length batch, which takes every
- * feature but bias and key lengths), feature switches included.
+ * feature but bias and key lengths), feature switches included. --tune applies tuning settings (the
+ * syntax of clflash_context_set_tuning) after the built-in rules, as a context's would be.
  */
 #include "internal.h"
 
@@ -39,7 +40,7 @@ static int usage(void)
 {
     fprintf(stderr, "usage: tuning_table --device NAME --class cpu|nvidia_gpu|amd_gpu|intel_gpu|other_gpu|other "
                     "--dtype f32|f16|bf16|i8 --head-dim D [--local-mem BYTES] [--max-work-group N] "
-                    "[--kernel forward|lanes|backward|merge|naive|nv_forward|nv_backward|nv_wgmma_forward]\n");
+                    "[--kernel forward|lanes|backward|merge|naive|nv_forward|nv_backward|nv_wgmma_forward] [--tune SPEC]\n");
     return 2;
 }
 
@@ -51,7 +52,7 @@ int main(int argc, char **argv)
         clflash_dtype t;
         size_t size;
     } dtypes[] = {{"f32", CLFLASH_F32, 4}, {"f16", CLFLASH_F16, 2}, {"bf16", CLFLASH_BF16, 2}, {"i8", CLFLASH_I8, 1}};
-    const char *device = NULL;
+    const char *device = NULL, *tune = NULL;
     static const char *const kernels[] = {"forward", "lanes", "backward", "merge", "naive", "nv_forward", "nv_backward",
                                           "nv_wgmma_forward"};
     int cls = -1, dt = -1, kernel = 0;
@@ -104,6 +105,8 @@ int main(int argc, char **argv)
             unaligned = strtol(v, NULL, 10);
         } else if (strcmp(k, "--varlen") == 0) {
             varlen = strtol(v, NULL, 10);
+        } else if (strcmp(k, "--tune") == 0) {
+            tune = v;
         } else {
             return usage();
         }
@@ -164,6 +167,11 @@ int main(int argc, char **argv)
     }
     if (clflash_tune_builtin_values(device, (clflash_device_class)cls, p.dtype, p.head_dim, &p.tune) !=
         CLFLASH_SUCCESS) {
+        fprintf(stderr, "tuning_table: %s\n", clflash_last_error_detail());
+        return 1;
+    }
+    if (tune != NULL && clflash_tune_apply_spec(tune, device, (clflash_device_class)cls, p.dtype, p.head_dim, &p.tune) !=
+                            CLFLASH_SUCCESS) {
         fprintf(stderr, "tuning_table: %s\n", clflash_last_error_detail());
         return 1;
     }
