@@ -376,9 +376,9 @@ CLFLASH_API clflash_status clflash_ring_forward(clflash_context *ctx, MPI_Comm c
  * (a copy kernel; every step's calls take the compact layout) and read to the host beside step 0.
  *
  * Memory per call: the forward's two K/V shards (device; host with MPI messages), plus on the device a compact
- * copy of Q, a dQ partial and an fp32 dQ accumulator (this rank's rows), a dK/dV partial and an
- * fp32 dK/dV sum and an fp32 incoming accumulator (of the largest shard); on the host three fp32
- * dK/dV buffers of the largest shard, staged and kept as the forward's shards are. With a bias
+ * copy of Q, a dQ partial and an fp32 dQ accumulator (this rank's rows), a dK/dV partial, two
+ * fp32 dK/dV sums (alternating between steps) and an fp32 incoming accumulator (of the largest
+ * shard); on the host three fp32 dK/dV buffers of the largest shard, staged and kept as the forward's shards are. With a bias
  * gradient broadcast over rows also a scratch of the bias's extent and two fp32 rows on the device
  * and, on the host, the row in fp32 and twice in fp64 (batch * heads_q * seq_total values, the
  * bias's broadcasts counted once; at most 2^31 - 1 of them, else CLFLASH_ERROR_UNSUPPORTED).

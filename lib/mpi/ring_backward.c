@@ -57,7 +57,14 @@ typedef struct {
     cl_mem dq_part;    /* a dQ partial, same geometry, storage type */
     cl_mem dq_acc;     /* fp32, same geometry */
     cl_mem dkv_part;   /* a dK/dV partial, a compact K/V shard of up to max_rows rows, storage type */
-    cl_mem dkv_acc;    /* fp32, the same geometry: the step's dK/dV, then plus the incoming accumulator */
+    cl_mem dkv_acc;    /* fp32, the same geometry: the step's dK/dV, then plus the incoming accumulator
+                          (even steps; and the own complete dK/dV at the end) */
+    cl_mem dkv_acc_odd; /* the same for odd steps, so that a step's sum can be read to the host while
+                           the next step computes into the other */
+    cl_command_queue aq; /* the accumulators' moves (uploads of the incoming, reads of the sums), beside
+                            the compute queue and the K/V transfer queue */
+    cl_event added;      /* the end of the last step's addition (or of step 0's kernels): dkv_in is free
+                            again after it, and the read of that step's sum waits for it */
     cl_mem dkv_in;     /* fp32, the same geometry: the incoming accumulator on the device */
     uint64_t kv_row_elems; /* 2 * batch * heads_kv * head_dim: fp32 values per shard row of dK/dV */
     float *h_in, *h_out[2]; /* host fp32 dK/dV accumulators: the incoming, the outgoing (two in flight) */
@@ -66,7 +73,7 @@ typedef struct {
     int shared;             /* the node-local window: h_out[i] in this rank's segment, no h_in; the
                                incoming accumulator is uploaded from the left rank's h_out */
     unsigned char *left_acc; /* shared: the left rank's h_out[0] (h_out[1] acc_slot bytes after it) */
-    cl_event rd[2];    /* the read of dkv_acc into h_out[i] */
+    cl_event rd[2];    /* the read of step i's (mod 2) sum into h_out[i], on aq */
     MPI_Request out_req[2][64];
     int out_n[2];
     MPI_Request in_req[64];
@@ -240,8 +247,15 @@ static clflash_status setup(ring_bwd *B, MPI_Comm comm, cl_mem q)
             return ring_fail(CLFLASH_ERROR_UNSUPPORTED, "a dK/dV accumulator of %llu bytes is above the ring's 64 GiB",
                              (unsigned long long)(kv_elems * sizeof(float)));
         B->dkv_in = new_buffer(B, kv_elems * sizeof(float), &st);
+        B->dkv_acc_odd = new_buffer(B, kv_elems * sizeof(float), &st);
         if (st)
             return st;
+        cl_int err = CL_SUCCESS;
+        B->aq = clCreateCommandQueue(clflash_context_cl(B->ctx), clflash_context_device(B->ctx), 0, &err);
+        if (err != CL_SUCCESS) {
+            B->aq = NULL;
+            return ring_fail(err, "clCreateCommandQueue for the dK/dV accumulators: %d", err);
+        }
         B->acc_slot = (kv_elems * sizeof(float) + 4095) / 4096 * 4096;
     }
     B->have_x = 1;
@@ -302,6 +316,8 @@ static void teardown(ring_bwd *B)
 {
     if (B->cq)
         clFinish(B->cq);
+    if (B->aq)
+        clFinish(B->aq);
     for (int j = 0; j < 2; j++)
         if (B->out_n[j])
             MPI_Waitall(B->out_n[j], B->out_req[j], MPI_STATUSES_IGNORE);
@@ -312,8 +328,12 @@ static void teardown(ring_bwd *B)
     for (int j = 0; j < 2; j++)
         if (B->rd[j])
             clReleaseEvent(B->rd[j]);
+    if (B->added)
+        clReleaseEvent(B->added);
+    if (B->aq)
+        clReleaseCommandQueue(B->aq);
     cl_mem mems[] = {B->q_c,     B->dq_part,   B->dq_acc,   B->dkv_part,
-                     B->dkv_acc, B->dkv_in,    B->nq > 1 ? B->lse_c[0] : NULL,
+                     B->dkv_acc, B->dkv_acc_odd, B->dkv_in, B->nq > 1 ? B->lse_c[0] : NULL,
                      B->nq > 1 ? B->lse_c[1] : NULL, B->rows_scratch, B->rows_part, B->rows_acc};
     for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++)
         if (mems[i])
@@ -322,6 +342,12 @@ static void teardown(ring_bwd *B)
         ring_staging_free(&B->h_mem[j], B->ctx);
     ring_key_lengths_free(&B->kl);
     ring_varlen_free(&B->packed);
+}
+
+/* The fp32 dK/dV sum of step s: two buffers, alternating. */
+static cl_mem step_acc(const ring_bwd *B, int s)
+{
+    return s % 2 && B->dkv_acc_odd != NULL ? B->dkv_acc_odd : B->dkv_acc;
 }
 
 /* The compute of step s against the shard in x.dev[slot]: dQ into dq_acc, this step's dK/dV into
@@ -335,9 +361,11 @@ static clflash_status compute_step(ring_bwd *B, int s)
     clflash_layout kl, vl;
     ring_compact_layouts(g, kv->rows, &kl, &vl);
     const float zero = 0.0f;
-    cl_int err = clEnqueueBarrierWithWaitList(B->cq, 1, &B->x.written[slot], NULL);
+    /* the shard is uploaded, and the sum of step s - 2 (in the same buffer) read to the host */
+    const cl_event before[2] = {B->x.written[slot], B->rd[slot]};
+    cl_int err = clEnqueueBarrierWithWaitList(B->cq, B->rd[slot] ? 2 : 1, before, NULL);
     if (err == CL_SUCCESS)
-        err = clEnqueueFillBuffer(B->cq, B->dkv_acc, &zero, sizeof zero, 0, (size_t)kv_bytes, 0, NULL, NULL);
+        err = clEnqueueFillBuffer(B->cq, step_acc(B, s), &zero, sizeof zero, 0, (size_t)kv_bytes, 0, NULL, NULL);
     if (err != CL_SUCCESS)
         return ring_fail(err, "starting step %d: %d", s, err);
     ring_timing_mark(B->timing, B->cq, RING_T_START, s);
@@ -354,7 +382,7 @@ static clflash_status compute_step(ring_bwd *B, int s)
             clflash_status as = accumulate(B, g->dtype, B->dq_acc, B->dq_part, (uint64_t)g->batch * g->heads_q,
                                            B->d->seq_local, B->qc[i].row, B->qc[i].len);
             if (as == CLFLASH_SUCCESS) /* K and V as one [2 * batch * heads_kv][rows][head_dim] tensor */
-                as = accumulate(B, g->dtype, B->dkv_acc, B->dkv_part, 2ull * g->batch * g->heads_kv, kv->rows,
+                as = accumulate(B, g->dtype, step_acc(B, s), B->dkv_part, 2ull * g->batch * g->heads_kv, kv->rows,
                                 c[j].k_row, c[j].k_len);
             if (as == CLFLASH_SUCCESS && B->rows_bcast)
                 as = add_row_block(B, &c[j]);
@@ -384,10 +412,13 @@ static clflash_status wait_requests(const ring_bwd *B, MPI_Request *req, int *n,
 }
 
 /* Step s's accumulator on the device: (s > 0) waits for the incoming one (the shard's earlier
- * ranks' sum), uploads it and adds it to the step's dK/dV (dkv_acc += dkv_in: the owner's partial
- * first, then the ranks after it around the ring); then enqueues the read of the sum into
- * h_out[s % 2] (event rd[s % 2]) once the send that last used that buffer is done. The host waits
- * here only for MPI: the incoming bytes, and the send of two steps ago. */
+ * ranks' sum), uploads it on the accumulators' queue aq (beside step s's kernels, once the last
+ * addition has read dkv_in) and adds it to the step's dK/dV on the compute queue (step_acc(s) +=
+ * dkv_in: the owner's partial first, then the ranks after it around the ring); then enqueues on aq
+ * the read of the sum into h_out[s % 2] (event rd[s % 2]) once the addition is done and the send
+ * that last used that buffer is done, so that it runs beside step s + 1's kernels, which compute
+ * into the other sum buffer. The host waits here only for MPI: the incoming bytes, and the send of
+ * two steps ago. */
 static clflash_status finish_accumulator(ring_bwd *B, int s, clflash_status st)
 {
     const ring_geometry *g = B->g;
@@ -405,23 +436,42 @@ static clflash_status finish_accumulator(ring_bwd *B, int s, clflash_status st)
         return st;
     cl_int err = CL_SUCCESS;
     if (s > 0) {
-        err = clEnqueueWriteBuffer(B->cq, B->dkv_in, CL_FALSE, 0, bytes, incoming(B, s), 0, NULL, NULL);
+        cl_event up = NULL;
+        err = clEnqueueWriteBuffer(B->aq, B->dkv_in, CL_FALSE, 0, bytes, incoming(B, s), B->added ? 1 : 0,
+                                   B->added ? &B->added : NULL, &up);
+        if (err == CL_SUCCESS)
+            err = clFlush(B->aq);
+        if (err == CL_SUCCESS)
+            err = clEnqueueBarrierWithWaitList(B->cq, 1, &up, NULL);
+        if (up)
+            clReleaseEvent(up);
         if (err == CL_SUCCESS &&
-            (st = accumulate(B, CLFLASH_F32, B->dkv_acc, B->dkv_in, 2ull * g->batch * g->heads_kv,
+            (st = accumulate(B, CLFLASH_F32, step_acc(B, s), B->dkv_in, 2ull * g->batch * g->heads_kv,
                              g->shards[src_of(g, s)].rows, 0, g->shards[src_of(g, s)].rows)) != CLFLASH_SUCCESS) {
-            clFinish(B->cq); /* the upload reads rank r - 1's memory: done before "consumed" goes */
+            clFinish(B->aq); /* the upload reads rank r - 1's memory: done before "consumed" goes */
+            clFinish(B->cq);
             return st;
         }
     }
+    if (B->added)
+        clReleaseEvent(B->added);
+    B->added = NULL;
+    if (err == CL_SUCCESS)
+        err = clEnqueueMarkerWithWaitList(B->cq, 0, NULL, &B->added);
+    if (err == CL_SUCCESS)
+        err = clFlush(B->cq);
     if (B->rd[slot])
         clReleaseEvent(B->rd[slot]);
     B->rd[slot] = NULL;
     if (err == CL_SUCCESS)
-        err = clEnqueueReadBuffer(B->cq, B->dkv_acc, CL_FALSE, 0, bytes, B->h_out[slot], 0, NULL, &B->rd[slot]);
+        err = clEnqueueReadBuffer(B->aq, step_acc(B, s), CL_FALSE, 0, bytes, B->h_out[slot], 1, &B->added,
+                                  &B->rd[slot]);
     if (err == CL_SUCCESS)
-        err = clFlush(B->cq);
-    if (err != CL_SUCCESS)
-        clFinish(B->cq); /* as above: nothing of this step may still read rank r - 1's memory */
+        err = clFlush(B->aq);
+    if (err != CL_SUCCESS) { /* as above: nothing of this step may still read rank r - 1's memory */
+        clFinish(B->aq);
+        clFinish(B->cq);
+    }
     return err == CL_SUCCESS ? CLFLASH_SUCCESS : ring_fail(err, "moving the dK/dV accumulator of step %d: %d", s, err);
 }
 
