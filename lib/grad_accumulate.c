@@ -84,20 +84,32 @@ static clflash_status launch(clflash_context *c, cl_command_queue queue, clflash
     return CLFLASH_SUCCESS;
 }
 
+/* The checks of a call on a caller's tensor in layout l (NULL: the contiguous default), and its
+ * strides resolved into *r. */
+static clflash_status check_laid_out(clflash_context *c, cl_command_queue queue, clflash_dtype t, cl_mem dst, cl_mem src,
+                                     const clflash_layout *l, uint32_t batch, uint32_t heads, uint32_t rows,
+                                     uint32_t head_dim, clflash_strides *r)
+{
+    clflash_clear_detail();
+    const clflash_status st = check_common(c, queue, t, dst, src, (uint64_t)batch * heads, rows, head_dim);
+    if (st != CLFLASH_SUCCESS)
+        return st;
+    const clflash_layout none = {0, 0, 0, 0};
+    if (!clflash_resolve_strides(l ? l : &none, heads, rows, head_dim, r))
+        return clflash_fail(CLFLASH_ERROR_INVALID_LAYOUT, "a default stride of the layout overflows");
+    return CLFLASH_SUCCESS;
+}
+
 /* gather (dst compact from element compact_off, src laid out) or scatter (dst laid out, src compact
  * fp32 from element compact_off): the two kernels take the same arguments */
 static clflash_status move(clflash_context *c, cl_command_queue queue, clflash_dtype t, grad_kernel which, cl_mem dst,
                            cl_mem src, uint64_t compact_off, const clflash_layout *l, uint32_t batch, uint32_t heads,
                            uint32_t rows, uint32_t head_dim)
 {
-    clflash_clear_detail();
-    clflash_status st = check_common(c, queue, t, dst, src, (uint64_t)batch * heads, rows, head_dim);
+    clflash_strides r;
+    const clflash_status st = check_laid_out(c, queue, t, dst, src, l, batch, heads, rows, head_dim, &r);
     if (st != CLFLASH_SUCCESS)
         return st;
-    const clflash_layout none = {0, 0, 0, 0};
-    clflash_strides r;
-    if (!clflash_resolve_strides(l ? l : &none, heads, rows, head_dim, &r))
-        return clflash_fail(CLFLASH_ERROR_INVALID_LAYOUT, "a default stride of the layout overflows");
     const cl_ulong n = (cl_ulong)batch * heads * rows * head_dim, co = compact_off;
     const cl_uint h = heads, rw = rows, d = head_dim;
     const cl_ulong off = r.offset, bs = r.batch_stride, hs = r.head_stride, ss = r.seq_stride;
@@ -142,14 +154,10 @@ clflash_status clflash_grad_accumulate(clflash_context *c, cl_command_queue queu
 clflash_status clflash_grad_zero(clflash_context *c, cl_command_queue queue, cl_mem dst, const clflash_layout *l,
                                  uint32_t batch, uint32_t heads, uint32_t rows, uint32_t head_dim)
 {
-    clflash_clear_detail();
-    clflash_status st = check_common(c, queue, CLFLASH_F32, dst, dst, (uint64_t)batch * heads, rows, head_dim);
+    clflash_strides r;
+    const clflash_status st = check_laid_out(c, queue, CLFLASH_F32, dst, dst, l, batch, heads, rows, head_dim, &r);
     if (st != CLFLASH_SUCCESS)
         return st;
-    const clflash_layout none = {0, 0, 0, 0};
-    clflash_strides r;
-    if (!clflash_resolve_strides(l ? l : &none, heads, rows, head_dim, &r))
-        return clflash_fail(CLFLASH_ERROR_INVALID_LAYOUT, "a default stride of the layout overflows");
     const cl_ulong n = (cl_ulong)batch * heads * rows * head_dim;
     const cl_uint h = heads, rw = rows, d = head_dim;
     const cl_ulong off = r.offset, bs = r.batch_stride, hs = r.head_stride, ss = r.seq_stride;
