@@ -417,8 +417,8 @@ static void report(const options *o, json_writer *w, int backward, int P, const 
     printf("\n%s: %.3f ms per call (slowest rank, median of %u)", name, call * 1e3, o->reps);
     if (have_eff)
         printf("; one rank alone %.3f ms; efficiency %.0f%%", single_s * 1e3, eff * 100.0);
-    const char *staged = pinned ? " (segments pinned)" : "";
-    printf("\n  K/V transport %s%s; transfer alone %.3f ms, exposed %.3f ms (most exposed rank)", transport, staged,
+    printf("\n  K/V transport %s%s; transfer alone %.3f ms, exposed %.3f ms (most exposed rank)", transport,
+           pinned ? " (segments pinned)" : "",
            transfer * 1e3, exposed * 1e3);
     if (have_overlap)
         printf(": %.0f%% of the transfer hidden", overlap * 100.0);

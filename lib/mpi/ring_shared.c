@@ -49,16 +49,14 @@ clflash_status ring_transport_choose(MPI_Comm comm, int *mode)
     }
     /* [0] the smallest request, [1] minus the largest, [2] 1 unless some rank's node lacks a rank,
      * [3] -1 where some rank's CLFLASH_RING_PIN is an unknown value (each rank follows its own) */
-    const int asked = transport_asked(), upload = ring_pin_asked();
-    int mine[4] = {asked, -asked, node_size == size, upload < 0 ? -1 : 0}, all[4] = {0, 0, 0, 0};
+    const int asked = transport_asked(), pin = ring_pin_asked();
+    int mine[4] = {asked, -asked, node_size == size, pin < 0 ? -1 : 0}, all[4] = {0, 0, 0, 0};
     if (MPI_Allreduce(mine, all, 4, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS)
         return ring_fail(CLFLASH_RING_ERROR_MPI, "MPI_Allreduce choosing the ring's transport failed");
     if (all[3] < 0)
-        return ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, upload < 0 ? "CLFLASH_RING_PIN must be auto, on or off, not "
-                                                                      "'%s'"
-                                                                    : "CLFLASH_RING_PIN is an unknown value on some "
-                                                                      "rank%s",
-                         upload < 0 ? getenv("CLFLASH_RING_PIN") : "");
+        return pin < 0 ? ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "CLFLASH_RING_PIN must be auto, on or off, not '%s'",
+                                   getenv("CLFLASH_RING_PIN"))
+                       : ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT, "CLFLASH_RING_PIN is an unknown value on some rank");
     if (all[0] < 0)
         return asked < 0 ? ring_fail(CLFLASH_ERROR_INVALID_ARGUMENT,
                                      "CLFLASH_RING_TRANSPORT must be auto, mpi or shared, not '%s'",
