@@ -204,7 +204,9 @@ typedef struct {
  * chunk's future is skipped, one entirely in its past is attended without a mask, and a chunk on
  * the diagonal takes CLFLASH_CAUSAL (bottom-right aligned, which the zigzag chunks' equal sizes
  * make exact). With a window, ALiBi, key lengths or a bias each (query chunk, key chunk) pair is a
- * call of its own, skipped when the causal and window rules hide every one of its (query, key) pairs; the
+ * call of its own, skipped when the causal and window rules hide every one of its (query, key) pairs
+ * or when its key chunk starts at or past every batch entry's key length (unless that would leave a
+ * query chunk with no call: then they all run, giving its rows O = 0 and lse = -inf); the
  * call takes the caller's flags, window widths and slopes with clflash_attention_desc's
  * diagonal_offset = (q_pos - k_pos) - (k_len - q_len) (the two chunks' first positions and
  * lengths), which puts every rule at the whole sequence's diagonal, key lengths

@@ -4,7 +4,8 @@
  * reference attention of the whole sequence (tests/reference.c), computed on every rank from the
  * same seeded inputs, for contiguous shards (even, uneven with a one-token rank, given to the ranks
  * out of order) and the zigzag mapping, causal and not, sliding windows, ALiBi, key lengths (ragged,
- * 0, past the sequence, negative) and all of them with softcap, an additive bias (this rank's rows
+ * 0, past the sequence, negative; all ending early, when the calls of key chunks past every length
+ * must be left out, which the ring's call counts show; none reaching a key) and all of them with softcap, an additive bias (this rank's rows
  * against the whole sequence's keys: strided with gaps, broadcast over batch and heads or over rows,
  * with -INFINITY entries and fully masked rows, with a window and softcap), MHA, GQA and MQA, F32,
  * F16 and BF16, odd head_dim, token-major layouts with gaps (gaps of the inputs hold NaN, which must never be read;
@@ -24,6 +25,7 @@
 #include "backward_harness.h"
 #include "clflash_mpi.h"
 #include "reference.h"
+#include "ring_stats.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -52,10 +54,18 @@ typedef struct {
     float softcap;       /* 0 = off */
     uint32_t window_left, window_right; /* with CLFLASH_WINDOW in flags */
     int alibi;           /* slopes 0.3, 0.15, 0.075, ... per query head */
-    int key_lengths;     /* per batch entry: ragged, 0, past the sequence, negative, in turn */
+    int key_lengths;     /* a key_lengths_kind */
     int bias;            /* a ring_bias_kind */
     int dbias;           /* backward: ask for the bias gradient (clflash_ring_desc.bias_grad) too */
 } ring_case;
+
+/* The key lengths of a case, per batch entry in turn. */
+enum key_lengths_kind {
+    KL_NONE,   /* no key lengths */
+    KL_RAGGED, /* 3/5 of the sequence plus one, 0, past the sequence, negative */
+    KL_SHORT,  /* 2/5 of the sequence, 0, 1/5 plus one, 1: the later key chunks reach no entry */
+    KL_EMPTY   /* 0 and negative: no row has a key (the calls all run; O = 0, lse = -inf) */
+};
 
 /* A forward case whose K/V shards are paged (clflash_ring_desc.block_table). */
 typedef struct {
@@ -188,9 +198,11 @@ static int extras_make(const ring_case *c, uint32_t total, uint32_t n, uint64_t 
         e->x.alibi_slopes = e->slopes;
     }
     if (c->key_lengths && err == CL_SUCCESS) {
-        const int32_t pattern[4] = {(int32_t)(total * 3 / 5 + 1), 0, (int32_t)total + 999, -5};
+        const int32_t pattern[3][4] = {{(int32_t)(total * 3 / 5 + 1), 0, (int32_t)total + 999, -5},
+                                       {(int32_t)(total * 2 / 5), 0, (int32_t)(total / 5 + 1), 1},
+                                       {0, -5, 0, -1}};
         for (uint32_t b = 0; b < c->batch; b++)
-            e->lengths[b] = pattern[b % 4];
+            e->lengths[b] = pattern[c->key_lengths - KL_RAGGED][b % 4];
         e->lengths_buf = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
                                         c->batch * sizeof(int32_t), e->lengths, &err);
         e->x.key_lengths = e->lengths;
@@ -450,6 +462,25 @@ static ref_tol tol_o(clflash_dtype t)
     return ref_tol_o(t, REF_PATH_FLASH);
 }
 
+/* A case with key lengths (unpaged) runs its ring calls with a clflash_ring_stats attached (the
+ * timed path), whose call counts say how many calls the ring left out; over all ranks some must be
+ * left out exactly when the lengths end early (KL_SHORT: every key chunk past 2/5 of the sequence
+ * reaches no entry). Collective over case_comm. */
+static void check_skipped(const ring_case *c, const clflash_ring_stats *s, clflash_status st, const char *what,
+                          int *fail, char *msg, size_t cap)
+{
+    int mine = st == CLFLASH_SUCCESS && s->status == CLFLASH_SUCCESS ? s->skipped : -1, sum = 0, worst = 0;
+    MPI_Allreduce(&mine, &sum, 1, MPI_INT, MPI_SUM, case_comm);
+    MPI_Allreduce(&mine, &worst, 1, MPI_INT, MPI_MIN, case_comm);
+    if (*fail || worst < 0)
+        return; /* the call or its timing failed somewhere: reported by the rank itself */
+    if ((c->key_lengths == KL_SHORT) != (sum > 0)) {
+        *fail = 1;
+        snprintf(msg, cap, "%s: %d calls left out over the ring (this rank %d of %d), %s", what, sum, s->skipped,
+                 s->calls + s->skipped, c->key_lengths == KL_SHORT ? "some expected" : "none expected");
+    }
+}
+
 /* Runs case c, with K/V pools of page_size (0 = tensors) on every rank or on the odd ones (odd_only);
  * returns this rank's failures (0 or 1) and prints why. */
 static int run_case_paged(const ring_case *c, uint32_t page_size, int odd_only)
@@ -528,13 +559,20 @@ static int run_case_paged(const ring_case *c, uint32_t page_size, int odd_only)
         fail = 1;
     }
     /* every rank calls, even one whose setup failed (its NULL buffers make the call fail collectively) */
+    clflash_ring_stats stats;
+    memset(&stats, 0, sizeof stats);
+    const int counted = c->key_lengths && page_size == 0;
+    clflash_ring_stats_attach(counted ? &stats : NULL);
     const clflash_status st = clflash_ring_forward(ctx, case_comm, &rd, tq.buf, rd.block_table ? pk.buf : tk.buf,
                                                    rd.block_table ? pv.buf : tv.buf, to.buf, lbuf);
+    clflash_ring_stats_attach(NULL);
     if (!fail && st != CLFLASH_SUCCESS) {
         snprintf(msg, sizeof msg, "clflash_ring_forward: %s (%s)", clflash_ring_status_string(st),
                  clflash_ring_last_error_detail());
         fail = 1;
     }
+    if (counted)
+        check_skipped(c, &stats, st, "clflash_ring_forward", &fail, msg, sizeof msg);
     if (!fail) {
         clEnqueueReadBuffer(clflash_context_queue(ctx), to.buf, CL_TRUE, 0, to.bytes, to.host, 0, NULL, NULL);
         if (lbuf)
@@ -786,13 +824,20 @@ static int run_backward_case(const ring_case *c)
     }
     for (int run = 0; run < 2; run++) {
         rd.bias_grad = dbias_buf[run];
+        clflash_ring_stats stats; /* the first run counts its calls (check_skipped) */
+        memset(&stats, 0, sizeof stats);
+        const int counted = c->key_lengths && run == 0;
+        clflash_ring_stats_attach(counted ? &stats : NULL);
         st = clflash_ring_backward(ctx, case_comm, &rd, tq.buf, tk.buf, tv.buf, to.buf, tdo.buf, lbuf,
                                    tdq[run].buf, tdk[run].buf, tdv[run].buf);
+        clflash_ring_stats_attach(NULL);
         if (!fail && st != CLFLASH_SUCCESS) {
             snprintf(msg, sizeof msg, "clflash_ring_backward (run %d): %s (%s)", run + 1,
                      clflash_ring_status_string(st), clflash_ring_last_error_detail());
             fail = 1;
         }
+        if (counted)
+            check_skipped(c, &stats, st, "clflash_ring_backward", &fail, msg, sizeof msg);
         if (!fail) {
             const cl_command_queue cq = clflash_context_queue(ctx);
             clEnqueueReadBuffer(cq, tdq[run].buf, CL_TRUE, 0, tdq[run].bytes, tdq[run].host, 0, NULL, NULL);
@@ -1120,8 +1165,22 @@ static int run_invalid(const char *name, bad_kind kind, int who, clflash_status 
     return fail;
 }
 
+/* After a rank's first failure, its context's build log (if a program failed to build), so that a
+ * build failure on a CI machine can be read from the test's output. */
+static void print_build_log_once(void)
+{
+    static int printed;
+    const char *log = clflash_context_build_log(ctx);
+    if (printed || !log || !log[0])
+        return;
+    printed = 1;
+    fprintf(stderr, "  rank %d of %d: build log:\n%.4000s\n", R, P, log);
+}
+
 static int report(const char *name, int fail)
 {
+    if (fail)
+        print_build_log_once();
     int failed = 0;
     MPI_Allreduce(&fail, &failed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (R == 0)
@@ -1186,6 +1245,15 @@ int main(int argc, char **argv)
          {5, -1, 3, 7}, 1, 0, 1, 0.0f, 0, 0, 0, 1, RB_NONE, 0},
         {"zigzag, key lengths (ragged, 0, past the end), not causal, f16, MHA, d 16, lse", 3, 2, 0, 16, CLFLASH_F16,
          0, CLFLASH_RING_ZIGZAG, 9, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 1, RB_NONE, 0},
+        {"contiguous uneven, key lengths ending at 2/5 of the sequence (the later key chunks left out), causal, f32, "
+         "GQA 4/2, d 16, lse", 3, 4, 2, 16, CLFLASH_F32, CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 70, {2, 3, -1, 1}, 0,
+         0, 1, 0.0f, 0, 0, 0, KL_SHORT, RB_NONE, 0},
+        {"zigzag, key lengths ending at 2/5 of the sequence, not causal, ALiBi, f16, MHA, d 16, token-major layouts "
+         "with gaps, lse", 2, 2, 0, 16, CLFLASH_F16, 0, CLFLASH_RING_ZIGZAG, 9, {0, 0, 0, 0}, 0, 1, 1, 0.0f, 0, 0, 1,
+         KL_SHORT, RB_NONE, 0},
+        {"zigzag, key lengths 0 and negative (no row has a key), causal, f32, GQA 4/2, d 16, lse", 2, 4, 2, 16,
+         CLFLASH_F32, CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 7, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, KL_EMPTY, RB_NONE,
+         0},
         {"zigzag, causal window 9/0, ALiBi, key lengths and softcap 2, f32, GQA 4/2, d 33, token-major layouts "
          "with gaps, lse", 3, 4, 2, 33, CLFLASH_F32, CLFLASH_CAUSAL | CLFLASH_WINDOW, CLFLASH_RING_ZIGZAG, 10,
          {0, 0, 0, 0}, 0, 1, 1, 2.0f, 9, 0, 1, 1, RB_NONE, 0},
@@ -1254,6 +1322,14 @@ int main(int argc, char **argv)
          0},
         {"zigzag, key lengths (ragged, 0, past the end), causal, f32, MQA 3/1, d 16", 3, 3, 1, 16, CLFLASH_F32,
          CLFLASH_CAUSAL, CLFLASH_RING_ZIGZAG, 7, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, 1, RB_NONE, 0},
+        {"contiguous uneven, key lengths ending at 2/5 of the sequence (the later key chunks left out), causal, f32, "
+         "GQA 4/2, d 16", 3, 4, 2, 16, CLFLASH_F32, CLFLASH_CAUSAL, CLFLASH_RING_CONTIGUOUS, 66, {2, 3, -1, 1}, 0, 0,
+         1, 0.0f, 0, 0, 0, KL_SHORT, RB_NONE, 0},
+        {"zigzag, key lengths ending at 2/5 of the sequence and a bias (strided with gaps, some -inf), not causal, "
+         "f32, MQA 3/1, d 16", 2, 3, 1, 16, CLFLASH_F32, 0, CLFLASH_RING_ZIGZAG, 7, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0,
+         0, KL_SHORT, RB_STRIDED, 1},
+        {"zigzag, key lengths 0 and negative (no row has a key), not causal, f16, MHA, d 16", 2, 2, 0, 16,
+         CLFLASH_F16, 0, CLFLASH_RING_ZIGZAG, 7, {0, 0, 0, 0}, 0, 0, 1, 0.0f, 0, 0, 0, KL_EMPTY, RB_NONE, 0},
         {"contiguous uneven, shards in reverse rank order, window 10/4 not causal, ALiBi, key lengths and softcap "
          "2, f32, GQA 4/2, d 33, token-major layouts with gaps", 4, 4, 2, 33, CLFLASH_F32, CLFLASH_WINDOW,
          CLFLASH_RING_CONTIGUOUS, 66, {2, 3, -1, 1}, 1, 1, 1, 2.0f, 10, 4, 1, 1, RB_NONE, 0},

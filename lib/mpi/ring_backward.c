@@ -200,7 +200,7 @@ static clflash_status setup(ring_bwd *B, MPI_Comm comm, cl_mem q)
     for (int i = 0; i < B->nq; i++) {
         B->qc[i] = own->chunk[i];
         ring_call c[2];
-        const int nc = ring_calls(g, &B->qc[i], own, c);
+        const int nc = ring_calls_live(g, &B->kl, &B->qc[i], own, c);
         for (int j = 0; j < nc; j++) {
             clflash_attention_desc a = call_desc(B, &B->qc[i], &c[j], &B->d->k, &B->d->v, own->rows);
             clflash_plan p;
@@ -371,7 +371,7 @@ static clflash_status compute_step(ring_bwd *B, int s)
     ring_timing_mark(B->timing, B->cq, RING_T_START, s);
     for (int i = 0; i < B->nq; i++) {
         ring_call c[2];
-        const int nc = ring_calls(g, &B->qc[i], kv, c);
+        const int nc = ring_calls_live(g, &B->kl, &B->qc[i], kv, c);
         for (int j = 0; j < nc; j++) {
             const clflash_attention_desc a = call_desc(B, &B->qc[i], &c[j], &kl, &vl, kv->rows);
             const clflash_status st = clflash_backward(B->ctx, &a, B->cq, B->q_c, B->x.dev[slot], B->x.dev[slot],
@@ -560,7 +560,7 @@ static clflash_status zero_unmet(ring_bwd *B)
         for (int r = 0; r < g->size; r++) {
             const ring_shard *kv = &g->shards[r];
             ring_call c[2];
-            const int nc = ring_calls(g, &B->qc[i], kv, c); /* one call per key chunk met: a bias is set */
+            const int nc = ring_calls_live(g, &B->kl, &B->qc[i], kv, c); /* one per key chunk met: a bias is set */
             for (int k = 0; k < kv->nchunks; k++) {
                 int met = 0;
                 for (int j = 0; j < nc; j++)
@@ -812,6 +812,8 @@ clflash_status clflash_ring_backward(clflash_context *ctx, MPI_Comm comm, const 
         st = ring_agree_status(ring_comm, accumulator_memory(&B), "the dK/dV accumulators' host memory");
     if (st == CLFLASH_SUCCESS && g.size > 1)
         ring_timing_transport(B.timing, ring_exchange_transport(&B.x), B.x.shm.pinned);
+    if (st == CLFLASH_SUCCESS)
+        ring_timing_calls(B.timing, &g, &B.kl, g.shards[g.rank].chunk, g.shards[g.rank].nchunks);
     if (st == CLFLASH_SUCCESS) {
         const clflash_status mine = run_ring(&B, k, v, dq, dk, dv);
         teardown(&B);

@@ -208,9 +208,9 @@ static clflash_status setup(ring_run *R, MPI_Comm comm)
             max_len = rq->q.len;
         ring_call c[2];
         for (int s = 0; s < g->size; s++)
-            rq->calls += ring_calls(g, &rq->q, &g->shards[src_of(g, s)], c);
+            rq->calls += ring_calls_live(g, &R->klen, &rq->q, &g->shards[src_of(g, s)], c);
         /* the own shard's calls, as they will run at step 0 */
-        const int n = ring_calls(g, &rq->q, own, c);
+        const int n = ring_calls_live(g, &R->klen, &rq->q, own, c);
         for (int j = 0; j < n; j++) {
             clflash_attention_desc a = call_desc(R, rq, &c[j], &R->kl, &R->vl, own->rows);
             clflash_plan p;
@@ -276,7 +276,7 @@ static clflash_status compute_step(ring_run *R, int s, cl_mem k, const clflash_l
     ring_timing_mark(R->timing, R->cq, RING_T_START, s);
     for (int i = 0; i < R->nq; i++) {
         ring_call c[2];
-        const int n = ring_calls(g, &R->rq[i].q, kv, c);
+        const int n = ring_calls_live(g, &R->klen, &R->rq[i].q, kv, c);
         for (int j = 0; j < n; j++) {
             const clflash_status st = run_call(R, &R->rq[i], &c[j], k, kl, v, vl, kv->rows, s);
             if (st)
@@ -411,6 +411,8 @@ clflash_status clflash_ring_forward(clflash_context *ctx, MPI_Comm comm, const c
         st = ring_agree_status(ring_comm, ring_exchange_connect(&R.x, comm, 0), "connecting the ring");
     if (st == CLFLASH_SUCCESS && R.have_x)
         ring_timing_transport(R.timing, ring_exchange_transport(&R.x), R.x.shm.pinned);
+    if (st == CLFLASH_SUCCESS)
+        ring_timing_calls(R.timing, &g, &R.klen, g.shards[g.rank].chunk, g.shards[g.rank].nchunks);
     if (R.have_x)
         R.x.timing = R.timing;
     if (st == CLFLASH_SUCCESS) {

@@ -183,14 +183,22 @@ void ring_varlen_free(ring_varlen *v);
  * that this rank's query chunks see. */
 typedef struct {
     int n;
-    uint64_t *pos; /* [n] */
-    cl_mem *buf;   /* [n] */
+    uint64_t *pos;          /* [n] */
+    cl_mem *buf;            /* [n] */
+    unsigned char *empty;   /* [n]: every batch entry's length ends at or before the chunk's first key */
+    uint64_t keep_all[2];   /* the query chunks (positions) whose every call meets an empty key chunk */
+    int n_keep;
 } ring_key_lengths;
 
 /* Nothing without g->key_lengths; else reads the caller's buffer (blocking, on cq) and creates the
  * buffers for the key chunks of every shard that the chunks q[0 .. nq-1] have calls with. */
 clflash_status ring_key_lengths_init(ring_key_lengths *kl, clflash_context *ctx, cl_command_queue cq,
                                      const ring_geometry *g, const ring_chunk *q, int nq);
+/* ring_calls less the calls whose key chunk is empty (kl's), unless that would leave query chunk q
+ * with no call over the whole ring (then all of them). Without key lengths, ring_calls. The forward
+ * and the backward enqueue these; the checks of the geometry take ring_calls. */
+int ring_calls_live(const ring_geometry *g, const ring_key_lengths *kl, const ring_chunk *q, const ring_shard *kv,
+                    ring_call out[2]);
 /* The buffer of the key chunk at position pos, NULL if none. */
 cl_mem ring_key_lengths_at(const ring_key_lengths *kl, uint64_t pos);
 void ring_key_lengths_free(ring_key_lengths *kl);
@@ -220,6 +228,10 @@ void ring_timing_upload(ring_timing *t, int s, cl_event e);
 void ring_timing_host(ring_timing *t, int which, int s, double seconds);
 /* Notes the K/V transport's name (ring_exchange_transport) in the sink. */
 void ring_timing_transport(ring_timing *t, const char *name, int pinned);
+/* Notes in the sink how many calls the chunks q[0 .. nq-1] make over the ring (ring_calls_live) and
+ * how many ring_calls has that they leave out. */
+void ring_timing_calls(ring_timing *t, const ring_geometry *g, const ring_key_lengths *kl, const ring_chunk *q,
+                       int nq);
 /* MPI_Waitall, or with t a MPI_Testall loop; *done_at (if not NULL) = MPI_Wtime when done. */
 int ring_waitall(int n, MPI_Request *req, const ring_timing *t, double *done_at);
 /* Finishes the timed queue, fills the sink, releases everything. No-op without t. */

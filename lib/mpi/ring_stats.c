@@ -35,12 +35,14 @@ ring_timing *ring_timing_begin(clflash_context *ctx, int P, double t_entry, cl_c
         sink->steps = 0; /* the caller's cap and step stay */
         sink->transport[0] = '\0';
         sink->pinned = 0;
+        sink->calls = sink->skipped = 0;
         sink->status = CLFLASH_ERROR_OUT_OF_HOST_MEMORY;
         return NULL;
     }
     t->sink = sink;
     sink->transport[0] = '\0';
     sink->pinned = 0;
+    sink->calls = sink->skipped = 0;
     t->P = P;
     t->t_entry = t_entry;
     t->start = ev, t->grad_end = ev + P, t->step_end = ev + 2 * P, t->upload = ev + 3 * P;
@@ -119,6 +121,23 @@ void ring_timing_transport(ring_timing *t, const char *name, int pinned)
         snprintf(t->sink->transport, sizeof t->sink->transport, "%s", name);
         t->sink->pinned = pinned;
     }
+}
+
+void ring_timing_calls(ring_timing *t, const ring_geometry *g, const ring_key_lengths *kl, const ring_chunk *q,
+                       int nq)
+{
+    if (t == NULL)
+        return;
+    int calls = 0, all = 0;
+    for (int i = 0; i < nq; i++)
+        for (int r = 0; r < g->size; r++) {
+            ring_call c[2];
+            const int n = ring_calls(g, &q[i], &g->shards[r], c), live = ring_calls_live(g, kl, &q[i], &g->shards[r], c);
+            all += n > 0 ? n : 0;
+            calls += live > 0 ? live : 0;
+        }
+    t->sink->calls = calls;
+    t->sink->skipped = all - calls;
 }
 
 void ring_timing_end(ring_timing *t, clflash_status call_status)

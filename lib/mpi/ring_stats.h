@@ -1,7 +1,7 @@
 /*
- * ring_stats.h - optional timing of the ring's calls, for clflash-ring-bench (tools/) and nothing
- * else: per step, how long the device computed, how long the transfers took and how long the
- * device waited between steps. Not installed and not public API (no compatibility promise beyond
+ * ring_stats.h - optional timing of the ring's calls, for clflash-ring-bench (tools/) and the ring's
+ * tests: per step, how long the device computed, how long the transfers took and how long the
+ * device waited between steps; and how many calls the rank made and left out. Not installed and not public API (no compatibility promise beyond
  * the release); the function is exported from clflash_mpi so that the bench, a separate program,
  * can reach it.
  *
@@ -48,6 +48,9 @@ typedef struct {
                                       node-local window); "" with one rank or before the ring ran */
     int pinned;                    /* shared: 1 where the window's segments were registered with the
                                       driver (ring_shared_pin), 0 where they were pageable memory */
+    int calls;                     /* clflash_forward (or clflash_backward) calls this rank enqueued */
+    int skipped;                   /* calls left out: their key chunk lies past every batch entry's
+                                      key length */
 } clflash_ring_stats;
 
 /* Attaches s to the calling thread: its next clflash_ring_forward and clflash_ring_backward calls
