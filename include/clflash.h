@@ -249,7 +249,9 @@ CLFLASH_API cl_device_id clflash_context_device(const clflash_context *c);
 CLFLASH_API cl_command_queue clflash_context_queue(const clflash_context *c); /* in-order, owned */
 
 /* The build log of the last program that failed to build in this context, "" if none did (or c is
- * NULL). The text stays valid until clflash_context_free. */
+ * NULL). The text stays valid until clflash_context_free. On a PoCL device a build that fails with
+ * no compiler message in its log (what PoCL's on-disk kernel cache gives processes that build the
+ * same program at once) is retried twice, 0.1 s and 0.2 s later, before it counts as failed. */
 CLFLASH_API const char *clflash_context_build_log(const clflash_context *c);
 
 /* Tuning (since 0.5): the kernel parameters the planners choose can be set instead, for devices
