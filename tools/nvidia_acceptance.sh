@@ -37,8 +37,8 @@ limit=480
 sections=()
 while [ $# -gt 0 ]; do
     case $1 in
-        --out) out=$2; shift 2 ;;
-        --build) build=$2; shift 2 ;;
+        --out) out=$(realpath -m "$2"); shift 2 ;;
+        --build) build=$(realpath -m "$2"); shift 2 ;;
         --torch-sdpa) torch_sdpa=$(realpath "$2"); shift 2 ;;
         --check-debs) check_debs=$2; shift 2 ;;
         --limit) limit=$2; shift 2 ;;
