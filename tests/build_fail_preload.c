@@ -11,12 +11,10 @@
  * with it. At exit a process that built something prints "build_fail_preload: failed N of M builds"
  * to stderr; processes that built nothing (the linker PoCL runs inherits LD_PRELOAD) stay quiet.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE /* RTLD_NEXT */
-#endif
+#include "preload_next.h"
+
 #include <CL/cl.h>
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -60,17 +58,6 @@ static int marked(cl_program p)
     return found;
 }
 
-/* dlsym of the next definition; abort without one (no test could mean anything) */
-static void *next_symbol(const char *name)
-{
-    void *sym = dlsym(RTLD_NEXT, name);
-    if (sym == NULL) {
-        fprintf(stderr, "build_fail_preload: no %s after this library: %s\n", name, dlerror());
-        abort();
-    }
-    return sym;
-}
-
 static void report(void)
 {
     if (atomic_load(&builds) > 0)
@@ -100,7 +87,7 @@ clBuildProgram(cl_program program, cl_uint num_devices, const cl_device_id *devi
     }
     mark(program, 0);
     build_program_fn real;
-    void *sym = next_symbol("clBuildProgram");
+    void *sym = preload_next("build_fail_preload", "clBuildProgram");
     memcpy(&real, &sym, sizeof real); /* POSIX's object-to-function pointer conversion, without ISO C's warning */
     return real(program, num_devices, device_list, options, pfn_notify, user_data);
 }
@@ -123,7 +110,7 @@ clGetProgramBuildInfo(cl_program program, cl_device_id device, cl_program_build_
         return CL_SUCCESS;
     }
     build_info_fn real;
-    void *sym = next_symbol("clGetProgramBuildInfo");
+    void *sym = preload_next("build_fail_preload", "clGetProgramBuildInfo");
     memcpy(&real, &sym, sizeof real);
     return real(program, device, param_name, param_value_size, param_value, param_value_size_ret);
 }

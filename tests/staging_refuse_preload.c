@@ -11,12 +11,10 @@
  * never reached the ranks would otherwise pass silently). Processes that create none stay quiet:
  * the programs PoCL runs to link kernels inherit LD_PRELOAD and would add a line of 0 each.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE /* RTLD_NEXT */
-#endif
+#include "preload_next.h"
+
 #include <CL/cl.h>
 
-#include <dlfcn.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,16 +46,11 @@ clCreateBuffer(cl_context context, cl_mem_flags flags, size_t size, void *host_p
             *errcode_ret = CL_MEM_OBJECT_ALLOCATION_FAILURE;
         return NULL;
     }
-    /* dlsym is thread-safe and every thread gets the same answer, so a race only looks it up twice */
-    static _Atomic(create_buffer_fn) next;
+    static _Atomic(create_buffer_fn) next; /* a race only looks it up twice */
     create_buffer_fn real = atomic_load(&next);
     if (real == NULL) {
-        void *sym = dlsym(RTLD_NEXT, "clCreateBuffer");
-        if (sym == NULL) { /* nothing after this library defines it: no test could mean anything */
-            fprintf(stderr, "staging_refuse_preload: no clCreateBuffer after this library: %s\n", dlerror());
-            abort();
-        }
-        memcpy(&real, &sym, sizeof real); /* POSIX's object-to-function pointer conversion, without ISO C's warning */
+        void *sym = preload_next("staging_refuse_preload", "clCreateBuffer");
+        memcpy(&real, &sym, sizeof real);
         atomic_store(&next, real);
     }
     return real(context, flags, size, host_ptr, errcode_ret);

@@ -14,12 +14,10 @@
  * prints "transfer_delay_preload: delayed N transfers" to stderr, so that the test can tell that it
  * was loaded and did hold something back.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE /* RTLD_NEXT */
-#endif
+#include "preload_next.h"
+
 #include <CL/cl.h>
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -48,17 +46,6 @@ __attribute__((constructor)) static void install(void)
     atexit(report);
 }
 
-/* The real function of that name after this library, as an object pointer (aborts where there is
- * none: no test could mean anything). */
-static void *next_of(const char *name)
-{
-    void *sym = dlsym(RTLD_NEXT, name);
-    if (sym == NULL) {
-        fprintf(stderr, "transfer_delay_preload: no %s after this library: %s\n", name, dlerror());
-        abort();
-    }
-    return sym;
-}
 
 static void *complete_later(void *arg)
 {
@@ -118,7 +105,7 @@ clEnqueueWriteBuffer(cl_command_queue q, cl_mem m, cl_bool blocking, size_t off,
     static _Atomic(write_fn) next;
     write_fn real = atomic_load(&next);
     if (real == NULL) { /* dlsym is thread-safe: a race only looks it up twice */
-        void *sym = next_of("clEnqueueWriteBuffer");
+        void *sym = preload_next("transfer_delay_preload", "clEnqueueWriteBuffer");
         memcpy(&real, &sym, sizeof real); /* POSIX's object-to-function pointer conversion */
         atomic_store(&next, real);
     }
@@ -137,7 +124,7 @@ clEnqueueReadBuffer(cl_command_queue q, cl_mem m, cl_bool blocking, size_t off, 
     static _Atomic(read_fn) next;
     read_fn real = atomic_load(&next);
     if (real == NULL) {
-        void *sym = next_of("clEnqueueReadBuffer");
+        void *sym = preload_next("transfer_delay_preload", "clEnqueueReadBuffer");
         memcpy(&real, &sym, sizeof real);
         atomic_store(&next, real);
     }
