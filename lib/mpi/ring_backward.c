@@ -602,8 +602,7 @@ static clflash_status run_ring(ring_bwd *B, cl_mem k, cl_mem v, cl_mem dq, cl_me
         }
         if (st == CLFLASH_SUCCESS)
             st = compute_step(B, s);
-        const int in_pieces = more && s == 0 && B->x.shm.open; /* ring_exchange_own_in_pieces below */
-        if (more && s == 0 && !in_pieces) { /* the own shard's read ran beside step 0's kernels */
+        if (more && s == 0) { /* the own shard's read ran beside step 0's kernels */
             const clflash_status fs = ring_exchange_pack_own_finish(&B->x);
             if (fs && !st)
                 st = fs;
@@ -619,23 +618,16 @@ static clflash_status run_ring(ring_bwd *B, cl_mem k, cl_mem v, cl_mem dq, cl_me
             st = finish_accumulator(B, s, st);
         }
         ring_timing_mark(B->timing, B->cq, RING_T_STEP_END, s);
-        if (in_pieces) { /* the own shard announced, and the next uploaded, piece by piece */
-            if (B->timing)
-                posted = MPI_Wtime();
-            const clflash_status ps = ring_exchange_own_in_pieces(&B->x, 1 - slot, src_of(g, s + 1), next_rows);
-            if (ps && !st)
-                st = ps;
-            ring_timing_host(B->timing, RING_T_KV_MPI, s, B->x.done_at - posted);
-        } else if (more) {
+        if (more) {
             const clflash_status ws = ring_exchange_wait(&B->x);
             if (ws && !st)
                 st = ws;
             ring_timing_host(B->timing, RING_T_KV_MPI, s, B->x.done_at - posted);
-            if (st == CLFLASH_SUCCESS)
-                st = ring_exchange_upload(&B->x, 1 - slot, src_of(g, s + 1), next_rows);
         }
         if (more && st == CLFLASH_SUCCESS)
-            ring_timing_upload(B->timing, s, B->x.upload_first[1 - slot], B->x.written[1 - slot]);
+            st = ring_exchange_upload(&B->x, 1 - slot, src_of(g, s + 1), next_rows);
+        if (more && st == CLFLASH_SUCCESS)
+            ring_timing_upload(B->timing, s, B->x.written[1 - slot]);
     }
     if (P > 1) { /* the last step's accumulator goes out; the own shard's, complete, arrives from rank r - 1 */
         st = send_accumulator(B, P - 1, st);

@@ -9,9 +9,7 @@
  *    in its segment and every rank uploads each shard straight from its owner's segment.
  * A shard in host memory and in the device buffers is compact: K as [batch][heads_kv][rows][head_dim]
  * in the storage type, V right after it. Only the own shard is read from the device (once, from the
- * caller's layouts), on a queue of its own: through the window, the first shard a rank uploads
- * travels in two pieces, K and V, each uploaded once every rank has read that piece of its own
- * shard, so that the upload of K runs while V is read (ring_exchange_own_in_pieces).
+ * caller's layouts).
  */
 #include "ring_internal.h"
 
@@ -47,9 +45,6 @@ clflash_status ring_exchange_init(ring_exchange *x, clflash_context *ctx, MPI_Co
                                     ring_timing_wanted() ? CL_QUEUE_PROFILING_ENABLE : 0, &err);
     if (err != CL_SUCCESS)
         return ring_fail(err, "clCreateCommandQueue for the ring's transfers: %d", err);
-    x->read_queue = clCreateCommandQueue(clflash_context_cl(ctx), clflash_context_device(ctx), 0, &err);
-    if (err != CL_SUCCESS)
-        return ring_fail(err, "clCreateCommandQueue for the own shard's reads: %d", err);
     for (int i = 0; i < 2; i++) {
         x->dev[i] = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_WRITE, (size_t)x->max_bytes, NULL, &err);
         if (err != CL_SUCCESS)
@@ -94,18 +89,12 @@ const char *ring_exchange_transport(const ring_exchange *x)
 
 void ring_exchange_free(ring_exchange *x)
 {
-    if (x->read_queue)
-        clFinish(x->read_queue);
     if (x->queue)
         clFinish(x->queue);
     if (x->shm.open && x->nreq) /* a posted barrier nobody waited for: complete it before the next */
         MPI_Waitall(x->nreq, x->req, MPI_STATUSES_IGNORE);
     ring_shared_close(&x->shm, x->comm);
     for (int i = 0; i < 2; i++) {
-        if (x->own_read[i])
-            clReleaseEvent(x->own_read[i]);
-        if (x->upload_first[i])
-            clReleaseEvent(x->upload_first[i]);
         if (x->written[i])
             clReleaseEvent(x->written[i]);
         if (x->released[i])
@@ -116,8 +105,6 @@ void ring_exchange_free(ring_exchange *x)
     }
     if (x->queue)
         clReleaseCommandQueue(x->queue);
-    if (x->read_queue)
-        clReleaseCommandQueue(x->read_queue);
     memset(x, 0, sizeof *x);
 }
 
@@ -139,21 +126,21 @@ static cl_int read_tensor(ring_exchange *x, const ring_geometry *g, cl_mem m, co
     cl_int err = CL_SUCCESS;
     if (l.seq_stride == g->head_dim && l.head_stride == (uint64_t)rows * g->head_dim &&
         l.batch_stride == (uint64_t)g->heads_kv * l.head_stride)
-        return clEnqueueReadBuffer(x->read_queue, m, CL_FALSE, (size_t)(l.offset * e), head * g->heads_kv * g->batch, dst,
+        return clEnqueueReadBuffer(x->queue, m, CL_FALSE, (size_t)(l.offset * e), head * g->heads_kv * g->batch, dst,
                                    0, NULL, NULL);
     for (uint32_t b = 0; b < g->batch && err == CL_SUCCESS; b++)
         for (uint32_t h = 0; h < g->heads_kv && err == CL_SUCCESS; h++) {
             const size_t src = (size_t)((l.offset + b * l.batch_stride + h * l.head_stride) * e);
             unsigned char *out = dst + ((size_t)b * g->heads_kv + h) * head;
             if (l.seq_stride == g->head_dim) {
-                err = clEnqueueReadBuffer(x->read_queue, m, CL_FALSE, src, head, out, 0, NULL, NULL);
+                err = clEnqueueReadBuffer(x->queue, m, CL_FALSE, src, head, out, 0, NULL, NULL);
             } else if (l.seq_stride > g->head_dim) {
                 const size_t origin[3] = {src, 0, 0}, host_origin[3] = {0, 0, 0}, region[3] = {row, rows, 1};
-                err = clEnqueueReadBufferRect(x->read_queue, m, CL_FALSE, origin, host_origin, region,
+                err = clEnqueueReadBufferRect(x->queue, m, CL_FALSE, origin, host_origin, region,
                                               (size_t)(l.seq_stride * e), 0, row, 0, out, 0, NULL, NULL);
             } else { /* rows that overlap: one read per row */
                 for (uint32_t i = 0; i < rows && err == CL_SUCCESS; i++)
-                    err = clEnqueueReadBuffer(x->read_queue, m, CL_FALSE, src + (size_t)(i * l.seq_stride * e), row,
+                    err = clEnqueueReadBuffer(x->queue, m, CL_FALSE, src + (size_t)(i * l.seq_stride * e), row,
                                               out + (size_t)i * row, 0, NULL, NULL);
             }
         }
@@ -165,22 +152,12 @@ static cl_int read_tensor(ring_exchange *x, const ring_geometry *g, cl_mem m, co
 static clflash_status flush_own_read(ring_exchange *x, cl_int err)
 {
     if (err == CL_SUCCESS)
-        err = clFlush(x->read_queue);
+        err = clFlush(x->queue);
     if (err != CL_SUCCESS) {
-        clFinish(x->read_queue);
+        clFinish(x->queue);
         return ring_fail(err, "reading the own K/V shard to the host: %d", err);
     }
     return CLFLASH_SUCCESS;
-}
-
-/* own_read[piece]: a marker after the reads enqueued so far (the queue is in order). */
-static cl_int mark_own_read(ring_exchange *x, int piece)
-{
-    if (x->own_read[piece]) {
-        clReleaseEvent(x->own_read[piece]);
-        x->own_read[piece] = NULL;
-    }
-    return clEnqueueMarkerWithWaitList(x->read_queue, 0, NULL, &x->own_read[piece]);
 }
 
 clflash_status ring_exchange_pack_own_start(ring_exchange *x, const ring_geometry *g, cl_mem k,
@@ -189,31 +166,20 @@ clflash_status ring_exchange_pack_own_start(ring_exchange *x, const ring_geometr
     unsigned char *h = x->host[0];
     cl_int err = read_tensor(x, g, k, kl, rows, h);
     if (err == CL_SUCCESS)
-        err = mark_own_read(x, 0);
-    if (err == CL_SUCCESS)
         err = read_tensor(x, g, v, vl, rows, h + x->rows_elems * rows * x->elem);
-    if (err == CL_SUCCESS)
-        err = mark_own_read(x, 1);
     return flush_own_read(x, err);
 }
 
 clflash_status ring_exchange_pack_own_finish(ring_exchange *x)
 {
-    const cl_int err = clFinish(x->read_queue);
+    const cl_int err = clFinish(x->queue);
     return err == CL_SUCCESS ? CLFLASH_SUCCESS : ring_fail(err, "reading the own K/V shard to the host: %d", err);
 }
 
 clflash_status ring_exchange_read_own_start(ring_exchange *x, uint32_t rows)
 {
-    const size_t half = (size_t)(x->rows_elems * rows * x->elem);
-    cl_int err = CL_SUCCESS;
-    for (int piece = 0; piece < 2 && err == CL_SUCCESS; piece++) {
-        err = clEnqueueReadBuffer(x->read_queue, x->dev[0], CL_FALSE, piece * half, half,
-                                  (unsigned char *)x->host[0] + piece * half, x->written[0] ? 1 : 0,
-                                  x->written[0] ? &x->written[0] : NULL, NULL);
-        if (err == CL_SUCCESS)
-            err = mark_own_read(x, piece);
-    }
+    cl_int err = clEnqueueReadBuffer(x->queue, x->dev[0], CL_FALSE, 0, (size_t)shard_bytes(x, rows), x->host[0],
+                                     x->written[0] ? 1 : 0, x->written[0] ? &x->written[0] : NULL, NULL);
     return flush_own_read(x, err);
 }
 
@@ -284,56 +250,17 @@ clflash_status ring_exchange_wait(ring_exchange *x)
     return CLFLASH_SUCCESS;
 }
 
-/* Enqueues the upload of bytes bytes from `from` into dev[slot] at offset `at`, after released[slot];
- * *e its event (released first). */
-static clflash_status upload_bytes(ring_exchange *x, int slot, size_t at, size_t bytes, const void *from, cl_event *e)
+clflash_status ring_exchange_upload(ring_exchange *x, int slot, int src, uint32_t rows)
 {
-    if (*e) {
-        clReleaseEvent(*e);
-        *e = NULL;
+    if (x->written[slot]) {
+        clReleaseEvent(x->written[slot]);
+        x->written[slot] = NULL;
     }
-    cl_int err = clEnqueueWriteBuffer(x->queue, x->dev[slot], CL_FALSE, at, bytes, from, x->released[slot] ? 1 : 0,
-                                      x->released[slot] ? &x->released[slot] : NULL, e);
+    const void *from = x->shm.open ? (const void *)(x->shm.seg[src] + x->extra) : x->host[slot];
+    cl_int err = clEnqueueWriteBuffer(x->queue, x->dev[slot], CL_FALSE, 0, (size_t)shard_bytes(x, rows), from,
+                                      x->released[slot] ? 1 : 0, x->released[slot] ? &x->released[slot] : NULL,
+                                      &x->written[slot]);
     if (err == CL_SUCCESS)
         err = clFlush(x->queue);
     return err == CL_SUCCESS ? CLFLASH_SUCCESS : ring_fail(err, "uploading a K/V shard: %d", err);
-}
-
-clflash_status ring_exchange_upload(ring_exchange *x, int slot, int src, uint32_t rows)
-{
-    const void *from = x->shm.open ? (const void *)(x->shm.seg[src] + x->extra) : x->host[slot];
-    const clflash_status st = upload_bytes(x, slot, 0, (size_t)shard_bytes(x, rows), from, &x->written[slot]);
-    if (x->upload_first[slot])
-        clReleaseEvent(x->upload_first[slot]);
-    x->upload_first[slot] = x->written[slot];
-    if (x->upload_first[slot])
-        clRetainEvent(x->upload_first[slot]);
-    return st;
-}
-
-clflash_status ring_exchange_own_in_pieces(ring_exchange *x, int slot, int src, uint32_t rows)
-{
-    clflash_status st = CLFLASH_SUCCESS;
-    const size_t half = (size_t)(x->rows_elems * rows * x->elem);
-    x->own_announced = 1; /* ring_exchange_post announces nothing more */
-    for (int piece = 0; piece < 2; piece++) {
-        /* no event: the reads were never enqueued (this rank failed before; the caller has its error) */
-        const cl_int err = x->own_read[piece] ? clWaitForEvents(1, &x->own_read[piece]) : CL_SUCCESS;
-        if (err != CL_SUCCESS && st == CLFLASH_SUCCESS) {
-            st = ring_fail(err, "reading the own K/V shard to the host: %d", err);
-            clFinish(x->read_queue); /* nothing may still write the segment */
-        }
-        /* every rank takes part in both barriers, failed or not */
-        ring_shared_sync(&x->shm);
-        MPI_Request req;
-        if (MPI_Ibarrier(x->comm, &req) != MPI_SUCCESS)
-            return ring_fail(CLFLASH_RING_ERROR_MPI, "MPI_Ibarrier announcing a piece of the own K/V shard failed");
-        if (ring_waitall(1, &req, x->timing, &x->done_at) != MPI_SUCCESS)
-            return ring_fail(CLFLASH_RING_ERROR_MPI, "waiting for a piece of every rank's own K/V shard failed");
-        ring_shared_sync(&x->shm);
-        if (st == CLFLASH_SUCCESS)
-            st = upload_bytes(x, slot, piece * half, half, x->shm.seg[src] + x->extra + piece * half,
-                              piece == 0 ? &x->upload_first[slot] : &x->written[slot]);
-    }
-    return st;
 }

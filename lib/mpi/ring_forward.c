@@ -334,17 +334,7 @@ static clflash_status run_ring(ring_run *R)
                 ring_compact_layouts(g, rows, &kl, &vl);
             st = compute_step(R, s, s > 0 ? R->x.dev[slot] : k, &kl, s > 0 ? R->x.dev[slot] : v, &vl);
         }
-        const int in_pieces = s == 0 && more && R->x.shm.open;
-        if (in_pieces) { /* the own shard, read while step 0 computes, announced and the next uploaded piece by piece */
-            if (R->timing)
-                posted = MPI_Wtime();
-            const clflash_status ps = ring_exchange_own_in_pieces(&R->x, 1 - slot, src_of(g, s + 1), next_rows);
-            if (ps && !st)
-                st = ps;
-            ring_timing_host(R->timing, RING_T_KV_MPI, s, R->x.done_at - posted);
-            if (st == CLFLASH_SUCCESS)
-                ring_timing_upload(R->timing, s, R->x.upload_first[1 - slot], R->x.written[1 - slot]);
-        } else if (s == 0 && more) { /* the own shard: read while step 0 computes, then sent */
+        if (s == 0 && more) { /* the own shard: read while step 0 computes, then sent */
             const clflash_status ps = ring_exchange_pack_own_finish(&R->x);
             if (ps && !st)
                 st = ps;
@@ -354,7 +344,7 @@ static clflash_status run_ring(ring_run *R)
             if (qs && !st)
                 st = qs;
         }
-        if (more && !in_pieces) {
+        if (more) {
             const clflash_status ws = ring_exchange_wait(&R->x);
             if (ws && !st)
                 st = ws;
@@ -362,7 +352,7 @@ static clflash_status run_ring(ring_run *R)
             if (st == CLFLASH_SUCCESS)
                 st = ring_exchange_upload(&R->x, 1 - slot, src_of(g, s + 1), next_rows);
             if (st == CLFLASH_SUCCESS)
-                ring_timing_upload(R->timing, s, R->x.upload_first[1 - slot], R->x.written[1 - slot]);
+                ring_timing_upload(R->timing, s, R->x.written[1 - slot]);
         }
     }
     const cl_int fin = clFinish(R->cq);

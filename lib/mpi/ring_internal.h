@@ -209,8 +209,7 @@ typedef struct {
     int P;
     double t_entry;         /* MPI_Wtime at the call's entry */
     cl_command_queue queue; /* the timed call's compute queue (profiling) */
-    cl_event *start, *grad_end, *step_end; /* [P] each: step markers */
-    cl_event *upload_first, *upload;        /* [P] each: the first and last piece of step s + 1's shard's upload */
+    cl_event *start, *grad_end, *step_end, *upload; /* [P] each: step markers; the upload of step s + 1's shard */
     double *kv_mpi, *acc_mpi; /* [P] each (clflash_ring_step_stats) */
 } ring_timing;
 /* 1 if the calling thread has a sink attached (the transfer queue then gets profiling). */
@@ -222,11 +221,10 @@ ring_timing *ring_timing_begin(clflash_context *ctx, int P, double t_entry, cl_c
 /* What a step's marker marks, and which host time is noted. */
 enum { RING_T_START, RING_T_GRAD_END, RING_T_STEP_END };
 enum { RING_T_KV_MPI, RING_T_ACC_MPI };
-/* With t (no-ops without): enqueues a marker of kind `which` for step s on q; keeps (retains) first
- * and last, the first and last piece of the upload of the shard step s + 1 uses (the same event
- * where it is one piece); notes a host time of kind `which` for step s. */
+/* With t (no-ops without): enqueues a marker of kind `which` for step s on q; keeps (retains) e,
+ * the upload of the shard step s + 1 uses; notes a host time of kind `which` for step s. */
 void ring_timing_mark(ring_timing *t, cl_command_queue q, int which, int s);
-void ring_timing_upload(ring_timing *t, int s, cl_event first, cl_event last);
+void ring_timing_upload(ring_timing *t, int s, cl_event e);
 void ring_timing_host(ring_timing *t, int which, int s, double seconds);
 /* Notes the K/V transport's name (ring_exchange_transport) in the sink. */
 void ring_timing_transport(ring_timing *t, const char *name, int pinned);
@@ -304,10 +302,7 @@ typedef struct {
     void *host[2];           /* staging[i].ptr */
     ring_staging staging[2];
     cl_mem dev[2];
-    cl_command_queue queue; /* transfers' own queue: the uploads */
-    cl_command_queue read_queue; /* the own shard's reads, beside the uploads */
-    cl_event own_read[2];   /* the own shard's K and its V are in host[0] */
-    cl_event upload_first[2]; /* the first piece of the last upload into dev[i] (timing) */
+    cl_command_queue queue; /* transfers' own queue */
     cl_event written[2];    /* host[i] -> dev[i] */
     cl_event released[2];   /* the compute queue's last use of dev[i] */
     MPI_Request req[2 * 64];
@@ -331,8 +326,7 @@ void ring_exchange_free(ring_exchange *x);
 /* "shared" or "mpi": the transport a connected exchange uses. */
 const char *ring_exchange_transport(const ring_exchange *x);
 /* Enqueues (and flushes) the reads of this rank's own K and V (caller layouts, rows rows) into
- * host[0], compact, on the read queue; own_read[0] and [1] tell when K and V are in;
- * ring_exchange_pack_own_finish waits for both. */
+ * host[0], compact, on the transfer queue; ring_exchange_pack_own_finish waits for them. */
 clflash_status ring_exchange_pack_own_start(ring_exchange *x, const ring_geometry *g, cl_mem k,
                                             const clflash_layout *kl, cl_mem v, const clflash_layout *vl,
                                             uint32_t rows);
@@ -350,11 +344,6 @@ clflash_status ring_exchange_wait(ring_exchange *x);
 /* Enqueues the upload of rank src's shard (rows rows) into dev[slot] on the transfer queue after
  * released[slot]: from host[slot] (MPI messages) or from src's segment (shared window). */
 clflash_status ring_exchange_upload(ring_exchange *x, int slot, int src, uint32_t rows);
-/* Shared window, at step 0 in place of pack_own_finish, post, wait and upload (collective): the
- * own shard's K, then its V, is announced by a barrier as soon as it is in the segment, and the
- * same piece of rank src's shard (rows rows) is uploaded into dev[slot] right after that barrier,
- * so that K's upload runs while V is read. Every rank calls it, failed or not. */
-clflash_status ring_exchange_own_in_pieces(ring_exchange *x, int slot, int src, uint32_t rows);
 /* Posts a nonblocking send (send != 0) or receive of bytes bytes at buf to or from peer, in pieces of
  * at most 1 GiB with tags tag0, tag0 + 1, ... (at most 64 pieces); appends the requests to req. */
 clflash_status ring_post_bytes(MPI_Comm comm, void *buf, uint64_t bytes, int peer, int tag0, int send,

@@ -28,7 +28,7 @@ ring_timing *ring_timing_begin(clflash_context *ctx, int P, double t_entry, cl_c
     if (sink == NULL)
         return NULL;
     ring_timing *t = calloc(1, sizeof *t);
-    cl_event *ev = calloc((size_t)P * 5, sizeof *ev);
+    cl_event *ev = calloc((size_t)P * 4, sizeof *ev);
     double *host = calloc((size_t)P * 2, sizeof *host);
     if (t == NULL || ev == NULL || host == NULL) { /* the call runs untimed */
         free(t), free(ev), free(host);
@@ -46,7 +46,6 @@ ring_timing *ring_timing_begin(clflash_context *ctx, int P, double t_entry, cl_c
     t->P = P;
     t->t_entry = t_entry;
     t->start = ev, t->grad_end = ev + P, t->step_end = ev + 2 * P, t->upload = ev + 3 * P;
-    t->upload_first = ev + 4 * P;
     t->kv_mpi = host, t->acc_mpi = host + P;
     cl_int err = clFinish(clflash_context_queue(ctx)); /* the caller's work before the call */
     if (err == CL_SUCCESS)
@@ -74,18 +73,14 @@ void ring_timing_mark(ring_timing *t, cl_command_queue q, int which, int s)
         *slot = NULL; /* its figures are then missing (status) */
 }
 
-void ring_timing_upload(ring_timing *t, int s, cl_event first, cl_event last)
+void ring_timing_upload(ring_timing *t, int s, cl_event e)
 {
-    if (t == NULL || first == NULL || last == NULL || s < 0 || s >= t->P)
+    if (t == NULL || e == NULL || s < 0 || s >= t->P)
         return;
     if (t->upload[s])
         clReleaseEvent(t->upload[s]);
-    if (t->upload_first[s])
-        clReleaseEvent(t->upload_first[s]);
-    clRetainEvent(first);
-    clRetainEvent(last);
-    t->upload_first[s] = first;
-    t->upload[s] = last;
+    clRetainEvent(e);
+    t->upload[s] = e;
 }
 
 void ring_timing_host(ring_timing *t, int which, int s, double seconds)
@@ -166,7 +161,7 @@ void ring_timing_end(ring_timing *t, clflash_status call_status)
         if (t->step_end[i] == NULL)
             se = ge; /* the forward: a step ends with its kernels */
         const double next = i + 1 < P ? event_time(t->start[i + 1], CL_PROFILING_COMMAND_END) : se;
-        const double us = event_time(t->upload_first[i], CL_PROFILING_COMMAND_START),
+        const double us = event_time(t->upload[i], CL_PROFILING_COMMAND_START),
                      ue = event_time(t->upload[i], CL_PROFILING_COMMAND_END);
         if (st < 0 || ge < 0 || se < 0 || next < 0 || (t->upload[i] && (us < 0 || ue < 0)))
             missing = 1;
@@ -188,8 +183,8 @@ void ring_timing_end(ring_timing *t, clflash_status call_status)
         s->device_s = last - first;
     if (s->status == CLFLASH_SUCCESS && missing)
         s->status = CL_PROFILING_INFO_NOT_AVAILABLE;
-    for (int i = 0; i < 5 * P; i++)
-        if (t->start[i]) /* start is the first of the five arrays, one allocation */
+    for (int i = 0; i < 4 * P; i++)
+        if (t->start[i]) /* start is the first of the four arrays, one allocation */
             clReleaseEvent(t->start[i]);
     if (t->queue)
         clReleaseCommandQueue(t->queue);
