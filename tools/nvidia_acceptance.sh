@@ -77,7 +77,9 @@ section_setup() {
     fi
     command -v clinfo >/dev/null && clinfo -l >> "$log" 2>&1
     nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv >> "$log" 2>&1
+    # a copy of a working tree may carry an older .git than its files: the differing files say so
     git -C "$here" log -1 --format='tree of %H (%cd)' >> "$log" 2>&1
+    git -C "$here" status --short >> "$log" 2>&1
     step "$log" cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release &&
         step "$log" cmake --build "$build" -j "$(nproc)"
 }
