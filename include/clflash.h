@@ -318,6 +318,10 @@ CLFLASH_API const char *clflash_context_build_log(const clflash_context *c);
  *                              pipelined loop (1) or the loop that waits for every product (0,
  *                              the default)
  *      nv_wgmma.block          32..64, a cap on its B (32 or 64; a value between gives 32)
+ *      nv_wgmma.warpgroups     1 or 2: its warpgroups of 128 work-items (64 query rows each) per
+ *                              work-group; by default one where seq_q <= 64, else two
+ *      nv_wgmma.stages         2..6: K/V tile pairs in flight in its waiting loop (default 2;
+ *                              a count whose tiles do not fit the local memory steps down)
  * For each call the rules whose conditions hold apply in order, a later value winning. The order:
  * clflash's built-in rules (register tiles for the AMD and Intel GPU families whose compilers
  * spill the planner's defaults: docs/tuning.md lists them), the file named by the environment

@@ -108,6 +108,8 @@ typedef enum {
     CLFLASH_TUNE_NV_BACKWARD_STREAM,        /* the kernel's NV_BWD_STREAM */
     CLFLASH_TUNE_NV_WGMMA_PIPELINE,         /* the Hopper forward's WG_PIPE */
     CLFLASH_TUNE_NV_WGMMA_BLOCK,            /* a cap on its B */
+    CLFLASH_TUNE_NV_WGMMA_WARPGROUPS,       /* its WARPGROUPS (0: the planner's rule) */
+    CLFLASH_TUNE_NV_WGMMA_STAGES,           /* its STAGES (the loop that waits) */
     CLFLASH_TUNE_COUNT
 } clflash_tune_key;
 

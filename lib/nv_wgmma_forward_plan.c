@@ -13,12 +13,13 @@
  * the kernel that runs. Without CLFLASH_WGMMA nothing here runs, not even the probe.
  *
  * The shape: warpgroups of 128 work-items, each owning 64 query rows; two per work-group (128
- * rows) unless seq_q fits one. B (keys per tile) 64 at head_dim 64 and 32 at 128 (the tuning key
- * nv_wgmma.block caps it), so that the K and V tiles fit the 48 KiB of an H200 beside the bytes
+ * rows) unless seq_q fits one (nv_wgmma.warpgroups sets it). B (keys per tile) 64 at head_dim 64
+ * and 32 at 128 (the tuning key nv_wgmma.block caps it), so that the K and V tiles fit the 48 KiB of an H200 beside the bytes
  * the driver adds (4 there): the pipelined loop (nv_wgmma.pipeline=1: WG_PIPE 1)
  * keeps a ring of 2 K tiles and one of 3 V tiles, 5 B head_dim 2 bytes = 40 KiB at (64, 64) and
  * (128, 32), 80 KiB at (128, 64), which is why head_dim 128 stays at 32; the loop that waits for
- * every product (WG_PIPE 0, the default) two stages of a K and a V tile, 32 KiB. 32 where 64 does
+ * every product (WG_PIPE 0, the default) two stages of a K and a V tile, 32 KiB (nv_wgmma.stages asks
+ * for up to 6; each B then takes the most stages whose built kernel fits, down to 2). 32 where 64 does
  * not fit the budget or the device refused it at enqueue (below_block). Q and O are staged through the same
  * array, padded rows of the work-group's rows (18 KiB at head_dim 64, 34 KiB at 128), which the
  * tiles overwrite.
@@ -29,7 +30,6 @@
 
 #define KERNEL_NAME "nv_wgmma_forward"
 static const char variant_name[] = "nv_wgmma_forward";
-#define WGMMA_STAGES 2u   /* WG_PIPE 0: K and V tile pairs */
 #define WGMMA_KV_TILES 5u /* WG_PIPE 1: 2 K slots and 3 V slots */
 
 /* Why the kernel's scope excludes p (a static string), or NULL: what cl/nv_wgmma_forward.cl takes. */
@@ -71,10 +71,21 @@ const char *clflash_nv_wgmma_refusal(const clflash_context *c, const clflash_pro
     return shape_refusal(p);
 }
 
-/* Warpgroups per work-group: one where seq_q fits its 64 rows, else two. */
-static uint32_t warpgroups_for(const clflash_problem *p)
+/* Warpgroups per work-group: nv_wgmma.warpgroups where set, else one where seq_q fits its 64 rows,
+ * else two. */
+static uint32_t warpgroups_for(const clflash_context *c, const clflash_problem *p)
 {
+    const int32_t set = clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_WARPGROUPS, NULL);
+    if (set == 1 || set == 2)
+        return (uint32_t)set;
     return p->seq_q <= 64 ? 1u : 2u;
+}
+
+/* The waiting loop's K/V tile pairs (WG_PIPE 0): nv_wgmma.stages, 2 to 6. */
+static uint32_t wanted_stages(const clflash_context *c, const clflash_problem *p)
+{
+    const int32_t set = clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_STAGES, NULL);
+    return set >= 2 && set <= 6 ? (uint32_t)set : 2u;
 }
 
 /* 1 for the pipelined loop (WG_PIPE 1), 0 for the one that waits for every product. */
@@ -85,10 +96,11 @@ static int pipelined(const clflash_context *c, const clflash_problem *p)
 
 /* Bytes of the kernel's local array: the K and V tiles of B rows (unpadded: the descriptors'
  * layout), WGMMA_KV_TILES of them pipelined (cl/nv_wgmma_forward.cl's K_SLOTS + V_SLOTS), else
- * WGMMA_STAGES pairs, or the work-group's Q rows padded by 16 bytes, whichever is larger. */
-static cl_ulong counted_local_bytes(const clflash_problem *p, int pipe, uint32_t block, uint32_t warpgroups)
+ * `stages` pairs, or the work-group's Q rows padded by 16 bytes, whichever is larger. */
+static cl_ulong counted_local_bytes(const clflash_problem *p, int pipe, uint32_t block, uint32_t warpgroups,
+                                    uint32_t stages)
 {
-    const uint64_t n_tiles = pipe ? WGMMA_KV_TILES : 2ull * WGMMA_STAGES;
+    const uint64_t n_tiles = pipe ? WGMMA_KV_TILES : 2ull * stages;
     const uint64_t tiles = n_tiles * block * p->head_dim * p->elem_size;
     const uint64_t q_rows = 64ull * warpgroups * (p->head_dim + 8) * p->elem_size;
     return tiles > q_rows ? tiles : q_rows;
@@ -106,14 +118,14 @@ static uint32_t first_block(const clflash_context *c, const clflash_problem *p, 
 }
 
 static void kernel_defines(const clflash_problem *p, int with_lse, int pipe, uint32_t block, uint32_t warpgroups,
-                           char *buf, size_t size)
+                           uint32_t stages, char *buf, size_t size)
 {
     char features[300];
     clflash_forward_defines(p, with_lse, 1, 1, features, sizeof features);
     snprintf(buf, size,
              "%s -D HEAD_DIM=%u -D D_REAL=%u -D NV_ALIGNED=1 -D BLOCK=%u -D WARPS=%u -D WARPGROUPS=%u -D STAGES=%u "
              "-D WG_PIPE=%d -D BIAS_PAIRS=0",
-             features, p->head_dim, p->head_dim, block, 4 * warpgroups, warpgroups, WGMMA_STAGES, pipe);
+             features, p->head_dim, p->head_dim, block, 4 * warpgroups, warpgroups, stages, pipe);
 }
 
 int clflash_nv_wgmma_first_defines(const clflash_context *c, const clflash_problem *p, int with_lse, char *buf,
@@ -121,52 +133,71 @@ int clflash_nv_wgmma_first_defines(const clflash_context *c, const clflash_probl
 {
     if (shape_refusal(p) != NULL)
         return 0;
-    const uint32_t wgs = warpgroups_for(p);
+    const uint32_t wgs = warpgroups_for(c, p);
     const int pipe = pipelined(c, p);
     for (uint32_t block = first_block(c, p, 0); block >= 32; block -= 32)
-        if (counted_local_bytes(p, pipe, block, wgs) <= c->local_mem_budget) {
-            kernel_defines(p, with_lse, pipe, block, wgs, buf, size);
-            return 1;
-        }
+        for (uint32_t stages = pipe ? 2u : wanted_stages(c, p); stages >= 2; stages--)
+            if (counted_local_bytes(p, pipe, block, wgs, stages) <= c->local_mem_budget) {
+                kernel_defines(p, with_lse, pipe, block, wgs, stages, buf, size);
+                return 1;
+            }
     return 0;
+}
+
+/* Builds the kernel of one (B, stages) and plans it into out if the built kernel fits the device:
+ * CLFLASH_SUCCESS with *fits 1, or with *fits 0 when its local memory or work-group does not fit
+ * (out untouched); another status when a step fails. */
+static clflash_status try_build(clflash_context *c, const clflash_problem *p, int with_lse, int pipe, uint32_t block,
+                                uint32_t wgs, uint32_t stages, clflash_flash_kernel *out, int *fits)
+{
+    const uint64_t budget = c->local_mem_budget;
+    const uint32_t threads = 128 * wgs, block_q = 64 * wgs;
+    const cl_ulong counted = counted_local_bytes(p, pipe, block, wgs, stages);
+    *fits = 0;
+    if (counted > budget)
+        return CLFLASH_SUCCESS; /* cannot fit: not built */
+    char defines[640];
+    cl_program prog;
+    cl_int err;
+    kernel_defines(p, with_lse, pipe, block, wgs, stages, defines, sizeof defines);
+    clflash_status st = clflash_get_program_sm90a(c, CLFLASH_SOURCE_NV_WGMMA_FORWARD, defines, &prog);
+    if (st != CLFLASH_SUCCESS)
+        return st;
+    cl_kernel kernel = clCreateKernel(prog, KERNEL_NAME, &err);
+    if (err != CL_SUCCESS)
+        return clflash_fail(err, "clCreateKernel(%s) failed", KERNEL_NAME);
+    cl_ulong local_bytes = 0;
+    size_t max_wg = 0;
+    if ((st = clflash_read_kernel_limits(c, kernel, counted, &local_bytes, &max_wg)) != CLFLASH_SUCCESS) {
+        clReleaseKernel(kernel);
+        return st;
+    }
+    if (local_bytes > budget || threads > max_wg) {
+        clReleaseKernel(kernel);
+        return CLFLASH_SUCCESS;
+    }
+    /* threads_per_row 2: a warpgroup's 128 work-items share its 64 rows */
+    clflash_fill_plan(&out->plan, p, clflash_tile_bytes, budget, block, block_q, local_bytes, variant_name, 2, threads);
+    out->kernel = kernel;
+    clflash_set_split(out, p, 1, 1);
+    clflash_tune_report(&out->plan, "nv_wgmma.pipeline=%d,nv_wgmma.block=%u,nv_wgmma.warpgroups=%u,nv_wgmma.stages=%u",
+                        pipe, block, wgs, stages);
+    *fits = 1;
+    return CLFLASH_SUCCESS;
 }
 
 clflash_status clflash_plan_nv_wgmma(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t below_block,
                                      clflash_flash_kernel *out)
 {
-    const uint64_t budget = c->local_mem_budget;
-    const uint32_t wgs = warpgroups_for(p), threads = 128 * wgs, block_q = 64 * wgs;
+    const uint32_t wgs = warpgroups_for(c, p);
     const int pipe = pipelined(c, p);
-    for (uint32_t block = first_block(c, p, below_block); block >= 32; block -= 32) {
-        const cl_ulong counted = counted_local_bytes(p, pipe, block, wgs);
-        if (counted > budget)
-            continue; /* cannot fit: not built */
-        char defines[640];
-        cl_program prog;
-        cl_int err;
-        kernel_defines(p, with_lse, pipe, block, wgs, defines, sizeof defines);
-        clflash_status st = clflash_get_program_sm90a(c, CLFLASH_SOURCE_NV_WGMMA_FORWARD, defines, &prog);
-        if (st != CLFLASH_SUCCESS)
-            return st;
-        cl_kernel kernel = clCreateKernel(prog, KERNEL_NAME, &err);
-        if (err != CL_SUCCESS)
-            return clflash_fail(err, "clCreateKernel(%s) failed", KERNEL_NAME);
-        cl_ulong local_bytes = 0;
-        size_t max_wg = 0;
-        if ((st = clflash_read_kernel_limits(c, kernel, counted, &local_bytes, &max_wg)) != CLFLASH_SUCCESS) {
-            clReleaseKernel(kernel);
-            return st;
+    /* the largest B first, and for each B the most stages (the pipelined loop has a ring of its own) */
+    for (uint32_t block = first_block(c, p, below_block); block >= 32; block -= 32)
+        for (uint32_t stages = pipe ? 2u : wanted_stages(c, p); stages >= 2; stages--) {
+            int fits = 0;
+            const clflash_status st = try_build(c, p, with_lse, pipe, block, wgs, stages, out, &fits);
+            if (st != CLFLASH_SUCCESS || fits)
+                return st;
         }
-        if (local_bytes <= budget && threads <= max_wg) {
-            /* threads_per_row 2: a warpgroup's 128 work-items share its 64 rows */
-            clflash_fill_plan(&out->plan, p, clflash_tile_bytes, budget, block, block_q, local_bytes, variant_name, 2,
-                              threads);
-            out->kernel = kernel;
-            clflash_set_split(out, p, 1, 1);
-            clflash_tune_report(&out->plan, "nv_wgmma.pipeline=%d,nv_wgmma.block=%u", pipe, block);
-            return CLFLASH_SUCCESS;
-        }
-        clReleaseKernel(kernel);
-    }
     return clflash_fail(CLFLASH_ERROR_TILE_TOO_LARGE, "no block fits the wgmma kernel's limits");
 }

@@ -120,6 +120,7 @@ set(_nv_cases
   "nv-forward-d256|${_nv_fwd}|--kernel nv_forward --dtype bf16 --head-dim 256 ${_prefill}"
   "nv-decode-d128|${_nv_fwd}|--kernel nv_forward --dtype f16 --head-dim 128 --batch 1 --heads-q 32 --heads-kv 8 --seq-q 1 --seq-k 32768 --with-lse 1"
   "nv-forward-d77-features|${_nv_fwd}|--kernel nv_forward --dtype bf16 --head-dim 77 ${_prefill} --features 1 --unaligned 1"
+  "nv-forward-d128-bias|${_nv_fwd}|--kernel nv_forward --dtype f16 --head-dim 128 ${_prefill} --bias 1"
   "nv-forward-d128-varlen|${_nv_fwd}|--kernel nv_forward --dtype f16 --head-dim 128 --batch 8 --heads-q 32 --heads-kv 8 --seq-q 1 --seq-k 8192 --features 1 --varlen 1 --with-lse 1"
   "nv-backward-d128|${_nv_bwd}|--kernel nv_backward --dtype f16 --head-dim 128 ${_prefill}"
   "nv-backward-d128-varlen|${_nv_bwd}|--kernel nv_backward --dtype bf16 --head-dim 128 ${_prefill} --features 1 --varlen 1"
@@ -254,6 +255,8 @@ set(_sm90a_cases
   "nv-wgmma-forward-d128-pipe-lse|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 128 --with-lse 1 --tune nv_wgmma.pipeline=1"
   "nv-wgmma-forward-d64-bf16-causal-pipe|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 64 --causal 1 --with-lse 1 --tune nv_wgmma.pipeline=1"
   "nv-wgmma-forward-d128-bf16-causal-pipe|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 128 --causal 1 --tune nv_wgmma.pipeline=1"
+  "nv-wgmma-forward-d128-wg1-s3|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 128 --with-lse 1 --tune nv_wgmma.warpgroups=1,nv_wgmma.stages=3"
+  "nv-wgmma-forward-d64-wg1-s3|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 64 --tune nv_wgmma.warpgroups=1,nv_wgmma.stages=3"
 )
 foreach(_case IN LISTS _sm90a_cases)
   if(NOT PTX_SM90A)

@@ -14,7 +14,8 @@
  *                [--max-work-group N]
  *                [--kernel forward|lanes|backward|merge|naive|nv_forward|nv_backward|nv_wgmma_forward]
  *                [--batch N --heads-q N --heads-kv N --seq-q N --seq-k N --compute-units N
- *                 --features 0|1 --causal 0|1 --with-lse 0|1 --unaligned 0|1 --varlen 0|1] [--tune SPEC]
+ *                 --features 0|1 --causal 0|1 --bias 0|1 --with-lse 0|1 --unaligned 0|1 --varlen 0|1]
+ *                [--tune SPEC]
  * prints, for the forward (the default), "-D BLOCK=B -D BLOCK_Q=BQ -D RT_RM=RM -D RT_TC=TC", or
  * "lanes" where the table sends the call to the lane-per-row path; for that path (lanes) the
  * defines of its first B and work-items per row, "-D BLOCK=B -D TPR=T -D LDS_STRIDE=.. ..."; for the
@@ -25,7 +26,8 @@
  * tensor-core kernels (nv_forward, nv_backward, and the experimental Hopper forward
  * nv_wgmma_forward, whatever the opt-in and the device) every define of the first kernel their
  * planners would build for the shape the other options give (a long prefill of one head by
- * default; --features 1 turns every feature on, --causal 1 the causal mask alone, --unaligned 1
+ * default; --features 1 turns every feature on, --causal 1 the causal mask alone, --bias 1 a bias
+ * alone, --unaligned 1
  * gives rows that do not start on 16 bytes, --varlen 1 a variable-length batch, which takes every
  * feature but bias and key lengths), feature switches included. --tune applies tuning settings (the
  * syntax of clflash_context_set_tuning) after the built-in rules, as a context's would be.
@@ -58,7 +60,7 @@ int main(int argc, char **argv)
     int cls = -1, dt = -1, kernel = 0;
     long head_dim = 0, local_mem = 65536, max_wg = 256;
     long batch = 1, heads_q = 1, heads_kv = 1, seq_q = 4096, seq_k = 4096, units = 0, features = 0, with_lse = 0,
-         unaligned = 0, varlen = 0, causal = 0;
+         unaligned = 0, varlen = 0, causal = 0, bias = 0;
 
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
@@ -99,6 +101,8 @@ int main(int argc, char **argv)
             features = strtol(v, NULL, 10);
         } else if (strcmp(k, "--causal") == 0) {
             causal = strtol(v, NULL, 10);
+        } else if (strcmp(k, "--bias") == 0) {
+            bias = strtol(v, NULL, 10);
         } else if (strcmp(k, "--with-lse") == 0) {
             with_lse = strtol(v, NULL, 10);
         } else if (strcmp(k, "--unaligned") == 0) {
@@ -148,6 +152,10 @@ int main(int argc, char **argv)
     p.q = p.k = p.v = p.o = rows_of;
     if (causal)
         p.flags = CLFLASH_CAUSAL;
+    if (bias) { /* the planners read only whether a buffer is given */
+        static char stand_in_bias;
+        p.bias = (cl_mem)(void *)&stand_in_bias;
+    }
     if (features) { /* every feature; the planners read only whether a buffer is given, never its contents */
         static char stand_in;
         p.flags = CLFLASH_CAUSAL | CLFLASH_WINDOW;
