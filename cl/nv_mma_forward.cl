@@ -43,7 +43,12 @@
  * and the slopes times log2(e)), in common.cl's order: softcap, then the bias, then ALiBi. With BIAS
  * each lane reads its rows' biases for a tile into registers one tile ahead, two keys per 8-byte load
  * when the host found the bias offset and strides even (BIAS_PAIRS); the planner gives a bias one
- * 16-row slice per warp, which leaves the registers for it.
+ * 16-row slice per warp, which leaves the registers for it. With BIAS_STAGED (the host found the
+ * offset and strides multiples of 4 floats) the bias tile of the whole block is copied into local
+ * memory beside its K and V tiles instead, by cp.async in the same commit group (bias_stream_next),
+ * and each lane reads its values there: no registers hold a bias between tiles, so the block keeps
+ * two slices per warp and each K/V byte read from L2 serves 128 rows, not 64 (the bias was bound by
+ * L2's bandwidth: see lib/nv_mma_forward_plan.c).
  * With CAUSAL the query blocks that see the most keys are launched first.
  * A row with no visible key ends with l = 0 and gets O = 0, lse = -inf. Unlike the portable kernel,
  * a masked key's P (0) is still multiplied with its V row inside a tile, so a NaN in V row j reaches
@@ -68,7 +73,7 @@
  *
  * Defines: HEAD_DIM (multiple of 16), BLOCK (keys per tile, multiple of 16), WARPS, M_TILES, STAGES,
  * D_REAL, NV_ALIGNED,
- * CAUSAL, WINDOW, SOFTCAP, BIAS, BIAS_PAIRS, ALIBI, KEYLEN, VARLEN, SPLIT, PACK, WITH_LSE,
+ * CAUSAL, WINDOW, SOFTCAP, BIAS, BIAS_PAIRS, BIAS_STAGED, ALIBI, KEYLEN, VARLEN, SPLIT, PACK, WITH_LSE,
  * CLFLASH_DTYPE_F16 or CLFLASH_DTYPE_BF16, NV_RESCALE_THRESH and NV_Q_DIRECT (below; the host's
  * defaults are in lib/nv_mma_forward_plan.c, the nv_forward.* tuning settings override them). The
  * PTX helpers (mma_16x8x16, load_matrix_x4, copy16_async, kv_stream, ...) and THREADS, ROW_STRIDE,
@@ -115,8 +120,19 @@
 #define BLOCK_Q (16 * M_TILES * WARPS)
 #define S_TILES (BLOCK / 8)           /* n8 tiles of S (keys) */
 #define O_TILES D_TILES               /* n8 tiles of O (columns) */
-#define LOCAL_ROWS (BLOCK_Q > 2 * STAGES * BLOCK ? BLOCK_Q : 2 * STAGES * BLOCK) /* STAGES K and V tiles */
 #define STAGE_HALVES (2 * BLOCK * ROW_STRIDE) /* one stage: a K tile and its V tile */
+#ifndef BIAS_STAGED
+#define BIAS_STAGED 0
+#endif
+#if BIAS_STAGED && !BIAS
+#error "BIAS_STAGED stages a bias"
+#endif
+/* BIAS_STAGED: after the STAGES K/V stages, STAGES bias tiles of BLOCK_Q rows of BIAS_ROW floats (BLOCK
+ * keys and 8 of padding: a quarter warp's 8-byte reads of 4 rows then fall in distinct banks). */
+#define BIAS_ROW (BLOCK + 8)
+#define BIAS_TILE_FLOATS (BLOCK_Q * BIAS_ROW)
+#define KV_AND_BIAS_ROWS (2 * STAGES * BLOCK + BIAS_STAGED * (STAGES * BIAS_TILE_FLOATS * 2 + ROW_STRIDE - 1) / ROW_STRIDE)
+#define LOCAL_ROWS (BLOCK_Q > KV_AND_BIAS_ROWS ? BLOCK_Q : KV_AND_BIAS_ROWS) /* the tiles, or Q staged */
 
 #if PAGED
 /* K and V tiles from a paged cache (common.cl's PAGED), the stream kv_stream is for tensors. The
@@ -264,6 +280,36 @@ static inline void load_bias_tile(float2 dst[M_TILES][S_TILES][2], __global cons
             dst[mt][n][0] = bias_pair(lo[mt], key0 + 8 * n + 2 * t, seq_k);
             dst[mt][n][1] = bias_pair(hi[mt], key0 + 8 * n + 2 * t, seq_k);
         }
+}
+#endif
+
+#if BIAS_STAGED
+/* The block's bias tiles into local memory (BIAS_STAGED): each call copies the next tile's BLOCK_Q
+ * rows of BLOCK keys, 16 bytes (4 keys) per cp.async; rows past the block's rows and keys past seq_k
+ * become zeros (those scores are masked). Needs the bias offset and strides in multiples of 4 floats
+ * and every tile's first key a multiple of 4 (tiles start at multiples of BLOCK). */
+#if (BLOCK_Q * BLOCK / 4) % THREADS != 0
+#error "a bias tile's 16-byte pieces must divide among the work-items"
+#endif
+typedef struct {
+    __global const float *rows; /* the bias at (b, the block's first head, row 0, key 0) */
+    ulong head_stride, row_stride;
+    uint row0, rows_total, h0, key0, seq_k;
+} bias_stream;
+
+static inline void bias_stream_next(bias_stream *st, __local float *dst)
+{
+#pragma unroll
+    for (uint i = 0; i < BLOCK_Q * BLOCK / 4 / THREADS; i++) {
+        const uint piece = get_local_id(0) + i * THREADS, r = piece / (BLOCK / 4), key = st->key0 + piece % (BLOCK / 4) * 4;
+        const uint row = min(st->row0 + r, st->rows_total - 1);
+        const uint keys_in = st->row0 + r < st->rows_total && key < st->seq_k ? min(st->seq_k - key, 4u) : 0u;
+        __global const float *src = st->rows + (ulong)(ROW_HEAD(st->h0, row) - st->h0) * st->head_stride +
+                                    (ulong)ROW_QUERY(row) * st->row_stride + (keys_in ? key : 0u);
+        copy16_async((__local ushort *)(dst + r * BIAS_ROW + piece % (BLOCK / 4) * 4), (__global const ushort *)src,
+                     4u * keys_in);
+    }
+    st->key0 += BLOCK;
 }
 #endif
 
@@ -633,7 +679,12 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
 #else
     (void)alibi;
 #endif
-#if BIAS
+#if BIAS_STAGED
+    /* the bias tiles stream beside K and V; this lane reads its rows' values from bias_tiles */
+    __local float *const bias_tiles = (__local float *)(tiles + STAGES * STAGE_HALVES);
+    bias_stream bstream = {bias + bias_off + (ulong)b * bias_bs + (ulong)h0 * bias_hs, bias_hs, bias_rs, row0,
+                           rows_total, h0, key_begin, seq_k};
+#elif BIAS
     /* The bias row of each of the lane's rows, and the first tile's bias: each tile's is loaded
      * into registers a tile ahead, so that its latency hides behind a whole tile's products. */
     __global const float *bias_lo[M_TILES], *bias_hi[M_TILES];
@@ -695,8 +746,12 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
      * that tile j is always group j and STAGES - 2 groups after it may still be in flight. */
 #pragma unroll
     for (uint u = 0; u + 1 < STAGES; u++) {
-        if (u < n_tiles)
+        if (u < n_tiles) {
             kv_tiles_next(&stream, tiles + u * STAGE_HALVES);
+#if BIAS_STAGED
+            bias_stream_next(&bstream, bias_tiles + u * BIAS_TILE_FLOATS);
+#endif
+        }
         async_commit();
     }
 #if Q_WITH_TILES
@@ -732,8 +787,16 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
         barrier(CLK_LOCAL_MEM_FENCE); /* tile j is in; every warp is done with tile j - 1 */
         /* tile j + STAGES - 1 streams into tile j - 1's stage while tiles j .. are computed */
         const uint refill = stage == 0 ? STAGES - 1 : stage - 1;
-        if (j + STAGES - 1 < n_tiles)
+        if (j + STAGES - 1 < n_tiles) {
             kv_tiles_next(&stream, tiles + refill * STAGE_HALVES);
+#if BIAS_STAGED
+            bias_stream_next(&bstream, bias_tiles + refill * BIAS_TILE_FLOATS);
+#endif
+        }
+#if BIAS_STAGED
+        /* this tile's bias, this lane's rows (lo, and hi 8 rows on) at its keys 2t, 2t + 1 */
+        __local const float *bias_here = bias_tiles + stage * BIAS_TILE_FLOATS + (warp_row0 + g) * BIAS_ROW + 2 * t;
+#endif
         async_commit();
         __local const ushort *k_src = k_src0 + stage * STAGE_HALVES;
         __local const ushort *v_src = v_src0 + stage * STAGE_HALVES;
@@ -808,7 +871,16 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
 #else
                 s[mt][n] *= scale2;
 #endif
-#if BIAS
+#if BIAS_STAGED
+                {
+                    const float2 lo = *(__local const float2 *)(bias_here + mt * 16 * BIAS_ROW + 8 * n);
+                    const float2 hi = *(__local const float2 *)(bias_here + (mt * 16 + 8) * BIAS_ROW + 8 * n);
+                    s[mt][n].x = fma(lo.x, M_LOG2E_F, s[mt][n].x);
+                    s[mt][n].y = fma(lo.y, M_LOG2E_F, s[mt][n].y);
+                    s[mt][n].z = fma(hi.x, M_LOG2E_F, s[mt][n].z);
+                    s[mt][n].w = fma(hi.y, M_LOG2E_F, s[mt][n].w);
+                }
+#elif BIAS
                 s[mt][n].x = fma(bias_t[mt][n][0].x, M_LOG2E_F, s[mt][n].x);
                 s[mt][n].y = fma(bias_t[mt][n][0].y, M_LOG2E_F, s[mt][n].y);
                 s[mt][n].z = fma(bias_t[mt][n][1].x, M_LOG2E_F, s[mt][n].z);
@@ -877,7 +949,7 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
             }
         }
 
-#if BIAS
+#if BIAS && !BIAS_STAGED
         /* this tile's bias is used: the next tile's loads go out now */
         if (j + 1 < n_tiles)
             load_bias_tile(bias_t, bias_lo, bias_hi, key0 + BLOCK, seq_k, t);

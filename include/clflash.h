@@ -308,6 +308,10 @@ CLFLASH_API const char *clflash_context_build_log(const clflash_context *c);
  *                              side by side per work-item 1..8 (default 4), parts whose loads go
  *                              out together 1..16 (8), lse loads in flight per work-item 1..16
  *                              (8), and 0 or 1: the first round's loads before the lse phase (1)
+ *      nv_forward.bias_staged  0 or 1: a bias whose offset and strides are multiples of 4 floats
+ *                              staged in local memory beside K and V, with two 16-row slices per
+ *                              warp (1), or read into registers a tile ahead with one slice (0,
+ *                              the default)
  *      nv_backward.block       16..64, a cap on B of the tensor-core backward (rounded down to a
  *                              multiple of 16)
  *      nv_backward.warps       1..16, its warps per work-group

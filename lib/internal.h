@@ -102,6 +102,7 @@ typedef enum {
     CLFLASH_TUNE_NV_FORWARD_MERGE_PARTS,    /* _LSE_BATCH and _PREFETCH */
     CLFLASH_TUNE_NV_FORWARD_MERGE_LSE_BATCH,
     CLFLASH_TUNE_NV_FORWARD_MERGE_PREFETCH,
+    CLFLASH_TUNE_NV_FORWARD_BIAS_STAGED,    /* the kernel's BIAS_STAGED, where the bias allows it */
     CLFLASH_TUNE_NV_BACKWARD_BLOCK,
     CLFLASH_TUNE_NV_BACKWARD_WARPS,
     CLFLASH_TUNE_NV_BACKWARD_MAXRREGCOUNT,  /* -cl-nv-maxrregcount */
@@ -115,6 +116,8 @@ typedef enum {
 
 /* The most rules a context keeps (file, option, environment and set_tuning calls together). */
 #define CLFLASH_MAX_TUNE_RULES 256u
+
+_Static_assert(CLFLASH_TUNE_COUNT <= 32, "clflash_tune_values.set has one bit per key");
 
 typedef struct {
     uint32_t set;                   /* bit k: key k has a value */

@@ -72,6 +72,24 @@ int clflash_bias_pairs(const clflash_problem *p)
     return p->bias != NULL && (b->offset | b->batch_stride | b->head_stride | b->seq_stride) % 2 == 0;
 }
 
+/* The kernel's BIAS_STAGED (with nv_forward.bias_staged=1; the default stays 0 until the kernel has
+ * run the feature shapes of tests/test_nv_mma.c that stage a ragged or packed bias on a GPU): a bias
+ * whose offset and strides are multiples of 4 floats (so that its rows' 16-byte pieces can be
+ * copied by cp.async) is staged in local memory beside the K/V tiles when the block has two slices
+ * per warp, at head dims up to 128. Measured on the H200 and H100
+ * (n = 4096, d = 128, f16, batch 4, 16 heads, 2026-12-05; docs/performance/h200.md): with the bias
+ * in registers (one slice per warp) the call moved 12 bytes per (row, key) from L2 (K and V for 64
+ * rows, and the bias) at about 4.8 TB/s, L2's limit, and took 2.6 ms against 1.7 without a bias
+ * (the same loop with a constant in place of the bias loads: 1.9, the one-slice kernel's own
+ * time). Staged, two slices share each K/V byte: 8 bytes per (row, key). */
+static int bias_staged(const clflash_problem *p, uint32_t m_tiles)
+{
+    const clflash_strides *b = &p->bias_strides;
+    return p->bias != NULL && clflash_tune_value(NULL, p, CLFLASH_TUNE_NV_FORWARD_BIAS_STAGED, NULL) == 1 &&
+           (b->offset | b->batch_stride | b->head_stride | b->seq_stride) % 4 == 0 && m_tiles >= 2 &&
+           clflash_nv_padded_dim(p) <= 128;
+}
+
 /* Query heads packed into one work-group's rows: all heads of a GQA group when their rows for the
  * whole of seq_q fit one work-group (128 rows), else none. */
 #define NV_PACK_ROWS 128u
@@ -89,6 +107,22 @@ static uint32_t pack_for(const clflash_problem *p)
 #define NV_TENTHS_PER_UNIT 24u
 #define NV_MIN_SPLIT_KEYS 256u
 
+/* 1 where the masks take registers that two 16-row slices per warp do not leave at head_dims 65 to
+ * 128: a sliding window, or the causal mask with softcap or ALiBi. There NVIDIA's compiler spills
+ * (84 to 112 bytes at d = 128, read with -cl-nv-verbose on the H100 and H200, driver 580; the causal
+ * mask alone spills 84 bytes too, but runs faster with two slices all the same), and one slice per
+ * warp runs faster. H200, n = 4096, d = 128, f16, batch 4, 16 heads, 2026-12-05, two slices against
+ * one (`clflash-bench --features --cases ... [--tune nv_forward.mtiles=1]`, one run): causal + window
+ * 1024 0.541 against 0.462 ms, causal + softcap 1.145 against 1.028, causal + ALiBi 1.039 against
+ * 0.992, the causal mask alone 0.951 against 1.151. */
+static int masks_crowd_two_slices(const clflash_problem *p)
+{
+    const int causal = (p->flags & CLFLASH_CAUSAL) != 0;
+    if (clflash_nv_padded_dim(p) <= 64)
+        return 0;
+    return (p->flags & CLFLASH_WINDOW) != 0 || (causal && (p->softcap != 0.0f || p->alibi_slopes != NULL));
+}
+
 /* How the work-group's query rows are laid out by default: `warps` warps of `m_tiles` 16-row
  * slices each. Measured on the H200 (n = 4096, f16; see docs/performance/h200.md): 4 warps of 2
  * slices (128 rows) beat 3 to 8 warps of one slice at d = 64 and 128, because each K or V fragment
@@ -101,10 +135,10 @@ static void default_rows(const clflash_problem *p, uint32_t *warps, uint32_t *m_
     if (rows <= 16) {
         *warps = 1;
         *m_tiles = 1;
-    } else if (p->bias != NULL) {
+    } else if ((p->bias != NULL && !bias_staged(p, 2)) || masks_crowd_two_slices(p)) {
         /* one slice per warp: the registers a tile's bias takes (and the next tile's, loaded ahead)
          * do not fit beside two slices (H200, n = 4096, d = 128, the bias loaded in the same tile:
-         * 4.95 ms with two slices, 3.41 with one) */
+         * 4.95 ms with two slices, 3.41 with one), nor do those of the masks above */
         *m_tiles = 1;
         *warps = rows >= 64 ? 4 : (uint32_t)(rows + 15) / 16;
     } else {
@@ -133,11 +167,15 @@ int32_t clflash_nv_default_mtiles(const clflash_context *c, const clflash_proble
 
 /* Bytes of the kernel's local array: `stages` K and V tiles of B rows, each row padded by 16 bytes;
  * Q and O are staged through the same array, which grows if the work-group's query rows need more. */
-static cl_ulong counted_local_bytes(const clflash_problem *p, uint32_t block, uint32_t block_q, uint32_t stages)
+static cl_ulong counted_local_bytes(const clflash_problem *p, uint32_t block, uint32_t warps, uint32_t m_tiles,
+                                    uint32_t stages)
 {
-    const uint64_t kv_rows = 2ull * stages * block;
-    const uint64_t rows = block_q > kv_rows ? block_q : kv_rows;
-    return rows * (clflash_nv_padded_dim(p) + 8) * p->elem_size;
+    const uint64_t block_q = 16ull * warps * m_tiles, row_bytes = (clflash_nv_padded_dim(p) + 8ull) * p->elem_size;
+    /* BIAS_STAGED: stages bias tiles of block_q rows of B + 8 floats after the K/V tiles */
+    const uint64_t bias_bytes = bias_staged(p, m_tiles) ? (uint64_t)stages * block_q * (block + 8) * sizeof(float) : 0;
+    const uint64_t tiles = 2ull * stages * block * row_bytes + (bias_bytes + row_bytes - 1) / row_bytes * row_bytes;
+    const uint64_t q_rows = block_q * row_bytes;
+    return q_rows > tiles ? q_rows : tiles;
 }
 
 /* The K/V pipeline's depth (the kernel's STAGES) for a block of B keys: 2 (double buffering) for
@@ -157,27 +195,27 @@ int32_t clflash_nv_default_stages(const clflash_context *c, const clflash_proble
     return f->warps == 1 ? NV_DECODE_STAGES : 2;
 }
 
-static uint32_t stages_for(const clflash_context *c, const clflash_problem *p, uint32_t warps, uint32_t block,
-                           uint32_t block_q, uint64_t budget)
+static uint32_t stages_for(const clflash_context *c, const clflash_problem *p, uint32_t warps, uint32_t m_tiles,
+                           uint32_t block, uint64_t budget)
 {
     const clflash_tune_facts facts = {.warps = warps};
     uint32_t want = (uint32_t)clflash_tune_value(c, p, CLFLASH_TUNE_NV_FORWARD_STAGES, &facts);
-    while (want > 2 && counted_local_bytes(p, block, block_q, want) > budget)
+    while (want > 2 && counted_local_bytes(p, block, warps, m_tiles, want) > budget)
         want--;
     return want;
 }
 
 /* For a one-warp work-group, the block whose pipeline keeps the most keys in flight
  * ((stages - 1) * B) within the budget, the smaller block on a tie; others keep B. */
-static uint32_t decode_block(const clflash_context *c, const clflash_problem *p, uint32_t warps, uint32_t b,
-                             uint32_t block_q, uint64_t budget)
+static uint32_t decode_block(const clflash_context *c, const clflash_problem *p, uint32_t warps, uint32_t m_tiles,
+                             uint32_t b, uint64_t budget)
 {
     if (warps != 1)
         return b;
     uint32_t best = b, best_keys = 0;
     for (uint32_t block = 16; block <= b; block += 16) {
-        const uint32_t stages = stages_for(c, p, warps, block, block_q, budget);
-        if (counted_local_bytes(p, block, block_q, stages) <= budget && (stages - 1) * block > best_keys) {
+        const uint32_t stages = stages_for(c, p, warps, m_tiles, block, budget);
+        if (counted_local_bytes(p, block, warps, m_tiles, stages) <= budget && (stages - 1) * block > best_keys) {
             best = block;
             best_keys = (stages - 1) * block;
         }
@@ -191,10 +229,11 @@ static uint32_t decode_block(const clflash_context *c, const clflash_problem *p,
  * cost up to 10 us of a 50 us decoding call. It needs the block's parts' weights in the kernel's local
  * array (block_q * (splits + 1) floats); the setting nv_forward.fused_merge=0 turns it off. */
 static int fused_merge_fits(const clflash_context *c, const clflash_problem *p, uint32_t splits, uint32_t block,
-                            uint32_t block_q, uint32_t stages)
+                            uint32_t warps, uint32_t m_tiles, uint32_t stages)
 {
+    const uint32_t block_q = 16 * warps * m_tiles;
     return splits > 1 && clflash_tune_value(c, p, CLFLASH_TUNE_NV_FORWARD_FUSED_MERGE, NULL) == 1 &&
-           (uint64_t)block_q * (splits + 1u) * sizeof(float) <= counted_local_bytes(p, block, block_q, stages);
+           (uint64_t)block_q * (splits + 1u) * sizeof(float) <= counted_local_bytes(p, block, warps, m_tiles, stages);
 }
 
 /* The kernel's NV_RESCALE_THRESH and NV_Q_DIRECT: the tuning table's defaults of
@@ -258,9 +297,11 @@ static void kernel_defines(const clflash_context *c, const clflash_problem *p, i
                  m.group, m.parts, m.lse_batch, m.prefetch);
     snprintf(buf, size,
              "%s -D HEAD_DIM=%u -D D_REAL=%u -D NV_ALIGNED=%d -D BLOCK=%u -D WARPS=%u -D M_TILES=%u -D STAGES=%u "
-             "-D BIAS_PAIRS=%d -D FUSED_MERGE=%d -D WITH_OUT_LSE=%d -D NV_RESCALE_THRESH=%d -D NV_Q_DIRECT=%d%s",
+             "-D BIAS_PAIRS=%d -D BIAS_STAGED=%d -D FUSED_MERGE=%d -D WITH_OUT_LSE=%d -D NV_RESCALE_THRESH=%d "
+             "-D NV_Q_DIRECT=%d%s",
              features, clflash_nv_padded_dim(p), p->head_dim, clflash_nv_rows_aligned(p), block, warps, m_tiles, stages,
-             clflash_bias_pairs(p), fused, fused && with_lse, (int)rescale_thresh(c, p), q_direct(c, p), merge);
+             clflash_bias_pairs(p), bias_staged(p, m_tiles), fused, fused && with_lse, (int)rescale_thresh(c, p),
+             q_direct(c, p), merge);
 }
 
 static clflash_status build(clflash_context *c, const clflash_problem *p, int with_lse, uint32_t splits, uint32_t pack,
@@ -277,7 +318,7 @@ static clflash_status build(clflash_context *c, const clflash_problem *p, int wi
     *kernel = clCreateKernel(prog, KERNEL_NAME, &err);
     if (err != CL_SUCCESS)
         return clflash_fail(err, "clCreateKernel(%s) failed", KERNEL_NAME);
-    if ((st = clflash_read_kernel_limits(c, *kernel, counted_local_bytes(p, block, 16 * warps * m_tiles, stages),
+    if ((st = clflash_read_kernel_limits(c, *kernel, counted_local_bytes(p, block, warps, m_tiles, stages),
                                          local_bytes, max_wg)) !=
         CLFLASH_SUCCESS) {
         clReleaseKernel(*kernel);
@@ -313,7 +354,7 @@ static first_choice first_candidate(const clflash_context *c, const clflash_prob
     const uint64_t groups = (uint64_t)p->batch * (p->heads_q / f.pack) * ((rows + block_q - 1) / block_q);
     f.splits = clflash_split_count(c, p, groups, NV_TENTHS_PER_UNIT, NV_MIN_SPLIT_KEYS);
     if (p->block == 0)
-        b = decode_block(c, p, f.warps, (uint32_t)b, block_q, budget);
+        b = decode_block(c, p, f.warps, f.m_tiles, (uint32_t)b, budget);
     f.block = (uint32_t)b;
     return f;
 }
@@ -322,13 +363,12 @@ int clflash_nv_forward_first_defines(const clflash_context *c, const clflash_pro
                                      size_t size)
 {
     const first_choice f = first_candidate(c, p, 0);
-    const uint32_t block_q = 16 * f.warps * f.m_tiles;
     for (uint32_t block = f.block; block >= 16; block -= 16) {
-        const uint32_t stages = stages_for(c, p, f.warps, block, block_q, c->local_mem_budget);
-        if (counted_local_bytes(p, block, block_q, stages) > c->local_mem_budget && p->block == 0)
+        const uint32_t stages = stages_for(c, p, f.warps, f.m_tiles, block, c->local_mem_budget);
+        if (counted_local_bytes(p, block, f.warps, f.m_tiles, stages) > c->local_mem_budget && p->block == 0)
             continue; /* as the planner: not built */
         kernel_defines(c, p, with_lse, f.splits, f.pack, block, f.warps, f.m_tiles, stages,
-                       fused_merge_fits(c, p, f.splits, block, block_q, stages), buf, size);
+                       fused_merge_fits(c, p, f.splits, block, f.warps, f.m_tiles, stages), buf, size);
         return 1;
     }
     return 0;
@@ -351,10 +391,10 @@ clflash_status clflash_plan_nv_mma(clflash_context *c, const clflash_problem *p,
         cl_kernel kernel = NULL;
         cl_ulong local_bytes = 0;
         size_t max_wg = 0;
-        const uint32_t stages = stages_for(c, p, warps, block, block_q, budget);
-        if (counted_local_bytes(p, block, block_q, stages) > budget && p->block == 0)
+        const uint32_t stages = stages_for(c, p, warps, m_tiles, block, budget);
+        if (counted_local_bytes(p, block, warps, m_tiles, stages) > budget && p->block == 0)
             continue; /* cannot fit: no need to build it */
-        const int fused = fused_merge_fits(c, p, splits, block, block_q, stages);
+        const int fused = fused_merge_fits(c, p, splits, block, warps, m_tiles, stages);
         clflash_status st = build(c, p, with_lse, splits, pack, block, warps, m_tiles, stages, fused, &kernel,
                                   &local_bytes, &max_wg);
         if (st != CLFLASH_SUCCESS)
@@ -365,11 +405,12 @@ clflash_status clflash_plan_nv_mma(clflash_context *c, const clflash_problem *p,
                               threads);
             clflash_tune_report(&out->plan,
                                 "nv_forward.block=%u,nv_forward.warps=%u,nv_forward.mtiles=%u,nv_forward.stages=%u,"
-                                "nv_forward.fused_merge=%d,nv_forward.rescale_thresh=%d,nv_forward.q_direct=%d",
+                                "nv_forward.fused_merge=%d,nv_forward.rescale_thresh=%d,nv_forward.q_direct=%d%s",
                                 block, warps, m_tiles, stages,
                                 splits > 1 ? fused
                                            : (int)clflash_tune_value(c, p, CLFLASH_TUNE_NV_FORWARD_FUSED_MERGE, NULL),
-                                (int)rescale_thresh(c, p), q_direct(c, p));
+                                (int)rescale_thresh(c, p), q_direct(c, p),
+                                bias_staged(p, m_tiles) ? ",nv_forward.bias_staged=1" : "");
             if (fused) {
                 const merge_shape m = merge_shape_for(c, p);
                 clflash_tune_report(&out->plan,

@@ -63,6 +63,8 @@ static const tune_param params[CLFLASH_TUNE_COUNT] = {
     [CLFLASH_TUNE_NV_FORWARD_MERGE_PARTS] = {"nv_forward.merge_parts", 1, 16, 8, NULL},
     [CLFLASH_TUNE_NV_FORWARD_MERGE_LSE_BATCH] = {"nv_forward.merge_lse_batch", 1, 16, 8, NULL},
     [CLFLASH_TUNE_NV_FORWARD_MERGE_PREFETCH] = {"nv_forward.merge_prefetch", 0, 1, 1, NULL},
+    /* the bias staged in local memory beside K and V (nv_mma_forward_plan.c's bias_staged) */
+    [CLFLASH_TUNE_NV_FORWARD_BIAS_STAGED] = {"nv_forward.bias_staged", 0, 1, 0, NULL},
     [CLFLASH_TUNE_NV_BACKWARD_BLOCK] = {"nv_backward.block", 16, 64, 64, NULL},
     [CLFLASH_TUNE_NV_BACKWARD_WARPS] = {"nv_backward.warps", 1, 16, 4, NULL},
     /* 0: no register cap (a setting gives 32..255) */

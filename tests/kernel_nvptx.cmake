@@ -121,6 +121,7 @@ set(_nv_cases
   "nv-decode-d128|${_nv_fwd}|--kernel nv_forward --dtype f16 --head-dim 128 --batch 1 --heads-q 32 --heads-kv 8 --seq-q 1 --seq-k 32768 --with-lse 1"
   "nv-forward-d77-features|${_nv_fwd}|--kernel nv_forward --dtype bf16 --head-dim 77 ${_prefill} --features 1 --unaligned 1"
   "nv-forward-d128-bias|${_nv_fwd}|--kernel nv_forward --dtype f16 --head-dim 128 ${_prefill} --bias 1"
+  "nv-forward-d128-bias-staged|${_nv_fwd}|--kernel nv_forward --dtype f16 --head-dim 128 ${_prefill} --bias 1 --causal 1 --tune nv_forward.bias_staged=1"
   "nv-forward-d128-varlen|${_nv_fwd}|--kernel nv_forward --dtype f16 --head-dim 128 --batch 8 --heads-q 32 --heads-kv 8 --seq-q 1 --seq-k 8192 --features 1 --varlen 1 --with-lse 1"
   "nv-backward-d128|${_nv_bwd}|--kernel nv_backward --dtype f16 --head-dim 128 ${_prefill}"
   "nv-backward-d128-varlen|${_nv_bwd}|--kernel nv_backward --dtype bf16 --head-dim 128 ${_prefill} --features 1 --varlen 1"

@@ -14,7 +14,9 @@
  *                         and MQA, forced blocks of 16 and 32 (many tiles and partial tiles), an
  *                         interleaved strided layout with an offset, against the fp64 reference,
  *                         with O's gaps checked untouched; split parts merged in the flash
- *                         kernel's launch and by the merge kernel give the same bits.
+ *                         kernel's launch and by the merge kernel give the same bits. The feature
+ *                         shapes with a BIAS_PADDED bias run again with it staged in local memory
+ *                         (nv_forward.bias_staged=1).
  *   test_nv_mma backward_numerics  likewise on a tensor-core device only: the same for the
  *                         tensor-core backward (cl/nv_mma_backward.cl,
  *                         head_dim up to 256 (two warps per 16 rows above 128), padded ones and
@@ -408,7 +410,10 @@ enum bias_kind {
     BIAS_FULL,         /* [batch][heads][seq_q][seq_k] at an odd offset, every 7th entry -inf */
     BIAS_SHARED,       /* [seq_q][seq_k], broadcast over batch and heads */
     BIAS_ROWS,         /* [batch][heads][seq_k], broadcast over the rows, every 5th entry -inf */
-    BIAS_MASKED_ROWS   /* [batch][heads][seq_q][seq_k], every 7th entry and every row i % 9 == 2 -inf */
+    BIAS_MASKED_ROWS,  /* [batch][heads][seq_q][seq_k], every 7th entry and every row i % 9 == 2 -inf */
+    BIAS_PADDED        /* [batch][heads][seq_q][seq_k] in rows padded to 8 floats, offset and gaps of 4
+                        * floats, every 7th entry -inf: the bias tiles staged in local memory
+                        * (BIAS_STAGED), a ragged seq_k leaving 1 to 3 keys in a last 16-byte piece */
     /* (even offsets and strides, as with an even seq_k and no offset, take the kernel's paired loads) */
 };
 
@@ -500,6 +505,10 @@ static const mma_shape feature_shapes[] = {
     {1, 4, 2, 127, 256, 128, C, 0, 0, 0, 0, 0, 0, 0, 0, 0, BIAS_SHARED, 0},
     {2, 2, 0, 61, 190, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, BIAS_MASKED_ROWS, 0},
     {1, 32, 8, 1, 2050, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, BIAS_ROWS, 0},
+    /* offsets and strides in multiples of 4 floats: the bias staged in local memory */
+    {2, 3, 0, 150, 301, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, BIAS_PADDED, 0},
+    {1, 8, 2, 21, 301, 128, C, 0, 0, 0, 0, 0, 0, 0, 0, 0, BIAS_PADDED, 0}, /* 4 packed heads a block */
+    {2, 2, 0, 70, 45, 64, C, 0, 0, 0, 0, 0, 0, 0, 0, 0, BIAS_PADDED, 0},
     {1, 3, 0, 111, 203, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
     {2, 8, 2, 3, 999, 128, C, 0, 0, 0, 0, 4, 1, 0, 0, 0, 0, 1},         /* packed slopes, split, ragged */
     {1, 4, 1, 300, 301, 96, C, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
@@ -603,7 +612,7 @@ static void run_shape(const mma_shape *s, clflash_dtype t)
                  (uint64_t)(s->sq - 1) * bs.seq_stride + s->sk;
         bias = malloc(bias_n * sizeof(float));
         ck_assert(bias);
-        const unsigned mask_every = s->bias == BIAS_ROWS ? 5 : s->bias == BIAS_SHARED ? 0 : 7;
+        const unsigned mask_every = s->bias == BIAS_ROWS ? 5 : s->bias == BIAS_SHARED ? 0 : 7; /* PADDED: 7 */
         for (uint64_t i = 0; i < bias_n; i++)
             bias[i] = mask_every && i % mask_every == 3 ? -INFINITY : (float)(3.0 * ref_rng_uniform(&r));
         if (s->bias == BIAS_MASKED_ROWS)
@@ -704,10 +713,23 @@ START_TEST(against_reference)
 }
 END_TEST
 
-/* _i: the row in f16, then (plus N_FEATURE_SHAPES) in bf16. */
+/* _i: the row in f16, then (plus N_FEATURE_SHAPES) in bf16. A BIAS_PADDED row runs twice: with the
+ * bias read into registers (the default), then staged in local memory (nv_forward.bias_staged=1,
+ * whose plan must say so). */
 START_TEST(features_against_reference)
 {
-    run_shape(&feature_shapes[_i % N_FEATURE_SHAPES], _i < (int)N_FEATURE_SHAPES ? CLFLASH_F16 : CLFLASH_BF16);
+    const mma_shape *s = &feature_shapes[_i % N_FEATURE_SHAPES];
+    const clflash_dtype t = _i < (int)N_FEATURE_SHAPES ? CLFLASH_F16 : CLFLASH_BF16;
+    run_shape(s, t);
+    if (s->bias == BIAS_PADDED) {
+        ck_assert_int_eq(clflash_context_set_tuning(ctx, "nv_forward.bias_staged=1"), CLFLASH_SUCCESS);
+        const clflash_attention_desc d = mma_desc(s, t);
+        clflash_plan plan;
+        ck_assert_int_eq(clflash_plan_attention(ctx, &d, &plan), CLFLASH_SUCCESS);
+        ck_assert_msg(strstr(plan.tuning, "nv_forward.bias_staged=1") != NULL, "not staged: %s", plan.tuning);
+        run_shape(s, t);
+        ck_assert_int_eq(clflash_context_set_tuning(ctx, "nv_forward.bias_staged=0"), CLFLASH_SUCCESS);
+    }
 }
 END_TEST
 
@@ -935,6 +957,12 @@ static clflash_attention_desc mma_desc(const mma_shape *s, clflash_dtype t)
     d.softcap = s->softcap;
     if (s->bias == BIAS_FULL)
         d.bias_layout.offset = 3;
+    if (s->bias == BIAS_PADDED) {
+        d.bias_layout.offset = 4;
+        d.bias_layout.seq_stride = (s->sk + 7u) / 8u * 8u;
+        d.bias_layout.head_stride = (uint64_t)s->sq * d.bias_layout.seq_stride + 4;
+        d.bias_layout.batch_stride = (uint64_t)s->hq * d.bias_layout.head_stride + 8;
+    }
     else if (s->bias == BIAS_SHARED)
         d.bias_broadcast = CLFLASH_BROADCAST_BATCH | CLFLASH_BROADCAST_HEADS;
     else if (s->bias == BIAS_ROWS)
