@@ -131,7 +131,8 @@
  * keys and 8 of padding: a quarter warp's 8-byte reads of 4 rows then fall in distinct banks). */
 #define BIAS_ROW (BLOCK + 8)
 #define BIAS_TILE_FLOATS (BLOCK_Q * BIAS_ROW)
-#define KV_AND_BIAS_ROWS (2 * STAGES * BLOCK + BIAS_STAGED * (STAGES * BIAS_TILE_FLOATS * 2 + ROW_STRIDE - 1) / ROW_STRIDE)
+#define BIAS_ROWS_LOCAL (BIAS_STAGED * (STAGES * BIAS_TILE_FLOATS * 2 + ROW_STRIDE - 1) / ROW_STRIDE) /* in K/V rows */
+#define KV_AND_BIAS_ROWS (2 * STAGES * BLOCK + BIAS_ROWS_LOCAL)
 #define LOCAL_ROWS (BLOCK_Q > KV_AND_BIAS_ROWS ? BLOCK_Q : KV_AND_BIAS_ROWS) /* the tiles, or Q staged */
 
 #if PAGED
@@ -301,7 +302,8 @@ static inline void bias_stream_next(bias_stream *st, __local float *dst)
 {
 #pragma unroll
     for (uint i = 0; i < BLOCK_Q * BLOCK / 4 / THREADS; i++) {
-        const uint piece = get_local_id(0) + i * THREADS, r = piece / (BLOCK / 4), key = st->key0 + piece % (BLOCK / 4) * 4;
+        const uint piece = get_local_id(0) + i * THREADS, r = piece / (BLOCK / 4);
+        const uint key = st->key0 + piece % (BLOCK / 4) * 4;
         const uint row = min(st->row0 + r, st->rows_total - 1);
         const uint keys_in = st->row0 + r < st->rows_total && key < st->seq_k ? min(st->seq_k - key, 4u) : 0u;
         __global const float *src = st->rows + (ulong)(ROW_HEAD(st->h0, row) - st->h0) * st->head_stride +

@@ -165,8 +165,10 @@ int32_t clflash_nv_default_mtiles(const clflash_context *c, const clflash_proble
     return (int32_t)m_tiles;
 }
 
-/* Bytes of the kernel's local array: `stages` K and V tiles of B rows, each row padded by 16 bytes;
- * Q and O are staged through the same array, which grows if the work-group's query rows need more. */
+/* Bytes of the kernel's local array: `stages` K and V tiles of B rows, each row padded by 16 bytes,
+ * and after them, with BIAS_STAGED, `stages` bias tiles (the kernel's BIAS_ROW floats a row, whole
+ * K/V rows in all); Q and O are staged through the same array, which grows if the work-group's
+ * query rows need more. */
 static cl_ulong counted_local_bytes(const clflash_problem *p, uint32_t block, uint32_t warps, uint32_t m_tiles,
                                     uint32_t stages)
 {

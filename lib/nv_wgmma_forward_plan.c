@@ -14,9 +14,9 @@
  *
  * The shape: warpgroups of 128 work-items, each owning 64 query rows; two per work-group (128
  * rows) unless seq_q fits one (nv_wgmma.warpgroups sets it). B (keys per tile) 64 at head_dim 64
- * and 32 at 128 (the tuning key nv_wgmma.block caps it), so that the K and V tiles fit the 48 KiB of an H200 beside the bytes
- * the driver adds (4 there): the pipelined loop (nv_wgmma.pipeline=1: WG_PIPE 1)
- * keeps a ring of 2 K tiles and one of 3 V tiles, 5 B head_dim 2 bytes = 40 KiB at (64, 64) and
+ * and 32 at 128 (the tuning key nv_wgmma.block caps it), so that the K and V tiles fit the 48 KiB
+ * of an H200 beside the bytes the driver adds (4 there): the pipelined loop (nv_wgmma.pipeline=1:
+ * WG_PIPE 1) keeps a ring of 2 K tiles and one of 3 V tiles, 5 B head_dim 2 bytes = 40 KiB at (64, 64) and
  * (128, 32), 80 KiB at (128, 64), which is why head_dim 128 stays at 32; the loop that waits for
  * every product (WG_PIPE 0, the default) two stages of a K and a V tile, 32 KiB (nv_wgmma.stages asks
  * for up to 6; each B then takes the most stages whose built kernel fits, down to 2). 32 where 64 does
