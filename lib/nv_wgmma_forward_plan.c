@@ -81,11 +81,10 @@ static uint32_t warpgroups_for(const clflash_context *c, const clflash_problem *
     return p->seq_q <= 64 ? 1u : 2u;
 }
 
-/* The waiting loop's K/V tile pairs (WG_PIPE 0): nv_wgmma.stages, 2 to 6. */
+/* The waiting loop's K/V tile pairs (WG_PIPE 0): nv_wgmma.stages, 2 to 6 (the tuning table's range). */
 static uint32_t wanted_stages(const clflash_context *c, const clflash_problem *p)
 {
-    const int32_t set = clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_STAGES, NULL);
-    return set >= 2 && set <= 6 ? (uint32_t)set : 2u;
+    return (uint32_t)clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_STAGES, NULL);
 }
 
 /* 1 for the pipelined loop (WG_PIPE 1), 0 for the one that waits for every product. */
