@@ -14,7 +14,9 @@
  *
  * Work: a work-group of WARPGROUPS warpgroups (128 work-items each) owns BLOCK_Q = 64 * WARPGROUPS
  * query rows of one (batch, head); warpgroup wg owns rows 64 wg .. 64 wg + 63, warp w of it rows
- * 16 w .. 16 w + 15 of those. For each key tile of BLOCK keys:
+ * 16 w .. 16 w + 15 of those. Every K/V tile copied into local memory serves all BLOCK_Q rows, so
+ * more warpgroups read fewer bytes from L2 per product (the host takes 4 at head_dim 64, 3 at 128:
+ * what the registers allow at one work-group per SM). For each key tile of BLOCK keys:
  *   S = Q K^T     wgmma m64n32k16 (BLOCK / 32 of them per k-step, one per 32 keys), A = Q from
  *                 registers (loaded once), B = the K tile in local memory through a descriptor,
  *                 fp32 accumulators, HEAD_DIM / 16 k-steps in one wgmma group;
@@ -115,15 +117,16 @@
  * K(t + 1) into K slot (t + 1) % 2 and V(t) into V slot t % 3 are issued. So K and V stream in one
  * tile ahead, as in WG_PIPE 0 with 2 stages; O(t) waits for V(t) one barrier later than S(t)
  * waits for K(t), and the last tile of an odd count has a barrier of its own for its V.
- * Q is staged once through the same memory (rows padded by 16 bytes, as nv_mma_forward's) and read
- * into A fragments with ldmatrix, an ordinary read: a barrier before the tiles overwrite it. O
- * passes through it at the end, after a barrier, for 16-byte coalesced stores.
+ * Q is staged once through the same memory (rows padded by 16 bytes, as nv_mma_forward's; Q_PASS =
+ * at most 128 rows at a time, since three or four warpgroups' rows would not fit) and read into A
+ * fragments with ldmatrix, an ordinary read: a barrier before the tiles overwrite it. O passes
+ * through it at the end, Q_PASS rows at a time after a barrier, for 16-byte coalesced stores.
  *
  * With CAUSAL the query blocks that see the most keys are launched first. A row with no visible
  * key ends with l = 0 and gets O = 0, lse = -inf. Keys at or past seq_k are zero-filled and masked.
  *
  * Defines: HEAD_DIM (64 or 128) = D_REAL, NV_ALIGNED 1, BLOCK (32 or 64), WARPS = 4 * WARPGROUPS,
- * WARPGROUPS (1 or 2), STAGES, WG_PIPE (0 or 1; with 1 and HEAD_DIM 128 BLOCK 32 only),
+ * WARPGROUPS (1 to 4), STAGES, WG_PIPE (0 or 1; with 1 and HEAD_DIM 128 BLOCK 32 only),
  * CLFLASH_DTYPE_F16 or _BF16, CAUSAL, WITH_LSE and common.cl's feature
  * switches (all others 0), SPLIT 0, PACK 1, PAGED 0. The helpers (copy16_async, load_matrix_x4,
  * pack_pair, exp2_ftz, lane_xor, stage_rows; THREADS, ROW_STRIDE, CHUNKS, K_STEPS) come from
@@ -149,7 +152,8 @@
 #define BLOCK_Q (64 * WARPGROUPS)
 #define TILE_HALVES (BLOCK * HEAD_DIM)     /* one K or V tile */
 #define STAGE_HALVES (2 * TILE_HALVES)     /* a K tile and its V tile */
-#define Q_HALVES (BLOCK_Q * ROW_STRIDE)    /* Q (and O) staged in padded rows */
+#define Q_PASS (BLOCK_Q > 128 ? 128 : BLOCK_Q) /* rows of Q (and O) staged at a time */
+#define Q_HALVES (Q_PASS * ROW_STRIDE)     /* Q (and O) staged in padded rows */
 #if WG_PIPE
 #define K_SLOTS 2                          /* the K ring: tiles t and t + 1 */
 #define V_SLOTS 3                          /* the V ring: tiles t - 1 (in flight), t and t + 1 */
@@ -163,8 +167,8 @@
 #define O_SLABS (HEAD_DIM / 64)            /* wgmma groups of O += P V, 64 columns each */
 #define P_STEPS (BLOCK / 16)               /* k16 steps of O += P V */
 #define PIECES (BLOCK * CHUNKS)            /* 16-byte pieces of a tile */
-#if PIECES % THREADS != 0 || CHUNKS % 4 != 0
-#error "a tile's pieces must divide among the work-items, in runs of 4 chunks"
+#if CHUNKS % 4 != 0
+#error "a tile's pieces are copied in runs of 4 chunks"
 #endif
 
 /* The operand types in the wgmma mnemonics. */
@@ -548,8 +552,10 @@ static inline wg_stream wg_stream_start(__global const ushort *x, ulong base, ul
 static inline void wg_stream_tile(wg_stream *st, __local ushort *dst)
 {
 #pragma unroll
-    for (uint i = 0; i < PIECES / THREADS; i++) {
+    for (uint i = 0; i < (PIECES + THREADS - 1) / THREADS; i++) {
         const uint p = get_local_id(0) + i * THREADS, key = wg_piece_key(p), chunk = wg_piece_chunk(p);
+        if (PIECES % THREADS != 0 && p >= PIECES)
+            break; /* three warpgroups: the pieces do not divide evenly */
         const int in = (long)key < st->keys_left;
         copy16_async(dst + chunk * 8 * BLOCK + key * 8, in ? st->next + (ulong)key * st->ss + chunk * 8 : st->any,
                      in ? 16u : 0u);
@@ -687,22 +693,30 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
     const long shift = (long)seq_k - (long)seq_q; /* query i's diagonal key is i + shift */
     const uint r_lo = row0 + 16 * warp + g;       /* the lane's rows: r_lo and r_lo + 8 */
 
-    /* Q: global -> local (rows past seq_q zeros) -> this warp's A fragments, kept for the call. */
-    stage_rows(tiles, q, q_base, q_ss, row0, BLOCK_Q, seq_q);
-    async_commit();
-    async_wait_all();
-    barrier(CLK_LOCAL_MEM_FENCE);
+    /* Q: global -> local (rows past seq_q zeros) -> this warp's A fragments, kept for the call;
+     * Q_PASS rows at a time (more than two warpgroups' rows do not fit beside nothing else). */
     uint qa[4 * K_STEPS];
-    {
-        /* ldmatrix x4, matrix j = lane / 8: rows + 8 for j = 1, 3, columns + 8 for j = 2, 3 */
-        __local const ushort *src = tiles + (16 * warp + lane % 8 + (lane / 8) % 2 * 8) * ROW_STRIDE + lane / 16 * 8;
 #pragma unroll
-        for (uint kk = 0; kk < K_STEPS; kk++) {
-            const uint4 w = load_matrix_x4(src + kk * 16);
-            qa[4 * kk] = w.x;
-            qa[4 * kk + 1] = w.y;
-            qa[4 * kk + 2] = w.z;
-            qa[4 * kk + 3] = w.w;
+    for (uint pass = 0; pass < BLOCK_Q; pass += Q_PASS) {
+        const uint rows = min((uint)Q_PASS, (uint)BLOCK_Q - pass);
+        if (pass > 0)
+            barrier(CLK_LOCAL_MEM_FENCE); /* the previous pass's rows are read */
+        stage_rows(tiles, q, q_base, q_ss, row0 + pass, rows, seq_q);
+        async_commit();
+        async_wait_all();
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (16 * warp - pass < rows) {
+            /* ldmatrix x4, matrix j = lane / 8: rows + 8 for j = 1, 3, columns + 8 for j = 2, 3 */
+            __local const ushort *src =
+                tiles + (16 * warp - pass + lane % 8 + (lane / 8) % 2 * 8) * ROW_STRIDE + lane / 16 * 8;
+#pragma unroll
+            for (uint kk = 0; kk < K_STEPS; kk++) {
+                const uint4 w = load_matrix_x4(src + kk * 16);
+                qa[4 * kk] = w.x;
+                qa[4 * kk + 1] = w.y;
+                qa[4 * kk + 2] = w.z;
+                qa[4 * kk + 3] = w.w;
+            }
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE); /* Q's staging area becomes the K and V tiles */
@@ -846,23 +860,28 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
     (void)heads_q;
 #endif
 
-    /* O: registers -> local (this warp's rows, padded) -> 16-byte coalesced stores. */
-    barrier(CLK_LOCAL_MEM_FENCE); /* every warpgroup is done with the last tile */
-    {
-        const float inv_lo = l_lo == 0.0f ? 0.0f : 1.0f / l_lo, inv_hi = l_hi == 0.0f ? 0.0f : 1.0f / l_hi;
-        __local uint *dst = (__local uint *)(tiles + (16 * warp + g) * ROW_STRIDE + 2 * t);
-#pragma unroll
-        for (uint n = 0; n < HEAD_DIM / 8; n++) {
-            dst[n * 4] = pack_pair(acc[4 * n] * inv_lo, acc[4 * n + 1] * inv_lo);
-            dst[n * 4 + 8 * ROW_STRIDE / 2] = pack_pair(acc[4 * n + 2] * inv_hi, acc[4 * n + 3] * inv_hi);
-        }
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
+    /* O: registers -> local (this warp's rows, padded) -> 16-byte coalesced stores, Q_PASS rows at
+     * a time. */
+    const float inv_lo = l_lo == 0.0f ? 0.0f : 1.0f / l_lo, inv_hi = l_hi == 0.0f ? 0.0f : 1.0f / l_hi;
     const ulong o_base = o_off + (ulong)b * o_bs + (ulong)h * o_hs;
-    for (uint c = get_local_id(0); c < BLOCK_Q * CHUNKS; c += THREADS) {
-        const uint r = c / CHUNKS, piece = c % CHUNKS;
-        if (row0 + r < seq_q)
-            *(__global uint4 *)(o + o_base + (ulong)(row0 + r) * o_ss + piece * 8) =
-                *(__local const uint4 *)(tiles + r * ROW_STRIDE + piece * 8);
+#pragma unroll
+    for (uint pass = 0; pass < BLOCK_Q; pass += Q_PASS) {
+        const uint rows = min((uint)Q_PASS, (uint)BLOCK_Q - pass);
+        barrier(CLK_LOCAL_MEM_FENCE); /* every warpgroup is done with the last tile (the pass before) */
+        if (16 * warp - pass < rows) {
+            __local uint *dst = (__local uint *)(tiles + (16 * warp - pass + g) * ROW_STRIDE + 2 * t);
+#pragma unroll
+            for (uint n = 0; n < HEAD_DIM / 8; n++) {
+                dst[n * 4] = pack_pair(acc[4 * n] * inv_lo, acc[4 * n + 1] * inv_lo);
+                dst[n * 4 + 8 * ROW_STRIDE / 2] = pack_pair(acc[4 * n + 2] * inv_hi, acc[4 * n + 3] * inv_hi);
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (uint c = get_local_id(0); c < rows * CHUNKS; c += THREADS) {
+            const uint r = c / CHUNKS, piece = c % CHUNKS;
+            if (row0 + pass + r < seq_q)
+                *(__global uint4 *)(o + o_base + (ulong)(row0 + pass + r) * o_ss + piece * 8) =
+                    *(__local const uint4 *)(tiles + r * ROW_STRIDE + piece * 8);
+        }
     }
 }

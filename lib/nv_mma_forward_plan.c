@@ -72,8 +72,8 @@ int clflash_bias_pairs(const clflash_problem *p)
     return p->bias != NULL && (b->offset | b->batch_stride | b->head_stride | b->seq_stride) % 2 == 0;
 }
 
-/* The kernel's BIAS_STAGED (with nv_forward.bias_staged=1; the default stays 0 until the kernel has
- * run the feature shapes of tests/test_nv_mma.c that stage a ragged or packed bias on a GPU): a bias
+/* The kernel's BIAS_STAGED (nv_forward.bias_staged, 1 by default; 0 reads the bias into registers
+ * with one slice per warp): a bias
  * whose offset and strides are multiples of 4 floats (so that its rows' 16-byte pieces can be
  * copied by cp.async) is staged in local memory beside the K/V tiles when the block has two slices
  * per warp, at head dims up to 128. Measured on the H200 and H100

@@ -12,8 +12,9 @@
  * sm_90a path, a kernel whose local memory or work-group does not fit), so the plan always names
  * the kernel that runs. Without CLFLASH_WGMMA nothing here runs, not even the probe.
  *
- * The shape: warpgroups of 128 work-items, each owning 64 query rows; two per work-group (128
- * rows) unless seq_q fits one (nv_wgmma.warpgroups sets it). B (keys per tile) 64 at head_dim 64
+ * The shape: warpgroups of 128 work-items, each owning 64 query rows; four per work-group at
+ * head_dim 64 and three at 128 (256 and 192 rows), fewer where seq_q needs fewer
+ * (nv_wgmma.warpgroups sets it). B (keys per tile) 64 at head_dim 64
  * and 32 at 128 (the tuning key nv_wgmma.block caps it), so that the K and V tiles fit the 48 KiB
  * of an H200 beside the bytes the driver adds (4 there): the pipelined loop (nv_wgmma.pipeline=1:
  * WG_PIPE 1) keeps a ring of 2 K tiles and one of 3 V tiles, 5 B head_dim 2 bytes = 40 KiB at (64, 64) and
@@ -21,8 +22,8 @@
  * every product (WG_PIPE 0, the default) two stages of a K and a V tile, 32 KiB (nv_wgmma.stages asks
  * for up to 6; each B then takes the most stages whose built kernel fits, down to 2). 32 where 64 does
  * not fit the budget or the device refused it at enqueue (below_block). Q and O are staged through the same
- * array, padded rows of the work-group's rows (18 KiB at head_dim 64, 34 KiB at 128), which the
- * tiles overwrite.
+ * array, padded rows of up to 128 of the work-group's rows at a time (18 KiB at head_dim 64, 34 KiB
+ * at 128), which the tiles overwrite.
  */
 #include "internal.h"
 
@@ -71,14 +72,17 @@ const char *clflash_nv_wgmma_refusal(const clflash_context *c, const clflash_pro
     return shape_refusal(p);
 }
 
-/* Warpgroups per work-group: nv_wgmma.warpgroups where set, else one where seq_q fits its 64 rows,
- * else two. */
+/* Warpgroups per work-group: nv_wgmma.warpgroups where set, else as many as the register file
+ * holds at one work-group per SM (four at head_dim 64, 118-124 registers a work-item; three at 128,
+ * 140-152), each K/V tile then serving 256 or 192 query rows, but no more than seq_q's rows need. */
 static uint32_t warpgroups_for(const clflash_context *c, const clflash_problem *p)
 {
     const int32_t set = clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_WARPGROUPS, NULL);
-    if (set == 1 || set == 2)
+    if (set >= 1 && set <= 4)
         return (uint32_t)set;
-    return p->seq_q <= 64 ? 1u : 2u;
+    const uint32_t most = p->head_dim == 64 ? 4u : 3u;
+    const uint64_t needed = ((uint64_t)p->seq_q + 63) / 64;
+    return needed < most ? (uint32_t)needed : most;
 }
 
 /* The waiting loop's K/V tile pairs (WG_PIPE 0): nv_wgmma.stages, 2 to 6 (the tuning table's range). */
@@ -95,13 +99,14 @@ static int pipelined(const clflash_context *c, const clflash_problem *p)
 
 /* Bytes of the kernel's local array: the K and V tiles of B rows (unpadded: the descriptors'
  * layout), WGMMA_KV_TILES of them pipelined (cl/nv_wgmma_forward.cl's K_SLOTS + V_SLOTS), else
- * `stages` pairs, or the work-group's Q rows padded by 16 bytes, whichever is larger. */
+ * `stages` pairs, or the Q rows staged at a time (the work-group's, at most 128) padded by 16
+ * bytes, whichever is larger. */
 static cl_ulong counted_local_bytes(const clflash_problem *p, int pipe, uint32_t block, uint32_t warpgroups,
                                     uint32_t stages)
 {
     const uint64_t n_tiles = pipe ? WGMMA_KV_TILES : 2ull * stages;
     const uint64_t tiles = n_tiles * block * p->head_dim * p->elem_size;
-    const uint64_t q_rows = 64ull * warpgroups * (p->head_dim + 8) * p->elem_size;
+    const uint64_t q_rows = (warpgroups > 2 ? 128ull : 64ull * warpgroups) * (p->head_dim + 8) * p->elem_size;
     return tiles > q_rows ? tiles : q_rows;
 }
 
@@ -171,7 +176,12 @@ static clflash_status try_build(clflash_context *c, const clflash_problem *p, in
         clReleaseKernel(kernel);
         return st;
     }
-    if (local_bytes > budget || threads > max_wg) {
+    /* NVIDIA's driver reports 256 work-items for every kernel of a program built from PTX, whatever
+     * its registers; the kernel's reqd_work_group_size (PTX .reqntid) makes ptxas fit its registers
+     * to THREADS, so the device's own limit is the one that holds (3 and 4 warpgroups ran on an
+     * H100 where the kernel reported 256). */
+    (void)max_wg;
+    if (local_bytes > budget || threads > c->info.max_work_group_size) {
         clReleaseKernel(kernel);
         return CLFLASH_SUCCESS;
     }

@@ -64,7 +64,7 @@ static const tune_param params[CLFLASH_TUNE_COUNT] = {
     [CLFLASH_TUNE_NV_FORWARD_MERGE_LSE_BATCH] = {"nv_forward.merge_lse_batch", 1, 16, 8, NULL},
     [CLFLASH_TUNE_NV_FORWARD_MERGE_PREFETCH] = {"nv_forward.merge_prefetch", 0, 1, 1, NULL},
     /* the bias staged in local memory beside K and V (nv_mma_forward_plan.c's bias_staged) */
-    [CLFLASH_TUNE_NV_FORWARD_BIAS_STAGED] = {"nv_forward.bias_staged", 0, 1, 0, NULL},
+    [CLFLASH_TUNE_NV_FORWARD_BIAS_STAGED] = {"nv_forward.bias_staged", 0, 1, 1, NULL},
     [CLFLASH_TUNE_NV_BACKWARD_BLOCK] = {"nv_backward.block", 16, 64, 64, NULL},
     [CLFLASH_TUNE_NV_BACKWARD_WARPS] = {"nv_backward.warps", 1, 16, 4, NULL},
     /* 0: no register cap (a setting gives 32..255) */
@@ -76,7 +76,7 @@ static const tune_param params[CLFLASH_TUNE_COUNT] = {
     [CLFLASH_TUNE_NV_WGMMA_BLOCK] = {"nv_wgmma.block", 32, 64, 64, NULL},
     /* warpgroups per work-group (0: one where seq_q fits 64 rows, else two) and the waiting
      * loop's K/V stages (a count that does not fit the local memory steps down) */
-    [CLFLASH_TUNE_NV_WGMMA_WARPGROUPS] = {"nv_wgmma.warpgroups", 1, 2, 0, NULL},
+    [CLFLASH_TUNE_NV_WGMMA_WARPGROUPS] = {"nv_wgmma.warpgroups", 1, 4, 0, NULL},
     [CLFLASH_TUNE_NV_WGMMA_STAGES] = {"nv_wgmma.stages", 2, 6, 2, NULL},
 };
 

@@ -258,6 +258,10 @@ set(_sm90a_cases
   "nv-wgmma-forward-d128-bf16-causal-pipe|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 128 --causal 1 --tune nv_wgmma.pipeline=1"
   "nv-wgmma-forward-d128-wg1-s3|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 128 --with-lse 1 --tune nv_wgmma.warpgroups=1,nv_wgmma.stages=3"
   "nv-wgmma-forward-d64-wg1-s3|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 64 --tune nv_wgmma.warpgroups=1,nv_wgmma.stages=3"
+  "nv-wgmma-forward-d128-wg3|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 128 --with-lse 1 --tune nv_wgmma.warpgroups=3"
+  "nv-wgmma-forward-d128-bf16-causal-wg3|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 128 --causal 1 --tune nv_wgmma.warpgroups=3"
+  "nv-wgmma-forward-d64-wg4|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 64 --with-lse 1 --tune nv_wgmma.warpgroups=4"
+  "nv-wgmma-forward-d64-causal-wg3|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 64 --causal 1 --tune nv_wgmma.warpgroups=3"
 )
 foreach(_case IN LISTS _sm90a_cases)
   if(NOT PTX_SM90A)

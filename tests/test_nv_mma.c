@@ -15,8 +15,8 @@
  *                         interleaved strided layout with an offset, against the fp64 reference,
  *                         with O's gaps checked untouched; split parts merged in the flash
  *                         kernel's launch and by the merge kernel give the same bits. The feature
- *                         shapes with a BIAS_PADDED bias run again with it staged in local memory
- *                         (nv_forward.bias_staged=1).
+ *                         shapes with a BIAS_PADDED bias run with it staged in local memory (the
+ *                         default) and again read into registers (nv_forward.bias_staged=0).
  *   test_nv_mma backward_numerics  likewise on a tensor-core device only: the same for the
  *                         tensor-core backward (cl/nv_mma_backward.cl,
  *                         head_dim up to 256 (two warps per 16 rows above 128), padded ones and
@@ -567,7 +567,8 @@ static cl_mem upload(const void *host, size_t bytes)
 
 static clflash_attention_desc mma_desc(const mma_shape *s, clflash_dtype t);
 
-static void run_shape(const mma_shape *s, clflash_dtype t)
+/* One shape against the fp64 reference; with want_tuning, the plan's tuning must contain it. */
+static void run_shape_tuned(const mma_shape *s, clflash_dtype t, const char *want_tuning)
 {
     const clflash_attention_desc d = mma_desc(s, t);
     const uint32_t hkv = s->hkv ? s->hkv : s->hq;
@@ -645,6 +646,9 @@ static void run_shape(const mma_shape *s, clflash_dtype t)
     ck_assert_int_eq(clflash_plan_attention(ctx, &dk, &plan), CLFLASH_SUCCESS);
     ck_assert_msg(strcmp(plan.kernel, numerics_kernel) == 0, "%s: planned %s, not %s; build log: %s", what,
                   plan.kernel, numerics_kernel, clflash_context_build_log(ctx));
+    if (want_tuning)
+        ck_assert_msg(strstr(plan.tuning, want_tuning) != NULL, "%s: planned %s, without %s", what, plan.tuning,
+                      want_tuning);
     if (s->splits)
         ck_assert_uint_eq(plan.splits, s->splits);
     const uint32_t group = s->hq / hkv;
@@ -707,6 +711,11 @@ static void run_shape(const mma_shape *s, clflash_dtype t)
     free(q), free(k), free(v), free(o), free(qf), free(kf), free(vf), free(lse), free(ref_o), free(ref_lse);
 }
 
+static void run_shape(const mma_shape *s, clflash_dtype t)
+{
+    run_shape_tuned(s, t, NULL);
+}
+
 START_TEST(against_reference)
 {
     run_shape(&shapes[_i % N_SHAPES], _i < (int)N_SHAPES ? CLFLASH_F16 : CLFLASH_BF16);
@@ -714,22 +723,20 @@ START_TEST(against_reference)
 END_TEST
 
 /* _i: the row in f16, then (plus N_FEATURE_SHAPES) in bf16. A BIAS_PADDED row runs twice: with the
- * bias read into registers (the default), then staged in local memory (nv_forward.bias_staged=1,
- * whose plan must say so). */
+ * bias staged in local memory (the default, nv_forward.bias_staged=1, whose plan must say so), then
+ * read into registers (nv_forward.bias_staged=0). */
 START_TEST(features_against_reference)
 {
     const mma_shape *s = &feature_shapes[_i % N_FEATURE_SHAPES];
     const clflash_dtype t = _i < (int)N_FEATURE_SHAPES ? CLFLASH_F16 : CLFLASH_BF16;
-    run_shape(s, t);
-    if (s->bias == BIAS_PADDED) {
-        ck_assert_int_eq(clflash_context_set_tuning(ctx, "nv_forward.bias_staged=1"), CLFLASH_SUCCESS);
-        const clflash_attention_desc d = mma_desc(s, t);
-        clflash_plan plan;
-        ck_assert_int_eq(clflash_plan_attention(ctx, &d, &plan), CLFLASH_SUCCESS);
-        ck_assert_msg(strstr(plan.tuning, "nv_forward.bias_staged=1") != NULL, "not staged: %s", plan.tuning);
+    if (s->bias != BIAS_PADDED) {
         run_shape(s, t);
-        ck_assert_int_eq(clflash_context_set_tuning(ctx, "nv_forward.bias_staged=0"), CLFLASH_SUCCESS);
+        return;
     }
+    run_shape_tuned(s, t, "nv_forward.bias_staged=1");
+    ck_assert_int_eq(clflash_context_set_tuning(ctx, "nv_forward.bias_staged=0"), CLFLASH_SUCCESS);
+    run_shape(s, t);
+    ck_assert_int_eq(clflash_context_set_tuning(ctx, "nv_forward.bias_staged=1"), CLFLASH_SUCCESS);
 }
 END_TEST
 
