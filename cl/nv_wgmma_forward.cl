@@ -694,7 +694,7 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
     const uint r_lo = row0 + 16 * warp + g;       /* the lane's rows: r_lo and r_lo + 8 */
 
     /* Q: global -> local (rows past seq_q zeros) -> this warp's A fragments, kept for the call;
-     * Q_PASS rows at a time (more than two warpgroups' rows do not fit beside nothing else). */
+     * Q_PASS rows at a time (three or four warpgroups' rows would not fit local memory at once). */
     uint qa[4 * K_STEPS];
 #pragma unroll
     for (uint pass = 0; pass < BLOCK_Q; pass += Q_PASS) {

@@ -74,8 +74,9 @@ static const tune_param params[CLFLASH_TUNE_COUNT] = {
      * waits for every product; B 32 or 64 (a value between steps down to 32) */
     [CLFLASH_TUNE_NV_WGMMA_PIPELINE] = {"nv_wgmma.pipeline", 0, 1, 0, NULL},
     [CLFLASH_TUNE_NV_WGMMA_BLOCK] = {"nv_wgmma.block", 32, 64, 64, NULL},
-    /* warpgroups per work-group (0: one where seq_q fits 64 rows, else two) and the waiting
-     * loop's K/V stages (a count that does not fit the local memory steps down) */
+    /* warpgroups per work-group (0: four at head_dim 64, three at 128, fewer where seq_q needs
+     * fewer) and the waiting loop's K/V stages (a count that does not fit the local memory steps
+     * down) */
     [CLFLASH_TUNE_NV_WGMMA_WARPGROUPS] = {"nv_wgmma.warpgroups", 1, 4, 0, NULL},
     [CLFLASH_TUNE_NV_WGMMA_STAGES] = {"nv_wgmma.stages", 2, 6, 2, NULL},
 };
