@@ -72,15 +72,23 @@ const char *clflash_nv_wgmma_refusal(const clflash_context *c, const clflash_pro
     return shape_refusal(p);
 }
 
+/* 1 for the pipelined loop (WG_PIPE 1), 0 for the one that waits for every product. */
+static int pipelined(const clflash_context *c, const clflash_problem *p)
+{
+    return clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_PIPELINE, NULL) != 0;
+}
+
 /* Warpgroups per work-group: nv_wgmma.warpgroups where set, else as many as the register file
  * holds at one work-group per SM (four at head_dim 64, 118-124 registers a work-item; three at 128,
- * 140-152), each K/V tile then serving 256 or 192 query rows, but no more than seq_q's rows need. */
+ * 140-152; two for the pipelined loop), each K/V tile then serving 256 or 192 query rows, but no
+ * more than seq_q's rows need. */
 static uint32_t warpgroups_for(const clflash_context *c, const clflash_problem *p)
 {
     const int32_t set = clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_WARPGROUPS, NULL);
     if (set >= 1 && set <= 4)
         return (uint32_t)set;
-    const uint32_t most = p->head_dim == 64 ? 4u : 3u;
+    /* the pipelined loop holds 227-247 registers a work-item: two warpgroups at most */
+    const uint32_t most = pipelined(c, p) ? 2u : p->head_dim == 64 ? 4u : 3u;
     const uint64_t needed = ((uint64_t)p->seq_q + 63) / 64;
     return needed < most ? (uint32_t)needed : most;
 }
@@ -91,11 +99,6 @@ static uint32_t wanted_stages(const clflash_context *c, const clflash_problem *p
     return (uint32_t)clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_STAGES, NULL);
 }
 
-/* 1 for the pipelined loop (WG_PIPE 1), 0 for the one that waits for every product. */
-static int pipelined(const clflash_context *c, const clflash_problem *p)
-{
-    return clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_PIPELINE, NULL) != 0;
-}
 
 /* Bytes of the kernel's local array: the K and V tiles of B rows (unpadded: the descriptors'
  * layout), WGMMA_KV_TILES of them pipelined (cl/nv_wgmma_forward.cl's K_SLOTS + V_SLOTS), else

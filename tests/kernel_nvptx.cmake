@@ -242,7 +242,10 @@ endforeach()
 # (--tune nv_wgmma.pipeline=1), at head_dim 64 with B 32 as well (nv_wgmma.block=32); unlike the
 # other tensor-core kernels its spills fail here too. So does any ptxas warning: "Potential
 # Performance Loss: wgmma.mma_async instructions are serialized" means ptxas found a register of a
-# group in flight touched, or a group it could not follow, and put a wait after every product.
+# group in flight touched, a group it could not follow, or too few registers, and put a wait after
+# every product. Its PTX gets the .reqntid that NVIDIA's compiler writes for reqd_work_group_size
+# and clang leaves out (ptx_sm90a_rewrite --reqntid), so that ptxas fits the registers to the
+# work-group as the driver's does (four warpgroups: 128 a work-item).
 set(_wgmma "--kernel nv_wgmma_forward ${_prefill}")
 set(_sm90a_cases
   "nv-sm90a-probe|nv_sm90a_probe.cl|=-cl-std=CL1.2 -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F32 -D CAUSAL=0 -D WINDOW=0 -D SOFTCAP=0 -D BIAS=0 -D ALIBI=0 -D KEYLEN=0 -D KEYLEN_DIAGONAL=0 -D VARLEN=0 -D WITH_LSE=0 -D PAGED=0"
@@ -292,7 +295,12 @@ foreach(_case IN LISTS _sm90a_cases)
     string(APPEND _failed "  ${_name}: clang failed (${_rc}):\n${_err}\n")
     continue()
   endif()
-  execute_process(COMMAND "${PTX_SM90A}" --as-nvidia "${_ptx}" "${WORK}/nvptx_${_name}_sm_90a.ptx"
+  set(_reqntid)
+  if(_opts MATCHES "-D WARPS=([0-9]+)")
+    math(EXPR _threads "32 * ${CMAKE_MATCH_1}")
+    set(_reqntid --reqntid ${_threads}) # as NVIDIA's compiler writes reqd_work_group_size
+  endif()
+  execute_process(COMMAND "${PTX_SM90A}" --as-nvidia ${_reqntid} "${_ptx}" "${WORK}/nvptx_${_name}_sm_90a.ptx"
     RESULT_VARIABLE _rc OUTPUT_VARIABLE _lines ERROR_VARIABLE _err OUTPUT_STRIP_TRAILING_WHITESPACE)
   if(NOT _rc EQUAL 0)
     string(APPEND _failed "  ${_name}: the sm_90a rewrite failed (${_rc}): ${_err}\n")
