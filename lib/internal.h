@@ -250,9 +250,6 @@ CLFLASH_INTERNAL void clflash_program_cache_free(clflash_context *c);
  * text (the caller frees it) and the number of marked lines is returned; -1 with the reason in why
  * when the text is not PTX of ISA 8.0 or later for exactly sm_90, or has no marked line. */
 CLFLASH_INTERNAL int clflash_sm90a_rewrite(const char *ptx, size_t len, char **out, char *why, size_t why_len);
-/* A copy of ptx (malloc'd; NULL when out of memory) with `directive` on a line of its own after each
- * .entry's parameter list, where PTX puts an entry's performance directives (.reqntid, ...). */
-CLFLASH_INTERNAL char *clflash_ptx_entry_directive(const char *ptx, const char *directive);
 /* Builds the sm_90a variant of from_source (built for c's one device) with `options`: its binary,
  * rewritten, through clCreateProgramWithBinary. CLFLASH_SUCCESS and *out, or an error and the
  * reason in why. */
