@@ -73,10 +73,9 @@ int clflash_bias_pairs(const clflash_problem *p)
 }
 
 /* The kernel's BIAS_STAGED (nv_forward.bias_staged, 1 by default; 0 reads the bias into registers
- * with one slice per warp): a bias
- * whose offset and strides are multiples of 4 floats (so that its rows' 16-byte pieces can be
- * copied by cp.async) is staged in local memory beside the K/V tiles when the block has two slices
- * per warp, at head dims up to 128. Measured on the H200 and H100
+ * with one slice per warp): a bias whose offset and strides are multiples of 4 floats (so that its
+ * rows' 16-byte pieces can be copied by cp.async) is staged in local memory beside the K/V tiles
+ * when the block has two slices per warp, at head dims up to 128. Measured on the H200 and H100
  * (n = 4096, d = 128, f16, batch 4, 16 heads, 2026-12-05; docs/performance/h200.md): with the bias
  * in registers (one slice per warp) the call moved 12 bytes per (row, key) from L2 (K and V for 64
  * rows, and the bias) at about 4.8 TB/s, L2's limit, and took 2.6 ms against 1.7 without a bias

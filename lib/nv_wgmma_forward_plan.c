@@ -14,14 +14,14 @@
  *
  * The shape: warpgroups of 128 work-items, each owning 64 query rows; four per work-group at
  * head_dim 64 and three at 128 (256 and 192 rows), fewer where seq_q needs fewer
- * (nv_wgmma.warpgroups sets it). B (keys per tile) 64 at head_dim 64
- * and 32 at 128 (the tuning key nv_wgmma.block caps it), so that the K and V tiles fit the 48 KiB
- * of an H200 beside the bytes the driver adds (4 there): the pipelined loop (nv_wgmma.pipeline=1:
- * WG_PIPE 1) keeps a ring of 2 K tiles and one of 3 V tiles, 5 B head_dim 2 bytes = 40 KiB at (64, 64) and
- * (128, 32), 80 KiB at (128, 64), which is why head_dim 128 stays at 32; the loop that waits for
- * every product (WG_PIPE 0, the default) two stages of a K and a V tile, 32 KiB (nv_wgmma.stages asks
- * for up to 6; each B then takes the most stages whose built kernel fits, down to 2). 32 where 64 does
- * not fit the budget or the device refused it at enqueue (below_block). Q and O are staged through the same
+ * (nv_wgmma.warpgroups sets it). B (keys per tile) 64 at head_dim 64 and 32 at 128 (the tuning key
+ * nv_wgmma.block caps it), so that the K and V tiles fit the 48 KiB of an H200 beside the bytes the
+ * driver adds (4 there): the pipelined loop (nv_wgmma.pipeline=1: WG_PIPE 1) keeps a ring of 2 K
+ * tiles and one of 3 V tiles, 5 B head_dim 2 bytes = 40 KiB at (64, 64) and (128, 32), 80 KiB at
+ * (128, 64), which is why head_dim 128 stays at 32; the loop that waits for every product (WG_PIPE
+ * 0, the default) two stages of a K and a V tile, 32 KiB (nv_wgmma.stages asks for up to 6; each B
+ * then takes the most stages whose built kernel fits, down to 2). 32 where 64 does not fit the
+ * budget or the device refused it at enqueue (below_block). Q and O are staged through the same
  * array, padded rows of up to 128 of the work-group's rows at a time (18 KiB at head_dim 64, 34 KiB
  * at 128), which the tiles overwrite.
  */
@@ -98,7 +98,6 @@ static uint32_t wanted_stages(const clflash_context *c, const clflash_problem *p
 {
     return (uint32_t)clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_STAGES, NULL);
 }
-
 
 /* Bytes of the kernel's local array: the K and V tiles of B rows (unpadded: the descriptors'
  * layout), WGMMA_KV_TILES of them pipelined (cl/nv_wgmma_forward.cl's K_SLOTS + V_SLOTS), else

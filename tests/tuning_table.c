@@ -27,9 +27,8 @@
  * nv_wgmma_forward, whatever the opt-in and the device) every define of the first kernel their
  * planners would build for the shape the other options give (a long prefill of one head by
  * default; --features 1 turns every feature on, --causal 1 the causal mask alone, --bias 1 a bias
- * alone, --unaligned 1
- * gives rows that do not start on 16 bytes, --varlen 1 a variable-length batch, which takes every
- * feature but bias and key lengths), feature switches included. --tune applies tuning settings (the
+ * alone, --unaligned 1 gives rows that do not start on 16 bytes, --varlen 1 a variable-length batch,
+ * which takes every feature but bias and key lengths), feature switches included. --tune applies tuning settings (the
  * syntax of clflash_context_set_tuning) after the built-in rules, as a context's would be.
  */
 #include "internal.h"
@@ -152,12 +151,10 @@ int main(int argc, char **argv)
     p.q = p.k = p.v = p.o = rows_of;
     if (causal)
         p.flags = CLFLASH_CAUSAL;
-    if (bias) { /* the planners read only whether a buffer is given */
-        static char stand_in_bias;
-        p.bias = (cl_mem)(void *)&stand_in_bias;
-    }
-    if (features) { /* every feature; the planners read only whether a buffer is given, never its contents */
-        static char stand_in;
+    static char stand_in; /* a "buffer": the planners read only whether one is given, never its contents */
+    if (bias)
+        p.bias = (cl_mem)(void *)&stand_in;
+    if (features) { /* every feature */
         p.flags = CLFLASH_CAUSAL | CLFLASH_WINDOW;
         p.window_left = 256;
         p.softcap = 50.0f;
