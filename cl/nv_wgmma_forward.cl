@@ -1,9 +1,10 @@
 /*
  * nv_wgmma_forward.cl - the forward pass on Hopper's warpgroup tensor-core instructions (wgmma),
  * built through the library's sm_90a PTX binary path (lib/sm90a.c). EXPERIMENTAL: assembled for
- * sm_90a in CI (tests/kernel_nvptx.cmake); both loops below (WG_PIPE 0 and 1) matched the fp64
- * reference on an H100 (2026-12-05, `test_nv_mma wgmma`: 40 of 40 each), and neither is faster
- * than nv_mma_forward there (docs/performance/h200.md). The planner (lib/nv_wgmma_forward_plan.c) chooses it only where
+ * sm_90a in CI (tests/kernel_nvptx.cmake); the three loops below (WG_PIPE 0 and 1, WG_PRODUCER)
+ * matched the fp64 reference on an H100 (2026-12-05, `test_nv_mma wgmma`: 40 of 40 each); the
+ * producer loop, its default at head_dim 128, and the waiting loop, its default at 64, run at
+ * 1.00-1.04x nv_mma_forward's speed there (docs/performance/h200.md). The planner (lib/nv_wgmma_forward_plan.c) chooses it only where
  * clflash_sm90a_available says yes, the call is in scope (below) and the environment variable
  * CLFLASH_WGMMA=1 asks for it. Everything else, and every failure on the way, runs nv_mma_forward.
  *
@@ -27,12 +28,21 @@
  *                 transpose bit (V is stored [key][d], N-major for this product), wgmma m64n64k16,
  *                 fp32 accumulators in registers.
  * Every group of wgmma is fenced (wgmma.fence: its A registers and accumulators were written by
- * ordinary instructions) and committed inside one asm statement. Two loops, chosen by WG_PIPE:
+ * ordinary instructions) and committed inside one asm statement. Three loops, chosen by WG_PIPE and
+ * WG_PRODUCER:
  *
  * WG_PIPE 0 waits for each group (wgmma.wait_group 0) in the asm statement that issues it, so that
  * the compiler never sees an accumulator before it is complete; one group per 64 columns of O. The
  * tensor cores then idle during every softmax (about 170 instructions a tile) unless the other
  * warpgroups of the SM fill them.
+ *
+ * WG_PRODUCER 1 (nv_wgmma.producer, 1 by default at head_dim 128) is WG_PIPE 0's loop without its
+ * copies and barriers: one more warpgroup, the producer, copies the K/V stages and hands them over
+ * through mbarriers (full and empty, one of each a stage), so that the consumer warpgroups never
+ * meet at a barrier of the work-group and each goes on to the next tile as soon as it is in. The
+ * producer keeps WG_PRODUCER_REGS registers (setmaxnreg.dec) and gives the rest to the consumers
+ * (setmaxnreg.inc to WG_CONSUMER_REGS, which the host computes from the registers the work-group
+ * gets at launch: asking for more than those never returns).
  *
  * WG_PIPE 1 (nv_wgmma.pipeline=1; the default is 0) overlaps products with softmaxes
  * (FlashAttention-3's intra-warpgroup pipelining, without its ping-pong). Two key tiles a trip, j
@@ -117,6 +127,12 @@
  * K(t + 1) into K slot (t + 1) % 2 and V(t) into V slot t % 3 are issued. So K and V stream in one
  * tile ahead, as in WG_PIPE 0 with 2 stages; O(t) waits for V(t) one barrier later than S(t)
  * waits for K(t), and the last tile of an odd count has a barrier of its own for its V.
+ * WG_PRODUCER: the producer's work-items wait for their copies of a stage, fence them and arrive on
+ * its full mbarrier; each consumer work-item waits on full, and once its products of the stage are
+ * complete (wgmma.wait_group 0) arrives on its empty mbarrier, which the producer waits on before it
+ * refills the stage. The consumers read their Q fragments from global memory (no staging, so no
+ * barrier), and synchronise the epilogue among themselves (named barrier 1), the producer having
+ * ended.
  * Q is staged once through the same memory (rows padded by 16 bytes, as nv_mma_forward's; Q_PASS =
  * at most 128 rows at a time, since three or four warpgroups' rows would not fit) and read into A
  * fragments with ldmatrix, an ordinary read: a barrier before the tiles overwrite it. O passes
@@ -125,16 +141,24 @@
  * With CAUSAL the query blocks that see the most keys are launched first. A row with no visible
  * key ends with l = 0 and gets O = 0, lse = -inf. Keys at or past seq_k are zero-filled and masked.
  *
- * Defines: HEAD_DIM (64 or 128) = D_REAL, NV_ALIGNED 1, BLOCK (32 or 64), WARPS = 4 * WARPGROUPS,
- * WARPGROUPS (1 to 4), STAGES, WG_PIPE (0 or 1; with 1 and HEAD_DIM 128 BLOCK 32 only),
+ * Defines: HEAD_DIM (64 or 128) = D_REAL, NV_ALIGNED 1, BLOCK (32 or 64), WARPS = 4 * (WARPGROUPS +
+ * WG_PRODUCER), WARPGROUPS (1 to 4: the consumers with WG_PRODUCER), STAGES, WG_PIPE (0 or 1; with
+ * 1 and HEAD_DIM 128 BLOCK 32 only), WG_PRODUCER (0 or 1, with WG_PIPE 0; then WG_BASE_REGS,
+ * WG_PRODUCER_REGS and WG_CONSUMER_REGS),
  * CLFLASH_DTYPE_F16 or _BF16, CAUSAL, WITH_LSE and common.cl's feature
  * switches (all others 0), SPLIT 0, PACK 1, PAGED 0. The helpers (copy16_async, load_matrix_x4,
  * pack_pair, exp2_ftz, lane_xor, stage_rows; THREADS, ROW_STRIDE, CHUNKS, K_STEPS) come from
  * nv_mma_common.cl, which the host puts before this file.
  */
 
-#if !defined(WARPGROUPS) || !defined(STAGES) || !defined(WG_PIPE) || WARPS != 4 * WARPGROUPS
-#error "WARPGROUPS, STAGES, WG_PIPE and WARPS = 4 * WARPGROUPS are set by the host (lib/nv_wgmma_forward_plan.c)"
+#ifndef WG_PRODUCER
+#define WG_PRODUCER 0
+#endif
+#if !defined(WARPGROUPS) || !defined(STAGES) || !defined(WG_PIPE) || WARPS != 4 * (WARPGROUPS + WG_PRODUCER)
+#error "WARPGROUPS, STAGES, WG_PIPE, WG_PRODUCER and WARPS = 4 * (WARPGROUPS + WG_PRODUCER) are set by the host (lib/nv_wgmma_forward_plan.c)"
+#endif
+#if WG_PRODUCER && (WG_PIPE || !defined(WG_BASE_REGS) || !defined(WG_PRODUCER_REGS) || !defined(WG_CONSUMER_REGS))
+#error "the producer warpgroup (WG_PRODUCER) streams for the waiting loop (WG_PIPE 0), with WG_BASE_REGS, WG_PRODUCER_REGS and WG_CONSUMER_REGS"
 #endif
 #if (HEAD_DIM != 64 && HEAD_DIM != 128) || D_REAL != HEAD_DIM || !NV_ALIGNED
 #error "nv_wgmma_forward takes head_dim 64 or 128 with 16-byte aligned rows"
@@ -515,6 +539,61 @@ static inline void wg_tiles_in(void)
     barrier(CLK_LOCAL_MEM_FENCE);
 }
 
+#if WG_PRODUCER
+/* ---- mbarriers (WG_PRODUCER): the producer warpgroup and the consumer warpgroups hand the stages
+ * over without a barrier of the whole work-group. full[s]: the producer's 128 work-items each
+ * arrive once their copies of the tile in stage s are complete and fenced for the async proxy;
+ * empty[s]: the consumers arrive once their products have read stage s. Phases alternate 0, 1, 0,
+ * ... with each use of a stage: use u = tile / STAGES waits for parity u % 2. */
+static inline uint mbar_addr(__local const ulong *bar)
+{
+    return (uint)(size_t)bar;
+}
+
+static inline void mbar_init(__local ulong *bar, uint count)
+{
+    __asm__ __volatile__("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(mbar_addr(bar)), "r"(count) : "memory");
+}
+
+static inline void mbar_arrive(__local ulong *bar)
+{
+    __asm__ __volatile__("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(mbar_addr(bar)) : "memory");
+}
+
+/* 1 once the phase of the given parity is complete. */
+static inline uint mbar_try_wait(__local ulong *bar, uint parity)
+{
+    uint done;
+    __asm__ __volatile__("{\n"
+                         ".reg .pred p;\n"
+                         "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                         "selp.u32 %0, 1, 0, p;\n"
+                         "}\n"
+                         : "=r"(done)
+                         : "r"(mbar_addr(bar)), "r"(parity)
+                         : "memory");
+    return done;
+}
+
+static inline void mbar_wait(__local ulong *bar, uint parity)
+{
+    while (!mbar_try_wait(bar, parity))
+        ;
+}
+#endif
+
+/* The consumer warpgroups' work-items, and a barrier of theirs alone: with WG_PRODUCER the producer
+ * warpgroup has ended by the epilogue (named barrier 1), else the work-group's barrier. */
+#define CONSUMER_THREADS (128 * WARPGROUPS)
+static inline void consumers_sync(void)
+{
+#if WG_PRODUCER
+    __asm__ __volatile__("bar.sync 1, %0;\n" ::"n"(CONSUMER_THREADS) : "memory");
+#else
+    barrier(CLK_LOCAL_MEM_FENCE);
+#endif
+}
+
 /* ---- the K/V stream ------------------------------------------------------------------------------
  * One stream per tensor (K, V): each wg_stream_tile copies its next tile of BLOCK keys. Piece p of a
  * tile (p = id, id + THREADS, ...) is key 8 (b % (BLOCK / 8)) + p % 8 and chunk 4 (b / (BLOCK / 8))
@@ -548,13 +627,22 @@ static inline wg_stream wg_stream_start(__global const ushort *x, ulong base, ul
     return st;
 }
 
+/* The work-items that copy the tiles: the producer warpgroup's 128 (WG_PRODUCER), else all of them. */
+#if WG_PRODUCER
+#define COPIERS 128
+#define COPIER_ID (get_local_id(0) % 128)
+#else
+#define COPIERS THREADS
+#define COPIER_ID get_local_id(0)
+#endif
+
 /* Issues the copies of the stream's next tile into dst (not committed). */
 static inline void wg_stream_tile(wg_stream *st, __local ushort *dst)
 {
 #pragma unroll
-    for (uint i = 0; i < (PIECES + THREADS - 1) / THREADS; i++) {
-        const uint p = get_local_id(0) + i * THREADS, key = wg_piece_key(p), chunk = wg_piece_chunk(p);
-        if (PIECES % THREADS != 0 && p >= PIECES)
+    for (uint i = 0; i < (PIECES + COPIERS - 1) / COPIERS; i++) {
+        const uint p = COPIER_ID + i * COPIERS, key = wg_piece_key(p), chunk = wg_piece_chunk(p);
+        if (PIECES % COPIERS != 0 && p >= PIECES)
             break; /* three warpgroups: the pieces do not divide evenly */
         const int in = (long)key < st->keys_left;
         copy16_async(dst + chunk * 8 * BLOCK + key * 8, in ? st->next + (ulong)key * st->ss + chunk * 8 : st->any,
@@ -666,6 +754,9 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
     /* The K and V tiles (the ring slots with WG_PIPE, else the stages), and before them Q, after them
      * O, staged in padded rows from 0. 128-byte alignment: every descriptor's start is on 16 bytes. */
     __local uint4 local_words[LOCAL_HALVES / 8] __attribute__((aligned(128)));
+#if WG_PRODUCER
+    __local ulong mbars[2 * STAGES]; /* full[STAGES], then empty[STAGES] */
+#endif
     __local ushort *const tiles = (__local ushort *)local_words;
     /* what this kernel does not take (the #error above) */
     (void)win_left, (void)win_right, (void)diag_offset, (void)softcap, (void)out_scale, (void)bias, (void)bias_off;
@@ -693,9 +784,21 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
     const long shift = (long)seq_k - (long)seq_q; /* query i's diagonal key is i + shift */
     const uint r_lo = row0 + 16 * warp + g;       /* the lane's rows: r_lo and r_lo + 8 */
 
+#if WG_PRODUCER
+    if (get_local_id(0) == 0)
+        for (uint u = 0; u < STAGES; u++) {
+            mbar_init(mbars + u, 128);                       /* full: the producer's work-items */
+            mbar_init(mbars + STAGES + u, 128 * WARPGROUPS); /* empty: every consumer work-item */
+        }
+    /* the barriers after Q's staging order the initialisation before every use */
+#endif
     /* Q: global -> local (rows past seq_q zeros) -> this warp's A fragments, kept for the call;
      * Q_PASS rows at a time (three or four warpgroups' rows would not fit local memory at once). */
     uint qa[4 * K_STEPS];
+#if WG_PRODUCER
+    /* the consumers read their Q fragments from global memory after setmaxnreg (below) */
+    barrier(CLK_LOCAL_MEM_FENCE);
+#else
 #pragma unroll
     for (uint pass = 0; pass < BLOCK_Q; pass += Q_PASS) {
         const uint rows = min((uint)Q_PASS, (uint)BLOCK_Q - pass);
@@ -720,6 +823,7 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE); /* Q's staging area becomes the K and V tiles */
+#endif
 
     /* The keys this block sees: all of them, with CAUSAL up to its last row's diagonal. A tile
      * needs masks only where some row sees part of it: past seq_k, or (CAUSAL) past the first
@@ -804,6 +908,59 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
         wg_wait(0);
         wg_keep_o(acc, pa);
     }
+#elif WG_PRODUCER
+    /* The producer warpgroup (the last) copies tile t into stage t % STAGES once every consumer
+     * work-item is done with tile t - STAGES, waits for its own copies, fences them for the async
+     * proxy and arrives on full; each consumer waits for full, computes, and arrives on empty. A
+     * warpgroup that is done with a tile goes on to the next as soon as it is in, so the consumers
+     * drift apart by up to a tile instead of meeting at a barrier every tile. The producer gives
+     * its registers to the consumers (setmaxnreg: WG_BASE_REGS a work-item at launch,
+     * WG_PRODUCER_REGS for the producer, WG_CONSUMER_REGS for the consumers) and ends after its
+     * loop; the consumers' epilogue synchronises them alone (consumers_sync). The consumers read
+     * their Q fragments from global memory after setmaxnreg: held across it, ptxas kept them in
+     * the launch's registers and serialised the products (C7512). */
+    __local ulong *const full = mbars, *const empty = mbars + STAGES;
+    if (warp >= 4 * WARPGROUPS) {
+        __asm__ __volatile__("// sm90a: setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(WG_PRODUCER_REGS) : "memory");
+        for (uint tile = 0; tile < n_tiles; tile++) {
+            const uint st = tile % STAGES;
+            if (tile >= STAGES)
+                mbar_wait(empty + st, (tile / STAGES - 1) % 2);
+            wg_stream_tile(&ks, tiles + st * STAGE_HALVES);
+            wg_stream_tile(&vs, tiles + st * STAGE_HALVES + TILE_HALVES);
+            async_commit();
+            async_wait_all();
+            fence_proxy_async();
+            mbar_arrive(full + st);
+        }
+        return; /* the epilogue below is the consumers' (consumers_sync) */
+    } else {
+        __asm__ __volatile__("// sm90a: setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(WG_CONSUMER_REGS) : "memory");
+        /* this warp's A fragments of Q: words 0 and 2 row r_lo, 1 and 3 row r_lo + 8; columns 2t, 2t + 1
+         * of each k-step, + 8 for words 2 and 3 (zeros past seq_q) */
+#pragma unroll
+        for (uint kk = 0; kk < K_STEPS; kk++)
+#pragma unroll
+            for (uint w = 0; w < 4; w++) {
+                const uint row = r_lo + 8 * (w % 2), col = 16 * kk + 8 * (w / 2) + 2 * t;
+                qa[4 * kk + w] = row < seq_q ? *(__global const uint *)(q + q_base + (ulong)row * q_ss + col) : 0u;
+            }
+        for (uint j = 0; j < n_tiles; j++) {
+            const uint st = j % STAGES;
+            mbar_wait(full + st, (j / STAGES) % 2);
+            __local const ushort *k_tile = tiles + st * STAGE_HALVES;
+            __local const ushort *v_tile = k_tile + TILE_HALVES;
+            float s[S_ACC];
+            uint pa[4 * P_STEPS];
+            wg_scores(s, qa, k_tile);
+            wg_softmax(s, pa, &rw, j, first_hi, seq_k, r_lo, shift, t, score_scale);
+            wg_rescale(acc, &rw);
+#pragma unroll
+            for (uint sl = 0; sl < O_SLABS; sl++)
+                wg_values(acc, sl, pa, v_tile);
+            mbar_arrive(empty + st); /* this work-item's products of tile j are complete */
+        }
+    }
 #else
     /* tiles 0 .. STAGES - 2 first, one commit group each (empty past the last tile); stage u holds
      * a K tile at halves u * STAGE_HALVES and its V tile TILE_HALVES on */
@@ -848,7 +1005,7 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
     l_hi += lane_xor(l_hi, 1);
     l_hi += lane_xor(l_hi, 2);
 #if WITH_LSE
-    if (t == 0) {
+    if (t == 0 && warp < 4 * WARPGROUPS) { /* not the producer (WG_PRODUCER): it has no rows */
         const ulong lse0 = ((ulong)b * heads_q + h) * seq_q;
         if (r_lo < seq_q)
             lse[lse0 + r_lo] = l_lo == 0.0f ? -INFINITY : (m_lo + log2(l_lo)) * M_LN2_F;
@@ -867,7 +1024,7 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
 #pragma unroll
     for (uint pass = 0; pass < BLOCK_Q; pass += Q_PASS) {
         const uint rows = min((uint)Q_PASS, (uint)BLOCK_Q - pass);
-        barrier(CLK_LOCAL_MEM_FENCE); /* every warpgroup is done with the last tile (the pass before) */
+        consumers_sync(); /* every warpgroup is done with the last tile (the pass before) */
         if (16 * warp - pass < rows) {
             __local uint *dst = (__local uint *)(tiles + (16 * warp - pass + g) * ROW_STRIDE + 2 * t);
 #pragma unroll
@@ -876,8 +1033,8 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
                 dst[n * 4 + 8 * ROW_STRIDE / 2] = pack_pair(acc[4 * n + 2] * inv_hi, acc[4 * n + 3] * inv_hi);
             }
         }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (uint c = get_local_id(0); c < rows * CHUNKS; c += THREADS) {
+        consumers_sync();
+        for (uint c = get_local_id(0); c < rows * CHUNKS; c += CONSUMER_THREADS) {
             const uint r = c / CHUNKS, piece = c % CHUNKS;
             if (row0 + pass + r < seq_q)
                 *(__global uint4 *)(o + o_base + (ulong)(row0 + pass + r) * o_ss + piece * 8) =

@@ -322,10 +322,15 @@ CLFLASH_API const char *clflash_context_build_log(const clflash_context *c);
  *                              pipelined loop (1) or the loop that waits for every product (0,
  *                              the default)
  *      nv_wgmma.block          32..64, a cap on its B (32 or 64; a value between gives 32)
- *      nv_wgmma.warpgroups     1 or 2: its warpgroups of 128 work-items (64 query rows each) per
- *                              work-group; by default one where seq_q <= 64, else two
+ *      nv_wgmma.warpgroups     1..4: its warpgroups of 128 work-items (64 query rows each) per
+ *                              work-group that compute; by default 4 at head_dim 64, 3 at 128
+ *                              (and with nv_wgmma.producer), 2 with nv_wgmma.pipeline=1, fewer
+ *                              where seq_q has fewer 64-row slices
  *      nv_wgmma.stages         2..6: K/V tile pairs in flight in its waiting loop (default 2;
  *                              a count whose tiles do not fit the local memory steps down)
+ *      nv_wgmma.producer       0 or 1: its waiting loop with one more warpgroup that copies the
+ *                              K/V tiles and hands them over through mbarriers (default 1 at
+ *                              head_dim 128, 0 at 64)
  * For each call the rules whose conditions hold apply in order, a later value winning. The order:
  * clflash's built-in rules (register tiles for the AMD and Intel GPU families whose compilers
  * spill the planner's defaults: docs/tuning.md lists them), the file named by the environment
@@ -684,7 +689,8 @@ typedef struct {
  *
  * EXPERIMENTAL: "nv_wgmma_forward" (cl/nv_wgmma_forward.cl), a forward on Hopper's warpgroup
  * instructions (wgmma) built through a PTX program binary retargeted to sm_90a. It computes right
- * on an H200 but is slower there than nv_mma_forward (0.65-0.94 of its TFLOP/s), so it is planned
+ * on an H200 and an H100, and on the H100 runs at 1.00-1.04x nv_mma_forward's TFLOP/s (n = 4096,
+ * head_dim 64 and 128), not yet the step that would make it the default, so it is planned
  * only when the environment variable CLFLASH_WGMMA=1 (any value but empty or "0") is set when the
  * context is created, the device is an NVIDIA GPU of compute capability 9.0 whose driver passed
  * the library's sm_90a probe (a small wgmma product checked exactly, once per context), and the

@@ -111,6 +111,7 @@ typedef enum {
     CLFLASH_TUNE_NV_WGMMA_BLOCK,            /* a cap on its B */
     CLFLASH_TUNE_NV_WGMMA_WARPGROUPS,       /* its WARPGROUPS (0: the planner's rule) */
     CLFLASH_TUNE_NV_WGMMA_STAGES,           /* its STAGES (the loop that waits) */
+    CLFLASH_TUNE_NV_WGMMA_PRODUCER,         /* its WG_PRODUCER: a warpgroup that streams the tiles */
     CLFLASH_TUNE_COUNT
 } clflash_tune_key;
 
@@ -250,6 +251,9 @@ CLFLASH_INTERNAL void clflash_program_cache_free(clflash_context *c);
  * text (the caller frees it) and the number of marked lines is returned; -1 with the reason in why
  * when the text is not PTX of ISA 8.0 or later for exactly sm_90, or has no marked line. */
 CLFLASH_INTERNAL int clflash_sm90a_rewrite(const char *ptx, size_t len, char **out, char *why, size_t why_len);
+/* A copy of ptx (malloc'd; NULL when out of memory) with `directive` on a line of its own after each
+ * .entry's parameter list, where PTX puts an entry's performance directives (.reqntid, ...). */
+CLFLASH_INTERNAL char *clflash_ptx_entry_directive(const char *ptx, const char *directive);
 /* Builds the sm_90a variant of from_source (built for c's one device) with `options`: its binary,
  * rewritten, through clCreateProgramWithBinary. CLFLASH_SUCCESS and *out, or an error and the
  * reason in why. */
@@ -452,6 +456,9 @@ CLFLASH_INTERNAL int32_t clflash_nv_default_rescale_thresh(const clflash_context
                                                            const clflash_tune_facts *f);
 CLFLASH_INTERNAL int32_t clflash_nv_default_q_direct(const clflash_context *c, const clflash_problem *p,
                                                      const clflash_tune_facts *f);
+/* nv_wgmma_forward_plan.c: nv_wgmma.producer. */
+CLFLASH_INTERNAL int32_t clflash_nv_wgmma_default_producer(const clflash_context *c, const clflash_problem *p,
+                                                           const clflash_tune_facts *f);
 /* nv_mma_backward_plan.c: nv_backward.stream. */
 CLFLASH_INTERNAL int32_t clflash_nv_default_bwd_stream(const clflash_context *c, const clflash_problem *p,
                                                        const clflash_tune_facts *f);

@@ -2,15 +2,15 @@
  * nv_wgmma_forward_plan.c - decides whether a forward call runs cl/nv_wgmma_forward.cl (Hopper's
  * wgmma, through the sm_90a PTX binary path of sm90a.c), and plans and builds it.
  *
- * EXPERIMENTAL: the kernel is assembled for sm_90a in CI and right on an H200, but slower there
- * than nv_mma_forward (docs/performance/h200.md). It is chosen only when all of these hold: the caller's environment asks for it
- * (CLFLASH_WGMMA=1, read when the context is created: clflash.h), the call is one the tensor-core
- * forward takes (clflash_nv_mma_refusal) and in this kernel's scope (shape_refusal), and the
- * context's device runs the sm_90a path right (clflash_sm90a_available: an NVIDIA device of
- * compute capability 9.0 whose driver built and ran the probe kernel). forward_plan.c asks here
- * first and plans nv_mma_forward whenever this file says no or any step fails (a build through the
- * sm_90a path, a kernel whose local memory or work-group does not fit), so the plan always names
- * the kernel that runs. Without CLFLASH_WGMMA nothing here runs, not even the probe.
+ * EXPERIMENTAL: the kernel is assembled for sm_90a in CI and right on an H200 and an H100, and on
+ * the H100 1.00-1.04x nv_mma_forward's speed (docs/performance/h200.md). It is chosen only when all
+ * of these hold: the caller's environment asks for it (CLFLASH_WGMMA=1, read when the context is
+ * created: clflash.h), the call is one the tensor-core forward takes (clflash_nv_mma_refusal) and
+ * in this kernel's scope (shape_refusal), and the context's device runs the sm_90a path right
+ * (clflash_sm90a_available: an NVIDIA device of compute capability 9.0 whose driver built and ran
+ * the probe kernel). forward_plan.c asks here first and plans nv_mma_forward whenever this file
+ * says no or any step fails (a build through the sm_90a path, a kernel whose local memory or
+ * work-group does not fit), so the plan always names the kernel that runs. Without CLFLASH_WGMMA nothing here runs, not even the probe.
  *
  * The shape: warpgroups of 128 work-items, each owning 64 query rows; four per work-group at
  * head_dim 64 and three at 128 (256 and 192 rows), fewer where seq_q needs fewer
@@ -24,14 +24,24 @@
  * budget or the device refused it at enqueue (below_block). Q and O are staged through the same
  * array, padded rows of up to 128 of the work-group's rows at a time (18 KiB at head_dim 64, 34 KiB
  * at 128), which the tiles overwrite.
+ *
+ * The producer loop (nv_wgmma.producer, by default at head_dim 128; the waiting loop's stages) adds
+ * one more warpgroup that copies the tiles, beside at most three consumers, and two 8-byte
+ * mbarriers a stage. Its registers: the work-group gets 65536 / work-items a work-item at launch
+ * (rounded down to 8, at most 248: what ptxas allocates for .reqntid with .minnctapersm 1), the
+ * producer keeps WG_PRODUCER_REGS, and the consumers share the rest (kernel_defines).
  */
 #include "internal.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #define KERNEL_NAME "nv_wgmma_forward"
 static const char variant_name[] = "nv_wgmma_forward";
 #define WGMMA_KV_TILES 5u /* WG_PIPE 1: 2 K slots and 3 V slots */
+/* The producer warpgroup's registers a work-item (nv_wgmma.producer=1): with 24 ptxas spilled 16
+ * bytes of its loop (CUDA 13.0), with 32 and 40 nothing. */
+#define WG_PRODUCER_REGS 40u
 
 /* Why the kernel's scope excludes p (a static string), or NULL: what cl/nv_wgmma_forward.cl takes. */
 static const char *shape_refusal(const clflash_problem *p)
@@ -78,6 +88,25 @@ static int pipelined(const clflash_context *c, const clflash_problem *p)
     return clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_PIPELINE, NULL) != 0;
 }
 
+/* nv_wgmma.producer's default: 1 at head_dim 128, 0 at 64. On an H100 (2026-12-05, n = 4096, batch
+ * 4, 16 heads; docs/performance/h200.md) the producer loop ran head_dim 128 at 320-324 TFLOP/s
+ * against 277 for the waiting loop alone (f16; nv_mma_forward 310-321 in the same runs), but
+ * head_dim 64 at 278 against 302: there the waiting loop has four warpgroups, the producer loop
+ * three consumers (four would get 104 registers a work-item and spill). */
+int32_t clflash_nv_wgmma_default_producer(const clflash_context *c, const clflash_problem *p,
+                                          const clflash_tune_facts *f)
+{
+    (void)c;
+    (void)f;
+    return p->head_dim > 64;
+}
+
+/* 1 where a producer warpgroup streams the tiles (WG_PRODUCER; the waiting loop only). */
+static int producer(const clflash_context *c, const clflash_problem *p)
+{
+    return !pipelined(c, p) && clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_PRODUCER, NULL) != 0;
+}
+
 /* Warpgroups per work-group: nv_wgmma.warpgroups where set, else as many as the register file
  * holds at one work-group per SM (four at head_dim 64, 118-124 registers a work-item; three at 128,
  * 140-152; two for the pipelined loop), each K/V tile then serving 256 or 192 query rows, but no
@@ -87,8 +116,10 @@ static uint32_t warpgroups_for(const clflash_context *c, const clflash_problem *
     const int32_t set = clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_WARPGROUPS, NULL);
     if (set >= 1 && set <= 4)
         return (uint32_t)set;
-    /* the pipelined loop holds 227-247 registers a work-item: two warpgroups at most */
-    const uint32_t most = pipelined(c, p) ? 2u : p->head_dim == 64 ? 4u : 3u;
+    /* the pipelined loop holds 227-247 registers a work-item: two warpgroups at most; beside a
+     * producer, four consumer warpgroups get 104 (640 work-items at launch hold 96 each), where
+     * head_dim 64 spills */
+    const uint32_t most = pipelined(c, p) ? 2u : p->head_dim == 64 && !producer(c, p) ? 4u : 3u;
     const uint64_t needed = ((uint64_t)p->seq_q + 63) / 64;
     return needed < most ? (uint32_t)needed : most;
 }
@@ -104,12 +135,12 @@ static uint32_t wanted_stages(const clflash_context *c, const clflash_problem *p
  * `stages` pairs, or the Q rows staged at a time (the work-group's, at most 128) padded by 16
  * bytes, whichever is larger. */
 static cl_ulong counted_local_bytes(const clflash_problem *p, int pipe, uint32_t block, uint32_t warpgroups,
-                                    uint32_t stages)
+                                    uint32_t stages, int prod)
 {
     const uint64_t n_tiles = pipe ? WGMMA_KV_TILES : 2ull * stages;
     const uint64_t tiles = n_tiles * block * p->head_dim * p->elem_size;
     const uint64_t q_rows = (warpgroups > 2 ? 128ull : 64ull * warpgroups) * (p->head_dim + 8) * p->elem_size;
-    return tiles > q_rows ? tiles : q_rows;
+    return (tiles > q_rows ? tiles : q_rows) + (prod ? 16ull * stages : 0); /* two 8-byte mbarriers a stage */
 }
 
 /* The first B to try: 64 at head_dim 64, 32 at 128, at most nv_wgmma.block (rounded down to 32
@@ -124,14 +155,27 @@ static uint32_t first_block(const clflash_context *c, const clflash_problem *p, 
 }
 
 static void kernel_defines(const clflash_problem *p, int with_lse, int pipe, uint32_t block, uint32_t warpgroups,
-                           uint32_t stages, char *buf, size_t size)
+                           uint32_t stages, int prod, char *buf, size_t size)
 {
     char features[300];
     clflash_forward_defines(p, with_lse, 1, 1, features, sizeof features);
     snprintf(buf, size,
              "%s -D HEAD_DIM=%u -D D_REAL=%u -D NV_ALIGNED=1 -D BLOCK=%u -D WARPS=%u -D WARPGROUPS=%u -D STAGES=%u "
-             "-D WG_PIPE=%d -D BIAS_PAIRS=0",
-             features, p->head_dim, p->head_dim, block, 4 * warpgroups, warpgroups, stages, pipe);
+             "-D WG_PIPE=%d -D WG_PRODUCER=%d -D BIAS_PAIRS=0",
+             features, p->head_dim, p->head_dim, block, 4 * (warpgroups + (prod ? 1 : 0)), warpgroups, stages, pipe,
+             prod);
+    if (prod) { /* the registers a work-item gets at launch (a multiple of 8), and what the consumers
+                 * take once the producer has given back all but WG_PRODUCER_REGS: setmaxnreg.inc
+                 * waits until the work-group's own registers (base a work-item at launch, not the
+                 * SM's 65536) can hold it, so asking for more than they hold never returns */
+        const uint32_t threads = 128 * (warpgroups + 1);
+        const uint32_t base = 65536 / threads / 8 * 8 > 255 ? 248 : 65536 / threads / 8 * 8;
+        uint32_t consumer = (base * threads - 128 * WG_PRODUCER_REGS) / (128 * warpgroups) / 8 * 8;
+        consumer = consumer > 248 ? 248 : consumer;
+        const size_t used = strlen(buf);
+        snprintf(buf + used, size - used, " -D WG_BASE_REGS=%u -D WG_PRODUCER_REGS=%u -D WG_CONSUMER_REGS=%u", base,
+                 WG_PRODUCER_REGS, consumer);
+    }
 }
 
 int clflash_nv_wgmma_first_defines(const clflash_context *c, const clflash_problem *p, int with_lse, char *buf,
@@ -140,11 +184,11 @@ int clflash_nv_wgmma_first_defines(const clflash_context *c, const clflash_probl
     if (shape_refusal(p) != NULL)
         return 0;
     const uint32_t wgs = warpgroups_for(c, p);
-    const int pipe = pipelined(c, p);
+    const int pipe = pipelined(c, p), prod = producer(c, p);
     for (uint32_t block = first_block(c, p, 0); block >= 32; block -= 32)
         for (uint32_t stages = pipe ? 2u : wanted_stages(c, p); stages >= 2; stages--)
-            if (counted_local_bytes(p, pipe, block, wgs, stages) <= c->local_mem_budget) {
-                kernel_defines(p, with_lse, pipe, block, wgs, stages, buf, size);
+            if (counted_local_bytes(p, pipe, block, wgs, stages, prod) <= c->local_mem_budget) {
+                kernel_defines(p, with_lse, pipe, block, wgs, stages, prod, buf, size);
                 return 1;
             }
     return 0;
@@ -157,15 +201,16 @@ static clflash_status try_build(clflash_context *c, const clflash_problem *p, in
                                 uint32_t wgs, uint32_t stages, clflash_flash_kernel *out, int *fits)
 {
     const uint64_t budget = c->local_mem_budget;
-    const uint32_t threads = 128 * wgs, block_q = 64 * wgs;
-    const cl_ulong counted = counted_local_bytes(p, pipe, block, wgs, stages);
+    const int prod = producer(c, p);
+    const uint32_t threads = 128 * (wgs + (prod ? 1 : 0)), block_q = 64 * wgs;
+    const cl_ulong counted = counted_local_bytes(p, pipe, block, wgs, stages, prod);
     *fits = 0;
     if (counted > budget)
         return CLFLASH_SUCCESS; /* cannot fit: not built */
     char defines[640];
     cl_program prog;
     cl_int err;
-    kernel_defines(p, with_lse, pipe, block, wgs, stages, defines, sizeof defines);
+    kernel_defines(p, with_lse, pipe, block, wgs, stages, prod, defines, sizeof defines);
     clflash_status st = clflash_get_program_sm90a(c, CLFLASH_SOURCE_NV_WGMMA_FORWARD, defines, &prog);
     if (st != CLFLASH_SUCCESS)
         return st;
@@ -191,8 +236,10 @@ static clflash_status try_build(clflash_context *c, const clflash_problem *p, in
     clflash_fill_plan(&out->plan, p, clflash_tile_bytes, budget, block, block_q, local_bytes, variant_name, 2, threads);
     out->kernel = kernel;
     clflash_set_split(out, p, 1, 1);
-    clflash_tune_report(&out->plan, "nv_wgmma.pipeline=%d,nv_wgmma.block=%u,nv_wgmma.warpgroups=%u,nv_wgmma.stages=%u",
-                        pipe, block, wgs, stages);
+    clflash_tune_report(&out->plan,
+                        "nv_wgmma.pipeline=%d,nv_wgmma.block=%u,nv_wgmma.warpgroups=%u,nv_wgmma.stages=%u,"
+                        "nv_wgmma.producer=%d",
+                        pipe, block, wgs, stages, prod);
     *fits = 1;
     return CLFLASH_SUCCESS;
 }

@@ -114,8 +114,49 @@ int clflash_sm90a_rewrite(const char *ptx, size_t len, char **out, char *why, si
         free(text);
         return -1;
     }
+    /* setmaxnreg takes effect only where ptxas knows the registers at entry: from the .reqntid the
+     * driver writes for reqd_work_group_size and one work-group per SM (.minnctapersm 1; without it
+     * ptxas ignores every setmaxnreg, C7508). */
+    if (strstr(text, "setmaxnreg") != NULL && strstr(text, ".minnctapersm") == NULL) {
+        char *with = clflash_ptx_entry_directive(text, ".minnctapersm 1");
+        if (with == NULL) {
+            snprintf(why, why_len, "out of host memory");
+            free(text);
+            return -1;
+        }
+        free(text);
+        text = with;
+    }
     *out = text;
     return markers;
+}
+
+char *clflash_ptx_entry_directive(const char *ptx, const char *directive)
+{
+    size_t entries = 0;
+    for (const char *at = strstr(ptx, ".entry "); at != NULL; at = strstr(at + 7, ".entry "))
+        entries++;
+    const size_t len = strlen(ptx), add = strlen(directive) + 1;
+    char *text = malloc(len + entries * add + 1);
+    if (text == NULL)
+        return NULL;
+    size_t w = 0;
+    const char *p = ptx;
+    for (const char *at = strstr(p, ".entry "); at != NULL; at = strstr(p, ".entry ")) {
+        const char *body = strchr(at, '{'), *close = body;
+        while (close != NULL && close > at && *close != ')')
+            close--;
+        if (body == NULL || close == at)
+            break; /* not an entry with a body: copied as it is */
+        memcpy(text + w, p, (size_t)(close + 1 - p));
+        w += (size_t)(close + 1 - p);
+        text[w++] = '\n';
+        memcpy(text + w, directive, add - 1);
+        w += add - 1;
+        p = close + 1;
+    }
+    memcpy(text + w, p, strlen(p) + 1);
+    return text;
 }
 
 /* ---- the rebuild ---------------------------------------------------------------------------------- */

@@ -79,6 +79,9 @@ static const tune_param params[CLFLASH_TUNE_COUNT] = {
      * down) */
     [CLFLASH_TUNE_NV_WGMMA_WARPGROUPS] = {"nv_wgmma.warpgroups", 1, 4, 0, NULL},
     [CLFLASH_TUNE_NV_WGMMA_STAGES] = {"nv_wgmma.stages", 2, 6, 2, NULL},
+    /* a producer warpgroup that streams the K/V tiles through mbarriers, so that the warpgroups do
+     * not meet at a barrier every tile (the waiting loop only; 1 at head_dim 128) */
+    [CLFLASH_TUNE_NV_WGMMA_PRODUCER] = {"nv_wgmma.producer", 0, 1, 0, clflash_nv_wgmma_default_producer},
 };
 
 /* One rule: the conditions it applies under and the values it sets or clears. */

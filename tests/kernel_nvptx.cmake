@@ -238,8 +238,10 @@ endforeach()
 # The experimental Hopper forward (nv_wgmma_forward.cl) is built with the defines its planner
 # (lib/nv_wgmma_forward_plan.c) gives the first kernel it would build on an H200 (tests/tuning_table
 # --kernel nv_wgmma_forward), f16 and bf16, head_dim 64 and 128, causal and not, with and without
-# lse, in the loop that waits for every product (the default, WG_PIPE 0) and in its pipelined loop
-# (--tune nv_wgmma.pipeline=1), at head_dim 64 with B 32 as well (nv_wgmma.block=32); unlike the
+# lse, in the loop that waits for every product (WG_PIPE 0, the default at head_dim 64), with a
+# producer warpgroup (WG_PRODUCER, the default at 128; --tune nv_wgmma.producer=0 and =1 give the
+# other) and in its pipelined loop (--tune nv_wgmma.pipeline=1), at head_dim 64 with B 32 as well
+# (nv_wgmma.block=32); unlike the
 # other tensor-core kernels its spills fail here too. So does any ptxas warning: "Potential
 # Performance Loss: wgmma.mma_async instructions are serialized" means ptxas found a register of a
 # group in flight touched, a group it could not follow, or too few registers, and put a wait after
@@ -265,6 +267,8 @@ set(_sm90a_cases
   "nv-wgmma-forward-d128-bf16-causal-wg3|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 128 --causal 1 --tune nv_wgmma.warpgroups=3"
   "nv-wgmma-forward-d64-wg4|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 64 --with-lse 1 --tune nv_wgmma.warpgroups=4"
   "nv-wgmma-forward-d64-causal-wg3|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 64 --causal 1 --tune nv_wgmma.warpgroups=3"
+  "nv-wgmma-forward-d128-waiting|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 128 --with-lse 1 --tune nv_wgmma.producer=0"
+  "nv-wgmma-forward-d64-bf16-causal-producer|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 64 --causal 1 --tune nv_wgmma.producer=1"
 )
 foreach(_case IN LISTS _sm90a_cases)
   if(NOT PTX_SM90A)
@@ -324,6 +328,8 @@ foreach(_case IN LISTS _sm90a_cases)
     math(EXPR _wg "32 * ${CMAKE_MATCH_2}") # its reqd_work_group_size
     if(_opts MATCHES "-D WG_PIPE=1")
       string(APPEND _tiles ", pipelined")
+    elseif(_opts MATCHES "-D WG_PRODUCER=1")
+      string(APPEND _tiles ", and a producer")
     elseif(_opts MATCHES "-D WG_PIPE=0")
       string(APPEND _tiles ", waits")
     endif()

@@ -31,36 +31,6 @@ static void replace_line(char *text, size_t room, const char *prefix, const char
     memcpy(at, line, strlen(line));
 }
 
-/* A copy of ptx (malloc'd; NULL when out of memory) with `directive` on a line of its own after each
- * .entry's parameter list, where PTX puts an entry's performance directives (.reqntid, ...). */
-static char *entry_directive(const char *ptx, const char *directive)
-{
-    size_t entries = 0;
-    for (const char *at = strstr(ptx, ".entry "); at != NULL; at = strstr(at + 7, ".entry "))
-        entries++;
-    const size_t len = strlen(ptx), add = strlen(directive) + 1;
-    char *text = malloc(len + entries * add + 1);
-    if (text == NULL)
-        return NULL;
-    size_t w = 0;
-    const char *p = ptx;
-    for (const char *at = strstr(p, ".entry "); at != NULL; at = strstr(p, ".entry ")) {
-        const char *body = strchr(at, '{'), *close = body;
-        while (close != NULL && close > at && *close != ')')
-            close--;
-        if (body == NULL || close == at)
-            break; /* not an entry with a body: copied as it is */
-        memcpy(text + w, p, (size_t)(close + 1 - p));
-        w += (size_t)(close + 1 - p);
-        text[w++] = '\n';
-        memcpy(text + w, directive, add - 1);
-        w += add - 1;
-        p = close + 1;
-    }
-    memcpy(text + w, p, strlen(p) + 1);
-    return text;
-}
-
 int main(int argc, char **argv)
 {
     const int as_nvidia = argc >= 4 && strcmp(argv[1], "--as-nvidia") == 0;
@@ -92,7 +62,7 @@ int main(int argc, char **argv)
     if (reqntid > 0) {
         char directive[40];
         snprintf(directive, sizeof directive, ".reqntid %d, 1, 1", reqntid);
-        char *with = entry_directive(text, directive);
+        char *with = clflash_ptx_entry_directive(text, directive);
         if (with == NULL) {
             fprintf(stderr, "ptx_sm90a_rewrite: out of memory\n");
             return 1;

@@ -92,6 +92,34 @@ START_TEST(rewrite_accepts)
 }
 END_TEST
 
+/* A marked setmaxnreg gets `.minnctapersm 1` after each entry's parameter list (ptxas ignores
+ * setmaxnreg without it); text that has one keeps it alone, and text without setmaxnreg gets none. */
+START_TEST(rewrite_adds_minnctapersm)
+{
+    char *out = NULL, why[200] = "";
+    const char *with = variant("// sm90a: wgmma.fence.sync.aligned;", "// sm90a: setmaxnreg.inc.sync.aligned.u32 152;");
+    ck_assert_int_eq(clflash_sm90a_rewrite(with, strlen(with), &out, why, sizeof why), 2);
+    ck_assert_ptr_nonnull(strstr(out, "\t.param .u64 .ptr .global .align 4 k_param_0\n)\n.minnctapersm 1\n{\n"));
+    ck_assert_ptr_nonnull(strstr(out, "\tsetmaxnreg.inc.sync.aligned.u32 152;\n"));
+    free(out);
+    const char *already = variant(")\n{", ")\n.minnctapersm 2\n{");
+    char copy[2048];
+    snprintf(copy, sizeof copy, "%s", already);
+    const char *both = strstr(copy, "// sm90a: wgmma.fence.sync.aligned;");
+    ck_assert_ptr_nonnull(both);
+    char text[2048];
+    snprintf(text, sizeof text, "%.*s// sm90a: setmaxnreg.dec.sync.aligned.u32 40;%s", (int)(both - copy), copy,
+             both + strlen("// sm90a: wgmma.fence.sync.aligned;"));
+    ck_assert_int_eq(clflash_sm90a_rewrite(text, strlen(text), &out, why, sizeof why), 2);
+    ck_assert_ptr_null(strstr(out, ".minnctapersm 1"));
+    ck_assert_ptr_nonnull(strstr(out, ".minnctapersm 2"));
+    free(out);
+    ck_assert_int_eq(clflash_sm90a_rewrite(good_ptx, sizeof good_ptx, &out, why, sizeof why), 2);
+    ck_assert_ptr_null(strstr(out, ".minnctapersm"));
+    free(out);
+}
+END_TEST
+
 START_TEST(rewrite_refuses)
 {
     static const struct {
@@ -294,6 +322,7 @@ int main(void)
     Suite *s = suite_create("sm90a");
     TCase *text = tcase_create("rewrite");
     tcase_add_test(text, rewrite_accepts);
+    tcase_add_test(text, rewrite_adds_minnctapersm);
     tcase_add_test(text, rewrite_refuses);
     suite_add_tcase(s, text);
     TCase *probe = tcase_create("probe");
