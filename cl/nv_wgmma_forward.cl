@@ -4,9 +4,10 @@
  * sm_90a in CI (tests/kernel_nvptx.cmake); the three loops below (WG_PIPE 0 and 1, WG_PRODUCER)
  * matched the fp64 reference on an H100 (2026-12-05, `test_nv_mma wgmma`: 40 of 40 each); the
  * producer loop, its default at head_dim 128, and the waiting loop, its default at 64, run at
- * 1.00-1.04x nv_mma_forward's speed there (docs/performance/h200.md). The planner (lib/nv_wgmma_forward_plan.c) chooses it only where
- * clflash_sm90a_available says yes, the call is in scope (below) and the environment variable
- * CLFLASH_WGMMA=1 asks for it. Everything else, and every failure on the way, runs nv_mma_forward.
+ * 1.00-1.04x nv_mma_forward's speed there (docs/performance/h200.md). The planner
+ * (lib/nv_wgmma_forward_plan.c) chooses it only where clflash_sm90a_available says yes, the call is
+ * in scope (below) and the environment variable CLFLASH_WGMMA=1 asks for it. Everything else, and
+ * every failure on the way, runs nv_mma_forward.
  *
  * Scope: f16 and bf16, head_dim 64 or 128, rows of Q, K, V and O on 16 bytes (NV_ALIGNED), causal
  * or not, GQA (one query head per work-group, its K/V head hg / group), lse. No window, softcap,

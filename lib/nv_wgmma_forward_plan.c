@@ -10,7 +10,8 @@
  * (clflash_sm90a_available: an NVIDIA device of compute capability 9.0 whose driver built and ran
  * the probe kernel). forward_plan.c asks here first and plans nv_mma_forward whenever this file
  * says no or any step fails (a build through the sm_90a path, a kernel whose local memory or
- * work-group does not fit), so the plan always names the kernel that runs. Without CLFLASH_WGMMA nothing here runs, not even the probe.
+ * work-group does not fit), so the plan always names the kernel that runs. Without CLFLASH_WGMMA
+ * nothing here runs, not even the probe.
  *
  * The shape: warpgroups of 128 work-items, each owning 64 query rows; four per work-group at
  * head_dim 64 and three at 128 (256 and 192 rows), fewer where seq_q needs fewer

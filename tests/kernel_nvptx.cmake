@@ -241,11 +241,10 @@ endforeach()
 # lse, in the loop that waits for every product (WG_PIPE 0, the default at head_dim 64), with a
 # producer warpgroup (WG_PRODUCER, the default at 128; --tune nv_wgmma.producer=0 and =1 give the
 # other) and in its pipelined loop (--tune nv_wgmma.pipeline=1), at head_dim 64 with B 32 as well
-# (nv_wgmma.block=32); unlike the
-# other tensor-core kernels its spills fail here too. So does any ptxas warning: "Potential
-# Performance Loss: wgmma.mma_async instructions are serialized" means ptxas found a register of a
-# group in flight touched, a group it could not follow, or too few registers, and put a wait after
-# every product. Its PTX gets the .reqntid that NVIDIA's compiler writes for reqd_work_group_size
+# (nv_wgmma.block=32); unlike the other tensor-core kernels its spills fail here too. So does any
+# ptxas warning: "Potential Performance Loss: wgmma.mma_async instructions are serialized" means
+# ptxas found a register of a group in flight touched, a group it could not follow, or too few
+# registers, and put a wait after every product. Its PTX gets the .reqntid that NVIDIA's compiler writes for reqd_work_group_size
 # and clang leaves out (ptx_sm90a_rewrite --reqntid), so that ptxas fits the registers to the
 # work-group as the driver's does (four warpgroups: 128 a work-item).
 set(_wgmma "--kernel nv_wgmma_forward ${_prefill}")
