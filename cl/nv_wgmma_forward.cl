@@ -144,8 +144,8 @@
  *
  * Defines: HEAD_DIM (64 or 128) = D_REAL, NV_ALIGNED 1, BLOCK (32 or 64), WARPS = 4 * (WARPGROUPS +
  * WG_PRODUCER), WARPGROUPS (1 to 4: the consumers with WG_PRODUCER), STAGES, WG_PIPE (0 or 1; with
- * 1 and HEAD_DIM 128 BLOCK 32 only), WG_PRODUCER (0 or 1, with WG_PIPE 0; then WG_BASE_REGS,
- * WG_PRODUCER_REGS and WG_CONSUMER_REGS),
+ * 1 and HEAD_DIM 128 BLOCK 32 only), WG_PRODUCER (0 or 1, with WG_PIPE 0; then WG_PRODUCER_REGS
+ * and WG_CONSUMER_REGS),
  * CLFLASH_DTYPE_F16 or _BF16, CAUSAL, WITH_LSE and common.cl's feature
  * switches (all others 0), SPLIT 0, PACK 1, PAGED 0. The helpers (copy16_async, load_matrix_x4,
  * pack_pair, exp2_ftz, lane_xor, stage_rows; THREADS, ROW_STRIDE, CHUNKS, K_STEPS) come from
@@ -158,8 +158,8 @@
 #if !defined(WARPGROUPS) || !defined(STAGES) || !defined(WG_PIPE) || WARPS != 4 * (WARPGROUPS + WG_PRODUCER)
 #error "WARPGROUPS, STAGES, WG_PIPE, WG_PRODUCER and WARPS = 4 * (WARPGROUPS + WG_PRODUCER) are set by the host (lib/nv_wgmma_forward_plan.c)"
 #endif
-#if WG_PRODUCER && (WG_PIPE || !defined(WG_BASE_REGS) || !defined(WG_PRODUCER_REGS) || !defined(WG_CONSUMER_REGS))
-#error "the producer warpgroup (WG_PRODUCER) streams for the waiting loop (WG_PIPE 0), with WG_BASE_REGS, WG_PRODUCER_REGS and WG_CONSUMER_REGS"
+#if WG_PRODUCER && (WG_PIPE || !defined(WG_PRODUCER_REGS) || !defined(WG_CONSUMER_REGS))
+#error "the producer warpgroup (WG_PRODUCER) streams for the waiting loop (WG_PIPE 0), with WG_PRODUCER_REGS and WG_CONSUMER_REGS"
 #endif
 #if (HEAD_DIM != 64 && HEAD_DIM != 128) || D_REAL != HEAD_DIM || !NV_ALIGNED
 #error "nv_wgmma_forward takes head_dim 64 or 128 with 16-byte aligned rows"
@@ -791,7 +791,7 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
             mbar_init(mbars + u, 128);                       /* full: the producer's work-items */
             mbar_init(mbars + STAGES + u, 128 * WARPGROUPS); /* empty: every consumer work-item */
         }
-    /* the barriers after Q's staging order the initialisation before every use */
+    /* the barrier below orders the initialisation before every use */
 #endif
     /* Q: global -> local (rows past seq_q zeros) -> this warp's A fragments, kept for the call;
      * Q_PASS rows at a time (three or four warpgroups' rows would not fit local memory at once). */
@@ -915,8 +915,8 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
      * proxy and arrives on full; each consumer waits for full, computes, and arrives on empty. A
      * warpgroup that is done with a tile goes on to the next as soon as it is in, so the consumers
      * drift apart by up to a tile instead of meeting at a barrier every tile. The producer gives
-     * its registers to the consumers (setmaxnreg: WG_BASE_REGS a work-item at launch,
-     * WG_PRODUCER_REGS for the producer, WG_CONSUMER_REGS for the consumers) and ends after its
+     * its registers to the consumers (setmaxnreg: WG_PRODUCER_REGS for the producer,
+     * WG_CONSUMER_REGS for the consumers, from what a work-item gets at launch) and ends after its
      * loop; the consumers' epilogue synchronises them alone (consumers_sync). The consumers read
      * their Q fragments from global memory after setmaxnreg: held across it, ptxas kept them in
      * the launch's registers and serialised the products (C7512). */
@@ -1006,7 +1006,7 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
     l_hi += lane_xor(l_hi, 1);
     l_hi += lane_xor(l_hi, 2);
 #if WITH_LSE
-    if (t == 0 && warp < 4 * WARPGROUPS) { /* not the producer (WG_PRODUCER): it has no rows */
+    if (t == 0) {
         const ulong lse0 = ((ulong)b * heads_q + h) * seq_q;
         if (r_lo < seq_q)
             lse[lse0 + r_lo] = l_lo == 0.0f ? -INFINITY : (m_lo + log2(l_lo)) * M_LN2_F;

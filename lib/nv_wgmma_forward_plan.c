@@ -174,8 +174,8 @@ static void kernel_defines(const clflash_problem *p, int with_lse, int pipe, uin
         uint32_t consumer = (base * threads - 128 * WG_PRODUCER_REGS) / (128 * warpgroups) / 8 * 8;
         consumer = consumer > 248 ? 248 : consumer;
         const size_t used = strlen(buf);
-        snprintf(buf + used, size - used, " -D WG_BASE_REGS=%u -D WG_PRODUCER_REGS=%u -D WG_CONSUMER_REGS=%u", base,
-                 WG_PRODUCER_REGS, consumer);
+        snprintf(buf + used, size - used, " -D WG_PRODUCER_REGS=%u -D WG_CONSUMER_REGS=%u", WG_PRODUCER_REGS,
+                 consumer);
     }
 }
 
