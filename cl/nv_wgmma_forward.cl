@@ -2,9 +2,10 @@
  * nv_wgmma_forward.cl - the forward pass on Hopper's warpgroup tensor-core instructions (wgmma),
  * built through the library's sm_90a PTX binary path (lib/sm90a.c). EXPERIMENTAL: assembled for
  * sm_90a in CI (tests/kernel_nvptx.cmake); the three loops below (WG_PIPE 0 and 1, WG_PRODUCER)
- * matched the fp64 reference on an H100 (2026-12-05, `test_nv_mma wgmma`: 40 of 40 each); the
- * producer loop, its default at head_dim 128, and the waiting loop, its default at 64, run at
- * 1.00-1.04x nv_mma_forward's speed there (docs/performance/h200.md). The planner
+ * matched the fp64 reference on an H100 (`test_nv_mma wgmma`: 40 of 40 each; the producer loop with
+ * its rings on 2026-12-06, the others on 2026-12-05). The producer loop, its default at head_dim
+ * 128, runs at 1.08-1.11x nv_mma_forward's speed there, and the waiting loop, its default at 64,
+ * at 1.01-1.02x (docs/performance/h200.md). The planner
  * (lib/nv_wgmma_forward_plan.c) chooses it only where clflash_sm90a_available says yes, the call is
  * in scope (below) and the environment variable CLFLASH_WGMMA=1 asks for it. Everything else, and
  * every failure on the way, runs nv_mma_forward.
@@ -38,9 +39,10 @@
  * warpgroups of the SM fill them.
  *
  * WG_PRODUCER 1 (nv_wgmma.producer, 1 by default at head_dim 128) is WG_PIPE 0's loop without its
- * copies and barriers: one more warpgroup, the producer, copies the K/V stages and hands them over
- * through mbarriers (full and empty, one of each a stage), so that the consumer warpgroups never
- * meet at a barrier of the work-group and each goes on to the next tile as soon as it is in. The
+ * copies and barriers: one more warpgroup, the producer, streams K and V into rings of their own (3
+ * K slots, 2 V slots) and hands each slot over through mbarriers (a full and an empty one a slot),
+ * so that the consumer warpgroups never meet at a barrier of the work-group, each goes on to the
+ * next tile as soon as it is in, and K streams up to two tiles ahead of the products. The
  * producer keeps WG_PRODUCER_REGS registers (setmaxnreg.dec) and gives the rest to the consumers
  * (setmaxnreg.inc to WG_CONSUMER_REGS, which the host computes from the registers the work-group
  * gets at launch: asking for more than those never returns).
@@ -83,8 +85,8 @@
  *
  * Local memory. K and V tiles of BLOCK keys x HEAD_DIM: with WG_PIPE 1 a ring of K_SLOTS (2) K tiles
  * and one of V_SLOTS (3) V tiles (tile t in K slot t % 2 and V slot t % 3; 40 KiB at (HEAD_DIM,
- * BLOCK) = (64, 64) and (128, 32)), with WG_PIPE 0 STAGES (2) stages of a K tile and its V tile
- * (32 KiB). Each is written by cp.async in the byte layout the descriptors describe: no swizzle ("interleave"), 8 x 8 core
+ * BLOCK) = (64, 64) and (128, 32)), with WG_PRODUCER rings of 3 K and 2 V slots (the same 40 KiB),
+ * else STAGES (2) stages of a K tile and its V tile (32 KiB). Each is written by cp.async in the byte layout the descriptors describe: no swizzle ("interleave"), 8 x 8 core
  * matrices of 16-bit elements, each 8 rows of 16 bytes, 128 contiguous bytes. A tile is kept
  * chunk-major: the 16-byte piece of key n holding columns 8c .. 8c + 7 lies at
  *     tile + c * (16 BLOCK) + n * 16   (bytes),
@@ -128,12 +130,14 @@
  * K(t + 1) into K slot (t + 1) % 2 and V(t) into V slot t % 3 are issued. So K and V stream in one
  * tile ahead, as in WG_PIPE 0 with 2 stages; O(t) waits for V(t) one barrier later than S(t)
  * waits for K(t), and the last tile of an odd count has a barrier of its own for its V.
- * WG_PRODUCER: the producer's work-items wait for their copies of a stage, fence them and arrive on
- * its full mbarrier; each consumer work-item waits on full, and once its products of the stage are
- * complete (wgmma.wait_group 0) arrives on its empty mbarrier, which the producer waits on before it
- * refills the stage. The consumers read their Q fragments from global memory (no staging, so no
- * barrier), and synchronise the epilogue among themselves (named barrier 1), the producer having
- * ended.
+ * WG_PRODUCER: each of the producer's work-items arrives on a slot's full mbarrier through
+ * cp.async.mbarrier.arrive.noinc, which fires once its copies are complete; each consumer work-item
+ * waits on full, fences the async proxy itself (fence.proxy.async after the wait: the copies'
+ * writes, made visible by the mbarrier, before its wgmma reads), and once its products of the slot
+ * are complete (wgmma.wait_group 0) arrives on its empty mbarrier, which the producer waits on
+ * before it refills the slot. The consumers read their Q fragments from global memory (no staging,
+ * so no barrier), and synchronise the epilogue among themselves (named barrier 1), the producer
+ * having ended.
  * Q is staged once through the same memory (rows padded by 16 bytes, as nv_mma_forward's; Q_PASS =
  * at most 128 rows at a time, since three or four warpgroups' rows would not fit) and read into A
  * fragments with ldmatrix, an ordinary read: a barrier before the tiles overwrite it. O passes
@@ -143,9 +147,9 @@
  * key ends with l = 0 and gets O = 0, lse = -inf. Keys at or past seq_k are zero-filled and masked.
  *
  * Defines: HEAD_DIM (64 or 128) = D_REAL, NV_ALIGNED 1, BLOCK (32 or 64), WARPS = 4 * (WARPGROUPS +
- * WG_PRODUCER), WARPGROUPS (1 to 4: the consumers with WG_PRODUCER), STAGES, WG_PIPE (0 or 1; with
- * 1 and HEAD_DIM 128 BLOCK 32 only), WG_PRODUCER (0 or 1, with WG_PIPE 0; then WG_PRODUCER_REGS
- * and WG_CONSUMER_REGS),
+ * WG_PRODUCER), WARPGROUPS (1 to 4: the consumers with WG_PRODUCER), STAGES (read by the waiting
+ * loop without a producer only), WG_PIPE (0 or 1; with 1 and HEAD_DIM 128 BLOCK 32 only),
+ * WG_PRODUCER (0 or 1, with WG_PIPE 0; then WG_PRODUCER_REGS and WG_CONSUMER_REGS),
  * CLFLASH_DTYPE_F16 or _BF16, CAUSAL, WITH_LSE and common.cl's feature
  * switches (all others 0), SPLIT 0, PACK 1, PAGED 0. The helpers (copy16_async, load_matrix_x4,
  * pack_pair, exp2_ftz, lane_xor, stage_rows; THREADS, ROW_STRIDE, CHUNKS, K_STEPS) come from
@@ -182,6 +186,10 @@
 #if WG_PIPE
 #define K_SLOTS 2                          /* the K ring: tiles t and t + 1 */
 #define V_SLOTS 3                          /* the V ring: tiles t - 1 (in flight), t and t + 1 */
+#define KV_HALVES ((K_SLOTS + V_SLOTS) * TILE_HALVES)
+#elif WG_PRODUCER
+#define K_SLOTS 3                          /* the K ring: tiles t .. t + 2 */
+#define V_SLOTS 2                          /* the V ring: tiles t and t + 1 */
 #define KV_HALVES ((K_SLOTS + V_SLOTS) * TILE_HALVES)
 #else
 #define KV_HALVES (STAGES * STAGE_HALVES)
@@ -541,11 +549,11 @@ static inline void wg_tiles_in(void)
 }
 
 #if WG_PRODUCER
-/* ---- mbarriers (WG_PRODUCER): the producer warpgroup and the consumer warpgroups hand the stages
- * over without a barrier of the whole work-group. full[s]: the producer's 128 work-items each
- * arrive once their copies of the tile in stage s are complete and fenced for the async proxy;
- * empty[s]: the consumers arrive once their products have read stage s. Phases alternate 0, 1, 0,
- * ... with each use of a stage: use u = tile / STAGES waits for parity u % 2. */
+/* ---- mbarriers (WG_PRODUCER): the producer warpgroup and the consumer warpgroups hand the ring
+ * slots over without a barrier of the whole work-group. Each slot has a full mbarrier, on which the
+ * producer's 128 work-items each arrive once their copies into the slot are complete, and an empty
+ * one, on which every consumer work-item arrives once its products have read the slot. Phases
+ * alternate 0, 1, 0, ... with each use of a slot: use u = tile / slots waits for parity u % 2. */
 static inline uint mbar_addr(__local const ulong *bar)
 {
     return (uint)(size_t)bar;
@@ -574,6 +582,13 @@ static inline uint mbar_try_wait(__local ulong *bar, uint parity)
                          : "r"(mbar_addr(bar)), "r"(parity)
                          : "memory");
     return done;
+}
+
+/* Arrives on bar once every copy this work-item has issued so far is complete (the arrival is one
+ * of the count given at init: .noinc). */
+static inline void mbar_arrive_on_copies(__local ulong *bar)
+{
+    __asm__ __volatile__("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(mbar_addr(bar)) : "memory");
 }
 
 static inline void mbar_wait(__local ulong *bar, uint parity)
@@ -756,7 +771,7 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
      * O, staged in padded rows from 0. 128-byte alignment: every descriptor's start is on 16 bytes. */
     __local uint4 local_words[LOCAL_HALVES / 8] __attribute__((aligned(128)));
 #if WG_PRODUCER
-    __local ulong mbars[2 * STAGES]; /* full[STAGES], then empty[STAGES] */
+    __local ulong mbars[2 * (K_SLOTS + V_SLOTS)]; /* full and empty of each K slot, then of each V slot */
 #endif
     __local ushort *const tiles = (__local ushort *)local_words;
     /* what this kernel does not take (the #error above) */
@@ -787,9 +802,9 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
 
 #if WG_PRODUCER
     if (get_local_id(0) == 0)
-        for (uint u = 0; u < STAGES; u++) {
-            mbar_init(mbars + u, 128);                       /* full: the producer's work-items */
-            mbar_init(mbars + STAGES + u, 128 * WARPGROUPS); /* empty: every consumer work-item */
+        for (uint u = 0; u < K_SLOTS + V_SLOTS; u++) {
+            mbar_init(mbars + 2 * u, 128);                  /* full: the producer's work-items' copies */
+            mbar_init(mbars + 2 * u + 1, 128 * WARPGROUPS); /* empty: every consumer work-item */
         }
     /* the barrier below orders the initialisation before every use */
 #endif
@@ -910,31 +925,44 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
         wg_keep_o(acc, pa);
     }
 #elif WG_PRODUCER
-    /* The producer warpgroup (the last) copies tile t into stage t % STAGES once every consumer
-     * work-item is done with tile t - STAGES, waits for its own copies, fences them for the async
-     * proxy and arrives on full; each consumer waits for full, computes, and arrives on empty. A
-     * warpgroup that is done with a tile goes on to the next as soon as it is in, so the consumers
-     * drift apart by up to a tile instead of meeting at a barrier every tile. The producer gives
-     * its registers to the consumers (setmaxnreg: WG_PRODUCER_REGS for the producer,
-     * WG_CONSUMER_REGS for the consumers, from what a work-item gets at launch) and ends after its
-     * loop; the consumers' epilogue synchronises them alone (consumers_sync). The consumers read
-     * their Q fragments from global memory after setmaxnreg: held across it, ptxas kept them in
-     * the launch's registers and serialised the products (C7512). */
-    __local ulong *const full = mbars, *const empty = mbars + STAGES;
+    /* The producer warpgroup (the last) streams K and V into rings of their own, K_SLOTS K slots and
+     * V_SLOTS V slots, each slot with a full and an empty mbarrier (mbars[2 slot], mbars[2 slot + 1];
+     * K slots first). It issues K(t) and then V(t - 1), each as soon as its slot is free, and never
+     * waits for its copies: cp.async.mbarrier.arrive.noinc arrives on the slot's full mbarrier once
+     * this work-item's copies so far are complete. A consumer waits on full, fences the async proxy
+     * (wgmma reads what the copies wrote), frees the K slot right after S = Q K^T and the V slot after
+     * O += P V (its products are complete: wg_scores and wg_values wait for them). So K streams up to
+     * two tiles ahead of the products and V one, and the consumers drift apart by up to a tile instead
+     * of meeting at a barrier every tile. The producer gives its registers to the consumers
+     * (setmaxnreg: WG_PRODUCER_REGS for the producer, WG_CONSUMER_REGS for the consumers, from what a
+     * work-item gets at launch) and ends after its loop; the consumers' epilogue synchronises them
+     * alone (consumers_sync). The consumers read their Q fragments from global memory after
+     * setmaxnreg: held across it, ptxas kept them in the launch's registers and serialised the
+     * products (C7512). */
+    __local ushort *const k_ring = tiles, *const v_ring = tiles + K_SLOTS * TILE_HALVES;
+    __local ulong *const k_bars = mbars, *const v_bars = mbars + 2 * K_SLOTS;
     if (warp >= 4 * WARPGROUPS) {
         __asm__ __volatile__("// sm90a: setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(WG_PRODUCER_REGS) : "memory");
-        for (uint tile = 0; tile < n_tiles; tile++) {
-            const uint st = tile % STAGES;
-            if (tile >= STAGES)
-                mbar_wait(empty + st, (tile / STAGES - 1) % 2);
-            wg_stream_tile(&ks, tiles + st * STAGE_HALVES);
-            wg_stream_tile(&vs, tiles + st * STAGE_HALVES + TILE_HALVES);
-            async_commit();
-            async_wait_all();
-            fence_proxy_async();
-            mbar_arrive(full + st);
+        for (uint t = 0; t <= n_tiles; t++) {
+            if (t < n_tiles) {
+                const uint slot = t % K_SLOTS;
+                if (t >= K_SLOTS)
+                    mbar_wait(k_bars + 2 * slot + 1, (t / K_SLOTS - 1) % 2);
+                wg_stream_tile(&ks, k_ring + slot * TILE_HALVES);
+                async_commit();
+                mbar_arrive_on_copies(k_bars + 2 * slot);
+            }
+            if (t >= 1) {
+                const uint u = t - 1, slot = u % V_SLOTS;
+                if (u >= V_SLOTS)
+                    mbar_wait(v_bars + 2 * slot + 1, (u / V_SLOTS - 1) % 2);
+                wg_stream_tile(&vs, v_ring + slot * TILE_HALVES);
+                async_commit();
+                mbar_arrive_on_copies(v_bars + 2 * slot);
+            }
         }
-        return; /* the epilogue below is the consumers' (consumers_sync) */
+        async_wait_all(); /* no copy outlives its work-item */
+        return;           /* the epilogue below is the consumers' (consumers_sync) */
     } else {
         __asm__ __volatile__("// sm90a: setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(WG_CONSUMER_REGS) : "memory");
         /* this warp's A fragments of Q: words 0 and 2 row r_lo, 1 and 3 row r_lo + 8; columns 2t, 2t + 1
@@ -947,19 +975,21 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
                 qa[4 * kk + w] = row < seq_q ? *(__global const uint *)(q + q_base + (ulong)row * q_ss + col) : 0u;
             }
         for (uint j = 0; j < n_tiles; j++) {
-            const uint st = j % STAGES;
-            mbar_wait(full + st, (j / STAGES) % 2);
-            __local const ushort *k_tile = tiles + st * STAGE_HALVES;
-            __local const ushort *v_tile = k_tile + TILE_HALVES;
+            const uint kslot = j % K_SLOTS, vslot = j % V_SLOTS;
             float s[S_ACC];
             uint pa[4 * P_STEPS];
-            wg_scores(s, qa, k_tile);
+            mbar_wait(k_bars + 2 * kslot, (j / K_SLOTS) % 2);
+            fence_proxy_async();
+            wg_scores(s, qa, k_ring + kslot * TILE_HALVES);
+            mbar_arrive(k_bars + 2 * kslot + 1);
             wg_softmax(s, pa, &rw, j, first_hi, seq_k, r_lo, shift, t, score_scale);
             wg_rescale(acc, &rw);
+            mbar_wait(v_bars + 2 * vslot, (j / V_SLOTS) % 2);
+            fence_proxy_async();
 #pragma unroll
             for (uint sl = 0; sl < O_SLABS; sl++)
-                wg_values(acc, sl, pa, v_tile);
-            mbar_arrive(empty + st); /* this work-item's products of tile j are complete */
+                wg_values(acc, sl, pa, v_ring + vslot * TILE_HALVES);
+            mbar_arrive(v_bars + 2 * vslot + 1);
         }
     }
 #else

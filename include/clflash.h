@@ -326,11 +326,12 @@ CLFLASH_API const char *clflash_context_build_log(const clflash_context *c);
  *                              work-group that compute; by default 4 at head_dim 64, 3 at 128
  *                              (and with nv_wgmma.producer), 2 with nv_wgmma.pipeline=1, fewer
  *                              where seq_q has fewer 64-row slices
- *      nv_wgmma.stages         2..6: K/V tile pairs in flight in its waiting loop (default 2;
- *                              a count whose tiles do not fit the local memory steps down)
- *      nv_wgmma.producer       0 or 1: its waiting loop with one more warpgroup that copies the
- *                              K/V tiles and hands them over through mbarriers (default 1 at
- *                              head_dim 128, 0 at 64)
+ *      nv_wgmma.stages         2..6: K/V tile pairs in flight in its waiting loop without a
+ *                              producer (default 2; a count whose tiles do not fit the local
+ *                              memory steps down)
+ *      nv_wgmma.producer       0 or 1: its waiting loop with one more warpgroup that streams K
+ *                              and V into rings of their own (3 and 2 tiles) and hands them over
+ *                              through mbarriers (default 1 at head_dim 128, 0 at 64)
  * For each call the rules whose conditions hold apply in order, a later value winning. The order:
  * clflash's built-in rules (register tiles for the AMD and Intel GPU families whose compilers
  * spill the planner's defaults: docs/tuning.md lists them), the file named by the environment

@@ -19,16 +19,16 @@
  * nv_wgmma.block caps it), so that the K and V tiles fit the 48 KiB of an H200 beside the bytes the
  * driver adds (4 there): the pipelined loop (nv_wgmma.pipeline=1: WG_PIPE 1) keeps a ring of 2 K
  * tiles and one of 3 V tiles, 5 B head_dim 2 bytes = 40 KiB at (64, 64) and (128, 32), 80 KiB at
- * (128, 64), which is why head_dim 128 stays at 32; the loop that waits for every product (WG_PIPE
- * 0, the default) two stages of a K and a V tile, 32 KiB (nv_wgmma.stages asks for up to 6; each B
- * then takes the most stages whose built kernel fits, down to 2). 32 where 64 does not fit the
+ * (128, 64), which is why head_dim 128 stays at 32; the producer loop (below) a ring of 3 K tiles
+ * and one of 2 V tiles, the same 40 KiB; the loop that waits for every product (WG_PIPE 0 without a
+ * producer) two stages of a K and a V tile, 32 KiB (nv_wgmma.stages asks for up to 6; each B then
+ * takes the most stages whose built kernel fits, down to 2). 32 where 64 does not fit the
  * budget or the device refused it at enqueue (below_block). Q and O are staged through the same
  * array, padded rows of up to 128 of the work-group's rows at a time (18 KiB at head_dim 64, 34 KiB
  * at 128), which the tiles overwrite.
  *
- * The producer loop (nv_wgmma.producer, by default at head_dim 128; the waiting loop's stages) adds
- * one more warpgroup that copies the tiles, beside at most three consumers, and two 8-byte
- * mbarriers a stage. Its registers: the work-group gets 65536 / work-items a work-item at launch
+ * The producer loop (nv_wgmma.producer, by default at head_dim 128) adds one more warpgroup that
+ * copies the tiles, beside at most three consumers, and two 8-byte mbarriers a ring slot. Its registers: the work-group gets 65536 / work-items a work-item at launch
  * (rounded down to 8, at most 248: what ptxas allocates for .reqntid with .minnctapersm 1), the
  * producer keeps WG_PRODUCER_REGS, and the consumers share the rest (kernel_defines).
  */
@@ -39,7 +39,7 @@
 
 #define KERNEL_NAME "nv_wgmma_forward"
 static const char variant_name[] = "nv_wgmma_forward";
-#define WGMMA_KV_TILES 5u /* WG_PIPE 1: 2 K slots and 3 V slots */
+#define WGMMA_KV_TILES 5u /* the rings: WG_PIPE 1 2 K slots and 3 V slots, WG_PRODUCER 3 and 2 */
 /* The producer warpgroup's registers a work-item (nv_wgmma.producer=1): with 24 ptxas spilled 16
  * bytes of its loop (CUDA 13.0), with 32 and 40 nothing. */
 #define WG_PRODUCER_REGS 40u
@@ -89,11 +89,12 @@ static int pipelined(const clflash_context *c, const clflash_problem *p)
     return clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_PIPELINE, NULL) != 0;
 }
 
-/* nv_wgmma.producer's default: 1 at head_dim 128, 0 at 64. On an H100 (2026-12-05, n = 4096, batch
- * 4, 16 heads; docs/performance/h200.md) the producer loop ran head_dim 128 at 320-324 TFLOP/s
- * against 277 for the waiting loop alone (f16; nv_mma_forward 310-321 in the same runs), but
- * head_dim 64 at 278 against 302: there the waiting loop has four warpgroups, the producer loop
- * three consumers (four would get 104 registers a work-item and spill). */
+/* nv_wgmma.producer's default: 1 at head_dim 128, 0 at 64. On an H100 (2026-12-06, n = 4096, batch
+ * 4, 16 heads; docs/performance/h200.md) the producer loop with its K and V rings ran head_dim 128
+ * at 347-350 TFLOP/s against 277-278 for the waiting loop alone (f16; nv_mma_forward 313-322 in the
+ * same runs), and head_dim 64 at 294-298 against 296-299: there the waiting loop has four
+ * warpgroups, the producer loop three consumers (four would get 104 registers a work-item and
+ * spill). */
 int32_t clflash_nv_wgmma_default_producer(const clflash_context *c, const clflash_problem *p,
                                           const clflash_tune_facts *f)
 {
@@ -125,23 +126,27 @@ static uint32_t warpgroups_for(const clflash_context *c, const clflash_problem *
     return needed < most ? (uint32_t)needed : most;
 }
 
-/* The waiting loop's K/V tile pairs (WG_PIPE 0): nv_wgmma.stages, 2 to 6 (the tuning table's range). */
+/* The waiting loop's K/V tile pairs (WG_PIPE 0 without a producer): nv_wgmma.stages, 2 to 6 (the
+ * tuning table's range); 2 for the loops with rings of their own, which do not read it. */
 static uint32_t wanted_stages(const clflash_context *c, const clflash_problem *p)
 {
+    if (pipelined(c, p) || producer(c, p))
+        return 2u;
     return (uint32_t)clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_STAGES, NULL);
 }
 
 /* Bytes of the kernel's local array: the K and V tiles of B rows (unpadded: the descriptors'
- * layout), WGMMA_KV_TILES of them pipelined (cl/nv_wgmma_forward.cl's K_SLOTS + V_SLOTS), else
- * `stages` pairs, or the Q rows staged at a time (the work-group's, at most 128) padded by 16
- * bytes, whichever is larger. */
+ * layout), WGMMA_KV_TILES of them in rings (cl/nv_wgmma_forward.cl's K_SLOTS + V_SLOTS: the
+ * pipelined and the producer loops), else `stages` pairs, or the Q rows staged at a time (the
+ * work-group's, at most 128) padded by 16 bytes, whichever is larger; and the producer loop's
+ * mbarriers, two of 8 bytes a ring slot. */
 static cl_ulong counted_local_bytes(const clflash_problem *p, int pipe, uint32_t block, uint32_t warpgroups,
                                     uint32_t stages, int prod)
 {
-    const uint64_t n_tiles = pipe ? WGMMA_KV_TILES : 2ull * stages;
+    const uint64_t n_tiles = pipe || prod ? WGMMA_KV_TILES : 2ull * stages;
     const uint64_t tiles = n_tiles * block * p->head_dim * p->elem_size;
     const uint64_t q_rows = (warpgroups > 2 ? 128ull : 64ull * warpgroups) * (p->head_dim + 8) * p->elem_size;
-    return (tiles > q_rows ? tiles : q_rows) + (prod ? 16ull * stages : 0); /* two 8-byte mbarriers a stage */
+    return (tiles > q_rows ? tiles : q_rows) + (prod ? 16ull * WGMMA_KV_TILES : 0);
 }
 
 /* The first B to try: 64 at head_dim 64, 32 at 128, at most nv_wgmma.block (rounded down to 32
@@ -187,7 +192,7 @@ int clflash_nv_wgmma_first_defines(const clflash_context *c, const clflash_probl
     const uint32_t wgs = warpgroups_for(c, p);
     const int pipe = pipelined(c, p), prod = producer(c, p);
     for (uint32_t block = first_block(c, p, 0); block >= 32; block -= 32)
-        for (uint32_t stages = pipe ? 2u : wanted_stages(c, p); stages >= 2; stages--)
+        for (uint32_t stages = wanted_stages(c, p); stages >= 2; stages--)
             if (counted_local_bytes(p, pipe, block, wgs, stages, prod) <= c->local_mem_budget) {
                 kernel_defines(p, with_lse, pipe, block, wgs, stages, prod, buf, size);
                 return 1;
@@ -250,9 +255,9 @@ clflash_status clflash_plan_nv_wgmma(clflash_context *c, const clflash_problem *
 {
     const uint32_t wgs = warpgroups_for(c, p);
     const int pipe = pipelined(c, p);
-    /* the largest B first, and for each B the most stages (the pipelined loop has a ring of its own) */
+    /* the largest B first, and for each B the most stages (the loops with rings have one count) */
     for (uint32_t block = first_block(c, p, below_block); block >= 32; block -= 32)
-        for (uint32_t stages = pipe ? 2u : wanted_stages(c, p); stages >= 2; stages--) {
+        for (uint32_t stages = wanted_stages(c, p); stages >= 2; stages--) {
             int fits = 0;
             const clflash_status st = try_build(c, p, with_lse, pipe, block, wgs, stages, out, &fits);
             if (st != CLFLASH_SUCCESS || fits)

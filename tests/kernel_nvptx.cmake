@@ -260,7 +260,7 @@ set(_sm90a_cases
   "nv-wgmma-forward-d128-pipe-lse|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 128 --with-lse 1 --tune nv_wgmma.pipeline=1"
   "nv-wgmma-forward-d64-bf16-causal-pipe|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 64 --causal 1 --with-lse 1 --tune nv_wgmma.pipeline=1"
   "nv-wgmma-forward-d128-bf16-causal-pipe|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 128 --causal 1 --tune nv_wgmma.pipeline=1"
-  "nv-wgmma-forward-d128-wg1-s3|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 128 --with-lse 1 --tune nv_wgmma.warpgroups=1,nv_wgmma.stages=3"
+  "nv-wgmma-forward-d128-wg1-s3|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 128 --with-lse 1 --tune nv_wgmma.warpgroups=1,nv_wgmma.stages=3,nv_wgmma.producer=0"
   "nv-wgmma-forward-d64-wg1-s3|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 64 --tune nv_wgmma.warpgroups=1,nv_wgmma.stages=3"
   "nv-wgmma-forward-d128-wg3|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 128 --with-lse 1 --tune nv_wgmma.warpgroups=3"
   "nv-wgmma-forward-d128-bf16-causal-wg3|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 128 --causal 1 --tune nv_wgmma.warpgroups=3"
