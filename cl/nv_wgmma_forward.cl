@@ -2,18 +2,21 @@
  * nv_wgmma_forward.cl - the forward pass on Hopper's warpgroup tensor-core instructions (wgmma),
  * built through the library's sm_90a PTX binary path (lib/sm90a.c). EXPERIMENTAL: assembled for
  * sm_90a in CI (tests/kernel_nvptx.cmake); the three loops below (WG_PIPE 0 and 1, WG_PRODUCER)
- * matched the fp64 reference on an H100 (`test_nv_mma wgmma`: 40 of 40 each; the producer loop with
- * its rings on 2026-12-06, the others on 2026-12-05). The producer loop, its default at head_dim
- * 128, runs at 1.08-1.11x nv_mma_forward's speed there, and the waiting loop, its default at 64,
- * at 1.01-1.02x (docs/performance/h200.md). The planner
+ * matched the fp64 reference on an H100 (2026-12-06, `test_nv_mma wgmma`: 68 of 68 each, the score
+ * features included). The producer loop, its default at head_dim 128, runs at 1.06-1.11x
+ * nv_mma_forward's speed there, and the waiting loop, its default at 64, at 1.01-1.02x; the
+ * pipelined loop is slower than both (docs/performance/h200.md). The planner
  * (lib/nv_wgmma_forward_plan.c) chooses it only where clflash_sm90a_available says yes, the call is
  * in scope (below) and the environment variable CLFLASH_WGMMA=1 asks for it. Everything else, and
  * every failure on the way, runs nv_mma_forward.
  *
  * Scope: f16 and bf16, head_dim 64 or 128, rows of Q, K, V and O on 16 bytes (NV_ALIGNED), causal
- * or not, GQA (one query head per work-group, its K/V head hg / group), lse. No window, softcap,
- * bias, ALiBi, key lengths, paged caches, variable-length batches, split-KV or head packing: the
- * host never builds it with them (the #error below).
+ * or not, GQA (one query head per work-group, its K/V head hg / group), lse, and the score rules
+ * of common.cl: windows, softcap (the host sends head_dim 128 with a softcap to nv_mma_forward:
+ * three consumer warpgroups spill it), ALiBi, key lengths and the diagonal's offset and alignment.
+ * The tiles a block does not see are skipped (block_key_range), the masks applied only on those
+ * some row sees in part. No bias, paged caches, variable-length batches, split-KV or head packing:
+ * the host never builds it with them (the #error below).
  *
  * Work: a work-group of WARPGROUPS warpgroups (128 work-items each) owns BLOCK_Q = 64 * WARPGROUPS
  * query rows of one (batch, head); warpgroup wg owns rows 64 wg .. 64 wg + 63, warp w of it rows
@@ -48,7 +51,10 @@
  * gets at launch: asking for more than those never returns).
  *
  * WG_PIPE 1 (nv_wgmma.pipeline=1; the default is 0) overlaps products with softmaxes
- * (FlashAttention-3's intra-warpgroup pipelining, without its ping-pong). Two key tiles a trip, j
+ * (FlashAttention-3's intra-warpgroup pipelining, without its ping-pong), fed by the producer's
+ * rings (WG_PIPE implies WG_PRODUCER); its registers allow two consumer warpgroups. On an H100 it
+ * ran at 263 TFLOP/s against the producer loop's 346 (head_dim 128, n = 4096): two warpgroups' rows
+ * per K/V tile instead of three cost more than the overlap gains. Two key tiles a trip, j
  * and j + 1, S in two register sets: sa holds S of the even tiles, sb of the odd ones. A trip starts with S(j) complete in sa and no
  * group in flight:
  *     issue S(j + 1) -> sb;  softmax(j) on sa, O *= alpha, P(j) -> pa;  issue O += P(j) V(j)
@@ -83,12 +89,12 @@
  * So P's A fragment for keys 16u .. 16u + 15 is pack(d[8u], d[8u+1]), pack(d[8u+2], d[8u+3]),
  * pack(d[8u+4], d[8u+5]), pack(d[8u+6], d[8u+7]).
  *
- * Local memory. K and V tiles of BLOCK keys x HEAD_DIM: with WG_PIPE 1 a ring of K_SLOTS (2) K tiles
- * and one of V_SLOTS (3) V tiles (tile t in K slot t % 2 and V slot t % 3; 40 KiB at (HEAD_DIM,
- * BLOCK) = (64, 64) and (128, 32)), with WG_PRODUCER rings of 3 K and 2 V slots (the same 40 KiB),
- * else STAGES (2) stages of a K tile and its V tile (32 KiB). Each is written by cp.async in the byte layout the descriptors describe: no swizzle ("interleave"), 8 x 8 core
- * matrices of 16-bit elements, each 8 rows of 16 bytes, 128 contiguous bytes. A tile is kept
- * chunk-major: the 16-byte piece of key n holding columns 8c .. 8c + 7 lies at
+ * Local memory. K and V tiles of BLOCK keys x HEAD_DIM: with WG_PRODUCER a ring of K_SLOTS (3) K
+ * tiles and one of V_SLOTS (2) V tiles (tile t in K slot t % 3 and V slot t % 2; 40 KiB at
+ * (HEAD_DIM, BLOCK) = (64, 64) and (128, 32)), else STAGES (2) stages of a K tile and its V tile
+ * (32 KiB). Each is written by cp.async in the byte layout the descriptors describe: no swizzle
+ * ("interleave"), 8 x 8 core matrices of 16-bit elements, each 8 rows of 16 bytes, 128 contiguous
+ * bytes. A tile is kept chunk-major: the 16-byte piece of key n holding columns 8c .. 8c + 7 lies at
  *     tile + c * (16 BLOCK) + n * 16   (bytes),
  * so core matrix (keys 8r .. 8r + 7, columns 8c .. 8c + 7) starts at tile + c * 16 BLOCK + 128 r.
  * A descriptor (64 bits) holds: bits 0-13 start address / 16 (of the shared window, 18 bits), bits
@@ -122,20 +128,15 @@
  * issues fence.proxy.async.shared::cta before the barrier that makes them everybody's; the barrier
  * also tells that every warpgroup's wgmma reads it waited for before it are complete, so that
  * their slots may be refilled. WG_PIPE 0: nv_mma_forward's pipeline, tiles j + 1 .. j + STAGES - 1
- * stream in while tile j is computed, one barrier per tile, which frees the stage of tile j - 1.
- * WG_PIPE 1: one barrier per tile too (wg_tiles_in), before S(t) is issued. There K(t) and V(t - 1)
- * are in (copied, one commit group, after the barrier before S(t - 1)), and every warpgroup has
- * waited for S(t - 1) (read K slot (t - 1) % 2) and O(t - 2) (read V slot (t - 2) % 3), but maybe
- * not for O(t - 1), whose V slot the ring of 3 leaves alone: after the barrier the copies of
- * K(t + 1) into K slot (t + 1) % 2 and V(t) into V slot t % 3 are issued. So K and V stream in one
- * tile ahead, as in WG_PIPE 0 with 2 stages; O(t) waits for V(t) one barrier later than S(t)
- * waits for K(t), and the last tile of an odd count has a barrier of its own for its V.
- * WG_PRODUCER: each of the producer's work-items arrives on a slot's full mbarrier through
+ * stream in while tile j is computed, one barrier per tile, which frees the stage of tile j - 1
+ * (the loop without a producer).
+ * WG_PRODUCER (both its loops): each of the producer's work-items arrives on a slot's full mbarrier through
  * cp.async.mbarrier.arrive.noinc, which fires once its copies are complete; each consumer work-item
  * waits on full, fences the async proxy itself (fence.proxy.async after the wait: the copies'
  * writes, made visible by the mbarrier, before its wgmma reads), and once its products of the slot
- * are complete (wgmma.wait_group 0) arrives on its empty mbarrier, which the producer waits on
- * before it refills the slot. The consumers read their Q fragments from global memory (no staging,
+ * are complete (wgmma.wait_group 0 in the waiting loop; in the pipelined one the wait that completes
+ * the group that read it) arrives on its empty mbarrier, which the producer waits on before it
+ * refills the slot. The consumers read their Q fragments from global memory (no staging,
  * so no barrier), and synchronise the epilogue among themselves (named barrier 1), the producer
  * having ended.
  * Q is staged once through the same memory (rows padded by 16 bytes, as nv_mma_forward's; Q_PASS =
@@ -148,10 +149,10 @@
  *
  * Defines: HEAD_DIM (64 or 128) = D_REAL, NV_ALIGNED 1, BLOCK (32 or 64), WARPS = 4 * (WARPGROUPS +
  * WG_PRODUCER), WARPGROUPS (1 to 4: the consumers with WG_PRODUCER), STAGES (read by the waiting
- * loop without a producer only), WG_PIPE (0 or 1; with 1 and HEAD_DIM 128 BLOCK 32 only),
- * WG_PRODUCER (0 or 1, with WG_PIPE 0; then WG_PRODUCER_REGS and WG_CONSUMER_REGS),
- * CLFLASH_DTYPE_F16 or _BF16, CAUSAL, WITH_LSE and common.cl's feature
- * switches (all others 0), SPLIT 0, PACK 1, PAGED 0. The helpers (copy16_async, load_matrix_x4,
+ * loop without a producer only), WG_PIPE (0 or 1; 1 with WG_PRODUCER, and at HEAD_DIM 128 with
+ * BLOCK 32 only), WG_PRODUCER (0 or 1; then WG_PRODUCER_REGS and WG_CONSUMER_REGS),
+ * CLFLASH_DTYPE_F16 or _BF16, CAUSAL, WINDOW, SOFTCAP, ALIBI, KEYLEN, KEYLEN_DIAGONAL, WITH_LSE
+ * (BIAS and VARLEN 0), SPLIT 0, PACK 1, PAGED 0. The helpers (copy16_async, load_matrix_x4,
  * pack_pair, exp2_ftz, lane_xor, stage_rows; THREADS, ROW_STRIDE, CHUNKS, K_STEPS) come from
  * nv_mma_common.cl, which the host puts before this file.
  */
@@ -162,8 +163,11 @@
 #if !defined(WARPGROUPS) || !defined(STAGES) || !defined(WG_PIPE) || WARPS != 4 * (WARPGROUPS + WG_PRODUCER)
 #error "WARPGROUPS, STAGES, WG_PIPE, WG_PRODUCER and WARPS = 4 * (WARPGROUPS + WG_PRODUCER) are set by the host (lib/nv_wgmma_forward_plan.c)"
 #endif
-#if WG_PRODUCER && (WG_PIPE || !defined(WG_PRODUCER_REGS) || !defined(WG_CONSUMER_REGS))
-#error "the producer warpgroup (WG_PRODUCER) streams for the waiting loop (WG_PIPE 0), with WG_PRODUCER_REGS and WG_CONSUMER_REGS"
+#if WG_PRODUCER && (!defined(WG_PRODUCER_REGS) || !defined(WG_CONSUMER_REGS))
+#error "the producer warpgroup (WG_PRODUCER) needs WG_PRODUCER_REGS and WG_CONSUMER_REGS"
+#endif
+#if WG_PIPE && !WG_PRODUCER
+#error "the pipelined loop (WG_PIPE) is fed by the producer warpgroup (WG_PRODUCER)"
 #endif
 #if (HEAD_DIM != 64 && HEAD_DIM != 128) || D_REAL != HEAD_DIM || !NV_ALIGNED
 #error "nv_wgmma_forward takes head_dim 64 or 128 with 16-byte aligned rows"
@@ -171,8 +175,8 @@
 #if BLOCK != 32 && BLOCK != 64
 #error "nv_wgmma_forward takes BLOCK 32 or 64"
 #endif
-#if WINDOW || SOFTCAP || BIAS || ALIBI || KEYLEN || VARLEN || SPLIT || PACK != 1 || PAGED
-#error "nv_wgmma_forward takes causal masks, GQA and lse only (lib/nv_wgmma_forward_plan.c)"
+#if BIAS || VARLEN || SPLIT || PACK != 1 || PAGED
+#error "nv_wgmma_forward takes no bias, variable-length batch, split-KV, head packing or paged cache (lib/nv_wgmma_forward_plan.c)"
 #endif
 #if STAGES < 2
 #error "STAGES must be at least 2"
@@ -183,11 +187,7 @@
 #define STAGE_HALVES (2 * TILE_HALVES)     /* a K tile and its V tile */
 #define Q_PASS (BLOCK_Q > 128 ? 128 : BLOCK_Q) /* rows of Q (and O) staged at a time */
 #define Q_HALVES (Q_PASS * ROW_STRIDE)     /* Q (and O) staged in padded rows */
-#if WG_PIPE
-#define K_SLOTS 2                          /* the K ring: tiles t and t + 1 */
-#define V_SLOTS 3                          /* the V ring: tiles t - 1 (in flight), t and t + 1 */
-#define KV_HALVES ((K_SLOTS + V_SLOTS) * TILE_HALVES)
-#elif WG_PRODUCER
+#if WG_PRODUCER
 #define K_SLOTS 3                          /* the K ring: tiles t .. t + 2 */
 #define V_SLOTS 2                          /* the V ring: tiles t and t + 1 */
 #define KV_HALVES ((K_SLOTS + V_SLOTS) * TILE_HALVES)
@@ -538,16 +538,6 @@ static inline void fence_proxy_async(void)
     __asm__ __volatile__("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
-/* This work-item's copies complete, ordered before wgmma's reads, then a barrier: every copy of the
- * work-group issued before it is visible to every warpgroup's wgmma, and every wgmma read that a
- * warpgroup waited for before it is complete. */
-static inline void wg_tiles_in(void)
-{
-    async_wait_all();
-    fence_proxy_async();
-    barrier(CLK_LOCAL_MEM_FENCE);
-}
-
 #if WG_PRODUCER
 /* ---- mbarriers (WG_PRODUCER): the producer warpgroup and the consumer warpgroups hand the ring
  * slots over without a barrier of the whole work-group. Each slot has a full mbarrier, on which the
@@ -633,13 +623,14 @@ static inline uint wg_piece_chunk(uint p)
     return 4 * (p / 32 / (BLOCK / 8)) + p / 8 % 4;
 }
 
-static inline wg_stream wg_stream_start(__global const ushort *x, ulong base, ulong ss, uint seq_k)
+/* The stream of keys first_key .. keys - 1 of the head at base (keys: the entry's key length). */
+static inline wg_stream wg_stream_start(__global const ushort *x, ulong base, ulong ss, uint first_key, uint keys)
 {
     wg_stream st;
-    st.next = x + base;
+    st.next = x + base + (ulong)first_key * ss;
     st.any = x + base;
     st.ss = ss;
-    st.keys_left = (long)seq_k;
+    st.keys_left = (long)keys - (long)first_key;
     return st;
 }
 
@@ -668,6 +659,38 @@ static inline void wg_stream_tile(wg_stream *st, __local ushort *dst)
     st->keys_left -= BLOCK;
 }
 
+/* The producer warpgroup's loop (WG_PRODUCER): K(t) into K slot t % K_SLOTS, then V(t - 1) into V
+ * slot (t - 1) % V_SLOTS, each once its slot's empty mbarrier says every consumer is done with the
+ * tile before in it; cp.async.mbarrier.arrive.noinc arrives on the slot's full mbarrier when this
+ * work-item's copies so far are complete, so the producer never waits for its own copies. It
+ * keeps WG_PRODUCER_REGS registers (setmaxnreg.dec) and gives the rest to the consumers. */
+#if WG_PRODUCER
+static inline void wg_produce(wg_stream *ks, wg_stream *vs, __local ushort *k_ring, __local ushort *v_ring,
+                              __local ulong *k_bars, __local ulong *v_bars, uint n_tiles)
+{
+    __asm__ __volatile__("// sm90a: setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(WG_PRODUCER_REGS) : "memory");
+    for (uint t = 0; t <= n_tiles; t++) {
+        if (t < n_tiles) {
+            const uint slot = t % K_SLOTS;
+            if (t >= K_SLOTS)
+                mbar_wait(k_bars + 2 * slot + 1, (t / K_SLOTS - 1) % 2);
+            wg_stream_tile(ks, k_ring + slot * TILE_HALVES);
+            async_commit();
+            mbar_arrive_on_copies(k_bars + 2 * slot);
+        }
+        if (t >= 1) {
+            const uint u = t - 1, slot = u % V_SLOTS;
+            if (u >= V_SLOTS)
+                mbar_wait(v_bars + 2 * slot + 1, (u / V_SLOTS - 1) % 2);
+            wg_stream_tile(vs, v_ring + slot * TILE_HALVES);
+            async_commit();
+            mbar_arrive_on_copies(v_bars + 2 * slot);
+        }
+    }
+    async_wait_all(); /* no copy outlives its work-item */
+}
+#endif
+
 /* ---- the online softmax of one tile -----------------------------------------------------------
  * On the S accumulators of tile `tile`: scale, mask, the running maxima m and sums l of the lane's
  * two rows (r_lo, r_lo + 8), P packed into p (A words of O += P V: keys 16u .. 16u + 15 from S's n8
@@ -680,32 +703,62 @@ typedef struct {
     float alpha_lo, alpha_hi;
 } wg_rows;
 
-/* always inlined: called three times in the pipelined loop, and its arrays must stay registers */
-static inline __attribute__((always_inline)) void wg_softmax(float s[S_ACC], uint p[4 * P_STEPS], wg_rows *rw, uint tile, long first_hi, uint seq_k,
-                              uint r_lo, long shift, uint t, float score_scale)
-{
-    const uint key0 = tile * BLOCK;
-    /* The last key each row sees, relative to the lane's first key key0 + 2t, clamped to [-1, BLOCK]
-     * so that it fits an int. A tile needs masks only where some row sees part of it. */
-    int last_lo = BLOCK, last_hi = BLOCK;
-    if ((long)(key0 + BLOCK) > first_hi) {
-        const long lim = (long)seq_k - 1;
-#if CAUSAL
-        const long d_lo = min((long)r_lo + shift, lim), d_hi = min((long)r_lo + 8 + shift, lim);
-#else
-        const long d_lo = lim, d_hi = lim;
-        (void)r_lo, (void)shift;
+/* The score rules of a lane, the same for every tile (wg_softmax): the keys [no_mask_lo,
+ * no_mask_hi) every row of the block sees (a tile inside them needs no mask), the first and last
+ * key each of the lane's two rows sees (common.cl's visible_keys; the last below the first where
+ * it sees none), all clamped to [-1, key length], and the scale and the transforms' constants in
+ * log2 units. Ints: keys are below 2^30 (CLFLASH_MAX_SEQ_K), and registers are scarce at head_dim
+ * 128. */
+typedef struct {
+    int no_mask_lo, no_mask_hi;
+    int first_lo, last_lo, first_hi, last_hi; /* row r_lo's, row r_lo + 8's */
+    float scale2;                              /* the score scale in log2 units */
+#if SOFTCAP
+    float cap_in, cap2; /* softcap_log2's: 2 log2(e) scale2 / cap2 on the raw product, cap2 = cap log2(e) */
 #endif
-        last_lo = (int)clamp(d_lo - (long)(key0 + 2 * t), -1L, (long)BLOCK);
-        last_hi = (int)clamp(d_hi - (long)(key0 + 2 * t), -1L, (long)BLOCK);
+#if ALIBI
+    float slope;           /* the work-group's query head's ALiBi slope, in log2 units */
+    long diag_lo, diag_hi; /* the rows' diagonal keys */
+#endif
+} wg_rules;
+
+/* always inlined: called three times in the pipelined loop, and its arrays must stay registers.
+ * key0: the tile's first key. In common.cl's order: the scale (or softcap), ALiBi, then the masks. */
+static inline __attribute__((always_inline)) void wg_softmax(float s[S_ACC], uint p[4 * P_STEPS], wg_rows *rw,
+                                                             uint key0, const wg_rules *ru, uint t)
+{
+    /* The first and last key each of the lane's rows sees, relative to its first key key0 + 2t,
+     * clamped to [0, BLOCK] and [-1, BLOCK]. A tile needs masks only where some row sees part of it. */
+    int first_lo = 0, first_hi = 0, last_lo = BLOCK, last_hi = BLOCK;
+    const int pair0 = (int)(key0 + 2 * t);
+    if ((int)key0 < ru->no_mask_lo || (int)(key0 + BLOCK) > ru->no_mask_hi) {
+        first_lo = clamp(ru->first_lo - pair0, 0, BLOCK);
+        last_lo = clamp(ru->last_lo - pair0, -1, BLOCK);
+        first_hi = clamp(ru->first_hi - pair0, 0, BLOCK);
+        last_hi = clamp(ru->last_hi - pair0, -1, BLOCK);
     }
+#if ALIBI
+    /* the distance from each row's diagonal to the lane's first key (exact below 2^24) */
+    const float dist_lo = (float)(ru->diag_lo - pair0), dist_hi = (float)(ru->diag_hi - pair0);
+#endif
     float max_lo = -INFINITY, max_hi = -INFINITY;
 #pragma unroll
     for (uint n = 0; n < BLOCK / 8; n++) {
-        s[4 * n] = (int)(8 * n) <= last_lo ? s[4 * n] * score_scale : -INFINITY;
-        s[4 * n + 1] = (int)(8 * n + 1) <= last_lo ? s[4 * n + 1] * score_scale : -INFINITY;
-        s[4 * n + 2] = (int)(8 * n) <= last_hi ? s[4 * n + 2] * score_scale : -INFINITY;
-        s[4 * n + 3] = (int)(8 * n + 1) <= last_hi ? s[4 * n + 3] * score_scale : -INFINITY;
+        float x[4];
+#pragma unroll
+        for (uint e = 0; e < 4; e++) {
+#if SOFTCAP
+            x[e] = softcap_log2(s[4 * n + e] * ru->cap_in, ru->cap2);
+#else
+            x[e] = s[4 * n + e] * ru->scale2;
+#endif
+#if ALIBI
+            x[e] = fma(-ru->slope, fabs((e < 2 ? dist_lo : dist_hi) - (float)(8 * n + e % 2)), x[e]);
+#endif
+            const int key = (int)(8 * n + e % 2);
+            s[4 * n + e] =
+                key >= (e < 2 ? first_lo : first_hi) && key <= (e < 2 ? last_lo : last_hi) ? x[e] : -INFINITY;
+        }
         max_lo = fmax(max_lo, fmax(s[4 * n], s[4 * n + 1]));
         max_hi = fmax(max_hi, fmax(s[4 * n + 2], s[4 * n + 3]));
     }
@@ -775,9 +828,8 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
 #endif
     __local ushort *const tiles = (__local ushort *)local_words;
     /* what this kernel does not take (the #error above) */
-    (void)win_left, (void)win_right, (void)diag_offset, (void)softcap, (void)out_scale, (void)bias, (void)bias_off;
-    (void)bias_bs;
-    (void)bias_hs, (void)bias_rs, (void)alibi, (void)key_lens, (void)split_keys, (void)block_table;
+    (void)out_scale, (void)bias, (void)bias_off, (void)bias_bs, (void)bias_hs, (void)bias_rs, (void)split_keys;
+    (void)block_table;
     (void)pages_per_seq, (void)num_pages, (void)cu_seqlens_q, (void)cu_seqlens_k, (void)total_q, (void)total_k;
 
     const uint lane = get_local_id(0) % 32, warp = get_local_id(0) / 32; /* warp of the work-group */
@@ -797,7 +849,9 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
     const ulong q_base = q_off + (ulong)b * q_bs + (ulong)h * q_hs;
     const ulong k_base = k_off + (ulong)b * k_bs + (ulong)hk * k_hs;
     const ulong v_base = v_off + (ulong)b * v_bs + (ulong)hk * v_hs;
-    const long shift = (long)seq_k - (long)seq_q; /* query i's diagonal key is i + shift */
+    const uint key_len = batch_key_len(key_lens, b, seq_k);
+    const long diag_k = diagonal_keys(key_len, seq_k, diag_offset);
+    const long shift = diag_k - (long)seq_q; /* query i's diagonal key is i + shift */
     const uint r_lo = row0 + 16 * warp + g;       /* the lane's rows: r_lo and r_lo + 8 */
 
 #if WG_PRODUCER
@@ -841,90 +895,68 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
     barrier(CLK_LOCAL_MEM_FENCE); /* Q's staging area becomes the K and V tiles */
 #endif
 
-    /* The keys this block sees: all of them, with CAUSAL up to its last row's diagonal. A tile
-     * needs masks only where some row sees part of it: past seq_k, or (CAUSAL) past the first
-     * row's diagonal. */
-    uint key_end = seq_k;
-#if CAUSAL
+    /* The keys this block sees: those below the key length, with CAUSAL up to its last row's
+     * diagonal, with WINDOW (common.cl's visible_keys and block_key_range) from the tile holding its
+     * first row's first key. A tile needs masks only where some row sees part of it: from the last
+     * row's first key on and up to the first row's last key every row sees every key (both ends
+     * grow with the row). */
+    const uint q_first = row0, q_last = min(row0 + BLOCK_Q, seq_q) - 1;
+    uint key_begin = 0, key_end = key_len;
+#if WINDOW
+    block_key_range(q_first, q_last - q_first + 1, seq_q, diag_k, key_len, win_left, win_right, BLOCK, &key_begin,
+                    &key_end);
+#elif CAUSAL
     {
-        const long end = (long)(min(row0 + BLOCK_Q, seq_q) - 1) + shift + 1; /* past the last row's diagonal */
-        key_end = end <= 0 ? 0u : (uint)min(end, (long)seq_k);
+        const long end = (long)q_last + shift + 1; /* past the last row's diagonal */
+        key_end = end <= 0 ? 0u : (uint)min(end, (long)key_len);
     }
-    const long first_hi = min((long)row0 + shift + 1, (long)seq_k); /* keys every row sees: [0, first_hi) */
-#else
-    const long first_hi = (long)seq_k;
 #endif
-    const uint n_tiles = (key_end + BLOCK - 1) / BLOCK;
+    wg_rules ru;
+    {
+        const long len = (long)key_len;
+        long lo, hi;
+        visible_keys(q_first, seq_q, diag_k, key_len, win_left, win_right, &lo, &hi);
+        ru.no_mask_hi = (int)clamp(hi, -1L, len);
+        visible_keys(q_last, seq_q, diag_k, key_len, win_left, win_right, &lo, &hi);
+        ru.no_mask_lo = (int)clamp(lo, -1L, len);
+        visible_keys(r_lo, seq_q, diag_k, key_len, win_left, win_right, &lo, &hi);
+        ru.first_lo = (int)clamp(lo, -1L, len);
+        ru.last_lo = (int)clamp(hi - 1, -1L, len);
+        visible_keys(r_lo + 8, seq_q, diag_k, key_len, win_left, win_right, &lo, &hi);
+        ru.first_hi = (int)clamp(lo, -1L, len);
+        ru.last_hi = (int)clamp(hi - 1, -1L, len);
+    }
+    /* with a transform the host passes the scale in natural-log units (as the portable kernel
+     * takes it), else already times log2(e) */
+#if SOFTCAP || ALIBI
+    ru.scale2 = score_scale * M_LOG2E_F;
+#else
+    ru.scale2 = score_scale;
+#endif
+#if SOFTCAP
+    ru.cap2 = softcap * M_LOG2E_F;
+    ru.cap_in = ru.scale2 * 2.0f * M_LOG2E_F / ru.cap2;
+#else
+    (void)softcap;
+#endif
+#if ALIBI
+    ru.slope = alibi[h] * M_LOG2E_F; /* one query head a work-group */
+    ru.diag_lo = (long)r_lo + shift;
+    ru.diag_hi = (long)r_lo + 8 + shift;
+#else
+    (void)alibi;
+#endif
+    const uint n_tiles = (key_end - key_begin + BLOCK - 1) / BLOCK;
 
     float acc[O_ACC];
 #pragma unroll
     for (uint i = 0; i < O_ACC; i++)
         acc[i] = 0.0f;
     wg_rows rw = {-INFINITY, -INFINITY, 0.0f, 0.0f, 1.0f, 1.0f};
-    wg_stream ks = wg_stream_start(k, k_base, k_ss, seq_k), vs = wg_stream_start(v, v_base, v_ss, seq_k);
+    wg_stream ks = wg_stream_start(k, k_base, k_ss, key_begin, key_len);
+    wg_stream vs = wg_stream_start(v, v_base, v_ss, key_begin, key_len);
 
-#if WG_PIPE
-    /* K tile t in K slot t % 2, V tile t in V slot t % 3; "tiles_in(t)" is the wg_tiles_in before
-     * S(t) is issued: K(t) and V(t - 1) are in, and every warpgroup is done with K(t - 1) (S(t - 1)
-     * was waited for) and V(t - 2) (O(t - 2) too), whose slots K(t + 1) and V(t) then refill. */
-    __local ushort *const k_slots = tiles, *const v_slots = tiles + K_SLOTS * TILE_HALVES;
-    float sa[S_ACC], sb[S_ACC]; /* S of the even tiles, of the odd ones */
-    uint pa[4 * P_STEPS], pb[4 * P_STEPS];
-    if (n_tiles > 0) {
-        wg_stream_tile(&ks, k_slots); /* K(0) */
-        async_commit();
-        wg_tiles_in(); /* tiles_in(0) */
-        if (1 < n_tiles)
-            wg_stream_tile(&ks, k_slots + TILE_HALVES); /* K(1) */
-        wg_stream_tile(&vs, v_slots);                   /* V(0) */
-        async_commit();
-        wg_scores_issue(sa, qa, k_slots);
-        wg_wait(0);
-        wg_keep_s(sa);
-    }
-    uint j = 0;
-    /* Two tiles a trip, j and j + 1: at the start S(j) is complete in sa and no group is in flight;
-     * at the end S(j + 2) is complete in sa and none is. */
-    for (; j + 1 < n_tiles; j += 2) {
-        wg_tiles_in(); /* tiles_in(j + 1) */
-        if (j + 2 < n_tiles)
-            wg_stream_tile(&ks, k_slots + j % 2 * TILE_HALVES);        /* K(j + 2) */
-        wg_stream_tile(&vs, v_slots + (j + 1) % 3 * TILE_HALVES);      /* V(j + 1) */
-        async_commit();
-        wg_scores_issue(sb, qa, k_slots + (j + 1) % 2 * TILE_HALVES); /* S(j + 1) in flight */
-        wg_softmax(sa, pa, &rw, j, first_hi, seq_k, r_lo, shift, t, score_scale);
-        wg_rescale(acc, &rw);
-        wg_values_issue(acc, pa, v_slots + j % 3 * TILE_HALVES);      /* O(j) in flight */
-        wg_wait(1);                                                   /* S(j + 1) is complete */
-        wg_keep_s(sb);
-
-        wg_tiles_in(); /* tiles_in(j + 2) */
-        if (j + 3 < n_tiles)
-            wg_stream_tile(&ks, k_slots + (j + 1) % 2 * TILE_HALVES);  /* K(j + 3) */
-        if (j + 2 < n_tiles)
-            wg_stream_tile(&vs, v_slots + (j + 2) % 3 * TILE_HALVES);  /* V(j + 2) */
-        async_commit();
-        /* S(j + 2) in flight; past the last tile a product of a stale K slot that nothing reads,
-         * so that the wait below always leaves exactly one group, this one, in flight */
-        wg_scores_issue(sa, qa, k_slots + j % 2 * TILE_HALVES);
-        wg_softmax(sb, pb, &rw, j + 1, first_hi, seq_k, r_lo, shift, t, score_scale);
-        wg_wait(1); /* O(j) is complete */
-        wg_keep_o(acc, pa);
-        wg_rescale(acc, &rw);
-        wg_values_issue(acc, pb, v_slots + (j + 1) % 3 * TILE_HALVES); /* O(j + 1) in flight */
-        wg_wait(0); /* S(j + 2) and O(j + 1): no group stays in flight over the back edge */
-        wg_keep_s(sa);
-        wg_keep_o(acc, pb);
-    }
-    if (j < n_tiles) { /* an odd count: the last tile alone, S(j) complete in sa */
-        wg_tiles_in(); /* V(j) is in */
-        wg_softmax(sa, pa, &rw, j, first_hi, seq_k, r_lo, shift, t, score_scale);
-        wg_rescale(acc, &rw);
-        wg_values_issue(acc, pa, v_slots + j % 3 * TILE_HALVES);
-        wg_wait(0);
-        wg_keep_o(acc, pa);
-    }
-#elif WG_PRODUCER
+#if WG_PRODUCER
     /* The producer warpgroup (the last) streams K and V into rings of their own, K_SLOTS K slots and
      * V_SLOTS V slots, each slot with a full and an empty mbarrier (mbars[2 slot], mbars[2 slot + 1];
      * K slots first). It issues K(t) and then V(t - 1), each as soon as its slot is free, and never
@@ -942,56 +974,100 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
     __local ushort *const k_ring = tiles, *const v_ring = tiles + K_SLOTS * TILE_HALVES;
     __local ulong *const k_bars = mbars, *const v_bars = mbars + 2 * K_SLOTS;
     if (warp >= 4 * WARPGROUPS) {
-        __asm__ __volatile__("// sm90a: setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(WG_PRODUCER_REGS) : "memory");
-        for (uint t = 0; t <= n_tiles; t++) {
-            if (t < n_tiles) {
-                const uint slot = t % K_SLOTS;
-                if (t >= K_SLOTS)
-                    mbar_wait(k_bars + 2 * slot + 1, (t / K_SLOTS - 1) % 2);
-                wg_stream_tile(&ks, k_ring + slot * TILE_HALVES);
-                async_commit();
-                mbar_arrive_on_copies(k_bars + 2 * slot);
-            }
-            if (t >= 1) {
-                const uint u = t - 1, slot = u % V_SLOTS;
-                if (u >= V_SLOTS)
-                    mbar_wait(v_bars + 2 * slot + 1, (u / V_SLOTS - 1) % 2);
-                wg_stream_tile(&vs, v_ring + slot * TILE_HALVES);
-                async_commit();
-                mbar_arrive_on_copies(v_bars + 2 * slot);
-            }
-        }
-        async_wait_all(); /* no copy outlives its work-item */
-        return;           /* the epilogue below is the consumers' (consumers_sync) */
-    } else {
-        __asm__ __volatile__("// sm90a: setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(WG_CONSUMER_REGS) : "memory");
-        /* this warp's A fragments of Q: words 0 and 2 row r_lo, 1 and 3 row r_lo + 8; columns 2t, 2t + 1
-         * of each k-step, + 8 for words 2 and 3 (zeros past seq_q) */
-#pragma unroll
-        for (uint kk = 0; kk < K_STEPS; kk++)
-#pragma unroll
-            for (uint w = 0; w < 4; w++) {
-                const uint row = r_lo + 8 * (w % 2), col = 16 * kk + 8 * (w / 2) + 2 * t;
-                qa[4 * kk + w] = row < seq_q ? *(__global const uint *)(q + q_base + (ulong)row * q_ss + col) : 0u;
-            }
-        for (uint j = 0; j < n_tiles; j++) {
-            const uint kslot = j % K_SLOTS, vslot = j % V_SLOTS;
-            float s[S_ACC];
-            uint pa[4 * P_STEPS];
-            mbar_wait(k_bars + 2 * kslot, (j / K_SLOTS) % 2);
-            fence_proxy_async();
-            wg_scores(s, qa, k_ring + kslot * TILE_HALVES);
-            mbar_arrive(k_bars + 2 * kslot + 1);
-            wg_softmax(s, pa, &rw, j, first_hi, seq_k, r_lo, shift, t, score_scale);
-            wg_rescale(acc, &rw);
-            mbar_wait(v_bars + 2 * vslot, (j / V_SLOTS) % 2);
-            fence_proxy_async();
-#pragma unroll
-            for (uint sl = 0; sl < O_SLABS; sl++)
-                wg_values(acc, sl, pa, v_ring + vslot * TILE_HALVES);
-            mbar_arrive(v_bars + 2 * vslot + 1);
-        }
+        wg_produce(&ks, &vs, k_ring, v_ring, k_bars, v_bars, n_tiles);
+        return; /* the epilogue below is the consumers' (consumers_sync) */
     }
+    __asm__ __volatile__("// sm90a: setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(WG_CONSUMER_REGS) : "memory");
+    /* this warp's A fragments of Q: words 0 and 2 row r_lo, 1 and 3 row r_lo + 8; columns 2t, 2t + 1
+     * of each k-step, + 8 for words 2 and 3 (zeros past seq_q) */
+#pragma unroll
+    for (uint kk = 0; kk < K_STEPS; kk++)
+#pragma unroll
+        for (uint w = 0; w < 4; w++) {
+            const uint row = r_lo + 8 * (w % 2), col = 16 * kk + 8 * (w / 2) + 2 * t;
+            qa[4 * kk + w] = row < seq_q ? *(__global const uint *)(q + q_base + (ulong)row * q_ss + col) : 0u;
+        }
+#endif
+#if WG_PIPE
+    /* The pipelined consumers (the trip above, "WG_PIPE 1"): K(t) in K slot t % K_SLOTS, V(t) in V
+     * slot t % V_SLOTS, each waited for on its full mbarrier and freed on its empty one once the
+     * group that read it is complete. */
+    float sa[S_ACC], sb[S_ACC];
+    uint pa[4 * P_STEPS], pb[4 * P_STEPS];
+    if (n_tiles > 0) {
+        mbar_wait(k_bars, 0);
+        fence_proxy_async();
+        wg_scores_issue(sa, qa, k_ring);
+        wg_wait(0);
+        wg_keep_s(sa);
+        mbar_arrive(k_bars + 1);
+    }
+    uint j = 0;
+    for (; j + 1 < n_tiles; j += 2) {
+        const uint k1 = (j + 1) % K_SLOTS, k2 = (j + 2) % K_SLOTS, v0 = j % V_SLOTS, v1 = (j + 1) % V_SLOTS;
+        mbar_wait(k_bars + 2 * k1, (j + 1) / K_SLOTS % 2);
+        fence_proxy_async();
+        wg_scores_issue(sb, qa, k_ring + k1 * TILE_HALVES); /* S(j + 1) in flight */
+        wg_softmax(sa, pa, &rw, key_begin + j * BLOCK, &ru, t);
+        wg_rescale(acc, &rw);
+        mbar_wait(v_bars + 2 * v0, j / V_SLOTS % 2);
+        fence_proxy_async();
+        wg_values_issue(acc, pa, v_ring + v0 * TILE_HALVES); /* O(j) in flight */
+        wg_wait(1);                                          /* S(j + 1) is complete */
+        wg_keep_s(sb);
+        mbar_arrive(k_bars + 2 * k1 + 1);
+
+        if (j + 2 < n_tiles) {
+            mbar_wait(k_bars + 2 * k2, (j + 2) / K_SLOTS % 2);
+            fence_proxy_async();
+        }
+        /* S(j + 2) in flight; past the last tile a product of a slot no copy writes again, that
+         * nothing reads */
+        wg_scores_issue(sa, qa, k_ring + k2 * TILE_HALVES);
+        wg_softmax(sb, pb, &rw, key_begin + (j + 1) * BLOCK, &ru, t);
+        wg_wait(1); /* O(j) is complete */
+        wg_keep_o(acc, pa);
+        mbar_arrive(v_bars + 2 * v0 + 1);
+        wg_rescale(acc, &rw);
+        mbar_wait(v_bars + 2 * v1, (j + 1) / V_SLOTS % 2);
+        fence_proxy_async();
+        wg_values_issue(acc, pb, v_ring + v1 * TILE_HALVES); /* O(j + 1) in flight */
+        wg_wait(0);
+        wg_keep_s(sa);
+        wg_keep_o(acc, pb);
+        mbar_arrive(v_bars + 2 * v1 + 1);
+        if (j + 2 < n_tiles)
+            mbar_arrive(k_bars + 2 * k2 + 1);
+    }
+    if (j < n_tiles) { /* an odd count: the last tile alone, S(j) complete in sa */
+        const uint v0 = j % V_SLOTS;
+        wg_softmax(sa, pa, &rw, key_begin + j * BLOCK, &ru, t);
+        wg_rescale(acc, &rw);
+        mbar_wait(v_bars + 2 * v0, j / V_SLOTS % 2);
+        fence_proxy_async();
+        wg_values_issue(acc, pa, v_ring + v0 * TILE_HALVES);
+        wg_wait(0);
+        wg_keep_o(acc, pa);
+    }
+#elif WG_PRODUCER
+    for (uint j = 0; j < n_tiles; j++) {
+        const uint kslot = j % K_SLOTS, vslot = j % V_SLOTS;
+        float s[S_ACC];
+        uint pa[4 * P_STEPS];
+        mbar_wait(k_bars + 2 * kslot, (j / K_SLOTS) % 2);
+        fence_proxy_async();
+        wg_scores(s, qa, k_ring + kslot * TILE_HALVES);
+        mbar_arrive(k_bars + 2 * kslot + 1);
+        wg_softmax(s, pa, &rw, key_begin + j * BLOCK, &ru, t);
+        wg_rescale(acc, &rw);
+        mbar_wait(v_bars + 2 * vslot, (j / V_SLOTS) % 2);
+        fence_proxy_async();
+#pragma unroll
+        for (uint sl = 0; sl < O_SLABS; sl++)
+            wg_values(acc, sl, pa, v_ring + vslot * TILE_HALVES);
+        mbar_arrive(v_bars + 2 * vslot + 1);
+    }
+
 #else
     /* tiles 0 .. STAGES - 2 first, one commit group each (empty past the last tile); stage u holds
      * a K tile at halves u * STAGE_HALVES and its V tile TILE_HALVES on */
@@ -1021,7 +1097,7 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
         float s[S_ACC];
         uint pa[4 * P_STEPS];
         wg_scores(s, qa, k_tile);
-        wg_softmax(s, pa, &rw, j, first_hi, seq_k, r_lo, shift, t, score_scale);
+        wg_softmax(s, pa, &rw, key_begin + j * BLOCK, &ru, t);
         wg_rescale(acc, &rw);
 #pragma unroll
         for (uint sl = 0; sl < O_SLABS; sl++)

@@ -319,8 +319,8 @@ CLFLASH_API const char *clflash_context_build_log(const clflash_context *c);
  *      nv_backward.stream      0 or 1: how its dK/dV work-groups copy Q and dO (default 1 at
  *                              head_dim >= 128)
  *      nv_wgmma.pipeline       0 or 1: the experimental Hopper forward (CLFLASH_WGMMA=1) with its
- *                              pipelined loop (1) or the loop that waits for every product (0,
- *                              the default)
+ *                              pipelined loop, fed by a producer warpgroup (1), or the loop that
+ *                              waits for every product (0, the default)
  *      nv_wgmma.block          32..64, a cap on its B (32 or 64; a value between gives 32)
  *      nv_wgmma.warpgroups     1..4: its warpgroups of 128 work-items (64 query rows each) per
  *                              work-group that compute; by default 4 at head_dim 64, 3 at 128
@@ -690,14 +690,15 @@ typedef struct {
  *
  * EXPERIMENTAL: "nv_wgmma_forward" (cl/nv_wgmma_forward.cl), a forward on Hopper's warpgroup
  * instructions (wgmma) built through a PTX program binary retargeted to sm_90a. It computes right
- * on an H200 and an H100, and on the H100 runs at 1.00-1.04x nv_mma_forward's TFLOP/s (n = 4096,
+ * on an H200 and an H100, and on the H100 runs at 1.01-1.11x nv_mma_forward's TFLOP/s (n = 4096,
  * head_dim 64 and 128), not yet the step that would make it the default, so it is planned
  * only when the environment variable CLFLASH_WGMMA=1 (any value but empty or "0") is set when the
  * context is created, the device is an NVIDIA GPU of compute capability 9.0 whose driver passed
  * the library's sm_90a probe (a small wgmma product checked exactly, once per context), and the
  * call is one nv_mma_forward would take with: dtype F16 or BF16, head_dim 64 or 128, every row of
- * Q, K, V and O on 16 bytes, no flag but CLFLASH_CAUSAL, no softcap, bias, ALiBi, key lengths,
- * paged cache or variable-length batch, no forced block and no forced split. Any step that fails
+ * Q, K, V and O on 16 bytes, no bias or window, no softcap at head_dim 128, no paged cache or
+ * variable-length batch, no forced block and no forced split (causal masks, ALiBi, key lengths,
+ * the diagonal's offset and alignment, and softcap at head_dim 64 it takes). Any step that fails
  * (the probe, the build through the sm_90a path, a kernel that does not fit) plans nv_mma_forward
  * instead; plan.kernel names the kernel that runs. It never splits the keys or packs GQA heads (a
  * decoding call runs slower on it than on nv_mma_forward), rescales O every key tile, and

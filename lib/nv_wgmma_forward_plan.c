@@ -17,18 +17,19 @@
  * head_dim 64 and three at 128 (256 and 192 rows), fewer where seq_q needs fewer
  * (nv_wgmma.warpgroups sets it). B (keys per tile) 64 at head_dim 64 and 32 at 128 (the tuning key
  * nv_wgmma.block caps it), so that the K and V tiles fit the 48 KiB of an H200 beside the bytes the
- * driver adds (4 there): the pipelined loop (nv_wgmma.pipeline=1: WG_PIPE 1) keeps a ring of 2 K
- * tiles and one of 3 V tiles, 5 B head_dim 2 bytes = 40 KiB at (64, 64) and (128, 32), 80 KiB at
- * (128, 64), which is why head_dim 128 stays at 32; the producer loop (below) a ring of 3 K tiles
- * and one of 2 V tiles, the same 40 KiB; the loop that waits for every product (WG_PIPE 0 without a
- * producer) two stages of a K and a V tile, 32 KiB (nv_wgmma.stages asks for up to 6; each B then
+ * driver adds (4 there): the loops fed by a producer warpgroup (below; the pipelined one,
+ * nv_wgmma.pipeline=1, always is) keep a ring of 3 K tiles and one of 2 V tiles, 5 B head_dim 2
+ * bytes = 40 KiB at (64, 64) and (128, 32), 80 KiB at (128, 64), which is why head_dim 128 stays at
+ * 32; the loop that waits for every product without a producer two stages of a K and a V tile,
+ * 32 KiB (nv_wgmma.stages asks for up to 6; each B then
  * takes the most stages whose built kernel fits, down to 2). 32 where 64 does not fit the
  * budget or the device refused it at enqueue (below_block). Q and O are staged through the same
  * array, padded rows of up to 128 of the work-group's rows at a time (18 KiB at head_dim 64, 34 KiB
  * at 128), which the tiles overwrite.
  *
- * The producer loop (nv_wgmma.producer, by default at head_dim 128) adds one more warpgroup that
- * copies the tiles, beside at most three consumers, and two 8-byte mbarriers a ring slot. Its registers: the work-group gets 65536 / work-items a work-item at launch
+ * The producer (nv_wgmma.producer, by default at head_dim 128, and with nv_wgmma.pipeline=1) adds
+ * one more warpgroup that copies the tiles, beside at most three consumers (two pipelined), and two
+ * 8-byte mbarriers a ring slot. Its registers: the work-group gets 65536 / work-items a work-item at launch
  * (rounded down to 8, at most 248: what ptxas allocates for .reqntid with .minnctapersm 1), the
  * producer keeps WG_PRODUCER_REGS, and the consumers share the rest (kernel_defines).
  */
@@ -55,11 +56,12 @@ static const char *shape_refusal(const clflash_problem *p)
         return "head_dim is not 64 or 128";
     if (!clflash_nv_rows_aligned(p))
         return "a row of Q, K, V or O does not start on 16 bytes";
-    if ((p->flags & ~(uint32_t)CLFLASH_CAUSAL) != 0 || p->softcap != 0.0f || p->bias != NULL ||
-        p->alibi_slopes != NULL || p->key_lengths != NULL)
-        return "a score feature other than the causal mask";
-    if (p->diagonal_offset != 0)
-        return "a diagonal offset";
+    if (p->bias != NULL)
+        return "a bias";
+    if (p->flags & CLFLASH_WINDOW) /* the kernel takes windows; its count of their tiles awaits a GPU run */
+        return "a sliding window";
+    if (p->softcap != 0.0f && p->head_dim > 64)
+        return "softcap at head_dim 128 (three consumer warpgroups spill, two are slower than nv_mma_forward)";
     if (p->block_table != NULL)
         return "a paged KV cache";
     if (p->varlen)
@@ -106,21 +108,21 @@ int32_t clflash_nv_wgmma_default_producer(const clflash_context *c, const clflas
 /* 1 where a producer warpgroup streams the tiles (WG_PRODUCER; the waiting loop only). */
 static int producer(const clflash_context *c, const clflash_problem *p)
 {
-    return !pipelined(c, p) && clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_PRODUCER, NULL) != 0;
+    return pipelined(c, p) || clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_PRODUCER, NULL) != 0;
 }
 
 /* Warpgroups per work-group: nv_wgmma.warpgroups where set, else as many as the register file
  * holds at one work-group per SM (four at head_dim 64, 118-124 registers a work-item; three at 128,
- * 140-152; two for the pipelined loop), each K/V tile then serving 256 or 192 query rows, but no
- * more than seq_q's rows need. */
+ * 140-152; two for the pipelined loop, 232 beside its producer), each K/V tile then serving 256 or
+ * 192 query rows, but no more than seq_q's rows need. */
 static uint32_t warpgroups_for(const clflash_context *c, const clflash_problem *p)
 {
     const int32_t set = clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_WARPGROUPS, NULL);
     if (set >= 1 && set <= 4)
         return (uint32_t)set;
-    /* the pipelined loop holds 227-247 registers a work-item: two warpgroups at most; beside a
-     * producer, four consumer warpgroups get 104 (640 work-items at launch hold 96 each), where
-     * head_dim 64 spills */
+    /* the pipelined loop holds 168-232 registers a work-item: two warpgroups at most; beside a
+     * producer, four consumer warpgroups of the waiting loop get 104 (640 work-items at launch hold
+     * 96 each), where head_dim 64 spills */
     const uint32_t most = pipelined(c, p) ? 2u : p->head_dim == 64 && !producer(c, p) ? 4u : 3u;
     const uint64_t needed = ((uint64_t)p->seq_q + 63) / 64;
     return needed < most ? (uint32_t)needed : most;

@@ -70,8 +70,9 @@ static const tune_param params[CLFLASH_TUNE_COUNT] = {
     /* 0: no register cap (a setting gives 32..255) */
     [CLFLASH_TUNE_NV_BACKWARD_MAXRREGCOUNT] = {"nv_backward.maxrregcount", 32, 255, 0, NULL},
     [CLFLASH_TUNE_NV_BACKWARD_STREAM] = {"nv_backward.stream", 0, 1, 0, clflash_nv_default_bwd_stream},
-    /* the experimental Hopper forward (nv_wgmma_forward_plan.c): its pipelined loop or the one that
-     * waits for every product; B 32 or 64 (a value between steps down to 32) */
+    /* the experimental Hopper forward (nv_wgmma_forward_plan.c): its pipelined loop (with a producer
+     * warpgroup) or the one that waits for every product; B 32 or 64 (a value between steps down to
+     * 32) */
     [CLFLASH_TUNE_NV_WGMMA_PIPELINE] = {"nv_wgmma.pipeline", 0, 1, 0, NULL},
     [CLFLASH_TUNE_NV_WGMMA_BLOCK] = {"nv_wgmma.block", 32, 64, 64, NULL},
     /* warpgroups per work-group (0: four at head_dim 64, three at 128, fewer where seq_q needs
@@ -80,7 +81,7 @@ static const tune_param params[CLFLASH_TUNE_COUNT] = {
     [CLFLASH_TUNE_NV_WGMMA_WARPGROUPS] = {"nv_wgmma.warpgroups", 1, 4, 0, NULL},
     [CLFLASH_TUNE_NV_WGMMA_STAGES] = {"nv_wgmma.stages", 2, 6, 2, NULL},
     /* a producer warpgroup that streams the K/V tiles through mbarriers, so that the warpgroups do
-     * not meet at a barrier every tile (the waiting loop only; 1 at head_dim 128) */
+     * not meet at a barrier every tile (1 at head_dim 128; the pipelined loop always has one) */
     [CLFLASH_TUNE_NV_WGMMA_PRODUCER] = {"nv_wgmma.producer", 0, 1, 0, clflash_nv_wgmma_default_producer},
 };
 

@@ -266,6 +266,12 @@ set(_sm90a_cases
   "nv-wgmma-forward-d128-bf16-causal-wg3|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 128 --causal 1 --tune nv_wgmma.warpgroups=3"
   "nv-wgmma-forward-d64-wg4|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 64 --with-lse 1 --tune nv_wgmma.warpgroups=4"
   "nv-wgmma-forward-d64-causal-wg3|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 64 --causal 1 --tune nv_wgmma.warpgroups=3"
+  "nv-wgmma-forward-d64-pipe-producer|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 64 --with-lse 1 --tune nv_wgmma.pipeline=1,nv_wgmma.producer=1"
+  "nv-wgmma-forward-d64-bf16-causal-pipe-producer|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 64 --causal 1 --tune nv_wgmma.pipeline=1,nv_wgmma.producer=1"
+  "nv-wgmma-forward-d128-one-warpgroup-pipe|nv_mma_common.cl+nv_wgmma_forward.cl|--kernel nv_wgmma_forward --dtype f16 --head-dim 128 --batch 1 --heads-q 32 --heads-kv 8 --seq-q 17 --seq-k 1000 --with-lse 1 --tune nv_wgmma.pipeline=1"
+  "nv-wgmma-forward-d128-features|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 128 --causal 1 --with-lse 1 --features alibi,keylens"
+  "nv-wgmma-forward-d64-bf16-features|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 64 --causal 1 --features softcap,alibi,keylens"
+  "nv-wgmma-forward-d64-bf16-features-pipe|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 64 --with-lse 1 --features softcap,alibi,keylens --tune nv_wgmma.pipeline=1"
   "nv-wgmma-forward-d128-waiting|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 128 --with-lse 1 --tune nv_wgmma.producer=0"
   "nv-wgmma-forward-d64-bf16-causal-producer|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 64 --causal 1 --tune nv_wgmma.producer=1"
 )

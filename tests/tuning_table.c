@@ -14,7 +14,7 @@
  *                [--max-work-group N]
  *                [--kernel forward|lanes|backward|merge|naive|nv_forward|nv_backward|nv_wgmma_forward]
  *                [--batch N --heads-q N --heads-kv N --seq-q N --seq-k N --compute-units N
- *                 --features 0|1 --causal 0|1 --bias 0|1 --with-lse 0|1 --unaligned 0|1 --varlen 0|1]
+ *                 --features 0|1|LIST --causal 0|1 --bias 0|1 --with-lse 0|1 --unaligned 0|1 --varlen 0|1]
  *                [--tune SPEC]
  * prints, for the forward (the default), "-D BLOCK=B -D BLOCK_Q=BQ -D RT_RM=RM -D RT_TC=TC", or
  * "lanes" where the table sends the call to the lane-per-row path; for that path (lanes) the
@@ -26,7 +26,8 @@
  * tensor-core kernels (nv_forward, nv_backward, and the experimental Hopper forward
  * nv_wgmma_forward, whatever the opt-in and the device) every define of the first kernel their
  * planners would build for the shape the other options give (a long prefill of one head by
- * default; --features 1 turns every feature on, --causal 1 the causal mask alone, --bias 1 a bias
+ * default; --features 1 turns every feature on, a comma-separated list of window (causal, 256 keys
+ * left), softcap, bias, alibi and keylens those alone, --causal 1 the causal mask alone, --bias 1 a bias
  * alone, --unaligned 1 gives rows that do not start on 16 bytes, --varlen 1 a variable-length batch,
  * which takes every feature but bias and key lengths), feature switches included. --tune applies tuning settings (the
  * syntax of clflash_context_set_tuning) after the built-in rules, as a context's would be.
@@ -43,6 +44,30 @@ static int usage(void)
                     "--dtype f32|f16|bf16|i8 --head-dim D [--local-mem BYTES] [--max-work-group N] "
                     "[--kernel forward|lanes|backward|merge|naive|nv_forward|nv_backward|nv_wgmma_forward] [--tune SPEC]\n");
     return 2;
+}
+
+/* --features: 1 (every feature), or a comma-separated list of window (a causal window of 256),
+ * softcap, bias, alibi and keylens; -1 for anything else. */
+enum { F_WINDOW = 1, F_SOFTCAP = 2, F_BIAS = 4, F_ALIBI = 8, F_KEYLENS = 16 };
+static long feature_bits(const char *v)
+{
+    static const char *const names[] = {"window", "softcap", "bias", "alibi", "keylens"};
+    if (strcmp(v, "1") == 0)
+        return F_WINDOW | F_SOFTCAP | F_BIAS | F_ALIBI | F_KEYLENS;
+    if (strcmp(v, "0") == 0)
+        return 0;
+    long bits = 0;
+    while (*v) {
+        const size_t n = strcspn(v, ",");
+        size_t i = 0;
+        while (i < 5 && !(strlen(names[i]) == n && strncmp(v, names[i], n) == 0))
+            i++;
+        if (i == 5)
+            return -1;
+        bits |= 1L << i;
+        v += n + (v[n] == ',');
+    }
+    return bits;
 }
 
 int main(int argc, char **argv)
@@ -97,7 +122,9 @@ int main(int argc, char **argv)
         } else if (strcmp(k, "--compute-units") == 0) {
             units = strtol(v, NULL, 10);
         } else if (strcmp(k, "--features") == 0) {
-            features = strtol(v, NULL, 10);
+            features = feature_bits(v);
+            if (features < 0)
+                return usage();
         } else if (strcmp(k, "--causal") == 0) {
             causal = strtol(v, NULL, 10);
         } else if (strcmp(k, "--bias") == 0) {
@@ -154,14 +181,18 @@ int main(int argc, char **argv)
     static char stand_in; /* a "buffer": the planners read only whether one is given, never its contents */
     if (bias)
         p.bias = (cl_mem)(void *)&stand_in;
-    if (features) { /* every feature */
+    if (features & F_WINDOW) {
         p.flags = CLFLASH_CAUSAL | CLFLASH_WINDOW;
         p.window_left = 256;
-        p.softcap = 50.0f;
-        p.alibi_slopes = (cl_mem)(void *)&stand_in;
-        if (!varlen) /* a variable-length batch takes neither */
-            p.bias = p.key_lengths = (cl_mem)(void *)&stand_in;
     }
+    if (features & F_SOFTCAP)
+        p.softcap = 50.0f;
+    if (features & F_ALIBI)
+        p.alibi_slopes = (cl_mem)(void *)&stand_in;
+    if ((features & F_KEYLENS) && !varlen) /* a variable-length batch takes neither */
+        p.key_lengths = (cl_mem)(void *)&stand_in;
+    if ((features & F_BIAS) && !varlen)
+        p.bias = (cl_mem)(void *)&stand_in;
     if (varlen) { /* packed [total][heads][head_dim] tensors of batch sequences of up to seq_q, seq_k rows */
         static char stand_in_cu;
         p.varlen = 1;
