@@ -12,7 +12,8 @@
  *
  * Scope: f16 and bf16, head_dim 64 or 128, rows of Q, K, V and O on 16 bytes (NV_ALIGNED), causal
  * or not, GQA (one query head per work-group, its K/V head hg / group), lse, and the score rules
- * of common.cl: windows, softcap (the host sends head_dim 128 with a softcap to nv_mma_forward:
+ * of common.cl: windows (the host leaves them to nv_mma_forward until this build of their tile
+ * count has run on a GPU), softcap (the host sends head_dim 128 with a softcap to nv_mma_forward:
  * three consumer warpgroups spill it), ALiBi, key lengths and the diagonal's offset and alignment.
  * The tiles a block does not see are skipped (block_key_range), the masks applied only on those
  * some row sees in part. No bias, paged caches, variable-length batches, split-KV or head packing:
