@@ -21,16 +21,16 @@
  * nv_wgmma.pipeline=1, always is) keep a ring of 3 K tiles and one of 2 V tiles, 5 B head_dim 2
  * bytes = 40 KiB at (64, 64) and (128, 32), 80 KiB at (128, 64), which is why head_dim 128 stays at
  * 32; the loop that waits for every product without a producer two stages of a K and a V tile,
- * 32 KiB (nv_wgmma.stages asks for up to 6; each B then
- * takes the most stages whose built kernel fits, down to 2). 32 where 64 does not fit the
+ * 32 KiB (nv_wgmma.stages asks for up to 6; each B then takes the most stages whose built kernel
+ * fits, down to 2). 32 where 64 does not fit the
  * budget or the device refused it at enqueue (below_block). Q and O are staged through the same
  * array, padded rows of up to 128 of the work-group's rows at a time (18 KiB at head_dim 64, 34 KiB
  * at 128), which the tiles overwrite.
  *
  * The producer (nv_wgmma.producer, by default at head_dim 128, and with nv_wgmma.pipeline=1) adds
  * one more warpgroup that copies the tiles, beside at most three consumers (two pipelined), and two
- * 8-byte mbarriers a ring slot. Its registers: the work-group gets 65536 / work-items a work-item at launch
- * (rounded down to 8, at most 248: what ptxas allocates for .reqntid with .minnctapersm 1), the
+ * 8-byte mbarriers a ring slot. Its registers: the work-group gets 65536 / work-items a work-item at
+ * launch (rounded down to 8, at most 248: what ptxas allocates for .reqntid with .minnctapersm 1), the
  * producer keeps WG_PRODUCER_REGS, and the consumers share the rest (kernel_defines).
  */
 #include "internal.h"
@@ -40,7 +40,7 @@
 
 #define KERNEL_NAME "nv_wgmma_forward"
 static const char variant_name[] = "nv_wgmma_forward";
-#define WGMMA_KV_TILES 5u /* the rings: WG_PIPE 1 2 K slots and 3 V slots, WG_PRODUCER 3 and 2 */
+#define WGMMA_KV_TILES 5u /* the producer's rings: 3 K slots and 2 V slots */
 /* The producer warpgroup's registers a work-item (nv_wgmma.producer=1): with 24 ptxas spilled 16
  * bytes of its loop (CUDA 13.0), with 32 and 40 nothing. */
 #define WG_PRODUCER_REGS 40u
@@ -105,7 +105,8 @@ int32_t clflash_nv_wgmma_default_producer(const clflash_context *c, const clflas
     return p->head_dim > 64;
 }
 
-/* 1 where a producer warpgroup streams the tiles (WG_PRODUCER; the waiting loop only). */
+/* 1 where a producer warpgroup streams the tiles (WG_PRODUCER): nv_wgmma.producer, or the pipelined
+ * loop, which it always feeds. */
 static int producer(const clflash_context *c, const clflash_problem *p)
 {
     return pipelined(c, p) || clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_PRODUCER, NULL) != 0;
@@ -138,8 +139,8 @@ static uint32_t wanted_stages(const clflash_context *c, const clflash_problem *p
 }
 
 /* Bytes of the kernel's local array: the K and V tiles of B rows (unpadded: the descriptors'
- * layout), WGMMA_KV_TILES of them in rings (cl/nv_wgmma_forward.cl's K_SLOTS + V_SLOTS: the
- * pipelined and the producer loops), else `stages` pairs, or the Q rows staged at a time (the
+ * layout), WGMMA_KV_TILES of them in rings (cl/nv_wgmma_forward.cl's K_SLOTS + V_SLOTS: the loops
+ * with a producer), else `stages` pairs, or the Q rows staged at a time (the
  * work-group's, at most 128) padded by 16 bytes, whichever is larger; and the producer loop's
  * mbarriers, two of 8 bytes a ring slot. */
 static cl_ulong counted_local_bytes(const clflash_problem *p, int pipe, uint32_t block, uint32_t warpgroups,
