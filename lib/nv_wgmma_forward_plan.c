@@ -3,7 +3,7 @@
  * wgmma, through the sm_90a PTX binary path of sm90a.c), and plans and builds it.
  *
  * EXPERIMENTAL: the kernel is assembled for sm_90a in CI and right on an H200 and an H100, and on
- * the H100 1.00-1.04x nv_mma_forward's speed (docs/performance/h200.md). It is chosen only when all
+ * the H100 1.01-1.11x nv_mma_forward's speed (docs/performance/h200.md). It is chosen only when all
  * of these hold: the caller's environment asks for it (CLFLASH_WGMMA=1, read when the context is
  * created: clflash.h), the call is one the tensor-core forward takes (clflash_nv_mma_refusal) and
  * in this kernel's scope (shape_refusal), and the context's device runs the sm_90a path right
