@@ -958,20 +958,14 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
     wg_stream vs = wg_stream_start(v, v_base, v_ss, key_begin, key_len);
 
 #if WG_PRODUCER
-    /* The producer warpgroup (the last) streams K and V into rings of their own, K_SLOTS K slots and
-     * V_SLOTS V slots, each slot with a full and an empty mbarrier (mbars[2 slot], mbars[2 slot + 1];
-     * K slots first). It issues K(t) and then V(t - 1), each as soon as its slot is free, and never
-     * waits for its copies: cp.async.mbarrier.arrive.noinc arrives on the slot's full mbarrier once
-     * this work-item's copies so far are complete. A consumer waits on full, fences the async proxy
-     * (wgmma reads what the copies wrote), frees the K slot right after S = Q K^T and the V slot after
-     * O += P V (its products are complete: wg_scores and wg_values wait for them). So K streams up to
-     * two tiles ahead of the products and V one, and the consumers drift apart by up to a tile instead
-     * of meeting at a barrier every tile. The producer gives its registers to the consumers
-     * (setmaxnreg: WG_PRODUCER_REGS for the producer, WG_CONSUMER_REGS for the consumers, from what a
-     * work-item gets at launch) and ends after its loop; the consumers' epilogue synchronises them
-     * alone (consumers_sync). The consumers read their Q fragments from global memory after
-     * setmaxnreg: held across it, ptxas kept them in the launch's registers and serialised the
-     * products (C7512). */
+    /* The producer warpgroup (the last) runs wg_produce and ends; each slot has a full and an empty
+     * mbarrier (mbars[2 slot], mbars[2 slot + 1]; K slots first). A consumer waits on full, fences
+     * the async proxy (wgmma reads what the copies wrote) and arrives on empty once the group that
+     * read the slot is complete, so the consumers drift apart by up to a tile instead of meeting at
+     * a barrier every tile; their epilogue synchronises them alone (consumers_sync). They take
+     * WG_CONSUMER_REGS registers (setmaxnreg) and read their Q fragments from global memory after
+     * it: held across it, ptxas kept them in the launch's registers and serialised the products
+     * (C7512). */
     __local ushort *const k_ring = tiles, *const v_ring = tiles + K_SLOTS * TILE_HALVES;
     __local ulong *const k_bars = mbars, *const v_bars = mbars + 2 * K_SLOTS;
     if (warp >= 4 * WARPGROUPS) {
@@ -1068,7 +1062,6 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
             wg_values(acc, sl, pa, v_ring + vslot * TILE_HALVES);
         mbar_arrive(v_bars + 2 * vslot + 1);
     }
-
 #else
     /* tiles 0 .. STAGES - 2 first, one commit group each (empty past the last tile); stage u holds
      * a K tile at halves u * STAGE_HALVES and its V tile TILE_HALVES on */

@@ -133,7 +133,7 @@ static uint32_t warpgroups_for(const clflash_context *c, const clflash_problem *
  * tuning table's range); 2 for the loops with rings of their own, which do not read it. */
 static uint32_t wanted_stages(const clflash_context *c, const clflash_problem *p)
 {
-    if (pipelined(c, p) || producer(c, p))
+    if (producer(c, p))
         return 2u;
     return (uint32_t)clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_STAGES, NULL);
 }
@@ -143,10 +143,10 @@ static uint32_t wanted_stages(const clflash_context *c, const clflash_problem *p
  * with a producer), else `stages` pairs, or the Q rows staged at a time (the
  * work-group's, at most 128) padded by 16 bytes, whichever is larger; and the producer loop's
  * mbarriers, two of 8 bytes a ring slot. */
-static cl_ulong counted_local_bytes(const clflash_problem *p, int pipe, uint32_t block, uint32_t warpgroups,
+static cl_ulong counted_local_bytes(const clflash_problem *p, uint32_t block, uint32_t warpgroups,
                                     uint32_t stages, int prod)
 {
-    const uint64_t n_tiles = pipe || prod ? WGMMA_KV_TILES : 2ull * stages;
+    const uint64_t n_tiles = prod ? WGMMA_KV_TILES : 2ull * stages;
     const uint64_t tiles = n_tiles * block * p->head_dim * p->elem_size;
     const uint64_t q_rows = (warpgroups > 2 ? 128ull : 64ull * warpgroups) * (p->head_dim + 8) * p->elem_size;
     return (tiles > q_rows ? tiles : q_rows) + (prod ? 16ull * WGMMA_KV_TILES : 0);
@@ -196,7 +196,7 @@ int clflash_nv_wgmma_first_defines(const clflash_context *c, const clflash_probl
     const int pipe = pipelined(c, p), prod = producer(c, p);
     for (uint32_t block = first_block(c, p, 0); block >= 32; block -= 32)
         for (uint32_t stages = wanted_stages(c, p); stages >= 2; stages--)
-            if (counted_local_bytes(p, pipe, block, wgs, stages, prod) <= c->local_mem_budget) {
+            if (counted_local_bytes(p, block, wgs, stages, prod) <= c->local_mem_budget) {
                 kernel_defines(p, with_lse, pipe, block, wgs, stages, prod, buf, size);
                 return 1;
             }
@@ -212,7 +212,7 @@ static clflash_status try_build(clflash_context *c, const clflash_problem *p, in
     const uint64_t budget = c->local_mem_budget;
     const int prod = producer(c, p);
     const uint32_t threads = 128 * (wgs + (prod ? 1 : 0)), block_q = 64 * wgs;
-    const cl_ulong counted = counted_local_bytes(p, pipe, block, wgs, stages, prod);
+    const cl_ulong counted = counted_local_bytes(p, block, wgs, stages, prod);
     *fits = 0;
     if (counted > budget)
         return CLFLASH_SUCCESS; /* cannot fit: not built */

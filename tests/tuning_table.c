@@ -51,18 +51,19 @@ static int usage(void)
 enum { F_WINDOW = 1, F_SOFTCAP = 2, F_BIAS = 4, F_ALIBI = 8, F_KEYLENS = 16 };
 static long feature_bits(const char *v)
 {
-    static const char *const names[] = {"window", "softcap", "bias", "alibi", "keylens"};
+    static const char *const names[] = {"window", "softcap", "bias", "alibi", "keylens"}; /* bit i: 1 << i */
+    const size_t n_names = sizeof names / sizeof names[0];
     if (strcmp(v, "1") == 0)
-        return F_WINDOW | F_SOFTCAP | F_BIAS | F_ALIBI | F_KEYLENS;
+        return (1L << n_names) - 1;
     if (strcmp(v, "0") == 0)
         return 0;
     long bits = 0;
     while (*v) {
         const size_t n = strcspn(v, ",");
         size_t i = 0;
-        while (i < 5 && !(strlen(names[i]) == n && strncmp(v, names[i], n) == 0))
+        while (i < n_names && !(strlen(names[i]) == n && strncmp(v, names[i], n) == 0))
             i++;
-        if (i == 5)
+        if (i == n_names)
             return -1;
         bits |= 1L << i;
         v += n + (v[n] == ',');
@@ -189,10 +190,12 @@ int main(int argc, char **argv)
         p.softcap = 50.0f;
     if (features & F_ALIBI)
         p.alibi_slopes = (cl_mem)(void *)&stand_in;
-    if ((features & F_KEYLENS) && !varlen) /* a variable-length batch takes neither */
-        p.key_lengths = (cl_mem)(void *)&stand_in;
-    if ((features & F_BIAS) && !varlen)
-        p.bias = (cl_mem)(void *)&stand_in;
+    if (!varlen) { /* a variable-length batch takes neither key lengths nor a bias */
+        if (features & F_KEYLENS)
+            p.key_lengths = (cl_mem)(void *)&stand_in;
+        if (features & F_BIAS)
+            p.bias = (cl_mem)(void *)&stand_in;
+    }
     if (varlen) { /* packed [total][heads][head_dim] tensors of batch sequences of up to seq_q, seq_k rows */
         static char stand_in_cu;
         p.varlen = 1;
