@@ -696,9 +696,10 @@ typedef struct {
  * context is created, the device is an NVIDIA GPU of compute capability 9.0 whose driver passed
  * the library's sm_90a probe (a small wgmma product checked exactly, once per context), and the
  * call is one nv_mma_forward would take with: dtype F16 or BF16, head_dim 64 or 128, every row of
- * Q, K, V and O on 16 bytes, no bias or window, no softcap at head_dim 128, no paged cache or
- * variable-length batch, no forced block and no forced split (causal masks, ALiBi, key lengths,
- * the diagonal's offset and alignment, and softcap at head_dim 64 it takes). Any step that fails
+ * Q, K, V and O on 16 bytes, no bias, no softcap at head_dim 128, no paged cache or
+ * variable-length batch, no forced block and no forced split (causal masks, sliding windows,
+ * ALiBi, key lengths, the diagonal's offset and alignment, and softcap at head_dim 64 it takes).
+ * Any step that fails
  * (the probe, the build through the sm_90a path, a kernel that does not fit) plans nv_mma_forward
  * instead; plan.kernel names the kernel that runs. It never splits the keys or packs GQA heads (a
  * decoding call runs slower on it than on nv_mma_forward), rescales O every key tile, and

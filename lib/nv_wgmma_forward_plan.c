@@ -58,8 +58,6 @@ static const char *shape_refusal(const clflash_problem *p)
         return "a row of Q, K, V or O does not start on 16 bytes";
     if (p->bias != NULL)
         return "a bias";
-    if (p->flags & CLFLASH_WINDOW) /* the kernel takes windows; its count of their tiles awaits a GPU run */
-        return "a sliding window";
     if (p->softcap != 0.0f && p->head_dim > 64)
         return "softcap at head_dim 128 (three consumer warpgroups spill, two are slower than nv_mma_forward)";
     if (p->block_table != NULL)

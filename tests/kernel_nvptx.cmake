@@ -238,7 +238,7 @@ endforeach()
 # The experimental Hopper forward (nv_wgmma_forward.cl) is built with the defines its planner
 # (lib/nv_wgmma_forward_plan.c) gives the first kernel it would build on an H200 (tests/tuning_table
 # --kernel nv_wgmma_forward), f16 and bf16, head_dim 64 and 128, causal and not, with and without
-# lse, in the loop that waits for every product (WG_PIPE 0, the default at head_dim 64), with a
+# lse, with the score features it takes (windows, ALiBi, key lengths, softcap at 64), in the loop that waits for every product (WG_PIPE 0, the default at head_dim 64), with a
 # producer warpgroup (WG_PRODUCER, the default at 128; --tune nv_wgmma.producer=0 and =1 give the
 # other) and in its pipelined loop (--tune nv_wgmma.pipeline=1), at head_dim 64 with B 32 as well
 # (nv_wgmma.block=32); unlike the other tensor-core kernels its spills fail here too. So does any
@@ -270,6 +270,8 @@ set(_sm90a_cases
   "nv-wgmma-forward-d64-bf16-causal-pipe-nolse|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 64 --causal 1 --tune nv_wgmma.pipeline=1"
   "nv-wgmma-forward-d128-one-warpgroup-pipe|nv_mma_common.cl+nv_wgmma_forward.cl|--kernel nv_wgmma_forward --dtype f16 --head-dim 128 --batch 1 --heads-q 32 --heads-kv 8 --seq-q 17 --seq-k 1000 --with-lse 1 --tune nv_wgmma.pipeline=1"
   "nv-wgmma-forward-d128-features|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 128 --causal 1 --with-lse 1 --features alibi,keylens"
+  "nv-wgmma-forward-d128-window|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 128 --causal 1 --features window"
+  "nv-wgmma-forward-d64-bf16-window-features|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 64 --with-lse 1 --features window,alibi,keylens"
   "nv-wgmma-forward-d64-bf16-features|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 64 --causal 1 --features softcap,alibi,keylens"
   "nv-wgmma-forward-d64-bf16-features-pipe|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 64 --with-lse 1 --features softcap,alibi,keylens --tune nv_wgmma.pipeline=1"
   "nv-wgmma-forward-d128-waiting|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 128 --with-lse 1 --tune nv_wgmma.producer=0"

@@ -29,8 +29,8 @@
  *                         code 77, "skipped", elsewhere): f16 and bf16, head_dim 64 and 128, seq 1,
  *                         17, 63, 65, 129, 1000, seq_q != seq_k both ways, causal (rows that see no
  *                         key included), GQA and MQA, interleaved layouts, rising maxima and a negative
- *                         scale, softcap (head_dim 64), ALiBi and key lengths, against the fp64
- *                         reference; each plan must name nv_wgmma_forward.
+ *                         scale, windows, softcap (head_dim 64), ALiBi and key lengths, against the
+ *                         fp64 reference; each plan must name nv_wgmma_forward.
  *                         The select part checks, everywhere, which calls it takes and that without
  *                         the variable it takes none (test_sm90a: none after a fault of the path).
  *   test_nv_mma wgmma FIRST [LAST]  only those rows of wgmma_shapes (from 0), in f16 and bf16.
@@ -214,8 +214,8 @@ START_TEST(plan_fields)
 END_TEST
 
 /* The experimental Hopper forward: with CLFLASH_WGMMA=1, an sm_90 device plans nv_wgmma_forward for
- * the calls in its scope (f16/bf16, head_dim 64 or 128, aligned rows, causal or not, GQA, softcap
- * at head_dim 64, ALiBi, key lengths; no window or bias) and
+ * the calls in its scope (f16/bf16, head_dim 64 or 128, aligned rows, causal or not, GQA, windows,
+ * softcap at head_dim 64, ALiBi, key lengths; no bias) and
  * nv_mma_forward for the others; without the variable, or on any other device, the variable
  * changes no plan. (A fault of the sm_90a path: test_sm90a.) */
 START_TEST(wgmma_selection)
@@ -237,7 +237,7 @@ START_TEST(wgmma_selection)
     CASE("f32 d64", th_desc(1, 1, 0, 200, 200, 64, CLFLASH_F32, 0), 0);
     clflash_attention_desc w = th_desc(1, 1, 0, 200, 200, 64, CLFLASH_F16, CLFLASH_WINDOW);
     w.window_left = 4;
-    CASE("window", w, 0);
+    CASE("window", w, 1);
     clflash_attention_desc sc = th_desc(1, 1, 0, 200, 200, 64, CLFLASH_F16, 0);
     sc.softcap = 30.0f;
     CASE("softcap d64", sc, 1);
@@ -749,6 +749,7 @@ END_TEST
  * 1000 (one warpgroup up to 64 rows, two above; partial key tiles of 32 and 64), causal in all
  * three alignments, GQA and MQA, interleaved aligned layouts, rising maxima, a negative scale, and
  * the score features it takes. */
+#define W CLFLASH_WINDOW
 #define C CLFLASH_CAUSAL
 #define A CLFLASH_ALIGN_TO_KEY_LENGTH
 static const mma_shape wgmma_shapes[] = {
@@ -773,7 +774,7 @@ static const mma_shape wgmma_shapes[] = {
     {1, 1, 0, 77, 301, 128, 0, 0, 0, 0, -0.1f, 0, 0, 0, 0, 0, 0, 0}, /* a negative scale */
     {3, 4, 2, 129, 1000, 64, C, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     /* score features: softcap (head_dim 64: the host leaves 128 to nv_mma_forward), ALiBi, key
-     * lengths (0, 1, half, past the end) with both diagonal rules, all of them at once */
+     * lengths (0, 1, half, past the end) with both diagonal rules, most of them at once */
     {1, 1, 0, 1, 1, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5.0f, 0, 0},
     {1, 2, 0, 131, 97, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5.0f, 0, 0},
     {1, 2, 1, 150, 701, 64, C, 0, 0, 1, 0, 0, 0, 0, 0, 30.0f, 0, 0},
@@ -781,9 +782,20 @@ static const mma_shape wgmma_shapes[] = {
     {1, 4, 1, 300, 301, 128, C, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
     {5, 2, 0, 65, 300, 64, C, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0},
     {5, 2, 1, 70, 129, 128, A | C, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0},
-    {2, 4, 2, 77, 150, 128, C, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 1},
-    {2, 2, 0, 200, 333, 64, C, 0, 0, 1, 0, 0, 1, 0, 0, 10.0f, 0, 1},
+    {2, 4, 2, 77, 150, 128, W | C, 0, 1, 0, 0, 0, 1, 40, 0, 0, 0, 1},
+    {2, 2, 0, 200, 333, 64, W | C, 0, 0, 1, 0, 0, 1, 50, 0, 10.0f, 0, 1},
+    /* windows: left only, both sides, causal, zero-width (each row its diagonal), wider than the
+     * keys, and long ones whose blocks skip key tiles on both sides */
+    {1, 1, 0, 131, 131, 64, W, 0, 0, 0, 0, 0, 0, 17, 0, 0, 0, 0},
+    {1, 2, 0, 97, 211, 128, W, 0, 0, 0, 0, 0, 0, 5, 23, 0, 0, 0},
+    {1, 1, 0, 77, 300, 64, W | C, 0, 0, 0, 0, 0, 0, 64, 0, 0, 0, 0},
+    {1, 1, 0, 200, 200, 128, W, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 61, 61, 64, W, 0, 0, 0, 0, 0, 0, 0, 1000, 0, 0, 0},
+    {2, 4, 2, 1000, 1000, 128, W | C, 0, 1, 0, 0, 0, 0, 100, 0, 0, 0, 0},
+    {1, 2, 0, 1000, 1100, 128, W, 0, 0, 1, 0, 0, 0, 200, 70, 0, 0, 0},
+    {1, 2, 1, 999, 999, 64, W | C, 0, 0, 0, 0, 0, 0, 300, 0, 0, 0, 1},
 };
+#undef W
 #undef C
 #undef A
 #define N_WGMMA_SHAPES N_OF(wgmma_shapes)
