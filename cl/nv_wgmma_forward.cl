@@ -3,9 +3,10 @@
  * built through the library's sm_90a PTX binary path (lib/sm90a.c). EXPERIMENTAL: assembled for
  * sm_90a in CI (tests/kernel_nvptx.cmake); the three loops below (WG_PIPE 0 and 1, WG_PRODUCER)
  * matched the fp64 reference on an H100 (2026-12-06, `test_nv_mma wgmma`: 68 of 68 each, the score
- * features included; the default loops 74 of 74 once the table had its window rows). The producer
- * loop, its default at head_dim 128, runs at 1.06-1.11x nv_mma_forward's speed there, and the
- * waiting loop, its default at 64, at 1.01-1.02x; the pipelined loop is slower than both
+ * features included; the default loops 74 of 74 once the table had its window rows, and with one
+ * O group, lazy rescaling and 160 registers a consumer). The producer loop, its default at
+ * head_dim 128, runs at 1.17-1.20x nv_mma_forward's speed there (1.06x FlashAttention-2's), and
+ * the waiting loop, its default at 64, at 1.01-1.03x; the pipelined loop is slower than both
  * (docs/performance/h200.md). The planner
  * (lib/nv_wgmma_forward_plan.c) chooses it only where clflash_sm90a_available says yes, the call is
  * in scope (below) and the environment variable CLFLASH_WGMMA=1 asks for it. Everything else, and
@@ -14,8 +15,8 @@
  * Scope: f16 and bf16, head_dim 64 or 128, rows of Q, K, V and O on 16 bytes (NV_ALIGNED), causal
  * or not, GQA (one query head per work-group, its K/V head hg / group), lse, and the score rules
  * of common.cl: sliding windows, softcap (the host sends head_dim 128 with a softcap to
- * nv_mma_forward: three consumer warpgroups spill it), ALiBi, key lengths and the diagonal's offset
- * and alignment.
+ * nv_mma_forward until it has run on a GPU here), ALiBi, key lengths and the diagonal's offset and
+ * alignment.
  * The tiles a block does not see are skipped (block_key_range), the masks applied only on those
  * some row sees in part. No bias, paged caches, variable-length batches, split-KV or head packing:
  * the host never builds it with them (the #error below).
@@ -29,7 +30,9 @@
  *                 registers (loaded once), B = the K tile in local memory through a descriptor,
  *                 fp32 accumulators, HEAD_DIM / 16 k-steps in one wgmma group;
  *   softmax       online, on the accumulators: the four lanes of a quad hold a row's values
- *                 (row max by shfl.sync), as in nv_mma_forward.cl; O and l are rescaled every tile;
+ *                 (row max by shfl.sync), as in nv_mma_forward.cl; a row's reference maximum
+ *                 moves only when a score passes it by more than 2^8 (WG_SLACK), and O and l
+ *                 are rescaled only then;
  *   O += P V      P packed to f16/bf16 pairs in registers is the A operand (the S accumulator
  *                 layout is the A fragment layout), B = the V tile through a descriptor with the
  *                 transpose bit (V is stored [key][d], N-major for this product), wgmma m64n64k16,
@@ -39,7 +42,7 @@
  * WG_PRODUCER:
  *
  * WG_PIPE 0 waits for each group (wgmma.wait_group 0) in the asm statement that issues it, so that
- * the compiler never sees an accumulator before it is complete; one group per 64 columns of O. The
+ * the compiler never sees an accumulator before it is complete; O += P V is one group. The
  * tensor cores then idle during every softmax (about 170 instructions a tile) unless the other
  * warpgroups of the SM fill them.
  *
@@ -199,7 +202,8 @@
 #define LOCAL_HALVES (KV_HALVES > Q_HALVES ? KV_HALVES : Q_HALVES)
 #define S_ACC (BLOCK / 2)                  /* S accumulators per work-item */
 #define O_ACC (HEAD_DIM / 2)               /* O accumulators per work-item */
-#define O_SLABS (HEAD_DIM / 64)            /* wgmma groups of O += P V, 64 columns each */
+#define O_SLABS (HEAD_DIM / 64)            /* slabs of O += P V, 64 columns each */
+#define WG_SLACK 8.0f                      /* log2 of how far a score may pass its row's reference */
 #define P_STEPS (BLOCK / 16)               /* k16 steps of O += P V */
 #define PIECES (BLOCK * CHUNKS)            /* 16-byte pieces of a tile */
 #if CHUNKS % 4 != 0
@@ -405,11 +409,12 @@
     "// sm90a: wgmma.commit_group.sync.aligned;\n" \
     "// sm90a: }\n"
 
-#if WG_PIPE && O_SLABS == 2
+#if O_SLABS == 2
 #if BLOCK != 32
-#error "the pipelined loop takes head_dim 128 with BLOCK 32 (five tiles of B 64 are 80 KiB)"
+#error "head_dim 128 takes BLOCK 32 (five tiles of B 64 are 80 KiB)"
 #endif
-/* O += P V over all 128 columns of O as one group (WG_PIPE 1 counts groups in its waits): the
+/* O += P V over all 128 columns of O as one group (one wait for both slabs; WG_PIPE 1 counts
+ * groups in its waits): the
  * slab of columns 64 .. 127 writes accumulators 32 .. 63 from V's chunk 8 on (%74: its offset / 16
  * from the first descriptor). Operands: the 64 accumulators, P's 8 A words, the descriptor, the
  * k-step's offset / 16 (%73), the slab's. */
@@ -463,16 +468,19 @@ static inline void wg_scores(float s[S_ACC], const uint q[4 * K_STEPS], __local 
                          : "memory");
 }
 
-/* o[32 sl .. 32 sl + 31] += P V for columns 64 sl .. 64 sl + 63: p the A words of P (4 per 16
- * keys), tile the V tile. Returns when the products are complete (the loop of WG_PIPE 0). */
-static inline void wg_values(float o[O_ACC], uint sl, const uint p[4 * P_STEPS], __local const ushort *tile)
+/* o += P V, every column of O in one group: p the A words of P (4 per 16 keys), tile the V tile.
+ * Returns when the products are complete (the loop of WG_PIPE 0). One group and one wait for both
+ * slabs at head_dim 128: on an H100 344-347 TFLOP/s against 338-339 with a group and a wait a slab
+ * (docs/performance/h200.md). */
+static inline void wg_values(float o[O_ACC], const uint p[4 * P_STEPS], __local const ushort *tile)
 {
-    const ulong desc = wg_desc(tile + sl * 64 * BLOCK, WG_V_LBO, WG_V_SBO);
-    if (sl == 0)
-        __asm__ __volatile__(WG_PV_TEXT(WG_END_WAIT) : WG_ACC32(o, 0) : WG_P_IN(p), "l"(desc), "n"(16) : "memory");
-#if O_SLABS > 1
-    else
-        __asm__ __volatile__(WG_PV_TEXT(WG_END_WAIT) : WG_ACC32(o, 32) : WG_P_IN(p), "l"(desc), "n"(16) : "memory");
+    const ulong desc = wg_desc(tile, WG_V_LBO, WG_V_SBO);
+#if O_SLABS == 1
+    __asm__ __volatile__(WG_PV_TEXT(WG_END_WAIT) : WG_ACC32(o, 0) : WG_P_IN(p), "l"(desc), "n"(16) : "memory");
+#else
+    __asm__ __volatile__(WG_PV2_TEXT(WG_END_WAIT)
+                         : WG_ACC32(o, 0), WG_ACC32(o, 32) : WG_P_IN(p), "l"(desc), "n"(16), "n"(64 * BLOCK * 2 / 16)
+                         : "memory");
 #endif
 }
 
@@ -769,7 +777,11 @@ static inline __attribute__((always_inline)) void wg_softmax(float s[S_ACC], uin
     max_hi = fmax(max_hi, lane_xor(max_hi, 1));
     max_hi = fmax(max_hi, lane_xor(max_hi, 2));
     /* a row that has seen no key keeps -inf and exponentiates against 0: exp2(-inf) = 0 */
-    const float new_lo = fmax(rw->m_lo, max_lo), new_hi = fmax(rw->m_hi, max_hi);
+    /* The reference maxima move only when a score passes them by more than 2^8 (WG_SLACK), so
+     * that most tiles leave O as it is (wg_rescale): P is then at most 2^8, which f16, bf16 and the
+     * fp32 sums hold, and O / l and the lse are the same whatever the reference. */
+    const float new_lo = max_lo > rw->m_lo + WG_SLACK ? max_lo : rw->m_lo;
+    const float new_hi = max_hi > rw->m_hi + WG_SLACK ? max_hi : rw->m_hi;
     const float ref_lo = new_lo == -INFINITY ? 0.0f : new_lo, ref_hi = new_hi == -INFINITY ? 0.0f : new_hi;
     rw->alpha_lo = exp2_ftz(rw->m_lo - ref_lo);
     rw->alpha_hi = exp2_ftz(rw->m_hi - ref_hi);
@@ -796,9 +808,11 @@ static inline __attribute__((always_inline)) void wg_softmax(float s[S_ACC], uin
     }
 }
 
-/* O *= alpha, per row. */
+/* O *= alpha, per row; nothing where both of the lane's rows kept their reference maxima. */
 static inline void wg_rescale(float o[O_ACC], const wg_rows *rw)
 {
+    if (rw->alpha_lo == 1.0f && rw->alpha_hi == 1.0f)
+        return;
 #pragma unroll
     for (uint i = 0; i < O_ACC; i += 4) {
         o[i] *= rw->alpha_lo;
@@ -1058,9 +1072,7 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
         wg_rescale(acc, &rw);
         mbar_wait(v_bars + 2 * vslot, (j / V_SLOTS) % 2);
         fence_proxy_async();
-#pragma unroll
-        for (uint sl = 0; sl < O_SLABS; sl++)
-            wg_values(acc, sl, pa, v_ring + vslot * TILE_HALVES);
+        wg_values(acc, pa, v_ring + vslot * TILE_HALVES);
         mbar_arrive(v_bars + 2 * vslot + 1);
     }
 #else
@@ -1094,9 +1106,7 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
         wg_scores(s, qa, k_tile);
         wg_softmax(s, pa, &rw, key_begin + j * BLOCK, &ru, t);
         wg_rescale(acc, &rw);
-#pragma unroll
-        for (uint sl = 0; sl < O_SLABS; sl++)
-            wg_values(acc, sl, pa, v_tile);
+        wg_values(acc, pa, v_tile);
     }
 #endif
     float m_lo = rw.m_lo, m_hi = rw.m_hi, l_lo = rw.l_lo, l_hi = rw.l_hi;

@@ -690,7 +690,7 @@ typedef struct {
  *
  * EXPERIMENTAL: "nv_wgmma_forward" (cl/nv_wgmma_forward.cl), a forward on Hopper's warpgroup
  * instructions (wgmma) built through a PTX program binary retargeted to sm_90a. It computes right
- * on an H200 and an H100, and on the H100 runs at 1.01-1.11x nv_mma_forward's TFLOP/s (n = 4096,
+ * on an H200 and an H100, and on the H100 runs at 1.01-1.20x nv_mma_forward's TFLOP/s (n = 4096,
  * head_dim 64 and 128), not yet the step that would make it the default, so it is planned
  * only when the environment variable CLFLASH_WGMMA=1 (any value but empty or "0") is set when the
  * context is created, the device is an NVIDIA GPU of compute capability 9.0 whose driver passed
@@ -698,13 +698,13 @@ typedef struct {
  * call is one nv_mma_forward would take with: dtype F16 or BF16, head_dim 64 or 128, every row of
  * Q, K, V and O on 16 bytes, no bias, no softcap at head_dim 128, no paged cache or
  * variable-length batch, no forced block and no forced split (causal masks, sliding windows,
- * ALiBi, key lengths, the diagonal's offset and alignment, and softcap at head_dim 64 it takes).
- * Any step that fails
- * (the probe, the build through the sm_90a path, a kernel that does not fit) plans nv_mma_forward
- * instead; plan.kernel names the kernel that runs. It never splits the keys or packs GQA heads (a
- * decoding call runs slower on it than on nv_mma_forward), rescales O every key tile, and
- * otherwise has nv_mma_forward's semantics (P rounded to the storage type, exp2 flushing below
- * 2^-126, a NaN in V reaching its block's rows). Without CLFLASH_WGMMA nothing changes, and no
+ * ALiBi, key lengths, the diagonal's offset and alignment, and softcap at head_dim 64 it takes;
+ * a sliding window runs slower on it than on nv_mma_forward, whose blocks are smaller). Any step
+ * that fails (the probe, the build through the sm_90a path, a kernel that does not fit) plans
+ * nv_mma_forward instead; plan.kernel names the kernel that runs. It never splits the keys or packs GQA heads (a
+ * decoding call runs slower on it than on nv_mma_forward), and otherwise has nv_mma_forward's
+ * semantics (P rounded to the storage type, exp2 flushing below 2^-126, a NaN in V reaching its
+ * block's rows). Without CLFLASH_WGMMA nothing changes, and no
  * probe runs.
  *
  * The portable kernel has three paths. CPU devices take its CPU path ("flash_forward_portable");
