@@ -472,16 +472,19 @@ static inline void wg_scores(float s[S_ACC], const uint q[4 * K_STEPS], __local 
  * Returns when the products are complete (the loop of WG_PIPE 0). One group and one wait for both
  * slabs at head_dim 128: on an H100 344-347 TFLOP/s against 338-339 with a group and a wait a slab
  * (docs/performance/h200.md). */
+#if O_SLABS == 1
+#define WG_VALUES_ASM(o, p, desc, end) \
+    __asm__ __volatile__(WG_PV_TEXT(end) : WG_ACC32(o, 0) : WG_P_IN(p), "l"(desc), "n"(16) : "memory")
+#else
+#define WG_VALUES_ASM(o, p, desc, end) \
+    __asm__ __volatile__(WG_PV2_TEXT(end) \
+                         : WG_ACC32(o, 0), WG_ACC32(o, 32) : WG_P_IN(p), "l"(desc), "n"(16), "n"(64 * BLOCK * 2 / 16) \
+                         : "memory")
+#endif
 static inline void wg_values(float o[O_ACC], const uint p[4 * P_STEPS], __local const ushort *tile)
 {
     const ulong desc = wg_desc(tile, WG_V_LBO, WG_V_SBO);
-#if O_SLABS == 1
-    __asm__ __volatile__(WG_PV_TEXT(WG_END_WAIT) : WG_ACC32(o, 0) : WG_P_IN(p), "l"(desc), "n"(16) : "memory");
-#else
-    __asm__ __volatile__(WG_PV2_TEXT(WG_END_WAIT)
-                         : WG_ACC32(o, 0), WG_ACC32(o, 32) : WG_P_IN(p), "l"(desc), "n"(16), "n"(64 * BLOCK * 2 / 16)
-                         : "memory");
-#endif
+    WG_VALUES_ASM(o, p, desc, WG_END_WAIT);
 }
 
 #if WG_PIPE
@@ -500,13 +503,7 @@ static inline void wg_scores_issue(float s[S_ACC], const uint q[4 * K_STEPS], __
 static inline void wg_values_issue(float o[O_ACC], const uint p[4 * P_STEPS], __local const ushort *tile)
 {
     const ulong desc = wg_desc(tile, WG_V_LBO, WG_V_SBO);
-#if O_SLABS == 1
-    __asm__ __volatile__(WG_PV_TEXT(WG_END_ASYNC) : WG_ACC32(o, 0) : WG_P_IN(p), "l"(desc), "n"(16) : "memory");
-#else
-    __asm__ __volatile__(WG_PV2_TEXT(WG_END_ASYNC)
-                         : WG_ACC32(o, 0), WG_ACC32(o, 32) : WG_P_IN(p), "l"(desc), "n"(16), "n"(64 * BLOCK * 2 / 16)
-                         : "memory");
-#endif
+    WG_VALUES_ASM(o, p, desc, WG_END_ASYNC);
 }
 
 /* Waits until at most n (a constant) of this warpgroup's wgmma groups are in flight: the older ones
