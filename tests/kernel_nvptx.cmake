@@ -238,15 +238,16 @@ endforeach()
 # The experimental Hopper forward (nv_wgmma_forward.cl) is built with the defines its planner
 # (lib/nv_wgmma_forward_plan.c) gives the first kernel it would build on an H200 (tests/tuning_table
 # --kernel nv_wgmma_forward), f16 and bf16, head_dim 64 and 128, causal and not, with and without
-# lse, with the score features it takes (windows, ALiBi, key lengths, softcap at 64), in the loop that waits for every product (WG_PIPE 0, the default at head_dim 64), with a
-# producer warpgroup (WG_PRODUCER, the default at 128; --tune nv_wgmma.producer=0 and =1 give the
-# other) and in its pipelined loop (--tune nv_wgmma.pipeline=1), at head_dim 64 with B 32 as well
+# lse, with the score features it takes (windows, ALiBi, key lengths, softcap at 64), in the loop
+# that waits for every product (WG_PIPE 0, the default at head_dim 64), with a producer warpgroup
+# (WG_PRODUCER, the default at 128; --tune nv_wgmma.producer=0 and =1 give the other) and in its
+# pipelined loop (--tune nv_wgmma.pipeline=1), at head_dim 64 with B 32 as well
 # (nv_wgmma.block=32); unlike the other tensor-core kernels its spills fail here too. So does any
 # ptxas warning: "Potential Performance Loss: wgmma.mma_async instructions are serialized" means
 # ptxas found a register of a group in flight touched, a group it could not follow, or too few
-# registers, and put a wait after every product. Its PTX gets the .reqntid that NVIDIA's compiler writes for reqd_work_group_size
-# and clang leaves out (ptx_sm90a_rewrite --reqntid), so that ptxas fits the registers to the
-# work-group as the driver's does (four warpgroups: 128 a work-item).
+# registers, and put a wait after every product. Its PTX gets the .reqntid that NVIDIA's compiler
+# writes for reqd_work_group_size and clang leaves out (ptx_sm90a_rewrite --reqntid), so that ptxas
+# fits the registers to the work-group as the driver's does (four warpgroups: 128 a work-item).
 set(_wgmma "--kernel nv_wgmma_forward ${_prefill}")
 set(_sm90a_cases
   "nv-sm90a-probe|nv_sm90a_probe.cl|=-cl-std=CL1.2 -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F32 -D CAUSAL=0 -D WINDOW=0 -D SOFTCAP=0 -D BIAS=0 -D ALIBI=0 -D KEYLEN=0 -D KEYLEN_DIAGONAL=0 -D VARLEN=0 -D WITH_LSE=0 -D PAGED=0"
