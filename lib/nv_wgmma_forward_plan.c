@@ -59,8 +59,6 @@ static const char *shape_refusal(const clflash_problem *p)
         return "a row of Q, K, V or O does not start on 16 bytes";
     if (p->bias != NULL)
         return "a bias";
-    if (p->softcap != 0.0f && p->head_dim > 64)
-        return "softcap at head_dim 128 (not yet checked against the reference on a GPU)";
     if (p->block_table != NULL)
         return "a paged KV cache";
     if (p->varlen)

@@ -215,7 +215,7 @@ END_TEST
 
 /* The experimental Hopper forward: with CLFLASH_WGMMA=1, an sm_90 device plans nv_wgmma_forward for
  * the calls in its scope (f16/bf16, head_dim 64 or 128, aligned rows, causal or not, GQA, windows,
- * softcap at head_dim 64, ALiBi, key lengths; no bias) and
+ * softcap, ALiBi, key lengths; no bias) and
  * nv_mma_forward for the others; without the variable, or on any other device, the variable
  * changes no plan. (A fault of the sm_90a path: test_sm90a.) */
 START_TEST(wgmma_selection)
@@ -243,7 +243,7 @@ START_TEST(wgmma_selection)
     CASE("softcap d64", sc, 1);
     clflash_attention_desc sc128 = th_desc(1, 1, 0, 200, 200, 128, CLFLASH_F16, 0);
     sc128.softcap = 30.0f;
-    CASE("softcap d128", sc128, 0);
+    CASE("softcap d128", sc128, 1);
     clflash_attention_desc fb = th_desc(1, 1, 0, 200, 200, 64, CLFLASH_F16, 0);
     fb.block = 32;
     CASE("forced block 32", fb, 0);
@@ -773,8 +773,8 @@ static const mma_shape wgmma_shapes[] = {
     {1, 2, 1, 150, 701, 128, C, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
     {1, 1, 0, 77, 301, 128, 0, 0, 0, 0, -0.1f, 0, 0, 0, 0, 0, 0, 0}, /* a negative scale */
     {3, 4, 2, 129, 1000, 64, C, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    /* score features: softcap (head_dim 64: the host leaves 128 to nv_mma_forward), ALiBi, key
-     * lengths (0, 1, half, past the end) with both diagonal rules, most of them at once */
+    /* score features: softcap, ALiBi, key lengths (0, 1, half, past the end) with both diagonal
+     * rules, most of them at once */
     {1, 1, 0, 1, 1, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5.0f, 0, 0},
     {1, 2, 0, 131, 97, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5.0f, 0, 0},
     {1, 2, 1, 150, 701, 64, C, 0, 0, 1, 0, 0, 0, 0, 0, 30.0f, 0, 0},
@@ -784,6 +784,9 @@ static const mma_shape wgmma_shapes[] = {
     {5, 2, 1, 70, 129, 128, A | C, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0},
     {2, 4, 2, 77, 150, 128, W | C, 0, 1, 0, 0, 0, 1, 40, 0, 0, 0, 1},
     {2, 2, 0, 200, 333, 64, W | C, 0, 0, 1, 0, 0, 1, 50, 0, 10.0f, 0, 1},
+    {1, 2, 0, 131, 97, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5.0f, 0, 0},
+    {1, 2, 1, 150, 701, 128, C, 0, 0, 1, 0, 0, 0, 0, 0, 30.0f, 0, 0},
+    {2, 4, 2, 333, 1000, 128, W | C, 0, 1, 0, 0, 0, 1, 200, 0, 20.0f, 0, 1},
     /* windows: left only, both sides, causal, zero-width (each row its diagonal), wider than the
      * keys, and long ones whose blocks skip key tiles on both sides */
     {1, 1, 0, 131, 131, 64, W, 0, 0, 0, 0, 0, 0, 17, 0, 0, 0, 0},
