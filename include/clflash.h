@@ -203,8 +203,8 @@ typedef struct {
     /* Added in 0.3. 0: vendor kernels are used where they apply (today the NVIDIA tensor-core
      * forward and backward, see clflash_plan_attention). Nonzero: always the portable kernels.
      * Setting the environment variable CLFLASH_PORTABLE=1 (any value but empty or "0") when the context is
-     * created does the same. (CLFLASH_WGMMA=1 at create asks for the experimental Hopper kernel
-     * nv_wgmma_forward where it applies: see clflash_plan_attention.) */
+     * created does the same. (CLFLASH_WGMMA at create says where the Hopper kernel
+     * nv_wgmma_forward may run: see clflash_plan_attention.) */
     uint32_t portable_only;
     /* Added in 0.5 (past 0.5.0's first layout): tuning settings in the syntax of
      * clflash_context_set_tuning, applied after the tuning file's and before CLFLASH_TUNE's;
@@ -318,7 +318,7 @@ CLFLASH_API const char *clflash_context_build_log(const clflash_context *c);
  *      nv_backward.maxrregcount  32..255, a register cap passed to NVIDIA's compiler
  *      nv_backward.stream      0 or 1: how its dK/dV work-groups copy Q and dO (default 1 at
  *                              head_dim >= 128)
- *      nv_wgmma.pipeline       0 or 1: the experimental Hopper forward (CLFLASH_WGMMA=1) with its
+ *      nv_wgmma.pipeline       0 or 1: the Hopper forward (nv_wgmma_forward) with its
  *                              pipelined loop, fed by a producer warpgroup (1), or the loop that
  *                              waits for every product (0, the default)
  *      nv_wgmma.block          32..64, a cap on its B (32 or 64; a value between gives 32)
@@ -688,24 +688,30 @@ typedef struct {
  * within the budget (plan.block; at head_dim 128 in f16 and 48 KiB, B = 16).
  * The nv_forward.* tuning parameters (clflash_context_set_tuning) override these choices.
  *
- * EXPERIMENTAL: "nv_wgmma_forward" (cl/nv_wgmma_forward.cl), a forward on Hopper's warpgroup
- * instructions (wgmma) built through a PTX program binary retargeted to sm_90a. It computes right
- * on an H200 and an H100, and on the H100 runs at 1.01-1.20x nv_mma_forward's TFLOP/s (n = 4096,
- * head_dim 64 and 128), not yet the step that would make it the default, so it is planned
- * only when the environment variable CLFLASH_WGMMA=1 (any value but empty or "0") is set when the
- * context is created, the device is an NVIDIA GPU of compute capability 9.0 whose driver passed
- * the library's sm_90a probe (a small wgmma product checked exactly, once per context), and the
- * call is one nv_mma_forward would take with: dtype F16 or BF16, head_dim 64 or 128, every row of
- * Q, K, V and O on 16 bytes, no bias, no softcap at head_dim 128, no paged cache or
- * variable-length batch, no forced block and no forced split (causal masks, sliding windows,
- * ALiBi, key lengths, the diagonal's offset and alignment, and softcap at head_dim 64 it takes;
- * a sliding window runs slower on it than on nv_mma_forward, whose blocks are smaller). Any step
- * that fails (the probe, the build through the sm_90a path, a kernel that does not fit) plans
- * nv_mma_forward instead; plan.kernel names the kernel that runs. It never splits the keys or packs GQA heads (a
- * decoding call runs slower on it than on nv_mma_forward), and otherwise has nv_mma_forward's
- * semantics (P rounded to the storage type, exp2 flushing below 2^-126, a NaN in V reaching its
- * block's rows). Without CLFLASH_WGMMA nothing changes, and no
- * probe runs.
+ * "nv_wgmma_forward" (cl/nv_wgmma_forward.cl), a forward on Hopper's warpgroup instructions
+ * (wgmma) built through a PTX program binary retargeted to sm_90a. It computes right on an H200 and
+ * an H100, and on the H100 runs head_dim 128 at 1.06x FlashAttention-2's rate and 1.1-1.2x
+ * nv_mma_forward's (n = 4096; docs/performance/h200.md). It may run where the device is an NVIDIA
+ * GPU of compute capability 9.0 whose driver passed the library's sm_90a probe (a small wgmma
+ * product checked exactly, once per context, the first time a call could use it) and the call is
+ * one nv_mma_forward would take with: dtype F16 or BF16, head_dim 64 or 128, every row of Q, K, V
+ * and O on 16 bytes, no bias, no paged cache or variable-length batch, no forced block and no
+ * forced split (causal masks, sliding windows, softcap, ALiBi, key lengths, the diagonal's offset
+ * and alignment it takes). Where, among those calls, is what the environment variable CLFLASH_WGMMA
+ * says when the context is created:
+ *   unset or empty  (the default) where it was measured faster than nv_mma_forward: head_dim 128,
+ *                   no sliding window (its 192-row blocks compute more masked pairs than
+ *                   nv_mma_forward's), at least 128 query rows a head, and enough rows in all
+ *                   that nv_mma_forward would neither split the keys nor pack GQA heads (so
+ *                   decoding and short prompts on few heads stay on nv_mma_forward, which spreads
+ *                   them over the device; this kernel never splits);
+ *   "0"             nowhere (nv_mma_forward; no probe runs);
+ *   any other value wherever it may run (measurements and tests).
+ * Any step that fails (the probe, the build through the sm_90a path, a kernel that does not fit)
+ * plans nv_mma_forward instead; plan.kernel names the kernel that runs. Otherwise it has
+ * nv_mma_forward's semantics (P rounded to the storage type, exp2 flushing below 2^-126, a NaN in
+ * V reaching its block's rows); the two round differently, so results differ by rounding between
+ * settings of CLFLASH_WGMMA, never between runs of one.
  *
  * The portable kernel has three paths. CPU devices take its CPU path ("flash_forward_portable");
  * every other device takes the register-tiled path "flash_forward_regtile": each work-item

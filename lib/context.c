@@ -52,10 +52,12 @@ int clflash_env_portable_only(void)
     return e != NULL && e[0] != '\0' && strcmp(e, "0") != 0;
 }
 
-int clflash_env_wgmma(void)
+clflash_wgmma_mode clflash_env_wgmma(void)
 {
     const char *e = getenv("CLFLASH_WGMMA");
-    return e != NULL && e[0] != '\0' && strcmp(e, "0") != 0;
+    if (e == NULL || e[0] == '\0')
+        return CLFLASH_WGMMA_AUTO;
+    return strcmp(e, "0") == 0 ? CLFLASH_WGMMA_OFF : CLFLASH_WGMMA_ALL;
 }
 
 clflash_status clflash_context_create(cl_context ctx, cl_device_id dev, const clflash_context_options *caller_opt,
@@ -123,7 +125,7 @@ clflash_status clflash_context_create(cl_context ctx, cl_device_id dev, const cl
         c->local_mem_budget = opt->local_mem_budget;
     c->threads_per_row = opt->threads_per_row;
     c->portable_only = opt->portable_only || clflash_env_portable_only();
-    c->wgmma_opt_in = clflash_env_wgmma();
+    c->wgmma_mode = clflash_env_wgmma();
     c->magic = CLFLASH_CONTEXT_MAGIC;
     *out = c;
     return CLFLASH_SUCCESS;

@@ -282,8 +282,8 @@ static clflash_status plan_kernel(clflash_context *c, const clflash_problem *p, 
     memset(out, 0, sizeof *out);
     if (clflash_nv_mma_refusal(c, p) == NULL) {
         clflash_status st;
-        /* The experimental Hopper kernel, only when asked for (CLFLASH_WGMMA=1), in its scope and on
-         * a device whose sm_90a path works; whatever fails on the way, the tensor-core kernel below
+        /* The Hopper kernel, where the context's mode (CLFLASH_WGMMA) and its scope take the call and
+         * the device's sm_90a path works; whatever fails on the way, the tensor-core kernel below
          * (nv_wgmma_forward_plan.c). */
         if (clflash_nv_wgmma_refusal(c, p) == NULL && clflash_sm90a_available(c, NULL)) {
             st = clflash_plan_nv_wgmma(c, p, with_lse, below_block, out);

@@ -149,7 +149,8 @@ struct clflash_context {
     char *build_options;       /* the caller's extra options, "" if none */
     uint32_t threads_per_row;  /* 0 = tuned; else the caller's choice */
     int portable_only;         /* never a vendor kernel (option portable_only or CLFLASH_PORTABLE=1) */
-    int wgmma_opt_in;          /* CLFLASH_WGMMA=1 when created: the experimental nv_wgmma_forward may be planned */
+    int wgmma_mode;            /* CLFLASH_WGMMA when created (clflash_wgmma_mode): where nv_wgmma_forward
+                                  may be planned */
 
     pthread_mutex_t lock;      /* guards programs and logs */
     clflash_program_entry *programs;
@@ -191,9 +192,13 @@ CLFLASH_INTERNAL clflash_status clflash_read_options(const clflash_context_optio
 /* 1 if CLFLASH_PORTABLE is set to a value other than "" and "0" (clflash_context_create reads it
  * into the context's portable_only). */
 CLFLASH_INTERNAL int clflash_env_portable_only(void);
-/* 1 if the environment variable CLFLASH_WGMMA is set to anything but empty or "0" (read when a
- * context is created, into its wgmma_opt_in: clflash.h, nv_wgmma_forward_plan.c). */
-CLFLASH_INTERNAL int clflash_env_wgmma(void);
+/* Where the Hopper forward nv_wgmma_forward may be planned (clflash.h, nv_wgmma_forward_plan.c):
+ * nowhere, where it is measured faster than nv_mma_forward (the default), or wherever its scope
+ * allows (a measurement and test setting). */
+typedef enum { CLFLASH_WGMMA_OFF = 0, CLFLASH_WGMMA_AUTO = 1, CLFLASH_WGMMA_ALL = 2 } clflash_wgmma_mode;
+/* The environment variable CLFLASH_WGMMA, read when a context is created: unset or empty gives
+ * CLFLASH_WGMMA_AUTO, "0" CLFLASH_WGMMA_OFF, any other value CLFLASH_WGMMA_ALL. */
+CLFLASH_INTERNAL clflash_wgmma_mode clflash_env_wgmma(void);
 
 /* ---- scratch_pool.c: device scratch buffers reused across calls -------------------------------- */
 /* A buffer of at least `bytes` for commands to be enqueued on `queue`: one no enqueued work still
@@ -642,15 +647,19 @@ CLFLASH_INTERNAL uint32_t clflash_nv_padded_dim(const clflash_problem *p);
 /* 1 if p has a bias whose offset and strides are all even, so that the tensor-core forward reads
  * two adjacent keys' biases with one 8-byte load (part of the plan cache's key). */
 CLFLASH_INTERNAL int clflash_bias_pairs(const clflash_problem *p);
+/* 1 where nv_mma_forward's plan for p splits the keys into parts or packs a GQA group's query heads
+ * into one work-group: calls with too few query rows to fill c's device without split-KV (decoding,
+ * short prompts on few heads). Call only when clflash_nv_mma_refusal is NULL. */
+CLFLASH_INTERNAL int clflash_nv_mma_splits_or_packs(const clflash_context *c, const clflash_problem *p);
 /* Plans and builds the tensor-core kernel for p (call only when clflash_nv_mma_refusal is NULL).
  * Same contract as clflash_plan_flash; CLFLASH_ERROR_TILE_TOO_LARGE if no block fits. */
 CLFLASH_INTERNAL clflash_status clflash_plan_nv_mma(clflash_context *c, const clflash_problem *p, int with_lse,
                                                     uint32_t below_block, clflash_flash_kernel *out);
 
-/* ---- nv_wgmma_forward_plan.c: the experimental Hopper forward (cl/nv_wgmma_forward.cl) ---------- */
-/* Why nv_wgmma_forward cannot or may not run p on c (a static string: not asked for by
- * CLFLASH_WGMMA, not taken by the tensor-core forward, not compute capability 9.0, outside its
- * scope), or NULL. Does not run the sm_90a probe: the caller asks clflash_sm90a_available after. */
+/* ---- nv_wgmma_forward_plan.c: the Hopper forward (cl/nv_wgmma_forward.cl) ----------------------- */
+/* Why nv_wgmma_forward cannot or may not run p on c (a static string: turned off by CLFLASH_WGMMA,
+ * not taken by the tensor-core forward, not compute capability 9.0, outside its scope, or left to
+ * nv_mma_forward by the default mode), or NULL. Does not run the sm_90a probe: the caller asks clflash_sm90a_available after. */
 CLFLASH_INTERNAL const char *clflash_nv_wgmma_refusal(const clflash_context *c, const clflash_problem *p);
 /* Plans and builds it through the sm_90a path (call only when the refusal is NULL and
  * clflash_sm90a_available says yes). Same contract as clflash_plan_nv_mma; any error means: plan

@@ -360,6 +360,12 @@ static first_choice first_candidate(const clflash_context *c, const clflash_prob
     return f;
 }
 
+int clflash_nv_mma_splits_or_packs(const clflash_context *c, const clflash_problem *p)
+{
+    const first_choice f = first_candidate(c, p, 0);
+    return f.splits > 1 || f.pack > 1;
+}
+
 int clflash_nv_forward_first_defines(const clflash_context *c, const clflash_problem *p, int with_lse, char *buf,
                                      size_t size)
 {

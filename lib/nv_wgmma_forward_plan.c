@@ -2,16 +2,17 @@
  * nv_wgmma_forward_plan.c - decides whether a forward call runs cl/nv_wgmma_forward.cl (Hopper's
  * wgmma, through the sm_90a PTX binary path of sm90a.c), and plans and builds it.
  *
- * EXPERIMENTAL: the kernel is assembled for sm_90a in CI and right on an H200 and an H100, and on
- * the H100 1.01-1.20x nv_mma_forward's speed (docs/performance/h200.md). It is chosen only when all
- * of these hold: the caller's environment asks for it (CLFLASH_WGMMA=1, read when the context is
- * created: clflash.h), the call is one the tensor-core forward takes (clflash_nv_mma_refusal) and
- * in this kernel's scope (shape_refusal), and the context's device runs the sm_90a path right
- * (clflash_sm90a_available: an NVIDIA device of compute capability 9.0 whose driver built and ran
- * the probe kernel). forward_plan.c asks here first and plans nv_mma_forward whenever this file
- * says no or any step fails (a build through the sm_90a path, a kernel whose local memory or
- * work-group does not fit), so the plan always names the kernel that runs. Without CLFLASH_WGMMA
- * nothing here runs, not even the probe.
+ * The kernel is assembled for sm_90a in CI and right on an H200 and an H100, where it runs head_dim
+ * 128 at 1.06x FlashAttention-2's rate and 1.1-1.2x nv_mma_forward's (docs/performance/h200.md). It
+ * is chosen when all of these hold: the call is one the tensor-core forward takes
+ * (clflash_nv_mma_refusal) and in this kernel's scope (shape_refusal); the context's mode
+ * (CLFLASH_WGMMA when it was created: clflash.h) allows it, which by default means a call of the
+ * kinds where it was measured faster than nv_mma_forward (auto_refusal); and the context's device
+ * runs the sm_90a path right (clflash_sm90a_available: an NVIDIA device of compute capability 9.0
+ * whose driver built and ran the probe kernel). forward_plan.c asks here first and plans
+ * nv_mma_forward whenever this file says no or any step fails (a build through the sm_90a path, a
+ * kernel whose local memory or work-group does not fit), so the plan always names the kernel that
+ * runs. With CLFLASH_WGMMA=0, or for calls outside its scope, nothing here runs, not even the probe.
  *
  * The shape: warpgroups of 128 work-items, each owning 64 query rows; four per work-group at
  * head_dim 64 and three at 128 (256 and 192 rows), fewer where seq_q needs fewer
@@ -70,16 +71,41 @@ static const char *shape_refusal(const clflash_problem *p)
     return NULL;
 }
 
+/* The query rows a head needs before the default mode takes this kernel: nv_mma_forward's block. */
+#define WGMMA_AUTO_MIN_ROWS 128u
+
+/* Why the default mode (CLFLASH_WGMMA unset) leaves p, in this kernel's scope, to nv_mma_forward: the
+ * kinds of call where nv_mma_forward was measured as fast or faster (H100, 2026-12-06, n = 4096,
+ * docs/performance/h200.md), or NULL.
+ * - head_dim 64: the two within 2% of each other.
+ * - A sliding window: this kernel's 192-row blocks compute 1.19 pairs per visible pair of a causal
+ *   window of 1024, nv_mma_forward's 64-row blocks 1.06 (0.505 against 0.469 ms).
+ * - Fewer than 128 query rows a head, or a call nv_mma_forward splits or packs (clflash_nv_mma_
+ *   splits_or_packs): decoding and short prompts, where reading K and V bounds the time and
+ *   nv_mma_forward spreads the keys over the device; this kernel never splits them. */
+static const char *auto_refusal(const clflash_context *c, const clflash_problem *p)
+{
+    if (p->head_dim != 128)
+        return "head_dim 64 (as fast on nv_mma_forward)";
+    if (p->flags & CLFLASH_WINDOW)
+        return "a sliding window (faster on nv_mma_forward, whose blocks are smaller)";
+    if (p->seq_q < WGMMA_AUTO_MIN_ROWS || clflash_nv_mma_splits_or_packs(c, p))
+        return "too few query rows to fill the device without split-KV (faster on nv_mma_forward)";
+    return NULL;
+}
+
 const char *clflash_nv_wgmma_refusal(const clflash_context *c, const clflash_problem *p)
 {
-    if (!c->wgmma_opt_in)
-        return "not asked for (CLFLASH_WGMMA=1 when the context is created)";
+    if (c->wgmma_mode == CLFLASH_WGMMA_OFF)
+        return "turned off (CLFLASH_WGMMA=0 when the context was created)";
     const char *why = clflash_nv_mma_refusal(c, p);
     if (why != NULL)
         return why;
     if (c->info.nv_cc_major != 9 || c->info.nv_cc_minor != 0)
         return "not an NVIDIA device of compute capability 9.0";
-    return shape_refusal(p);
+    if ((why = shape_refusal(p)) != NULL)
+        return why;
+    return c->wgmma_mode == CLFLASH_WGMMA_AUTO ? auto_refusal(c, p) : NULL;
 }
 
 /* 1 for the pipelined loop (WG_PIPE 1), 0 for the one that waits for every product. */

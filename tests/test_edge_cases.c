@@ -40,13 +40,14 @@ static clflash_status run_via(clflash_context *c, th_case *t, int via, int with_
     return th_run_device(c, t, via == VIA_NAIVE ? TH_NAIVE : TH_FLASH, with_lse, NULL);
 }
 
-/* 1 if the flash path of d runs on the NVIDIA tensor-core kernel, which rounds P to the storage
- * type and multiplies a masked key's P of 0 with its V row (see clflash_plan_attention). */
+/* 1 if the flash path of d runs on an NVIDIA tensor-core kernel (nv_mma_forward, or the Hopper
+ * nv_wgmma_forward), which rounds P to the storage type and multiplies a masked key's P of 0 with
+ * its V row (see clflash_plan_attention). */
 static int tensor_core_flash(clflash_context *c, const clflash_attention_desc *d, int via)
 {
     clflash_plan p = {.struct_size = sizeof p};
     return via != VIA_NAIVE && clflash_plan_attention(c, d, &p) == CLFLASH_SUCCESS &&
-           strcmp(p.kernel, "nv_mma_forward") == 0;
+           (strcmp(p.kernel, "nv_mma_forward") == 0 || strcmp(p.kernel, "nv_wgmma_forward") == 0);
 }
 
 static ref_path path_of(int via)

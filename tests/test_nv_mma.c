@@ -24,15 +24,17 @@
  *                         gradients, with the bias gradient (cl/nv_mma_bias_grad.cl) wherever
  *                         there is a bias, and checks that two runs give the same bits (dBias
  *                         summed over batch entries and heads, and over rows, included).
- *   test_nv_mma wgmma     the experimental Hopper forward (cl/nv_wgmma_forward.cl), with
+ *   test_nv_mma wgmma     the Hopper forward (cl/nv_wgmma_forward.cl), with
  *                         CLFLASH_WGMMA=1, on an NVIDIA device of compute capability 9.0 only (exit
  *                         code 77, "skipped", elsewhere): f16 and bf16, head_dim 64 and 128, seq 1,
  *                         17, 63, 65, 129, 1000, seq_q != seq_k both ways, causal (rows that see no
  *                         key included), GQA and MQA, interleaved layouts, rising maxima and a negative
- *                         scale, windows, softcap (head_dim 64), ALiBi and key lengths, against the
- *                         fp64 reference; each plan must name nv_wgmma_forward.
- *                         The select part checks, everywhere, which calls it takes and that without
- *                         the variable it takes none (test_sm90a: none after a fault of the path).
+ *                         scale, windows, softcap, ALiBi and key lengths, against the fp64
+ *                         reference; each plan must name nv_wgmma_forward.
+ *                         The select part checks, everywhere, which calls it takes with
+ *                         CLFLASH_WGMMA=1 and by default, and that with CLFLASH_WGMMA=0 it takes
+ *                         none (test_sm90a: none after a fault of the path). The other parts run
+ *                         with CLFLASH_WGMMA=0, so that they keep testing nv_mma_forward.
  *   test_nv_mma wgmma FIRST [LAST]  only those rows of wgmma_shapes (from 0), in f16 and bf16.
  *   test_nv_mma numerics|backward_numerics features FIRST [LAST]
  *                         only the feature shapes FIRST .. LAST (rows of feature_shapes or
@@ -115,14 +117,19 @@ static int device_is_nvidia_sm90(clflash_context *c)
     return major == 9 && minor == 0;
 }
 
-/* A context created with CLFLASH_WGMMA=1 (the variable is read at creation; it is unset again). */
-static clflash_context *wgmma_context(void)
+/* A context created with CLFLASH_WGMMA set to `mode` (NULL: unset, the default mode); the variable
+ * is read at creation and put back as it was. */
+static clflash_context *wgmma_context(const char *mode)
 {
-    ck_assert_int_eq(setenv("CLFLASH_WGMMA", "1", 1), 0);
+    const char *was = getenv("CLFLASH_WGMMA");
+    char saved[16] = "";
+    if (was != NULL)
+        snprintf(saved, sizeof saved, "%s", was);
+    ck_assert_int_eq(mode != NULL ? setenv("CLFLASH_WGMMA", mode, 1) : unsetenv("CLFLASH_WGMMA"), 0);
     clflash_context_options opt = {.struct_size = sizeof opt};
     opt.build_options = getenv("CLFLASH_TEST_BUILD_OPTIONS");
     clflash_context *c = test_context(&opt);
-    unsetenv("CLFLASH_WGMMA");
+    ck_assert_int_eq(was != NULL ? setenv("CLFLASH_WGMMA", saved, 1) : unsetenv("CLFLASH_WGMMA"), 0);
     return c;
 }
 
@@ -213,62 +220,84 @@ START_TEST(plan_fields)
 }
 END_TEST
 
-/* The experimental Hopper forward: with CLFLASH_WGMMA=1, an sm_90 device plans nv_wgmma_forward for
- * the calls in its scope (f16/bf16, head_dim 64 or 128, aligned rows, causal or not, GQA, windows,
- * softcap, ALiBi, key lengths; no bias) and
- * nv_mma_forward for the others; without the variable, or on any other device, the variable
- * changes no plan. (A fault of the sm_90a path: test_sm90a.) */
+/* The Hopper forward: with CLFLASH_WGMMA=1, an sm_90 device plans nv_wgmma_forward for the calls in
+ * its scope (f16/bf16, head_dim 64 or 128, aligned rows, causal or not, GQA, windows, softcap,
+ * ALiBi, key lengths; no bias) and nv_mma_forward for the others; without the variable (the default
+ * mode) for those of them that it runs faster (head_dim 128, no window, enough query rows that
+ * nv_mma_forward neither splits nor packs); with CLFLASH_WGMMA=0 (the part's ctx) for none. On any
+ * other device no setting changes a plan. (A fault of the sm_90a path: test_sm90a.) */
 START_TEST(wgmma_selection)
 {
     const int hopper = device_is_nvidia_sm90(ctx) && getenv("CLFLASH_PORTABLE") == NULL;
-    clflash_context *wc = wgmma_context();
+    clflash_context *all = wgmma_context("1"), *dflt = wgmma_context(NULL);
     struct {
         const char *what;
         clflash_attention_desc d;
-        int in_scope;
-    } cases[16];
+        int in_scope, by_default;
+    } cases[24];
     int n = 0;
-#define CASE(w, desc, in) (cases[n].what = (w), cases[n].d = (desc), cases[n].in_scope = (in), n++)
-    CASE("f16 d128", th_desc(2, 4, 0, 1000, 1000, 128, CLFLASH_F16, 0), 1);
-    CASE("bf16 d64 causal GQA", th_desc(1, 8, 2, 129, 300, 64, CLFLASH_BF16, CLFLASH_CAUSAL), 1);
-    CASE("f16 d64, one query", th_desc(1, 1, 0, 1, 1, 64, CLFLASH_F16, 0), 1);
-    CASE("f16 d96", th_desc(1, 1, 0, 200, 200, 96, CLFLASH_F16, 0), 0);
-    CASE("bf16 d256", th_desc(1, 1, 0, 200, 200, 256, CLFLASH_BF16, 0), 0);
-    CASE("f32 d64", th_desc(1, 1, 0, 200, 200, 64, CLFLASH_F32, 0), 0);
+#define CASE(w, desc, in, dflt) \
+    (cases[n].what = (w), cases[n].d = (desc), cases[n].in_scope = (in), cases[n].by_default = (dflt), n++)
+    CASE("f16 d128", th_desc(2, 4, 0, 1000, 1000, 128, CLFLASH_F16, 0), 1, 0); /* split by nv_mma_forward */
+    CASE("bf16 d64 causal GQA", th_desc(1, 8, 2, 129, 300, 64, CLFLASH_BF16, CLFLASH_CAUSAL), 1, 0);
+    CASE("f16 d64, one query", th_desc(1, 1, 0, 1, 1, 64, CLFLASH_F16, 0), 1, 0);
+    CASE("f16 d96", th_desc(1, 1, 0, 200, 200, 96, CLFLASH_F16, 0), 0, 0);
+    CASE("bf16 d256", th_desc(1, 1, 0, 200, 200, 256, CLFLASH_BF16, 0), 0, 0);
+    CASE("f32 d64", th_desc(1, 1, 0, 200, 200, 64, CLFLASH_F32, 0), 0, 0);
     clflash_attention_desc w = th_desc(1, 1, 0, 200, 200, 64, CLFLASH_F16, CLFLASH_WINDOW);
     w.window_left = 4;
-    CASE("window", w, 1);
+    CASE("window", w, 1, 0);
     clflash_attention_desc sc = th_desc(1, 1, 0, 200, 200, 64, CLFLASH_F16, 0);
     sc.softcap = 30.0f;
-    CASE("softcap d64", sc, 1);
+    CASE("softcap d64", sc, 1, 0);
     clflash_attention_desc sc128 = th_desc(1, 1, 0, 200, 200, 128, CLFLASH_F16, 0);
     sc128.softcap = 30.0f;
-    CASE("softcap d128", sc128, 1);
+    CASE("softcap d128", sc128, 1, 1);
     clflash_attention_desc fb = th_desc(1, 1, 0, 200, 200, 64, CLFLASH_F16, 0);
     fb.block = 32;
-    CASE("forced block 32", fb, 0);
+    CASE("forced block 32", fb, 0, 0);
     clflash_attention_desc off = th_desc(1, 1, 0, 200, 200, 64, CLFLASH_F16, 0);
     off.q.offset = 3;
-    CASE("q offset 3", off, 0);
+    CASE("q offset 3", off, 0, 0);
     clflash_attention_desc sp = th_desc(1, 2, 0, 16, 4000, 128, CLFLASH_F16, 0);
     sp.num_splits = 2;
-    CASE("forced split-KV", sp, 0);
+    CASE("forced split-KV", sp, 0, 0);
+    /* the default mode's choices: prefill at head_dim 128 on many heads, its features but windows */
+    CASE("prefill d128", th_desc(1, 64, 0, 2000, 2000, 128, CLFLASH_F16, 0), 1, 1);
+    CASE("prefill d128 bf16 causal GQA", th_desc(2, 32, 8, 1500, 1500, 128, CLFLASH_BF16, CLFLASH_CAUSAL), 1, 1);
+    clflash_attention_desc pa = th_desc(1, 64, 0, 2000, 2000, 128, CLFLASH_F16, CLFLASH_CAUSAL);
+    pa.softcap = 50.0f;
+    CASE("prefill d128 causal softcap", pa, 1, 1);
+    clflash_attention_desc pw = th_desc(1, 64, 0, 2000, 2000, 128, CLFLASH_F16, CLFLASH_CAUSAL | CLFLASH_WINDOW);
+    pw.window_left = 500;
+    CASE("prefill d128 causal window", pw, 1, 0);
+    CASE("prefill d64", th_desc(1, 64, 0, 2000, 2000, 64, CLFLASH_F16, 0), 1, 0);
+    CASE("decode d128 GQA", th_desc(1, 32, 8, 1, 32768, 128, CLFLASH_F16, 0), 1, 0);
+    CASE("d128, 100 rows a head", th_desc(64, 16, 0, 100, 4000, 128, CLFLASH_F16, 0), 1, 0);
 #undef CASE
     for (int i = 0; i < n; i++) {
-        const char *got = plan_kernel(wc, &cases[i].d), *without = plan_kernel(ctx, &cases[i].d);
-        ck_assert_msg(strcmp(without, "nv_wgmma_forward") != 0, "%s: planned nv_wgmma_forward without CLFLASH_WGMMA",
+        const char *off_plan = plan_kernel(ctx, &cases[i].d);
+        const char *got = plan_kernel(all, &cases[i].d), *by_default = plan_kernel(dflt, &cases[i].d);
+        ck_assert_msg(strcmp(off_plan, "nv_wgmma_forward") != 0, "%s: planned nv_wgmma_forward with CLFLASH_WGMMA=0",
                       cases[i].what);
         if (hopper && cases[i].in_scope)
             ck_assert_msg(strcmp(got, "nv_wgmma_forward") == 0, "%s: planned %s with CLFLASH_WGMMA=1; build log: %s",
-                          cases[i].what, got, clflash_context_build_log(wc));
+                          cases[i].what, got, clflash_context_build_log(all));
         else
-            ck_assert_msg(strcmp(got, without) == 0, "%s: planned %s with CLFLASH_WGMMA=1, %s without", cases[i].what,
-                          got, without);
+            ck_assert_msg(strcmp(got, off_plan) == 0, "%s: planned %s with CLFLASH_WGMMA=1, %s with 0", cases[i].what,
+                          got, off_plan);
+        if (hopper && cases[i].by_default)
+            ck_assert_msg(strcmp(by_default, "nv_wgmma_forward") == 0, "%s: planned %s by default; build log: %s",
+                          cases[i].what, by_default, clflash_context_build_log(dflt));
+        else
+            ck_assert_msg(strcmp(by_default, off_plan) == 0, "%s: planned %s by default, %s with CLFLASH_WGMMA=0",
+                          cases[i].what, by_default, off_plan);
     }
     if (!hopper)
         printf("nv_wgmma_forward: not an NVIDIA device of compute capability 9.0 (or CLFLASH_PORTABLE is set): "
-               "checked only that CLFLASH_WGMMA=1 changes no plan\n");
-    clflash_context_free(wc);
+               "checked only that CLFLASH_WGMMA changes no plan\n");
+    clflash_context_free(all);
+    clflash_context_free(dflt);
 }
 END_TEST
 
@@ -1204,10 +1233,12 @@ int main(int argc, char **argv)
                    "CLFLASH_PORTABLE: skipped\n");
             return SKIP_CODE;
         }
-        if (setenv("CLFLASH_WGMMA", "1", 1) != 0) /* every context of the part: read when created */
-            return EXIT_FAILURE;
         numerics_kernel = "nv_wgmma_forward";
     }
+    /* Every context of the part (the variable is read when one is created): the wgmma part's plans
+     * must all name nv_wgmma_forward, the others' nv_mma_forward, whatever the default mode takes. */
+    if (setenv("CLFLASH_WGMMA", wgmma ? "1" : "0", 1) != 0)
+        return EXIT_FAILURE;
     if (forward || backward) {
         /* Probe in a child: OpenCL state must not exist in the process Check forks from. */
         const pid_t pid = fork();

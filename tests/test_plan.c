@@ -61,6 +61,9 @@ static void check_plan_fields(clflash_context *c, const clflash_attention_desc *
     if (strcmp(p->kernel, "nv_mma_forward") == 0) { /* whole warps, query rows in 16-row slices */
         ck_assert_msg(p->block_q % 16 == 0 && p->work_group_size % 32 == 0, "%s: block_q %u, work group %u", what,
                       p->block_q, p->work_group_size);
+    } else if (strcmp(p->kernel, "nv_wgmma_forward") == 0) { /* warpgroups of 128 items, 64 rows each */
+        ck_assert_msg(p->block_q % 64 == 0 && p->work_group_size % 128 == 0, "%s: block_q %u, work group %u", what,
+                      p->block_q, p->work_group_size);
     } else if (strcmp(p->kernel, "flash_forward_regtile") == 0) { /* row groups of threads_per_row items */
         ck_assert_msg(p->block_q >= 1 && p->work_group_size % p->threads_per_row == 0 &&
                           p->work_group_size / p->threads_per_row <= p->block_q,

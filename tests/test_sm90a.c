@@ -4,10 +4,10 @@
  * NVIDIA one of compute capability 9.0 it says no with its reason; on such a device (the H200) it
  * says yes, and each step forced to fail (no binary, a binary for another target, markers the
  * compiler dropped, a binary the driver refuses, a wrong product) makes it say no, with that step's
- * reason and a kept build log where a build failed, so that a planner falls back. With
- * CLFLASH_WGMMA=1 the forward planner then plans nv_mma_forward, not the experimental
- * nv_wgmma_forward (lib/nv_wgmma_forward_plan.c), after each fault of the probe and after a build
- * of the wgmma kernel itself that fails; without the variable it never plans it.
+ * reason and a kept build log where a build failed, so that a planner falls back. The forward
+ * planner then plans nv_mma_forward, not the Hopper nv_wgmma_forward (lib/nv_wgmma_forward_plan.c),
+ * after each fault of the probe and after a build of the wgmma kernel itself that fails, in the
+ * default mode and with CLFLASH_WGMMA=1; with CLFLASH_WGMMA=0 it never plans it.
  *
  * Linked with the static library: the functions under test are internal.
  */
@@ -257,40 +257,49 @@ static const char *planned(clflash_context *c, uint32_t seq, uint32_t head_dim)
     return p.kernel;
 }
 
-/* A context created with CLFLASH_WGMMA=1 (read at creation; unset again). */
-static clflash_context *wgmma_context(void)
+/* A context created with CLFLASH_WGMMA set to `mode` (NULL: unset, the default mode; read at
+ * creation, unset again). */
+static clflash_context *wgmma_context(const char *mode)
 {
-    ck_assert_int_eq(setenv("CLFLASH_WGMMA", "1", 1), 0);
+    ck_assert_int_eq(mode != NULL ? setenv("CLFLASH_WGMMA", mode, 1) : unsetenv("CLFLASH_WGMMA"), 0);
     clflash_context *c = new_context(0);
     unsetenv("CLFLASH_WGMMA");
     return c;
 }
 
-/* _i: the fault (faults[]). With it, a context asked for the wgmma kernel plans nv_mma_forward. */
+/* _i: the fault (faults[]). With it, a context in the default mode or asked for the wgmma kernel
+ * everywhere (CLFLASH_WGMMA=1) plans nv_mma_forward for a call the default mode gives the wgmma
+ * kernel (head_dim 128, 200 rows: too few keys to split). */
 START_TEST(wgmma_falls_back)
 {
-    clflash_context *c = new_context(0);
+    static const char *const modes[] = {NULL, "1"};
+    clflash_context *c = wgmma_context("0");
     const int hopper = is_sm90(c) && getenv("CLFLASH_PORTABLE") == NULL;
+    const char *off = planned(c, 200, 128);
+    ck_assert_str_ne(off, "nv_wgmma_forward");
+    clflash_context_free(c);
     if (!hopper) {
-        /* the variable changes nothing elsewhere */
-        const char *without = planned(c, 200, 64);
-        clflash_context_free(c);
-        c = wgmma_context();
-        ck_assert_str_eq(planned(c, 200, 64), without);
-        clflash_context_free(c);
+        /* no setting changes a plan elsewhere */
+        for (int m = 0; m < 2; m++) {
+            c = wgmma_context(modes[m]);
+            ck_assert_str_eq(planned(c, 200, 128), off);
+            clflash_context_free(c);
+        }
         if (_i == 0)
-            printf("nv_wgmma_forward's fallback: not an sm_90 device, checked only that CLFLASH_WGMMA=1 changes "
+            printf("nv_wgmma_forward's fallback: not an sm_90 device, checked only that CLFLASH_WGMMA changes "
                    "no plan\n");
         return;
     }
-    ck_assert_str_eq(planned(c, 200, 64), "nv_mma_forward"); /* not asked for */
-    clflash_context_free(c);
-    clflash_sm90a_inject_fault(faults[_i].fault);
-    c = wgmma_context();
-    const char *got = planned(c, 200, 64);
-    clflash_sm90a_inject_fault(CLFLASH_SM90A_FAULT_NONE);
-    ck_assert_msg(strcmp(got, "nv_mma_forward") == 0, "fault %d: planned %s", (int)faults[_i].fault, got);
-    clflash_context_free(c);
+    ck_assert_str_eq(off, "nv_mma_forward");
+    for (int m = 0; m < 2; m++) {
+        clflash_sm90a_inject_fault(faults[_i].fault);
+        c = wgmma_context(modes[m]);
+        const char *got = planned(c, 200, 128);
+        clflash_sm90a_inject_fault(CLFLASH_SM90A_FAULT_NONE);
+        ck_assert_msg(strcmp(got, "nv_mma_forward") == 0, "fault %d, CLFLASH_WGMMA %s: planned %s",
+                      (int)faults[_i].fault, modes[m] ? modes[m] : "unset", got);
+        clflash_context_free(c);
+    }
 }
 END_TEST
 
@@ -298,7 +307,7 @@ END_TEST
  * the next shape (another build) gets nv_wgmma_forward again. */
 START_TEST(wgmma_build_falls_back)
 {
-    clflash_context *c = wgmma_context();
+    clflash_context *c = wgmma_context("1");
     if (!is_sm90(c) || getenv("CLFLASH_PORTABLE") != NULL) {
         clflash_context_free(c);
         return;
