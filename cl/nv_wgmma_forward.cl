@@ -1,15 +1,16 @@
 /*
  * nv_wgmma_forward.cl - the forward pass on Hopper's warpgroup tensor-core instructions (wgmma),
- * built through the library's sm_90a PTX binary path (lib/sm90a.c). EXPERIMENTAL: assembled for
+ * built through the library's sm_90a PTX binary path (lib/sm90a.c). Assembled for
  * sm_90a in CI (tests/kernel_nvptx.cmake); the three loops below (WG_PIPE 0 and 1, WG_PRODUCER)
  * matched the fp64 reference on an H100 (2026-12-06, `test_nv_mma wgmma`: 68 of 68 each, the score
  * features included; the default loops 74 of 74 once the table had its window rows, and with one
- * O group, lazy rescaling and 160 registers a consumer). The producer loop, its default at
+ * O group, lazy rescaling and 160 registers a consumer; 80 of 80 with softcap at head_dim 128). The producer loop, its default at
  * head_dim 128, runs at 1.17-1.20x nv_mma_forward's speed there (1.06x FlashAttention-2's), and
  * the waiting loop, its default at 64, at 1.01-1.03x; the pipelined loop is slower than both
  * (docs/performance/h200.md). The planner
  * (lib/nv_wgmma_forward_plan.c) chooses it only where clflash_sm90a_available says yes, the call is
- * in scope (below) and the environment variable CLFLASH_WGMMA=1 asks for it. Everything else, and
+ * in scope (below) and the mode CLFLASH_WGMMA sets takes it (by default head_dim 128 without a
+ * window and with enough rows: nv_wgmma_forward_plan.c's auto_refusal). Everything else, and
  * every failure on the way, runs nv_mma_forward.
  *
  * Scope: f16 and bf16, head_dim 64 or 128, rows of Q, K, V and O on 16 bytes (NV_ALIGNED), causal

@@ -235,7 +235,7 @@ endforeach()
 # OpenCL writes on Hopper and rewritten as the library rewrites it (PTX_SM90A, the tool
 # tests/ptx_sm90a_rewrite.c), must assemble for sm_90a, so that a kernel whose "// sm90a: " lines
 # are not valid sm_90a PTX fails here rather than on a user's H200.
-# The experimental Hopper forward (nv_wgmma_forward.cl) is built with the defines its planner
+# The Hopper forward (nv_wgmma_forward.cl) is built with the defines its planner
 # (lib/nv_wgmma_forward_plan.c) gives the first kernel it would build on an H200 (tests/tuning_table
 # --kernel nv_wgmma_forward), f16 and bf16, head_dim 64 and 128, causal and not, with and without
 # lse, with the score features it takes (windows, ALiBi, key lengths, softcap at 64), in the loop

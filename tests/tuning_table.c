@@ -23,8 +23,8 @@
  * -D ROWDOT_WG=.. ...", the defines lib/backward_plan.c builds it with; for the merge of split parts
  * (merge) "-D MERGE_LANES=.. -D MERGE_ROWS=.. -D MERGE_MAX_PARTS=.." for batch x heads-q x seq-q
  * rows; for the naive path (naive) its softmax kernels' first "-D SOFTMAX_WG=.."; for the NVIDIA
- * tensor-core kernels (nv_forward, nv_backward, and the experimental Hopper forward
- * nv_wgmma_forward, whatever the opt-in and the device) every define of the first kernel their
+ * tensor-core kernels (nv_forward, nv_backward, and the Hopper forward
+ * nv_wgmma_forward, whatever CLFLASH_WGMMA and the device) every define of the first kernel their
  * planners would build for the shape the other options give (a long prefill of one head by
  * default; --features 1 turns every feature on, a comma-separated list of window (causal, 256 keys
  * left), softcap, bias, alibi and keylens those alone, --causal 1 the causal mask alone, --bias 1 a bias
