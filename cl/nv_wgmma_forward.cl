@@ -4,8 +4,8 @@
  * sm_90a in CI (tests/kernel_nvptx.cmake); the three loops below (WG_PIPE 0 and 1, WG_PRODUCER)
  * matched the fp64 reference on an H100 (2026-12-06, `test_nv_mma wgmma`: 68 of 68 each, the score
  * features included; the default loops 74 of 74 once the table had its window rows, and with one
- * O group, lazy rescaling and 160 registers a consumer; 80 of 80 with softcap at head_dim 128). The producer loop, its default at
- * head_dim 128, runs at 1.17-1.20x nv_mma_forward's speed there (1.06x FlashAttention-2's), and
+ * O group, lazy rescaling and 160 registers a consumer; 80 of 80 with softcap at head_dim 128).
+ * The producer loop, its default at head_dim 128, runs at 1.17-1.20x nv_mma_forward's speed there (1.06x FlashAttention-2's), and
  * the waiting loop, its default at 64, at 1.01-1.03x; the pipelined loop is slower than both
  * (docs/performance/h200.md). The planner
  * (lib/nv_wgmma_forward_plan.c) chooses it only where clflash_sm90a_available says yes, the call is
@@ -15,8 +15,7 @@
  *
  * Scope: f16 and bf16, head_dim 64 or 128, rows of Q, K, V and O on 16 bytes (NV_ALIGNED), causal
  * or not, GQA (one query head per work-group, its K/V head hg / group), lse, and the score rules
- * of common.cl: sliding windows, softcap (the host sends head_dim 128 with a softcap to
- * nv_mma_forward until it has run on a GPU here), ALiBi, key lengths and the diagonal's offset and
+ * of common.cl: sliding windows, softcap, ALiBi, key lengths and the diagonal's offset and
  * alignment.
  * The tiles a block does not see are skipped (block_key_range), the masks applied only on those
  * some row sees in part. No bias, paged caches, variable-length batches, split-KV or head packing:
