@@ -729,50 +729,21 @@ typedef struct {
 #endif
 } wg_rules;
 
-/* always inlined: called three times in the pipelined loop, and its arrays must stay registers.
- * key0: the tile's first key. In common.cl's order: the scale (or softcap), ALiBi, then the masks. */
-static inline __attribute__((always_inline)) void wg_softmax(float s[S_ACC], uint p[4 * P_STEPS], wg_rows *rw,
-                                                             uint key0, const wg_rules *ru, uint t)
+/* The rest of a tile's softmax, from the lane's maxima of s on: the row maxima over the quad, the
+ * reference maxima and the factors alpha, P = 2^(scale s - reference), the row sums and P packed.
+ * s holds scores in log2 units divided by scale (> 0): the masked and transformed scores with
+ * scale 1, or raw products with the score scale (wg_softmax_open), so that the scale rides in the
+ * exponent's fma. */
+static inline __attribute__((always_inline)) void wg_softmax_finish(float s[S_ACC], uint p[4 * P_STEPS],
+                                                                    wg_rows *rw, float max_lo, float max_hi,
+                                                                    float scale)
 {
-    /* The first and last key each of the lane's rows sees, relative to its first key key0 + 2t,
-     * clamped to [0, BLOCK] and [-1, BLOCK]. A tile needs masks only where some row sees part of it. */
-    int first_lo = 0, first_hi = 0, last_lo = BLOCK, last_hi = BLOCK;
-    const int pair0 = (int)(key0 + 2 * t);
-    if ((int)key0 < ru->no_mask_lo || (int)(key0 + BLOCK) > ru->no_mask_hi) {
-        first_lo = clamp(ru->first_lo - pair0, 0, BLOCK);
-        last_lo = clamp(ru->last_lo - pair0, -1, BLOCK);
-        first_hi = clamp(ru->first_hi - pair0, 0, BLOCK);
-        last_hi = clamp(ru->last_hi - pair0, -1, BLOCK);
-    }
-#if ALIBI
-    /* the distance from each row's diagonal to the lane's first key (exact below 2^24) */
-    const float dist_lo = (float)(ru->diag_lo - pair0), dist_hi = (float)(ru->diag_hi - pair0);
-#endif
-    float max_lo = -INFINITY, max_hi = -INFINITY;
-#pragma unroll
-    for (uint n = 0; n < BLOCK / 8; n++) {
-        float x[4];
-#pragma unroll
-        for (uint e = 0; e < 4; e++) {
-#if SOFTCAP
-            x[e] = softcap_log2(s[4 * n + e] * ru->cap_in, ru->cap2);
-#else
-            x[e] = s[4 * n + e] * ru->scale2;
-#endif
-#if ALIBI
-            x[e] = fma(-ru->slope, fabs((e < 2 ? dist_lo : dist_hi) - (float)(8 * n + e % 2)), x[e]);
-#endif
-            const int key = (int)(8 * n + e % 2);
-            s[4 * n + e] =
-                key >= (e < 2 ? first_lo : first_hi) && key <= (e < 2 ? last_lo : last_hi) ? x[e] : -INFINITY;
-        }
-        max_lo = fmax(max_lo, fmax(s[4 * n], s[4 * n + 1]));
-        max_hi = fmax(max_hi, fmax(s[4 * n + 2], s[4 * n + 3]));
-    }
     max_lo = fmax(max_lo, lane_xor(max_lo, 1));
     max_lo = fmax(max_lo, lane_xor(max_lo, 2));
     max_hi = fmax(max_hi, lane_xor(max_hi, 1));
     max_hi = fmax(max_hi, lane_xor(max_hi, 2));
+    max_lo *= scale; /* scaling is monotonic: the maximum of the scaled scores */
+    max_hi *= scale;
     /* a row that has seen no key keeps -inf and exponentiates against 0: exp2(-inf) = 0 */
     /* The reference maxima move only when a score passes them by more than 2^8 (WG_SLACK), so
      * that most tiles leave O as it is (wg_rescale): P is then at most 2^8, which f16, bf16 and the
@@ -784,13 +755,16 @@ static inline __attribute__((always_inline)) void wg_softmax(float s[S_ACC], uin
     rw->alpha_hi = exp2_ftz(rw->m_hi - ref_hi);
     rw->m_lo = new_lo;
     rw->m_hi = new_hi;
-    float sum_lo = 0.0f, sum_hi = 0.0f;
 #pragma unroll
     for (uint n = 0; n < BLOCK / 8; n++) {
-        s[4 * n] = exp2_ftz(s[4 * n] - ref_lo);
-        s[4 * n + 1] = exp2_ftz(s[4 * n + 1] - ref_lo);
-        s[4 * n + 2] = exp2_ftz(s[4 * n + 2] - ref_hi);
-        s[4 * n + 3] = exp2_ftz(s[4 * n + 3] - ref_hi);
+        s[4 * n] = exp2_ftz(fma(s[4 * n], scale, -ref_lo));
+        s[4 * n + 1] = exp2_ftz(fma(s[4 * n + 1], scale, -ref_lo));
+        s[4 * n + 2] = exp2_ftz(fma(s[4 * n + 2], scale, -ref_hi));
+        s[4 * n + 3] = exp2_ftz(fma(s[4 * n + 3], scale, -ref_hi));
+    }
+    float sum_lo = s[0] + s[1], sum_hi = s[2] + s[3];
+#pragma unroll
+    for (uint n = 1; n < BLOCK / 8; n++) {
         sum_lo += s[4 * n] + s[4 * n + 1];
         sum_hi += s[4 * n + 2] + s[4 * n + 3];
     }
@@ -803,6 +777,107 @@ static inline __attribute__((always_inline)) void wg_softmax(float s[S_ACC], uin
         p[4 * u + 2] = pack_pair(s[8 * u + 4], s[8 * u + 5]);
         p[4 * u + 3] = pack_pair(s[8 * u + 6], s[8 * u + 7]);
     }
+}
+
+/* The score transforms of one product, in log2 units: the scale, or softcap; then ALiBi, given the
+ * distance from the row's diagonal to the lane's first key of the tile and the key's offset. */
+static inline __attribute__((always_inline)) float wg_transform(float s, const wg_rules *ru, float dist, int key)
+{
+#if SOFTCAP
+    float x = softcap_log2(s * ru->cap_in, ru->cap2);
+#else
+    float x = s * ru->scale2;
+#endif
+#if ALIBI
+    x = fma(-ru->slope, fabs(dist - (float)key), x);
+#else
+    (void)dist, (void)key;
+#endif
+    return x;
+}
+
+/* A tile some row of the block sees only in part: the transforms, then the masks (common.cl's
+ * order), then wg_softmax_finish. key0: the tile's first key. */
+static inline __attribute__((always_inline)) void wg_softmax_masked(float s[S_ACC], uint p[4 * P_STEPS],
+                                                                    wg_rows *rw, uint key0, const wg_rules *ru,
+                                                                    uint t)
+{
+    /* The first and last key each of the lane's rows sees, relative to its first key key0 + 2t,
+     * clamped to [0, BLOCK] and [-1, BLOCK]. */
+    const int pair0 = (int)(key0 + 2 * t);
+    const int first_lo = clamp(ru->first_lo - pair0, 0, BLOCK), last_lo = clamp(ru->last_lo - pair0, -1, BLOCK);
+    const int first_hi = clamp(ru->first_hi - pair0, 0, BLOCK), last_hi = clamp(ru->last_hi - pair0, -1, BLOCK);
+#if ALIBI
+    /* the distance from each row's diagonal to the lane's first key (exact below 2^24) */
+    const float dist_lo = (float)(ru->diag_lo - pair0), dist_hi = (float)(ru->diag_hi - pair0);
+#else
+    const float dist_lo = 0.0f, dist_hi = 0.0f;
+#endif
+    float max_lo = -INFINITY, max_hi = -INFINITY;
+#pragma unroll
+    for (uint n = 0; n < BLOCK / 8; n++) {
+#pragma unroll
+        for (uint e = 0; e < 4; e++) {
+            const int key = (int)(8 * n + e % 2);
+            const float x = wg_transform(s[4 * n + e], ru, e < 2 ? dist_lo : dist_hi, key);
+            s[4 * n + e] =
+                key >= (e < 2 ? first_lo : first_hi) && key <= (e < 2 ? last_lo : last_hi) ? x : -INFINITY;
+        }
+        max_lo = fmax(max_lo, fmax(s[4 * n], s[4 * n + 1]));
+        max_hi = fmax(max_hi, fmax(s[4 * n + 2], s[4 * n + 3]));
+    }
+    wg_softmax_finish(s, p, rw, max_lo, max_hi, 1.0f);
+}
+
+/* A tile every row of the block sees whole (no mask). Without transforms the maxima are taken of
+ * the raw products and the scale (made positive by the caller, which moves a negative one into
+ * Q's signs) applied in the exponent: one fma a score instead of a multiply and a subtraction. */
+static inline __attribute__((always_inline)) void wg_softmax_open(float s[S_ACC], uint p[4 * P_STEPS], wg_rows *rw,
+                                                                  uint key0, const wg_rules *ru, uint t)
+{
+#if SOFTCAP || ALIBI
+#if ALIBI
+    const int pair0 = (int)(key0 + 2 * t);
+    const float dist_lo = (float)(ru->diag_lo - pair0), dist_hi = (float)(ru->diag_hi - pair0);
+#else
+    const float dist_lo = 0.0f, dist_hi = 0.0f;
+    (void)key0, (void)t;
+#endif
+#pragma unroll
+    for (uint n = 0; n < BLOCK / 8; n++)
+#pragma unroll
+        for (uint e = 0; e < 4; e++)
+            s[4 * n + e] = wg_transform(s[4 * n + e], ru, e < 2 ? dist_lo : dist_hi, (int)(8 * n + e % 2));
+    const float scale = 1.0f;
+#else
+    (void)key0, (void)t;
+    const float scale = ru->scale2;
+#endif
+    float max_lo = fmax(s[0], s[1]), max_hi = fmax(s[2], s[3]);
+#pragma unroll
+    for (uint n = 1; n < BLOCK / 8; n++) {
+        max_lo = fmax(max_lo, fmax(s[4 * n], s[4 * n + 1]));
+        max_hi = fmax(max_hi, fmax(s[4 * n + 2], s[4 * n + 3]));
+    }
+    wg_softmax_finish(s, p, rw, max_lo, max_hi, scale);
+}
+
+/* always inlined: called three times in the pipelined loop, and its arrays must stay registers.
+ * key0: the tile's first key. The masks only where some row of the block sees part of the tile,
+ * except with a transform in the loop without a producer, whose four warpgroups have 128 registers
+ * a work-item: two copies of the transforms spill there (32 bytes at head_dim 64 with softcap and
+ * ALiBi), so every tile takes the masked path, its bounds then open. */
+static inline __attribute__((always_inline)) void wg_softmax(float s[S_ACC], uint p[4 * P_STEPS], wg_rows *rw,
+                                                             uint key0, const wg_rules *ru, uint t)
+{
+#if (SOFTCAP || ALIBI) && !WG_PRODUCER
+    wg_softmax_masked(s, p, rw, key0, ru, t);
+#else
+    if ((int)key0 < ru->no_mask_lo || (int)(key0 + BLOCK) > ru->no_mask_hi)
+        wg_softmax_masked(s, p, rw, key0, ru, t);
+    else
+        wg_softmax_open(s, p, rw, key0, ru, t);
+#endif
 }
 
 /* O *= alpha, per row; nothing where both of the lane's rows kept their reference maxima. */
@@ -994,6 +1069,16 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
             const uint row = r_lo + 8 * (w % 2), col = 16 * kk + 8 * (w / 2) + 2 * t;
             qa[4 * kk + w] = row < seq_q ? *(__global const uint *)(q + q_base + (ulong)row * q_ss + col) : 0u;
         }
+#endif
+#if !(SOFTCAP || ALIBI)
+    /* wg_softmax_open scales inside the exponent, which takes a positive scale: a negative one
+     * becomes Q's signs (exact in f16 and bf16), so the products change sign instead. */
+    if (ru.scale2 < 0.0f) {
+#pragma unroll
+        for (uint i = 0; i < 4 * K_STEPS; i++)
+            qa[i] ^= 0x80008000u;
+        ru.scale2 = -ru.scale2;
+    }
 #endif
 #if WG_PIPE
     /* The pipelined consumers (the trip above, "WG_PIPE 1"): K(t) in K slot t % K_SLOTS, V(t) in V
