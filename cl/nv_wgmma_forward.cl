@@ -805,8 +805,15 @@ static inline __attribute__((always_inline)) void wg_softmax_masked(float s[S_AC
     /* The first and last key each of the lane's rows sees, relative to its first key key0 + 2t,
      * clamped to [0, BLOCK] and [-1, BLOCK]. */
     const int pair0 = (int)(key0 + 2 * t);
-    const int first_lo = clamp(ru->first_lo - pair0, 0, BLOCK), last_lo = clamp(ru->last_lo - pair0, -1, BLOCK);
-    const int first_hi = clamp(ru->first_hi - pair0, 0, BLOCK), last_hi = clamp(ru->last_hi - pair0, -1, BLOCK);
+    int first_lo = clamp(ru->first_lo - pair0, 0, BLOCK), last_lo = clamp(ru->last_lo - pair0, -1, BLOCK);
+    int first_hi = clamp(ru->first_hi - pair0, 0, BLOCK), last_hi = clamp(ru->last_hi - pair0, -1, BLOCK);
+#if !WG_PRODUCER
+    /* every tile comes here (wg_softmax): one every row sees whole keeps all its keys */
+    if ((int)key0 >= ru->no_mask_lo && (int)(key0 + BLOCK) <= ru->no_mask_hi) {
+        first_lo = first_hi = 0;
+        last_lo = last_hi = BLOCK;
+    }
+#endif
 #if ALIBI
     /* the distance from each row's diagonal to the lane's first key (exact below 2^24) */
     const float dist_lo = (float)(ru->diag_lo - pair0), dist_hi = (float)(ru->diag_hi - pair0);
@@ -863,14 +870,16 @@ static inline __attribute__((always_inline)) void wg_softmax_open(float s[S_ACC]
 }
 
 /* always inlined: called three times in the pipelined loop, and its arrays must stay registers.
- * key0: the tile's first key. The masks only where some row of the block sees part of the tile,
- * except with a transform in the loop without a producer, whose four warpgroups have 128 registers
- * a work-item: two copies of the transforms spill there (32 bytes at head_dim 64 with softcap and
- * ALiBi), so every tile takes the masked path, its bounds then open. */
+ * key0: the tile's first key. The loops fed by a producer take the masks only where some row of
+ * the block sees part of the tile (wg_softmax_open elsewhere: on an H100, 1.05x faster at head_dim
+ * 128). The loop without one (head_dim 64's, four warpgroups of 128 registers a work-item) sends
+ * every tile through wg_softmax_masked, open bounds where every row sees the tile: two copies of
+ * the transforms spill there (32 bytes at head_dim 64 with softcap and ALiBi), and without
+ * transforms it ran 0.95x as fast with the open path. */
 static inline __attribute__((always_inline)) void wg_softmax(float s[S_ACC], uint p[4 * P_STEPS], wg_rows *rw,
                                                              uint key0, const wg_rules *ru, uint t)
 {
-#if (SOFTCAP || ALIBI) && !WG_PRODUCER
+#if !WG_PRODUCER
     wg_softmax_masked(s, p, rw, key0, ru, t);
 #else
     if ((int)key0 < ru->no_mask_lo || (int)(key0 + BLOCK) > ru->no_mask_hi)
@@ -1070,7 +1079,7 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
             qa[4 * kk + w] = row < seq_q ? *(__global const uint *)(q + q_base + (ulong)row * q_ss + col) : 0u;
         }
 #endif
-#if !(SOFTCAP || ALIBI)
+#if !(SOFTCAP || ALIBI) && WG_PRODUCER
     /* wg_softmax_open scales inside the exponent, which takes a positive scale: a negative one
      * becomes Q's signs (exact in f16 and bf16), so the products change sign instead. */
     if (ru.scale2 < 0.0f) {
