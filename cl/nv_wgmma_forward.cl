@@ -755,6 +755,7 @@ static inline __attribute__((always_inline)) void wg_softmax_finish(float s[S_AC
     rw->alpha_hi = exp2_ftz(rw->m_hi - ref_hi);
     rw->m_lo = new_lo;
     rw->m_hi = new_hi;
+#if WG_PRODUCER
 #pragma unroll
     for (uint n = 0; n < BLOCK / 8; n++) {
         s[4 * n] = exp2_ftz(fma(s[4 * n], scale, -ref_lo));
@@ -768,6 +769,19 @@ static inline __attribute__((always_inline)) void wg_softmax_finish(float s[S_AC
         sum_lo += s[4 * n] + s[4 * n + 1];
         sum_hi += s[4 * n + 2] + s[4 * n + 3];
     }
+#else
+    /* the same sums (0 + x is x), in the order the loop without a producer was proven in */
+    float sum_lo = 0.0f, sum_hi = 0.0f;
+#pragma unroll
+    for (uint n = 0; n < BLOCK / 8; n++) {
+        s[4 * n] = exp2_ftz(fma(s[4 * n], scale, -ref_lo));
+        s[4 * n + 1] = exp2_ftz(fma(s[4 * n + 1], scale, -ref_lo));
+        s[4 * n + 2] = exp2_ftz(fma(s[4 * n + 2], scale, -ref_hi));
+        s[4 * n + 3] = exp2_ftz(fma(s[4 * n + 3], scale, -ref_hi));
+        sum_lo += s[4 * n] + s[4 * n + 1];
+        sum_hi += s[4 * n + 2] + s[4 * n + 3];
+    }
+#endif
     rw->l_lo = rw->l_lo * rw->alpha_lo + sum_lo;
     rw->l_hi = rw->l_hi * rw->alpha_hi + sum_hi;
 #pragma unroll
@@ -804,14 +818,19 @@ static inline __attribute__((always_inline)) void wg_softmax_masked(float s[S_AC
 {
     /* The first and last key each of the lane's rows sees, relative to its first key key0 + 2t,
      * clamped to [0, BLOCK] and [-1, BLOCK]. */
+#if WG_PRODUCER
     const int pair0 = (int)(key0 + 2 * t);
-    int first_lo = clamp(ru->first_lo - pair0, 0, BLOCK), last_lo = clamp(ru->last_lo - pair0, -1, BLOCK);
-    int first_hi = clamp(ru->first_hi - pair0, 0, BLOCK), last_hi = clamp(ru->last_hi - pair0, -1, BLOCK);
-#if !WG_PRODUCER
+    const int first_lo = clamp(ru->first_lo - pair0, 0, BLOCK), last_lo = clamp(ru->last_lo - pair0, -1, BLOCK);
+    const int first_hi = clamp(ru->first_hi - pair0, 0, BLOCK), last_hi = clamp(ru->last_hi - pair0, -1, BLOCK);
+#else
     /* every tile comes here (wg_softmax): one every row sees whole keeps all its keys */
-    if ((int)key0 >= ru->no_mask_lo && (int)(key0 + BLOCK) <= ru->no_mask_hi) {
-        first_lo = first_hi = 0;
-        last_lo = last_hi = BLOCK;
+    int first_lo = 0, first_hi = 0, last_lo = BLOCK, last_hi = BLOCK;
+    const int pair0 = (int)(key0 + 2 * t);
+    if ((int)key0 < ru->no_mask_lo || (int)(key0 + BLOCK) > ru->no_mask_hi) {
+        first_lo = clamp(ru->first_lo - pair0, 0, BLOCK);
+        last_lo = clamp(ru->last_lo - pair0, -1, BLOCK);
+        first_hi = clamp(ru->first_hi - pair0, 0, BLOCK);
+        last_hi = clamp(ru->last_hi - pair0, -1, BLOCK);
     }
 #endif
 #if ALIBI
