@@ -5,7 +5,8 @@
  * matched the fp64 reference on an H100 (2026-12-06, `test_nv_mma wgmma`: 68 of 68 each, the score
  * features included; the default loops 74 of 74 once the table had its window rows, and with one
  * O group, lazy rescaling and 160 registers a consumer; 80 of 80 with softcap at head_dim 128).
- * The producer loop, its default at head_dim 128, runs at 1.17-1.20x nv_mma_forward's speed there (1.06x FlashAttention-2's), and
+ * The producer loop, its default at head_dim 128, runs at 1.15-1.25x nv_mma_forward's speed there
+ * (above FlashAttention-2's), and
  * the waiting loop, its default at 64, at 1.01-1.03x; the pipelined loop is slower than both
  * (docs/performance/h200.md). The planner
  * (lib/nv_wgmma_forward_plan.c) chooses it only where clflash_sm90a_available says yes, the call is

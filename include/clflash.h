@@ -690,7 +690,7 @@ typedef struct {
  *
  * "nv_wgmma_forward" (cl/nv_wgmma_forward.cl), a forward on Hopper's warpgroup instructions
  * (wgmma) built through a PTX program binary retargeted to sm_90a. It computes right on an H200 and
- * an H100, and on the H100 runs head_dim 128 at 1.06x FlashAttention-2's rate and 1.1-1.2x
+ * an H100, and on the H100 runs head_dim 128 above FlashAttention-2's rate and at 1.15-1.25x
  * nv_mma_forward's (n = 4096; docs/performance/h200.md). It may run where the device is an NVIDIA
  * GPU of compute capability 9.0 whose driver passed the library's sm_90a probe (a small wgmma
  * product checked exactly, once per context, the first time a call could use it) and the call is

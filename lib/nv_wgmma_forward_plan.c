@@ -3,7 +3,7 @@
  * wgmma, through the sm_90a PTX binary path of sm90a.c), and plans and builds it.
  *
  * The kernel is assembled for sm_90a in CI and right on an H200 and an H100, where it runs head_dim
- * 128 at 1.06x FlashAttention-2's rate and 1.1-1.2x nv_mma_forward's (docs/performance/h200.md). It
+ * 128 above FlashAttention-2's rate and at 1.15-1.25x nv_mma_forward's (docs/performance/h200.md). It
  * is chosen when all of these hold: the call is one the tensor-core forward takes
  * (clflash_nv_mma_refusal) and in this kernel's scope (shape_refusal); the context's mode
  * (CLFLASH_WGMMA when it was created: clflash.h) allows it, which by default means a call of the
