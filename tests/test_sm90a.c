@@ -326,6 +326,129 @@ START_TEST(wgmma_build_falls_back)
 }
 END_TEST
 
+/* ---- where each CLFLASH_WGMMA mode sends a call (no device: a stand-in H200's context) -------- */
+
+/* A stand-in for an H200's context (what tests/tuning_table builds): an NVIDIA GPU of compute
+ * capability `cc` / 10, 132 compute units, 48 KiB, in the given mode. */
+static clflash_context stand_in_context(int cc, clflash_wgmma_mode mode)
+{
+    clflash_context c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.info.name, sizeof c.info.name, "NVIDIA H200");
+    c.info.device_class = CLFLASH_CLASS_NVIDIA_GPU;
+    c.info.type = CL_DEVICE_TYPE_GPU;
+    c.info.nv_cc_major = (cl_uint)(cc / 10);
+    c.info.nv_cc_minor = (cl_uint)(cc % 10);
+    c.info.local_mem_size = 49152;
+    c.local_mem_budget = 49152;
+    c.info.max_work_group_size = 1024;
+    c.info.compute_units = 132;
+    c.info.max_alloc_size = (cl_ulong)1 << 40;
+    c.wgmma_mode = mode;
+    return c;
+}
+
+/* A contiguous f16 (or bf16) problem with the built-in tuning of the stand-in device. */
+static clflash_problem stand_in_problem(uint32_t batch, uint32_t heads_q, uint32_t heads_kv, uint32_t seq_q,
+                                        uint32_t seq_k, uint32_t head_dim, clflash_dtype dtype, uint32_t flags)
+{
+    clflash_problem p;
+    memset(&p, 0, sizeof p);
+    p.batch = batch;
+    p.heads_q = heads_q;
+    p.heads_kv = heads_kv;
+    p.group = heads_q / heads_kv;
+    p.seq_q = seq_q;
+    p.seq_k = seq_k;
+    p.head_dim = head_dim;
+    p.dtype = p.out_dtype = dtype;
+    p.elem_size = p.out_elem_size = 2;
+    const clflash_strides rows = {.offset = 0,
+                                  .batch_stride = (uint64_t)seq_q * heads_q * head_dim,
+                                  .head_stride = head_dim,
+                                  .seq_stride = (uint64_t)heads_q * head_dim};
+    p.q = p.o = rows;
+    const clflash_strides kv_rows = {.offset = 0,
+                                     .batch_stride = (uint64_t)seq_k * heads_kv * head_dim,
+                                     .head_stride = head_dim,
+                                     .seq_stride = (uint64_t)heads_kv * head_dim};
+    p.k = p.v = kv_rows;
+    p.flags = flags;
+    ck_assert_int_eq(clflash_tune_builtin_values("NVIDIA H200", CLFLASH_CLASS_NVIDIA_GPU, dtype, head_dim, &p.tune),
+                     CLFLASH_SUCCESS);
+    return p;
+}
+
+/* The rule of each mode (clflash_nv_wgmma_refusal; the probe is not asked): CLFLASH_WGMMA=0 takes
+ * nothing, =1 everything in the kernel's scope, the default only prefill at head_dim 128 without a
+ * window with enough rows that nv_mma_forward neither splits nor packs; compute capability 8.0
+ * none. The variable's reading, too. */
+START_TEST(wgmma_modes)
+{
+    static char stand_in; /* a "buffer": the rule reads only whether one is given */
+    struct {
+        const char *what;
+        clflash_problem p;
+        int in_scope, by_default;
+    } cases[16];
+    int n = 0;
+#define CASE(w, prob, in, dflt) \
+    (cases[n].what = (w), cases[n].p = (prob), cases[n].in_scope = (in), cases[n].by_default = (dflt), n++)
+    CASE("prefill d128", stand_in_problem(1, 64, 64, 2000, 2000, 128, CLFLASH_F16, 0), 1, 1);
+    CASE("prefill d128 bf16 causal GQA", stand_in_problem(2, 32, 8, 1500, 1500, 128, CLFLASH_BF16, CLFLASH_CAUSAL), 1,
+         1);
+    clflash_problem sc = stand_in_problem(4, 16, 16, 4096, 4096, 128, CLFLASH_F16, CLFLASH_CAUSAL);
+    sc.softcap = 50.0f;
+    CASE("prefill d128 causal softcap", sc, 1, 1);
+    clflash_problem al = stand_in_problem(4, 16, 16, 4096, 4096, 128, CLFLASH_F16, 0);
+    al.alibi_slopes = (cl_mem)(void *)&stand_in;
+    al.key_lengths = (cl_mem)(void *)&stand_in;
+    CASE("prefill d128 ALiBi, key lengths", al, 1, 1);
+    clflash_problem w = stand_in_problem(4, 16, 16, 4096, 4096, 128, CLFLASH_F16, CLFLASH_CAUSAL | CLFLASH_WINDOW);
+    w.window_left = 1024;
+    CASE("prefill d128 causal window", w, 1, 0);
+    CASE("prefill d64", stand_in_problem(4, 16, 16, 4096, 4096, 64, CLFLASH_F16, 0), 1, 0);
+    CASE("decode d128 GQA", stand_in_problem(1, 32, 8, 1, 32768, 128, CLFLASH_F16, 0), 1, 0);
+    CASE("d128, 100 rows a head", stand_in_problem(64, 16, 16, 100, 4000, 128, CLFLASH_F16, 0), 1, 0);
+    CASE("d128, too few heads not to split", stand_in_problem(2, 4, 4, 1000, 1000, 128, CLFLASH_F16, 0), 1, 0);
+    CASE("d128, 200 keys: no split", stand_in_problem(1, 2, 2, 200, 200, 128, CLFLASH_F16, 0), 1, 1);
+    clflash_problem bias = stand_in_problem(4, 16, 16, 4096, 4096, 128, CLFLASH_F16, 0);
+    bias.bias = (cl_mem)(void *)&stand_in;
+    CASE("d128 bias", bias, 0, 0);
+    CASE("d96", stand_in_problem(4, 16, 16, 4096, 4096, 96, CLFLASH_F16, 0), 0, 0);
+    clflash_problem split = stand_in_problem(4, 16, 16, 4096, 4096, 128, CLFLASH_F16, 0);
+    split.num_splits = 2;
+    CASE("d128 forced split", split, 0, 0);
+#undef CASE
+    const clflash_context off = stand_in_context(90, CLFLASH_WGMMA_OFF), all = stand_in_context(90, CLFLASH_WGMMA_ALL);
+    const clflash_context dflt = stand_in_context(90, CLFLASH_WGMMA_AUTO), ampere = stand_in_context(80, CLFLASH_WGMMA_ALL);
+    for (int i = 0; i < n; i++) {
+        const char *const why_off = clflash_nv_wgmma_refusal(&off, &cases[i].p);
+        const char *const why_all = clflash_nv_wgmma_refusal(&all, &cases[i].p);
+        const char *const why_dflt = clflash_nv_wgmma_refusal(&dflt, &cases[i].p);
+        ck_assert_msg(why_off != NULL, "%s: taken with CLFLASH_WGMMA=0", cases[i].what);
+        ck_assert_msg(clflash_nv_wgmma_refusal(&ampere, &cases[i].p) != NULL, "%s: taken on compute capability 8.0",
+                      cases[i].what);
+        ck_assert_msg((why_all == NULL) == cases[i].in_scope, "%s: CLFLASH_WGMMA=1 says %s", cases[i].what,
+                      why_all ? why_all : "yes");
+        ck_assert_msg((why_dflt == NULL) == cases[i].by_default, "%s: the default mode says %s", cases[i].what,
+                      why_dflt ? why_dflt : "yes");
+    }
+    /* the variable, read when a context is created */
+    static const struct {
+        const char *value;
+        clflash_wgmma_mode mode;
+    } readings[] = {{NULL, CLFLASH_WGMMA_AUTO}, {"", CLFLASH_WGMMA_AUTO}, {"0", CLFLASH_WGMMA_OFF},
+                    {"1", CLFLASH_WGMMA_ALL}, {"yes", CLFLASH_WGMMA_ALL}};
+    for (size_t i = 0; i < sizeof readings / sizeof readings[0]; i++) {
+        ck_assert_int_eq(readings[i].value ? setenv("CLFLASH_WGMMA", readings[i].value, 1) : unsetenv("CLFLASH_WGMMA"),
+                         0);
+        ck_assert_int_eq(clflash_env_wgmma(), readings[i].mode);
+    }
+    unsetenv("CLFLASH_WGMMA");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("sm90a");
@@ -333,6 +456,7 @@ int main(void)
     tcase_add_test(text, rewrite_accepts);
     tcase_add_test(text, rewrite_adds_minnctapersm);
     tcase_add_test(text, rewrite_refuses);
+    tcase_add_test(text, wgmma_modes);
     suite_add_tcase(s, text);
     TCase *probe = tcase_create("probe");
     tcase_set_timeout(probe, 300);
