@@ -7,7 +7,8 @@
  * reason and a kept build log where a build failed, so that a planner falls back. The forward
  * planner then plans nv_mma_forward, not the Hopper nv_wgmma_forward (lib/nv_wgmma_forward_plan.c),
  * after each fault of the probe and after a build of the wgmma kernel itself that fails, in the
- * default mode and with CLFLASH_WGMMA=1; with CLFLASH_WGMMA=0 it never plans it.
+ * default mode and with CLFLASH_WGMMA=1; with CLFLASH_WGMMA=0 it never plans it. Which calls each
+ * mode gives the kernel is checked everywhere, on a stand-in H200's context (wgmma_modes).
  *
  * Linked with the static library: the functions under test are internal.
  */
