@@ -659,7 +659,8 @@ CLFLASH_INTERNAL clflash_status clflash_plan_nv_mma(clflash_context *c, const cl
 /* ---- nv_wgmma_forward_plan.c: the Hopper forward (cl/nv_wgmma_forward.cl) ----------------------- */
 /* Why nv_wgmma_forward cannot or may not run p on c (a static string: turned off by CLFLASH_WGMMA,
  * not taken by the tensor-core forward, not compute capability 9.0, outside its scope, or left to
- * nv_mma_forward by the default mode), or NULL. Does not run the sm_90a probe: the caller asks clflash_sm90a_available after. */
+ * nv_mma_forward by the default mode), or NULL. Does not run the sm_90a probe: the caller asks
+ * clflash_sm90a_available after. */
 CLFLASH_INTERNAL const char *clflash_nv_wgmma_refusal(const clflash_context *c, const clflash_problem *p);
 /* Plans and builds it through the sm_90a path (call only when the refusal is NULL and
  * clflash_sm90a_available says yes). Same contract as clflash_plan_nv_mma; any error means: plan

@@ -421,8 +421,10 @@ START_TEST(wgmma_modes)
     split.num_splits = 2;
     CASE("d128 forced split", split, 0, 0);
 #undef CASE
-    const clflash_context off = stand_in_context(90, CLFLASH_WGMMA_OFF), all = stand_in_context(90, CLFLASH_WGMMA_ALL);
-    const clflash_context dflt = stand_in_context(90, CLFLASH_WGMMA_AUTO), ampere = stand_in_context(80, CLFLASH_WGMMA_ALL);
+    const clflash_context off = stand_in_context(90, CLFLASH_WGMMA_OFF);
+    const clflash_context all = stand_in_context(90, CLFLASH_WGMMA_ALL);
+    const clflash_context dflt = stand_in_context(90, CLFLASH_WGMMA_AUTO);
+    const clflash_context ampere = stand_in_context(80, CLFLASH_WGMMA_ALL);
     for (int i = 0; i < n; i++) {
         const char *const why_off = clflash_nv_wgmma_refusal(&off, &cases[i].p);
         const char *const why_all = clflash_nv_wgmma_refusal(&all, &cases[i].p);
