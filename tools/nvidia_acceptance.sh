@@ -21,7 +21,8 @@
 #   decode    clflash-bench --decode on the decode rows, then tools/torch_decode_bench.py
 #   features  clflash-bench --features (forward and backward), then tools/torch_features_bench.py
 #   prefill   clflash-bench at n = 4096, batch 4, 16 heads, d = 128 and 64, f16, causal and not:
-#             the default plan, then the wgmma forward (both loops), then torch_sdpa_bench.py
+#             the default plan, nv_mma_forward (CLFLASH_WGMMA=0), then the wgmma forward (both
+#             loops), then torch_sdpa_bench.py
 #   all       every section above
 # Without PyTorch (or without --torch-sdpa for prefill) the anchors are skipped and the log says so.
 # A section that fails or runs out of time is reported and the next one runs; the exit status is
@@ -146,6 +147,7 @@ section_prefill() {
             local args=(--algo flash --seq 4096 --batch 4 --heads $((2048 / d)) --head-dim "$d" --dtype f16 ${causal:+"$causal"}
                         --min-time 0.3 --warmup 1 --no-check)
             step "$log" "$bench" "${args[@]}" || rc=1
+            CLFLASH_WGMMA=0 step "$log" "$bench" "${args[@]}" || rc=1
             CLFLASH_WGMMA=1 step "$log" "$bench" "${args[@]}" || rc=1
             CLFLASH_WGMMA=1 step "$log" "$bench" "${args[@]}" --tune nv_wgmma.pipeline=1 || rc=1
         done
