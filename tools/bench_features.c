@@ -11,6 +11,10 @@
  * figure a feature's cost target is about. Times are back to back (calls enqueued one after
  * another, then clFinish, divided by their number), as PyTorch's CUDA-event timings are.
  */
+#if !defined(_POSIX_C_SOURCE)
+#define _POSIX_C_SOURCE 200809L /* setenv, unsetenv */
+#endif
+
 #include "bench_features.h"
 #include "bench_common.h"
 #include "tool_common.h"
@@ -83,7 +87,10 @@ static void help(FILE *f)
           "            against two)\n"
           "  cost      (ms / plain ms) / (pairs / plain pairs): the time per visible pair against\n"
           "            the plain call's (1.00 = the feature is free; a window is not credited for\n"
-          "            the pairs it hides)\n"
+          "            the pairs it hides), on the same kernel: where the planner gives a case\n"
+          "            another kernel than the plain call's (on Hopper, a window), the plain call\n"
+          "            is timed again in a second context whose CLFLASH_WGMMA puts it there, and the\n"
+          "            cost is marked *\n"
           "\n"
           "Cases (--cases, comma-separated; default " DEFAULT_CASES "):\n"
           "  plain, causal, window (window_left = window_right = --window), causal-window (window_left\n"
@@ -415,6 +422,46 @@ static void run_case(clflash_context *c, cl_command_queue qu, const features_opt
     r->ms = bench_back_to_back(&call, t_one, 0.05, 1000, o->min_time, &r->calls) * 1e3;
 }
 
+/* The plain call timed on `kernel`, for a case the planner gives another kernel than the plain
+ * call's (on a Hopper GPU the default plans the wgmma forward for the plain call and
+ * nv_mma_forward for a window), so that its cost is against the same kernel: a second clflash
+ * context on the same OpenCL context and device, with CLFLASH_WGMMA (read when a context is
+ * created) set to "0" or "1", whichever plans the plain call on that kernel; *mode names it. 0 if
+ * neither does. */
+static int plain_on_kernel(clflash_context *c, const features_options *o, const buffers *b, size_t plain_which,
+                           const char *kernel, case_row *out, const char **mode)
+{
+    static const char *const modes[] = {"0", "1"};
+    const char *const was = getenv("CLFLASH_WGMMA");
+    char saved[64] = "";
+    if (was != NULL)
+        snprintf(saved, sizeof saved, "%s", was);
+    for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
+        clflash_context_options copt = {.struct_size = sizeof copt};
+        copt.build_options = o->build_options;
+        copt.tuning = o->tuning;
+        clflash_context *alt = NULL;
+        clflash_status st = CLFLASH_ERROR_INVALID_ARGUMENT;
+        if (setenv("CLFLASH_WGMMA", modes[m], 1) == 0)
+            st = clflash_context_create(clflash_context_cl(c), clflash_context_device(c), &copt, &alt);
+        if (was != NULL)
+            setenv("CLFLASH_WGMMA", saved, 1);
+        else
+            unsetenv("CLFLASH_WGMMA");
+        if (st != CLFLASH_SUCCESS)
+            continue;
+        case_row r;
+        run_case(alt, clflash_context_queue(alt), o, b, plain_which, &r);
+        clflash_context_free(alt);
+        if (r.status == CLFLASH_SUCCESS && strcmp(r.plan.kernel, kernel) == 0) {
+            *out = r;
+            *mode = modes[m];
+            return 1;
+        }
+    }
+    return 0;
+}
+
 int bench_features_main(int argc, char **argv)
 {
     features_options o;
@@ -457,10 +504,32 @@ int bench_features_main(int argc, char **argv)
         if (known_cases[o.cases[i]].features == 0 && rows[i].status == CLFLASH_SUCCESS)
             plain = &rows[i];
     }
+    /* each case's cost is against the plain call on its own kernel: timed again where it differs */
+    case_row plain_on[N_KNOWN];
+    const char *plain_mode[N_KNOWN];
+    size_t n_plain_on = 0;
+    const case_row *base[N_KNOWN];
+    for (size_t i = 0; i < o.ncases; i++) {
+        base[i] = plain;
+        if (plain == NULL || rows[i].status != CLFLASH_SUCCESS || strcmp(rows[i].plan.kernel, plain->plan.kernel) == 0)
+            continue;
+        size_t k = 0;
+        while (k < n_plain_on && strcmp(plain_on[k].plan.kernel, rows[i].plan.kernel) != 0)
+            k++;
+        if (k == n_plain_on) {
+            fprintf(stderr, "%s --features: plain on %s\n", tool_name(), rows[i].plan.kernel);
+            if (!plain_on_kernel(c, &o, &b, plain->which, rows[i].plan.kernel, &plain_on[k], &plain_mode[k])) {
+                base[i] = NULL; /* no setting puts the plain call on this kernel: no cost */
+                continue;
+            }
+            n_plain_on++;
+        }
+        base[i] = &plain_on[k];
+    }
     /* FLOPs per visible pair: two products of 2 * head_dim, five in the backward */
     const double flops_per_pair = (o.backward ? 10.0 : 4.0) * o.head_dim;
-    /* (ms / plain ms) / (pairs / plain pairs) */
-#define COST(r) ((r)->ms / plain->ms / ((double)(r)->pairs / (double)plain->pairs))
+    /* (ms / plain ms) / (pairs / plain pairs), the plain call on the case's kernel */
+#define COST(r, p) ((r)->ms / (p)->ms / ((double)(r)->pairs / (double)(p)->pairs))
     if (o.json) {
         json_writer w = {stdout, 0, {0}};
         json_open(&w, NULL, '{');
@@ -490,7 +559,9 @@ int bench_features_main(int argc, char **argv)
                 json_u64(&w, "pairs", r->pairs);
                 json_num(&w, "ms", 1, r->ms);
                 json_num(&w, "tflops", 1, flops_per_pair * (double)r->pairs / (r->ms * 1e-3) / 1e12);
-                json_num(&w, "cost", plain != NULL, plain ? COST(r) : 0.0);
+                json_num(&w, "cost", base[i] != NULL, base[i] ? COST(r, base[i]) : 0.0);
+                if (base[i] != NULL && base[i] != plain)
+                    json_num(&w, "plain_ms_same_kernel", 1, base[i]->ms);
                 json_u64(&w, "calls", r->calls);
             } else {
                 json_str(&w, "detail", r->detail);
@@ -517,10 +588,13 @@ int bench_features_main(int argc, char **argv)
             }
             printf("%-16s %-24s %6u %14" PRIu64 " %10.4f %9.1f", known_cases[r->which].name, r->plan.kernel,
                    r->plan.block, r->pairs, r->ms, flops_per_pair * (double)r->pairs / (r->ms * 1e-3) / 1e12);
-            if (plain)
-                printf(" %6.2f", COST(r));
+            if (base[i])
+                printf(" %6.2f%s", COST(r, base[i]), base[i] != plain ? "*" : "");
             printf("\n");
         }
+        for (size_t k = 0; k < n_plain_on; k++)
+            printf("* against the plain call on %s: %.4f ms (a context with CLFLASH_WGMMA=%s)\n",
+                   plain_on[k].plan.kernel, plain_on[k].ms, plain_mode[k]);
     }
 #undef COST
     free(dev_name);
