@@ -277,6 +277,8 @@ set(_sm90a_cases
   "nv-wgmma-forward-d64-bf16-features-pipe|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 64 --with-lse 1 --features softcap,alibi,keylens --tune nv_wgmma.pipeline=1"
   "nv-wgmma-forward-d128-waiting|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 128 --with-lse 1 --tune nv_wgmma.producer=0"
   "nv-wgmma-forward-d64-bf16-causal-producer|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 64 --causal 1 --tune nv_wgmma.producer=1"
+  # test_sm90a's TMA probe (a tensor map built by the kernel, a box loaded through it): a test file
+  "nv-tma-probe|../tests/nv_tma_probe.cl|=-cl-std=CL1.2 -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D PAGED=0 -D CAUSAL=0 -D WINDOW=0 -D SOFTCAP=0 -D BIAS=0 -D ALIBI=0 -D KEYLEN=0 -D KEYLEN_DIAGONAL=0 -D VARLEN=0 -D WITH_LSE=0"
 )
 foreach(_case IN LISTS _sm90a_cases)
   if(NOT PTX_SM90A)
@@ -327,7 +329,7 @@ foreach(_case IN LISTS _sm90a_cases)
   endif()
   ptxas_figures("${_out}" _regs _stores _loads _smem)
   list(GET _files -1 _kernel)
-  string(REPLACE ".cl" "" _kernel "${_kernel}")
+  get_filename_component(_kernel "${_kernel}" NAME_WE)
   set(_tiles "-")
   set(_wg "-")
   set(_occupancy "-")

@@ -5,9 +5,10 @@
  *
  *   ptx_sm90a_rewrite [--as-nvidia [--reqntid N]] IN OUT
  *
- * --as-nvidia first gives clang's PTX the header NVIDIA's OpenCL writes on Hopper (`.version 8.0`,
- * `.target sm_90, texmode_independent`): clang 15 emits `.target sm_80` at most, and the rewrite
- * takes only PTX for sm_90. --reqntid N adds the `.reqntid N, 1, 1` NVIDIA's compiler writes for
+ * --as-nvidia first gives clang's PTX the header NVIDIA's OpenCL writes on Hopper (`.version 9.0`,
+ * `.target sm_90, texmode_independent`, driver 580): clang 15 emits `.target sm_80` at most, and the
+ * rewrite takes only PTX for sm_90; instructions of PTX ISA 8.3 (tensormap.replace) need the
+ * version. --reqntid N adds the `.reqntid N, 1, 1` NVIDIA's compiler writes for
  * reqd_work_group_size(N, 1, 1), which clang leaves out, so that ptxas fits the registers to N
  * work-items as the driver's does. Exit status 0, or 1 with the rewrite's reason.
  */
@@ -56,7 +57,7 @@ int main(int argc, char **argv)
     }
     fclose(in);
     if (as_nvidia) {
-        replace_line(text, room, ".version ", ".version 8.0");
+        replace_line(text, room, ".version ", ".version 9.0");
         replace_line(text, room, ".target ", ".target sm_90, texmode_independent");
     }
     if (reqntid > 0) {

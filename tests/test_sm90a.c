@@ -452,6 +452,133 @@ START_TEST(wgmma_modes)
 }
 END_TEST
 
+/* ---- TMA with a tensor map the kernel builds (tests/nv_tma_probe.cl), on an sm_90 device ------ */
+
+#define TMA_W 256u /* the tensor: TMA_W x TMA_H 16-bit elements, element (x, y) = 1 + 256 y + x */
+#define TMA_H 64u
+#define TMA_BOX_W 64u
+#define TMA_BOX_H 8u
+
+/* Element (x, y) of the tensor, or 0 (TMA's zero fill) outside it. */
+static uint16_t tma_value(long x, long y)
+{
+    return x >= 0 && y >= 0 && x < (long)TMA_W && y < (long)TMA_H ? (uint16_t)(1 + 256 * y + x) : 0;
+}
+
+/* The probe built through the sm_90a path: from source, then rewritten (NULL and *why on failure). */
+static cl_program tma_program(clflash_context *c, char *why, size_t why_len)
+{
+    FILE *f = fopen(CLFLASH_TMA_PROBE_CL, "rb");
+    ck_assert_msg(f != NULL, "cannot open %s", CLFLASH_TMA_PROBE_CL);
+    static char text[16384];
+    const size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    const char *src = text;
+    cl_int err;
+    cl_program from = clCreateProgramWithSource(c->ctx, 1, &src, NULL, &err);
+    ck_assert_int_eq(err, CL_SUCCESS);
+    err = clBuildProgram(from, 1, &c->dev, "-cl-std=CL1.2", NULL, NULL);
+    ck_assert_msg(err == CL_SUCCESS, "building %s from source failed (%d)", CLFLASH_TMA_PROBE_CL, (int)err);
+    cl_program prog = NULL;
+    if (clflash_sm90a_rebuild(c, from, "-cl-std=CL1.2", &prog, why, why_len) != CLFLASH_SUCCESS)
+        prog = NULL;
+    clReleaseProgram(from);
+    return prog;
+}
+
+/* Runs the probe once: the box at (x0, y0) with the map's stride field row_bytes >> shift; returns
+ * the number of the tile's elements that differ from where the 128-byte swizzle puts them (chunk c
+ * of row r at chunk c ^ (r % 8)), with the first in *first, or -1 if an OpenCL call failed. */
+static long tma_run(clflash_context *c, cl_kernel k, cl_mem src, cl_mem map, cl_mem out, cl_uint shift, cl_int x0,
+                    cl_int y0, char *first, size_t first_len)
+{
+    const cl_uint w = TMA_W, h = TMA_H;
+    const cl_ulong row_bytes = TMA_W * sizeof(uint16_t);
+    cl_int err = clSetKernelArg(k, 0, sizeof src, &src);
+    err |= clSetKernelArg(k, 1, sizeof w, &w);
+    err |= clSetKernelArg(k, 2, sizeof h, &h);
+    err |= clSetKernelArg(k, 3, sizeof row_bytes, &row_bytes);
+    err |= clSetKernelArg(k, 4, sizeof shift, &shift);
+    err |= clSetKernelArg(k, 5, sizeof map, &map);
+    err |= clSetKernelArg(k, 6, sizeof x0, &x0);
+    err |= clSetKernelArg(k, 7, sizeof y0, &y0);
+    err |= clSetKernelArg(k, 8, sizeof out, &out);
+    const size_t one = 32;
+    uint16_t got[TMA_BOX_W * TMA_BOX_H];
+    if (err == CL_SUCCESS)
+        err = clEnqueueNDRangeKernel(c->queue, k, 1, NULL, &one, &one, 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(c->queue, out, CL_TRUE, 0, sizeof got, got, 0, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        snprintf(first, first_len, "OpenCL error %d", (int)err);
+        return -1;
+    }
+    long wrong = 0;
+    for (uint32_t r = 0; r < TMA_BOX_H; r++)
+        for (uint32_t pos = 0; pos < TMA_BOX_W / 8; pos++)
+            for (uint32_t e = 0; e < 8; e++) {
+                const uint32_t chunk = pos ^ (r % 8);
+                const uint16_t want = tma_value((long)x0 + 8 * chunk + e, (long)y0 + r);
+                const uint16_t have = got[r * TMA_BOX_W + pos * 8 + e];
+                if (have != want && wrong++ == 0)
+                    snprintf(first, first_len, "row %u, byte %u: %u, expected %u", r, 16 * pos + 2 * e, have, want);
+            }
+    return wrong;
+}
+
+/* On an sm_90 device: a kernel builds a tensor map with tensormap.replace, and cp.async.bulk.tensor
+ * through it loads boxes inside the tensor and across its corner (zeros there) in the 128-byte
+ * swizzle. The map's stride field takes bytes (PTX ISA 8.5 and earlier wanted 16-byte units; both
+ * are tried and reported). */
+START_TEST(tma_with_a_device_built_map)
+{
+    clflash_context *c = new_context(0);
+    if (!is_sm90(c) || getenv("CLFLASH_PORTABLE") != NULL) {
+        printf("TMA probe: not an NVIDIA device of compute capability 9.0: skipped\n");
+        clflash_context_free(c);
+        return;
+    }
+    char why[512] = "";
+    cl_program prog = tma_program(c, why, sizeof why);
+    ck_assert_msg(prog != NULL, "the TMA probe's sm_90a build failed: %s", why);
+    cl_int err;
+    cl_kernel k = clCreateKernel(prog, "nv_tma_probe", &err);
+    ck_assert_int_eq(err, CL_SUCCESS);
+    static uint16_t host[TMA_W * TMA_H];
+    for (uint32_t y = 0; y < TMA_H; y++)
+        for (uint32_t x = 0; x < TMA_W; x++)
+            host[y * TMA_W + x] = tma_value(x, y);
+    cl_mem src = clCreateBuffer(c->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof host, host, &err);
+    ck_assert_int_eq(err, CL_SUCCESS);
+    cl_mem map = clCreateBuffer(c->ctx, CL_MEM_READ_WRITE, 128, NULL, &err);
+    ck_assert_int_eq(err, CL_SUCCESS);
+    cl_mem out = clCreateBuffer(c->ctx, CL_MEM_READ_WRITE, TMA_BOX_W * TMA_BOX_H * sizeof(uint16_t), NULL, &err);
+    ck_assert_int_eq(err, CL_SUCCESS);
+    static const cl_int boxes[][2] = {{64, 8}, {0, 0}, {TMA_W - 32, TMA_H - 4}}; /* the last crosses the corner */
+    long wrong[2][3];
+    char first[2][3][96];
+    for (cl_uint shift = 0; shift < 2; shift++)
+        for (int i = 0; i < 3; i++)
+            wrong[shift][i] = tma_run(c, k, src, map, out, shift * 4, boxes[i][0], boxes[i][1], first[shift][i],
+                                      sizeof first[shift][i]);
+    for (cl_uint shift = 0; shift < 2; shift++)
+        for (int i = 0; i < 3; i++)
+            printf("TMA probe, stride field in %s, box at (%d, %d): %ld wrong%s%s\n", shift ? "16 bytes" : "bytes",
+                   boxes[i][0], boxes[i][1], wrong[shift][i], wrong[shift][i] ? ", first " : "",
+                   wrong[shift][i] ? first[shift][i] : "");
+    for (int i = 0; i < 3; i++)
+        ck_assert_msg(wrong[0][i] == 0, "box at (%d, %d), the stride field in bytes: %ld wrong, first %s", boxes[i][0],
+                      boxes[i][1], wrong[0][i], first[0][i]);
+    clReleaseMemObject(src);
+    clReleaseMemObject(map);
+    clReleaseMemObject(out);
+    clReleaseKernel(k);
+    clReleaseProgram(prog);
+    clflash_context_free(c);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("sm90a");
@@ -467,6 +594,7 @@ int main(void)
     tcase_add_loop_test(probe, probe_falls_back, 0, (int)(sizeof faults / sizeof faults[0]));
     tcase_add_loop_test(probe, wgmma_falls_back, 0, (int)(sizeof faults / sizeof faults[0]));
     tcase_add_test(probe, wgmma_build_falls_back);
+    tcase_add_test(probe, tma_with_a_device_built_map);
     suite_add_tcase(s, probe);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
