@@ -504,9 +504,11 @@ int bench_features_main(int argc, char **argv)
         if (known_cases[o.cases[i]].features == 0 && rows[i].status == CLFLASH_SUCCESS)
             plain = &rows[i];
     }
-    /* each case's cost is against the plain call on its own kernel: timed again where it differs */
+    /* each case's cost is against the plain call on its own kernel: timed again where it differs,
+     * once a kernel (plain_found 0: no setting puts the plain call there, so no cost) */
     case_row plain_on[N_KNOWN];
-    const char *plain_mode[N_KNOWN];
+    const char *plain_kernel[N_KNOWN], *plain_mode[N_KNOWN];
+    int plain_found[N_KNOWN];
     size_t n_plain_on = 0;
     const case_row *base[N_KNOWN];
     for (size_t i = 0; i < o.ncases; i++) {
@@ -514,17 +516,16 @@ int bench_features_main(int argc, char **argv)
         if (plain == NULL || rows[i].status != CLFLASH_SUCCESS || strcmp(rows[i].plan.kernel, plain->plan.kernel) == 0)
             continue;
         size_t k = 0;
-        while (k < n_plain_on && strcmp(plain_on[k].plan.kernel, rows[i].plan.kernel) != 0)
+        while (k < n_plain_on && strcmp(plain_kernel[k], rows[i].plan.kernel) != 0)
             k++;
         if (k == n_plain_on) {
             fprintf(stderr, "%s --features: plain on %s\n", tool_name(), rows[i].plan.kernel);
-            if (!plain_on_kernel(c, &o, &b, plain->which, rows[i].plan.kernel, &plain_on[k], &plain_mode[k])) {
-                base[i] = NULL; /* no setting puts the plain call on this kernel: no cost */
-                continue;
-            }
+            plain_kernel[k] = rows[i].plan.kernel;
+            plain_found[k] =
+                plain_on_kernel(c, &o, &b, plain->which, rows[i].plan.kernel, &plain_on[k], &plain_mode[k]);
             n_plain_on++;
         }
-        base[i] = &plain_on[k];
+        base[i] = plain_found[k] ? &plain_on[k] : NULL;
     }
     /* FLOPs per visible pair: two products of 2 * head_dim, five in the backward */
     const double flops_per_pair = (o.backward ? 10.0 : 4.0) * o.head_dim;
@@ -593,8 +594,9 @@ int bench_features_main(int argc, char **argv)
             printf("\n");
         }
         for (size_t k = 0; k < n_plain_on; k++)
-            printf("* against the plain call on %s: %.4f ms (a context with CLFLASH_WGMMA=%s)\n",
-                   plain_on[k].plan.kernel, plain_on[k].ms, plain_mode[k]);
+            if (plain_found[k])
+                printf("* against the plain call on %s: %.4f ms (a context with CLFLASH_WGMMA=%s)\n",
+                       plain_on[k].plan.kernel, plain_on[k].ms, plain_mode[k]);
     }
 #undef COST
     free(dev_name);
