@@ -4,14 +4,15 @@
  * sm_90a in CI (tests/kernel_nvptx.cmake); the three loops below (WG_PIPE 0 and 1, WG_PRODUCER)
  * matched the fp64 reference on an H100 (2026-12-06, `test_nv_mma wgmma`: 68 of 68 each, the score
  * features included; the default loops 74 of 74 once the table had its window rows, and with one
- * O group, lazy rescaling and 160 registers a consumer; 80 of 80 with softcap at head_dim 128).
- * The producer loop, its default at head_dim 128, runs at 1.15-1.25x nv_mma_forward's speed there
- * (above FlashAttention-2's), and
- * the waiting loop, its default at 64, at 1.01-1.03x; the pipelined loop is slower than both
- * (docs/performance/h200.md). The planner
+ * O group, lazy rescaling and 160 registers a consumer; 80 of 80 with softcap at head_dim 128; 80
+ * of 80 with the producer's tiles through TMA, WG_TMA, at head_dim 128 and 64).
+ * The producer loop with TMA, the default, runs at 1.25-1.27x nv_mma_forward's speed at head_dim
+ * 64 and 1.5x at 128 (1.36x FlashAttention-2 there, level with flex_attention); with cp.async
+ * copies it ran 1.2x at 128, the waiting loop 1.01-1.03x at 64; the pipelined loop is slower
+ * than both (docs/performance/h200.md). The planner
  * (lib/nv_wgmma_forward_plan.c) chooses it only where clflash_sm90a_available says yes, the call is
- * in scope (below) and the mode CLFLASH_WGMMA sets takes it (by default head_dim 128 without a
- * window and with enough rows: nv_wgmma_forward_plan.c's auto_refusal). Everything else, and
+ * in scope (below) and the mode CLFLASH_WGMMA sets takes it (by default calls without a window and
+ * with enough rows: nv_wgmma_forward_plan.c's auto_refusal). Everything else, and
  * every failure on the way, runs nv_mma_forward.
  *
  * Scope: f16 and bf16, head_dim 64 or 128, rows of Q, K, V and O on 16 bytes (NV_ALIGNED), causal
@@ -25,8 +26,8 @@
  * Work: a work-group of WARPGROUPS warpgroups (128 work-items each) owns BLOCK_Q = 64 * WARPGROUPS
  * query rows of one (batch, head); warpgroup wg owns rows 64 wg .. 64 wg + 63, warp w of it rows
  * 16 w .. 16 w + 15 of those. Every K/V tile copied into local memory serves all BLOCK_Q rows, so
- * more warpgroups read fewer bytes from L2 per product (the host takes 4 at head_dim 64, 3 at 128:
- * what the registers allow at one work-group per SM). For each key tile of BLOCK keys:
+ * more warpgroups read fewer bytes from L2 per product (the host takes 3 beside the producer, 4 at
+ * head_dim 64 without one: what the registers allow at one work-group per SM). For each key tile of BLOCK keys:
  *   S = Q K^T     wgmma m64n32k16 (BLOCK / 32 of them per k-step, one per 32 keys), A = Q from
  *                 registers (loaded once), B = the K tile in local memory through a descriptor,
  *                 fp32 accumulators, HEAD_DIM / 16 k-steps in one wgmma group;
@@ -47,14 +48,19 @@
  * tensor cores then idle during every softmax (about 170 instructions a tile) unless the other
  * warpgroups of the SM fill them.
  *
- * WG_PRODUCER 1 (nv_wgmma.producer, 1 by default at head_dim 128) is WG_PIPE 0's loop without its
+ * WG_PRODUCER 1 (nv_wgmma.producer, 1 by default) is WG_PIPE 0's loop without its
  * copies and barriers: one more warpgroup, the producer, streams K and V into rings of their own (3
  * K slots, 2 V slots) and hands each slot over through mbarriers (a full and an empty one a slot),
  * so that the consumer warpgroups never meet at a barrier of the work-group, each goes on to the
  * next tile as soon as it is in, and K streams up to two tiles ahead of the products. The
  * producer keeps WG_PRODUCER_REGS registers (setmaxnreg.dec) and gives the rest to the consumers
  * (setmaxnreg.inc to WG_CONSUMER_REGS, which the host computes from the registers the work-group
- * gets at launch: asking for more than those never returns).
+ * gets at launch: asking for more than those never returns). With WG_TMA (nv_wgmma.tma, 1 by default
+ * where (HEAD_DIM, BLOCK) is (128, 32) or (64, 64)) one work-item of the producer issues each tile
+ * as whole boxes through the tensor memory accelerator instead (wg_tma_produce below), which the
+ * wgmma descriptors read in the 128-byte swizzle: on an H100 the copies, not the products or the
+ * softmax, had bounded the cp.async loop (384 TFLOP/s; 528 with the copies left out), and TMA
+ * lifted it to 480 at head_dim 128.
  *
  * WG_PIPE 1 (nv_wgmma.pipeline=1; the default is 0) overlaps products with softmaxes
  * (FlashAttention-3's intra-warpgroup pipelining, without its ping-pong), fed by the producer's
@@ -95,7 +101,8 @@
  * So P's A fragment for keys 16u .. 16u + 15 is pack(d[8u], d[8u+1]), pack(d[8u+2], d[8u+3]),
  * pack(d[8u+4], d[8u+5]), pack(d[8u+6], d[8u+7]).
  *
- * Local memory. K and V tiles of BLOCK keys x HEAD_DIM: with WG_PRODUCER a ring of K_SLOTS (3) K
+ * Local memory (with WG_TMA the tiles' layout is the one at wg_desc_sw128 instead). K and V tiles
+ * of BLOCK keys x HEAD_DIM: with WG_PRODUCER a ring of K_SLOTS (3) K
  * tiles and one of V_SLOTS (2) V tiles (tile t in K slot t % 3 and V slot t % 2; 40 KiB at
  * (HEAD_DIM, BLOCK) = (64, 64) and (128, 32)), else STAGES (2) stages of a K tile and its V tile
  * (32 KiB). Each is written by cp.async in the byte layout the descriptors describe: no swizzle
@@ -156,7 +163,8 @@
  * Defines: HEAD_DIM (64 or 128) = D_REAL, NV_ALIGNED 1, BLOCK (32 or 64), WARPS = 4 * (WARPGROUPS +
  * WG_PRODUCER), WARPGROUPS (1 to 4: the consumers with WG_PRODUCER), STAGES (read by the waiting
  * loop without a producer only), WG_PIPE (0 or 1; 1 with WG_PRODUCER, and at HEAD_DIM 128 with
- * BLOCK 32 only), WG_PRODUCER (0 or 1; then WG_PRODUCER_REGS and WG_CONSUMER_REGS),
+ * BLOCK 32 only), WG_PRODUCER (0 or 1; then WG_PRODUCER_REGS and WG_CONSUMER_REGS), WG_TMA (0 or
+ * 1, with WG_PRODUCER; then the kernel takes one more argument, tma_maps),
  * CLFLASH_DTYPE_F16 or _BF16, CAUSAL, WINDOW, SOFTCAP, ALIBI, KEYLEN, KEYLEN_DIAGONAL, WITH_LSE
  * (BIAS and VARLEN 0), SPLIT 0, PACK 1, PAGED 0. The helpers (copy16_async, load_matrix_x4,
  * pack_pair, exp2_ftz, lane_xor, stage_rows; THREADS, ROW_STRIDE, CHUNKS, K_STEPS) come from
@@ -165,6 +173,9 @@
 
 #ifndef WG_PRODUCER
 #define WG_PRODUCER 0
+#endif
+#ifndef WG_TMA
+#define WG_TMA 0
 #endif
 #if !defined(WARPGROUPS) || !defined(STAGES) || !defined(WG_PIPE) || WARPS != 4 * (WARPGROUPS + WG_PRODUCER)
 #error "WARPGROUPS, STAGES, WG_PIPE, WG_PRODUCER and WARPS = 4 * (WARPGROUPS + WG_PRODUCER) are set by the host (lib/nv_wgmma_forward_plan.c)"
@@ -186,6 +197,9 @@
 #endif
 #if STAGES < 2
 #error "STAGES must be at least 2"
+#endif
+#if WG_TMA && (!WG_PRODUCER || WG_PIPE || HEAD_DIM * BLOCK != 4096)
+#error "the tensor-memory-accelerator copies (WG_TMA) feed the producer loop at (head_dim, BLOCK) (128, 32) or (64, 64)"
 #endif
 
 #define BLOCK_Q (64 * WARPGROUPS)
@@ -341,6 +355,36 @@
     "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%60, %61, %62, %63}, h7, acc, 1, 1, 0;\n" \
     end
 #endif
+#if WG_TMA && K_STEPS == 8
+/* The S group on K tiles in the 128-byte swizzle (WG_TMA, head_dim 128): k-steps 0 .. 3 read
+ * columns 0 .. 63 of the tile's first box, 32 bytes apart (%49 / 16), and k-steps 4 .. 7 the second
+ * box, %50 / 16 on. (At head_dim 64 WG_S_TEXT serves: one box, k-steps 32 bytes apart, keys 32 .. 63
+ * four 1024-byte key groups on.) */
+#define WG_S_TMA_TEXT(end) \
+    "// sm90a: {\n" \
+    "// sm90a: .reg .pred over, acc;\n" \
+    "// sm90a: .reg .b64 k<8>;\n" \
+    "// sm90a: setp.ne.b32 over, %16, %16;\n" \
+    "// sm90a: setp.eq.b32 acc, %16, %16;\n" \
+    "// sm90a: mov.b64 k0, %48;\n" \
+    "// sm90a: add.s64 k1, k0, %49;\n" \
+    "// sm90a: add.s64 k2, k1, %49;\n" \
+    "// sm90a: add.s64 k3, k2, %49;\n" \
+    "// sm90a: add.s64 k4, k0, %50;\n" \
+    "// sm90a: add.s64 k5, k4, %49;\n" \
+    "// sm90a: add.s64 k6, k5, %49;\n" \
+    "// sm90a: add.s64 k7, k6, %49;\n" \
+    "// sm90a: wgmma.fence.sync.aligned;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, k0, over, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%20, %21, %22, %23}, k1, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%24, %25, %26, %27}, k2, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%28, %29, %30, %31}, k3, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%32, %33, %34, %35}, k4, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%36, %37, %38, %39}, k5, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%40, %41, %42, %43}, k6, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%44, %45, %46, %47}, k7, acc, 1, 1, 0;\n" \
+    end
+#endif
 #if BLOCK == 32
 #define WG_PV_TEXT(end) \
     "// sm90a: {\n" \
@@ -459,14 +503,42 @@ static inline ulong wg_desc(__local const ushort *start, uint lbo, uint sbo)
     return (ulong)((shared_addr(start) & 0x3ffffu) >> 4) | ((ulong)(lbo >> 4) << 16) | ((ulong)(sbo >> 4) << 32);
 }
 
+#if WG_TMA
+/* K and V tiles as the tensor memory accelerator writes them (WG_TMA): each tile is HEAD_DIM / 64
+ * boxes of BLOCK keys x 64 columns (4 KiB at head_dim 128: columns 0 .. 63, then 64 .. 127; one box
+ * of 8 KiB at 64), a box's key n at byte 128 n,
+ * its 16-byte chunk c at chunk c ^ (n % 8) (the 128-byte swizzle, on 1024-byte aligned boxes). The
+ * descriptors (swizzle mode 1, base offset 0): K-major for K, the 8-key groups 1024 bytes apart (SBO;
+ * LBO unused, 1), a k-step 32 bytes further in its box; N-major for V, the 8-key groups 1024 bytes
+ * apart (SBO) and the next 64 columns a box on (LBO, unused by an N of 64), a k-step of 16 keys 2048
+ * bytes on. */
+#define WG_BOX_BYTES (BLOCK * 128)
+static inline ulong wg_desc_sw128(__local const ushort *start, uint lbo, uint sbo)
+{
+    return wg_desc(start, lbo, sbo) | (1ul << 62);
+}
+#endif
+
 /* s = Q K^T over one K tile (every k-step): q the warpgroup's A words (4 per k-step), tile the K
  * tile. Returns when the products are complete (the loop of WG_PIPE 0). */
 static inline void wg_scores(float s[S_ACC], const uint q[4 * K_STEPS], __local const ushort *tile)
 {
+#if WG_TMA && K_STEPS == 8
+    const ulong desc = wg_desc_sw128(tile, 16, 1024);
+    __asm__ __volatile__(WG_S_TMA_TEXT(WG_END_WAIT)
+                         : WG_S_OUT(s) : WG_Q_IN(q), "l"(desc), "n"(2), "n"(WG_BOX_BYTES / 16)
+                         : "memory");
+#elif WG_TMA
+    const ulong desc = wg_desc_sw128(tile, 16, 1024);
+    __asm__ __volatile__(WG_S_TEXT(WG_END_WAIT)
+                         : WG_S_OUT(s) : WG_Q_IN(q), "l"(desc), "n"(2), "n"(4 * 1024 / 16)
+                         : "memory");
+#else
     const ulong desc = wg_desc(tile, WG_K_LBO, WG_K_SBO);
     __asm__ __volatile__(WG_S_TEXT(WG_END_WAIT)
                          : WG_S_OUT(s) : WG_Q_IN(q), "l"(desc), "n"(2 * BLOCK), "n"(4 * WG_K_SBO / 16)
                          : "memory");
+#endif
 }
 
 /* o += P V, every column of O in one group: p the A words of P (4 per 16 keys), tile the V tile.
@@ -474,8 +546,16 @@ static inline void wg_scores(float s[S_ACC], const uint q[4 * K_STEPS], __local 
  * slabs at head_dim 128: on an H100 344-347 TFLOP/s against 338-339 with a group and a wait a slab
  * (docs/performance/h200.md). */
 #if O_SLABS == 1
+/* a k-step of 16 keys 256 bytes on, 2048 in the 128-byte swizzle (WG_TMA) */
 #define WG_VALUES_ASM(o, p, desc, end) \
-    __asm__ __volatile__(WG_PV_TEXT(end) : WG_ACC32(o, 0) : WG_P_IN(p), "l"(desc), "n"(16) : "memory")
+    __asm__ __volatile__(WG_PV_TEXT(end) : WG_ACC32(o, 0) : WG_P_IN(p), "l"(desc), "n"(WG_TMA ? 128 : 16) : "memory")
+#elif WG_TMA
+/* a k-step of 16 keys 2048 bytes on, the slab of columns 64 .. 127 a box on */
+#define WG_VALUES_ASM(o, p, desc, end) \
+    __asm__ __volatile__(WG_PV2_TEXT(end) \
+                         : WG_ACC32(o, 0), WG_ACC32(o, 32) : WG_P_IN(p), "l"(desc), "n"(2048 / 16), \
+                           "n"(WG_BOX_BYTES / 16) \
+                         : "memory")
 #else
 #define WG_VALUES_ASM(o, p, desc, end) \
     __asm__ __volatile__(WG_PV2_TEXT(end) \
@@ -484,7 +564,11 @@ static inline void wg_scores(float s[S_ACC], const uint q[4 * K_STEPS], __local 
 #endif
 static inline void wg_values(float o[O_ACC], const uint p[4 * P_STEPS], __local const ushort *tile)
 {
+#if WG_TMA
+    const ulong desc = wg_desc_sw128(tile, WG_BOX_BYTES, 1024);
+#else
     const ulong desc = wg_desc(tile, WG_V_LBO, WG_V_SBO);
+#endif
     WG_VALUES_ASM(o, p, desc, WG_END_WAIT);
 }
 
@@ -696,6 +780,112 @@ static inline void wg_produce(wg_stream *ks, wg_stream *vs, __local ushort *k_ri
         }
     }
     async_wait_all(); /* no copy outlives its work-item */
+}
+#endif
+
+#if WG_TMA
+/* ---- the producer through the tensor memory accelerator (WG_TMA) ------------------------------
+ * Instead of 128 work-items issuing 16-byte cp.async copies, one work-item of the producer issues
+ * each tile as two box copies (cp.async.bulk.tensor), which the TMA unit writes into the slot in the
+ * 128-byte swizzle and counts on the slot's full mbarrier (expect_tx: the tile's bytes). The copies
+ * need a tensor map per tensor, a 128-byte object in global memory that OpenCL cannot make on the
+ * host: the producer's first warp builds K's and V's in local memory from zeros with
+ * tensormap.replace (rank 2: 128 columns x the entry's key length, rows the tensor's row stride
+ * apart, boxes of 64 columns x BLOCK keys, 16-bit elements, rows past the key length zeros), copies
+ * them to this work-group's 256 bytes of tma_maps (the host's scratch) and acquires them for the
+ * tensormap proxy (tests/nv_tma_probe.cl proved each step on an H100). */
+
+/* Lane 0: the map of the 2-D tensor at base (128 columns, rows keys, row_bytes apart) in m. */
+static inline void wg_tma_build_map(__local uint *m, __global const ushort *base, uint rows, ulong row_bytes)
+{
+    /* rank 2 is written as 1 (the field counts from zero); elemtype 1 = .u16, interleave 0 = none,
+     * swizzle 3 = 128 bytes, fill 0 = zeros (PTX ISA, "Tensormap new_val validity") */
+    __asm__ __volatile__("// sm90a: tensormap.replace.tile.global_address.shared::cta.b1024.b64 [%0], %1;\n"
+                         "// sm90a: tensormap.replace.tile.rank.shared::cta.b1024.b32 [%0], 1;\n"
+                         "// sm90a: tensormap.replace.tile.box_dim.shared::cta.b1024.b32 [%0], 0, 64;\n"
+                         "// sm90a: tensormap.replace.tile.box_dim.shared::cta.b1024.b32 [%0], 1, %2;\n"
+                         "// sm90a: tensormap.replace.tile.global_dim.shared::cta.b1024.b32 [%0], 0, %3;\n"
+                         "// sm90a: tensormap.replace.tile.global_dim.shared::cta.b1024.b32 [%0], 1, %4;\n"
+                         "// sm90a: tensormap.replace.tile.global_stride.shared::cta.b1024.b64 [%0], 0, %5;\n"
+                         "// sm90a: tensormap.replace.tile.element_stride.shared::cta.b1024.b32 [%0], 0, 1;\n"
+                         "// sm90a: tensormap.replace.tile.element_stride.shared::cta.b1024.b32 [%0], 1, 1;\n"
+                         "// sm90a: tensormap.replace.tile.elemtype.shared::cta.b1024.b32 [%0], 1;\n"
+                         "// sm90a: tensormap.replace.tile.interleave_layout.shared::cta.b1024.b32 [%0], 0;\n"
+                         "// sm90a: tensormap.replace.tile.swizzle_mode.shared::cta.b1024.b32 [%0], 3;\n"
+                         "// sm90a: tensormap.replace.tile.fill_mode.shared::cta.b1024.b32 [%0], 0;\n"
+                         :
+                         : "r"(shared_addr((__local const ushort *)m)), "l"((ulong)(size_t)base), "r"((uint)BLOCK), "r"((uint)HEAD_DIM),
+                           "r"(rows), "l"(row_bytes)
+                         : "memory");
+}
+
+/* The whole warp: the map in m to g, released to the tensormap proxy, then acquired by it. */
+static inline void wg_tma_publish_map(__global ulong *g, __local const uint *m)
+{
+    __asm__ __volatile__("// sm90a: tensormap.cp_fenceproxy.global.shared::cta.tensormap::generic.release.gpu"
+                         ".sync.aligned [%0], [%1], 128;\n"
+                         "// sm90a: fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"((ulong)(size_t)g),
+                         "r"(shared_addr((__local const ushort *)m))
+                         : "memory");
+}
+
+/* One work-item: the tile of keys key0 .. key0 + BLOCK - 1 through map into dst (two boxes), counted
+ * on bar, which expects the tile's bytes and takes this arrival. */
+static inline void wg_tma_tile(__local ushort *dst, __global const ulong *map, int key0, __local ulong *bar)
+{
+#if HEAD_DIM == 128
+    __asm__ __volatile__("// sm90a: mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
+                         "// sm90a: cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                         " [%2], [%3, {0, %4}], [%0];\n"
+                         "// sm90a: cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                         " [%5], [%3, {64, %4}], [%0];\n" ::"r"(mbar_addr(bar)),
+                         "n"(2 * WG_BOX_BYTES), "r"(shared_addr(dst)), "l"((ulong)(size_t)map), "r"(key0),
+                         "r"(shared_addr(dst) + WG_BOX_BYTES)
+                         : "memory");
+#else
+    __asm__ __volatile__("// sm90a: mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
+                         "// sm90a: cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                         " [%2], [%3, {0, %4}], [%0];\n" ::"r"(mbar_addr(bar)),
+                         "n"(WG_BOX_BYTES), "r"(shared_addr(dst)), "l"((ulong)(size_t)map), "r"(key0)
+                         : "memory");
+#endif
+}
+
+/* The producer's first warp: builds the maps into maps[0 .. 31] (K, then V) through m (64 words of
+ * local memory), then its first work-item streams the tiles, K(t) and then V(t - 1) as wg_produce
+ * does, each once its slot's empty mbarrier says the consumers are done with the tile before. */
+static inline void wg_tma_produce(__global ulong *maps, __local uint *m, __global const ushort *k_head,
+                                  __global const ushort *v_head, uint keys, ulong k_row_bytes, ulong v_row_bytes,
+                                  uint key_begin, __local ushort *k_ring, __local ushort *v_ring,
+                                  __local ulong *k_bars, __local ulong *v_bars, uint n_tiles)
+{
+    const uint lane = get_local_id(0) % 32;
+    m[lane] = 0u;
+    m[lane + 32] = 0u;
+    __asm__ __volatile__("bar.warp.sync 0xffffffff;\n" ::: "memory");
+    if (lane == 0) {
+        wg_tma_build_map(m, k_head, keys, k_row_bytes);
+        wg_tma_build_map(m + 32, v_head, keys, v_row_bytes);
+    }
+    __asm__ __volatile__("bar.warp.sync 0xffffffff;\n" ::: "memory");
+    wg_tma_publish_map(maps, m);
+    wg_tma_publish_map(maps + 16, m + 32);
+    if (lane != 0)
+        return;
+    for (uint t = 0; t <= n_tiles; t++) {
+        if (t < n_tiles) {
+            const uint slot = t % K_SLOTS;
+            if (t >= K_SLOTS)
+                mbar_wait(k_bars + 2 * slot + 1, (t / K_SLOTS - 1) % 2);
+            wg_tma_tile(k_ring + slot * TILE_HALVES, maps, (int)(key_begin + t * BLOCK), k_bars + 2 * slot);
+        }
+        if (t >= 1) {
+            const uint u = t - 1, slot = u % V_SLOTS;
+            if (u >= V_SLOTS)
+                mbar_wait(v_bars + 2 * slot + 1, (u / V_SLOTS - 1) % 2);
+            wg_tma_tile(v_ring + slot * TILE_HALVES, maps + 16, (int)(key_begin + u * BLOCK), v_bars + 2 * slot);
+        }
+    }
 }
 #endif
 
@@ -936,11 +1126,22 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
                       float out_scale, __global const float *bias, ulong bias_off, ulong bias_bs, ulong bias_hs,
                       ulong bias_rs, __global const float *alibi, __global const int *key_lens, uint n_splits,
                       uint split_keys, __global const int *block_table, uint pages_per_seq, uint num_pages,
-                      __global const int *cu_seqlens_q, __global const int *cu_seqlens_k, uint total_q, uint total_k)
+                      __global const int *cu_seqlens_q, __global const int *cu_seqlens_k, uint total_q, uint total_k
+#if WG_TMA
+                      ,
+                      __global ulong *tma_maps /* 32 words a work-group: its K and V tensor maps */
+#endif
+)
 {
     /* The K and V tiles (the ring slots with WG_PIPE, else the stages), and before them Q, after them
-     * O, staged in padded rows from 0. 128-byte alignment: every descriptor's start is on 16 bytes. */
+     * O, staged in padded rows from 0. 128-byte alignment: every descriptor's start is on 16 bytes;
+     * 1024 with WG_TMA: the 128-byte swizzle's boxes start on 1024 bytes. */
+#if WG_TMA
+    __local uint4 local_words[LOCAL_HALVES / 8] __attribute__((aligned(1024)));
+    __local uint map_words[64] __attribute__((aligned(128))); /* the tensor maps being built */
+#else
     __local uint4 local_words[LOCAL_HALVES / 8] __attribute__((aligned(128)));
+#endif
 #if WG_PRODUCER
     __local ulong mbars[2 * (K_SLOTS + V_SLOTS)]; /* full and empty of each K slot, then of each V slot */
 #endif
@@ -975,7 +1176,7 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
 #if WG_PRODUCER
     if (get_local_id(0) == 0)
         for (uint u = 0; u < K_SLOTS + V_SLOTS; u++) {
-            mbar_init(mbars + 2 * u, 128);                  /* full: the producer's work-items' copies */
+            mbar_init(mbars + 2 * u, WG_TMA ? 1 : 128);     /* full: the producer's copies */
             mbar_init(mbars + 2 * u + 1, 128 * WARPGROUPS); /* empty: every consumer work-item */
         }
     /* the barrier below orders the initialisation before every use */
@@ -1086,7 +1287,17 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
     __local ushort *const k_ring = tiles, *const v_ring = tiles + K_SLOTS * TILE_HALVES;
     __local ulong *const k_bars = mbars, *const v_bars = mbars + 2 * K_SLOTS;
     if (warp >= 4 * WARPGROUPS) {
+#if WG_TMA
+        __asm__ __volatile__("// sm90a: setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(WG_PRODUCER_REGS) : "memory");
+        if (warp == 4 * WARPGROUPS) {
+            const uint group = get_group_id(0) + get_num_groups(0) * (get_group_id(1) + get_num_groups(1) * get_group_id(2));
+            wg_tma_produce(tma_maps + 32 * (ulong)group, map_words, k + k_base, v + v_base, key_len, 2 * k_ss,
+                           2 * v_ss, key_begin, k_ring, v_ring, k_bars, v_bars, n_tiles);
+        }
+        (void)ks, (void)vs;
+#else
         wg_produce(&ks, &vs, k_ring, v_ring, k_bars, v_bars, n_tiles);
+#endif
         return; /* the epilogue below is the consumers' (consumers_sync) */
     }
     __asm__ __volatile__("// sm90a: setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(WG_CONSUMER_REGS) : "memory");
@@ -1177,13 +1388,17 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
         float s[S_ACC];
         uint pa[4 * P_STEPS];
         mbar_wait(k_bars + 2 * kslot, (j / K_SLOTS) % 2);
-        fence_proxy_async();
+#if !WG_TMA
+        fence_proxy_async(); /* the TMA unit writes through the async proxy itself */
+#endif
         wg_scores(s, qa, k_ring + kslot * TILE_HALVES);
         mbar_arrive(k_bars + 2 * kslot + 1);
         wg_softmax(s, pa, &rw, key_begin + j * BLOCK, &ru, t);
         wg_rescale(acc, &rw);
         mbar_wait(v_bars + 2 * vslot, (j / V_SLOTS) % 2);
+#if !WG_TMA
         fence_proxy_async();
+#endif
         wg_values(acc, pa, v_ring + vslot * TILE_HALVES);
         mbar_arrive(v_bars + 2 * vslot + 1);
     }

@@ -91,6 +91,30 @@ static cl_int enqueue_fused(clflash_context *c, const clflash_flash_kernel *fk, 
     return err;
 }
 
+/* nv_wgmma_forward with WG_TMA (fk->tma_map_groups > 0): its argument past the varlen ones is a
+ * scratch buffer in which each work-group builds its K and V tensor maps. */
+static cl_int enqueue_with_tensor_maps(clflash_context *c, const clflash_flash_kernel *fk, cl_command_queue qu,
+                                       const size_t *global, const size_t *local, cl_uint num_wait,
+                                       const cl_event *wait, cl_event *done, clflash_status *lib_status)
+{
+    clflash_scratch *maps = NULL;
+    cl_event ran = NULL;
+    *lib_status =
+        clflash_scratch_acquire(c, clflash_mul_sat(fk->tma_map_groups, CLFLASH_TMA_MAP_SLOT_BYTES), qu, &maps);
+    if (*lib_status != CLFLASH_SUCCESS)
+        return CL_SUCCESS;
+    cl_mem m = clflash_scratch_buffer(maps);
+    cl_int err = clSetKernelArg(fk->kernel, FLASH_ARGS, sizeof(cl_mem), &m);
+    if (err == CL_SUCCESS)
+        err = clEnqueueNDRangeKernel(qu, fk->kernel, 3, NULL, global, local, num_wait, wait, &ran);
+    clflash_scratch_release(c, maps, err == CL_SUCCESS ? ran : NULL, qu);
+    if (ran && done)
+        *done = ran;
+    else if (ran)
+        clReleaseEvent(ran);
+    return err;
+}
+
 /* Enqueues the split path: the flash kernel into scratch parts, then their merge into o and lse. */
 static cl_int enqueue_split(clflash_context *c, const clflash_flash_kernel *fk, const clflash_problem *p,
                             cl_command_queue qu, const size_t *global, const size_t *local, cl_mem q, cl_mem k,
@@ -168,7 +192,9 @@ clflash_status clflash_forward(clflash_context *c, const clflash_attention_desc 
             err = enqueue_split(c, &fk, &p, qu, global, local, q, k, v, o, lse, num_wait, wait, done, &st);
         } else {
             err = set_flash_args(&fk, &p, q, k, v, o, lse, &p.o);
-            if (err == CL_SUCCESS)
+            if (err == CL_SUCCESS && fk.tma_map_groups > 0)
+                err = enqueue_with_tensor_maps(c, &fk, qu, global, local, num_wait, wait, done, &st);
+            else if (err == CL_SUCCESS)
                 err = clEnqueueNDRangeKernel(qu, fk.kernel, 3, NULL, global, local, num_wait, wait, done);
         }
         clflash_flash_kernel_done(c, &fk);

@@ -112,6 +112,7 @@ typedef enum {
     CLFLASH_TUNE_NV_WGMMA_WARPGROUPS,       /* its WARPGROUPS (0: the planner's rule) */
     CLFLASH_TUNE_NV_WGMMA_STAGES,           /* its STAGES (the loop that waits) */
     CLFLASH_TUNE_NV_WGMMA_PRODUCER,         /* its WG_PRODUCER: a warpgroup that streams the tiles */
+    CLFLASH_TUNE_NV_WGMMA_TMA,              /* its WG_TMA: the producer's tiles through TMA */
     CLFLASH_TUNE_COUNT
 } clflash_tune_key;
 
@@ -569,12 +570,17 @@ CLFLASH_INTERNAL clflash_status clflash_next_candidate(const char *what, const c
                                                        size_t max_wg, int forced);
 
 /* ---- forward_plan.c ------------------------------------------------------------------------------ */
+/* Bytes of a work-group's two tensor maps (K's and V's, 128 each) in nv_wgmma_forward's WG_TMA. */
+#define CLFLASH_TMA_MAP_SLOT_BYTES 256u
 typedef struct {
     clflash_plan plan;         /* plan.splits, plan.packed_heads and plan.workspace_bytes included */
     cl_kernel kernel;          /* created for this call; the caller releases it */
     uint32_t split_keys;       /* keys per split, a multiple of plan.block (seq_k without splits) */
     uint64_t merge_tickets;    /* > 0: the kernel merges its parts itself (the tensor-core kernel's
                                   FUSED_MERGE) with this many zeroed counters; 0: the merge kernel does */
+    uint64_t tma_map_groups;   /* > 0: the kernel (nv_wgmma_forward's WG_TMA) builds two tensor maps a
+                                  work-group in a scratch buffer of this many slots
+                                  (CLFLASH_TMA_MAP_SLOT_BYTES each) */
     clflash_plan_entry *entry; /* the plan cache's entry the kernel goes back to, NULL if none */
 } clflash_flash_kernel;
 

@@ -14,8 +14,8 @@
  * kernel whose local memory or work-group does not fit), so the plan always names the kernel that
  * runs. With CLFLASH_WGMMA=0, or for calls outside its scope, nothing here runs, not even the probe.
  *
- * The shape: warpgroups of 128 work-items, each owning 64 query rows; four per work-group at
- * head_dim 64 and three at 128 (256 and 192 rows), fewer where seq_q needs fewer
+ * The shape: warpgroups of 128 work-items, each owning 64 query rows; three per work-group beside
+ * the producer (192 rows; four at head_dim 64 without one), fewer where seq_q needs fewer
  * (nv_wgmma.warpgroups sets it). B (keys per tile) 64 at head_dim 64 and 32 at 128 (the tuning key
  * nv_wgmma.block caps it), so that the K and V tiles fit the 48 KiB of an H200 beside the bytes the
  * driver adds (4 there): the loops fed by a producer warpgroup (below; the pipelined one,
@@ -28,11 +28,14 @@
  * array, padded rows of up to 128 of the work-group's rows at a time (18 KiB at head_dim 64, 34 KiB
  * at 128), which the tiles overwrite.
  *
- * The producer (nv_wgmma.producer, by default at head_dim 128, and with nv_wgmma.pipeline=1) adds
+ * The producer (nv_wgmma.producer, 1 by default, and with nv_wgmma.pipeline=1) adds
  * one more warpgroup that copies the tiles, beside at most three consumers (two pipelined), and two
  * 8-byte mbarriers a ring slot. Its registers: the work-group gets 65536 / work-items a work-item at
  * launch (rounded down to 8, at most 248: what ptxas allocates for .reqntid with .minnctapersm 1), the
- * producer keeps WG_PRODUCER_REGS, and the consumers share the rest (kernel_defines).
+ * producer keeps WG_PRODUCER_REGS, and the consumers share the rest (kernel_defines). Its tiles
+ * come through the tensor memory accelerator (nv_wgmma.tma, 1 by default; WG_TMA) where (head_dim,
+ * B) is (128, 32) or (64, 64): then each work-group builds its K and V tensor maps in 256 bytes of a
+ * scratch buffer from the context's pool (plan.workspace_bytes; forward.c passes it).
  */
 #include "internal.h"
 
@@ -76,8 +79,8 @@ static const char *shape_refusal(const clflash_problem *p)
 
 /* Why the default mode (CLFLASH_WGMMA unset) leaves p, in this kernel's scope, to nv_mma_forward: the
  * kinds of call where nv_mma_forward was measured as fast or faster (H100, 2026-12-06, n = 4096,
- * docs/performance/h200.md), or NULL.
- * - head_dim 64: the two within 2% of each other.
+ * docs/performance/h200.md), or NULL. (Head_dim 64 runs here since its producer loop streams the
+ * tiles through TMA: 358.5 TFLOP/s against nv_mma_forward's 291.5, causal 315.3 against 263.8.)
  * - A sliding window: this kernel's 192-row blocks compute 1.19 pairs per visible pair of a causal
  *   window of 1024, nv_mma_forward's 64-row blocks 1.06 (0.505 against 0.469 ms).
  * - Fewer than 128 query rows a head, or a call nv_mma_forward splits or packs (clflash_nv_mma_
@@ -85,8 +88,6 @@ static const char *shape_refusal(const clflash_problem *p)
  *   nv_mma_forward spreads the keys over the device; this kernel never splits them. */
 static const char *auto_refusal(const clflash_context *c, const clflash_problem *p)
 {
-    if (p->head_dim != 128)
-        return "head_dim 64 (as fast on nv_mma_forward)";
     if (p->flags & CLFLASH_WINDOW)
         return "a sliding window (faster on nv_mma_forward, whose blocks are smaller)";
     if (p->seq_q < WGMMA_AUTO_MIN_ROWS || clflash_nv_mma_splits_or_packs(c, p))
@@ -114,18 +115,18 @@ static int pipelined(const clflash_context *c, const clflash_problem *p)
     return clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_PIPELINE, NULL) != 0;
 }
 
-/* nv_wgmma.producer's default: 1 at head_dim 128, 0 at 64. On an H100 (2026-12-06, n = 4096, batch
- * 4, 16 heads; docs/performance/h200.md) the producer loop with its K and V rings ran head_dim 128
- * at 347-350 TFLOP/s against 277-278 for the waiting loop alone (f16; nv_mma_forward 313-322 in the
- * same runs), and head_dim 64 at 294-298 against 296-299: there the waiting loop has four
- * warpgroups, the producer loop three consumers (four would get 104 registers a work-item and
- * spill). */
+/* nv_wgmma.producer's default: 1. On an H100 (2026-12-06, n = 4096, batch 4, 16 heads, f16;
+ * docs/performance/h200.md) the producer loop with its tiles through TMA ran head_dim 128 at
+ * 480-483 TFLOP/s against 383-385 with cp.async and 277-278 for the waiting loop, and head_dim 64
+ * at 358.5 against 326.0 with cp.async and 300.1 for the waiting loop of four warpgroups (causal
+ * 315.3, 286.0, 267.6). */
 int32_t clflash_nv_wgmma_default_producer(const clflash_context *c, const clflash_problem *p,
                                           const clflash_tune_facts *f)
 {
     (void)c;
+    (void)p;
     (void)f;
-    return p->head_dim > 64;
+    return 1;
 }
 
 /* 1 where a producer warpgroup streams the tiles (WG_PRODUCER): nv_wgmma.producer, or the pipelined
@@ -136,9 +137,9 @@ static int producer(const clflash_context *c, const clflash_problem *p)
 }
 
 /* Warpgroups per work-group: nv_wgmma.warpgroups where set, else as many as the register file
- * holds at one work-group per SM (four at head_dim 64, 118-124 registers a work-item; three at 128,
- * 140-152; two for the pipelined loop, 232 beside its producer), each K/V tile then serving 256 or
- * 192 query rows, but no more than seq_q's rows need. */
+ * holds at one work-group per SM (three beside the producer, 160 registers a work-item; four at
+ * head_dim 64 without a producer, 118-124; two for the pipelined loop, 232 beside its producer),
+ * each K/V tile then serving 192 or 256 query rows, but no more than seq_q's rows need. */
 static uint32_t warpgroups_for(const clflash_context *c, const clflash_problem *p)
 {
     const int32_t set = clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_WARPGROUPS, NULL);
@@ -150,6 +151,18 @@ static uint32_t warpgroups_for(const clflash_context *c, const clflash_problem *
     const uint32_t most = pipelined(c, p) ? 2u : p->head_dim == 64 && !producer(c, p) ? 4u : 3u;
     const uint64_t needed = ((uint64_t)p->seq_q + 63) / 64;
     return needed < most ? (uint32_t)needed : most;
+}
+
+/* 1 where the producer's tiles come through the tensor memory accelerator (WG_TMA): nv_wgmma.tma,
+ * for the producer loop at (head_dim, B) (128, 32) or (64, 64), the ones the kernel builds it for,
+ * and K and V rows that a tensor map can describe (rows apart by at least one row and less than
+ * 2^40 bytes: the map's stride field). */
+static int tma(const clflash_context *c, const clflash_problem *p, uint32_t block)
+{
+    const uint64_t most = (1ull << 40) / 2;
+    return producer(c, p) && !pipelined(c, p) && p->head_dim * block == 4096 &&
+           p->k.seq_stride >= p->head_dim && p->v.seq_stride >= p->head_dim && p->k.seq_stride < most &&
+           p->v.seq_stride < most && clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_TMA, NULL) != 0;
 }
 
 /* The waiting loop's K/V tile pairs (WG_PIPE 0 without a producer): nv_wgmma.stages, 2 to 6 (the
@@ -187,15 +200,15 @@ static uint32_t first_block(const clflash_context *c, const clflash_problem *p, 
 }
 
 static void kernel_defines(const clflash_problem *p, int with_lse, int pipe, uint32_t block, uint32_t warpgroups,
-                           uint32_t stages, int prod, char *buf, size_t size)
+                           uint32_t stages, int prod, int with_tma, char *buf, size_t size)
 {
     char features[300];
     clflash_forward_defines(p, with_lse, 1, 1, features, sizeof features);
     snprintf(buf, size,
              "%s -D HEAD_DIM=%u -D D_REAL=%u -D NV_ALIGNED=1 -D BLOCK=%u -D WARPS=%u -D WARPGROUPS=%u -D STAGES=%u "
-             "-D WG_PIPE=%d -D WG_PRODUCER=%d -D BIAS_PAIRS=0",
+             "-D WG_PIPE=%d -D WG_PRODUCER=%d -D BIAS_PAIRS=0%s",
              features, p->head_dim, p->head_dim, block, 4 * (warpgroups + (prod ? 1 : 0)), warpgroups, stages, pipe,
-             prod);
+             prod, with_tma ? " -D WG_TMA=1" : "");
     if (prod) { /* the registers a work-item gets at launch (a multiple of 8), and what the consumers
                  * take once the producer has given back all but WG_PRODUCER_REGS: setmaxnreg.inc
                  * waits until the work-group's own registers (base a work-item at launch, not the
@@ -220,7 +233,7 @@ int clflash_nv_wgmma_first_defines(const clflash_context *c, const clflash_probl
     for (uint32_t block = first_block(c, p, 0); block >= 32; block -= 32)
         for (uint32_t stages = wanted_stages(c, p); stages >= 2; stages--)
             if (counted_local_bytes(p, block, wgs, stages, prod) <= c->local_mem_budget) {
-                kernel_defines(p, with_lse, pipe, block, wgs, stages, prod, buf, size);
+                kernel_defines(p, with_lse, pipe, block, wgs, stages, prod, tma(c, p, block), buf, size);
                 return 1;
             }
     return 0;
@@ -242,7 +255,8 @@ static clflash_status try_build(clflash_context *c, const clflash_problem *p, in
     char defines[640];
     cl_program prog;
     cl_int err;
-    kernel_defines(p, with_lse, pipe, block, wgs, stages, prod, defines, sizeof defines);
+    const int with_tma = tma(c, p, block);
+    kernel_defines(p, with_lse, pipe, block, wgs, stages, prod, with_tma, defines, sizeof defines);
     clflash_status st = clflash_get_program_sm90a(c, CLFLASH_SOURCE_NV_WGMMA_FORWARD, defines, &prog);
     if (st != CLFLASH_SUCCESS)
         return st;
@@ -267,11 +281,13 @@ static clflash_status try_build(clflash_context *c, const clflash_problem *p, in
     /* threads_per_row 2: a warpgroup's 128 work-items share its 64 rows */
     clflash_fill_plan(&out->plan, p, clflash_tile_bytes, budget, block, block_q, local_bytes, variant_name, 2, threads);
     out->kernel = kernel;
+    /* WG_TMA: two 128-byte tensor maps a work-group, built by the kernel in the context's scratch */
+    out->tma_map_groups = with_tma ? ((uint64_t)p->seq_q + block_q - 1) / block_q * p->heads_q * p->batch : 0;
     clflash_set_split(out, p, 1, 1);
     clflash_tune_report(&out->plan,
                         "nv_wgmma.pipeline=%d,nv_wgmma.block=%u,nv_wgmma.warpgroups=%u,nv_wgmma.stages=%u,"
-                        "nv_wgmma.producer=%d",
-                        pipe, block, wgs, stages, prod);
+                        "nv_wgmma.producer=%d,nv_wgmma.tma=%d",
+                        pipe, block, wgs, stages, prod, with_tma);
     *fits = 1;
     return CLFLASH_SUCCESS;
 }

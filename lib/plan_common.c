@@ -63,7 +63,8 @@ void clflash_set_split(clflash_flash_kernel *out, const clflash_problem *p, uint
     const uint32_t block = out->plan.block;
     out->plan.splits = splits;
     out->plan.packed_heads = pack;
-    out->plan.workspace_bytes = splits > 1 ? clflash_split_workspace_bytes(p, splits) : 0;
+    out->plan.workspace_bytes = (splits > 1 ? clflash_split_workspace_bytes(p, splits) : 0) +
+                                out->tma_map_groups * CLFLASH_TMA_MAP_SLOT_BYTES;
     if (splits > 1) {
         const uint64_t per = ((uint64_t)p->seq_k + splits - 1) / splits;
         out->split_keys = (uint32_t)((per + block - 1) / block * block);

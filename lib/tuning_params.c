@@ -83,6 +83,8 @@ static const tune_param params[CLFLASH_TUNE_COUNT] = {
     /* a producer warpgroup that streams the K/V tiles through mbarriers, so that the warpgroups do
      * not meet at a barrier every tile (1 at head_dim 128; the pipelined loop always has one) */
     [CLFLASH_TUNE_NV_WGMMA_PRODUCER] = {"nv_wgmma.producer", 0, 1, 0, clflash_nv_wgmma_default_producer},
+    /* the producer's tiles through the tensor memory accelerator (head_dim 128 with a producer) */
+    [CLFLASH_TUNE_NV_WGMMA_TMA] = {"nv_wgmma.tma", 0, 1, 1, NULL},
 };
 
 /* One rule: the conditions it applies under and the values it sets or clears. */

@@ -238,10 +238,10 @@ endforeach()
 # The Hopper forward (nv_wgmma_forward.cl) is built with the defines its planner
 # (lib/nv_wgmma_forward_plan.c) gives the first kernel it would build on an H200 (tests/tuning_table
 # --kernel nv_wgmma_forward), f16 and bf16, head_dim 64 and 128, causal and not, with and without
-# lse, with the score features it takes (windows, ALiBi, key lengths, softcap at 64), in the loop
-# that waits for every product (WG_PIPE 0, the default at head_dim 64), with a producer warpgroup
-# (WG_PRODUCER, the default at 128; --tune nv_wgmma.producer=0 and =1 give the other) and in its
-# pipelined loop (--tune nv_wgmma.pipeline=1), at head_dim 64 with B 32 as well
+# lse, with the score features it takes (windows, ALiBi, key lengths, softcap), with a producer
+# warpgroup (WG_PRODUCER, the default), its tiles through TMA (WG_TMA, the default) or cp.async
+# (--tune nv_wgmma.tma=0), in the loop that waits for every product without a producer
+# (--tune nv_wgmma.producer=0) and in the pipelined loop (--tune nv_wgmma.pipeline=1), at head_dim 64 with B 32 as well
 # (nv_wgmma.block=32); unlike the other tensor-core kernels its spills fail here too. So does any
 # ptxas warning: "Potential Performance Loss: wgmma.mma_async instructions are serialized" means
 # ptxas found a register of a group in flight touched, a group it could not follow, or too few
@@ -277,6 +277,13 @@ set(_sm90a_cases
   "nv-wgmma-forward-d64-bf16-features-pipe|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 64 --with-lse 1 --features softcap,alibi,keylens --tune nv_wgmma.pipeline=1"
   "nv-wgmma-forward-d128-waiting|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 128 --with-lse 1 --tune nv_wgmma.producer=0"
   "nv-wgmma-forward-d64-bf16-causal-producer|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 64 --causal 1 --tune nv_wgmma.producer=1"
+  "nv-wgmma-forward-d64-waiting|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 64 --with-lse 1 --tune nv_wgmma.producer=0"
+  "nv-wgmma-forward-d128-cp-async|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 128 --with-lse 1 --tune nv_wgmma.tma=0"
+  "nv-wgmma-forward-d64-bf16-cp-async|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 64 --causal 1 --tune nv_wgmma.tma=0"
+  # the producer's tiles through TMA (nv_wgmma.tma=1, the default)
+  "nv-wgmma-forward-d128-tma-lse|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 128 --with-lse 1 --tune nv_wgmma.tma=1"
+  "nv-wgmma-forward-d128-bf16-causal-tma|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 128 --causal 1 --tune nv_wgmma.tma=1"
+  "nv-wgmma-forward-d128-softcap-tma|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 128 --features softcap --tune nv_wgmma.tma=1"
   # test_sm90a's TMA probe (a tensor map built by the kernel, a box loaded through it): a test file
   "nv-tma-probe|../tests/nv_tma_probe.cl|=-cl-std=CL1.2 -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D PAGED=0 -D CAUSAL=0 -D WINDOW=0 -D SOFTCAP=0 -D BIAS=0 -D ALIBI=0 -D KEYLEN=0 -D KEYLEN_DIAGONAL=0 -D VARLEN=0 -D WITH_LSE=0"
 )

@@ -30,7 +30,10 @@
  *                         17, 63, 65, 129, 1000, seq_q != seq_k both ways, causal (rows that see no
  *                         key included), GQA and MQA, interleaved layouts, rising maxima and a negative
  *                         scale, windows, softcap, ALiBi and key lengths, against the fp64
- *                         reference; each plan must name nv_wgmma_forward.
+ *                         reference; each plan must name nv_wgmma_forward. Its default loop is the
+ *                         producer's with TMA copies; CLFLASH_TUNE=nv_wgmma.tma=0 (cp.async) or
+ *                         nv_wgmma.producer=0 (the loop without a producer) runs the same table on
+ *                         the others.
  *                         The select part checks, everywhere, which calls it takes with
  *                         CLFLASH_WGMMA=1 and by default, and that with CLFLASH_WGMMA=0 it takes
  *                         none (test_sm90a: none after a fault of the path). The other parts run
@@ -223,8 +226,8 @@ END_TEST
 /* The Hopper forward: with CLFLASH_WGMMA=1, an sm_90 device plans nv_wgmma_forward for the calls in
  * its scope (f16/bf16, head_dim 64 or 128, aligned rows, causal or not, GQA, windows, softcap,
  * ALiBi, key lengths; no bias) and nv_mma_forward for the others; without the variable (the default
- * mode) for those of them that it runs faster (head_dim 128, no window, enough query rows that
- * nv_mma_forward neither splits nor packs); with CLFLASH_WGMMA=0 (the part's ctx) for none. On any
+ * mode) for those of them that it runs faster (no window, enough query rows that nv_mma_forward
+ * neither splits nor packs); with CLFLASH_WGMMA=0 (the part's ctx) for none. On any
  * other device no setting changes a plan. (A fault of the sm_90a path: test_sm90a.) */
 START_TEST(wgmma_selection)
 {
@@ -239,7 +242,7 @@ START_TEST(wgmma_selection)
 #define CASE(w, desc, in, dflt) \
     (cases[n].what = (w), cases[n].d = (desc), cases[n].in_scope = (in), cases[n].by_default = (dflt), n++)
     CASE("f16 d128", th_desc(2, 4, 0, 1000, 1000, 128, CLFLASH_F16, 0), 1, 0); /* split by nv_mma_forward */
-    CASE("bf16 d64 causal GQA", th_desc(1, 8, 2, 129, 300, 64, CLFLASH_BF16, CLFLASH_CAUSAL), 1, 0);
+    CASE("bf16 d64 causal GQA", th_desc(1, 8, 2, 129, 300, 64, CLFLASH_BF16, CLFLASH_CAUSAL), 1, 1); /* no split */
     CASE("f16 d64, one query", th_desc(1, 1, 0, 1, 1, 64, CLFLASH_F16, 0), 1, 0);
     CASE("f16 d96", th_desc(1, 1, 0, 200, 200, 96, CLFLASH_F16, 0), 0, 0);
     CASE("bf16 d256", th_desc(1, 1, 0, 200, 200, 256, CLFLASH_BF16, 0), 0, 0);
@@ -249,7 +252,7 @@ START_TEST(wgmma_selection)
     CASE("window", w, 1, 0);
     clflash_attention_desc sc = th_desc(1, 1, 0, 200, 200, 64, CLFLASH_F16, 0);
     sc.softcap = 30.0f;
-    CASE("softcap d64", sc, 1, 0);
+    CASE("softcap d64", sc, 1, 1);
     clflash_attention_desc sc128 = th_desc(1, 1, 0, 200, 200, 128, CLFLASH_F16, 0);
     sc128.softcap = 30.0f;
     CASE("softcap d128", sc128, 1, 1);
@@ -271,7 +274,7 @@ START_TEST(wgmma_selection)
     clflash_attention_desc pw = th_desc(1, 64, 0, 2000, 2000, 128, CLFLASH_F16, CLFLASH_CAUSAL | CLFLASH_WINDOW);
     pw.window_left = 500;
     CASE("prefill d128 causal window", pw, 1, 0);
-    CASE("prefill d64", th_desc(1, 64, 0, 2000, 2000, 64, CLFLASH_F16, 0), 1, 0);
+    CASE("prefill d64", th_desc(1, 64, 0, 2000, 2000, 64, CLFLASH_F16, 0), 1, 1);
     CASE("decode d128 GQA", th_desc(1, 32, 8, 1, 32768, 128, CLFLASH_F16, 0), 1, 0);
     CASE("d128, 100 rows a head", th_desc(64, 16, 0, 100, 4000, 128, CLFLASH_F16, 0), 1, 0);
 #undef CASE

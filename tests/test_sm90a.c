@@ -408,7 +408,8 @@ START_TEST(wgmma_modes)
     clflash_problem w = stand_in_problem(4, 16, 16, 4096, 4096, 128, CLFLASH_F16, CLFLASH_CAUSAL | CLFLASH_WINDOW);
     w.window_left = 1024;
     CASE("prefill d128 causal window", w, 1, 0);
-    CASE("prefill d64", stand_in_problem(4, 16, 16, 4096, 4096, 64, CLFLASH_F16, 0), 1, 0);
+    CASE("prefill d64", stand_in_problem(4, 16, 16, 4096, 4096, 64, CLFLASH_F16, 0), 1, 1);
+    CASE("d64, 200 keys: no split", stand_in_problem(1, 2, 2, 200, 200, 64, CLFLASH_F16, 0), 1, 1);
     CASE("decode d128 GQA", stand_in_problem(1, 32, 8, 1, 32768, 128, CLFLASH_F16, 0), 1, 0);
     CASE("d128, 100 rows a head", stand_in_problem(64, 16, 16, 100, 4000, 128, CLFLASH_F16, 0), 1, 0);
     CASE("d128, too few heads not to split", stand_in_problem(2, 4, 4, 1000, 1000, 128, CLFLASH_F16, 0), 1, 0);

@@ -193,15 +193,18 @@ static void preference_candidates(spec_list *l, size_t max_wg, const char *prefi
 /* The tensor-core forward: a cap on B, warps, 16-row slices per warp, K/V stages. With split parts
  * (decoding) the work-groups are small and the merge matters: one or two warps, deeper pipelines,
  * the merge kernel or the fused merge with its load shapes. */
-/* The Hopper forward's loops: with and without a producer warpgroup, pipelined or not, one to three
- * consumer warpgroups (the planner clamps what a loop cannot take). */
+/* The Hopper forward's loops: with and without a producer warpgroup (its tiles by TMA or by
+ * cp.async), pipelined or not, one to three consumer warpgroups (the planner clamps what a loop
+ * cannot take). */
 static void nv_wgmma_candidates(spec_list *l)
 {
     for (unsigned pipe = 0; pipe <= 1; pipe++)
         for (unsigned prod = 0; prod <= 1; prod++)
-            for (unsigned wgs = 1; wgs <= 3; wgs++)
-                add_spec(l, xprintf("nv_wgmma.pipeline=%u,nv_wgmma.producer=%u,nv_wgmma.warpgroups=%u", pipe, prod,
-                                    wgs));
+            for (unsigned tma = 0; tma <= prod; tma++)
+                for (unsigned wgs = 1; wgs <= 3; wgs++)
+                    add_spec(l, xprintf("nv_wgmma.pipeline=%u,nv_wgmma.producer=%u,nv_wgmma.tma=%u,"
+                                        "nv_wgmma.warpgroups=%u",
+                                        pipe, prod, tma, wgs));
 }
 
 static void nv_forward_candidates(spec_list *l, int split)
@@ -426,7 +429,8 @@ static const char *param_keys(const char *kernel)
         return "portable.cpu_path=,portable_backward.max_block=,portable_backward.threads_per_row=,"
                "portable_backward.max_work_group=";
     if (strcmp(kernel, "nv_wgmma_forward") == 0)
-        return "nv_wgmma.pipeline=,nv_wgmma.producer=,nv_wgmma.warpgroups=,nv_wgmma.block=,nv_wgmma.stages=";
+        return "nv_wgmma.pipeline=,nv_wgmma.producer=,nv_wgmma.tma=,nv_wgmma.warpgroups=,nv_wgmma.block=,"
+               "nv_wgmma.stages=";
     if (strcmp(kernel, "nv_mma_forward") == 0)
         return "nv_forward.block=,nv_forward.warps=,nv_forward.mtiles=,nv_forward.stages=,nv_forward.fused_merge=,"
                "nv_forward.merge_group=,nv_forward.merge_parts=,nv_forward.merge_lse_batch=,nv_forward.merge_prefetch=";
