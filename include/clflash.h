@@ -323,15 +323,19 @@ CLFLASH_API const char *clflash_context_build_log(const clflash_context *c);
  *                              waits for every product (0, the default)
  *      nv_wgmma.block          32..64, a cap on its B (32 or 64; a value between gives 32)
  *      nv_wgmma.warpgroups     1..4: its warpgroups of 128 work-items (64 query rows each) per
- *                              work-group that compute; by default 4 at head_dim 64, 3 at 128
- *                              (and with nv_wgmma.producer), 2 with nv_wgmma.pipeline=1, fewer
- *                              where seq_q has fewer 64-row slices
+ *                              work-group that compute; by default 3 beside the producer, 4 at
+ *                              head_dim 64 without one, 2 with nv_wgmma.pipeline=1, fewer where
+ *                              seq_q has fewer 64-row slices
  *      nv_wgmma.stages         2..6: K/V tile pairs in flight in its waiting loop without a
  *                              producer (default 2; a count whose tiles do not fit the local
  *                              memory steps down)
  *      nv_wgmma.producer       0 or 1: its waiting loop with one more warpgroup that streams K
  *                              and V into rings of their own (3 and 2 tiles) and hands them over
- *                              through mbarriers (default 1 at head_dim 128, 0 at 64)
+ *                              through mbarriers (default 1)
+ *      nv_wgmma.tma            0 or 1: the producer's tiles copied by the tensor memory
+ *                              accelerator, whole 128-byte-swizzled boxes through tensor maps the
+ *                              kernel builds (1, the default, where B is 32 at head_dim 128 or 64
+ *                              at 64), or by cp.async, 16 bytes a work-item (0)
  * For each call the rules whose conditions hold apply in order, a later value winning. The order:
  * clflash's built-in rules (register tiles for the AMD and Intel GPU families whose compilers
  * spill the planner's defaults: docs/tuning.md lists them), the file named by the environment
@@ -607,7 +611,8 @@ typedef struct {
     uint64_t workspace_bytes;    /* device scratch the call takes from the context's pool: the
                                     splits' partial O (fp32) and lse; 0 without splits (the
                                     tensor-core kernel adds 4 bytes per query block, its merge
-                                    counters) */
+                                    counters); nv_wgmma_forward with nv_wgmma.tma: 256 bytes per
+                                    work-group, its K and V tensor maps */
     char tuning[384];            /* the tuning parameters the chosen kernel ran with, as
                                     "key=value,..." (see clflash_context_set_tuning), whether
                                     set or the planner's; "" for a kernel without any */
@@ -689,9 +694,10 @@ typedef struct {
  * The nv_forward.* tuning parameters (clflash_context_set_tuning) override these choices.
  *
  * "nv_wgmma_forward" (cl/nv_wgmma_forward.cl), a forward on Hopper's warpgroup instructions
- * (wgmma) built through a PTX program binary retargeted to sm_90a. It computes right on an H200 and
- * an H100, and on the H100 runs head_dim 128 above FlashAttention-2's rate and at 1.15-1.25x
- * nv_mma_forward's (n = 4096; docs/performance/h200.md). It may run where the device is an NVIDIA
+ * (wgmma) built through a PTX program binary retargeted to sm_90a, its K and V tiles copied by
+ * Hopper's tensor memory accelerator. It computes right on an H200 and an H100, and on the H100
+ * runs head_dim 128 at 1.36x FlashAttention-2's rate and 1.5x nv_mma_forward's, head_dim 64 at
+ * 1.25x nv_mma_forward's (n = 4096; docs/performance/h200.md). It may run where the device is an NVIDIA
  * GPU of compute capability 9.0 whose driver passed the library's sm_90a probe (a small wgmma
  * product checked exactly, once per context, the first time a call could use it) and the call is
  * one nv_mma_forward would take with: dtype F16 or BF16, head_dim 64 or 128, every row of Q, K, V
@@ -699,8 +705,8 @@ typedef struct {
  * forced split (causal masks, sliding windows, softcap, ALiBi, key lengths, the diagonal's offset
  * and alignment it takes). Where, among those calls, is what the environment variable CLFLASH_WGMMA
  * says when the context is created:
- *   unset or empty  (the default) where it was measured faster than nv_mma_forward: head_dim 128,
- *                   no sliding window (its 192-row blocks compute more masked pairs than
+ *   unset or empty  (the default) where it was measured faster than nv_mma_forward: no sliding
+ *                   window (its 192-row blocks compute more masked pairs than
  *                   nv_mma_forward's), at least 128 query rows a head, and enough rows in all
  *                   that nv_mma_forward would neither split the keys nor pack GQA heads (so
  *                   decoding and short prompts on few heads stay on nv_mma_forward, which spreads
