@@ -381,9 +381,9 @@ static clflash_problem stand_in_problem(uint32_t batch, uint32_t heads_q, uint32
 }
 
 /* The rule of each mode (clflash_nv_wgmma_refusal; the probe is not asked): CLFLASH_WGMMA=0 takes
- * nothing, =1 everything in the kernel's scope, the default only prefill at head_dim 128 without a
- * window with enough rows that nv_mma_forward neither splits nor packs; compute capability 8.0
- * none. The variable's reading, too. */
+ * nothing, =1 everything in the kernel's scope, the default only prefill without a window with
+ * enough rows that nv_mma_forward neither splits nor packs; compute capability 8.0 none. The
+ * variable's reading, too. */
 START_TEST(wgmma_modes)
 {
     static char stand_in; /* a "buffer": the rule reads only whether one is given */
@@ -450,6 +450,67 @@ START_TEST(wgmma_modes)
         ck_assert_int_eq(clflash_env_wgmma(), readings[i].mode);
     }
     unsetenv("CLFLASH_WGMMA");
+}
+END_TEST
+
+/* Sets tuning key k of p to v, as a setting would. */
+static void tune_set(clflash_problem *p, clflash_tune_key k, int32_t v)
+{
+    p->tune.set |= 1u << k;
+    p->tune.value[k] = v;
+}
+
+/* Where the planner gives the wgmma kernel its TMA copies (WG_TMA, the defines of the first kernel
+ * it would build on the stand-in H200): by default at head_dim 128 (B 32) and 64 (B 64), in the
+ * producer loop; not with nv_wgmma.tma=0, without a producer, in the pipelined loop, at head_dim 64
+ * with B 32, or where K's or V's rows cannot be a tensor map's (closer than a row, or 2^39
+ * elements apart). */
+START_TEST(wgmma_tma_defines)
+{
+    const clflash_context c = stand_in_context(90, CLFLASH_WGMMA_ALL);
+    struct {
+        const char *what;
+        clflash_problem p;
+        int tma;
+    } cases[12];
+    int n = 0;
+#define CASE(w, prob, t) (cases[n].what = (w), cases[n].p = (prob), cases[n].tma = (t), n++)
+    const clflash_problem d128 = stand_in_problem(4, 16, 16, 4096, 4096, 128, CLFLASH_F16, 0);
+    const clflash_problem d64 = stand_in_problem(1, 8, 2, 129, 300, 64, CLFLASH_BF16, CLFLASH_CAUSAL);
+    CASE("d128", d128, 1);
+    CASE("d64 bf16 causal GQA", d64, 1);
+    clflash_problem p = d128;
+    tune_set(&p, CLFLASH_TUNE_NV_WGMMA_TMA, 0);
+    CASE("d128, nv_wgmma.tma=0", p, 0);
+    p = d64;
+    tune_set(&p, CLFLASH_TUNE_NV_WGMMA_PRODUCER, 0);
+    CASE("d64, nv_wgmma.producer=0", p, 0);
+    p = d128;
+    tune_set(&p, CLFLASH_TUNE_NV_WGMMA_PIPELINE, 1);
+    CASE("d128, nv_wgmma.pipeline=1", p, 0);
+    p = d64;
+    tune_set(&p, CLFLASH_TUNE_NV_WGMMA_BLOCK, 32);
+    CASE("d64, nv_wgmma.block=32", p, 0);
+    p = d128;
+    p.k.seq_stride = 0; /* every key the same row */
+    CASE("d128, K's rows overlapping", p, 0);
+    p = d128;
+    p.v.seq_stride = 64;
+    CASE("d128, V's rows half a row apart", p, 0);
+    p = d128;
+    p.v.seq_stride = (uint64_t)1 << 39;
+    CASE("d128, V's rows 2^40 bytes apart", p, 0);
+    p = d128;
+    p.k.seq_stride = 128 * 3;
+    p.v.seq_stride = 128 * 5;
+    CASE("d128, K and V rows far apart", p, 1);
+#undef CASE
+    for (int i = 0; i < n; i++) {
+        char defines[640];
+        ck_assert_msg(clflash_nv_wgmma_first_defines(&c, &cases[i].p, 1, defines, sizeof defines) == 1,
+                      "%s: no kernel fits", cases[i].what);
+        ck_assert_msg((strstr(defines, "-D WG_TMA=1") != NULL) == cases[i].tma, "%s: %s", cases[i].what, defines);
+    }
 }
 END_TEST
 
@@ -588,6 +649,7 @@ int main(void)
     tcase_add_test(text, rewrite_adds_minnctapersm);
     tcase_add_test(text, rewrite_refuses);
     tcase_add_test(text, wgmma_modes);
+    tcase_add_test(text, wgmma_tma_defines);
     suite_add_tcase(s, text);
     TCase *probe = tcase_create("probe");
     tcase_set_timeout(probe, 300);
