@@ -21,8 +21,8 @@
 #   decode    clflash-bench --decode on the decode rows, then tools/torch_decode_bench.py
 #   features  clflash-bench --features (forward and backward), then tools/torch_features_bench.py
 #   prefill   clflash-bench at n = 4096, batch 4, 16 heads, d = 128 and 64, f16, causal and not:
-#             the default plan, nv_mma_forward (CLFLASH_WGMMA=0), then the wgmma forward (both
-#             loops), then torch_sdpa_bench.py
+#             the default plan, nv_mma_forward (CLFLASH_WGMMA=0), then the wgmma forward (its
+#             default loop, with cp.async copies instead of TMA, pipelined), then torch_sdpa_bench.py
 #   all       every section above
 # Without PyTorch (or without --torch-sdpa for prefill) the anchors are skipped and the log says so.
 # A section that fails or runs out of time is reported and the next one runs; the exit status is
@@ -149,6 +149,7 @@ section_prefill() {
             step "$log" "$bench" "${args[@]}" || rc=1
             CLFLASH_WGMMA=0 step "$log" "$bench" "${args[@]}" || rc=1
             CLFLASH_WGMMA=1 step "$log" "$bench" "${args[@]}" || rc=1
+            CLFLASH_WGMMA=1 step "$log" "$bench" "${args[@]}" --tune nv_wgmma.tma=0 || rc=1
             CLFLASH_WGMMA=1 step "$log" "$bench" "${args[@]}" --tune nv_wgmma.pipeline=1 || rc=1
         done
     done
