@@ -786,16 +786,16 @@ static inline void wg_produce(wg_stream *ks, wg_stream *vs, __local ushort *k_ri
 #if WG_TMA
 /* ---- the producer through the tensor memory accelerator (WG_TMA) ------------------------------
  * Instead of 128 work-items issuing 16-byte cp.async copies, one work-item of the producer issues
- * each tile as two box copies (cp.async.bulk.tensor), which the TMA unit writes into the slot in the
+ * each tile as HEAD_DIM / 64 box copies (cp.async.bulk.tensor), which the TMA unit writes into the slot in the
  * 128-byte swizzle and counts on the slot's full mbarrier (expect_tx: the tile's bytes). The copies
  * need a tensor map per tensor, a 128-byte object in global memory that OpenCL cannot make on the
  * host: the producer's first warp builds K's and V's in local memory from zeros with
- * tensormap.replace (rank 2: 128 columns x the entry's key length, rows the tensor's row stride
+ * tensormap.replace (rank 2: HEAD_DIM columns x the entry's key length, rows the tensor's row stride
  * apart, boxes of 64 columns x BLOCK keys, 16-bit elements, rows past the key length zeros), copies
  * them to this work-group's 256 bytes of tma_maps (the host's scratch) and acquires them for the
  * tensormap proxy (tests/nv_tma_probe.cl proved each step on an H100). */
 
-/* Lane 0: the map of the 2-D tensor at base (128 columns, rows keys, row_bytes apart) in m. */
+/* Lane 0: the map of the 2-D tensor at base (HEAD_DIM columns, `rows` keys, row_bytes apart) in m. */
 static inline void wg_tma_build_map(__local uint *m, __global const ushort *base, uint rows, ulong row_bytes)
 {
     /* rank 2 is written as 1 (the field counts from zero); elemtype 1 = .u16, interleave 0 = none,
@@ -814,8 +814,8 @@ static inline void wg_tma_build_map(__local uint *m, __global const ushort *base
                          "// sm90a: tensormap.replace.tile.swizzle_mode.shared::cta.b1024.b32 [%0], 3;\n"
                          "// sm90a: tensormap.replace.tile.fill_mode.shared::cta.b1024.b32 [%0], 0;\n"
                          :
-                         : "r"(shared_addr((__local const ushort *)m)), "l"((ulong)(size_t)base), "r"((uint)BLOCK), "r"((uint)HEAD_DIM),
-                           "r"(rows), "l"(row_bytes)
+                         : "r"(shared_addr((__local const ushort *)m)), "l"((ulong)(size_t)base), "r"((uint)BLOCK),
+                           "r"((uint)HEAD_DIM), "r"(rows), "l"(row_bytes)
                          : "memory");
 }
 
@@ -1290,7 +1290,8 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
 #if WG_TMA
         __asm__ __volatile__("// sm90a: setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(WG_PRODUCER_REGS) : "memory");
         if (warp == 4 * WARPGROUPS) {
-            const uint group = get_group_id(0) + get_num_groups(0) * (get_group_id(1) + get_num_groups(1) * get_group_id(2));
+            const uint group =
+                get_group_id(0) + get_num_groups(0) * (get_group_id(1) + get_num_groups(1) * get_group_id(2));
             wg_tma_produce(tma_maps + 32 * (ulong)group, map_words, k + k_base, v + v_base, key_len, 2 * k_ss,
                            2 * v_ss, key_begin, k_ring, v_ring, k_bars, v_bars, n_tiles);
         }
