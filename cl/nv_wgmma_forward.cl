@@ -751,38 +751,6 @@ static inline void wg_stream_tile(wg_stream *st, __local ushort *dst)
     st->keys_left -= BLOCK;
 }
 
-/* The producer warpgroup's loop (WG_PRODUCER): K(t) into K slot t % K_SLOTS, then V(t - 1) into V
- * slot (t - 1) % V_SLOTS, each once its slot's empty mbarrier says every consumer is done with the
- * tile before in it; cp.async.mbarrier.arrive.noinc arrives on the slot's full mbarrier when this
- * work-item's copies so far are complete, so the producer never waits for its own copies. It
- * keeps WG_PRODUCER_REGS registers (setmaxnreg.dec) and gives the rest to the consumers. */
-#if WG_PRODUCER
-static inline void wg_produce(wg_stream *ks, wg_stream *vs, __local ushort *k_ring, __local ushort *v_ring,
-                              __local ulong *k_bars, __local ulong *v_bars, uint n_tiles)
-{
-    __asm__ __volatile__("// sm90a: setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(WG_PRODUCER_REGS) : "memory");
-    for (uint t = 0; t <= n_tiles; t++) {
-        if (t < n_tiles) {
-            const uint slot = t % K_SLOTS;
-            if (t >= K_SLOTS)
-                mbar_wait(k_bars + 2 * slot + 1, (t / K_SLOTS - 1) % 2);
-            wg_stream_tile(ks, k_ring + slot * TILE_HALVES);
-            async_commit();
-            mbar_arrive_on_copies(k_bars + 2 * slot);
-        }
-        if (t >= 1) {
-            const uint u = t - 1, slot = u % V_SLOTS;
-            if (u >= V_SLOTS)
-                mbar_wait(v_bars + 2 * slot + 1, (u / V_SLOTS - 1) % 2);
-            wg_stream_tile(vs, v_ring + slot * TILE_HALVES);
-            async_commit();
-            mbar_arrive_on_copies(v_bars + 2 * slot);
-        }
-    }
-    async_wait_all(); /* no copy outlives its work-item */
-}
-#endif
-
 #if WG_TMA
 /* ---- the producer through the tensor memory accelerator (WG_TMA) ------------------------------
  * Instead of 128 work-items issuing 16-byte cp.async copies, one work-item of the producer issues
@@ -850,10 +818,62 @@ static inline void wg_tma_tile(__local ushort *dst, __global const ulong *map, i
                          : "memory");
 #endif
 }
+#endif
 
+#if WG_PRODUCER
+/* Where the producer's tiles come from: K's and V's streams (cp.async), or their tensor maps and the
+ * block's first key (WG_TMA). */
+typedef struct {
+#if WG_TMA
+    __global const ulong *maps; /* K's map, then V's, 16 words each */
+    uint key_begin;
+#else
+    wg_stream *k, *v;
+#endif
+} wg_tile_source;
+
+/* Copies tile `tile` of K (v 0) or V (v 1) into slot `slot` of ring; the slot's full mbarrier
+ * (bars[2 slot]) hears when it is in. cp.async: this work-item's pieces, then
+ * cp.async.mbarrier.arrive.noinc, which arrives once its copies so far are complete, so the
+ * producer never waits for its own copies; WG_TMA: the tile's boxes, counted on that mbarrier. */
+static inline void wg_copy_tile(wg_tile_source *src, uint v, uint tile, __local ushort *ring, __local ulong *bars,
+                                uint slot)
+{
+#if WG_TMA
+    wg_tma_tile(ring + slot * TILE_HALVES, src->maps + 16 * v, (int)(src->key_begin + tile * BLOCK), bars + 2 * slot);
+#else
+    (void)tile;
+    wg_stream_tile(v ? src->v : src->k, ring + slot * TILE_HALVES);
+    async_commit();
+    mbar_arrive_on_copies(bars + 2 * slot);
+#endif
+}
+
+/* The producer's schedule: K(t) into K slot t % K_SLOTS, then V(t - 1) into V slot (t - 1) %
+ * V_SLOTS, each once its slot's empty mbarrier says every consumer is done with the tile before in
+ * it. */
+static inline void wg_produce_tiles(wg_tile_source *src, __local ushort *k_ring, __local ushort *v_ring,
+                                    __local ulong *k_bars, __local ulong *v_bars, uint n_tiles)
+{
+    for (uint t = 0; t <= n_tiles; t++) {
+        if (t < n_tiles) {
+            const uint slot = t % K_SLOTS;
+            if (t >= K_SLOTS)
+                mbar_wait(k_bars + 2 * slot + 1, (t / K_SLOTS - 1) % 2);
+            wg_copy_tile(src, 0, t, k_ring, k_bars, slot);
+        }
+        if (t >= 1) {
+            const uint u = t - 1, slot = u % V_SLOTS;
+            if (u >= V_SLOTS)
+                mbar_wait(v_bars + 2 * slot + 1, (u / V_SLOTS - 1) % 2);
+            wg_copy_tile(src, 1, u, v_ring, v_bars, slot);
+        }
+    }
+}
+
+#if WG_TMA
 /* The producer's first warp: builds the maps into maps[0 .. 31] (K, then V) through m (64 words of
- * local memory), then its first work-item streams the tiles, K(t) and then V(t - 1) as wg_produce
- * does, each once its slot's empty mbarrier says the consumers are done with the tile before. */
+ * local memory), then its first work-item streams the tiles (wg_produce_tiles). */
 static inline void wg_tma_produce(__global ulong *maps, __local uint *m, __global const ushort *k_head,
                                   __global const ushort *v_head, uint keys, ulong k_row_bytes, ulong v_row_bytes,
                                   uint key_begin, __local ushort *k_ring, __local ushort *v_ring,
@@ -872,21 +892,21 @@ static inline void wg_tma_produce(__global ulong *maps, __local uint *m, __globa
     wg_tma_publish_map(maps + 16, m + 32);
     if (lane != 0)
         return;
-    for (uint t = 0; t <= n_tiles; t++) {
-        if (t < n_tiles) {
-            const uint slot = t % K_SLOTS;
-            if (t >= K_SLOTS)
-                mbar_wait(k_bars + 2 * slot + 1, (t / K_SLOTS - 1) % 2);
-            wg_tma_tile(k_ring + slot * TILE_HALVES, maps, (int)(key_begin + t * BLOCK), k_bars + 2 * slot);
-        }
-        if (t >= 1) {
-            const uint u = t - 1, slot = u % V_SLOTS;
-            if (u >= V_SLOTS)
-                mbar_wait(v_bars + 2 * slot + 1, (u / V_SLOTS - 1) % 2);
-            wg_tma_tile(v_ring + slot * TILE_HALVES, maps + 16, (int)(key_begin + u * BLOCK), v_bars + 2 * slot);
-        }
-    }
+    wg_tile_source src = {maps, key_begin};
+    wg_produce_tiles(&src, k_ring, v_ring, k_bars, v_bars, n_tiles);
 }
+#else
+/* The producer warpgroup's loop: it keeps WG_PRODUCER_REGS registers (setmaxnreg.dec), gives the
+ * rest to the consumers, and its 128 work-items stream the tiles with cp.async. */
+static inline void wg_produce(wg_stream *ks, wg_stream *vs, __local ushort *k_ring, __local ushort *v_ring,
+                              __local ulong *k_bars, __local ulong *v_bars, uint n_tiles)
+{
+    __asm__ __volatile__("// sm90a: setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(WG_PRODUCER_REGS) : "memory");
+    wg_tile_source src = {ks, vs};
+    wg_produce_tiles(&src, k_ring, v_ring, k_bars, v_bars, n_tiles);
+    async_wait_all(); /* no copy outlives its work-item */
+}
+#endif
 #endif
 
 /* ---- the online softmax of one tile -----------------------------------------------------------
