@@ -193,14 +193,14 @@ static void preference_candidates(spec_list *l, size_t max_wg, const char *prefi
 /* The tensor-core forward: a cap on B, warps, 16-row slices per warp, K/V stages. With split parts
  * (decoding) the work-groups are small and the merge matters: one or two warps, deeper pipelines,
  * the merge kernel or the fused merge with its load shapes. */
-/* The Hopper forward's loops: with and without a producer warpgroup (its tiles by TMA or by
- * cp.async), pipelined or not, one to three consumer warpgroups (the planner clamps what a loop
- * cannot take). */
+/* The Hopper forward's loops: with and without a producer warpgroup (the waiting loop's tiles by
+ * TMA or by cp.async; the pipelined loop has no TMA), pipelined or not, one to three consumer
+ * warpgroups (the planner clamps what a loop cannot take). */
 static void nv_wgmma_candidates(spec_list *l)
 {
     for (unsigned pipe = 0; pipe <= 1; pipe++)
         for (unsigned prod = 0; prod <= 1; prod++)
-            for (unsigned tma = 0; tma <= prod; tma++)
+            for (unsigned tma = 0; tma <= (prod && !pipe); tma++)
                 for (unsigned wgs = 1; wgs <= 3; wgs++)
                     add_spec(l, xprintf("nv_wgmma.pipeline=%u,nv_wgmma.producer=%u,nv_wgmma.tma=%u,"
                                         "nv_wgmma.warpgroups=%u",
