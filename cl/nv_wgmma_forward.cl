@@ -5,11 +5,12 @@
  * matched the fp64 reference on an H100 (2026-12-06, `test_nv_mma wgmma`: 68 of 68 each, the score
  * features included; the default loops 74 of 74 once the table had its window rows, and with one
  * O group, lazy rescaling and 160 registers a consumer; 80 of 80 with softcap at head_dim 128; 80
- * of 80 with the producer's tiles through TMA, WG_TMA, at head_dim 128 and 64).
- * The producer loop with TMA, the default, runs at 1.25-1.27x nv_mma_forward's speed at head_dim
- * 64 and 1.5x at 128 (1.36x FlashAttention-2 there, level with flex_attention); with cp.async
- * copies it ran 1.2x at 128, the waiting loop 1.01-1.03x at 64; the pipelined loop is slower
- * than both (docs/performance/h200.md). The planner
+ * of 80 with the producer's tiles through TMA, WG_TMA, at head_dim 128 and 64; 80 of 80 with the
+ * consumers' turns, with TMA and with cp.async).
+ * The producer loop with TMA and turns, the default, runs at 1.4x nv_mma_forward's speed at
+ * head_dim 64 and 1.55x at 128 (1.36-1.39x FlashAttention-2 at both, ahead of flex_attention);
+ * with cp.async copies it ran 1.2x at 128, the waiting loop 1.01-1.03x at 64; the pipelined loop
+ * is slower than all of them (docs/performance/h200.md). The planner
  * (lib/nv_wgmma_forward_plan.c) chooses it only where clflash_sm90a_available says yes, the call is
  * in scope (below) and the mode CLFLASH_WGMMA sets takes it (by default calls without a window and
  * with enough rows: nv_wgmma_forward_plan.c's auto_refusal). Everything else, and
@@ -52,7 +53,9 @@
  * copies and barriers: one more warpgroup, the producer, streams K and V into rings of their own (3
  * K slots, 2 V slots) and hands each slot over through mbarriers (a full and an empty one a slot),
  * so that the consumer warpgroups never meet at a barrier of the work-group, each goes on to the
- * next tile as soon as it is in, and K streams up to two tiles ahead of the products. The
+ * next tile as soon as it is in, and K streams up to two tiles ahead of the products. Its
+ * consumers issue O += P V of one tile and S of the next as one pair and take turns at it
+ * (wg_consume_in_turns), so that one warpgroup's products run during the others' softmaxes. The
  * producer keeps WG_PRODUCER_REGS registers (setmaxnreg.dec) and gives the rest to the consumers
  * (setmaxnreg.inc to WG_CONSUMER_REGS, which the host computes from the registers the work-group
  * gets at launch: asking for more than those never returns). With WG_TMA (nv_wgmma.tma, 1 by default
@@ -572,22 +575,38 @@ static inline void wg_values(float o[O_ACC], const uint p[4 * P_STEPS], __local 
     WG_VALUES_ASM(o, p, desc, WG_END_WAIT);
 }
 
-#if WG_PIPE
-/* The same two products left in flight (WG_PIPE 1): each is one committed wgmma group that a later
+#if WG_PRODUCER
+/* The same two products left in flight (the producer loops): each is one committed wgmma group that a later
  * wg_wait completes. Until then neither its accumulators (s, o) nor its A words (q, p) may be read
  * or written by anything; the wg_keep_* after that wait hand them back to the compiler. */
 static inline void wg_scores_issue(float s[S_ACC], const uint q[4 * K_STEPS], __local const ushort *tile)
 {
+#if WG_TMA && K_STEPS == 8
+    const ulong desc = wg_desc_sw128(tile, 16, 1024);
+    __asm__ __volatile__(WG_S_TMA_TEXT(WG_END_ASYNC)
+                         : WG_S_OUT(s) : WG_Q_IN(q), "l"(desc), "n"(2), "n"(WG_BOX_BYTES / 16)
+                         : "memory");
+#elif WG_TMA
+    const ulong desc = wg_desc_sw128(tile, 16, 1024);
+    __asm__ __volatile__(WG_S_TEXT(WG_END_ASYNC)
+                         : WG_S_OUT(s) : WG_Q_IN(q), "l"(desc), "n"(2), "n"(4 * 1024 / 16)
+                         : "memory");
+#else
     const ulong desc = wg_desc(tile, WG_K_LBO, WG_K_SBO);
     __asm__ __volatile__(WG_S_TEXT(WG_END_ASYNC)
                          : WG_S_OUT(s) : WG_Q_IN(q), "l"(desc), "n"(2 * BLOCK), "n"(4 * WG_K_SBO / 16)
                          : "memory");
+#endif
 }
 
 /* O += P V, every column of O in one group (both slabs at head_dim 128). */
 static inline void wg_values_issue(float o[O_ACC], const uint p[4 * P_STEPS], __local const ushort *tile)
 {
+#if WG_TMA
+    const ulong desc = wg_desc_sw128(tile, WG_BOX_BYTES, 1024);
+#else
     const ulong desc = wg_desc(tile, WG_V_LBO, WG_V_SBO);
+#endif
     WG_VALUES_ASM(o, p, desc, WG_END_ASYNC);
 }
 
@@ -1134,6 +1153,75 @@ static inline void wg_rescale(float o[O_ACC], const wg_rows *rw)
     }
 }
 
+#if WG_PRODUCER && !WG_PIPE
+/* The producer loop's consumer warpgroup wg (WG_PRODUCER, WG_PIPE 0): S(0) and its softmax, then for
+ * each next tile j one wgmma group pair, O += P(j - 1) V(j - 1) and S(j), issued together and waited
+ * for once, then softmax(j); O += P V of the last tile at the end. The consumers issue their pairs
+ * in turns (FlashAttention-3's ping-pong, over WARPGROUPS consumers): warpgroup wg waits on named
+ * barrier 2 + wg before it issues and arrives on the next one's, 2 + (wg + 1) % WARPGROUPS, after,
+ * so that the tensor cores take the warpgroups' products one pair after another while the others
+ * run their softmaxes. The last warpgroup arrives once before the loop (the first turn is
+ * warpgroup 0's), and warpgroup 0 takes the last warpgroup's last arrival after it, so each
+ * barrier ends as it began; every consumer has the same tile count, so the turns match. One
+ * warpgroup alone takes no turns. On an H100 (n = 4096, f16) the turns ran 1.03-1.04x faster than
+ * the loop that waited for S and O += P V apart, 1.07x with the causal mask and 1.13x at head_dim 64
+ * (docs/performance/h200.md). K(j) is in K slot j % K_SLOTS, V(j) in V slot j % V_SLOTS; each slot is
+ * freed on its empty mbarrier once the group that read it is complete. */
+static inline __attribute__((always_inline)) void
+wg_consume_in_turns(float acc[O_ACC], const uint qa[4 * K_STEPS], wg_rows *rw, const wg_rules *ru, uint t, uint wg,
+                    __local const ushort *k_ring, __local const ushort *v_ring, __local ulong *k_bars,
+                    __local ulong *v_bars, uint key_begin, uint n_tiles)
+{
+    const int turns = WARPGROUPS > 1 && n_tiles > 1;
+    float s[S_ACC];
+    uint pa[4 * P_STEPS];
+    if (turns && wg == WARPGROUPS - 1)
+        __asm__ __volatile__("bar.arrive 2, %0;\n" ::"n"(256) : "memory");
+    if (n_tiles > 0) {
+        mbar_wait(k_bars, 0);
+#if !WG_TMA
+        fence_proxy_async(); /* the TMA unit writes through the async proxy itself */
+#endif
+        wg_scores(s, qa, k_ring);
+        mbar_arrive(k_bars + 1);
+        wg_softmax(s, pa, rw, key_begin, ru, t);
+        wg_rescale(acc, rw);
+    }
+    for (uint j = 1; j < n_tiles; j++) {
+        const uint kslot = j % K_SLOTS, vslot = (j - 1) % V_SLOTS;
+        mbar_wait(k_bars + 2 * kslot, (j / K_SLOTS) % 2);
+        mbar_wait(v_bars + 2 * vslot, ((j - 1) / V_SLOTS) % 2);
+#if !WG_TMA
+        fence_proxy_async();
+#endif
+        if (turns)
+            __asm__ __volatile__("bar.sync %0, %1;\n" ::"r"(2 + wg), "n"(256) : "memory");
+        wg_values_issue(acc, pa, v_ring + vslot * TILE_HALVES);
+        wg_scores_issue(s, qa, k_ring + kslot * TILE_HALVES);
+        if (turns)
+            __asm__ __volatile__("bar.arrive %0, %1;\n" ::"r"(2 + (wg + 1) % WARPGROUPS), "n"(256) : "memory");
+        wg_wait(0);
+        wg_keep_s(s);
+        wg_keep_o(acc, pa);
+        mbar_arrive(v_bars + 2 * vslot + 1);
+        mbar_arrive(k_bars + 2 * kslot + 1);
+        wg_softmax(s, pa, rw, key_begin + j * BLOCK, ru, t);
+        wg_rescale(acc, rw);
+    }
+    if (n_tiles > 0) {
+        const uint vslot = (n_tiles - 1) % V_SLOTS;
+        mbar_wait(v_bars + 2 * vslot, ((n_tiles - 1) / V_SLOTS) % 2);
+#if !WG_TMA
+        fence_proxy_async();
+#endif
+        wg_values(acc, pa, v_ring + vslot * TILE_HALVES);
+        mbar_arrive(v_bars + 2 * vslot + 1);
+    }
+    if (turns && wg == 0)
+        __asm__ __volatile__("bar.sync 2, %0;\n" ::"n"(256) : "memory");
+}
+#endif
+
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1)))
 void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __global const ushort *v,
                       __global ushort *o, __global float *lse, uint seq_q, uint seq_k, uint heads_q, uint group,
@@ -1404,25 +1492,7 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
         wg_keep_o(acc, pa);
     }
 #elif WG_PRODUCER
-    for (uint j = 0; j < n_tiles; j++) {
-        const uint kslot = j % K_SLOTS, vslot = j % V_SLOTS;
-        float s[S_ACC];
-        uint pa[4 * P_STEPS];
-        mbar_wait(k_bars + 2 * kslot, (j / K_SLOTS) % 2);
-#if !WG_TMA
-        fence_proxy_async(); /* the TMA unit writes through the async proxy itself */
-#endif
-        wg_scores(s, qa, k_ring + kslot * TILE_HALVES);
-        mbar_arrive(k_bars + 2 * kslot + 1);
-        wg_softmax(s, pa, &rw, key_begin + j * BLOCK, &ru, t);
-        wg_rescale(acc, &rw);
-        mbar_wait(v_bars + 2 * vslot, (j / V_SLOTS) % 2);
-#if !WG_TMA
-        fence_proxy_async();
-#endif
-        wg_values(acc, pa, v_ring + vslot * TILE_HALVES);
-        mbar_arrive(v_bars + 2 * vslot + 1);
-    }
+    wg_consume_in_turns(acc, qa, &rw, &ru, t, warp / 4, k_ring, v_ring, k_bars, v_bars, key_begin, n_tiles);
 #else
     /* tiles 0 .. STAGES - 2 first, one commit group each (empty past the last tile); stage u holds
      * a K tile at halves u * STAGE_HALVES and its V tile TILE_HALVES on */

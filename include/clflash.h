@@ -331,7 +331,10 @@ CLFLASH_API const char *clflash_context_build_log(const clflash_context *c);
  *                              memory steps down)
  *      nv_wgmma.producer       0 or 1: its waiting loop with one more warpgroup that streams K
  *                              and V into rings of their own (3 and 2 tiles) and hands them over
- *                              through mbarriers (default 1)
+ *                              through mbarriers, the consumer warpgroups issuing their products
+ *                              in turns (default 1; nv_wgmma.warpgroups=4 takes the loop without
+ *                              it: four consumers beside it would hold 112 registers each, too few
+ *                              to keep two product groups in flight)
  *      nv_wgmma.tma            0 or 1: the producer's tiles copied by the tensor memory
  *                              accelerator, whole 128-byte-swizzled boxes through tensor maps the
  *                              kernel builds (1, the default, where B is 32 at head_dim 128 or 64

@@ -130,10 +130,15 @@ int32_t clflash_nv_wgmma_default_producer(const clflash_context *c, const clflas
 }
 
 /* 1 where a producer warpgroup streams the tiles (WG_PRODUCER): nv_wgmma.producer, or the pipelined
- * loop, which it always feeds. */
+ * loop, which it always feeds. Not beside four consumer warpgroups (nv_wgmma.warpgroups=4) of the
+ * waiting loop: they would get 112 registers a work-item, and ptxas (CUDA 13.0) serialises the
+ * products of its consumers' turns there (C7512). */
 static int producer(const clflash_context *c, const clflash_problem *p)
 {
-    return pipelined(c, p) || clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_PRODUCER, NULL) != 0;
+    if (pipelined(c, p))
+        return 1;
+    return clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_PRODUCER, NULL) != 0 &&
+           clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_WARPGROUPS, NULL) != 4;
 }
 
 /* Warpgroups per work-group: nv_wgmma.warpgroups where set, else as many as the register file
