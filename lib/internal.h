@@ -668,6 +668,9 @@ CLFLASH_INTERNAL clflash_status clflash_plan_nv_mma(clflash_context *c, const cl
  * nv_mma_forward by the default mode), or NULL. Does not run the sm_90a probe: the caller asks
  * clflash_sm90a_available after. */
 CLFLASH_INTERNAL const char *clflash_nv_wgmma_refusal(const clflash_context *c, const clflash_problem *p);
+/* 1 if p has a sliding window at least as wide as the default mode takes to nv_wgmma_forward, else
+ * 0: the one fact about a window's width a plan depends on (plan_cache.c keys on it). */
+CLFLASH_INTERNAL int clflash_nv_wgmma_wide_window(const clflash_problem *p);
 /* Plans and builds it through the sm_90a path (call only when the refusal is NULL and
  * clflash_sm90a_available says yes). Same contract as clflash_plan_nv_mma; any error means: plan
  * nv_mma_forward instead. */

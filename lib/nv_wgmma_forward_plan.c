@@ -81,15 +81,26 @@ static const char *shape_refusal(const clflash_problem *p)
  * kinds of call where nv_mma_forward was measured as fast or faster (H100, 2026-12-06, n = 4096,
  * docs/performance/h200.md), or NULL. (Head_dim 64 runs here since its producer loop streams the
  * tiles through TMA: 358.5 TFLOP/s against nv_mma_forward's 291.5, causal 315.3 against 263.8.)
- * - A sliding window: this kernel's 192-row blocks compute 1.19 pairs per visible pair of a causal
- *   window of 1024, nv_mma_forward's 64-row blocks 1.06 (0.505 against 0.469 ms).
+ * - A sliding window narrower than WGMMA_AUTO_MIN_WINDOW keys (left + right; left alone with the
+ *   causal mask): this kernel's 192-row blocks compute more pairs per visible pair than
+ *   nv_mma_forward's 64-row ones (1.19 against 1.06 for a causal window of 1024), the more the
+ *   narrower the window. At 1024 the faster products win: 0.375 against 0.472 ms (n = 4096, batch
+ *   4, 16 heads, head_dim 128); narrower windows were not measured and stay on nv_mma_forward.
  * - Fewer than 128 query rows a head, or a call nv_mma_forward splits or packs (clflash_nv_mma_
  *   splits_or_packs): decoding and short prompts, where reading K and V bounds the time and
  *   nv_mma_forward spreads the keys over the device; this kernel never splits them. */
+#define WGMMA_AUTO_MIN_WINDOW 1024u
+
+int clflash_nv_wgmma_wide_window(const clflash_problem *p)
+{
+    const uint64_t width = (uint64_t)p->window_left + ((p->flags & CLFLASH_CAUSAL) ? 0u : p->window_right);
+    return (p->flags & CLFLASH_WINDOW) && width >= WGMMA_AUTO_MIN_WINDOW;
+}
+
 static const char *auto_refusal(const clflash_context *c, const clflash_problem *p)
 {
-    if (p->flags & CLFLASH_WINDOW)
-        return "a sliding window (faster on nv_mma_forward, whose blocks are smaller)";
+    if ((p->flags & CLFLASH_WINDOW) && !clflash_nv_wgmma_wide_window(p))
+        return "a sliding window narrower than 1024 keys (faster on nv_mma_forward, whose blocks are smaller)";
     if (p->seq_q < WGMMA_AUTO_MIN_ROWS || clflash_nv_mma_splits_or_packs(c, p))
         return "too few query rows to fill the device without split-KV (faster on nv_mma_forward)";
     return NULL;

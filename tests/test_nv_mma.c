@@ -226,8 +226,8 @@ END_TEST
 /* The Hopper forward: with CLFLASH_WGMMA=1, an sm_90 device plans nv_wgmma_forward for the calls in
  * its scope (f16/bf16, head_dim 64 or 128, aligned rows, causal or not, GQA, windows, softcap,
  * ALiBi, key lengths; no bias) and nv_mma_forward for the others; without the variable (the default
- * mode) for those of them that it runs faster (no window, enough query rows that nv_mma_forward
- * neither splits nor packs); with CLFLASH_WGMMA=0 (the part's ctx) for none. On any
+ * mode) for those of them that it runs faster (no window narrower than 1024 keys, enough query rows
+ * that nv_mma_forward neither splits nor packs); with CLFLASH_WGMMA=0 (the part's ctx) for none. On any
  * other device no setting changes a plan. (A fault of the sm_90a path: test_sm90a.) */
 START_TEST(wgmma_selection)
 {
@@ -273,7 +273,9 @@ START_TEST(wgmma_selection)
     CASE("prefill d128 causal softcap", pa, 1, 1);
     clflash_attention_desc pw = th_desc(1, 64, 0, 2000, 2000, 128, CLFLASH_F16, CLFLASH_CAUSAL | CLFLASH_WINDOW);
     pw.window_left = 500;
-    CASE("prefill d128 causal window", pw, 1, 0);
+    CASE("prefill d128 causal window 500", pw, 1, 0);
+    pw.window_left = 1024;
+    CASE("prefill d128 causal window 1024", pw, 1, 1);
     CASE("prefill d64", th_desc(1, 64, 0, 2000, 2000, 64, CLFLASH_F16, 0), 1, 1);
     CASE("decode d128 GQA", th_desc(1, 32, 8, 1, 32768, 128, CLFLASH_F16, 0), 1, 0);
     CASE("d128, 100 rows a head", th_desc(64, 16, 0, 100, 4000, 128, CLFLASH_F16, 0), 1, 0);

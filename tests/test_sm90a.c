@@ -381,8 +381,9 @@ static clflash_problem stand_in_problem(uint32_t batch, uint32_t heads_q, uint32
 }
 
 /* The rule of each mode (clflash_nv_wgmma_refusal; the probe is not asked): CLFLASH_WGMMA=0 takes
- * nothing, =1 everything in the kernel's scope, the default only prefill without a window with
- * enough rows that nv_mma_forward neither splits nor packs; compute capability 8.0 none. The
+ * nothing, =1 everything in the kernel's scope, the default only prefill with no window narrower
+ * than 1024 keys and enough rows that nv_mma_forward neither splits nor packs; compute capability
+ * 8.0 none. The
  * variable's reading, too. */
 START_TEST(wgmma_modes)
 {
@@ -391,7 +392,7 @@ START_TEST(wgmma_modes)
         const char *what;
         clflash_problem p;
         int in_scope, by_default;
-    } cases[16];
+    } cases[24];
     int n = 0;
 #define CASE(w, prob, in, dflt) \
     (cases[n].what = (w), cases[n].p = (prob), cases[n].in_scope = (in), cases[n].by_default = (dflt), n++)
@@ -407,7 +408,20 @@ START_TEST(wgmma_modes)
     CASE("prefill d128 ALiBi, key lengths", al, 1, 1);
     clflash_problem w = stand_in_problem(4, 16, 16, 4096, 4096, 128, CLFLASH_F16, CLFLASH_CAUSAL | CLFLASH_WINDOW);
     w.window_left = 1024;
-    CASE("prefill d128 causal window", w, 1, 0);
+    CASE("prefill d128 causal window 1024", w, 1, 1);
+    clflash_problem wn = w;
+    wn.window_left = 1023;
+    CASE("prefill d128 causal window 1023", wn, 1, 0);
+    clflash_problem wb = stand_in_problem(4, 16, 16, 4096, 4096, 64, CLFLASH_F16, CLFLASH_WINDOW);
+    wb.window_left = 600;
+    wb.window_right = 424;
+    CASE("prefill d64 window 600 + 424", wb, 1, 1);
+    wb.window_right = 423;
+    CASE("prefill d64 window 600 + 423", wb, 1, 0);
+    clflash_problem wr = w; /* the causal mask hides the right side */
+    wr.window_left = 512;
+    wr.window_right = 4096;
+    CASE("prefill d128 causal window 512 + 4096", wr, 1, 0);
     CASE("prefill d64", stand_in_problem(4, 16, 16, 4096, 4096, 64, CLFLASH_F16, 0), 1, 1);
     CASE("d64, 200 keys: no split", stand_in_problem(1, 2, 2, 200, 200, 64, CLFLASH_F16, 0), 1, 1);
     CASE("decode d128 GQA", stand_in_problem(1, 32, 8, 1, 32768, 128, CLFLASH_F16, 0), 1, 0);
