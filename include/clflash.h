@@ -709,8 +709,10 @@ typedef struct {
  * and alignment it takes). Where, among those calls, is what the environment variable CLFLASH_WGMMA
  * says when the context is created:
  *   unset or empty  (the default) where it was measured faster than nv_mma_forward: no sliding
- *                   window (its 192-row blocks compute more masked pairs than
- *                   nv_mma_forward's), at least 128 query rows a head, and enough rows in all
+ *                   window narrower than 1024 keys (window_left + window_right, window_left
+ *                   alone with CLFLASH_CAUSAL: its 192-row blocks compute more masked pairs
+ *                   than nv_mma_forward's, the more the narrower the window), at least 128
+ *                   query rows a head, and enough rows in all
  *                   that nv_mma_forward would neither split the keys nor pack GQA heads (so
  *                   decoding and short prompts on few heads stay on nv_mma_forward, which spreads
  *                   them over the device; this kernel never splits);
