@@ -522,26 +522,47 @@ static inline ulong wg_desc_sw128(__local const ushort *start, uint lbo, uint sb
 }
 #endif
 
+/* The descriptors of a K tile and of a V tile (the file's comment; wg_desc_sw128 with WG_TMA). */
+static inline ulong wg_k_desc(__local const ushort *tile)
+{
+#if WG_TMA
+    return wg_desc_sw128(tile, 16, 1024);
+#else
+    return wg_desc(tile, WG_K_LBO, WG_K_SBO);
+#endif
+}
+
+static inline ulong wg_v_desc(__local const ushort *tile)
+{
+#if WG_TMA
+    return wg_desc_sw128(tile, WG_BOX_BYTES, 1024);
+#else
+    return wg_desc(tile, WG_V_LBO, WG_V_SBO);
+#endif
+}
+
+/* The S group over one K tile (every k-step) into s, from q the warpgroup's A words (4 per
+ * k-step) and desc the tile's descriptor, ending with `end` (WG_END_WAIT or WG_END_ASYNC). */
+#if WG_TMA && K_STEPS == 8
+#define WG_SCORES_ASM(s, q, desc, end) \
+    __asm__ __volatile__(WG_S_TMA_TEXT(end) \
+                         : WG_S_OUT(s) : WG_Q_IN(q), "l"(desc), "n"(2), "n"(WG_BOX_BYTES / 16) : "memory")
+#elif WG_TMA
+#define WG_SCORES_ASM(s, q, desc, end) \
+    __asm__ __volatile__(WG_S_TEXT(end) : WG_S_OUT(s) : WG_Q_IN(q), "l"(desc), "n"(2), "n"(4 * 1024 / 16) : "memory")
+#else
+#define WG_SCORES_ASM(s, q, desc, end) \
+    __asm__ __volatile__(WG_S_TEXT(end) \
+                         : WG_S_OUT(s) : WG_Q_IN(q), "l"(desc), "n"(2 * BLOCK), "n"(4 * WG_K_SBO / 16) \
+                         : "memory")
+#endif
+
 /* s = Q K^T over one K tile (every k-step): q the warpgroup's A words (4 per k-step), tile the K
  * tile. Returns when the products are complete (the loop of WG_PIPE 0). */
 static inline void wg_scores(float s[S_ACC], const uint q[4 * K_STEPS], __local const ushort *tile)
 {
-#if WG_TMA && K_STEPS == 8
-    const ulong desc = wg_desc_sw128(tile, 16, 1024);
-    __asm__ __volatile__(WG_S_TMA_TEXT(WG_END_WAIT)
-                         : WG_S_OUT(s) : WG_Q_IN(q), "l"(desc), "n"(2), "n"(WG_BOX_BYTES / 16)
-                         : "memory");
-#elif WG_TMA
-    const ulong desc = wg_desc_sw128(tile, 16, 1024);
-    __asm__ __volatile__(WG_S_TEXT(WG_END_WAIT)
-                         : WG_S_OUT(s) : WG_Q_IN(q), "l"(desc), "n"(2), "n"(4 * 1024 / 16)
-                         : "memory");
-#else
-    const ulong desc = wg_desc(tile, WG_K_LBO, WG_K_SBO);
-    __asm__ __volatile__(WG_S_TEXT(WG_END_WAIT)
-                         : WG_S_OUT(s) : WG_Q_IN(q), "l"(desc), "n"(2 * BLOCK), "n"(4 * WG_K_SBO / 16)
-                         : "memory");
-#endif
+    const ulong desc = wg_k_desc(tile);
+    WG_SCORES_ASM(s, q, desc, WG_END_WAIT);
 }
 
 /* o += P V, every column of O in one group: p the A words of P (4 per 16 keys), tile the V tile.
@@ -567,11 +588,7 @@ static inline void wg_scores(float s[S_ACC], const uint q[4 * K_STEPS], __local 
 #endif
 static inline void wg_values(float o[O_ACC], const uint p[4 * P_STEPS], __local const ushort *tile)
 {
-#if WG_TMA
-    const ulong desc = wg_desc_sw128(tile, WG_BOX_BYTES, 1024);
-#else
-    const ulong desc = wg_desc(tile, WG_V_LBO, WG_V_SBO);
-#endif
+    const ulong desc = wg_v_desc(tile);
     WG_VALUES_ASM(o, p, desc, WG_END_WAIT);
 }
 
@@ -581,32 +598,14 @@ static inline void wg_values(float o[O_ACC], const uint p[4 * P_STEPS], __local 
  * or written by anything; the wg_keep_* after that wait hand them back to the compiler. */
 static inline void wg_scores_issue(float s[S_ACC], const uint q[4 * K_STEPS], __local const ushort *tile)
 {
-#if WG_TMA && K_STEPS == 8
-    const ulong desc = wg_desc_sw128(tile, 16, 1024);
-    __asm__ __volatile__(WG_S_TMA_TEXT(WG_END_ASYNC)
-                         : WG_S_OUT(s) : WG_Q_IN(q), "l"(desc), "n"(2), "n"(WG_BOX_BYTES / 16)
-                         : "memory");
-#elif WG_TMA
-    const ulong desc = wg_desc_sw128(tile, 16, 1024);
-    __asm__ __volatile__(WG_S_TEXT(WG_END_ASYNC)
-                         : WG_S_OUT(s) : WG_Q_IN(q), "l"(desc), "n"(2), "n"(4 * 1024 / 16)
-                         : "memory");
-#else
-    const ulong desc = wg_desc(tile, WG_K_LBO, WG_K_SBO);
-    __asm__ __volatile__(WG_S_TEXT(WG_END_ASYNC)
-                         : WG_S_OUT(s) : WG_Q_IN(q), "l"(desc), "n"(2 * BLOCK), "n"(4 * WG_K_SBO / 16)
-                         : "memory");
-#endif
+    const ulong desc = wg_k_desc(tile);
+    WG_SCORES_ASM(s, q, desc, WG_END_ASYNC);
 }
 
 /* O += P V, every column of O in one group (both slabs at head_dim 128). */
 static inline void wg_values_issue(float o[O_ACC], const uint p[4 * P_STEPS], __local const ushort *tile)
 {
-#if WG_TMA
-    const ulong desc = wg_desc_sw128(tile, WG_BOX_BYTES, 1024);
-#else
-    const ulong desc = wg_desc(tile, WG_V_LBO, WG_V_SBO);
-#endif
+    const ulong desc = wg_v_desc(tile);
     WG_VALUES_ASM(o, p, desc, WG_END_ASYNC);
 }
 
