@@ -593,9 +593,10 @@ static inline void wg_values(float o[O_ACC], const uint p[4 * P_STEPS], __local 
 }
 
 #if WG_PRODUCER
-/* The same two products left in flight (the producer loops): each is one committed wgmma group that a later
- * wg_wait completes. Until then neither its accumulators (s, o) nor its A words (q, p) may be read
- * or written by anything; the wg_keep_* after that wait hand them back to the compiler. */
+/* The same two products left in flight (the loops fed by the producer): each is one committed
+ * wgmma group that a later wg_wait completes. Until then neither its accumulators (s, o) nor its A
+ * words (q, p) may be read or written by anything; the wg_keep_* after that wait hand them back to
+ * the compiler. */
 static inline void wg_scores_issue(float s[S_ACC], const uint q[4 * K_STEPS], __local const ushort *tile)
 {
     const ulong desc = wg_k_desc(tile);
