@@ -655,6 +655,56 @@ START_TEST(tma_with_a_device_built_map)
 }
 END_TEST
 
+/* The plan cache keys on the one fact about a window's width a plan depends on (the default mode
+ * sends windows of at least 1024 keys to nv_wgmma_forward, narrower ones to nv_mma_forward):
+ * windows on either side of it plan apart, two on the same side share the first one's plan. Any
+ * device: a counting planner in front of the library's own. (Before the key had that fact, a
+ * window of 1024 planned after one of 500 on an H100 came back with the narrower one's kernel.) */
+static int planner_calls;
+static clflash_status counting_planner(clflash_context *c, const clflash_problem *p, int with_lse,
+                                       uint32_t below_block, clflash_flash_kernel *out)
+{
+    (void)below_block;
+    planner_calls++;
+    return clflash_plan_flash(c, p, with_lse, UINT32_MAX, out); /* any B: not the cached path */
+}
+
+START_TEST(plan_cache_window_widths)
+{
+    clflash_context *c = new_context(0);
+    static const struct {
+        uint32_t left, right, causal;
+        int calls; /* planner calls so far */
+    } steps[] = {{500, 0, 1, 1}, {1024, 0, 1, 2}, {2000, 0, 1, 2}, {1023, 0, 1, 2}, {512, 4096, 1, 2},
+                 {512, 512, 0, 3}, {600, 423, 0, 4}, {1, 2, 0, 4}};
+    planner_calls = 0;
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        clflash_attention_desc d;
+        memset(&d, 0, sizeof d);
+        d.struct_size = sizeof d;
+        d.batch = 1;
+        d.heads_q = 2;
+        d.seq_q = d.seq_k = 300;
+        d.head_dim = 64;
+        d.dtype = CLFLASH_F16;
+        d.flags = CLFLASH_WINDOW | (steps[i].causal ? CLFLASH_CAUSAL : 0u);
+        d.window_left = steps[i].left;
+        d.window_right = steps[i].right;
+        clflash_problem p;
+        clflash_flash_kernel fk;
+        ck_assert_int_eq(clflash_resolve_for_context(c, &d, &p), CLFLASH_SUCCESS);
+        const clflash_status st = clflash_cached_plan(c, &p, 0, counting_planner, &fk);
+        ck_assert_msg(st == CLFLASH_SUCCESS, "window %u + %u: %s (%s)", steps[i].left, steps[i].right,
+                      clflash_status_string(st), clflash_last_error_detail());
+        clflash_flash_kernel_done(c, &fk);
+        ck_assert_msg(planner_calls == steps[i].calls, "window %u + %u%s: %d planner calls, %d expected",
+                      steps[i].left, steps[i].right, steps[i].causal ? " causal" : "", planner_calls,
+                      steps[i].calls);
+    }
+    clflash_context_free(c);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("sm90a");
@@ -672,6 +722,7 @@ int main(void)
     tcase_add_loop_test(probe, wgmma_falls_back, 0, (int)(sizeof faults / sizeof faults[0]));
     tcase_add_test(probe, wgmma_build_falls_back);
     tcase_add_test(probe, tma_with_a_device_built_map);
+    tcase_add_test(probe, plan_cache_window_widths);
     suite_add_tcase(s, probe);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
