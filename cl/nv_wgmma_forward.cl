@@ -1154,6 +1154,15 @@ static inline void wg_rescale(float o[O_ACC], const wg_rows *rw)
 }
 
 #if WG_PRODUCER && !WG_PIPE
+/* After a slot's full mbarrier: the cp.async copies' writes before wgmma reads them through the
+ * async proxy (fence_proxy_async); nothing with WG_TMA, whose unit writes through that proxy itself. */
+static inline void wg_fence_copies(void)
+{
+#if !WG_TMA
+    fence_proxy_async();
+#endif
+}
+
 /* The producer loop's consumer warpgroup wg (WG_PRODUCER, WG_PIPE 0): S(0) and its softmax, then for
  * each next tile j one wgmma group pair, O += P(j - 1) V(j - 1) and S(j), issued together and waited
  * for once, then softmax(j); O += P V of the last tile at the end. The consumers issue their pairs
@@ -1179,9 +1188,7 @@ wg_consume_in_turns(float acc[O_ACC], const uint qa[4 * K_STEPS], wg_rows *rw, c
         __asm__ __volatile__("bar.arrive 2, %0;\n" ::"n"(256) : "memory");
     if (n_tiles > 0) {
         mbar_wait(k_bars, 0);
-#if !WG_TMA
-        fence_proxy_async(); /* the TMA unit writes through the async proxy itself */
-#endif
+        wg_fence_copies();
         wg_scores(s, qa, k_ring);
         mbar_arrive(k_bars + 1);
         wg_softmax(s, pa, rw, key_begin, ru, t);
@@ -1191,9 +1198,7 @@ wg_consume_in_turns(float acc[O_ACC], const uint qa[4 * K_STEPS], wg_rows *rw, c
         const uint kslot = j % K_SLOTS, vslot = (j - 1) % V_SLOTS;
         mbar_wait(k_bars + 2 * kslot, (j / K_SLOTS) % 2);
         mbar_wait(v_bars + 2 * vslot, ((j - 1) / V_SLOTS) % 2);
-#if !WG_TMA
-        fence_proxy_async();
-#endif
+        wg_fence_copies();
         if (turns)
             __asm__ __volatile__("bar.sync %0, %1;\n" ::"r"(2 + wg), "n"(256) : "memory");
         wg_values_issue(acc, pa, v_ring + vslot * TILE_HALVES);
@@ -1211,9 +1216,7 @@ wg_consume_in_turns(float acc[O_ACC], const uint qa[4 * K_STEPS], wg_rows *rw, c
     if (n_tiles > 0) {
         const uint vslot = (n_tiles - 1) % V_SLOTS;
         mbar_wait(v_bars + 2 * vslot, ((n_tiles - 1) / V_SLOTS) % 2);
-#if !WG_TMA
-        fence_proxy_async();
-#endif
+        wg_fence_copies();
         wg_values(acc, pa, v_ring + vslot * TILE_HALVES);
         mbar_arrive(v_bars + 2 * vslot + 1);
     }
