@@ -163,11 +163,18 @@
  * With CAUSAL the query blocks that see the most keys are launched first. A row with no visible
  * key ends with l = 0 and gets O = 0, lse = -inf. Keys at or past seq_k are zero-filled and masked.
  *
+ * WG_PERSIST (nv_wgmma.persistent=1, with TMA) builds nv_wgmma_forward_persistent at
+ * the end of the file instead of nv_wgmma_forward: the producer loop with TMA as one work-group per
+ * SM that takes block after block, so that the producer streams a block's first tiles while the
+ * consumers finish the one before.
+ *
  * Defines: HEAD_DIM (64 or 128) = D_REAL, NV_ALIGNED 1, BLOCK (32 or 64), WARPS = 4 * (WARPGROUPS +
  * WG_PRODUCER), WARPGROUPS (1 to 4: the consumers with WG_PRODUCER), STAGES (read by the waiting
  * loop without a producer only), WG_PIPE (0 or 1; 1 with WG_PRODUCER, and at HEAD_DIM 128 with
  * BLOCK 32 only), WG_PRODUCER (0 or 1; then WG_PRODUCER_REGS and WG_CONSUMER_REGS), WG_TMA (0 or
- * 1, with WG_PRODUCER; then the kernel takes one more argument, tma_maps),
+ * 1, with WG_PRODUCER; then the kernel takes one more argument, tma_maps), WG_PERSIST (0 or 1, with
+ * WG_TMA and WG_PIPE 0; then the kernel is nv_wgmma_forward_persistent, which takes the batch size
+ * after tma_maps),
  * CLFLASH_DTYPE_F16 or _BF16, CAUSAL, WINDOW, SOFTCAP, ALIBI, KEYLEN, KEYLEN_DIAGONAL, WITH_LSE
  * (BIAS and VARLEN 0), SPLIT 0, PACK 1, PAGED 0. The helpers (copy16_async, load_matrix_x4,
  * pack_pair, exp2_ftz, lane_xor, stage_rows; THREADS, ROW_STRIDE, CHUNKS, K_STEPS) come from
@@ -179,6 +186,9 @@
 #endif
 #ifndef WG_TMA
 #define WG_TMA 0
+#endif
+#ifndef WG_PERSIST
+#define WG_PERSIST 0
 #endif
 #if !defined(WARPGROUPS) || !defined(STAGES) || !defined(WG_PIPE) || WARPS != 4 * (WARPGROUPS + WG_PRODUCER)
 #error "WARPGROUPS, STAGES, WG_PIPE, WG_PRODUCER and WARPS = 4 * (WARPGROUPS + WG_PRODUCER) are set by the host (lib/nv_wgmma_forward_plan.c)"
@@ -213,6 +223,7 @@
 #if WG_PRODUCER
 #define K_SLOTS 3                          /* the K ring: tiles t .. t + 2 */
 #define V_SLOTS 2                          /* the V ring: tiles t and t + 1 */
+#define WG_RING_CYCLE 12                   /* tiles after which both rings' slots and phases repeat */
 #define KV_HALVES ((K_SLOTS + V_SLOTS) * TILE_HALVES)
 #else
 #define KV_HALVES (STAGES * STAGE_HALVES)
@@ -870,22 +881,26 @@ static inline void wg_copy_tile(wg_tile_source *src, uint v, uint tile, __local 
 
 /* The producer's schedule: K(t) into K slot t % K_SLOTS, then V(t - 1) into V slot (t - 1) %
  * V_SLOTS, each once its slot's empty mbarrier says every consumer is done with the tile before in
- * it. */
+ * it. The slots and the mbarriers' phases count on from the tiles the rings took before this
+ * block's (the persistent kernel's earlier blocks; none otherwise): `before` of them modulo
+ * WG_RING_CYCLE, and `primed` once there were at least WG_RING_CYCLE, when every slot has been
+ * used and each copy waits for its slot. */
 static inline void wg_produce_tiles(wg_tile_source *src, __local ushort *k_ring, __local ushort *v_ring,
-                                    __local ulong *k_bars, __local ulong *v_bars, uint n_tiles)
+                                    __local ulong *k_bars, __local ulong *v_bars, uint n_tiles, uint before,
+                                    int primed)
 {
     for (uint t = 0; t <= n_tiles; t++) {
         if (t < n_tiles) {
-            const uint slot = t % K_SLOTS;
-            if (t >= K_SLOTS)
-                mbar_wait(k_bars + 2 * slot + 1, (t / K_SLOTS - 1) % 2);
+            const uint g = before + t, slot = g % K_SLOTS;
+            if (primed || g >= K_SLOTS)
+                mbar_wait(k_bars + 2 * slot + 1, (g / K_SLOTS - 1) % 2);
             wg_copy_tile(src, 0, t, k_ring, k_bars, slot);
         }
         if (t >= 1) {
-            const uint u = t - 1, slot = u % V_SLOTS;
-            if (u >= V_SLOTS)
-                mbar_wait(v_bars + 2 * slot + 1, (u / V_SLOTS - 1) % 2);
-            wg_copy_tile(src, 1, u, v_ring, v_bars, slot);
+            const uint g = before + t - 1, slot = g % V_SLOTS;
+            if (primed || g >= V_SLOTS)
+                mbar_wait(v_bars + 2 * slot + 1, (g / V_SLOTS - 1) % 2);
+            wg_copy_tile(src, 1, t - 1, v_ring, v_bars, slot);
         }
     }
 }
@@ -912,7 +927,7 @@ static inline void wg_tma_produce(__global ulong *maps, __local uint *m, __globa
     if (lane != 0)
         return;
     wg_tile_source src = {maps, key_begin};
-    wg_produce_tiles(&src, k_ring, v_ring, k_bars, v_bars, n_tiles);
+    wg_produce_tiles(&src, k_ring, v_ring, k_bars, v_bars, n_tiles, 0, 0);
 }
 #else
 /* The producer warpgroup's loop: it keeps WG_PRODUCER_REGS registers (setmaxnreg.dec), gives the
@@ -922,7 +937,7 @@ static inline void wg_produce(wg_stream *ks, wg_stream *vs, __local ushort *k_ri
 {
     __asm__ __volatile__("// sm90a: setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(WG_PRODUCER_REGS) : "memory");
     wg_tile_source src = {ks, vs};
-    wg_produce_tiles(&src, k_ring, v_ring, k_bars, v_bars, n_tiles);
+    wg_produce_tiles(&src, k_ring, v_ring, k_bars, v_bars, n_tiles, 0, 0);
     async_wait_all(); /* no copy outlives its work-item */
 }
 #endif
@@ -958,6 +973,78 @@ typedef struct {
     long diag_lo, diag_hi; /* the rows' diagonal keys */
 #endif
 } wg_rules;
+
+/* ---- a block's keys and score rules -------------------------------------------------------------
+ * The keys the block of rows row0 .. row0 + BLOCK_Q - 1 (those below seq_q) sees, [*key_begin,
+ * *key_end): those below the key length, with CAUSAL up to its last row's diagonal, with WINDOW
+ * (common.cl's visible_keys and block_key_range) from the tile holding its first row's first key. */
+static inline void wg_block_keys(uint row0, uint seq_q, long diag_k, uint key_len, uint win_left, uint win_right,
+                                 uint *key_begin, uint *key_end)
+{
+    const uint q_first = row0, q_last = min(row0 + BLOCK_Q, seq_q) - 1;
+    *key_begin = 0;
+    *key_end = key_len;
+#if WINDOW
+    block_key_range(q_first, q_last - q_first + 1, seq_q, diag_k, key_len, win_left, win_right, BLOCK, key_begin,
+                    key_end);
+#elif CAUSAL
+    {
+        const long end = (long)q_last + diag_k - (long)seq_q + 1; /* past the last row's diagonal */
+        *key_end = end <= 0 ? 0u : (uint)min(end, (long)key_len);
+    }
+#else
+    (void)q_first, (void)q_last, (void)diag_k, (void)win_left, (void)win_right;
+#endif
+}
+
+/* The score rules of the lane whose rows are r_lo and r_lo + 8, in the block of rows from row0 of
+ * query head h. A tile needs masks only where some row sees part of it: from the last row's first
+ * key on and up to the first row's last key every row sees every key (both ends grow with the
+ * row). */
+static inline __attribute__((always_inline)) wg_rules wg_rules_for(uint row0, uint r_lo, uint seq_q, long diag_k,
+                                                                   uint key_len, uint win_left, uint win_right,
+                                                                   float score_scale, float softcap,
+                                                                   __global const float *alibi, uint h)
+{
+    const uint q_first = row0, q_last = min(row0 + BLOCK_Q, seq_q) - 1;
+    wg_rules ru;
+    {
+        const long len = (long)key_len;
+        long lo, hi;
+        visible_keys(q_first, seq_q, diag_k, key_len, win_left, win_right, &lo, &hi);
+        ru.no_mask_hi = (int)clamp(hi, -1L, len);
+        visible_keys(q_last, seq_q, diag_k, key_len, win_left, win_right, &lo, &hi);
+        ru.no_mask_lo = (int)clamp(lo, -1L, len);
+        visible_keys(r_lo, seq_q, diag_k, key_len, win_left, win_right, &lo, &hi);
+        ru.first_lo = (int)clamp(lo, -1L, len);
+        ru.last_lo = (int)clamp(hi - 1, -1L, len);
+        visible_keys(r_lo + 8, seq_q, diag_k, key_len, win_left, win_right, &lo, &hi);
+        ru.first_hi = (int)clamp(lo, -1L, len);
+        ru.last_hi = (int)clamp(hi - 1, -1L, len);
+    }
+    /* with a transform the host passes the scale in natural-log units (as the portable kernel
+     * takes it), else already times log2(e) */
+#if SOFTCAP || ALIBI
+    ru.scale2 = score_scale * M_LOG2E_F;
+#else
+    ru.scale2 = score_scale;
+#endif
+#if SOFTCAP
+    ru.cap2 = softcap * M_LOG2E_F;
+    ru.cap_in = ru.scale2 * 2.0f * M_LOG2E_F / ru.cap2;
+#else
+    (void)softcap;
+#endif
+#if ALIBI
+    const long shift = diag_k - (long)seq_q; /* query i's diagonal key is i + shift */
+    ru.slope = alibi[h] * M_LOG2E_F;         /* one query head a work-group */
+    ru.diag_lo = (long)r_lo + shift;
+    ru.diag_hi = (long)r_lo + 8 + shift;
+#else
+    (void)alibi, (void)h;
+#endif
+    return ru;
+}
 
 /* The rest of a tile's softmax, from the lane's maxima of s on: the row maxima over the quad, the
  * reference maxima and the factors alpha, P = 2^(scale s - reference), the row sums and P packed.
@@ -1153,6 +1240,65 @@ static inline void wg_rescale(float o[O_ACC], const wg_rows *rw)
     }
 }
 
+#if WG_PRODUCER
+/* This warp's A fragments of Q straight from global memory (the loops fed by a producer): words 0
+ * and 2 row r_lo, 1 and 3 row r_lo + 8; columns 2t, 2t + 1 of each k-step, + 8 for words 2 and 3
+ * (zeros past seq_q). */
+static inline void wg_load_q(uint qa[4 * K_STEPS], __global const ushort *q, ulong q_base, ulong q_ss, uint r_lo,
+                             uint t, uint seq_q)
+{
+#pragma unroll
+    for (uint kk = 0; kk < K_STEPS; kk++)
+#pragma unroll
+        for (uint w = 0; w < 4; w++) {
+            const uint row = r_lo + 8 * (w % 2), col = 16 * kk + 8 * (w / 2) + 2 * t;
+            qa[4 * kk + w] = row < seq_q ? *(__global const uint *)(q + q_base + (ulong)row * q_ss + col) : 0u;
+        }
+}
+
+/* wg_softmax_open scales inside the exponent, which takes a positive scale: a negative one becomes
+ * Q's signs (exact in f16 and bf16), so the products change sign instead. Nothing with a score
+ * transform, whose scale stays outside. */
+static inline void wg_positive_scale(uint qa[4 * K_STEPS], wg_rules *ru)
+{
+#if !(SOFTCAP || ALIBI)
+    if (ru->scale2 < 0.0f) {
+#pragma unroll
+        for (uint i = 0; i < 4 * K_STEPS; i++)
+            qa[i] ^= 0x80008000u;
+        ru->scale2 = -ru->scale2;
+    }
+#else
+    (void)qa, (void)ru;
+#endif
+}
+#endif
+
+/* The row sums of the lane's rows r_lo and r_lo + 8 into *l_lo, *l_hi (the four lanes of a quad
+ * hold parts of the same rows' sums), and with WITH_LSE their log-sum-exps at lse[lse0 + row]
+ * (-inf for a row that saw no key), rows below seq_q only. */
+static inline void wg_row_sums(const wg_rows *rw, __global float *lse, ulong lse0, uint r_lo, uint t, uint seq_q,
+                               float *l_lo, float *l_hi)
+{
+    float lo = rw->l_lo, hi = rw->l_hi;
+    lo += lane_xor(lo, 1);
+    lo += lane_xor(lo, 2);
+    hi += lane_xor(hi, 1);
+    hi += lane_xor(hi, 2);
+#if WITH_LSE
+    if (t == 0) {
+        if (r_lo < seq_q)
+            lse[lse0 + r_lo] = lo == 0.0f ? -INFINITY : (rw->m_lo + log2(lo)) * M_LN2_F;
+        if (r_lo + 8 < seq_q)
+            lse[lse0 + r_lo + 8] = hi == 0.0f ? -INFINITY : (rw->m_hi + log2(hi)) * M_LN2_F;
+    }
+#else
+    (void)lse, (void)lse0, (void)r_lo, (void)t, (void)seq_q;
+#endif
+    *l_lo = lo;
+    *l_hi = hi;
+}
+
 #if WG_PRODUCER && !WG_PIPE
 /* After a slot's full mbarrier: the cp.async copies' writes before wgmma reads them through the
  * async proxy (fence_proxy_async); nothing with WG_TMA, whose unit writes through that proxy itself. */
@@ -1179,25 +1325,24 @@ static inline void wg_fence_copies(void)
 static inline __attribute__((always_inline)) void
 wg_consume_in_turns(float acc[O_ACC], const uint qa[4 * K_STEPS], wg_rows *rw, const wg_rules *ru, uint t, uint wg,
                     __local const ushort *k_ring, __local const ushort *v_ring, __local ulong *k_bars,
-                    __local ulong *v_bars, uint key_begin, uint n_tiles)
+                    __local ulong *v_bars, uint key_begin, uint n_tiles, uint before)
 {
     const int turns = WARPGROUPS > 1 && n_tiles > 1;
     float s[S_ACC];
     uint pa[4 * P_STEPS];
-    if (turns && wg == WARPGROUPS - 1)
-        __asm__ __volatile__("bar.arrive 2, %0;\n" ::"n"(256) : "memory");
     if (n_tiles > 0) {
-        mbar_wait(k_bars, 0);
+        const uint kslot = before % K_SLOTS;
+        mbar_wait(k_bars + 2 * kslot, (before / K_SLOTS) % 2);
         wg_fence_copies();
-        wg_scores(s, qa, k_ring);
-        mbar_arrive(k_bars + 1);
+        wg_scores(s, qa, k_ring + kslot * TILE_HALVES);
+        mbar_arrive(k_bars + 2 * kslot + 1);
         wg_softmax(s, pa, rw, key_begin, ru, t);
         wg_rescale(acc, rw);
     }
     for (uint j = 1; j < n_tiles; j++) {
-        const uint kslot = j % K_SLOTS, vslot = (j - 1) % V_SLOTS;
-        mbar_wait(k_bars + 2 * kslot, (j / K_SLOTS) % 2);
-        mbar_wait(v_bars + 2 * vslot, ((j - 1) / V_SLOTS) % 2);
+        const uint gk = before + j, gv = before + j - 1, kslot = gk % K_SLOTS, vslot = gv % V_SLOTS;
+        mbar_wait(k_bars + 2 * kslot, (gk / K_SLOTS) % 2);
+        mbar_wait(v_bars + 2 * vslot, (gv / V_SLOTS) % 2);
         wg_fence_copies();
         if (turns)
             __asm__ __volatile__("bar.sync %0, %1;\n" ::"r"(2 + wg), "n"(256) : "memory");
@@ -1214,17 +1359,33 @@ wg_consume_in_turns(float acc[O_ACC], const uint qa[4 * K_STEPS], wg_rows *rw, c
         wg_rescale(acc, rw);
     }
     if (n_tiles > 0) {
-        const uint vslot = (n_tiles - 1) % V_SLOTS;
-        mbar_wait(v_bars + 2 * vslot, ((n_tiles - 1) / V_SLOTS) % 2);
+        const uint gv = before + n_tiles - 1, vslot = gv % V_SLOTS;
+        mbar_wait(v_bars + 2 * vslot, (gv / V_SLOTS) % 2);
         wg_fence_copies();
         wg_values(acc, pa, v_ring + vslot * TILE_HALVES);
         mbar_arrive(v_bars + 2 * vslot + 1);
     }
-    if (turns && wg == 0)
+}
+
+/* The turns' start and end around the blocks of a consumer warpgroup wg (wg_consume_in_turns): the
+ * last warpgroup arrives once on warpgroup 0's barrier before the first turn, and warpgroup 0 takes
+ * that barrier's last arrival after the last turn, so each barrier ends as it began. Between them
+ * the turns pass round and round, across blocks too, since every consumer takes as many turns
+ * in a block. */
+static inline void wg_turns_open(uint wg)
+{
+    if (WARPGROUPS > 1 && wg == WARPGROUPS - 1)
+        __asm__ __volatile__("bar.arrive 2, %0;\n" ::"n"(256) : "memory");
+}
+
+static inline void wg_turns_close(uint wg)
+{
+    if (WARPGROUPS > 1 && wg == 0)
         __asm__ __volatile__("bar.sync 2, %0;\n" ::"n"(256) : "memory");
 }
 #endif
 
+#if !WG_PERSIST /* nv_wgmma_forward_persistent below instead */
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1)))
 void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __global const ushort *v,
                       __global ushort *o, __global float *lse, uint seq_q, uint seq_k, uint heads_q, uint group,
@@ -1281,7 +1442,6 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
     const ulong v_base = v_off + (ulong)b * v_bs + (ulong)hk * v_hs;
     const uint key_len = batch_key_len(key_lens, b, seq_k);
     const long diag_k = diagonal_keys(key_len, seq_k, diag_offset);
-    const long shift = diag_k - (long)seq_q; /* query i's diagonal key is i + shift */
     const uint r_lo = row0 + 16 * warp + g;       /* the lane's rows: r_lo and r_lo + 8 */
 
 #if WG_PRODUCER
@@ -1325,57 +1485,11 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
     barrier(CLK_LOCAL_MEM_FENCE); /* Q's staging area becomes the K and V tiles */
 #endif
 
-    /* The keys this block sees: those below the key length, with CAUSAL up to its last row's
-     * diagonal, with WINDOW (common.cl's visible_keys and block_key_range) from the tile holding its
-     * first row's first key. A tile needs masks only where some row sees part of it: from the last
-     * row's first key on and up to the first row's last key every row sees every key (both ends
-     * grow with the row). */
-    const uint q_first = row0, q_last = min(row0 + BLOCK_Q, seq_q) - 1;
-    uint key_begin = 0, key_end = key_len;
-#if WINDOW
-    block_key_range(q_first, q_last - q_first + 1, seq_q, diag_k, key_len, win_left, win_right, BLOCK, &key_begin,
-                    &key_end);
-#elif CAUSAL
-    {
-        const long end = (long)q_last + shift + 1; /* past the last row's diagonal */
-        key_end = end <= 0 ? 0u : (uint)min(end, (long)key_len);
-    }
-#endif
-    wg_rules ru;
-    {
-        const long len = (long)key_len;
-        long lo, hi;
-        visible_keys(q_first, seq_q, diag_k, key_len, win_left, win_right, &lo, &hi);
-        ru.no_mask_hi = (int)clamp(hi, -1L, len);
-        visible_keys(q_last, seq_q, diag_k, key_len, win_left, win_right, &lo, &hi);
-        ru.no_mask_lo = (int)clamp(lo, -1L, len);
-        visible_keys(r_lo, seq_q, diag_k, key_len, win_left, win_right, &lo, &hi);
-        ru.first_lo = (int)clamp(lo, -1L, len);
-        ru.last_lo = (int)clamp(hi - 1, -1L, len);
-        visible_keys(r_lo + 8, seq_q, diag_k, key_len, win_left, win_right, &lo, &hi);
-        ru.first_hi = (int)clamp(lo, -1L, len);
-        ru.last_hi = (int)clamp(hi - 1, -1L, len);
-    }
-    /* with a transform the host passes the scale in natural-log units (as the portable kernel
-     * takes it), else already times log2(e) */
-#if SOFTCAP || ALIBI
-    ru.scale2 = score_scale * M_LOG2E_F;
-#else
-    ru.scale2 = score_scale;
-#endif
-#if SOFTCAP
-    ru.cap2 = softcap * M_LOG2E_F;
-    ru.cap_in = ru.scale2 * 2.0f * M_LOG2E_F / ru.cap2;
-#else
-    (void)softcap;
-#endif
-#if ALIBI
-    ru.slope = alibi[h] * M_LOG2E_F; /* one query head a work-group */
-    ru.diag_lo = (long)r_lo + shift;
-    ru.diag_hi = (long)r_lo + 8 + shift;
-#else
-    (void)alibi;
-#endif
+    /* the keys this block sees and the lane's score rules */
+    uint key_begin, key_end;
+    wg_block_keys(row0, seq_q, diag_k, key_len, win_left, win_right, &key_begin, &key_end);
+    wg_rules ru =
+        wg_rules_for(row0, r_lo, seq_q, diag_k, key_len, win_left, win_right, score_scale, softcap, alibi, h);
     const uint n_tiles = (key_end - key_begin + BLOCK - 1) / BLOCK;
 
     float acc[O_ACC];
@@ -1413,25 +1527,8 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
         return; /* the epilogue below is the consumers' (consumers_sync) */
     }
     __asm__ __volatile__("// sm90a: setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(WG_CONSUMER_REGS) : "memory");
-    /* this warp's A fragments of Q: words 0 and 2 row r_lo, 1 and 3 row r_lo + 8; columns 2t, 2t + 1
-     * of each k-step, + 8 for words 2 and 3 (zeros past seq_q) */
-#pragma unroll
-    for (uint kk = 0; kk < K_STEPS; kk++)
-#pragma unroll
-        for (uint w = 0; w < 4; w++) {
-            const uint row = r_lo + 8 * (w % 2), col = 16 * kk + 8 * (w / 2) + 2 * t;
-            qa[4 * kk + w] = row < seq_q ? *(__global const uint *)(q + q_base + (ulong)row * q_ss + col) : 0u;
-        }
-#endif
-#if !(SOFTCAP || ALIBI) && WG_PRODUCER
-    /* wg_softmax_open scales inside the exponent, which takes a positive scale: a negative one
-     * becomes Q's signs (exact in f16 and bf16), so the products change sign instead. */
-    if (ru.scale2 < 0.0f) {
-#pragma unroll
-        for (uint i = 0; i < 4 * K_STEPS; i++)
-            qa[i] ^= 0x80008000u;
-        ru.scale2 = -ru.scale2;
-    }
+    wg_load_q(qa, q, q_base, q_ss, r_lo, t, seq_q);
+    wg_positive_scale(qa, &ru);
 #endif
 #if WG_PIPE
     /* The pipelined consumers (the trip above, "WG_PIPE 1"): K(t) in K slot t % K_SLOTS, V(t) in V
@@ -1495,7 +1592,11 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
         wg_keep_o(acc, pa);
     }
 #elif WG_PRODUCER
-    wg_consume_in_turns(acc, qa, &rw, &ru, t, warp / 4, k_ring, v_ring, k_bars, v_bars, key_begin, n_tiles);
+    if (n_tiles > 1)
+        wg_turns_open(warp / 4);
+    wg_consume_in_turns(acc, qa, &rw, &ru, t, warp / 4, k_ring, v_ring, k_bars, v_bars, key_begin, n_tiles, 0);
+    if (n_tiles > 1)
+        wg_turns_close(warp / 4);
 #else
     /* tiles 0 .. STAGES - 2 first, one commit group each (empty past the last tile); stage u holds
      * a K tile at halves u * STAGE_HALVES and its V tile TILE_HALVES on */
@@ -1530,25 +1631,8 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
         wg_values(acc, pa, v_tile);
     }
 #endif
-    float m_lo = rw.m_lo, m_hi = rw.m_hi, l_lo = rw.l_lo, l_hi = rw.l_hi;
-
-    /* The row sums: the four lanes of a quad hold parts of the same rows' sums. */
-    l_lo += lane_xor(l_lo, 1);
-    l_lo += lane_xor(l_lo, 2);
-    l_hi += lane_xor(l_hi, 1);
-    l_hi += lane_xor(l_hi, 2);
-#if WITH_LSE
-    if (t == 0) {
-        const ulong lse0 = ((ulong)b * heads_q + h) * seq_q;
-        if (r_lo < seq_q)
-            lse[lse0 + r_lo] = l_lo == 0.0f ? -INFINITY : (m_lo + log2(l_lo)) * M_LN2_F;
-        if (r_lo + 8 < seq_q)
-            lse[lse0 + r_lo + 8] = l_hi == 0.0f ? -INFINITY : (m_hi + log2(l_hi)) * M_LN2_F;
-    }
-#else
-    (void)lse;
-    (void)heads_q;
-#endif
+    float l_lo, l_hi;
+    wg_row_sums(&rw, lse, ((ulong)b * heads_q + h) * seq_q, r_lo, t, seq_q, &l_lo, &l_hi);
 
     /* O: registers -> local (this warp's rows, padded) -> 16-byte coalesced stores, Q_PASS rows at
      * a time. */
@@ -1575,3 +1659,233 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
         }
     }
 }
+#endif
+
+#if WG_PERSIST
+/* ---- the persistent kernel (WG_PERSIST, nv_wgmma.persistent) ------------------------------------
+ * nv_wgmma_forward_persistent runs the producer loop in turns (WG_PRODUCER, WG_PIPE 0) as one
+ * work-group per SM: the host launches at most as many work-groups as the device has compute units,
+ * and work-group w of G takes one block of each round of G blocks (wg_round_block; block lin is the
+ * query block, head and batch entry that nv_wgmma_forward's work-group lin takes; with CAUSAL the
+ * blocks that see the most keys come first). One work-group holds an SM's registers, so a work-group per
+ * block leaves the SM idle from one block's last product to the next one's first: its launch, Q,
+ * the tensor maps, the first tiles' latency, O's stores. Here the producer streams the next
+ * block's first tiles while the consumers finish the block before, and the rings, their mbarriers'
+ * phases and the consumers' turns run on across blocks (`before`: the tiles of the work-group's
+ * blocks so far, modulo WG_RING_CYCLE).
+ * O goes from registers straight to global memory (the tiles' memory holds the next block's tiles
+ * by then): the four work-items of a quad write 16 contiguous bytes of a row.
+ * Its tiles come through TMA (WG_TMA). Each block's K and V tensor maps (they name its batch entry, K/V head and key
+ * length) are built into one of the work-group's two pairs of map slots, alternately, counting the
+ * blocks that have tiles. Before the producer rebuilds a pair it waits on that pair's block-done
+ * mbarrier for the block that used it before, on which every consumer work-item arrives once its
+ * last product of the block is complete: no copy reads a map while it is rewritten. */
+#if !WG_PRODUCER || WG_PIPE || !WG_TMA
+#error "WG_PERSIST takes the producer loop in turns with its tiles through TMA (WG_PRODUCER, WG_TMA, WG_PIPE 0)"
+#endif
+
+/* The block work-group w of G takes in its round k (the blocks kG .. kG + G - 1, one each): w in
+ * the even rounds, G - 1 - w in the odd ones, so that with CAUSAL, whose blocks come longest first,
+ * a work-group's long block of one round meets a short one in the next. */
+static inline uint wg_round_block(uint k, uint w, uint groups)
+{
+    return k * groups + (k % 2 ? groups - 1 - w : w);
+}
+
+/* Block lin of the call's n_q query blocks x heads_q x batch (n_hb = heads_q batch): batch entry
+ * *b, query head *h, first row *row0. */
+static inline void wg_block_at(uint lin, uint n_q, uint heads_q, uint n_hb, uint *b, uint *h, uint *row0)
+{
+#if CAUSAL
+    *h = lin % n_hb % heads_q;
+    *b = lin % n_hb / heads_q;
+    *row0 = (n_q - 1 - lin / n_hb) * BLOCK_Q;
+#else
+    (void)n_hb;
+    *row0 = lin % n_q * BLOCK_Q;
+    *h = lin / n_q % heads_q;
+    *b = lin / n_q / heads_q;
+#endif
+}
+
+/* A word of the lane's quad partner lane ^ mask. */
+static inline uint quad_xor(uint x, uint mask)
+{
+    uint r;
+    __asm__ __volatile__("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;\n" : "=r"(r) : "r"(x), "r"(mask));
+    return r;
+}
+
+/* The 4 x 4 words of a quad transposed: lane t holds w[k] = M[t][k] and gets M[k][t] (two
+ * butterfly stages: the 2 x 2 blocks off the diagonal swap between lanes t and t ^ 2, then each
+ * 2 x 2 block transposes between t and t ^ 1). */
+static inline void quad_transpose(uint w[4], uint t)
+{
+    const int hi = (t & 2) != 0, lo = (t & 1) != 0;
+    uint r0 = quad_xor(hi ? w[0] : w[2], 2), r1 = quad_xor(hi ? w[1] : w[3], 2);
+    w[0] = hi ? r0 : w[0];
+    w[1] = hi ? r1 : w[1];
+    w[2] = hi ? w[2] : r0;
+    w[3] = hi ? w[3] : r1;
+    r0 = quad_xor(lo ? w[0] : w[1], 1);
+    r1 = quad_xor(lo ? w[2] : w[3], 1);
+    w[0] = lo ? r0 : w[0];
+    w[2] = lo ? r1 : w[2];
+    w[1] = lo ? w[1] : r0;
+    w[3] = lo ? w[3] : r1;
+}
+
+/* O of the lane's rows r_lo and r_lo + 8 (those below seq_q), divided by their sums l_lo, l_hi
+ * (0 for a row that saw no key), from registers to the rows at o + o_base, o_ss apart. The lanes of
+ * a quad hold 4 bytes each of every 16 of a row (columns 8n + 2t, + 1); a transpose within the quad
+ * gives lane t the 16 bytes of columns 8 (4m + t) .. + 7 for each 32 columns from 32m, so that each
+ * lane stores 16 bytes and a warp's store writes whole 64-byte pieces of 8 rows. */
+static inline void wg_store_o(__global ushort *o, ulong o_base, ulong o_ss, const float acc[O_ACC], float l_lo,
+                              float l_hi, uint r_lo, uint t, uint seq_q)
+{
+    const float inv_lo = l_lo == 0.0f ? 0.0f : 1.0f / l_lo, inv_hi = l_hi == 0.0f ? 0.0f : 1.0f / l_hi;
+    __global uint4 *lo_row = (__global uint4 *)(o + o_base + (ulong)r_lo * o_ss + 8 * t);
+    __global uint4 *hi_row = (__global uint4 *)(o + o_base + (ulong)(r_lo + 8) * o_ss + 8 * t);
+#pragma unroll
+    for (uint m = 0; m < HEAD_DIM / 32; m++) {
+        uint w[4], x[4];
+#pragma unroll
+        for (uint k = 0; k < 4; k++) {
+            const uint n = 4 * m + k;
+            w[k] = pack_pair(acc[4 * n] * inv_lo, acc[4 * n + 1] * inv_lo);
+            x[k] = pack_pair(acc[4 * n + 2] * inv_hi, acc[4 * n + 3] * inv_hi);
+        }
+        quad_transpose(w, t);
+        quad_transpose(x, t);
+        if (r_lo < seq_q)
+            lo_row[4 * m] = (uint4)(w[0], w[1], w[2], w[3]);
+        if (r_lo + 8 < seq_q)
+            hi_row[4 * m] = (uint4)(x[0], x[1], x[2], x[3]);
+    }
+}
+
+__kernel __attribute__((reqd_work_group_size(THREADS, 1, 1)))
+void nv_wgmma_forward_persistent(__global const ushort *q, __global const ushort *k, __global const ushort *v,
+                                 __global ushort *o, __global float *lse, uint seq_q, uint seq_k, uint heads_q,
+                                 uint group, float score_scale,
+                                 ulong q_off, ulong q_bs, ulong q_hs, ulong q_ss,
+                                 ulong k_off, ulong k_bs, ulong k_hs, ulong k_ss,
+                                 ulong v_off, ulong v_bs, ulong v_hs, ulong v_ss,
+                                 ulong o_off, ulong o_bs, ulong o_hs, ulong o_ss, uint win_left, uint win_right,
+                                 int diag_offset, float softcap,
+                                 float out_scale, __global const float *bias, ulong bias_off, ulong bias_bs,
+                                 ulong bias_hs, ulong bias_rs, __global const float *alibi,
+                                 __global const int *key_lens, uint n_splits, uint split_keys,
+                                 __global const int *block_table, uint pages_per_seq, uint num_pages,
+                                 __global const int *cu_seqlens_q, __global const int *cu_seqlens_k, uint total_q,
+                                 uint total_k,
+                                 __global ulong *tma_maps, /* 64 words a work-group: two pairs of K and V maps */
+                                 uint batch)
+{
+    __local uint4 local_words[KV_HALVES / 8] __attribute__((aligned(1024)));
+    __local uint map_words[64] __attribute__((aligned(128))); /* the tensor maps being built */
+    __local ulong mbars[2 * (K_SLOTS + V_SLOTS) + 2]; /* full and empty a slot, then the two block-done */
+    /* what this kernel does not take (the #error at the top) */
+    (void)out_scale, (void)bias, (void)bias_off, (void)bias_bs, (void)bias_hs, (void)bias_rs, (void)split_keys;
+    (void)block_table, (void)n_splits;
+    (void)pages_per_seq, (void)num_pages, (void)cu_seqlens_q, (void)cu_seqlens_k, (void)total_q, (void)total_k;
+
+    __local ushort *const k_ring = (__local ushort *)local_words, *const v_ring = k_ring + K_SLOTS * TILE_HALVES;
+    __local ulong *const k_bars = mbars, *const v_bars = mbars + 2 * K_SLOTS;
+    const uint lane = get_local_id(0) % 32, warp = get_local_id(0) / 32;
+    const uint n_q = (seq_q + BLOCK_Q - 1) / BLOCK_Q, n_hb = heads_q * batch, blocks = n_q * n_hb;
+    const uint first = get_group_id(0), stride = get_num_groups(0);
+    if (get_local_id(0) == 0) {
+        for (uint u = 0; u < K_SLOTS + V_SLOTS; u++) {
+            mbar_init(mbars + 2 * u, 1);                    /* full: the producer's box copies */
+            mbar_init(mbars + 2 * u + 1, 128 * WARPGROUPS); /* empty: every consumer work-item */
+        }
+        mbar_init(mbars + 2 * (K_SLOTS + V_SLOTS), CONSUMER_THREADS);     /* block-done, even map uses */
+        mbar_init(mbars + 2 * (K_SLOTS + V_SLOTS) + 1, CONSUMER_THREADS); /* odd ones */
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    if (warp >= 4 * WARPGROUPS) { /* the producer warpgroup: its first warp builds the maps, one work-item copies */
+        __asm__ __volatile__("// sm90a: setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(WG_PRODUCER_REGS) : "memory");
+        if (warp != 4 * WARPGROUPS)
+            return;
+        __local ulong *const done = mbars + 2 * (K_SLOTS + V_SLOTS);
+        __global ulong *const pairs = tma_maps + 64 * (ulong)first;
+        uint before = 0, uses = 0; /* the tiles so far modulo WG_RING_CYCLE; the blocks with tiles so far */
+        int primed = 0;
+        for (uint rd = 0; rd * stride < blocks; rd++) {
+            const uint lin = wg_round_block(rd, first, stride);
+            if (lin >= blocks)
+                continue;
+            uint b, h, row0, key_begin, key_end;
+            wg_block_at(lin, n_q, heads_q, n_hb, &b, &h, &row0);
+            const uint hk = h / group, key_len = batch_key_len(key_lens, b, seq_k);
+            wg_block_keys(row0, seq_q, diagonal_keys(key_len, seq_k, diag_offset), key_len, win_left, win_right,
+                          &key_begin, &key_end);
+            const uint n_tiles = (key_end - key_begin + BLOCK - 1) / BLOCK;
+            if (n_tiles == 0)
+                continue;
+            __global ulong *const maps = pairs + 32 * (uses % 2);
+            if (uses >= 2) /* the block that used these maps before is complete */
+                mbar_wait(done + uses % 2, (uses / 2 - 1) % 2);
+            map_words[lane] = 0u;
+            map_words[lane + 32] = 0u;
+            __asm__ __volatile__("bar.warp.sync 0xffffffff;\n" ::: "memory");
+            if (lane == 0) {
+                wg_tma_build_map(map_words, k + k_off + (ulong)b * k_bs + (ulong)hk * k_hs, key_len, 2 * k_ss);
+                wg_tma_build_map(map_words + 32, v + v_off + (ulong)b * v_bs + (ulong)hk * v_hs, key_len, 2 * v_ss);
+            }
+            __asm__ __volatile__("bar.warp.sync 0xffffffff;\n" ::: "memory");
+            wg_tma_publish_map(maps, map_words);
+            wg_tma_publish_map(maps + 16, map_words + 32);
+            if (lane == 0) {
+                wg_tile_source src = {maps, key_begin};
+                wg_produce_tiles(&src, k_ring, v_ring, k_bars, v_bars, n_tiles, before, primed);
+            }
+            __asm__ __volatile__("bar.warp.sync 0xffffffff;\n" ::: "memory");
+            primed = primed || before + n_tiles >= WG_RING_CYCLE;
+            before = (before + n_tiles) % WG_RING_CYCLE;
+            uses++;
+        }
+        return;
+    }
+
+    /* the consumer warpgroups */
+    __asm__ __volatile__("// sm90a: setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(WG_CONSUMER_REGS) : "memory");
+    const uint g = lane / 4, t = lane % 4, wg = warp / 4;
+    uint before = 0, uses = 0;
+    wg_turns_open(wg);
+    for (uint rd = 0; rd * stride < blocks; rd++) {
+        const uint lin = wg_round_block(rd, first, stride);
+        if (lin >= blocks)
+            continue;
+        uint b, h, row0, key_begin, key_end;
+        wg_block_at(lin, n_q, heads_q, n_hb, &b, &h, &row0);
+        const uint key_len = batch_key_len(key_lens, b, seq_k);
+        const long diag_k = diagonal_keys(key_len, seq_k, diag_offset);
+        const uint r_lo = row0 + 16 * warp + g; /* the lane's rows: r_lo and r_lo + 8 */
+        wg_block_keys(row0, seq_q, diag_k, key_len, win_left, win_right, &key_begin, &key_end);
+        const uint n_tiles = (key_end - key_begin + BLOCK - 1) / BLOCK;
+        wg_rules ru =
+            wg_rules_for(row0, r_lo, seq_q, diag_k, key_len, win_left, win_right, score_scale, softcap, alibi, h);
+        uint qa[4 * K_STEPS];
+        wg_load_q(qa, q, q_off + (ulong)b * q_bs + (ulong)h * q_hs, q_ss, r_lo, t, seq_q);
+        wg_positive_scale(qa, &ru);
+        float acc[O_ACC];
+#pragma unroll
+        for (uint i = 0; i < O_ACC; i++)
+            acc[i] = 0.0f;
+        wg_rows rw = {-INFINITY, -INFINITY, 0.0f, 0.0f, 1.0f, 1.0f};
+        wg_consume_in_turns(acc, qa, &rw, &ru, t, wg, k_ring, v_ring, k_bars, v_bars, key_begin, n_tiles, before);
+        before = (before + n_tiles) % WG_RING_CYCLE;
+        if (n_tiles > 0) { /* this block's maps are free once every consumer is here */
+            mbar_arrive(mbars + 2 * (K_SLOTS + V_SLOTS) + uses % 2);
+            uses++;
+        }
+        float l_lo, l_hi;
+        wg_row_sums(&rw, lse, ((ulong)b * heads_q + h) * seq_q, r_lo, t, seq_q, &l_lo, &l_hi);
+        wg_store_o(o, o_off + (ulong)b * o_bs + (ulong)h * o_hs, o_ss, acc, l_lo, l_hi, r_lo, t, seq_q);
+    }
+    wg_turns_close(wg);
+}
+#endif

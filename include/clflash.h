@@ -339,6 +339,14 @@ CLFLASH_API const char *clflash_context_build_log(const clflash_context *c);
  *                              accelerator, whole 128-byte-swizzled boxes through tensor maps the
  *                              kernel builds (1, the default, where B is 32 at head_dim 128 or 64
  *                              at 64), or by cp.async, 16 bytes a work-item (0)
+ *      nv_wgmma.persistent     0 or 1: with TMA, one work-group per compute unit that takes the
+ *                              call's query blocks one after another, the next block's tiles
+ *                              streaming in while the last one ends (1), or a work-group per
+ *                              block (0, the default: on an H100 1.00x to 1.03x faster, except
+ *                              at head_dim 64 with the causal mask, 0.98x)
+ *      nv_wgmma.work_groups    0..65536: the most work-groups the persistent kernel launches (0,
+ *                              the default: the device's compute units); fewer leave compute units
+ *                              to other work, and let tests run many blocks per work-group
  * For each call the rules whose conditions hold apply in order, a later value winning. The order:
  * clflash's built-in rules (register tiles for the AMD and Intel GPU families whose compilers
  * spill the planner's defaults: docs/tuning.md lists them), the file named by the environment

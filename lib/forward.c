@@ -92,10 +92,12 @@ static cl_int enqueue_fused(clflash_context *c, const clflash_flash_kernel *fk, 
 }
 
 /* nv_wgmma_forward with WG_TMA (fk->tma_map_groups > 0): its argument past the varlen ones is a
- * scratch buffer in which each work-group builds its K and V tensor maps. */
-static cl_int enqueue_with_tensor_maps(clflash_context *c, const clflash_flash_kernel *fk, cl_command_queue qu,
-                                       const size_t *global, const size_t *local, cl_uint num_wait,
-                                       const cl_event *wait, cl_event *done, clflash_status *lib_status)
+ * scratch buffer in which each work-group builds its K and V tensor maps; the persistent kernel
+ * (fk->persistent_groups > 0) takes the batch size after it. */
+static cl_int enqueue_with_tensor_maps(clflash_context *c, const clflash_flash_kernel *fk, const clflash_problem *p,
+                                       cl_command_queue qu, const size_t *global, const size_t *local,
+                                       cl_uint num_wait, const cl_event *wait, cl_event *done,
+                                       clflash_status *lib_status)
 {
     clflash_scratch *maps = NULL;
     cl_event ran = NULL;
@@ -104,7 +106,10 @@ static cl_int enqueue_with_tensor_maps(clflash_context *c, const clflash_flash_k
     if (*lib_status != CLFLASH_SUCCESS)
         return CL_SUCCESS;
     cl_mem m = clflash_scratch_buffer(maps);
+    const cl_uint batch = p->batch;
     cl_int err = clSetKernelArg(fk->kernel, FLASH_ARGS, sizeof(cl_mem), &m);
+    if (err == CL_SUCCESS && fk->persistent_groups > 0)
+        err = clSetKernelArg(fk->kernel, FLASH_ARGS + 1, sizeof batch, &batch);
     if (err == CL_SUCCESS)
         err = clEnqueueNDRangeKernel(qu, fk->kernel, 3, NULL, global, local, num_wait, wait, &ran);
     clflash_scratch_release(c, maps, err == CL_SUCCESS ? ran : NULL, qu);
@@ -188,12 +193,16 @@ clflash_status clflash_forward(clflash_context *c, const clflash_attention_desc 
         global[0] = (size_t)((rows + fk.plan.block_q - 1) / fk.plan.block_q) * fk.plan.splits * fk.plan.work_group_size;
         global[1] = p.heads_q / fk.plan.packed_heads;
         global[2] = p.batch;
+        if (fk.persistent_groups > 0) { /* one dimension, each work-group taking block after block */
+            global[0] = (size_t)fk.persistent_groups * fk.plan.work_group_size;
+            global[1] = global[2] = 1;
+        }
         if (fk.plan.splits > 1) {
             err = enqueue_split(c, &fk, &p, qu, global, local, q, k, v, o, lse, num_wait, wait, done, &st);
         } else {
             err = set_flash_args(&fk, &p, q, k, v, o, lse, &p.o);
             if (err == CL_SUCCESS && fk.tma_map_groups > 0)
-                err = enqueue_with_tensor_maps(c, &fk, qu, global, local, num_wait, wait, done, &st);
+                err = enqueue_with_tensor_maps(c, &fk, &p, qu, global, local, num_wait, wait, done, &st);
             else if (err == CL_SUCCESS)
                 err = clEnqueueNDRangeKernel(qu, fk.kernel, 3, NULL, global, local, num_wait, wait, done);
         }

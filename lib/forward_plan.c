@@ -184,7 +184,7 @@ static clflash_status plan_regtile(clflash_context *c, const clflash_problem *p,
                         else
                             clflash_tune_report(&out->plan, "portable.cpu_path=0,portable.regtile=%ux%ux%u", cfg.rm,
                                                 cfg.tc, bq);
-                        if (p->tune.set & 1u << CLFLASH_TUNE_PORTABLE_LARGE_GRF) /* what it asked for, got */
+                        if (p->tune.set & CLFLASH_TUNE_BIT(CLFLASH_TUNE_PORTABLE_LARGE_GRF)) /* what it asked for, got */
                             clflash_tune_report(&out->plan, ",portable.large_grf=%d", large_grf);
                         clflash_tune_report_portable(&out->plan, p, 0);
                         out->plan.kv_passes = (packed_rows + bq - 1) / bq;

@@ -113,16 +113,20 @@ typedef enum {
     CLFLASH_TUNE_NV_WGMMA_STAGES,           /* its STAGES (the loop that waits) */
     CLFLASH_TUNE_NV_WGMMA_PRODUCER,         /* its WG_PRODUCER: a warpgroup that streams the tiles */
     CLFLASH_TUNE_NV_WGMMA_TMA,              /* its WG_TMA: the producer's tiles through TMA */
+    CLFLASH_TUNE_NV_WGMMA_PERSISTENT,       /* its WG_PERSIST: one work-group per SM taking block after block */
+    CLFLASH_TUNE_NV_WGMMA_WORK_GROUPS,      /* the persistent kernel's work-groups (0: the compute units) */
     CLFLASH_TUNE_COUNT
 } clflash_tune_key;
 
 /* The most rules a context keeps (file, option, environment and set_tuning calls together). */
 #define CLFLASH_MAX_TUNE_RULES 256u
 
-_Static_assert(CLFLASH_TUNE_COUNT <= 32, "clflash_tune_values.set has one bit per key");
+_Static_assert(CLFLASH_TUNE_COUNT <= 64, "clflash_tune_values.set has one bit per key");
+/* Key k's bit in clflash_tune_values.set. */
+#define CLFLASH_TUNE_BIT(k) ((uint64_t)1 << (k))
 
 typedef struct {
-    uint32_t set;                   /* bit k: key k has a value */
+    uint64_t set;                   /* CLFLASH_TUNE_BIT(k): key k has a value */
     int32_t value[CLFLASH_TUNE_COUNT];
     uint32_t regtile[4];            /* portable.regtile: RM, TC, BQ, B cap (0: none); all 0 = lanes */
 } clflash_tune_values;
@@ -581,6 +585,9 @@ typedef struct {
     uint64_t tma_map_groups;   /* > 0: the kernel (nv_wgmma_forward's WG_TMA) builds two tensor maps a
                                   work-group in a scratch buffer of this many slots
                                   (CLFLASH_TMA_MAP_SLOT_BYTES each) */
+    uint32_t persistent_groups; /* > 0: the kernel (nv_wgmma_forward_persistent) is launched as this
+                                  many work-groups in one dimension, each taking block after block,
+                                  and takes the batch size as its last argument */
     clflash_plan_entry *entry; /* the plan cache's entry the kernel goes back to, NULL if none */
 } clflash_flash_kernel;
 

@@ -35,7 +35,10 @@
  * producer keeps WG_PRODUCER_REGS, and the consumers share the rest (kernel_defines). Its tiles
  * come through the tensor memory accelerator (nv_wgmma.tma, 1 by default; WG_TMA) where (head_dim,
  * B) is (128, 32) or (64, 64): then each work-group builds its K and V tensor maps in 256 bytes of a
- * scratch buffer from the context's pool (plan.workspace_bytes; forward.c passes it).
+ * scratch buffer from the context's pool (plan.workspace_bytes; forward.c passes it). With TMA the
+ * kernel is by default the persistent one (nv_wgmma.persistent; nv_wgmma_forward_persistent): at most
+ * one work-group per compute unit (nv_wgmma.work_groups caps them), each taking block after block
+ * and building two pairs of maps, 512 bytes, where nv_wgmma.persistent=1 asks for it.
  */
 #include "internal.h"
 
@@ -43,6 +46,7 @@
 #include <string.h>
 
 #define KERNEL_NAME "nv_wgmma_forward"
+#define PERSISTENT_KERNEL_NAME "nv_wgmma_forward_persistent" /* WG_PERSIST */
 static const char variant_name[] = "nv_wgmma_forward";
 #define WGMMA_KV_TILES 5u /* the producer's rings: 3 K slots and 2 V slots */
 /* The producer warpgroup's registers a work-item (nv_wgmma.producer=1): with 24 ptxas spilled 16
@@ -181,6 +185,17 @@ static int tma(const clflash_context *c, const clflash_problem *p, uint32_t bloc
            p->v.seq_stride < most && clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_TMA, NULL) != 0;
 }
 
+/* 1 where the TMA loop runs as nv_wgmma_forward_persistent (WG_PERSIST): one work-group per SM
+ * taking block after block (nv_wgmma.persistent=1; 0 by default), for calls of fewer than 2^31
+ * blocks (the kernel counts them in 32 bits). */
+static int persistent(const clflash_context *c, const clflash_problem *p, int with_tma)
+{
+    const uint64_t block_q = 64ull * warpgroups_for(c, p);
+    const uint64_t blocks = ((uint64_t)p->seq_q + block_q - 1) / block_q * p->heads_q * p->batch;
+    return with_tma && blocks < (1ull << 31) &&
+           clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_PERSISTENT, NULL) != 0;
+}
+
 /* The waiting loop's K/V tile pairs (WG_PIPE 0 without a producer): nv_wgmma.stages, 2 to 6 (the
  * tuning table's range); 2 for the loops with rings of their own, which do not read it. */
 static uint32_t wanted_stages(const clflash_context *c, const clflash_problem *p)
@@ -194,13 +209,16 @@ static uint32_t wanted_stages(const clflash_context *c, const clflash_problem *p
  * layout), WGMMA_KV_TILES of them in rings (cl/nv_wgmma_forward.cl's K_SLOTS + V_SLOTS: the loops
  * with a producer), else `stages` pairs, or the Q rows staged at a time (the
  * work-group's, at most 128) padded by 16 bytes, whichever is larger; and the producer loop's
- * mbarriers, two of 8 bytes a ring slot. */
+ * mbarriers, two of 8 bytes a ring slot (and two more in the persistent kernel, which stages no
+ * Q: persist). */
 static cl_ulong counted_local_bytes(const clflash_problem *p, uint32_t block, uint32_t warpgroups,
-                                    uint32_t stages, int prod)
+                                    uint32_t stages, int prod, int persist)
 {
     const uint64_t n_tiles = prod ? WGMMA_KV_TILES : 2ull * stages;
     const uint64_t tiles = n_tiles * block * p->head_dim * p->elem_size;
     const uint64_t q_rows = (warpgroups > 2 ? 128ull : 64ull * warpgroups) * (p->head_dim + 8) * p->elem_size;
+    if (persist)
+        return tiles + 16ull * (WGMMA_KV_TILES + 1);
     return (tiles > q_rows ? tiles : q_rows) + (prod ? 16ull * WGMMA_KV_TILES : 0);
 }
 
@@ -216,15 +234,15 @@ static uint32_t first_block(const clflash_context *c, const clflash_problem *p, 
 }
 
 static void kernel_defines(const clflash_problem *p, int with_lse, int pipe, uint32_t block, uint32_t warpgroups,
-                           uint32_t stages, int prod, int with_tma, char *buf, size_t size)
+                           uint32_t stages, int prod, int with_tma, int persist, char *buf, size_t size)
 {
     char features[300];
     clflash_forward_defines(p, with_lse, 1, 1, features, sizeof features);
     snprintf(buf, size,
              "%s -D HEAD_DIM=%u -D D_REAL=%u -D NV_ALIGNED=1 -D BLOCK=%u -D WARPS=%u -D WARPGROUPS=%u -D STAGES=%u "
-             "-D WG_PIPE=%d -D WG_PRODUCER=%d -D BIAS_PAIRS=0%s",
+             "-D WG_PIPE=%d -D WG_PRODUCER=%d -D BIAS_PAIRS=0%s%s",
              features, p->head_dim, p->head_dim, block, 4 * (warpgroups + (prod ? 1 : 0)), warpgroups, stages, pipe,
-             prod, with_tma ? " -D WG_TMA=1" : "");
+             prod, with_tma ? " -D WG_TMA=1" : "", persist ? " -D WG_PERSIST=1" : "");
     if (prod) { /* the registers a work-item gets at launch (a multiple of 8), and what the consumers
                  * take once the producer has given back all but WG_PRODUCER_REGS: setmaxnreg.inc
                  * waits until the work-group's own registers (base a work-item at launch, not the
@@ -248,8 +266,10 @@ int clflash_nv_wgmma_first_defines(const clflash_context *c, const clflash_probl
     const int pipe = pipelined(c, p), prod = producer(c, p);
     for (uint32_t block = first_block(c, p, 0); block >= 32; block -= 32)
         for (uint32_t stages = wanted_stages(c, p); stages >= 2; stages--)
-            if (counted_local_bytes(p, block, wgs, stages, prod) <= c->local_mem_budget) {
-                kernel_defines(p, with_lse, pipe, block, wgs, stages, prod, tma(c, p, block), buf, size);
+            if (counted_local_bytes(p, block, wgs, stages, prod, persistent(c, p, tma(c, p, block))) <=
+                c->local_mem_budget) {
+                kernel_defines(p, with_lse, pipe, block, wgs, stages, prod, tma(c, p, block),
+                               persistent(c, p, tma(c, p, block)), buf, size);
                 return 1;
             }
     return 0;
@@ -264,21 +284,22 @@ static clflash_status try_build(clflash_context *c, const clflash_problem *p, in
     const uint64_t budget = c->local_mem_budget;
     const int prod = producer(c, p);
     const uint32_t threads = 128 * (wgs + (prod ? 1 : 0)), block_q = 64 * wgs;
-    const cl_ulong counted = counted_local_bytes(p, block, wgs, stages, prod);
+    const int with_tma = tma(c, p, block), persist = persistent(c, p, with_tma);
+    const cl_ulong counted = counted_local_bytes(p, block, wgs, stages, prod, persist);
     *fits = 0;
     if (counted > budget)
         return CLFLASH_SUCCESS; /* cannot fit: not built */
     char defines[640];
     cl_program prog;
     cl_int err;
-    const int with_tma = tma(c, p, block);
-    kernel_defines(p, with_lse, pipe, block, wgs, stages, prod, with_tma, defines, sizeof defines);
+    kernel_defines(p, with_lse, pipe, block, wgs, stages, prod, with_tma, persist, defines, sizeof defines);
     clflash_status st = clflash_get_program_sm90a(c, CLFLASH_SOURCE_NV_WGMMA_FORWARD, defines, &prog);
     if (st != CLFLASH_SUCCESS)
         return st;
-    cl_kernel kernel = clCreateKernel(prog, KERNEL_NAME, &err);
+    const char *const name = persist ? PERSISTENT_KERNEL_NAME : KERNEL_NAME;
+    cl_kernel kernel = clCreateKernel(prog, name, &err);
     if (err != CL_SUCCESS)
-        return clflash_fail(err, "clCreateKernel(%s) failed", KERNEL_NAME);
+        return clflash_fail(err, "clCreateKernel(%s) failed", name);
     cl_ulong local_bytes = 0;
     size_t max_wg = 0;
     if ((st = clflash_read_kernel_limits(c, kernel, counted, &local_bytes, &max_wg)) != CLFLASH_SUCCESS) {
@@ -297,13 +318,20 @@ static clflash_status try_build(clflash_context *c, const clflash_problem *p, in
     /* threads_per_row 2: a warpgroup's 128 work-items share its 64 rows */
     clflash_fill_plan(&out->plan, p, clflash_tile_bytes, budget, block, block_q, local_bytes, variant_name, 2, threads);
     out->kernel = kernel;
-    /* WG_TMA: two 128-byte tensor maps a work-group, built by the kernel in the context's scratch */
-    out->tma_map_groups = with_tma ? ((uint64_t)p->seq_q + block_q - 1) / block_q * p->heads_q * p->batch : 0;
+    /* WG_TMA: two 128-byte tensor maps a work-group, built by the kernel in the context's scratch;
+     * persistent: two pairs a work-group, and a work-group per compute unit at most */
+    const uint64_t blocks = ((uint64_t)p->seq_q + block_q - 1) / block_q * p->heads_q * p->batch;
+    const int32_t set = clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_WORK_GROUPS, NULL);
+    const uint64_t units = set > 0 ? (uint64_t)set : c->info.compute_units > 0 ? c->info.compute_units : 1;
+    out->persistent_groups = persist ? (uint32_t)(blocks < units ? blocks : units) : 0;
+    out->tma_map_groups = persist ? 2ull * out->persistent_groups : with_tma ? blocks : 0;
     clflash_set_split(out, p, 1, 1);
     clflash_tune_report(&out->plan,
                         "nv_wgmma.pipeline=%d,nv_wgmma.block=%u,nv_wgmma.warpgroups=%u,nv_wgmma.stages=%u,"
-                        "nv_wgmma.producer=%d,nv_wgmma.tma=%d",
-                        pipe, block, wgs, stages, prod, with_tma);
+                        "nv_wgmma.producer=%d,nv_wgmma.tma=%d,nv_wgmma.persistent=%d",
+                        pipe, block, wgs, stages, prod, with_tma, persist);
+    if (persist)
+        clflash_tune_report(&out->plan, ",nv_wgmma.work_groups=%u", out->persistent_groups);
     *fits = 1;
     return CLFLASH_SUCCESS;
 }

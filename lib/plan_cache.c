@@ -73,7 +73,7 @@ static void make_key(const clflash_problem *p, int with_lse, plan_key *k)
     k->w[16] = (uint32_t)p->varlen; /* a variable-length batch builds the kernels with VARLEN=1 */
     k->w[17] = (uint32_t)clflash_kv_token_major(p); /* the CPU decoding kernel takes whole key slots */
     k->w[18] = (uint32_t)clflash_nv_wgmma_wide_window(p); /* the Hopper kernel's default takes wide windows */
-    k->tune = p->tune; /* clflash_tune_resolve zeroes what is unset */
+    memcpy(&k->tune, &p->tune, sizeof k->tune); /* clflash_tune_resolve zeroes what is unset, padding too */
 }
 
 /* The plan fields that depend on seq_k exactly, for this call's problem. */

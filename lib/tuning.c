@@ -107,9 +107,9 @@ void clflash_tune_report_portable(clflash_plan *plan, const clflash_problem *p, 
 {
     const clflash_tune_key *keys = backward ? backward_keys : forward_keys;
     for (size_t i = 0; i < 3; i++)
-        if (p->tune.set & 1u << keys[i])
+        if (p->tune.set & CLFLASH_TUNE_BIT(keys[i]))
             clflash_tune_report(plan, ",%s=%d", clflash_tune_name(keys[i]), (int)p->tune.value[keys[i]]);
-    if (backward && (p->tune.set & 1u << CLFLASH_TUNE_BACKWARD_AMD_WAVES))
+    if (backward && (p->tune.set & CLFLASH_TUNE_BIT(CLFLASH_TUNE_BACKWARD_AMD_WAVES)))
         clflash_tune_report(plan, ",portable_backward.amd_waves=%d",
                             (int)p->tune.value[CLFLASH_TUNE_BACKWARD_AMD_WAVES]);
 }

@@ -85,6 +85,11 @@ static const tune_param params[CLFLASH_TUNE_COUNT] = {
     [CLFLASH_TUNE_NV_WGMMA_PRODUCER] = {"nv_wgmma.producer", 0, 1, 0, clflash_nv_wgmma_default_producer},
     /* the producer's tiles through the tensor memory accelerator (head_dim 128 with a producer) */
     [CLFLASH_TUNE_NV_WGMMA_TMA] = {"nv_wgmma.tma", 0, 1, 1, NULL},
+    /* its TMA loop as one work-group per SM that takes block after block (off: on an H100 1.01x to
+     * 1.03x slower than a work-group per block, docs/performance/h200.md) */
+    [CLFLASH_TUNE_NV_WGMMA_PERSISTENT] = {"nv_wgmma.persistent", 0, 1, 0, NULL},
+    /* ... and how many work-groups it launches at most (0: one per compute unit) */
+    [CLFLASH_TUNE_NV_WGMMA_WORK_GROUPS] = {"nv_wgmma.work_groups", 0, 65536, 0, NULL},
 };
 
 /* One rule: the conditions it applies under and the values it sets or clears. */
@@ -94,7 +99,7 @@ struct clflash_tune_rule {
     uint32_t dtypes;              /* bit per clflash_dtype; 0 = any */
     uint32_t dim_lo, dim_hi;      /* head_dim range; 0, 0 = any */
     clflash_tune_values values;   /* set: bits of keys given a value */
-    uint32_t cleared;             /* bits of keys given an empty value (back to the planner's) */
+    uint64_t cleared;             /* bits of keys given an empty value (back to the planner's) */
 };
 
 const char *clflash_tune_name(clflash_tune_key k)
@@ -289,7 +294,7 @@ static int parse_item(const char *s, size_t n, const char *where, struct clflash
     for (int k = 0; k < CLFLASH_TUNE_COUNT; k++) {
         if (strlen(params[k].name) != kn || strncmp(params[k].name, key, kn) != 0)
             continue;
-        const uint32_t bit = 1u << k;
+        const uint64_t bit = CLFLASH_TUNE_BIT(k);
         if (vn == 0) {
             r->cleared |= bit;
             r->values.set &= ~bit;
@@ -333,9 +338,9 @@ static void merge_into(clflash_tune_rule *a, const clflash_tune_rule *b)
     a->values.set = (a->values.set & ~b->cleared) | b->values.set;
     a->cleared |= b->cleared;
     for (int k = 0; k < CLFLASH_TUNE_COUNT; k++)
-        if (b->values.set & 1u << k)
+        if (b->values.set & CLFLASH_TUNE_BIT(k))
             a->values.value[k] = b->values.value[k];
-    if (b->values.set & 1u << CLFLASH_TUNE_PORTABLE_REGTILE)
+    if (b->values.set & CLFLASH_TUNE_BIT(CLFLASH_TUNE_PORTABLE_REGTILE))
         memcpy(a->values.regtile, b->values.regtile, sizeof a->values.regtile);
 }
 
@@ -513,16 +518,16 @@ static void apply_rules(const clflash_tune_rule *rules, uint32_t count, clflash_
             continue;
         v->set &= ~r->cleared;
         for (int k = 0; k < CLFLASH_TUNE_COUNT; k++)
-            if (r->values.set & 1u << k)
+            if (r->values.set & CLFLASH_TUNE_BIT(k))
                 v->value[k] = r->values.value[k];
-        if (r->values.set & 1u << CLFLASH_TUNE_PORTABLE_REGTILE)
+        if (r->values.set & CLFLASH_TUNE_BIT(CLFLASH_TUNE_PORTABLE_REGTILE))
             memcpy(v->regtile, r->values.regtile, sizeof v->regtile);
         v->set |= r->values.set;
     }
     for (int k = 0; k < CLFLASH_TUNE_COUNT; k++) /* the same settings give the same bytes (plan_cache.c) */
-        if (!(v->set & 1u << k))
+        if (!(v->set & CLFLASH_TUNE_BIT(k)))
             v->value[k] = 0;
-    if (!(v->set & 1u << CLFLASH_TUNE_PORTABLE_REGTILE))
+    if (!(v->set & CLFLASH_TUNE_BIT(CLFLASH_TUNE_PORTABLE_REGTILE)))
         memset(v->regtile, 0, sizeof v->regtile);
 }
 
@@ -573,14 +578,14 @@ void clflash_tune_free(clflash_context *c)
 int32_t clflash_tune_value(const clflash_context *c, const clflash_problem *p, clflash_tune_key k,
                            const clflash_tune_facts *f)
 {
-    if (p->tune.set & 1u << k)
+    if (p->tune.set & CLFLASH_TUNE_BIT(k))
         return p->tune.value[k];
     return params[k].rule ? params[k].rule(c, p, f) : params[k].value;
 }
 
 void clflash_tune_regtile(const clflash_context *c, const clflash_problem *p, uint32_t out[4])
 {
-    if (p->tune.set & 1u << CLFLASH_TUNE_PORTABLE_REGTILE)
+    if (p->tune.set & CLFLASH_TUNE_BIT(CLFLASH_TUNE_PORTABLE_REGTILE))
         memcpy(out, p->tune.regtile, 4 * sizeof *out);
     else
         clflash_default_regtile(c, p, out);

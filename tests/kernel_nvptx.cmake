@@ -239,7 +239,8 @@ endforeach()
 # (lib/nv_wgmma_forward_plan.c) gives the first kernel it would build on an H200 (tests/tuning_table
 # --kernel nv_wgmma_forward), f16 and bf16, head_dim 64 and 128, causal and not, with and without
 # lse, with the score features it takes (windows, ALiBi, key lengths, softcap), with a producer
-# warpgroup (WG_PRODUCER, the default), its tiles through TMA (WG_TMA, the default) or cp.async
+# warpgroup (WG_PRODUCER, the default), its tiles through TMA (WG_TMA, the default; a work-group a
+# block, or the persistent kernel, WG_PERSIST, with --tune nv_wgmma.persistent=1) or cp.async
 # (--tune nv_wgmma.tma=0), in the loop that waits for every product without a producer
 # (--tune nv_wgmma.producer=0) and in the pipelined loop (--tune nv_wgmma.pipeline=1), at head_dim 64 with B 32 as well
 # (nv_wgmma.block=32); unlike the other tensor-core kernels its spills fail here too. So does any
@@ -284,6 +285,10 @@ set(_sm90a_cases
   "nv-wgmma-forward-d128-tma-lse|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 128 --with-lse 1 --tune nv_wgmma.tma=1"
   "nv-wgmma-forward-d128-bf16-causal-tma|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 128 --causal 1 --tune nv_wgmma.tma=1"
   "nv-wgmma-forward-d128-softcap-tma|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 128 --features softcap --tune nv_wgmma.tma=1"
+  # the persistent kernel (nv_wgmma.persistent=1: nv_wgmma_forward_persistent)
+  "nv-wgmma-forward-d128-persistent|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 128 --with-lse 1 --tune nv_wgmma.persistent=1"
+  "nv-wgmma-forward-d64-bf16-causal-persistent|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 64 --causal 1 --features window,softcap,alibi,keylens --tune nv_wgmma.persistent=1"
+  "nv-wgmma-forward-d128-bf16-causal-persistent|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 128 --causal 1 --features softcap --tune nv_wgmma.persistent=1"
   # test_sm90a's TMA probe (a tensor map built by the kernel, a box loaded through it): a test file
   "nv-tma-probe|../tests/nv_tma_probe.cl|=-cl-std=CL1.2 -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D PAGED=0 -D CAUSAL=0 -D WINDOW=0 -D SOFTCAP=0 -D BIAS=0 -D ALIBI=0 -D KEYLEN=0 -D KEYLEN_DIAGONAL=0 -D VARLEN=0 -D WITH_LSE=0"
 )

@@ -470,7 +470,7 @@ END_TEST
 /* Sets tuning key k of p to v, as a setting would. */
 static void tune_set(clflash_problem *p, clflash_tune_key k, int32_t v)
 {
-    p->tune.set |= 1u << k;
+    p->tune.set |= CLFLASH_TUNE_BIT(k);
     p->tune.value[k] = v;
 }
 
@@ -478,17 +478,18 @@ static void tune_set(clflash_problem *p, clflash_tune_key k, int32_t v)
  * it would build on the stand-in H200): by default at head_dim 128 (B 32) and 64 (B 64), in the
  * producer loop; not with nv_wgmma.tma=0, without a producer, in the pipelined loop, at head_dim 64
  * with B 32, or where K's or V's rows cannot be a tensor map's (closer than a row, or 2^39
- * elements apart). */
+ * elements apart). The persistent kernel (WG_PERSIST) only with nv_wgmma.persistent=1 and TMA. */
 START_TEST(wgmma_tma_defines)
 {
     const clflash_context c = stand_in_context(90, CLFLASH_WGMMA_ALL);
     struct {
         const char *what;
         clflash_problem p;
-        int tma;
-    } cases[12];
+        int tma, persist;
+    } cases[14];
     int n = 0;
-#define CASE(w, prob, t) (cases[n].what = (w), cases[n].p = (prob), cases[n].tma = (t), n++)
+    /* the persistent kernel (WG_PERSIST) only with nv_wgmma.persistent=1, and there only with TMA */
+#define CASE(w, prob, t) (cases[n].what = (w), cases[n].p = (prob), cases[n].tma = (t), cases[n].persist = 0, n++)
     const clflash_problem d128 = stand_in_problem(4, 16, 16, 4096, 4096, 128, CLFLASH_F16, 0);
     const clflash_problem d64 = stand_in_problem(1, 8, 2, 129, 300, 64, CLFLASH_BF16, CLFLASH_CAUSAL);
     CASE("d128", d128, 1);
@@ -518,12 +519,24 @@ START_TEST(wgmma_tma_defines)
     p.k.seq_stride = 128 * 3;
     p.v.seq_stride = 128 * 5;
     CASE("d128, K and V rows far apart", p, 1);
+    p = d128;
+    tune_set(&p, CLFLASH_TUNE_NV_WGMMA_PERSISTENT, 1);
+    CASE("d128, nv_wgmma.persistent=1", p, 1);
+    cases[n - 1].persist = 1;
+    p = d64;
+    tune_set(&p, CLFLASH_TUNE_NV_WGMMA_PERSISTENT, 1);
+    CASE("d64 bf16 causal GQA, nv_wgmma.persistent=1", p, 1);
+    cases[n - 1].persist = 1;
+    tune_set(&p, CLFLASH_TUNE_NV_WGMMA_TMA, 0);
+    CASE("d64, nv_wgmma.persistent=1 without TMA", p, 0);
 #undef CASE
     for (int i = 0; i < n; i++) {
         char defines[640];
         ck_assert_msg(clflash_nv_wgmma_first_defines(&c, &cases[i].p, 1, defines, sizeof defines) == 1,
                       "%s: no kernel fits", cases[i].what);
         ck_assert_msg((strstr(defines, "-D WG_TMA=1") != NULL) == cases[i].tma, "%s: %s", cases[i].what, defines);
+        ck_assert_msg((strstr(defines, "-D WG_PERSIST=1") != NULL) == cases[i].persist, "%s: %s", cases[i].what,
+                      defines);
     }
 }
 END_TEST
