@@ -35,10 +35,10 @@
  * producer keeps WG_PRODUCER_REGS, and the consumers share the rest (kernel_defines). Its tiles
  * come through the tensor memory accelerator (nv_wgmma.tma, 1 by default; WG_TMA) where (head_dim,
  * B) is (128, 32) or (64, 64): then each work-group builds its K and V tensor maps in 256 bytes of a
- * scratch buffer from the context's pool (plan.workspace_bytes; forward.c passes it). With TMA the
- * kernel is by default the persistent one (nv_wgmma.persistent; nv_wgmma_forward_persistent): at most
- * one work-group per compute unit (nv_wgmma.work_groups caps them), each taking block after block
- * and building two pairs of maps, 512 bytes, where nv_wgmma.persistent=1 asks for it.
+ * scratch buffer from the context's pool (plan.workspace_bytes; forward.c passes it). With TMA and
+ * nv_wgmma.persistent=1 the kernel is the persistent one (nv_wgmma_forward_persistent): at most one
+ * work-group per compute unit (nv_wgmma.work_groups caps them), each taking block after block and
+ * building two pairs of maps, 512 bytes.
  */
 #include "internal.h"
 
@@ -185,14 +185,19 @@ static int tma(const clflash_context *c, const clflash_problem *p, uint32_t bloc
            p->v.seq_stride < most && clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_TMA, NULL) != 0;
 }
 
+/* The call's blocks of block_q query rows: one per work-group, or what the persistent kernel's
+ * work-groups share. */
+static uint64_t query_blocks(const clflash_problem *p, uint64_t block_q)
+{
+    return ((uint64_t)p->seq_q + block_q - 1) / block_q * p->heads_q * p->batch;
+}
+
 /* 1 where the TMA loop runs as nv_wgmma_forward_persistent (WG_PERSIST): one work-group per SM
  * taking block after block (nv_wgmma.persistent=1; 0 by default), for calls of fewer than 2^31
  * blocks (the kernel counts them in 32 bits). */
 static int persistent(const clflash_context *c, const clflash_problem *p, int with_tma)
 {
-    const uint64_t block_q = 64ull * warpgroups_for(c, p);
-    const uint64_t blocks = ((uint64_t)p->seq_q + block_q - 1) / block_q * p->heads_q * p->batch;
-    return with_tma && blocks < (1ull << 31) &&
+    return with_tma && query_blocks(p, 64ull * warpgroups_for(c, p)) < (1ull << 31) &&
            clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_PERSISTENT, NULL) != 0;
 }
 
@@ -264,14 +269,14 @@ int clflash_nv_wgmma_first_defines(const clflash_context *c, const clflash_probl
         return 0;
     const uint32_t wgs = warpgroups_for(c, p);
     const int pipe = pipelined(c, p), prod = producer(c, p);
-    for (uint32_t block = first_block(c, p, 0); block >= 32; block -= 32)
+    for (uint32_t block = first_block(c, p, 0); block >= 32; block -= 32) {
+        const int with_tma = tma(c, p, block), persist = persistent(c, p, with_tma);
         for (uint32_t stages = wanted_stages(c, p); stages >= 2; stages--)
-            if (counted_local_bytes(p, block, wgs, stages, prod, persistent(c, p, tma(c, p, block))) <=
-                c->local_mem_budget) {
-                kernel_defines(p, with_lse, pipe, block, wgs, stages, prod, tma(c, p, block),
-                               persistent(c, p, tma(c, p, block)), buf, size);
+            if (counted_local_bytes(p, block, wgs, stages, prod, persist) <= c->local_mem_budget) {
+                kernel_defines(p, with_lse, pipe, block, wgs, stages, prod, with_tma, persist, buf, size);
                 return 1;
             }
+    }
     return 0;
 }
 
@@ -320,7 +325,7 @@ static clflash_status try_build(clflash_context *c, const clflash_problem *p, in
     out->kernel = kernel;
     /* WG_TMA: two 128-byte tensor maps a work-group, built by the kernel in the context's scratch;
      * persistent: two pairs a work-group, and a work-group per compute unit at most */
-    const uint64_t blocks = ((uint64_t)p->seq_q + block_q - 1) / block_q * p->heads_q * p->batch;
+    const uint64_t blocks = query_blocks(p, block_q);
     const int32_t set = clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_WORK_GROUPS, NULL);
     const uint64_t units = set > 0 ? (uint64_t)set : c->info.compute_units > 0 ? c->info.compute_units : 1;
     out->persistent_groups = persist ? (uint32_t)(blocks < units ? blocks : units) : 0;

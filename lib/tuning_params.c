@@ -85,8 +85,9 @@ static const tune_param params[CLFLASH_TUNE_COUNT] = {
     [CLFLASH_TUNE_NV_WGMMA_PRODUCER] = {"nv_wgmma.producer", 0, 1, 0, clflash_nv_wgmma_default_producer},
     /* the producer's tiles through the tensor memory accelerator (head_dim 128 with a producer) */
     [CLFLASH_TUNE_NV_WGMMA_TMA] = {"nv_wgmma.tma", 0, 1, 1, NULL},
-    /* its TMA loop as one work-group per SM that takes block after block (off: on an H100 1.01x to
-     * 1.03x slower than a work-group per block, docs/performance/h200.md) */
+    /* its TMA loop as one work-group per SM that takes block after block (off: on an H100 1.00x to
+     * 1.03x slower than a work-group per block but at head_dim 64 with the causal mask,
+     * docs/performance/h200.md) */
     [CLFLASH_TUNE_NV_WGMMA_PERSISTENT] = {"nv_wgmma.persistent", 0, 1, 0, NULL},
     /* ... and how many work-groups it launches at most (0: one per compute unit) */
     [CLFLASH_TUNE_NV_WGMMA_WORK_GROUPS] = {"nv_wgmma.work_groups", 0, 65536, 0, NULL},
