@@ -91,10 +91,15 @@ static cl_mem from_host(cl_context ctx, const void *host, size_t bytes)
     return m;
 }
 
+/* A blocking write returns once the host bytes are copied, which the OpenCL specification does not
+ * say is once the buffer holds them: the clFinish completes the write, so that a read through
+ * another context's queue (the next call may run on a fresh sibling) cannot see what the buffer
+ * held before, which would look as if the failed call had written it. */
 static void write_buffer(clflash_context *c, cl_mem m, const void *host, size_t bytes)
 {
     ck_assert_int_eq(clEnqueueWriteBuffer(clflash_context_queue(c), m, CL_TRUE, 0, bytes, host, 0, NULL, NULL),
                      CL_SUCCESS);
+    ck_assert_int_eq(clFinish(clflash_context_queue(c)), CL_SUCCESS);
 }
 
 static void read_buffer(clflash_context *c, cl_mem m, void *host, size_t bytes)
