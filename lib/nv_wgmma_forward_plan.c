@@ -201,6 +201,15 @@ static int persistent(const clflash_context *c, const clflash_problem *p, int wi
            clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_PERSISTENT, NULL) != 0;
 }
 
+/* The persistent kernel's work-groups for a call of `blocks` query blocks: nv_wgmma.work_groups, or
+ * one per compute unit, and no more than there are blocks. */
+static uint32_t persistent_work_groups(const clflash_context *c, const clflash_problem *p, uint64_t blocks)
+{
+    const int32_t set = clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_WORK_GROUPS, NULL);
+    const uint64_t units = set > 0 ? (uint64_t)set : c->info.compute_units > 0 ? c->info.compute_units : 1;
+    return (uint32_t)(blocks < units ? blocks : units);
+}
+
 /* The waiting loop's K/V tile pairs (WG_PIPE 0 without a producer): nv_wgmma.stages, 2 to 6 (the
  * tuning table's range); 2 for the loops with rings of their own, which do not read it. */
 static uint32_t wanted_stages(const clflash_context *c, const clflash_problem *p)
@@ -326,9 +335,7 @@ static clflash_status try_build(clflash_context *c, const clflash_problem *p, in
     /* WG_TMA: two 128-byte tensor maps a work-group, built by the kernel in the context's scratch;
      * persistent: two pairs a work-group, and a work-group per compute unit at most */
     const uint64_t blocks = query_blocks(p, block_q);
-    const int32_t set = clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_WORK_GROUPS, NULL);
-    const uint64_t units = set > 0 ? (uint64_t)set : c->info.compute_units > 0 ? c->info.compute_units : 1;
-    out->persistent_groups = persist ? (uint32_t)(blocks < units ? blocks : units) : 0;
+    out->persistent_groups = persist ? persistent_work_groups(c, p, blocks) : 0;
     out->tma_map_groups = persist ? 2ull * out->persistent_groups : with_tma ? blocks : 0;
     clflash_set_split(out, p, 1, 1);
     clflash_tune_report(&out->plan,

@@ -488,8 +488,9 @@ START_TEST(wgmma_tma_defines)
         int tma, persist;
     } cases[14];
     int n = 0;
-    /* the persistent kernel (WG_PERSIST) only with nv_wgmma.persistent=1, and there only with TMA */
-#define CASE(w, prob, t) (cases[n].what = (w), cases[n].p = (prob), cases[n].tma = (t), cases[n].persist = 0, n++)
+#define CASE_PERSIST(w, prob, t, ps) \
+    (cases[n].what = (w), cases[n].p = (prob), cases[n].tma = (t), cases[n].persist = (ps), n++)
+#define CASE(w, prob, t) CASE_PERSIST(w, prob, t, 0)
     const clflash_problem d128 = stand_in_problem(4, 16, 16, 4096, 4096, 128, CLFLASH_F16, 0);
     const clflash_problem d64 = stand_in_problem(1, 8, 2, 129, 300, 64, CLFLASH_BF16, CLFLASH_CAUSAL);
     CASE("d128", d128, 1);
@@ -521,15 +522,14 @@ START_TEST(wgmma_tma_defines)
     CASE("d128, K and V rows far apart", p, 1);
     p = d128;
     tune_set(&p, CLFLASH_TUNE_NV_WGMMA_PERSISTENT, 1);
-    CASE("d128, nv_wgmma.persistent=1", p, 1);
-    cases[n - 1].persist = 1;
+    CASE_PERSIST("d128, nv_wgmma.persistent=1", p, 1, 1);
     p = d64;
     tune_set(&p, CLFLASH_TUNE_NV_WGMMA_PERSISTENT, 1);
-    CASE("d64 bf16 causal GQA, nv_wgmma.persistent=1", p, 1);
-    cases[n - 1].persist = 1;
+    CASE_PERSIST("d64 bf16 causal GQA, nv_wgmma.persistent=1", p, 1, 1);
     tune_set(&p, CLFLASH_TUNE_NV_WGMMA_TMA, 0);
     CASE("d64, nv_wgmma.persistent=1 without TMA", p, 0);
 #undef CASE
+#undef CASE_PERSIST
     for (int i = 0; i < n; i++) {
         char defines[640];
         ck_assert_msg(clflash_nv_wgmma_first_defines(&c, &cases[i].p, 1, defines, sizeof defines) == 1,
