@@ -64,14 +64,15 @@
  * NV_BWD_STREAM (below; the host's default is in lib/nv_mma_backward_plan.c, the
  * nv_backward.stream tuning setting overrides it). The PTX
  * helpers and THREADS, ROW_STRIDE, CHUNKS, K_STEPS, D_TILES come from nv_mma_common.cl, the score
- * recomputation (row_products, feature_scores, probabilities, masks) from nv_mma_scores.cl.
+ * recomputation (row_products, feature_scores, probabilities, masks) from nv_mma_scores.cl, and the
+ * streamed tiles' layout, copies and products (TILE_ROW, tile_scores, tile_accumulate, tile_stream,
+ * tiles_arrived) from nv_mma_backward_tiles.cl.
  */
 
 /* ROWS: keys of a key group, queries of a query group. With D_SPLIT 2 (the host's, above head_dim
  * 128; nv_mma_scores.cl) warps 2s and 2s + 1 share rows 16s .. 16s + 15, each holding SHARE_DIM
  * columns of them (its share: the first or the second half) in its fragments and sums. */
 #define ROWS (16 * WARPS / D_SPLIT)
-#define SHARE_TILES (SHARE_DIM / 8) /* n8 tiles of a share */
 #if WARPS % D_SPLIT != 0
 #error "WARPS must be a multiple of D_SPLIT (the host steps nv_backward.warps down to one)"
 #endif
@@ -84,12 +85,6 @@
 #endif
 #define TILE_ROWS (4 * BLOCK > 2 * ROWS ? 4 * BLOCK : 2 * ROWS)
 #define CHUNK_STEPS (BLOCK / 16) /* 16-row pieces of a streamed tile */
-
-/* The first column of this warp's share. */
-static inline uint share_column(void)
-{
-    return get_local_id(0) / 32 % D_SPLIT * SHARE_DIM;
-}
 
 /* With D_SPLIT 2, S and dP of a 16-column piece are sums over both shares: each warp of a pair
  * writes its part to its slot (piece c of the tile, SWAP_SLOTS float4 per warp), and after a
@@ -213,22 +208,6 @@ static inline void store_rows(__global ushort *dst, ulong base, ulong seq_stride
 #endif
 }
 
-/* acc[dt] += A (16 x 16, registers) times 16 rows x SHARE_DIM (the warp's share) of a local tile
- * read transposed (rows are the k dimension): the products dV += P^T dO, dK += dS^T Q and
- * dQ += dS K. */
-static inline void add_product(float4 *acc, uint4 a, __local const ushort *rows)
-{
-    const uint lane = get_local_id(0) % 32;
-    __local const ushort *src =
-        rows + ((lane / 8) % 2 * 8 + lane % 8) * ROW_STRIDE + share_column() + lane / 16 * 8;
-#pragma unroll
-    for (uint dt = 0; dt < SHARE_TILES; dt += 2) {
-        const uint4 f = load_matrix_x4_trans(src + dt * 8);
-        acc[dt] = mma_16x8x16(a, f.x, f.y, acc[dt]);
-        acc[dt + 1] = mma_16x8x16(a, f.z, f.w, acc[dt + 1]);
-    }
-}
-
 /* Two 16 x 8 accumulator blocks (columns 0..7, 8..15) as one 16 x 16 A fragment. */
 static inline uint4 as_fragment(float4 x0, float4 x1)
 {
@@ -254,7 +233,7 @@ static inline void chunk_probabilities(float4 s0, float4 s1, float4 dp0, float4 
     *ds_frag = as_fragment(g0, g1);
 }
 
-/* NV_BWD_STREAM: 1 copies a key group's Q and dO tiles through kv_stream (per-work-item pointers,
+/* NV_BWD_STREAM: 1 copies a key group's Q and dO tiles through tile_stream (per-work-item pointers,
  * restarted at each query head), 0 through stage_rows (a division and a 64-bit multiply per 16-byte
  * copy). On the H200 (f16, n = 4096 and 16384) the stream gave 1.03x to 1.05x at head_dim 128 and
  * 0.92x to 1.02x at 64, so the host's default is head_dim >= 128. */
@@ -268,15 +247,15 @@ static inline void chunk_probabilities(float4 s0, float4 s1, float4 dp0, float4 
 static inline void stage_query_tile(const mma_bwd_args *a, __global const ushort *q, __global const ushort *d_o,
                              __global const float *lse, __global const float *dvec, __local ushort *tiles,
                              __local float *stats, uint b, uint hk, uint q_first, uint per_head, uint it, uint u,
-                             kv_stream *qs)
+                             tile_stream *qs)
 {
     const uint h = hk * a->group + it / per_head;
     const uint q0 = q_first + (it % per_head) * BLOCK;
 #if NV_BWD_STREAM
     if (it % per_head == 0)
-        *qs = kv_stream_start_at(q, a->q_off + (ulong)b * a->q_bs + (ulong)h * a->q_hs, a->q_ss, d_o,
-                                 a->o_off + (ulong)b * a->o_bs + (ulong)h * a->o_hs, a->o_ss, a->seq_q, q_first);
-    kv_stream_next(qs, tiles + 2 * u * BLOCK * ROW_STRIDE);
+        *qs = tile_stream_start_at(q, a->q_off + (ulong)b * a->q_bs + (ulong)h * a->q_hs, a->q_ss, d_o,
+                                   a->o_off + (ulong)b * a->o_bs + (ulong)h * a->o_hs, a->o_ss, a->seq_q, q_first);
+    tile_stream_next(qs, tiles + 2 * u * BLOCK * ROW_STRIDE);
 #else
     (void)qs;
     const ulong q_base = a->q_off + (ulong)b * a->q_bs + (ulong)h * a->q_hs;
@@ -373,13 +352,13 @@ static inline void key_group(const mma_bwd_args *a, __global const ushort *q, __
         key_group_bias_tile(bias_t, a, bias, b, hk * a->group, q_first, bias_lo, bias_hi);
 #endif
 
-    kv_stream qs; /* NV_BWD_STREAM: the current head's Q and dO */
+    tile_stream qs; /* NV_BWD_STREAM: the current head's Q and dO */
     if (steps > 0)
         stage_query_tile(a, q, d_o, lse, dvec, tiles, stats, b, hk, q_first, per_head, 0, 0, &qs);
     for (uint it = 0; it < steps; it++) {
         const uint u = it % 2;
         const uint q0 = q_first + (it % per_head) * BLOCK;
-        async_wait_all();
+        tiles_arrived();
         barrier(CLK_LOCAL_MEM_FENCE); /* tile it is in; every warp is done with tile it - 1 */
         if (it + 1 < steps)
             stage_query_tile(a, q, d_o, lse, dvec, tiles, stats, b, hk, q_first, per_head, it + 1, 1 - u, &qs);
@@ -418,8 +397,8 @@ static inline void key_group(const mma_bwd_args *a, __global const ushort *q, __
             bias1 = bias_t[c][1];
 #endif
             float4 s0, s1, dp0, dp1;
-            row_products(kf, q_rows + c * 16 * ROW_STRIDE + share_column(), &s0, &s1);
-            row_products(vf, do_rows + c * 16 * ROW_STRIDE + share_column(), &dp0, &dp1);
+            tile_scores(kf, q_rows + TILE_ROW(c * 16) + share_column(), &s0, &s1);
+            tile_scores(vf, do_rows + TILE_ROW(c * 16) + share_column(), &dp0, &dp1);
             add_partner_share(swap, c, &s0, &s1, &dp0, &dp1);
             const float4 off0 = (float4)(offs[col], offs[col + 1], offs[col], offs[col + 1]);
             const float4 off1 = (float4)(offs[col + 8], offs[col + 9], offs[col + 8], offs[col + 9]);
@@ -458,8 +437,8 @@ static inline void key_group(const mma_bwd_args *a, __global const ushort *q, __
             }
             uint4 p_frag, ds_frag;
             chunk_probabilities(s0, s1, dp0, dp1, off0, off1, dd0, dd1, grad0, grad1, p_scale, &p_frag, &ds_frag);
-            add_product(dv_acc, p_frag, do_rows + c * 16 * ROW_STRIDE);
-            add_product(dk_acc, ds_frag, q_rows + c * 16 * ROW_STRIDE);
+            tile_accumulate(dv_acc, p_frag, do_rows + TILE_ROW(c * 16));
+            tile_accumulate(dk_acc, ds_frag, q_rows + TILE_ROW(c * 16));
         }
     }
 
@@ -568,17 +547,17 @@ static inline void query_group(const mma_bwd_args *a, __global const ushort *q, 
         dq_acc[dt] = (float4)(0.0f);
 
     /* keys at or past the key length are never read: they become zeros */
-    kv_stream stream = kv_stream_start_at(k, k_base, a->k_ss, v, v_base, a->v_ss, a->key_len, key_begin);
+    tile_stream stream = tile_stream_start_at(k, k_base, a->k_ss, v, v_base, a->v_ss, a->key_len, key_begin);
     if (n_tiles > 0) {
-        kv_stream_next(&stream, tiles);
+        tile_stream_next(&stream, tiles);
         async_commit();
     }
     for (uint j = 0; j < n_tiles; j++) {
         const uint key0 = key_begin + j * BLOCK;
-        async_wait_all();
+        tiles_arrived();
         barrier(CLK_LOCAL_MEM_FENCE);
         if (j + 1 < n_tiles) {
-            kv_stream_next(&stream, tiles + ((j + 1) % 2) * 2 * BLOCK * ROW_STRIDE);
+            tile_stream_next(&stream, tiles + ((j + 1) % 2) * 2 * BLOCK * ROW_STRIDE);
             async_commit();
         }
         __local const ushort *k_rows = tiles + (j % 2) * 2 * BLOCK * ROW_STRIDE;
@@ -602,8 +581,8 @@ static inline void query_group(const mma_bwd_args *a, __global const ushort *q, 
             bias1 = bias_t[c][1];
 #endif
             float4 s0, s1, dp0, dp1;
-            row_products(qf, k_rows + c * 16 * ROW_STRIDE + share_column(), &s0, &s1);
-            row_products(df, v_rows + c * 16 * ROW_STRIDE + share_column(), &dp0, &dp1);
+            tile_scores(qf, k_rows + TILE_ROW(c * 16) + share_column(), &s0, &s1);
+            tile_scores(df, v_rows + TILE_ROW(c * 16) + share_column(), &dp0, &dp1);
             add_partner_share(swap, c, &s0, &s1, &dp0, &dp1);
             float4 grad0 = (float4)(1.0f), grad1 = (float4)(1.0f);
 #if TRANSFORMS
@@ -639,7 +618,7 @@ static inline void query_group(const mma_bwd_args *a, __global const ushort *q, 
             }
             uint4 p_frag, ds_frag; /* P is not needed here */
             chunk_probabilities(s0, s1, dp0, dp1, offs, offs, dd, dd, grad0, grad1, p_scale, &p_frag, &ds_frag);
-            add_product(dq_acc, ds_frag, k_rows + c * 16 * ROW_STRIDE);
+            tile_accumulate(dq_acc, ds_frag, k_rows + TILE_ROW(c * 16));
         }
     }
 

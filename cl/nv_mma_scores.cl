@@ -24,6 +24,13 @@
 #endif
 #define SHARE_DIM (HEAD_DIM / D_SPLIT)
 #define SHARE_STEPS (SHARE_DIM / 16) /* k16 steps of a product over one share */
+#define SHARE_TILES (SHARE_DIM / 8)  /* n8 tiles of a share */
+
+/* The first column of this warp's share. */
+static inline uint share_column(void)
+{
+    return get_local_id(0) / 32 % D_SPLIT * SHARE_DIM;
+}
 
 /* The constants of feature_scores, per call. */
 typedef struct {

@@ -50,6 +50,8 @@ extern const char clflash_cl_bias_grad[];
 extern const size_t clflash_cl_bias_grad_size;
 extern const char clflash_cl_nv_mma_scores[];
 extern const size_t clflash_cl_nv_mma_scores_size;
+extern const char clflash_cl_nv_mma_backward_tiles[];
+extern const size_t clflash_cl_nv_mma_backward_tiles_size;
 extern const char clflash_cl_nv_mma_bias_grad[];
 extern const size_t clflash_cl_nv_mma_bias_grad_size;
 extern const char clflash_cl_kv_append[];
@@ -63,7 +65,7 @@ extern const size_t clflash_cl_nv_wgmma_forward_size;
 
 /* Each clflash_source_id's file name, text and length, in the enum's order, and the texts that go
  * between common.cl and it (the tensor-core kernels' PTX helpers and score recomputation), if any. */
-#define MAX_PRELUDES 2
+#define MAX_PRELUDES 3
 static const struct {
     const char *name, *text;
     const size_t *size;
@@ -85,8 +87,8 @@ static const struct {
     {"nv_mma_backward.cl",
      clflash_cl_nv_mma_backward,
      &clflash_cl_nv_mma_backward_size,
-     {clflash_cl_nv_mma_common, clflash_cl_nv_mma_scores},
-     {&clflash_cl_nv_mma_common_size, &clflash_cl_nv_mma_scores_size}},
+     {clflash_cl_nv_mma_common, clflash_cl_nv_mma_scores, clflash_cl_nv_mma_backward_tiles},
+     {&clflash_cl_nv_mma_common_size, &clflash_cl_nv_mma_scores_size, &clflash_cl_nv_mma_backward_tiles_size}},
     {"merge_states.cl", clflash_cl_merge_states, &clflash_cl_merge_states_size, {NULL}, {NULL}},
     {"flash_decode_cpu.cl", clflash_cl_flash_decode_cpu, &clflash_cl_flash_decode_cpu_size, {NULL}, {NULL}},
     {"bias_grad.cl", clflash_cl_bias_grad, &clflash_cl_bias_grad_size, {NULL}, {NULL}},

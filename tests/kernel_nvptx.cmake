@@ -112,7 +112,7 @@ endfunction()
 # would build the kernel with for that shape on an H200 (48 KiB, 132 compute units), and the case
 # is built with those. The bias gradient's kernel has one fixed shape (lib/bias_grad.c).
 set(_nv_fwd "nv_mma_common.cl+nv_mma_forward.cl")
-set(_nv_bwd "nv_mma_common.cl+nv_mma_scores.cl+nv_mma_backward.cl")
+set(_nv_bwd "nv_mma_common.cl+nv_mma_scores.cl+nv_mma_backward_tiles.cl+nv_mma_backward.cl")
 set(_prefill "--batch 4 --heads-q 16 --heads-kv 16 --seq-q 4096 --seq-k 4096")
 set(_nv_cases
   "nv-forward-d64|${_nv_fwd}|--kernel nv_forward --dtype f16 --head-dim 64 ${_prefill}"
