@@ -64,7 +64,8 @@ extern const char clflash_cl_nv_wgmma_forward[];
 extern const size_t clflash_cl_nv_wgmma_forward_size;
 
 /* Each clflash_source_id's file name, text and length, in the enum's order, and the texts that go
- * between common.cl and it (the tensor-core kernels' PTX helpers and score recomputation), if any. */
+ * between common.cl and it (the tensor-core kernels' PTX helpers, score recomputation and the
+ * backward's tile operations), if any. */
 #define MAX_PRELUDES 3
 static const struct {
     const char *name, *text;
