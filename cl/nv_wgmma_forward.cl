@@ -19,10 +19,10 @@
  * Scope: f16 and bf16, head_dim 64 or 128, rows of Q, K, V and O on 16 bytes (NV_ALIGNED), causal
  * or not, GQA (one query head per work-group, its K/V head hg / group), lse, and the score rules
  * of common.cl: sliding windows, softcap, ALiBi, key lengths and the diagonal's offset and
- * alignment.
+ * alignment; a bias in the producer loop with turns (read into registers, wg_load_bias).
  * The tiles a block does not see are skipped (block_key_range), the masks applied only on those
- * some row sees in part. No bias, paged caches, variable-length batches, split-KV or head packing:
- * the host never builds it with them (the #error below).
+ * some row sees in part. No paged caches, variable-length batches, split-KV or head packing: the
+ * host never builds it with them (the #error below).
  *
  * Work: a work-group of WARPGROUPS warpgroups (128 work-items each) owns BLOCK_Q = 64 * WARPGROUPS
  * query rows of one (batch, head); warpgroup wg owns rows 64 wg .. 64 wg + 63, warp w of it rows
@@ -205,8 +205,11 @@
 #if BLOCK != 32 && BLOCK != 64
 #error "nv_wgmma_forward takes BLOCK 32 or 64"
 #endif
-#if BIAS || VARLEN || SPLIT || PACK != 1 || PAGED
-#error "nv_wgmma_forward takes no bias, variable-length batch, split-KV, head packing or paged cache (lib/nv_wgmma_forward_plan.c)"
+#if VARLEN || SPLIT || PACK != 1 || PAGED
+#error "nv_wgmma_forward takes no variable-length batch, split-KV, head packing or paged cache (lib/nv_wgmma_forward_plan.c)"
+#endif
+#if BIAS && (!WG_PRODUCER || WG_PIPE)
+#error "nv_wgmma_forward takes a bias in the producer loop with turns (WG_PRODUCER, not WG_PIPE)"
 #endif
 #if STAGES < 2
 #error "STAGES must be at least 2"
@@ -851,16 +854,76 @@ static inline void wg_tma_tile(__local ushort *dst, __global const ulong *map, i
 #endif
 
 #if WG_PRODUCER
+/* ALiBi's bias grows toward each row's diagonal, and so do a row's scores when its keys come in
+ * order from the first: the reference maximum then moves, and O is rescaled, on nearly every tile
+ * of the heads with steep slopes. With WG_ROTATE (ALiBi in the TMA loop with turns, whose producer
+ * can take the tiles in any order) a block takes its tiles from the one holding its first row's
+ * diagonal (wg_first_tile) to its last, then from its first on (wg_tile_key): every row meets
+ * its largest scores within the block's first few tiles, and the rest stay below them. */
+#define WG_ROTATE (ALIBI && WG_TMA && WG_PRODUCER && !WG_PIPE)
+
+/* The block's tile to take first: the one holding the diagonal key of the block's first row, row0
+ * (clamped to the block's n_tiles from key_begin); 0 without WG_ROTATE. */
+static inline uint wg_first_tile(uint row0, uint seq_q, long diag_k, uint key_begin, uint n_tiles)
+{
+#if WG_ROTATE
+    const long d = (long)row0 + diag_k - (long)seq_q - (long)key_begin; /* common.cl's visible_keys' d */
+    return d <= 0 || n_tiles == 0 ? 0u : (uint)min(d / BLOCK, (long)n_tiles - 1);
+#else
+    (void)row0, (void)seq_q, (void)diag_k, (void)key_begin, (void)n_tiles;
+    return 0u;
+#endif
+}
+
+/* The first key of the j-th tile a block takes (j < n_tiles), from tile `first` round. */
+static inline uint wg_tile_key(uint key_begin, uint j, uint first, uint n_tiles)
+{
+#if WG_ROTATE
+    const uint r = j + first;
+    return key_begin + (r >= n_tiles ? r - n_tiles : r) * BLOCK;
+#else
+    (void)first, (void)n_tiles;
+    return key_begin + j * BLOCK;
+#endif
+}
+
 /* Where the producer's tiles come from: K's and V's streams (cp.async), or their tensor maps and the
  * block's first key (WG_TMA). */
 typedef struct {
 #if WG_TMA
     __global const ulong *maps; /* K's map, then V's, 16 words each */
     uint key_begin;
+#if WG_ROTATE
+    uint first, n_tiles; /* wg_tile_key's */
+#endif
 #else
     wg_stream *k, *v;
 #endif
 } wg_tile_source;
+
+#if WG_TMA
+/* The TMA source of a block's n_tiles tiles from key_begin, taken from tile `first` round. */
+static inline wg_tile_source wg_tma_source(__global const ulong *maps, uint key_begin, uint first, uint n_tiles)
+{
+#if WG_ROTATE
+    wg_tile_source src = {maps, key_begin, first, n_tiles};
+#else
+    (void)first, (void)n_tiles;
+    wg_tile_source src = {maps, key_begin};
+#endif
+    return src;
+}
+
+/* The first key of the j-th tile of src. */
+static inline uint wg_source_key(const wg_tile_source *src, uint j)
+{
+#if WG_ROTATE
+    return wg_tile_key(src->key_begin, j, src->first, src->n_tiles);
+#else
+    return wg_tile_key(src->key_begin, j, 0u, 0u);
+#endif
+}
+#endif
 
 /* Copies tile `tile` of K (v 0) or V (v 1) into slot `slot` of ring; the slot's full mbarrier
  * (bars[2 slot]) hears when it is in. cp.async: this work-item's pieces, then
@@ -870,7 +933,7 @@ static inline void wg_copy_tile(wg_tile_source *src, uint v, uint tile, __local 
                                 uint slot)
 {
 #if WG_TMA
-    wg_tma_tile(ring + slot * TILE_HALVES, src->maps + 16 * v, (int)(src->key_begin + tile * BLOCK), bars + 2 * slot);
+    wg_tma_tile(ring + slot * TILE_HALVES, src->maps + 16 * v, (int)wg_source_key(src, tile), bars + 2 * slot);
 #else
     (void)tile;
     wg_stream_tile(v ? src->v : src->k, ring + slot * TILE_HALVES);
@@ -906,14 +969,12 @@ static inline void wg_produce_tiles(wg_tile_source *src, __local ushort *k_ring,
 }
 
 #if WG_TMA
-/* The producer's first warp: builds the maps into maps[0 .. 31] (K, then V) through m (64 words of
- * local memory), then its first work-item streams the tiles (wg_produce_tiles). */
-static inline void wg_tma_produce(__global ulong *maps, __local uint *m, __global const ushort *k_head,
-                                  __global const ushort *v_head, uint keys, ulong k_row_bytes, ulong v_row_bytes,
-                                  uint key_begin, __local ushort *k_ring, __local ushort *v_ring,
-                                  __local ulong *k_bars, __local ulong *v_bars, uint n_tiles)
+/* The producer's first warp (lane: its work-item's lane) builds a block's K and V tensor maps into
+ * maps[0 .. 31] (K, then V) through m (64 words of local memory). */
+static inline void wg_tma_make_maps(__global ulong *maps, __local uint *m, __global const ushort *k_head,
+                                    __global const ushort *v_head, uint keys, ulong k_row_bytes, ulong v_row_bytes,
+                                    uint lane)
 {
-    const uint lane = get_local_id(0) % 32;
     m[lane] = 0u;
     m[lane + 32] = 0u;
     __asm__ __volatile__("bar.warp.sync 0xffffffff;\n" ::: "memory");
@@ -924,9 +985,20 @@ static inline void wg_tma_produce(__global ulong *maps, __local uint *m, __globa
     __asm__ __volatile__("bar.warp.sync 0xffffffff;\n" ::: "memory");
     wg_tma_publish_map(maps, m);
     wg_tma_publish_map(maps + 16, m + 32);
+}
+
+/* The producer's first warp: builds the block's maps (wg_tma_make_maps), then its first work-item
+ * streams the tiles (wg_produce_tiles). */
+static inline void wg_tma_produce(__global ulong *maps, __local uint *m, __global const ushort *k_head,
+                                  __global const ushort *v_head, uint keys, ulong k_row_bytes, ulong v_row_bytes,
+                                  uint key_begin, __local ushort *k_ring, __local ushort *v_ring,
+                                  __local ulong *k_bars, __local ulong *v_bars, uint n_tiles, uint first)
+{
+    const uint lane = get_local_id(0) % 32;
+    wg_tma_make_maps(maps, m, k_head, v_head, keys, k_row_bytes, v_row_bytes, lane);
     if (lane != 0)
         return;
-    wg_tile_source src = {maps, key_begin};
+    wg_tile_source src = wg_tma_source(maps, key_begin, first, n_tiles);
     wg_produce_tiles(&src, k_ring, v_ring, k_bars, v_bars, n_tiles, 0, 0);
 }
 #else
@@ -971,6 +1043,10 @@ typedef struct {
 #if ALIBI
     float slope;           /* the work-group's query head's ALiBi slope, in log2 units */
     long diag_lo, diag_hi; /* the rows' diagonal keys */
+#endif
+#if BIAS
+    __global const float *bias_lo, *bias_hi; /* the bias rows of r_lo and r_lo + 8 (wg_bias_rows) */
+    uint bias_keys;                          /* the keys a bias row holds: seq_k */
 #endif
 } wg_rules;
 
@@ -1024,7 +1100,7 @@ static inline __attribute__((always_inline)) wg_rules wg_rules_for(uint row0, ui
     }
     /* with a transform the host passes the scale in natural-log units (as the portable kernel
      * takes it), else already times log2(e) */
-#if SOFTCAP || ALIBI
+#if SOFTCAP || ALIBI || BIAS
     ru.scale2 = score_scale * M_LOG2E_F;
 #else
     ru.scale2 = score_scale;
@@ -1045,6 +1121,67 @@ static inline __attribute__((always_inline)) wg_rules wg_rules_for(uint row0, ui
 #endif
     return ru;
 }
+
+/* ---- the bias (BIAS) ----------------------------------------------------------------------------
+ * Each lane reads the biases of its own scores, keys key0 + 8n + 2t and + 1 of rows r_lo and r_lo +
+ * 8, two keys a load (bias_pair: one 8-byte load with BIAS_PAIRS), into registers: a tile of the
+ * block's 192 rows would take 24 KiB of local memory beside the 40 KiB of K and V rings. The loop
+ * with turns issues a tile's loads before it waits for its turn and its products, so that they
+ * arrive meanwhile (wg_consume_in_turns). */
+#if BIAS
+typedef struct {
+    float2 lo[BLOCK / 8], hi[BLOCK / 8];
+} wg_bias;
+
+/* The bias rows of the lane's rows r_lo and r_lo + 8 from `rows` (the bias at the work-group's batch
+ * entry and head, row 0, key 0; rs floats a row); a row past seq_q reads row seq_q - 1 (its
+ * results are never stored), so that no read leaves the bias's rows. */
+static inline void wg_bias_rows(wg_rules *ru, __global const float *rows, ulong rs, uint r_lo, uint seq_q,
+                                uint seq_k)
+{
+    ru->bias_lo = rows + (ulong)min(r_lo, seq_q - 1) * rs;
+    ru->bias_hi = rows + (ulong)min(r_lo + 8, seq_q - 1) * rs;
+    ru->bias_keys = seq_k;
+}
+
+static inline void wg_load_bias(wg_bias *bt, const wg_rules *ru, uint key0, uint t)
+{
+#pragma unroll
+    for (uint n = 0; n < BLOCK / 8; n++) {
+        bt->lo[n] = bias_pair(ru->bias_lo, key0 + 8 * n + 2 * t, ru->bias_keys);
+        bt->hi[n] = bias_pair(ru->bias_hi, key0 + 8 * n + 2 * t, ru->bias_keys);
+    }
+}
+
+/* The bias of score e (0..3) of the lane's n8 block n, in the accumulators' order. */
+static inline float wg_bias_at(const wg_bias *bt, uint n, uint e)
+{
+    const float2 b = e < 2 ? bt->lo[n] : bt->hi[n];
+    return e % 2 ? b.y : b.x;
+}
+#else
+typedef struct {
+    int none;
+} wg_bias;
+
+static inline void wg_bias_rows(wg_rules *ru, __global const float *rows, ulong rs, uint r_lo, uint seq_q,
+                                uint seq_k)
+{
+    (void)ru, (void)rows, (void)rs, (void)r_lo, (void)seq_q, (void)seq_k;
+}
+
+static inline void wg_load_bias(wg_bias *bt, const wg_rules *ru, uint key0, uint t)
+{
+    (void)bt, (void)ru, (void)key0, (void)t;
+}
+
+static inline float wg_bias_at(const wg_bias *bt, uint n, uint e)
+{
+    (void)bt, (void)n, (void)e;
+    return 0.0f;
+}
+#endif
+#define WG_NO_BIAS ((const wg_bias *)0) /* the loops that take no bias (the #error above) */
 
 /* The rest of a tile's softmax, from the lane's maxima of s on: the row maxima over the quad, the
  * reference maxima and the factors alpha, P = 2^(scale s - reference), the row sums and P packed.
@@ -1112,12 +1249,18 @@ static inline __attribute__((always_inline)) void wg_softmax_finish(float s[S_AC
 
 /* The score transforms of one product, in log2 units: the scale, or softcap; then ALiBi, given the
  * distance from the row's diagonal to the lane's first key of the tile and the key's offset. */
-static inline __attribute__((always_inline)) float wg_transform(float s, const wg_rules *ru, float dist, int key)
+static inline __attribute__((always_inline)) float wg_transform(float s, const wg_rules *ru, float dist, int key,
+                                                                float bias)
 {
 #if SOFTCAP
     float x = softcap_log2(s * ru->cap_in, ru->cap2);
 #else
     float x = s * ru->scale2;
+#endif
+#if BIAS
+    x = fma(bias, M_LOG2E_F, x); /* -inf stays -inf: the key is masked */
+#else
+    (void)bias;
 #endif
 #if ALIBI
     x = fma(-ru->slope, fabs(dist - (float)key), x);
@@ -1128,10 +1271,10 @@ static inline __attribute__((always_inline)) float wg_transform(float s, const w
 }
 
 /* A tile some row of the block sees only in part: the transforms, then the masks (common.cl's
- * order), then wg_softmax_finish. key0: the tile's first key. */
+ * order), then wg_softmax_finish. key0: the tile's first key; bt: its biases (BIAS). */
 static inline __attribute__((always_inline)) void wg_softmax_masked(float s[S_ACC], uint p[4 * P_STEPS],
                                                                     wg_rows *rw, uint key0, const wg_rules *ru,
-                                                                    uint t)
+                                                                    uint t, const wg_bias *bt)
 {
     /* The first and last key each of the lane's rows sees, relative to its first key key0 + 2t,
      * clamped to [0, BLOCK] and [-1, BLOCK]. */
@@ -1162,7 +1305,7 @@ static inline __attribute__((always_inline)) void wg_softmax_masked(float s[S_AC
 #pragma unroll
         for (uint e = 0; e < 4; e++) {
             const int key = (int)(8 * n + e % 2);
-            const float x = wg_transform(s[4 * n + e], ru, e < 2 ? dist_lo : dist_hi, key);
+            const float x = wg_transform(s[4 * n + e], ru, e < 2 ? dist_lo : dist_hi, key, wg_bias_at(bt, n, e));
             s[4 * n + e] =
                 key >= (e < 2 ? first_lo : first_hi) && key <= (e < 2 ? last_lo : last_hi) ? x : -INFINITY;
         }
@@ -1176,9 +1319,10 @@ static inline __attribute__((always_inline)) void wg_softmax_masked(float s[S_AC
  * the raw products and the scale (made positive by the caller, which moves a negative one into
  * Q's signs) applied in the exponent: one fma a score instead of a multiply and a subtraction. */
 static inline __attribute__((always_inline)) void wg_softmax_open(float s[S_ACC], uint p[4 * P_STEPS], wg_rows *rw,
-                                                                  uint key0, const wg_rules *ru, uint t)
+                                                                  uint key0, const wg_rules *ru, uint t,
+                                                                  const wg_bias *bt)
 {
-#if SOFTCAP || ALIBI
+#if SOFTCAP || ALIBI || BIAS
 #if ALIBI
     const int pair0 = (int)(key0 + 2 * t);
     const float dist_lo = (float)(ru->diag_lo - pair0), dist_hi = (float)(ru->diag_hi - pair0);
@@ -1190,10 +1334,11 @@ static inline __attribute__((always_inline)) void wg_softmax_open(float s[S_ACC]
     for (uint n = 0; n < BLOCK / 8; n++)
 #pragma unroll
         for (uint e = 0; e < 4; e++)
-            s[4 * n + e] = wg_transform(s[4 * n + e], ru, e < 2 ? dist_lo : dist_hi, (int)(8 * n + e % 2));
+            s[4 * n + e] = wg_transform(s[4 * n + e], ru, e < 2 ? dist_lo : dist_hi, (int)(8 * n + e % 2),
+                                        wg_bias_at(bt, n, e));
     const float scale = 1.0f;
 #else
-    (void)key0, (void)t;
+    (void)key0, (void)t, (void)bt;
     const float scale = ru->scale2;
 #endif
     float max_lo = fmax(s[0], s[1]), max_hi = fmax(s[2], s[3]);
@@ -1212,17 +1357,19 @@ static inline __attribute__((always_inline)) void wg_softmax_open(float s[S_ACC]
  * every tile through wg_softmax_masked, open bounds where every row sees the tile: two copies of
  * the transforms spill there (32 bytes at head_dim 64 with softcap and ALiBi), and without
  * transforms it ran slower with the open path (one run on an H100, n = 4096: 283.6 against 297.6
- * TFLOP/s, causal 262.6 against 267.1). */
+ * TFLOP/s, causal 262.6 against 267.1). bt: the tile's biases (BIAS; WG_NO_BIAS from the loops that
+ * take no bias). */
 static inline __attribute__((always_inline)) void wg_softmax(float s[S_ACC], uint p[4 * P_STEPS], wg_rows *rw,
-                                                             uint key0, const wg_rules *ru, uint t)
+                                                             uint key0, const wg_rules *ru, uint t,
+                                                             const wg_bias *bt)
 {
 #if !WG_PRODUCER
-    wg_softmax_masked(s, p, rw, key0, ru, t);
+    wg_softmax_masked(s, p, rw, key0, ru, t, bt);
 #else
     if ((int)key0 < ru->no_mask_lo || (int)(key0 + BLOCK) > ru->no_mask_hi)
-        wg_softmax_masked(s, p, rw, key0, ru, t);
+        wg_softmax_masked(s, p, rw, key0, ru, t, bt);
     else
-        wg_softmax_open(s, p, rw, key0, ru, t);
+        wg_softmax_open(s, p, rw, key0, ru, t, bt);
 #endif
 }
 
@@ -1261,7 +1408,7 @@ static inline void wg_load_q(uint qa[4 * K_STEPS], __global const ushort *q, ulo
  * transform, whose scale stays outside. */
 static inline void wg_positive_scale(uint qa[4 * K_STEPS], wg_rules *ru)
 {
-#if !(SOFTCAP || ALIBI)
+#if !(SOFTCAP || ALIBI || BIAS)
     if (ru->scale2 < 0.0f) {
 #pragma unroll
         for (uint i = 0; i < 4 * K_STEPS; i++)
@@ -1321,26 +1468,30 @@ static inline void wg_fence_copies(void)
  * warpgroup alone takes no turns. On an H100 (n = 4096, f16) the turns ran 1.03-1.04x faster than
  * the loop that waited for S and O += P V apart, 1.07x with the causal mask and 1.13x at head_dim 64
  * (docs/performance/h200.md). K(j) is in K slot j % K_SLOTS, V(j) in V slot j % V_SLOTS; each slot is
- * freed on its empty mbarrier once the group that read it is complete. */
+ * freed on its empty mbarrier once the group that read it is complete. Tile j is the j-th the block
+ * takes, from tile `first` round (wg_tile_key; in key order but with WG_ROTATE). */
 static inline __attribute__((always_inline)) void
 wg_consume_in_turns(float acc[O_ACC], const uint qa[4 * K_STEPS], wg_rows *rw, const wg_rules *ru, uint t, uint wg,
                     __local const ushort *k_ring, __local const ushort *v_ring, __local ulong *k_bars,
-                    __local ulong *v_bars, uint key_begin, uint n_tiles, uint before)
+                    __local ulong *v_bars, uint key_begin, uint n_tiles, uint first, uint before)
 {
     const int turns = WARPGROUPS > 1 && n_tiles > 1;
     float s[S_ACC];
     uint pa[4 * P_STEPS];
+    wg_bias bt; /* the tile's biases (BIAS), loaded before its waits */
     if (n_tiles > 0) {
         const uint kslot = before % K_SLOTS;
+        wg_load_bias(&bt, ru, wg_tile_key(key_begin, 0, first, n_tiles), t);
         mbar_wait(k_bars + 2 * kslot, (before / K_SLOTS) % 2);
         wg_fence_copies();
         wg_scores(s, qa, k_ring + kslot * TILE_HALVES);
         mbar_arrive(k_bars + 2 * kslot + 1);
-        wg_softmax(s, pa, rw, key_begin, ru, t);
+        wg_softmax(s, pa, rw, wg_tile_key(key_begin, 0, first, n_tiles), ru, t, &bt);
         wg_rescale(acc, rw);
     }
     for (uint j = 1; j < n_tiles; j++) {
         const uint gk = before + j, gv = before + j - 1, kslot = gk % K_SLOTS, vslot = gv % V_SLOTS;
+        wg_load_bias(&bt, ru, wg_tile_key(key_begin, j, first, n_tiles), t);
         mbar_wait(k_bars + 2 * kslot, (gk / K_SLOTS) % 2);
         mbar_wait(v_bars + 2 * vslot, (gv / V_SLOTS) % 2);
         wg_fence_copies();
@@ -1355,7 +1506,7 @@ wg_consume_in_turns(float acc[O_ACC], const uint qa[4 * K_STEPS], wg_rows *rw, c
         wg_keep_o(acc, pa);
         mbar_arrive(v_bars + 2 * vslot + 1);
         mbar_arrive(k_bars + 2 * kslot + 1);
-        wg_softmax(s, pa, rw, key_begin + j * BLOCK, ru, t);
+        wg_softmax(s, pa, rw, wg_tile_key(key_begin, j, first, n_tiles), ru, t, &bt);
         wg_rescale(acc, rw);
     }
     if (n_tiles > 0) {
@@ -1419,7 +1570,7 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
 #endif
     __local ushort *const tiles = (__local ushort *)local_words;
     /* what this kernel does not take (the #error above) */
-    (void)out_scale, (void)bias, (void)bias_off, (void)bias_bs, (void)bias_hs, (void)bias_rs, (void)split_keys;
+    (void)out_scale, (void)split_keys;
     (void)block_table;
     (void)pages_per_seq, (void)num_pages, (void)cu_seqlens_q, (void)cu_seqlens_k, (void)total_q, (void)total_k;
 
@@ -1490,6 +1641,7 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
     wg_block_keys(row0, seq_q, diag_k, key_len, win_left, win_right, &key_begin, &key_end);
     wg_rules ru =
         wg_rules_for(row0, r_lo, seq_q, diag_k, key_len, win_left, win_right, score_scale, softcap, alibi, h);
+    wg_bias_rows(&ru, bias + bias_off + (ulong)b * bias_bs + (ulong)h * bias_hs, bias_rs, r_lo, seq_q, seq_k);
     const uint n_tiles = (key_end - key_begin + BLOCK - 1) / BLOCK;
 
     float acc[O_ACC];
@@ -1518,7 +1670,8 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
             const uint group =
                 get_group_id(0) + get_num_groups(0) * (get_group_id(1) + get_num_groups(1) * get_group_id(2));
             wg_tma_produce(tma_maps + 32 * (ulong)group, map_words, k + k_base, v + v_base, key_len, 2 * k_ss,
-                           2 * v_ss, key_begin, k_ring, v_ring, k_bars, v_bars, n_tiles);
+                           2 * v_ss, key_begin, k_ring, v_ring, k_bars, v_bars, n_tiles,
+                           wg_first_tile(row0, seq_q, diag_k, key_begin, n_tiles));
         }
         (void)ks, (void)vs;
 #else
@@ -1550,7 +1703,7 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
         mbar_wait(k_bars + 2 * k1, (j + 1) / K_SLOTS % 2);
         fence_proxy_async();
         wg_scores_issue(sb, qa, k_ring + k1 * TILE_HALVES); /* S(j + 1) in flight */
-        wg_softmax(sa, pa, &rw, key_begin + j * BLOCK, &ru, t);
+        wg_softmax(sa, pa, &rw, key_begin + j * BLOCK, &ru, t, WG_NO_BIAS);
         wg_rescale(acc, &rw);
         mbar_wait(v_bars + 2 * v0, j / V_SLOTS % 2);
         fence_proxy_async();
@@ -1566,7 +1719,7 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
         /* S(j + 2) in flight; past the last tile a product of a slot no copy writes again, that
          * nothing reads */
         wg_scores_issue(sa, qa, k_ring + k2 * TILE_HALVES);
-        wg_softmax(sb, pb, &rw, key_begin + (j + 1) * BLOCK, &ru, t);
+        wg_softmax(sb, pb, &rw, key_begin + (j + 1) * BLOCK, &ru, t, WG_NO_BIAS);
         wg_wait(1); /* O(j) is complete */
         wg_keep_o(acc, pa);
         mbar_arrive(v_bars + 2 * v0 + 1);
@@ -1583,7 +1736,7 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
     }
     if (j < n_tiles) { /* an odd count: the last tile alone, S(j) complete in sa */
         const uint v0 = j % V_SLOTS;
-        wg_softmax(sa, pa, &rw, key_begin + j * BLOCK, &ru, t);
+        wg_softmax(sa, pa, &rw, key_begin + j * BLOCK, &ru, t, WG_NO_BIAS);
         wg_rescale(acc, &rw);
         mbar_wait(v_bars + 2 * v0, j / V_SLOTS % 2);
         fence_proxy_async();
@@ -1594,7 +1747,8 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
 #elif WG_PRODUCER
     if (n_tiles > 1)
         wg_turns_open(warp / 4);
-    wg_consume_in_turns(acc, qa, &rw, &ru, t, warp / 4, k_ring, v_ring, k_bars, v_bars, key_begin, n_tiles, 0);
+    wg_consume_in_turns(acc, qa, &rw, &ru, t, warp / 4, k_ring, v_ring, k_bars, v_bars, key_begin, n_tiles,
+                        wg_first_tile(row0, seq_q, diag_k, key_begin, n_tiles), 0);
     if (n_tiles > 1)
         wg_turns_close(warp / 4);
 #else
@@ -1626,7 +1780,7 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
         float s[S_ACC];
         uint pa[4 * P_STEPS];
         wg_scores(s, qa, k_tile);
-        wg_softmax(s, pa, &rw, key_begin + j * BLOCK, &ru, t);
+        wg_softmax(s, pa, &rw, key_begin + j * BLOCK, &ru, t, WG_NO_BIAS);
         wg_rescale(acc, &rw);
         wg_values(acc, pa, v_tile);
     }
@@ -1786,7 +1940,7 @@ void nv_wgmma_forward_persistent(__global const ushort *q, __global const ushort
     __local uint map_words[64] __attribute__((aligned(128))); /* the tensor maps being built */
     __local ulong mbars[2 * (K_SLOTS + V_SLOTS) + 2]; /* full and empty a slot, then the two block-done */
     /* what this kernel does not take (the #error at the top) */
-    (void)out_scale, (void)bias, (void)bias_off, (void)bias_bs, (void)bias_hs, (void)bias_rs, (void)split_keys;
+    (void)out_scale, (void)split_keys;
     (void)block_table, (void)n_splits;
     (void)pages_per_seq, (void)num_pages, (void)cu_seqlens_q, (void)cu_seqlens_k, (void)total_q, (void)total_k;
 
@@ -1820,26 +1974,19 @@ void nv_wgmma_forward_persistent(__global const ushort *q, __global const ushort
             uint b, h, row0, key_begin, key_end;
             wg_block_at(lin, n_q, heads_q, n_hb, &b, &h, &row0);
             const uint hk = h / group, key_len = batch_key_len(key_lens, b, seq_k);
-            wg_block_keys(row0, seq_q, diagonal_keys(key_len, seq_k, diag_offset), key_len, win_left, win_right,
-                          &key_begin, &key_end);
+            const long diag_k = diagonal_keys(key_len, seq_k, diag_offset);
+            wg_block_keys(row0, seq_q, diag_k, key_len, win_left, win_right, &key_begin, &key_end);
             const uint n_tiles = (key_end - key_begin + BLOCK - 1) / BLOCK;
             if (n_tiles == 0)
                 continue;
             __global ulong *const maps = pairs + 32 * (uses % 2);
             if (uses >= 2) /* the block that used these maps before is complete */
                 mbar_wait(done + uses % 2, (uses / 2 - 1) % 2);
-            map_words[lane] = 0u;
-            map_words[lane + 32] = 0u;
-            __asm__ __volatile__("bar.warp.sync 0xffffffff;\n" ::: "memory");
+            wg_tma_make_maps(maps, map_words, k + k_off + (ulong)b * k_bs + (ulong)hk * k_hs,
+                             v + v_off + (ulong)b * v_bs + (ulong)hk * v_hs, key_len, 2 * k_ss, 2 * v_ss, lane);
             if (lane == 0) {
-                wg_tma_build_map(map_words, k + k_off + (ulong)b * k_bs + (ulong)hk * k_hs, key_len, 2 * k_ss);
-                wg_tma_build_map(map_words + 32, v + v_off + (ulong)b * v_bs + (ulong)hk * v_hs, key_len, 2 * v_ss);
-            }
-            __asm__ __volatile__("bar.warp.sync 0xffffffff;\n" ::: "memory");
-            wg_tma_publish_map(maps, map_words);
-            wg_tma_publish_map(maps + 16, map_words + 32);
-            if (lane == 0) {
-                wg_tile_source src = {maps, key_begin};
+                wg_tile_source src =
+                    wg_tma_source(maps, key_begin, wg_first_tile(row0, seq_q, diag_k, key_begin, n_tiles), n_tiles);
                 wg_produce_tiles(&src, k_ring, v_ring, k_bars, v_bars, n_tiles, before, primed);
             }
             __asm__ __volatile__("bar.warp.sync 0xffffffff;\n" ::: "memory");
@@ -1868,6 +2015,7 @@ void nv_wgmma_forward_persistent(__global const ushort *q, __global const ushort
         const uint n_tiles = (key_end - key_begin + BLOCK - 1) / BLOCK;
         wg_rules ru =
             wg_rules_for(row0, r_lo, seq_q, diag_k, key_len, win_left, win_right, score_scale, softcap, alibi, h);
+        wg_bias_rows(&ru, bias + bias_off + (ulong)b * bias_bs + (ulong)h * bias_hs, bias_rs, r_lo, seq_q, seq_k);
         uint qa[4 * K_STEPS];
         wg_load_q(qa, q, q_off + (ulong)b * q_bs + (ulong)h * q_hs, q_ss, r_lo, t, seq_q);
         wg_positive_scale(qa, &ru);
@@ -1876,7 +2024,8 @@ void nv_wgmma_forward_persistent(__global const ushort *q, __global const ushort
         for (uint i = 0; i < O_ACC; i++)
             acc[i] = 0.0f;
         wg_rows rw = {-INFINITY, -INFINITY, 0.0f, 0.0f, 1.0f, 1.0f};
-        wg_consume_in_turns(acc, qa, &rw, &ru, t, wg, k_ring, v_ring, k_bars, v_bars, key_begin, n_tiles, before);
+        wg_consume_in_turns(acc, qa, &rw, &ru, t, wg, k_ring, v_ring, k_bars, v_bars, key_begin, n_tiles,
+                            wg_first_tile(row0, seq_q, diag_k, key_begin, n_tiles), before);
         before = (before + n_tiles) % WG_RING_CYCLE;
         if (n_tiles > 0) { /* this block's maps are free once every consumer is here */
             mbar_arrive(mbars + 2 * (K_SLOTS + V_SLOTS) + uses % 2);

@@ -5,7 +5,8 @@
  * The kernel is assembled for sm_90a in CI and right on an H200 and an H100, where it runs head_dim
  * 128 above FlashAttention-2's rate and at 1.15-1.25x nv_mma_forward's (docs/performance/h200.md). It
  * is chosen when all of these hold: the call is one the tensor-core forward takes
- * (clflash_nv_mma_refusal) and in this kernel's scope (shape_refusal); the context's mode
+ * (clflash_nv_mma_refusal) and in this kernel's scope (shape_refusal; a bias only in the producer
+ * loop with turns and without ALiBi, clflash_nv_wgmma_refusal); the context's mode
  * (CLFLASH_WGMMA when it was created: clflash.h) allows it, which by default means a call of the
  * kinds where it was measured faster than nv_mma_forward (auto_refusal); and the context's device
  * runs the sm_90a path right (clflash_sm90a_available: an NVIDIA device of compute capability 9.0
@@ -65,8 +66,6 @@ static const char *shape_refusal(const clflash_problem *p)
         return "head_dim is not 64 or 128";
     if (!clflash_nv_rows_aligned(p))
         return "a row of Q, K, V or O does not start on 16 bytes";
-    if (p->bias != NULL)
-        return "a bias";
     if (p->block_table != NULL)
         return "a paged KV cache";
     if (p->varlen)
@@ -103,12 +102,17 @@ int clflash_nv_wgmma_wide_window(const clflash_problem *p)
 
 static const char *auto_refusal(const clflash_context *c, const clflash_problem *p)
 {
+    if (p->bias != NULL)
+        return "a bias (not yet measured on this kernel; nv_mma_forward stages it in local memory)";
     if ((p->flags & CLFLASH_WINDOW) && !clflash_nv_wgmma_wide_window(p))
         return "a sliding window narrower than 1024 keys (faster on nv_mma_forward, whose blocks are smaller)";
     if (p->seq_q < WGMMA_AUTO_MIN_ROWS || clflash_nv_mma_splits_or_packs(c, p))
         return "too few query rows to fill the device without split-KV (faster on nv_mma_forward)";
     return NULL;
 }
+
+static int pipelined(const clflash_context *c, const clflash_problem *p);
+static int producer(const clflash_context *c, const clflash_problem *p);
 
 const char *clflash_nv_wgmma_refusal(const clflash_context *c, const clflash_problem *p)
 {
@@ -121,6 +125,10 @@ const char *clflash_nv_wgmma_refusal(const clflash_context *c, const clflash_pro
         return "not an NVIDIA device of compute capability 9.0";
     if ((why = shape_refusal(p)) != NULL)
         return why;
+    if (p->bias != NULL && (!producer(c, p) || pipelined(c, p)))
+        return "a bias outside the producer loop with turns (nv_wgmma.producer=0 or nv_wgmma.pipeline=1)";
+    if (p->bias != NULL && p->alibi_slopes != NULL)
+        return "a bias with ALiBi (their registers spill beside the causal mask at head_dim 128)";
     return c->wgmma_mode == CLFLASH_WGMMA_AUTO ? auto_refusal(c, p) : NULL;
 }
 
@@ -254,9 +262,9 @@ static void kernel_defines(const clflash_problem *p, int with_lse, int pipe, uin
     clflash_forward_defines(p, with_lse, 1, 1, features, sizeof features);
     snprintf(buf, size,
              "%s -D HEAD_DIM=%u -D D_REAL=%u -D NV_ALIGNED=1 -D BLOCK=%u -D WARPS=%u -D WARPGROUPS=%u -D STAGES=%u "
-             "-D WG_PIPE=%d -D WG_PRODUCER=%d -D BIAS_PAIRS=0%s%s",
+             "-D WG_PIPE=%d -D WG_PRODUCER=%d -D BIAS_PAIRS=%d%s%s",
              features, p->head_dim, p->head_dim, block, 4 * (warpgroups + (prod ? 1 : 0)), warpgroups, stages, pipe,
-             prod, with_tma ? " -D WG_TMA=1" : "", persist ? " -D WG_PERSIST=1" : "");
+             prod, clflash_bias_pairs(p), with_tma ? " -D WG_TMA=1" : "", persist ? " -D WG_PERSIST=1" : "");
     if (prod) { /* the registers a work-item gets at launch (a multiple of 8), and what the consumers
                  * take once the producer has given back all but WG_PRODUCER_REGS: setmaxnreg.inc
                  * waits until the work-group's own registers (base a work-item at launch, not the

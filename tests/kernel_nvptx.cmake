@@ -285,10 +285,15 @@ set(_sm90a_cases
   "nv-wgmma-forward-d128-tma-lse|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 128 --with-lse 1 --tune nv_wgmma.tma=1"
   "nv-wgmma-forward-d128-bf16-causal-tma|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 128 --causal 1 --tune nv_wgmma.tma=1"
   "nv-wgmma-forward-d128-softcap-tma|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 128 --features softcap --tune nv_wgmma.tma=1"
+  # a bias, read into registers by the loop with turns (TMA and cp.async), with softcap and a window
+  "nv-wgmma-forward-d128-bias|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 128 --with-lse 1 --features bias"
+  "nv-wgmma-forward-d128-bf16-causal-bias-softcap|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 128 --causal 1 --features bias,softcap,keylens"
+  "nv-wgmma-forward-d64-bias-window-cp-async|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 64 --causal 1 --features bias,window --tune nv_wgmma.tma=0"
   # the persistent kernel (nv_wgmma.persistent=1: nv_wgmma_forward_persistent)
   "nv-wgmma-forward-d128-persistent|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 128 --with-lse 1 --tune nv_wgmma.persistent=1"
   "nv-wgmma-forward-d64-bf16-causal-persistent|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 64 --causal 1 --features window,softcap,alibi,keylens --tune nv_wgmma.persistent=1"
   "nv-wgmma-forward-d128-bf16-causal-persistent|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 128 --causal 1 --features softcap --tune nv_wgmma.persistent=1"
+  "nv-wgmma-forward-d128-bias-persistent|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 128 --features bias --tune nv_wgmma.persistent=1"
   # test_sm90a's TMA probe (a tensor map built by the kernel, a box loaded through it): a test file
   "nv-tma-probe|../tests/nv_tma_probe.cl|=-cl-std=CL1.2 -D CLFLASH_DTYPE_F16 -D CLFLASH_OUT_F16 -D PAGED=0 -D CAUSAL=0 -D WINDOW=0 -D SOFTCAP=0 -D BIAS=0 -D ALIBI=0 -D KEYLEN=0 -D KEYLEN_DIAGONAL=0 -D VARLEN=0 -D WITH_LSE=0"
 )

@@ -237,8 +237,14 @@ START_TEST(wgmma_selection)
         const char *what;
         clflash_attention_desc d;
         int in_scope, by_default;
-    } cases[24];
+    } cases[28];
     int n = 0;
+    cl_int err;
+    cl_mem sel_bias = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_WRITE, 2000 * 2000 * sizeof(float), NULL,
+                                     &err);
+    ck_assert_int_eq(err, CL_SUCCESS);
+    cl_mem sel_slopes = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_WRITE, 64 * sizeof(float), NULL, &err);
+    ck_assert_int_eq(err, CL_SUCCESS);
 #define CASE(w, desc, in, dflt) \
     (cases[n].what = (w), cases[n].d = (desc), cases[n].in_scope = (in), cases[n].by_default = (dflt), n++)
     CASE("f16 d128", th_desc(2, 4, 0, 1000, 1000, 128, CLFLASH_F16, 0), 1, 0); /* split by nv_mma_forward */
@@ -279,6 +285,14 @@ START_TEST(wgmma_selection)
     CASE("prefill d64", th_desc(1, 64, 0, 2000, 2000, 64, CLFLASH_F16, 0), 1, 1);
     CASE("decode d128 GQA", th_desc(1, 32, 8, 1, 32768, 128, CLFLASH_F16, 0), 1, 0);
     CASE("d128, 100 rows a head", th_desc(64, 16, 0, 100, 4000, 128, CLFLASH_F16, 0), 1, 0);
+    /* a bias ([seq_q][seq_k], shared by every head), in scope but not the default's; with ALiBi, not
+     * in scope */
+    clflash_attention_desc bi = th_desc(1, 64, 0, 2000, 2000, 128, CLFLASH_F16, CLFLASH_CAUSAL);
+    bi.bias = sel_bias;
+    bi.bias_broadcast = CLFLASH_BROADCAST_BATCH | CLFLASH_BROADCAST_HEADS;
+    CASE("prefill d128 causal bias", bi, 1, 0);
+    bi.alibi_slopes = sel_slopes;
+    CASE("prefill d128 causal bias ALiBi", bi, 0, 0);
 #undef CASE
     for (int i = 0; i < n; i++) {
         const char *off_plan = plan_kernel(ctx, &cases[i].d);
@@ -301,6 +315,8 @@ START_TEST(wgmma_selection)
     if (!hopper)
         printf("nv_wgmma_forward: not an NVIDIA device of compute capability 9.0 (or CLFLASH_PORTABLE is set): "
                "checked only that CLFLASH_WGMMA changes no plan\n");
+    clReleaseMemObject(sel_bias);
+    clReleaseMemObject(sel_slopes);
     clflash_context_free(all);
     clflash_context_free(dflt);
 }
@@ -683,15 +699,22 @@ static void run_shape_tuned(const mma_shape *s, clflash_dtype t, const char *wan
     dk.alibi_slopes = bslopes;
     clflash_plan plan = {.struct_size = sizeof plan};
     ck_assert_int_eq(clflash_plan_attention(ctx, &dk, &plan), CLFLASH_SUCCESS);
-    ck_assert_msg(strcmp(plan.kernel, numerics_kernel) == 0, "%s: planned %s, not %s; build log: %s", what,
-                  plan.kernel, numerics_kernel, clflash_context_build_log(ctx));
+    /* nv_wgmma_forward takes a bias in its producer loop with turns only: with CLFLASH_TUNE asking
+     * for the pipelined loop or none with a producer, a bias row runs nv_mma_forward */
+    const char *tune_env = getenv("CLFLASH_TUNE");
+    const char *expected = s->bias != BIAS_NONE && strcmp(numerics_kernel, "nv_wgmma_forward") == 0 && tune_env &&
+                                   (strstr(tune_env, "nv_wgmma.pipeline=1") || strstr(tune_env, "nv_wgmma.producer=0"))
+                               ? "nv_mma_forward"
+                               : numerics_kernel;
+    ck_assert_msg(strcmp(plan.kernel, expected) == 0, "%s: planned %s, not %s; build log: %s", what, plan.kernel,
+                  expected, clflash_context_build_log(ctx));
     if (want_tuning)
         ck_assert_msg(strstr(plan.tuning, want_tuning) != NULL, "%s: planned %s, without %s", what, plan.tuning,
                       want_tuning);
     if (s->splits)
         ck_assert_uint_eq(plan.splits, s->splits);
     const uint32_t group = s->hq / hkv;
-    const int wgmma = strcmp(numerics_kernel, "nv_wgmma_forward") == 0; /* packs no heads, splits no keys */
+    const int wgmma = strcmp(expected, "nv_wgmma_forward") == 0; /* packs no heads, splits no keys */
     ck_assert_uint_eq(plan.packed_heads, !wgmma && group > 1 && s->sq * group <= 128 ? group : 1);
     if (wgmma)
         ck_assert_uint_eq(plan.splits, 1);
@@ -782,7 +805,7 @@ END_TEST
 /* nv_wgmma_forward's scope (f16 and bf16 each): head_dim 64 and 128, seq 1, 17, 63, 65, 129 and
  * 1000 (one warpgroup up to 64 rows, two above; partial key tiles of 32 and 64), causal in all
  * three alignments, GQA and MQA, interleaved aligned layouts, rising maxima, a negative scale, and
- * the score features it takes. */
+ * the score features it takes, and a bias. */
 #define W CLFLASH_WINDOW
 #define C CLFLASH_CAUSAL
 #define A CLFLASH_ALIGN_TO_KEY_LENGTH
@@ -821,6 +844,23 @@ static const mma_shape wgmma_shapes[] = {
     {1, 2, 0, 131, 97, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5.0f, 0, 0},
     {1, 2, 1, 150, 701, 128, C, 0, 0, 1, 0, 0, 0, 0, 0, 30.0f, 0, 0},
     {2, 4, 2, 333, 1000, 128, W | C, 0, 1, 0, 0, 0, 1, 200, 0, 20.0f, 0, 1},
+    /* ALiBi without the causal mask: tiles right of every row's diagonal (the first rows' diagonals
+     * before key 0), left of them, both with tiles that hold diagonals between, and open tiles on
+     * both sides inside a window */
+    {1, 2, 0, 1000, 300, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
+    {1, 2, 1, 200, 1000, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
+    {1, 2, 0, 400, 400, 128, 0, 0, 0, 1, 0, 0, 0, 0, 0, 20.0f, 0, 1},
+    {1, 1, 0, 700, 700, 128, W, 0, 0, 0, 0, 0, 0, 300, 250, 0, 0, 1},
+    /* a bias: shared over batch and heads, full at an odd offset (single loads) with -inf entries,
+     * broadcast over the rows, -inf rows, padded rows, with the causal mask, softcap, a window and
+     * key lengths */
+    {1, 2, 0, 200, 333, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, BIAS_SHARED, 0},
+    {2, 3, 0, 45, 53, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, BIAS_FULL, 0},
+    {1, 4, 2, 129, 131, 128, C, 0, 0, 0, 0, 0, 0, 0, 0, 0, BIAS_MASKED_ROWS, 0},
+    {2, 2, 0, 33, 301, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, BIAS_ROWS, 0},
+    {2, 3, 0, 150, 301, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, BIAS_PADDED, 0},
+    {1, 2, 1, 150, 701, 128, C, 0, 0, 1, 0, 0, 0, 0, 0, 30.0f, BIAS_SHARED, 0},
+    {2, 2, 0, 200, 333, 64, W | C, 0, 0, 0, 0, 0, 1, 50, 0, 0, BIAS_FULL, 0},
     /* windows: left only, both sides, causal, zero-width (each row its diagonal), wider than the
      * keys, and long ones whose blocks skip key tiles on both sides */
     {1, 1, 0, 131, 131, 64, W, 0, 0, 0, 0, 0, 0, 17, 0, 0, 0, 0},

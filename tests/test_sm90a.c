@@ -430,7 +430,9 @@ START_TEST(wgmma_modes)
     CASE("d128, 200 keys: no split", stand_in_problem(1, 2, 2, 200, 200, 128, CLFLASH_F16, 0), 1, 1);
     clflash_problem bias = stand_in_problem(4, 16, 16, 4096, 4096, 128, CLFLASH_F16, 0);
     bias.bias = (cl_mem)(void *)&stand_in;
-    CASE("d128 bias", bias, 0, 0);
+    CASE("d128 bias", bias, 1, 0);
+    bias.alibi_slopes = (cl_mem)(void *)&stand_in;
+    CASE("d128 bias and ALiBi", bias, 0, 0);
     CASE("d96", stand_in_problem(4, 16, 16, 4096, 4096, 96, CLFLASH_F16, 0), 0, 0);
     clflash_problem split = stand_in_problem(4, 16, 16, 4096, 4096, 128, CLFLASH_F16, 0);
     split.num_splits = 2;
