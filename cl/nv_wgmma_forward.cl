@@ -16,7 +16,10 @@
  * with enough rows: nv_wgmma_forward_plan.c's auto_refusal). Everything else, and
  * every failure on the way, runs nv_mma_forward.
  *
- * Scope: f16 and bf16, head_dim 64 or 128, rows of Q, K, V and O on 16 bytes (NV_ALIGNED), causal
+ * Scope: f16 and bf16, head_dim 64 or 128, or any multiple of 8 below 128 padded to the next of them
+ * (D_REAL the tensors' head_dim, HEAD_DIM the padded one: Q's padding columns are zeros in
+ * registers, K's and V's zeros in the tiles, O's are not stored, so the products add nothing for
+ * them), rows of Q, K, V and O on 16 bytes (NV_ALIGNED), causal
  * or not, GQA (one query head per work-group, its K/V head hg / group), lse, and the score rules
  * of common.cl: sliding windows, softcap, ALiBi, key lengths and the diagonal's offset and
  * alignment; a bias in the producer loop with turns (read into registers, wg_load_bias).
@@ -168,7 +171,7 @@
  * SM that takes block after block, so that the producer streams a block's first tiles while the
  * consumers finish the one before.
  *
- * Defines: HEAD_DIM (64 or 128) = D_REAL, NV_ALIGNED 1, BLOCK (32 or 64), WARPS = 4 * (WARPGROUPS +
+ * Defines: HEAD_DIM (64 or 128), D_REAL (a multiple of 8, at most HEAD_DIM), NV_ALIGNED 1, BLOCK (32 or 64), WARPS = 4 * (WARPGROUPS +
  * WG_PRODUCER), WARPGROUPS (1 to 4: the consumers with WG_PRODUCER), STAGES (read by the waiting
  * loop without a producer only), WG_PIPE (0 or 1; 1 with WG_PRODUCER, and at HEAD_DIM 128 with
  * BLOCK 32 only), WG_PRODUCER (0 or 1; then WG_PRODUCER_REGS and WG_CONSUMER_REGS), WG_TMA (0 or
@@ -199,8 +202,8 @@
 #if WG_PIPE && !WG_PRODUCER
 #error "the pipelined loop (WG_PIPE) is fed by the producer warpgroup (WG_PRODUCER)"
 #endif
-#if (HEAD_DIM != 64 && HEAD_DIM != 128) || D_REAL != HEAD_DIM || !NV_ALIGNED
-#error "nv_wgmma_forward takes head_dim 64 or 128 with 16-byte aligned rows"
+#if (HEAD_DIM != 64 && HEAD_DIM != 128) || D_REAL > HEAD_DIM || D_REAL % 8 != 0 || !NV_ALIGNED
+#error "nv_wgmma_forward takes head_dims that are multiples of 8, padded to 64 or 128, with 16-byte aligned rows"
 #endif
 #if BLOCK != 32 && BLOCK != 64
 #error "nv_wgmma_forward takes BLOCK 32 or 64"
@@ -233,7 +236,16 @@
 #endif
 #define LOCAL_HALVES (KV_HALVES > Q_HALVES ? KV_HALVES : Q_HALVES)
 #define S_ACC (BLOCK / 2)                  /* S accumulators per work-item */
-#define O_ACC (HEAD_DIM / 2)               /* O accumulators per work-item */
+/* Head_dims 72 .. 96, padded to 128 (WG_D96): S takes 6 k-steps, not 8, and O 96 columns, not 128
+ * (the slab of columns 64 .. 95 one m64n32k16 a k-step), since the padding past 96 adds nothing;
+ * the tiles keep head_dim 128's layout. */
+#ifndef WG_TRIM
+#define WG_TRIM 1 /* 0 (a build option): head_dims 72 .. 96 computed as 128, to compare */
+#endif
+#define WG_D96 (WG_TRIM && HEAD_DIM == 128 && D_REAL <= 96)
+#define QK_STEPS (WG_D96 ? 6 : K_STEPS)    /* k-steps of S = Q K^T: Q's A words, 4 a step */
+#define O_COLS (WG_D96 ? 96 : HEAD_DIM)    /* columns of O computed */
+#define O_ACC (O_COLS / 2)                 /* O accumulators per work-item */
 #define O_SLABS (HEAD_DIM / 64)            /* slabs of O += P V, 64 columns each */
 #define WG_SLACK 8.0f                      /* log2 of how far a score may pass its row's reference */
 #define P_STEPS (BLOCK / 16)               /* k16 steps of O += P V */
@@ -261,7 +273,7 @@
  * keys) overwrites the accumulators (scale-d false: a predicate set from an A word compared with
  * itself), the others add; the O groups always add. The trailing immediates are scale-a 1,
  * scale-b 1 and the transpose of B: 0 (K, K-major) or 1 (V, N-major). */
-#if BLOCK == 32 && K_STEPS == 4
+#if BLOCK == 32 && QK_STEPS == 4
 #define WG_S_TEXT(end) \
     "// sm90a: {\n" \
     "// sm90a: .reg .pred over, acc;\n" \
@@ -278,7 +290,7 @@
     "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%24, %25, %26, %27}, k2, acc, 1, 1, 0;\n" \
     "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%28, %29, %30, %31}, k3, acc, 1, 1, 0;\n" \
     end
-#elif BLOCK == 32 && K_STEPS == 8
+#elif BLOCK == 32 && QK_STEPS == 8
 #define WG_S_TEXT(end) \
     "// sm90a: {\n" \
     "// sm90a: .reg .pred over, acc;\n" \
@@ -303,7 +315,28 @@
     "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%40, %41, %42, %43}, k6, acc, 1, 1, 0;\n" \
     "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%44, %45, %46, %47}, k7, acc, 1, 1, 0;\n" \
     end
-#elif BLOCK == 64 && K_STEPS == 4
+#elif BLOCK == 32 && QK_STEPS == 6
+#define WG_S_TEXT(end) \
+    "// sm90a: {\n" \
+    "// sm90a: .reg .pred over, acc;\n" \
+    "// sm90a: .reg .b64 k<6>;\n" \
+    "// sm90a: setp.ne.b32 over, %16, %16;\n" \
+    "// sm90a: setp.eq.b32 acc, %16, %16;\n" \
+    "// sm90a: mov.b64 k0, %40;\n" \
+    "// sm90a: add.s64 k1, k0, %41;\n" \
+    "// sm90a: add.s64 k2, k1, %41;\n" \
+    "// sm90a: add.s64 k3, k2, %41;\n" \
+    "// sm90a: add.s64 k4, k3, %41;\n" \
+    "// sm90a: add.s64 k5, k4, %41;\n" \
+    "// sm90a: wgmma.fence.sync.aligned;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, k0, over, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%20, %21, %22, %23}, k1, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%24, %25, %26, %27}, k2, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%28, %29, %30, %31}, k3, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%32, %33, %34, %35}, k4, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%36, %37, %38, %39}, k5, acc, 1, 1, 0;\n" \
+    end
+#elif BLOCK == 64 && QK_STEPS == 4
 #define WG_S_TEXT(end) \
     "// sm90a: {\n" \
     "// sm90a: .reg .pred over, acc;\n" \
@@ -329,7 +362,7 @@
     "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%44, %45, %46, %47}, k3, acc, 1, 1, 0;\n" \
     "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%44, %45, %46, %47}, h3, acc, 1, 1, 0;\n" \
     end
-#elif BLOCK == 64 && K_STEPS == 8
+#elif BLOCK == 64 && QK_STEPS == 8
 #define WG_S_TEXT(end) \
     "// sm90a: {\n" \
     "// sm90a: .reg .pred over, acc;\n" \
@@ -372,7 +405,29 @@
     "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%60, %61, %62, %63}, h7, acc, 1, 1, 0;\n" \
     end
 #endif
-#if WG_TMA && K_STEPS == 8
+#if WG_TMA && QK_STEPS == 6
+/* WG_S_TMA_TEXT (below) at WG_D96: k-steps 0 .. 3 in the first box, 4 and 5 in the second. */
+#define WG_S_TMA_TEXT(end) \
+    "// sm90a: {\n" \
+    "// sm90a: .reg .pred over, acc;\n" \
+    "// sm90a: .reg .b64 k<6>;\n" \
+    "// sm90a: setp.ne.b32 over, %16, %16;\n" \
+    "// sm90a: setp.eq.b32 acc, %16, %16;\n" \
+    "// sm90a: mov.b64 k0, %40;\n" \
+    "// sm90a: add.s64 k1, k0, %41;\n" \
+    "// sm90a: add.s64 k2, k1, %41;\n" \
+    "// sm90a: add.s64 k3, k2, %41;\n" \
+    "// sm90a: add.s64 k4, k0, %42;\n" \
+    "// sm90a: add.s64 k5, k4, %41;\n" \
+    "// sm90a: wgmma.fence.sync.aligned;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, k0, over, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%20, %21, %22, %23}, k1, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%24, %25, %26, %27}, k2, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%28, %29, %30, %31}, k3, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%32, %33, %34, %35}, k4, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%36, %37, %38, %39}, k5, acc, 1, 1, 0;\n" \
+    end
+#elif WG_TMA && K_STEPS == 8
 /* The S group on K tiles in the 128-byte swizzle (WG_TMA, head_dim 128): k-steps 0 .. 3 read
  * columns 0 .. 63 of the tile's first box, 32 bytes apart (%49 / 16), and k-steps 4 .. 7 the second
  * box, %50 / 16 on. (At head_dim 64 WG_S_TEXT serves: one box, k-steps 32 bytes apart, keys 32 .. 63
@@ -448,8 +503,10 @@
 #else
 #define WG_S_OUT(s) WG_OUT32(s, 0)
 #endif
-#if K_STEPS == 4
+#if QK_STEPS == 4
 #define WG_Q_IN(q) WG_IN16(q, 0)
+#elif QK_STEPS == 6
+#define WG_Q_IN(q) WG_IN16(q, 0), WG_IN8(q, 16)
 #else
 #define WG_Q_IN(q) WG_IN32(q, 0)
 #endif
@@ -494,6 +551,27 @@
     "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%68, %69, %70, %71}, v1, acc, 1, 1, 1;\n" \
     "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, v2, acc, 1, 1, 1;\n" \
     "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%68, %69, %70, %71}, v3, acc, 1, 1, 1;\n" \
+    end
+#endif
+
+#if WG_D96
+/* O += P V over columns 0 .. 95 (WG_D96) as one group: the slab of columns 64 .. 95 is one
+ * m64n32k16 a k-step into accumulators 32 .. 47. Operands: the 48 accumulators, P's 8 A words, the
+ * descriptor, the k-step's offset / 16 (%57), the slab's (%58). */
+#define WG_PV96_TEXT(end) \
+    "// sm90a: {\n" \
+    "// sm90a: .reg .pred acc;\n" \
+    "// sm90a: .reg .b64 v<4>;\n" \
+    "// sm90a: setp.eq.b32 acc, %48, %48;\n" \
+    "// sm90a: mov.b64 v0, %56;\n" \
+    "// sm90a: add.s64 v1, v0, %57;\n" \
+    "// sm90a: add.s64 v2, v0, %58;\n" \
+    "// sm90a: add.s64 v3, v2, %57;\n" \
+    "// sm90a: wgmma.fence.sync.aligned;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%48, %49, %50, %51}, v0, acc, 1, 1, 1;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%52, %53, %54, %55}, v1, acc, 1, 1, 1;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, {%48, %49, %50, %51}, v2, acc, 1, 1, 1;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, {%52, %53, %54, %55}, v3, acc, 1, 1, 1;\n" \
     end
 #endif
 
@@ -557,7 +635,7 @@ static inline ulong wg_v_desc(__local const ushort *tile)
 
 /* The S group over one K tile (every k-step) into s, from q the warpgroup's A words (4 per
  * k-step) and desc the tile's descriptor, ending with `end` (WG_END_WAIT or WG_END_ASYNC). */
-#if WG_TMA && K_STEPS == 8
+#if WG_TMA && (K_STEPS == 8 || QK_STEPS == 6)
 #define WG_SCORES_ASM(s, q, desc, end) \
     __asm__ __volatile__(WG_S_TMA_TEXT(end) \
                          : WG_S_OUT(s) : WG_Q_IN(q), "l"(desc), "n"(2), "n"(WG_BOX_BYTES / 16) : "memory")
@@ -573,7 +651,7 @@ static inline ulong wg_v_desc(__local const ushort *tile)
 
 /* s = Q K^T over one K tile (every k-step): q the warpgroup's A words (4 per k-step), tile the K
  * tile. Returns when the products are complete (the loop of WG_PIPE 0). */
-static inline void wg_scores(float s[S_ACC], const uint q[4 * K_STEPS], __local const ushort *tile)
+static inline void wg_scores(float s[S_ACC], const uint q[4 * QK_STEPS], __local const ushort *tile)
 {
     const ulong desc = wg_k_desc(tile);
     WG_SCORES_ASM(s, q, desc, WG_END_WAIT);
@@ -587,6 +665,17 @@ static inline void wg_scores(float s[S_ACC], const uint q[4 * K_STEPS], __local 
 /* a k-step of 16 keys 256 bytes on, 2048 in the 128-byte swizzle (WG_TMA) */
 #define WG_VALUES_ASM(o, p, desc, end) \
     __asm__ __volatile__(WG_PV_TEXT(end) : WG_ACC32(o, 0) : WG_P_IN(p), "l"(desc), "n"(WG_TMA ? 128 : 16) : "memory")
+#elif WG_D96 && WG_TMA
+#define WG_VALUES_ASM(o, p, desc, end) \
+    __asm__ __volatile__(WG_PV96_TEXT(end) \
+                         : WG_ACC32(o, 0), WG_ACC16(o, 32) : WG_P_IN(p), "l"(desc), "n"(2048 / 16), \
+                           "n"(WG_BOX_BYTES / 16) \
+                         : "memory")
+#elif WG_D96
+#define WG_VALUES_ASM(o, p, desc, end) \
+    __asm__ __volatile__(WG_PV96_TEXT(end) \
+                         : WG_ACC32(o, 0), WG_ACC16(o, 32) : WG_P_IN(p), "l"(desc), "n"(16), "n"(64 * BLOCK * 2 / 16) \
+                         : "memory")
 #elif WG_TMA
 /* a k-step of 16 keys 2048 bytes on, the slab of columns 64 .. 127 a box on */
 #define WG_VALUES_ASM(o, p, desc, end) \
@@ -611,7 +700,7 @@ static inline void wg_values(float o[O_ACC], const uint p[4 * P_STEPS], __local 
  * wgmma group that a later wg_wait completes. Until then neither its accumulators (s, o) nor its A
  * words (q, p) may be read or written by anything; the wg_keep_* after that wait hand them back to
  * the compiler. */
-static inline void wg_scores_issue(float s[S_ACC], const uint q[4 * K_STEPS], __local const ushort *tile)
+static inline void wg_scores_issue(float s[S_ACC], const uint q[4 * QK_STEPS], __local const ushort *tile)
 {
     const ulong desc = wg_k_desc(tile);
     WG_SCORES_ASM(s, q, desc, WG_END_ASYNC);
@@ -645,8 +734,10 @@ static inline void wg_keep_o(float o[O_ACC], uint p[4 * P_STEPS])
 {
     __asm__ __volatile__("" : WG_ACC16(o, 0));
     __asm__ __volatile__("" : WG_ACC16(o, 16));
-#if O_ACC == 64
+#if O_ACC >= 48
     __asm__ __volatile__("" : WG_ACC16(o, 32));
+#endif
+#if O_ACC == 64
     __asm__ __volatile__("" : WG_ACC16(o, 48));
 #endif
     __asm__ __volatile__("" : WG_KEEP8(p, 0));
@@ -776,7 +867,7 @@ static inline void wg_stream_tile(wg_stream *st, __local ushort *dst)
         const uint p = COPIER_ID + i * COPIERS, key = wg_piece_key(p), chunk = wg_piece_chunk(p);
         if (PIECES % COPIERS != 0 && p >= PIECES)
             break; /* three warpgroups: the pieces do not divide evenly */
-        const int in = (long)key < st->keys_left;
+        const int in = (long)key < st->keys_left && chunk * 8 < D_REAL; /* padding columns: zeros */
         copy16_async(dst + chunk * 8 * BLOCK + key * 8, in ? st->next + (ulong)key * st->ss + chunk * 8 : st->any,
                      in ? 16u : 0u);
     }
@@ -791,12 +882,14 @@ static inline void wg_stream_tile(wg_stream *st, __local ushort *dst)
  * 128-byte swizzle and counts on the slot's full mbarrier (expect_tx: the tile's bytes). The copies
  * need a tensor map per tensor, a 128-byte object in global memory that OpenCL cannot make on the
  * host: the producer's first warp builds K's and V's in local memory from zeros with
- * tensormap.replace (rank 2: HEAD_DIM columns x the entry's key length, rows the tensor's row stride
- * apart, boxes of 64 columns x BLOCK keys, 16-bit elements, rows past the key length zeros), copies
+ * tensormap.replace (rank 2: D_REAL columns x the entry's key length, rows the tensor's row stride
+ * apart, boxes of 64 columns x BLOCK keys, 16-bit elements, rows past the key length and columns
+ * past D_REAL zeros: the TMA unit fills a box's elements outside the tensor with zeros and counts
+ * them with the box's bytes), copies
  * them to this work-group's 256 bytes of tma_maps (the host's scratch) and acquires them for the
  * tensormap proxy (tests/nv_tma_probe.cl proved each step on an H100). */
 
-/* Lane 0: the map of the 2-D tensor at base (HEAD_DIM columns, `rows` keys, row_bytes apart) in m. */
+/* Lane 0: the map of the 2-D tensor at base (D_REAL columns, `rows` keys, row_bytes apart) in m. */
 static inline void wg_tma_build_map(__local uint *m, __global const ushort *base, uint rows, ulong row_bytes)
 {
     /* rank 2 is written as 1 (the field counts from zero); elemtype 1 = .u16, interleave 0 = none,
@@ -816,7 +909,7 @@ static inline void wg_tma_build_map(__local uint *m, __global const ushort *base
                          "// sm90a: tensormap.replace.tile.fill_mode.shared::cta.b1024.b32 [%0], 0;\n"
                          :
                          : "r"(shared_addr((__local const ushort *)m)), "l"((ulong)(size_t)base), "r"((uint)BLOCK),
-                           "r"((uint)HEAD_DIM), "r"(rows), "l"(row_bytes)
+                           "r"((uint)D_REAL), "r"(rows), "l"(row_bytes)
                          : "memory");
 }
 
@@ -1391,27 +1484,27 @@ static inline void wg_rescale(float o[O_ACC], const wg_rows *rw)
 /* This warp's A fragments of Q straight from global memory (the loops fed by a producer): words 0
  * and 2 row r_lo, 1 and 3 row r_lo + 8; columns 2t, 2t + 1 of each k-step, + 8 for words 2 and 3
  * (zeros past seq_q). */
-static inline void wg_load_q(uint qa[4 * K_STEPS], __global const ushort *q, ulong q_base, ulong q_ss, uint r_lo,
+static inline void wg_load_q(uint qa[4 * QK_STEPS], __global const ushort *q, ulong q_base, ulong q_ss, uint r_lo,
                              uint t, uint seq_q)
 {
 #pragma unroll
-    for (uint kk = 0; kk < K_STEPS; kk++)
+    for (uint kk = 0; kk < QK_STEPS; kk++)
 #pragma unroll
         for (uint w = 0; w < 4; w++) {
             const uint row = r_lo + 8 * (w % 2), col = 16 * kk + 8 * (w / 2) + 2 * t;
-            qa[4 * kk + w] = row < seq_q ? *(__global const uint *)(q + q_base + (ulong)row * q_ss + col) : 0u;
+            qa[4 * kk + w] = row < seq_q && col < D_REAL ? *(__global const uint *)(q + q_base + (ulong)row * q_ss + col) : 0u;
         }
 }
 
 /* wg_softmax_open scales inside the exponent, which takes a positive scale: a negative one becomes
  * Q's signs (exact in f16 and bf16), so the products change sign instead. Nothing with a score
  * transform, whose scale stays outside. */
-static inline void wg_positive_scale(uint qa[4 * K_STEPS], wg_rules *ru)
+static inline void wg_positive_scale(uint qa[4 * QK_STEPS], wg_rules *ru)
 {
 #if !(SOFTCAP || ALIBI || BIAS)
     if (ru->scale2 < 0.0f) {
 #pragma unroll
-        for (uint i = 0; i < 4 * K_STEPS; i++)
+        for (uint i = 0; i < 4 * QK_STEPS; i++)
             qa[i] ^= 0x80008000u;
         ru->scale2 = -ru->scale2;
     }
@@ -1471,7 +1564,7 @@ static inline void wg_fence_copies(void)
  * freed on its empty mbarrier once the group that read it is complete. Tile j is the j-th the block
  * takes, from tile `first` round (wg_tile_key; in key order but with WG_ROTATE). */
 static inline __attribute__((always_inline)) void
-wg_consume_in_turns(float acc[O_ACC], const uint qa[4 * K_STEPS], wg_rows *rw, const wg_rules *ru, uint t, uint wg,
+wg_consume_in_turns(float acc[O_ACC], const uint qa[4 * QK_STEPS], wg_rows *rw, const wg_rules *ru, uint t, uint wg,
                     __local const ushort *k_ring, __local const ushort *v_ring, __local ulong *k_bars,
                     __local ulong *v_bars, uint key_begin, uint n_tiles, uint first, uint before)
 {
@@ -1605,7 +1698,7 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
 #endif
     /* Q: global -> local (rows past seq_q zeros) -> this warp's A fragments, kept for the call;
      * Q_PASS rows at a time (three or four warpgroups' rows would not fit local memory at once). */
-    uint qa[4 * K_STEPS];
+    uint qa[4 * QK_STEPS];
 #if WG_PRODUCER
     /* the consumers read their Q fragments from global memory after setmaxnreg (below) */
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -1624,7 +1717,7 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
             __local const ushort *src =
                 tiles + (16 * warp - pass + lane % 8 + (lane / 8) % 2 * 8) * ROW_STRIDE + lane / 16 * 8;
 #pragma unroll
-            for (uint kk = 0; kk < K_STEPS; kk++) {
+            for (uint kk = 0; kk < QK_STEPS; kk++) {
                 const uint4 w = load_matrix_x4(src + kk * 16);
                 qa[4 * kk] = w.x;
                 qa[4 * kk + 1] = w.y;
@@ -1799,7 +1892,7 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
         if (16 * warp - pass < rows) {
             __local uint *dst = (__local uint *)(tiles + (16 * warp - pass + g) * ROW_STRIDE + 2 * t);
 #pragma unroll
-            for (uint n = 0; n < HEAD_DIM / 8; n++) {
+            for (uint n = 0; n < O_COLS / 8; n++) {
                 dst[n * 4] = pack_pair(acc[4 * n] * inv_lo, acc[4 * n + 1] * inv_lo);
                 dst[n * 4 + 8 * ROW_STRIDE / 2] = pack_pair(acc[4 * n + 2] * inv_hi, acc[4 * n + 3] * inv_hi);
             }
@@ -1807,7 +1900,7 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
         consumers_sync();
         for (uint c = get_local_id(0); c < rows * CHUNKS; c += CONSUMER_THREADS) {
             const uint r = c / CHUNKS, piece = c % CHUNKS;
-            if (row0 + pass + r < seq_q)
+            if (row0 + pass + r < seq_q && piece * 8 < D_REAL)
                 *(__global uint4 *)(o + o_base + (ulong)(row0 + pass + r) * o_ss + piece * 8) =
                     *(__local const uint4 *)(tiles + r * ROW_STRIDE + piece * 8);
         }
@@ -1901,7 +1994,7 @@ static inline void wg_store_o(__global ushort *o, ulong o_base, ulong o_ss, cons
     __global uint4 *lo_row = (__global uint4 *)(o + o_base + (ulong)r_lo * o_ss + 8 * t);
     __global uint4 *hi_row = (__global uint4 *)(o + o_base + (ulong)(r_lo + 8) * o_ss + 8 * t);
 #pragma unroll
-    for (uint m = 0; m < HEAD_DIM / 32; m++) {
+    for (uint m = 0; m < O_COLS / 32; m++) {
         uint w[4], x[4];
 #pragma unroll
         for (uint k = 0; k < 4; k++) {
@@ -1911,9 +2004,10 @@ static inline void wg_store_o(__global ushort *o, ulong o_base, ulong o_ss, cons
         }
         quad_transpose(w, t);
         quad_transpose(x, t);
-        if (r_lo < seq_q)
+        const int column_in = 32 * m + 8 * t < D_REAL; /* padding columns are not stored */
+        if (r_lo < seq_q && column_in)
             lo_row[4 * m] = (uint4)(w[0], w[1], w[2], w[3]);
-        if (r_lo + 8 < seq_q)
+        if (r_lo + 8 < seq_q && column_in)
             hi_row[4 * m] = (uint4)(x[0], x[1], x[2], x[3]);
     }
 }
@@ -2016,7 +2110,7 @@ void nv_wgmma_forward_persistent(__global const ushort *q, __global const ushort
         wg_rules ru =
             wg_rules_for(row0, r_lo, seq_q, diag_k, key_len, win_left, win_right, score_scale, softcap, alibi, h);
         wg_bias_rows(&ru, bias + bias_off + (ulong)b * bias_bs + (ulong)h * bias_hs, bias_rs, r_lo, seq_q, seq_k);
-        uint qa[4 * K_STEPS];
+        uint qa[4 * QK_STEPS];
         wg_load_q(qa, q, q_off + (ulong)b * q_bs + (ulong)h * q_hs, q_ss, r_lo, t, seq_q);
         wg_positive_scale(qa, &ru);
         float acc[O_ACC];

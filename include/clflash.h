@@ -711,13 +711,15 @@ typedef struct {
  * 1.25x nv_mma_forward's (n = 4096; docs/performance/h200.md). It may run where the device is an NVIDIA
  * GPU of compute capability 9.0 whose driver passed the library's sm_90a probe (a small wgmma
  * product checked exactly, once per context, the first time a call could use it) and the call is
- * one nv_mma_forward would take with: dtype F16 or BF16, head_dim 64 or 128, every row of Q, K, V
- * and O on 16 bytes, no paged cache or variable-length batch, no forced block and no forced split
+ * one nv_mma_forward would take with: dtype F16 or BF16, head_dim 64 or 128 (or another multiple
+ * of 8 below 128, computed padded to the next of them with zeros), every row of Q, K, V and O on
+ * 16 bytes, no paged cache or variable-length batch, no forced block and no forced split
  * (causal masks, sliding windows, softcap, ALiBi, key lengths, the diagonal's offset and alignment
  * it takes, and a bias without ALiBi in its default loop: not with nv_wgmma.pipeline=1 or
  * nv_wgmma.producer=0). Where, among those calls, is what the environment variable CLFLASH_WGMMA
  * says when the context is created:
- *   unset or empty  (the default) where it was measured faster than nv_mma_forward: no bias (not
+ *   unset or empty  (the default) where it was measured faster than nv_mma_forward: head_dim 64
+ *                   or 128 (the padded ones are not measured yet), no bias (not
  *                   measured on it yet), no sliding
  *                   window narrower than 1024 keys (window_left + window_right, window_left
  *                   alone with CLFLASH_CAUSAL: its 192-row blocks compute more masked pairs

@@ -55,6 +55,13 @@ static const char variant_name[] = "nv_wgmma_forward";
  * each instead of 152: on an H100 (2026-12-06) 1.05x faster at head_dim 128, causal or not. */
 #define WG_PRODUCER_REGS 32u
 
+/* The kernel's HEAD_DIM for p: head_dim padded to 64 or 128 (cl/nv_wgmma_forward.cl's D_REAL is
+ * head_dim itself: the padding columns are zeros in the tiles and in Q's registers). */
+static uint32_t padded_dim(const clflash_problem *p)
+{
+    return p->head_dim <= 64 ? 64u : 128u;
+}
+
 /* Why the kernel's scope excludes p (a static string), or NULL: what cl/nv_wgmma_forward.cl takes. */
 static const char *shape_refusal(const clflash_problem *p)
 {
@@ -62,8 +69,8 @@ static const char *shape_refusal(const clflash_problem *p)
         return "the dtype is not F16 or BF16";
     if (p->out_dtype != p->dtype)
         return "O's type differs from the input type";
-    if (p->head_dim != 64 && p->head_dim != 128)
-        return "head_dim is not 64 or 128";
+    if (p->head_dim > 128 || p->head_dim % 8 != 0)
+        return "head_dim is above 128 or not a multiple of 8";
     if (!clflash_nv_rows_aligned(p))
         return "a row of Q, K, V or O does not start on 16 bytes";
     if (p->block_table != NULL)
@@ -102,6 +109,8 @@ int clflash_nv_wgmma_wide_window(const clflash_problem *p)
 
 static const char *auto_refusal(const clflash_context *c, const clflash_problem *p)
 {
+    if (p->head_dim != padded_dim(p))
+        return "a head_dim padded to 64 or 128 (not yet measured against nv_mma_forward's own padding)";
     if (p->bias != NULL)
         return "a bias (not yet measured on this kernel; nv_mma_forward stages it in local memory)";
     if ((p->flags & CLFLASH_WINDOW) && !clflash_nv_wgmma_wide_window(p))
@@ -176,7 +185,7 @@ static uint32_t warpgroups_for(const clflash_context *c, const clflash_problem *
     /* the pipelined loop holds 168-232 registers a work-item: two warpgroups at most; beside a
      * producer, four consumer warpgroups of the waiting loop get 104 (640 work-items at launch hold
      * 96 each), where head_dim 64 spills */
-    const uint32_t most = pipelined(c, p) ? 2u : p->head_dim == 64 && !producer(c, p) ? 4u : 3u;
+    const uint32_t most = pipelined(c, p) ? 2u : padded_dim(p) == 64 && !producer(c, p) ? 4u : 3u;
     const uint64_t needed = ((uint64_t)p->seq_q + 63) / 64;
     return needed < most ? (uint32_t)needed : most;
 }
@@ -188,7 +197,7 @@ static uint32_t warpgroups_for(const clflash_context *c, const clflash_problem *
 static int tma(const clflash_context *c, const clflash_problem *p, uint32_t block)
 {
     const uint64_t most = (1ull << 40) / 2;
-    return producer(c, p) && !pipelined(c, p) && p->head_dim * block == 4096 &&
+    return producer(c, p) && !pipelined(c, p) && padded_dim(p) * block == 4096 &&
            p->k.seq_stride >= p->head_dim && p->v.seq_stride >= p->head_dim && p->k.seq_stride < most &&
            p->v.seq_stride < most && clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_TMA, NULL) != 0;
 }
@@ -237,8 +246,8 @@ static cl_ulong counted_local_bytes(const clflash_problem *p, uint32_t block, ui
                                     uint32_t stages, int prod, int persist)
 {
     const uint64_t n_tiles = prod ? WGMMA_KV_TILES : 2ull * stages;
-    const uint64_t tiles = n_tiles * block * p->head_dim * p->elem_size;
-    const uint64_t q_rows = (warpgroups > 2 ? 128ull : 64ull * warpgroups) * (p->head_dim + 8) * p->elem_size;
+    const uint64_t tiles = n_tiles * block * padded_dim(p) * p->elem_size;
+    const uint64_t q_rows = (warpgroups > 2 ? 128ull : 64ull * warpgroups) * (padded_dim(p) + 8) * p->elem_size;
     if (persist)
         return tiles + 16ull * (WGMMA_KV_TILES + 1);
     return (tiles > q_rows ? tiles : q_rows) + (prod ? 16ull * WGMMA_KV_TILES : 0);
@@ -249,7 +258,7 @@ static cl_ulong counted_local_bytes(const clflash_problem *p, uint32_t block, ui
 static uint32_t first_block(const clflash_context *c, const clflash_problem *p, uint32_t below_block)
 {
     const uint32_t cap = clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_BLOCK, NULL) >= 64 ? 64u : 32u;
-    const uint32_t b = p->head_dim == 64 && cap == 64 ? 64u : 32u;
+    const uint32_t b = padded_dim(p) == 64 && cap == 64 ? 64u : 32u;
     if (below_block == 0 || b < below_block)
         return b;
     return 32u < below_block ? 32u : 0u;
@@ -263,7 +272,7 @@ static void kernel_defines(const clflash_problem *p, int with_lse, int pipe, uin
     snprintf(buf, size,
              "%s -D HEAD_DIM=%u -D D_REAL=%u -D NV_ALIGNED=1 -D BLOCK=%u -D WARPS=%u -D WARPGROUPS=%u -D STAGES=%u "
              "-D WG_PIPE=%d -D WG_PRODUCER=%d -D BIAS_PAIRS=%d%s%s",
-             features, p->head_dim, p->head_dim, block, 4 * (warpgroups + (prod ? 1 : 0)), warpgroups, stages, pipe,
+             features, padded_dim(p), p->head_dim, block, 4 * (warpgroups + (prod ? 1 : 0)), warpgroups, stages, pipe,
              prod, clflash_bias_pairs(p), with_tma ? " -D WG_TMA=1" : "", persist ? " -D WG_PERSIST=1" : "");
     if (prod) { /* the registers a work-item gets at launch (a multiple of 8), and what the consumers
                  * take once the producer has given back all but WG_PRODUCER_REGS: setmaxnreg.inc

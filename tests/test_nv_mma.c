@@ -224,7 +224,7 @@ START_TEST(plan_fields)
 END_TEST
 
 /* The Hopper forward: with CLFLASH_WGMMA=1, an sm_90 device plans nv_wgmma_forward for the calls in
- * its scope (f16/bf16, head_dim 64 or 128, aligned rows, causal or not, GQA, windows, softcap,
+ * its scope (f16/bf16, head_dim 64 or 128 or a multiple of 8 padded to one of them, aligned rows, causal or not, GQA, windows, softcap,
  * ALiBi, key lengths; no bias) and nv_mma_forward for the others; without the variable (the default
  * mode) for those of them that it runs faster (no window narrower than 1024 keys, enough query rows
  * that nv_mma_forward neither splits nor packs); with CLFLASH_WGMMA=0 (the part's ctx) for none. On any
@@ -250,7 +250,8 @@ START_TEST(wgmma_selection)
     CASE("f16 d128", th_desc(2, 4, 0, 1000, 1000, 128, CLFLASH_F16, 0), 1, 0); /* split by nv_mma_forward */
     CASE("bf16 d64 causal GQA", th_desc(1, 8, 2, 129, 300, 64, CLFLASH_BF16, CLFLASH_CAUSAL), 1, 1); /* no split */
     CASE("f16 d64, one query", th_desc(1, 1, 0, 1, 1, 64, CLFLASH_F16, 0), 1, 0);
-    CASE("f16 d96", th_desc(1, 1, 0, 200, 200, 96, CLFLASH_F16, 0), 0, 0);
+    CASE("f16 d96 (padded to 128)", th_desc(1, 1, 0, 200, 200, 96, CLFLASH_F16, 0), 1, 0);
+    CASE("f16 d100", th_desc(1, 1, 0, 200, 200, 100, CLFLASH_F16, 0), 0, 0);
     CASE("bf16 d256", th_desc(1, 1, 0, 200, 200, 256, CLFLASH_BF16, 0), 0, 0);
     CASE("f32 d64", th_desc(1, 1, 0, 200, 200, 64, CLFLASH_F32, 0), 0, 0);
     clflash_attention_desc w = th_desc(1, 1, 0, 200, 200, 64, CLFLASH_F16, CLFLASH_WINDOW);
@@ -802,7 +803,7 @@ START_TEST(features_against_reference)
 }
 END_TEST
 
-/* nv_wgmma_forward's scope (f16 and bf16 each): head_dim 64 and 128, seq 1, 17, 63, 65, 129 and
+/* nv_wgmma_forward's scope (f16 and bf16 each): head_dim 64 and 128 (and those padded to them), seq 1, 17, 63, 65, 129 and
  * 1000 (one warpgroup up to 64 rows, two above; partial key tiles of 32 and 64), causal in all
  * three alignments, GQA and MQA, interleaved aligned layouts, rising maxima, a negative scale, and
  * the score features it takes, and a bias. */
@@ -871,6 +872,20 @@ static const mma_shape wgmma_shapes[] = {
     {2, 4, 2, 1000, 1000, 128, W | C, 0, 1, 0, 0, 0, 0, 100, 0, 0, 0, 0},
     {1, 2, 0, 1000, 1100, 128, W, 0, 0, 1, 0, 0, 0, 200, 70, 0, 0, 0},
     {1, 2, 1, 999, 999, 64, W | C, 0, 0, 0, 0, 0, 0, 300, 0, 0, 0, 1},
+    /* head_dims padded to 128 or 64 (zeros in the padding columns): 96, 112, 104, 80, 72, 56, 40 and
+     * 8, with the causal mask, GQA, an interleaved layout, key lengths, rising maxima, softcap,
+     * ALiBi, a window and a bias */
+    {1, 2, 0, 129, 131, 96, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 4, 2, 200, 333, 96, C, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 1000, 1000, 96, C, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {2, 3, 0, 45, 53, 96, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {5, 2, 1, 70, 129, 112, A | C, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0},
+    {2, 3, 0, 150, 301, 104, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, BIAS_FULL, 0},
+    {1, 2, 1, 150, 701, 80, C, 0, 0, 1, 0, 0, 0, 0, 0, 30.0f, 0, 0},
+    {1, 2, 0, 131, 97, 72, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
+    {1, 2, 0, 200, 1000, 56, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 77, 300, 40, W | C, 0, 0, 0, 0, 0, 0, 64, 0, 0, 0, 0},
+    {1, 1, 0, 17, 17, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
 };
 #undef W
 #undef C

@@ -392,7 +392,7 @@ START_TEST(wgmma_modes)
         const char *what;
         clflash_problem p;
         int in_scope, by_default;
-    } cases[24];
+    } cases[32];
     int n = 0;
 #define CASE(w, prob, in, dflt) \
     (cases[n].what = (w), cases[n].p = (prob), cases[n].in_scope = (in), cases[n].by_default = (dflt), n++)
@@ -433,7 +433,10 @@ START_TEST(wgmma_modes)
     CASE("d128 bias", bias, 1, 0);
     bias.alibi_slopes = (cl_mem)(void *)&stand_in;
     CASE("d128 bias and ALiBi", bias, 0, 0);
-    CASE("d96", stand_in_problem(4, 16, 16, 4096, 4096, 96, CLFLASH_F16, 0), 0, 0);
+    CASE("d96, padded to 128", stand_in_problem(4, 16, 16, 4096, 4096, 96, CLFLASH_F16, 0), 1, 0);
+    CASE("d40 causal, padded to 64", stand_in_problem(4, 16, 16, 4096, 4096, 40, CLFLASH_F16, CLFLASH_CAUSAL), 1, 0);
+    CASE("d100: not a multiple of 8", stand_in_problem(4, 16, 16, 4096, 4096, 100, CLFLASH_F16, 0), 0, 0);
+    CASE("d136: above 128", stand_in_problem(4, 16, 16, 4096, 4096, 136, CLFLASH_F16, 0), 0, 0);
     clflash_problem split = stand_in_problem(4, 16, 16, 4096, 4096, 128, CLFLASH_F16, 0);
     split.num_splits = 2;
     CASE("d128 forced split", split, 0, 0);
@@ -488,7 +491,7 @@ START_TEST(wgmma_tma_defines)
         const char *what;
         clflash_problem p;
         int tma, persist;
-    } cases[14];
+    } cases[16];
     int n = 0;
 #define CASE_PERSIST(w, prob, t, ps) \
     (cases[n].what = (w), cases[n].p = (prob), cases[n].tma = (t), cases[n].persist = (ps), n++)
@@ -530,6 +533,8 @@ START_TEST(wgmma_tma_defines)
     CASE_PERSIST("d64 bf16 causal GQA, nv_wgmma.persistent=1", p, 1, 1);
     tune_set(&p, CLFLASH_TUNE_NV_WGMMA_TMA, 0);
     CASE("d64, nv_wgmma.persistent=1 without TMA", p, 0);
+    CASE("d96 (HEAD_DIM 128)", stand_in_problem(2, 4, 4, 500, 700, 96, CLFLASH_F16, 0), 1);
+    CASE("d40 causal (HEAD_DIM 64)", stand_in_problem(2, 4, 2, 300, 300, 40, CLFLASH_BF16, CLFLASH_CAUSAL), 1);
 #undef CASE
 #undef CASE_PERSIST
     for (int i = 0; i < n; i++) {
@@ -539,6 +544,11 @@ START_TEST(wgmma_tma_defines)
         ck_assert_msg((strstr(defines, "-D WG_TMA=1") != NULL) == cases[i].tma, "%s: %s", cases[i].what, defines);
         ck_assert_msg((strstr(defines, "-D WG_PERSIST=1") != NULL) == cases[i].persist, "%s: %s", cases[i].what,
                       defines);
+        /* the kernel's head_dim: the tensors' own, padded to 64 or 128 */
+        char dims[64];
+        snprintf(dims, sizeof dims, "-D HEAD_DIM=%u -D D_REAL=%u", cases[i].p.head_dim <= 64 ? 64u : 128u,
+                 cases[i].p.head_dim);
+        ck_assert_msg(strstr(defines, dims) != NULL, "%s: %s", cases[i].what, defines);
     }
 }
 END_TEST
