@@ -708,7 +708,8 @@ typedef struct {
  * (wgmma) built through a PTX program binary retargeted to sm_90a, its K and V tiles copied by
  * Hopper's tensor memory accelerator. It computes right on an H200 and an H100, and on the H100
  * runs head_dim 128 at 1.36x FlashAttention-2's rate and 1.5x nv_mma_forward's, head_dim 64 at
- * 1.25x nv_mma_forward's (n = 4096; docs/performance/h200.md). It may run where the device is an NVIDIA
+ * 1.25x nv_mma_forward's, head_dim 96 at 1.2x FlashAttention-2's and 1.57x nv_mma_forward's, a
+ * [n][n] bias 1.15x faster than nv_mma_forward (n = 4096; docs/performance/h200.md). It may run where the device is an NVIDIA
  * GPU of compute capability 9.0 whose driver passed the library's sm_90a probe (a small wgmma
  * product checked exactly, once per context, the first time a call could use it) and the call is
  * one nv_mma_forward would take with: dtype F16 or BF16, head_dim 64 or 128 (or another multiple
@@ -718,9 +719,8 @@ typedef struct {
  * it takes, and a bias without ALiBi in its default loop: not with nv_wgmma.pipeline=1 or
  * nv_wgmma.producer=0). Where, among those calls, is what the environment variable CLFLASH_WGMMA
  * says when the context is created:
- *   unset or empty  (the default) where it was measured faster than nv_mma_forward: head_dim 64
- *                   or 128 (the padded ones are not measured yet), no bias (not
- *                   measured on it yet), no sliding
+ *   unset or empty  (the default) where it was measured faster than nv_mma_forward: head_dim
+ *                   40 or more (below, padded to 64, it computes too many zeros), no sliding
  *                   window narrower than 1024 keys (window_left + window_right, window_left
  *                   alone with CLFLASH_CAUSAL: its 192-row blocks compute more masked pairs
  *                   than nv_mma_forward's, the more the narrower the window), at least 128

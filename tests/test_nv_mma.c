@@ -224,11 +224,12 @@ START_TEST(plan_fields)
 END_TEST
 
 /* The Hopper forward: with CLFLASH_WGMMA=1, an sm_90 device plans nv_wgmma_forward for the calls in
- * its scope (f16/bf16, head_dim 64 or 128 or a multiple of 8 padded to one of them, aligned rows, causal or not, GQA, windows, softcap,
- * ALiBi, key lengths; no bias) and nv_mma_forward for the others; without the variable (the default
- * mode) for those of them that it runs faster (no window narrower than 1024 keys, enough query rows
- * that nv_mma_forward neither splits nor packs); with CLFLASH_WGMMA=0 (the part's ctx) for none. On any
- * other device no setting changes a plan. (A fault of the sm_90a path: test_sm90a.) */
+ * its scope (f16/bf16, head_dim 64 or 128 or a multiple of 8 padded to one of them, aligned rows,
+ * causal or not, GQA, windows, softcap, ALiBi, key lengths, a bias without ALiBi) and nv_mma_forward
+ * for the others; without the variable (the default mode) for those of them that it runs faster (no
+ * window narrower than 1024 keys, no head_dim below 40, enough query rows that nv_mma_forward
+ * neither splits nor packs); with CLFLASH_WGMMA=0 (the part's ctx) for none. On any other device no
+ * setting changes a plan. (A fault of the sm_90a path: test_sm90a.) */
 START_TEST(wgmma_selection)
 {
     const int hopper = device_is_nvidia_sm90(ctx) && getenv("CLFLASH_PORTABLE") == NULL;
@@ -284,14 +285,16 @@ START_TEST(wgmma_selection)
     pw.window_left = 1024;
     CASE("prefill d128 causal window 1024", pw, 1, 1);
     CASE("prefill d64", th_desc(1, 64, 0, 2000, 2000, 64, CLFLASH_F16, 0), 1, 1);
+    CASE("prefill d96 (padded to 128)", th_desc(1, 64, 0, 2000, 2000, 96, CLFLASH_F16, 0), 1, 1);
+    CASE("prefill d32 (padded to 64)", th_desc(1, 64, 0, 2000, 2000, 32, CLFLASH_F16, 0), 1, 0);
     CASE("decode d128 GQA", th_desc(1, 32, 8, 1, 32768, 128, CLFLASH_F16, 0), 1, 0);
     CASE("d128, 100 rows a head", th_desc(64, 16, 0, 100, 4000, 128, CLFLASH_F16, 0), 1, 0);
-    /* a bias ([seq_q][seq_k], shared by every head), in scope but not the default's; with ALiBi, not
+    /* a bias ([seq_q][seq_k], shared by every head), in scope and the default's; with ALiBi, not
      * in scope */
     clflash_attention_desc bi = th_desc(1, 64, 0, 2000, 2000, 128, CLFLASH_F16, CLFLASH_CAUSAL);
     bi.bias = sel_bias;
     bi.bias_broadcast = CLFLASH_BROADCAST_BATCH | CLFLASH_BROADCAST_HEADS;
-    CASE("prefill d128 causal bias", bi, 1, 0);
+    CASE("prefill d128 causal bias", bi, 1, 1);
     bi.alibi_slopes = sel_slopes;
     CASE("prefill d128 causal bias ALiBi", bi, 0, 0);
 #undef CASE

@@ -382,9 +382,8 @@ static clflash_problem stand_in_problem(uint32_t batch, uint32_t heads_q, uint32
 
 /* The rule of each mode (clflash_nv_wgmma_refusal; the probe is not asked): CLFLASH_WGMMA=0 takes
  * nothing, =1 everything in the kernel's scope, the default only prefill with no window narrower
- * than 1024 keys and enough rows that nv_mma_forward neither splits nor packs; compute capability
- * 8.0 none. The
- * variable's reading, too. */
+ * than 1024 keys, no head_dim below 40 and enough rows that nv_mma_forward neither splits nor packs;
+ * compute capability 8.0 none. The variable's reading, too. */
 START_TEST(wgmma_modes)
 {
     static char stand_in; /* a "buffer": the rule reads only whether one is given */
@@ -430,11 +429,12 @@ START_TEST(wgmma_modes)
     CASE("d128, 200 keys: no split", stand_in_problem(1, 2, 2, 200, 200, 128, CLFLASH_F16, 0), 1, 1);
     clflash_problem bias = stand_in_problem(4, 16, 16, 4096, 4096, 128, CLFLASH_F16, 0);
     bias.bias = (cl_mem)(void *)&stand_in;
-    CASE("d128 bias", bias, 1, 0);
+    CASE("d128 bias", bias, 1, 1);
     bias.alibi_slopes = (cl_mem)(void *)&stand_in;
     CASE("d128 bias and ALiBi", bias, 0, 0);
-    CASE("d96, padded to 128", stand_in_problem(4, 16, 16, 4096, 4096, 96, CLFLASH_F16, 0), 1, 0);
-    CASE("d40 causal, padded to 64", stand_in_problem(4, 16, 16, 4096, 4096, 40, CLFLASH_F16, CLFLASH_CAUSAL), 1, 0);
+    CASE("d96, padded to 128", stand_in_problem(4, 16, 16, 4096, 4096, 96, CLFLASH_F16, 0), 1, 1);
+    CASE("d40 causal, padded to 64", stand_in_problem(4, 16, 16, 4096, 4096, 40, CLFLASH_F16, CLFLASH_CAUSAL), 1, 1);
+    CASE("d32, padded to 64", stand_in_problem(4, 16, 16, 4096, 4096, 32, CLFLASH_F16, 0), 1, 0);
     CASE("d100: not a multiple of 8", stand_in_problem(4, 16, 16, 4096, 4096, 100, CLFLASH_F16, 0), 0, 0);
     CASE("d136: above 128", stand_in_problem(4, 16, 16, 4096, 4096, 136, CLFLASH_F16, 0), 0, 0);
     clflash_problem split = stand_in_problem(4, 16, 16, 4096, 4096, 128, CLFLASH_F16, 0);
