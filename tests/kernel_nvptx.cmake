@@ -281,11 +281,13 @@ set(_sm90a_cases
   "nv-wgmma-forward-d64-waiting|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 64 --with-lse 1 --tune nv_wgmma.producer=0"
   "nv-wgmma-forward-d128-cp-async|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 128 --with-lse 1 --tune nv_wgmma.tma=0"
   "nv-wgmma-forward-d64-bf16-cp-async|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 64 --causal 1 --tune nv_wgmma.tma=0"
-  # head_dims padded to 128 or 64 (D_REAL below HEAD_DIM): TMA, cp.async, the waiting loop
+  # head_dims padded to 128 or 64 (D_REAL below HEAD_DIM): TMA, cp.async, the waiting loop; 72 to 96
+  # in 6 k-steps and 96 columns, 112 in all 128
   "nv-wgmma-forward-d96-padded|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 96 --with-lse 1"
   "nv-wgmma-forward-d40-bf16-causal-padded|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 40 --causal 1"
   "nv-wgmma-forward-d80-cp-async-padded|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 80 --tune nv_wgmma.tma=0"
   "nv-wgmma-forward-d96-waiting-padded|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 96 --with-lse 1 --tune nv_wgmma.producer=0"
+  "nv-wgmma-forward-d112-bf16-causal-padded|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 112 --causal 1 --with-lse 1"
   # the producer's tiles through TMA (nv_wgmma.tma=1, the default)
   "nv-wgmma-forward-d128-tma-lse|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 128 --with-lse 1 --tune nv_wgmma.tma=1"
   "nv-wgmma-forward-d128-bf16-causal-tma|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 128 --causal 1 --tune nv_wgmma.tma=1"
