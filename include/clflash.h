@@ -709,8 +709,9 @@ typedef struct {
  * Hopper's tensor memory accelerator. It computes right on an H200 and an H100, and on the H100
  * runs head_dim 128 at 1.36x FlashAttention-2's rate and 1.5x nv_mma_forward's, head_dim 64 at
  * 1.25x nv_mma_forward's, head_dim 96 at 1.2x FlashAttention-2's and 1.57x nv_mma_forward's, a
- * [n][n] bias 1.15x faster than nv_mma_forward (n = 4096; docs/performance/h200.md). It may run where the device is an NVIDIA
- * GPU of compute capability 9.0 whose driver passed the library's sm_90a probe (a small wgmma
+ * [n][n] bias 1.15x faster than nv_mma_forward (n = 4096; docs/performance/h200.md). It may run
+ * where the device is an NVIDIA GPU of compute capability 9.0 whose driver passed the library's
+ * sm_90a probe (a small wgmma
  * product checked exactly, once per context, the first time a call could use it) and the call is
  * one nv_mma_forward would take with: dtype F16 or BF16, head_dim 64 or 128 (or another multiple
  * of 8 below 128, computed padded to the next of them with zeros), every row of Q, K, V and O on
