@@ -717,8 +717,8 @@ typedef struct {
  * of 8 below 128, computed padded to the next of them with zeros), every row of Q, K, V and O on
  * 16 bytes, no paged cache or variable-length batch, no forced block and no forced split
  * (causal masks, sliding windows, softcap, ALiBi, key lengths, the diagonal's offset and alignment
- * it takes, and a bias without ALiBi in its default loop: not with nv_wgmma.pipeline=1 or
- * nv_wgmma.producer=0). Where, among those calls, is what the environment variable CLFLASH_WGMMA
+ * it takes, and a bias without ALiBi and the padded head_dims in its default loop only: not with
+ * nv_wgmma.pipeline=1 or nv_wgmma.producer=0). Where, among those calls, is what the environment variable CLFLASH_WGMMA
  * says when the context is created:
  *   unset or empty  (the default) where it was measured faster than nv_mma_forward: head_dim
  *                   40 or more (below, padded to 64, it computes too many zeros), no sliding

@@ -142,6 +142,9 @@ const char *clflash_nv_wgmma_refusal(const clflash_context *c, const clflash_pro
         return why;
     if (p->bias != NULL && (!producer(c, p) || pipelined(c, p)))
         return "a bias outside the producer loop with turns (nv_wgmma.producer=0 or nv_wgmma.pipeline=1)";
+    if (p->head_dim != padded_dim(p) && (!producer(c, p) || pipelined(c, p)))
+        return "a padded head_dim outside the producer loop with turns (nv_wgmma.producer=0 or "
+               "nv_wgmma.pipeline=1: not yet run on a GPU with one)";
     if (p->bias != NULL && p->alibi_slopes != NULL)
         return "a bias with ALiBi (their registers spill beside the causal mask at head_dim 128)";
     return c->wgmma_mode == CLFLASH_WGMMA_AUTO ? auto_refusal(c, p) : NULL;

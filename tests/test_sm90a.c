@@ -435,6 +435,10 @@ START_TEST(wgmma_modes)
     CASE("d96, padded to 128", stand_in_problem(4, 16, 16, 4096, 4096, 96, CLFLASH_F16, 0), 1, 1);
     CASE("d40 causal, padded to 64", stand_in_problem(4, 16, 16, 4096, 4096, 40, CLFLASH_F16, CLFLASH_CAUSAL), 1, 1);
     CASE("d32, padded to 64", stand_in_problem(4, 16, 16, 4096, 4096, 32, CLFLASH_F16, 0), 1, 0);
+    clflash_problem waiting = stand_in_problem(4, 16, 16, 4096, 4096, 96, CLFLASH_F16, 0);
+    waiting.tune.set |= CLFLASH_TUNE_BIT(CLFLASH_TUNE_NV_WGMMA_PRODUCER); /* nv_wgmma.producer=0 */
+    waiting.tune.value[CLFLASH_TUNE_NV_WGMMA_PRODUCER] = 0;
+    CASE("d96 in the loop without a producer", waiting, 0, 0);
     CASE("d100: not a multiple of 8", stand_in_problem(4, 16, 16, 4096, 4096, 100, CLFLASH_F16, 0), 0, 0);
     CASE("d136: above 128", stand_in_problem(4, 16, 16, 4096, 4096, 136, CLFLASH_F16, 0), 0, 0);
     clflash_problem split = stand_in_problem(4, 16, 16, 4096, 4096, 128, CLFLASH_F16, 0);
