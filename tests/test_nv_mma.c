@@ -703,11 +703,15 @@ static void run_shape_tuned(const mma_shape *s, clflash_dtype t, const char *wan
     dk.alibi_slopes = bslopes;
     clflash_plan plan = {.struct_size = sizeof plan};
     ck_assert_int_eq(clflash_plan_attention(ctx, &dk, &plan), CLFLASH_SUCCESS);
-    /* nv_wgmma_forward takes a bias in its producer loop with turns only: with CLFLASH_TUNE asking
-     * for the pipelined loop or none with a producer, a bias row runs nv_mma_forward */
+    /* nv_wgmma_forward takes a bias and the padded head_dims in its producer loop with turns only:
+     * with CLFLASH_TUNE asking for the pipelined loop or none with a producer, such a row runs
+     * nv_mma_forward */
     const char *tune_env = getenv("CLFLASH_TUNE");
-    const char *expected = s->bias != BIAS_NONE && strcmp(numerics_kernel, "nv_wgmma_forward") == 0 && tune_env &&
-                                   (strstr(tune_env, "nv_wgmma.pipeline=1") || strstr(tune_env, "nv_wgmma.producer=0"))
+    const int other_loop =
+        tune_env && (strstr(tune_env, "nv_wgmma.pipeline=1") || strstr(tune_env, "nv_wgmma.producer=0"));
+    const int padded = s->d != 64 && s->d != 128;
+    const char *expected = (s->bias != BIAS_NONE || padded) && strcmp(numerics_kernel, "nv_wgmma_forward") == 0 &&
+                                   other_loop
                                ? "nv_mma_forward"
                                : numerics_kernel;
     ck_assert_msg(strcmp(plan.kernel, expected) == 0, "%s: planned %s, not %s; build log: %s", what, plan.kernel,
