@@ -171,18 +171,17 @@
  * SM that takes block after block, so that the producer streams a block's first tiles while the
  * consumers finish the one before.
  *
- * Defines: HEAD_DIM (64 or 128), D_REAL (a multiple of 8, at most HEAD_DIM), NV_ALIGNED 1, BLOCK (32 or 64), WARPS = 4 * (WARPGROUPS +
- * WG_PRODUCER), WARPGROUPS (1 to 4: the consumers with WG_PRODUCER), STAGES (read by the waiting
- * loop without a producer only), WG_PIPE (0 or 1; 1 with WG_PRODUCER, and at HEAD_DIM 128 with
- * BLOCK 32 only), WG_PRODUCER (0 or 1; then WG_PRODUCER_REGS and WG_CONSUMER_REGS), WG_TMA (0 or
- * 1, with WG_PRODUCER; then the kernel takes one more argument, tma_maps), WG_PERSIST (0 or 1, with
- * WG_TMA and WG_PIPE 0; then the kernel is nv_wgmma_forward_persistent, which takes the batch size
- * after tma_maps),
- * CLFLASH_DTYPE_F16 or _BF16, CAUSAL, WINDOW, SOFTCAP, ALIBI, KEYLEN, KEYLEN_DIAGONAL, WITH_LSE
- * (BIAS and VARLEN 0), SPLIT 0, PACK 1, PAGED 0. The helpers (copy16_async, load_matrix_x4,
- * pack_pair, exp2_ftz, lane_xor, stage_rows; THREADS, ROW_STRIDE, CHUNKS, K_STEPS) come from
- * nv_mma_common.cl, which the host puts before this file.
- */
+ * Defines: HEAD_DIM (64 or 128), D_REAL (a multiple of 8, at most HEAD_DIM), NV_ALIGNED 1, BLOCK
+ * (32 or 64), WARPS = 4 * (WARPGROUPS + WG_PRODUCER), WARPGROUPS (1 to 4: the consumers with
+ * WG_PRODUCER), STAGES (read by the waiting loop without a producer only), WG_PIPE (0 or 1; 1 with
+ * WG_PRODUCER, and at HEAD_DIM 128 with BLOCK 32 only), WG_PRODUCER (0 or 1; then WG_PRODUCER_REGS
+ * and WG_CONSUMER_REGS), WG_TMA (0 or 1, with WG_PRODUCER; then the kernel takes one more argument,
+ * tma_maps), WG_PERSIST (0 or 1, with WG_TMA and WG_PIPE 0; then the kernel is
+ * nv_wgmma_forward_persistent, which takes the batch size after tma_maps), CLFLASH_DTYPE_F16 or
+ * _BF16, CAUSAL, WINDOW, SOFTCAP, ALIBI, KEYLEN, KEYLEN_DIAGONAL, WITH_LSE, BIAS (not with ALiBi), VARLEN 0,
+ * SPLIT 0, PACK 1, PAGED 0. The helpers (copy16_async, load_matrix_x4, pack_pair, exp2_ftz,
+ * lane_xor, stage_rows; THREADS, ROW_STRIDE, CHUNKS, K_STEPS) come from nv_mma_common.cl, which the
+ * host puts before this file. */
 
 #ifndef WG_PRODUCER
 #define WG_PRODUCER 0
@@ -1492,7 +1491,8 @@ static inline void wg_load_q(uint qa[4 * QK_STEPS], __global const ushort *q, ul
 #pragma unroll
         for (uint w = 0; w < 4; w++) {
             const uint row = r_lo + 8 * (w % 2), col = 16 * kk + 8 * (w / 2) + 2 * t;
-            qa[4 * kk + w] = row < seq_q && col < D_REAL ? *(__global const uint *)(q + q_base + (ulong)row * q_ss + col) : 0u;
+            const int in = row < seq_q && col < D_REAL; /* padding columns: zeros */
+            qa[4 * kk + w] = in ? *(__global const uint *)(q + q_base + (ulong)row * q_ss + col) : 0u;
         }
 }
 

@@ -140,9 +140,10 @@ const char *clflash_nv_wgmma_refusal(const clflash_context *c, const clflash_pro
         return "not an NVIDIA device of compute capability 9.0";
     if ((why = shape_refusal(p)) != NULL)
         return why;
-    if (p->bias != NULL && (!producer(c, p) || pipelined(c, p)))
+    const int other_loop = !producer(c, p) || pipelined(c, p); /* not the producer loop with turns */
+    if (p->bias != NULL && other_loop)
         return "a bias outside the producer loop with turns (nv_wgmma.producer=0 or nv_wgmma.pipeline=1)";
-    if (p->head_dim != padded_dim(p) && (!producer(c, p) || pipelined(c, p)))
+    if (p->head_dim != padded_dim(p) && other_loop)
         return "a padded head_dim outside the producer loop with turns (nv_wgmma.producer=0 or "
                "nv_wgmma.pipeline=1: not yet run on a GPU with one)";
     if (p->bias != NULL && p->alibi_slopes != NULL)

@@ -810,10 +810,10 @@ START_TEST(features_against_reference)
 }
 END_TEST
 
-/* nv_wgmma_forward's scope (f16 and bf16 each): head_dim 64 and 128 (and those padded to them), seq 1, 17, 63, 65, 129 and
- * 1000 (one warpgroup up to 64 rows, two above; partial key tiles of 32 and 64), causal in all
- * three alignments, GQA and MQA, interleaved aligned layouts, rising maxima, a negative scale, and
- * the score features it takes, and a bias. */
+/* nv_wgmma_forward's scope (f16 and bf16 each): head_dim 64 and 128 (and, at the end, those padded
+ * to them), seq 1, 17, 63, 65, 129 and 1000 (one warpgroup up to 64 rows, two above; partial key
+ * tiles of 32 and 64), causal in all three alignments, GQA and MQA, interleaved aligned layouts,
+ * rising maxima, a negative scale, and the score features it takes, and a bias. */
 #define W CLFLASH_WINDOW
 #define C CLFLASH_CAUSAL
 #define A CLFLASH_ALIGN_TO_KEY_LENGTH
