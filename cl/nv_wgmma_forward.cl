@@ -6,7 +6,8 @@
  * features included; the default loops 74 of 74 once the table had its window rows, and with one
  * O group, lazy rescaling and 160 registers a consumer; 80 of 80 with softcap at head_dim 128; 80
  * of 80 with the producer's tiles through TMA, WG_TMA, at head_dim 128 and 64; 80 of 80 with the
- * consumers' turns, with TMA and with cp.async).
+ * consumers' turns, with TMA and with cp.async; 2026-12-07, head_dim 256 and those padded to it,
+ * 32 of 32).
  * The producer loop with TMA and turns, the default, runs at 1.4x nv_mma_forward's speed at
  * head_dim 64 and 1.55x at 128 (1.36-1.39x FlashAttention-2 at both, ahead of flex_attention);
  * with cp.async copies it ran 1.2x at 128, the waiting loop 1.01-1.03x at 64; the pipelined loop
@@ -16,8 +17,8 @@
  * with enough rows: nv_wgmma_forward_plan.c's auto_refusal). Everything else, and
  * every failure on the way, runs nv_mma_forward.
  *
- * Scope: f16 and bf16, head_dim 64 or 128, or any multiple of 8 below 128 padded to the next of them
- * (D_REAL the tensors' head_dim, HEAD_DIM the padded one: Q's padding columns are zeros in
+ * Scope: f16 and bf16, head_dim 64, 128 or 256, or any multiple of 8 below 256 padded to the next of
+ * them (D_REAL the tensors' head_dim, HEAD_DIM the padded one: Q's padding columns are zeros in
  * registers, K's and V's zeros in the tiles, O's are not stored, so the products add nothing for
  * them), rows of Q, K, V and O on 16 bytes (NV_ALIGNED), causal
  * or not, GQA (one query head per work-group, its K/V head hg / group), lse, and the score rules
@@ -171,8 +172,15 @@
  * SM that takes block after block, so that the producer streams a block's first tiles while the
  * consumers finish the one before.
  *
- * Defines: HEAD_DIM (64 or 128), D_REAL (a multiple of 8, at most HEAD_DIM), NV_ALIGNED 1, BLOCK
- * (32 or 64), WARPS = 4 * (WARPGROUPS + WG_PRODUCER), WARPGROUPS (1 to 4: the consumers with
+ * Head_dim 256 (HEAD_DIM 256: the host's from 136 up) runs in the producer loop with TMA only, one
+ * block a work-group (not WG_PERSIST), with B = 16: S is sixteen m64n16k16 k-steps over the tile's
+ * four boxes and O += P V four m64n64k16 slabs, one a box, in one group each; its rings hold 5 x 8
+ * KiB. Q (64 words) and O (128 floats) fill two consumers' registers beside the producer (232 a
+ * work-item), so the host gives it no softcap and no bias, whose registers spill there; Q and O
+ * pass through local memory 64 rows at a time (Q_PASS).
+ *
+ * Defines: HEAD_DIM (64, 128 or 256), D_REAL (a multiple of 8, at most HEAD_DIM), NV_ALIGNED 1, BLOCK
+ * (32 or 64; 16 at HEAD_DIM 256), WARPS = 4 * (WARPGROUPS + WG_PRODUCER), WARPGROUPS (1 to 4: the consumers with
  * WG_PRODUCER), STAGES (read by the waiting loop without a producer only), WG_PIPE (0 or 1; 1 with
  * WG_PRODUCER, and at HEAD_DIM 128 with BLOCK 32 only), WG_PRODUCER (0 or 1; then WG_PRODUCER_REGS
  * and WG_CONSUMER_REGS), WG_TMA (0 or 1, with WG_PRODUCER; then the kernel takes one more argument,
@@ -201,11 +209,14 @@
 #if WG_PIPE && !WG_PRODUCER
 #error "the pipelined loop (WG_PIPE) is fed by the producer warpgroup (WG_PRODUCER)"
 #endif
-#if (HEAD_DIM != 64 && HEAD_DIM != 128) || D_REAL > HEAD_DIM || D_REAL % 8 != 0 || !NV_ALIGNED
-#error "nv_wgmma_forward takes head_dims that are multiples of 8, padded to 64 or 128, with 16-byte aligned rows"
+#if (HEAD_DIM != 64 && HEAD_DIM != 128 && HEAD_DIM != 256) || D_REAL > HEAD_DIM || D_REAL % 8 != 0 || !NV_ALIGNED
+#error "nv_wgmma_forward takes head_dims that are multiples of 8, padded to 64, 128 or 256, with 16-byte aligned rows"
 #endif
-#if BLOCK != 32 && BLOCK != 64
-#error "nv_wgmma_forward takes BLOCK 32 or 64"
+#if HEAD_DIM == 256 ? BLOCK != 16 : BLOCK != 32 && BLOCK != 64
+#error "nv_wgmma_forward takes BLOCK 32 or 64, and 16 at head_dim 256"
+#endif
+#if HEAD_DIM == 256 && (!WG_TMA || WG_PERSIST)
+#error "head_dim 256 runs in the producer loop with its tiles through TMA, one block a work-group (WG_TMA, not WG_PERSIST)"
 #endif
 #if VARLEN || SPLIT || PACK != 1 || PAGED
 #error "nv_wgmma_forward takes no variable-length batch, split-KV, head packing or paged cache (lib/nv_wgmma_forward_plan.c)"
@@ -223,7 +234,8 @@
 #define BLOCK_Q (64 * WARPGROUPS)
 #define TILE_HALVES (BLOCK * HEAD_DIM)     /* one K or V tile */
 #define STAGE_HALVES (2 * TILE_HALVES)     /* a K tile and its V tile */
-#define Q_PASS (BLOCK_Q > 128 ? 128 : BLOCK_Q) /* rows of Q (and O) staged at a time */
+/* rows of Q (and O) staged at a time: 64 at head_dim 256, whose 128 padded rows take 66 KiB */
+#define Q_PASS (HEAD_DIM == 256 ? 64 : BLOCK_Q > 128 ? 128 : BLOCK_Q)
 #define Q_HALVES (Q_PASS * ROW_STRIDE)     /* Q (and O) staged in padded rows */
 #if WG_PRODUCER
 #define K_SLOTS 3                          /* the K ring: tiles t .. t + 2 */
@@ -455,6 +467,50 @@
     "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%40, %41, %42, %43}, k6, acc, 1, 1, 0;\n" \
     "// sm90a: wgmma.mma_async.sync.aligned.m64n32k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%44, %45, %46, %47}, k7, acc, 1, 1, 0;\n" \
     end
+#elif WG_TMA && K_STEPS == 16
+/* The S group at head_dim 256 (BLOCK 16, WG_TMA): sixteen m64n16k16 k-steps, four in each of the
+ * tile's four boxes (k-steps 32 bytes apart, %73 / 16; the next box %74 / 16 on). Operands: the 8
+ * accumulators, the 64 A words, the first descriptor, the two steps. */
+#define WG_S256_TMA_TEXT(end) \
+    "// sm90a: {\n" \
+    "// sm90a: .reg .pred over, acc;\n" \
+    "// sm90a: .reg .b64 k<16>;\n" \
+    "// sm90a: setp.ne.b32 over, %8, %8;\n" \
+    "// sm90a: setp.eq.b32 acc, %8, %8;\n" \
+    "// sm90a: mov.b64 k0, %72;\n" \
+    "// sm90a: add.s64 k1, k0, %73;\n" \
+    "// sm90a: add.s64 k2, k1, %73;\n" \
+    "// sm90a: add.s64 k3, k2, %73;\n" \
+    "// sm90a: add.s64 k4, k0, %74;\n" \
+    "// sm90a: add.s64 k5, k4, %73;\n" \
+    "// sm90a: add.s64 k6, k5, %73;\n" \
+    "// sm90a: add.s64 k7, k6, %73;\n" \
+    "// sm90a: add.s64 k8, k4, %74;\n" \
+    "// sm90a: add.s64 k9, k8, %73;\n" \
+    "// sm90a: add.s64 k10, k9, %73;\n" \
+    "// sm90a: add.s64 k11, k10, %73;\n" \
+    "// sm90a: add.s64 k12, k8, %74;\n" \
+    "// sm90a: add.s64 k13, k12, %73;\n" \
+    "// sm90a: add.s64 k14, k13, %73;\n" \
+    "// sm90a: add.s64 k15, k14, %73;\n" \
+    "// sm90a: wgmma.fence.sync.aligned;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n16k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, k0, over, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n16k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7}, {%12, %13, %14, %15}, k1, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n16k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7}, {%16, %17, %18, %19}, k2, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n16k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7}, {%20, %21, %22, %23}, k3, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n16k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7}, {%24, %25, %26, %27}, k4, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n16k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7}, {%28, %29, %30, %31}, k5, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n16k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7}, {%32, %33, %34, %35}, k6, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n16k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7}, {%36, %37, %38, %39}, k7, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n16k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7}, {%40, %41, %42, %43}, k8, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n16k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7}, {%44, %45, %46, %47}, k9, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n16k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7}, {%48, %49, %50, %51}, k10, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n16k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7}, {%52, %53, %54, %55}, k11, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n16k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7}, {%56, %57, %58, %59}, k12, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n16k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7}, {%60, %61, %62, %63}, k13, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n16k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7}, {%64, %65, %66, %67}, k14, acc, 1, 1, 0;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n16k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7}, {%68, %69, %70, %71}, k15, acc, 1, 1, 0;\n" \
+    end
 #endif
 #if BLOCK == 32
 #define WG_PV_TEXT(end) \
@@ -497,7 +553,9 @@
 #define WG_IN8(w, i) WG_IN4(w, i), WG_IN4(w, (i) + 4)
 #define WG_IN16(w, i) WG_IN8(w, i), WG_IN8(w, (i) + 8)
 #define WG_IN32(w, i) WG_IN16(w, i), WG_IN16(w, (i) + 16)
-#if S_ACC == 16
+#if S_ACC == 8
+#define WG_S_OUT(s) WG_OUT4(s, 0), WG_OUT4(s, 4)
+#elif S_ACC == 16
 #define WG_S_OUT(s) WG_OUT16(s, 0)
 #else
 #define WG_S_OUT(s) WG_OUT32(s, 0)
@@ -506,10 +564,14 @@
 #define WG_Q_IN(q) WG_IN16(q, 0)
 #elif QK_STEPS == 6
 #define WG_Q_IN(q) WG_IN16(q, 0), WG_IN8(q, 16)
+#elif QK_STEPS == 16
+#define WG_Q_IN(q) WG_IN32(q, 0), WG_IN32(q, 32)
 #else
 #define WG_Q_IN(q) WG_IN32(q, 0)
 #endif
-#if P_STEPS == 2
+#if P_STEPS == 1
+#define WG_P_IN(p) WG_IN4(p, 0)
+#elif P_STEPS == 2
 #define WG_P_IN(p) WG_IN8(p, 0)
 #else
 #define WG_P_IN(p) WG_IN16(p, 0)
@@ -550,6 +612,27 @@
     "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%68, %69, %70, %71}, v1, acc, 1, 1, 1;\n" \
     "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, v2, acc, 1, 1, 1;\n" \
     "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%68, %69, %70, %71}, v3, acc, 1, 1, 1;\n" \
+    end
+#endif
+
+#if O_SLABS == 4
+/* O += P V at head_dim 256 (BLOCK 16: one k-step of 16 keys) as one group: slab s, columns 64 s ..
+ * 64 s + 63 into accumulators 32 s .. 32 s + 31, reads V's box s (%133 / 16 apart). Operands: the
+ * 128 accumulators, P's 4 A words, the descriptor, the step between boxes. */
+#define WG_PV4_TEXT(end) \
+    "// sm90a: {\n" \
+    "// sm90a: .reg .pred acc;\n" \
+    "// sm90a: .reg .b64 v<4>;\n" \
+    "// sm90a: setp.eq.b32 acc, %128, %128;\n" \
+    "// sm90a: mov.b64 v0, %132;\n" \
+    "// sm90a: add.s64 v1, v0, %133;\n" \
+    "// sm90a: add.s64 v2, v1, %133;\n" \
+    "// sm90a: add.s64 v3, v2, %133;\n" \
+    "// sm90a: wgmma.fence.sync.aligned;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%128, %129, %130, %131}, v0, acc, 1, 1, 1;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%128, %129, %130, %131}, v1, acc, 1, 1, 1;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, {%128, %129, %130, %131}, v2, acc, 1, 1, 1;\n" \
+    "// sm90a: wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T " {%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, {%128, %129, %130, %131}, v3, acc, 1, 1, 1;\n" \
     end
 #endif
 
@@ -634,7 +717,11 @@ static inline ulong wg_v_desc(__local const ushort *tile)
 
 /* The S group over one K tile (every k-step) into s, from q the warpgroup's A words (4 per
  * k-step) and desc the tile's descriptor, ending with `end` (WG_END_WAIT or WG_END_ASYNC). */
-#if WG_TMA && (K_STEPS == 8 || QK_STEPS == 6)
+#if WG_TMA && K_STEPS == 16
+#define WG_SCORES_ASM(s, q, desc, end) \
+    __asm__ __volatile__(WG_S256_TMA_TEXT(end) \
+                         : WG_S_OUT(s) : WG_Q_IN(q), "l"(desc), "n"(2), "n"(WG_BOX_BYTES / 16) : "memory")
+#elif WG_TMA && (K_STEPS == 8 || QK_STEPS == 6)
 #define WG_SCORES_ASM(s, q, desc, end) \
     __asm__ __volatile__(WG_S_TMA_TEXT(end) \
                          : WG_S_OUT(s) : WG_Q_IN(q), "l"(desc), "n"(2), "n"(WG_BOX_BYTES / 16) : "memory")
@@ -660,7 +747,14 @@ static inline void wg_scores(float s[S_ACC], const uint q[4 * QK_STEPS], __local
  * Returns when the products are complete (the loop of WG_PIPE 0). One group and one wait for both
  * slabs at head_dim 128: on an H100 344-347 TFLOP/s against 338-339 with a group and a wait a slab
  * (docs/performance/h200.md). */
-#if O_SLABS == 1
+#if O_SLABS == 4
+/* one k-step of 16 keys; the slabs a box apart (WG_TMA) */
+#define WG_VALUES_ASM(o, p, desc, end) \
+    __asm__ __volatile__(WG_PV4_TEXT(end) \
+                         : WG_ACC32(o, 0), WG_ACC32(o, 32), WG_ACC32(o, 64), WG_ACC32(o, 96) \
+                         : WG_P_IN(p), "l"(desc), "n"(WG_BOX_BYTES / 16) \
+                         : "memory")
+#elif O_SLABS == 1
 /* a k-step of 16 keys 256 bytes on, 2048 in the 128-byte swizzle (WG_TMA) */
 #define WG_VALUES_ASM(o, p, desc, end) \
     __asm__ __volatile__(WG_PV_TEXT(end) : WG_ACC32(o, 0) : WG_P_IN(p), "l"(desc), "n"(WG_TMA ? 128 : 16) : "memory")
@@ -721,7 +815,9 @@ static inline void wg_values_issue(float o[O_ACC], const uint p[4 * P_STEPS], __
  * volatile and keep their order; everything that reads these values reads them from here). */
 static inline void wg_keep_s(float s[S_ACC])
 {
-#if S_ACC == 16
+#if S_ACC == 8
+    __asm__ __volatile__("" : WG_ACC4(s, 0), WG_ACC4(s, 4));
+#elif S_ACC == 16
     __asm__ __volatile__("" : WG_ACC16(s, 0));
 #else
     __asm__ __volatile__("" : WG_ACC16(s, 0));
@@ -736,10 +832,20 @@ static inline void wg_keep_o(float o[O_ACC], uint p[4 * P_STEPS])
 #if O_ACC >= 48
     __asm__ __volatile__("" : WG_ACC16(o, 32));
 #endif
-#if O_ACC == 64
+#if O_ACC >= 64
     __asm__ __volatile__("" : WG_ACC16(o, 48));
 #endif
+#if O_ACC == 128
+    __asm__ __volatile__("" : WG_ACC16(o, 64));
+    __asm__ __volatile__("" : WG_ACC16(o, 80));
+    __asm__ __volatile__("" : WG_ACC16(o, 96));
+    __asm__ __volatile__("" : WG_ACC16(o, 112));
+#endif
+#if P_STEPS == 1
+    __asm__ __volatile__("" : WG_KEEP4(p, 0));
+#else
     __asm__ __volatile__("" : WG_KEEP8(p, 0));
+#endif
 #if P_STEPS == 4
     __asm__ __volatile__("" : WG_KEEP8(p, 8));
 #endif
@@ -926,7 +1032,21 @@ static inline void wg_tma_publish_map(__global ulong *g, __local const uint *m)
  * on bar, which expects the tile's bytes and takes this arrival. */
 static inline void wg_tma_tile(__local ushort *dst, __global const ulong *map, int key0, __local ulong *bar)
 {
-#if HEAD_DIM == 128
+#if HEAD_DIM == 256
+    __asm__ __volatile__("// sm90a: mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
+                         "// sm90a: cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                         " [%2], [%3, {0, %4}], [%0];\n"
+                         "// sm90a: cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                         " [%5], [%3, {64, %4}], [%0];\n"
+                         "// sm90a: cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                         " [%6], [%3, {128, %4}], [%0];\n"
+                         "// sm90a: cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                         " [%7], [%3, {192, %4}], [%0];\n" ::"r"(mbar_addr(bar)),
+                         "n"(4 * WG_BOX_BYTES), "r"(shared_addr(dst)), "l"((ulong)(size_t)map), "r"(key0),
+                         "r"(shared_addr(dst) + WG_BOX_BYTES), "r"(shared_addr(dst) + 2 * WG_BOX_BYTES),
+                         "r"(shared_addr(dst) + 3 * WG_BOX_BYTES)
+                         : "memory");
+#elif HEAD_DIM == 128
     __asm__ __volatile__("// sm90a: mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
                          "// sm90a: cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
                          " [%2], [%3, {0, %4}], [%0];\n"

@@ -713,15 +713,18 @@ typedef struct {
  * where the device is an NVIDIA GPU of compute capability 9.0 whose driver passed the library's
  * sm_90a probe (a small wgmma
  * product checked exactly, once per context, the first time a call could use it) and the call is
- * one nv_mma_forward would take with: dtype F16 or BF16, head_dim 64 or 128 (or another multiple
- * of 8 below 128, computed padded to the next of them with zeros), every row of Q, K, V and O on
- * 16 bytes, no paged cache or variable-length batch, no forced block and no forced split
+ * one nv_mma_forward would take with: dtype F16 or BF16, head_dim 64, 128 or 256 (or another
+ * multiple of 8 below 256, computed padded to the next of them with zeros), every row of Q, K, V
+ * and O on 16 bytes, no paged cache or variable-length batch, no forced block and no forced split
  * (causal masks, sliding windows, softcap, ALiBi, key lengths, the diagonal's offset and alignment
  * it takes, and a bias without ALiBi and the padded head_dims in its default loop only: not with
- * nv_wgmma.pipeline=1 or nv_wgmma.producer=0). Where, among those calls, is what the environment variable CLFLASH_WGMMA
- * says when the context is created:
+ * nv_wgmma.pipeline=1 or nv_wgmma.producer=0). Head_dims above 128 run in that loop with its
+ * copies through the tensor memory accelerator only (not with nv_wgmma.tma=0 or
+ * nv_wgmma.persistent=1), and without softcap or a bias. Where, among those calls, is what the
+ * environment variable CLFLASH_WGMMA says when the context is created:
  *   unset or empty  (the default) where it was measured faster than nv_mma_forward: head_dim
- *                   40 or more (below, padded to 64, it computes too many zeros), no sliding
+ *                   40 to 128 or 192 to 256 (below 40, padded to 64, and from 136 to 184,
+ *                   padded to 256, it computes too many zeros), no sliding
  *                   window narrower than 1024 keys (window_left + window_right, window_left
  *                   alone with CLFLASH_CAUSAL: its 192-row blocks compute more masked pairs
  *                   than nv_mma_forward's, the more the narrower the window), at least 128

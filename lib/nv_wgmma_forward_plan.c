@@ -18,7 +18,8 @@
  * The shape: warpgroups of 128 work-items, each owning 64 query rows; three per work-group beside
  * the producer (192 rows; four at head_dim 64 without one), fewer where seq_q needs fewer
  * (nv_wgmma.warpgroups sets it). B (keys per tile) 64 at head_dim 64 and 32 at 128 (the tuning key
- * nv_wgmma.block caps it), so that the K and V tiles fit the 48 KiB of an H200 beside the bytes the
+ * nv_wgmma.block caps it; 16 at head_dims above 128, padded to 256, with two warpgroups at most and
+ * through TMA only), so that the K and V tiles fit the 48 KiB of an H200 beside the bytes the
  * driver adds (4 there): the loops fed by a producer warpgroup (below; the pipelined one,
  * nv_wgmma.pipeline=1, always is) keep a ring of 3 K tiles and one of 2 V tiles, 5 B head_dim 2
  * bytes = 40 KiB at (64, 64) and (128, 32), 80 KiB at (128, 64), which is why head_dim 128 stays at
@@ -55,11 +56,11 @@ static const char variant_name[] = "nv_wgmma_forward";
  * each instead of 152: on an H100 (2026-12-06) 1.05x faster at head_dim 128, causal or not. */
 #define WG_PRODUCER_REGS 32u
 
-/* The kernel's HEAD_DIM for p: head_dim padded to 64 or 128 (cl/nv_wgmma_forward.cl's D_REAL is
+/* The kernel's HEAD_DIM for p: head_dim padded to 64, 128 or 256 (cl/nv_wgmma_forward.cl's D_REAL is
  * head_dim itself: the padding columns are zeros in the tiles and in Q's registers). */
 static uint32_t padded_dim(const clflash_problem *p)
 {
-    return p->head_dim <= 64 ? 64u : 128u;
+    return p->head_dim <= 64 ? 64u : p->head_dim <= 128 ? 128u : 256u;
 }
 
 /* Why the kernel's scope excludes p (a static string), or NULL: what cl/nv_wgmma_forward.cl takes. */
@@ -69,8 +70,8 @@ static const char *shape_refusal(const clflash_problem *p)
         return "the dtype is not F16 or BF16";
     if (p->out_dtype != p->dtype)
         return "O's type differs from the input type";
-    if (p->head_dim > 128 || p->head_dim % 8 != 0)
-        return "head_dim is above 128 or not a multiple of 8";
+    if (p->head_dim > 256 || p->head_dim % 8 != 0)
+        return "head_dim is above 256 or not a multiple of 8";
     if (!clflash_nv_rows_aligned(p))
         return "a row of Q, K, V or O does not start on 16 bytes";
     if (p->block_table != NULL)
@@ -103,11 +104,16 @@ static const char *shape_refusal(const clflash_problem *p)
  *   columns it needs, where nv_mma_forward pads to a multiple of 16. The padded head_dims above it
  *   run here: on an H100 (2026-12-07, n = 4096, batch 4, 16 heads, f16) head_dim 96 in 0.983 ms
  *   against nv_mma_forward's 1.539, 80 in 0.974 against 1.234, 40 in 0.661 against 0.909.
+ * - A head_dim from 136 to WGMMA_AUTO_MIN_WIDE_HEAD_DIM: padded to 256, it computes 1.3 to 1.9 times
+ *   the columns nv_mma_forward computes (a multiple of 32); not measured. From 192 on it runs here:
+ *   on an H100 (2026-12-07, n = 4096, batch 4, 8 heads, f16) head_dim 256 in 1.282 ms against
+ *   nv_mma_forward's 2.199 (0.725 against 1.138 causal), 192 in 1.220 against 2.076.
  * A bias (without ALiBi: not in the scope) runs here too: 1.954 ms against nv_mma_forward's 2.248 for
  * a [n][n] bias shared by batch and heads, 2.176 against 2.468 for [b][h][n][n] (head_dim 128, the
  * same run). */
 #define WGMMA_AUTO_MIN_WINDOW 1024u
 #define WGMMA_AUTO_MIN_HEAD_DIM 40u
+#define WGMMA_AUTO_MIN_WIDE_HEAD_DIM 192u
 
 int clflash_nv_wgmma_wide_window(const clflash_problem *p)
 {
@@ -117,6 +123,8 @@ int clflash_nv_wgmma_wide_window(const clflash_problem *p)
 
 static const char *auto_refusal(const clflash_context *c, const clflash_problem *p)
 {
+    if (p->head_dim > 128 && p->head_dim < WGMMA_AUTO_MIN_WIDE_HEAD_DIM)
+        return "a head_dim from 136 to 184 (padded to 256 here; nv_mma_forward pads to a multiple of 32)";
     if (p->head_dim < WGMMA_AUTO_MIN_HEAD_DIM)
         return "a head_dim below 40 (padded to 64 here; nv_mma_forward pads to a multiple of 16)";
     if ((p->flags & CLFLASH_WINDOW) && !clflash_nv_wgmma_wide_window(p))
@@ -128,6 +136,10 @@ static const char *auto_refusal(const clflash_context *c, const clflash_problem 
 
 static int pipelined(const clflash_context *c, const clflash_problem *p);
 static int producer(const clflash_context *c, const clflash_problem *p);
+static int tma(const clflash_context *c, const clflash_problem *p, uint32_t block);
+
+/* B at head_dim 256: the rings' five tiles of 16 keys are 40 KiB. */
+#define WIDE_DIM_BLOCK 16u
 
 const char *clflash_nv_wgmma_refusal(const clflash_context *c, const clflash_problem *p)
 {
@@ -146,6 +158,13 @@ const char *clflash_nv_wgmma_refusal(const clflash_context *c, const clflash_pro
     if (p->head_dim != padded_dim(p) && other_loop)
         return "a padded head_dim outside the producer loop with turns (nv_wgmma.producer=0 or "
                "nv_wgmma.pipeline=1: not yet run on a GPU with one)";
+    if (padded_dim(p) == 256 &&
+        (other_loop || !tma(c, p, WIDE_DIM_BLOCK) || clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_PERSISTENT, NULL)))
+        return "a head_dim above 128 outside the producer loop with turns and its copies through TMA "
+               "(nv_wgmma.producer=0, pipeline=1, tma=0 or persistent=1, or K or V rows a tensor map cannot "
+               "describe)";
+    if (padded_dim(p) == 256 && (p->softcap != 0.0f || p->bias != NULL))
+        return "softcap or a bias at a head_dim above 128 (their registers spill beside O's 128 a work-item)";
     if (p->bias != NULL && p->alibi_slopes != NULL)
         return "a bias with ALiBi (their registers spill beside the causal mask at head_dim 128)";
     return c->wgmma_mode == CLFLASH_WGMMA_AUTO ? auto_refusal(c, p) : NULL;
@@ -190,6 +209,8 @@ static int producer(const clflash_context *c, const clflash_problem *p)
 static uint32_t warpgroups_for(const clflash_context *c, const clflash_problem *p)
 {
     const int32_t set = clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_WARPGROUPS, NULL);
+    if (padded_dim(p) == 256) /* O's 128 registers a work-item: two consumers at most */
+        return set == 1 || p->seq_q <= 64 ? 1u : 2u;
     if (set >= 1 && set <= 4)
         return (uint32_t)set;
     /* the pipelined loop holds 168-232 registers a work-item: two warpgroups at most; beside a
@@ -257,21 +278,29 @@ static cl_ulong counted_local_bytes(const clflash_problem *p, uint32_t block, ui
 {
     const uint64_t n_tiles = prod ? WGMMA_KV_TILES : 2ull * stages;
     const uint64_t tiles = n_tiles * block * padded_dim(p) * p->elem_size;
-    const uint64_t q_rows = (warpgroups > 2 ? 128ull : 64ull * warpgroups) * (padded_dim(p) + 8) * p->elem_size;
+    const uint64_t q_rows = (padded_dim(p) == 256 ? 64ull : warpgroups > 2 ? 128ull : 64ull * warpgroups) *
+                            (padded_dim(p) + 8) * p->elem_size;
     if (persist)
         return tiles + 16ull * (WGMMA_KV_TILES + 1);
     return (tiles > q_rows ? tiles : q_rows) + (prod ? 16ull * WGMMA_KV_TILES : 0);
 }
 
 /* The first B to try: 64 at head_dim 64, 32 at 128, at most nv_wgmma.block (rounded down to 32
- * or 64); then 32; 0 when none is left below below_block (0: no such limit). */
+ * or 64), 16 at 256; then 32 (next_block); 0 when none is left below below_block (0: no such limit). */
 static uint32_t first_block(const clflash_context *c, const clflash_problem *p, uint32_t below_block)
 {
+    if (padded_dim(p) == 256)
+        return below_block == 0 || WIDE_DIM_BLOCK < below_block ? WIDE_DIM_BLOCK : 0u;
     const uint32_t cap = clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_BLOCK, NULL) >= 64 ? 64u : 32u;
     const uint32_t b = padded_dim(p) == 64 && cap == 64 ? 64u : 32u;
     if (below_block == 0 || b < below_block)
         return b;
     return 32u < below_block ? 32u : 0u;
+}
+
+static uint32_t next_block(uint32_t block)
+{
+    return block == 64 ? 32u : 0u;
 }
 
 static void kernel_defines(const clflash_problem *p, int with_lse, int pipe, uint32_t block, uint32_t warpgroups,
@@ -305,7 +334,7 @@ int clflash_nv_wgmma_first_defines(const clflash_context *c, const clflash_probl
         return 0;
     const uint32_t wgs = warpgroups_for(c, p);
     const int pipe = pipelined(c, p), prod = producer(c, p);
-    for (uint32_t block = first_block(c, p, 0); block >= 32; block -= 32) {
+    for (uint32_t block = first_block(c, p, 0); block != 0; block = next_block(block)) {
         const int with_tma = tma(c, p, block), persist = persistent(c, p, with_tma);
         for (uint32_t stages = wanted_stages(c, p); stages >= 2; stages--)
             if (counted_local_bytes(p, block, wgs, stages, prod, persist) <= c->local_mem_budget) {
@@ -381,7 +410,7 @@ clflash_status clflash_plan_nv_wgmma(clflash_context *c, const clflash_problem *
     const uint32_t wgs = warpgroups_for(c, p);
     const int pipe = pipelined(c, p);
     /* the largest B first, and for each B the most stages (the loops with rings have one count) */
-    for (uint32_t block = first_block(c, p, below_block); block >= 32; block -= 32)
+    for (uint32_t block = first_block(c, p, below_block); block != 0; block = next_block(block))
         for (uint32_t stages = wanted_stages(c, p); stages >= 2; stages--) {
             int fits = 0;
             const clflash_status st = try_build(c, p, with_lse, pipe, block, wgs, stages, out, &fits);

@@ -288,6 +288,13 @@ set(_sm90a_cases
   "nv-wgmma-forward-d80-cp-async-padded|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 80 --tune nv_wgmma.tma=0"
   "nv-wgmma-forward-d96-waiting-padded|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 96 --with-lse 1 --tune nv_wgmma.producer=0"
   "nv-wgmma-forward-d112-bf16-causal-padded|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 112 --causal 1 --with-lse 1"
+  # head_dim 256 (B 16, two warpgroups beside the producer, 232 registers each; one warpgroup for a
+  # short prompt) and head_dims padded to it, through TMA
+  "nv-wgmma-forward-d256-lse|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 256 --with-lse 1"
+  "nv-wgmma-forward-d256-bf16-causal|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 256 --causal 1"
+  "nv-wgmma-forward-d256-features|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 256 --causal 1 --with-lse 1 --features window,alibi,keylens"
+  "nv-wgmma-forward-d256-one-warpgroup|nv_mma_common.cl+nv_wgmma_forward.cl|--kernel nv_wgmma_forward --dtype f16 --head-dim 256 --batch 1 --heads-q 32 --heads-kv 8 --seq-q 17 --seq-k 1000 --with-lse 1"
+  "nv-wgmma-forward-d192-bf16-padded|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 192 --with-lse 1"
   # the producer's tiles through TMA (nv_wgmma.tma=1, the default)
   "nv-wgmma-forward-d128-tma-lse|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype f16 --head-dim 128 --with-lse 1 --tune nv_wgmma.tma=1"
   "nv-wgmma-forward-d128-bf16-causal-tma|nv_mma_common.cl+nv_wgmma_forward.cl|${_wgmma} --dtype bf16 --head-dim 128 --causal 1 --tune nv_wgmma.tma=1"

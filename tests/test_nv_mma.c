@@ -238,7 +238,7 @@ START_TEST(wgmma_selection)
         const char *what;
         clflash_attention_desc d;
         int in_scope, by_default;
-    } cases[28];
+    } cases[34];
     int n = 0;
     cl_int err;
     cl_mem sel_bias = clCreateBuffer(clflash_context_cl(ctx), CL_MEM_READ_WRITE, 2000 * 2000 * sizeof(float), NULL,
@@ -253,7 +253,7 @@ START_TEST(wgmma_selection)
     CASE("f16 d64, one query", th_desc(1, 1, 0, 1, 1, 64, CLFLASH_F16, 0), 1, 0);
     CASE("f16 d96 (padded to 128)", th_desc(1, 1, 0, 200, 200, 96, CLFLASH_F16, 0), 1, 0);
     CASE("f16 d100", th_desc(1, 1, 0, 200, 200, 100, CLFLASH_F16, 0), 0, 0);
-    CASE("bf16 d256", th_desc(1, 1, 0, 200, 200, 256, CLFLASH_BF16, 0), 0, 0);
+    CASE("bf16 d256", th_desc(1, 1, 0, 200, 200, 256, CLFLASH_BF16, 0), 1, 0); /* split by nv_mma_forward */
     CASE("f32 d64", th_desc(1, 1, 0, 200, 200, 64, CLFLASH_F32, 0), 0, 0);
     clflash_attention_desc w = th_desc(1, 1, 0, 200, 200, 64, CLFLASH_F16, CLFLASH_WINDOW);
     w.window_left = 4;
@@ -287,6 +287,12 @@ START_TEST(wgmma_selection)
     CASE("prefill d64", th_desc(1, 64, 0, 2000, 2000, 64, CLFLASH_F16, 0), 1, 1);
     CASE("prefill d96 (padded to 128)", th_desc(1, 64, 0, 2000, 2000, 96, CLFLASH_F16, 0), 1, 1);
     CASE("prefill d32 (padded to 64)", th_desc(1, 64, 0, 2000, 2000, 32, CLFLASH_F16, 0), 1, 0);
+    CASE("prefill d256", th_desc(1, 32, 0, 2000, 2000, 256, CLFLASH_F16, 0), 1, 1);
+    CASE("prefill d192 (padded to 256)", th_desc(1, 32, 0, 2000, 2000, 192, CLFLASH_BF16, CLFLASH_CAUSAL), 1, 1);
+    CASE("prefill d160 (padded to 256)", th_desc(1, 32, 0, 2000, 2000, 160, CLFLASH_F16, 0), 1, 0);
+    clflash_attention_desc psc = th_desc(1, 32, 0, 2000, 2000, 256, CLFLASH_F16, CLFLASH_CAUSAL);
+    psc.softcap = 50.0f;
+    CASE("prefill d256 causal softcap", psc, 0, 0);
     CASE("decode d128 GQA", th_desc(1, 32, 8, 1, 32768, 128, CLFLASH_F16, 0), 1, 0);
     CASE("d128, 100 rows a head", th_desc(64, 16, 0, 100, 4000, 128, CLFLASH_F16, 0), 1, 0);
     /* a bias ([seq_q][seq_k], shared by every head), in scope and the default's; with ALiBi, not
@@ -710,10 +716,15 @@ static void run_shape_tuned(const mma_shape *s, clflash_dtype t, const char *wan
     const int other_loop =
         tune_env && (strstr(tune_env, "nv_wgmma.pipeline=1") || strstr(tune_env, "nv_wgmma.producer=0"));
     const int padded = s->d != 64 && s->d != 128;
-    const char *expected = (s->bias != BIAS_NONE || padded) && strcmp(numerics_kernel, "nv_wgmma_forward") == 0 &&
-                                   other_loop
-                               ? "nv_mma_forward"
-                               : numerics_kernel;
+    /* head_dims above 128 (padded to 256) only through TMA in one block a work-group, and neither
+     * with softcap nor with a bias */
+    const int wide = s->d > 128;
+    const int not_tma =
+        tune_env && (strstr(tune_env, "nv_wgmma.tma=0") || strstr(tune_env, "nv_wgmma.persistent=1"));
+    const int refused = ((s->bias != BIAS_NONE || padded) && other_loop) ||
+                        (wide && (not_tma || s->softcap != 0.0f || s->bias != BIAS_NONE));
+    const char *expected =
+        refused && strcmp(numerics_kernel, "nv_wgmma_forward") == 0 ? "nv_mma_forward" : numerics_kernel;
     ck_assert_msg(strcmp(plan.kernel, expected) == 0, "%s: planned %s, not %s; build log: %s", what, plan.kernel,
                   expected, clflash_context_build_log(ctx));
     if (want_tuning)
@@ -893,6 +904,26 @@ static const mma_shape wgmma_shapes[] = {
     {1, 2, 0, 200, 1000, 56, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     {1, 1, 0, 77, 300, 40, W | C, 0, 0, 0, 0, 0, 0, 64, 0, 0, 0, 0},
     {1, 1, 0, 17, 17, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    /* head_dim 256 (16-key tiles, two warpgroups): one row, odd and long shapes, the causal mask in
+     * its alignments, GQA, an interleaved layout, rising maxima, a negative scale, key lengths,
+     * ALiBi with and without a window; padded to 256 from 192, 136 and 248; softcap and a bias,
+     * which it leaves to nv_mma_forward */
+    {1, 1, 0, 1, 1, 256, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 2, 0, 17, 17, 256, C, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 4, 2, 129, 131, 256, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 2, 0, 1000, 1000, 256, C, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 17, 1000, 256, C, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 200, 1000, 256, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+    {2, 3, 0, 45, 53, 256, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 77, 301, 256, 0, 0, 0, 0, -0.1f, 0, 0, 0, 0, 0, 0, 0},
+    {5, 2, 1, 70, 129, 256, A | C, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0},
+    {2, 4, 2, 333, 1000, 256, W | C, 0, 1, 0, 0, 0, 1, 200, 0, 0, 0, 1},
+    {1, 2, 0, 1000, 300, 256, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
+    {1, 2, 0, 129, 131, 192, C, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 2, 1, 150, 301, 136, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 1, 0, 200, 1000, 248, W, 0, 0, 1, 0, 0, 0, 300, 250, 0, 0, 0},
+    {1, 2, 1, 150, 701, 256, C, 0, 0, 1, 0, 0, 0, 0, 0, 30.0f, 0, 0},
+    {1, 2, 0, 200, 333, 256, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, BIAS_SHARED, 0},
 };
 #undef W
 #undef C

@@ -391,7 +391,7 @@ START_TEST(wgmma_modes)
         const char *what;
         clflash_problem p;
         int in_scope, by_default;
-    } cases[32];
+    } cases[40];
     int n = 0;
 #define CASE(w, prob, in, dflt) \
     (cases[n].what = (w), cases[n].p = (prob), cases[n].in_scope = (in), cases[n].by_default = (dflt), n++)
@@ -440,7 +440,27 @@ START_TEST(wgmma_modes)
     waiting.tune.value[CLFLASH_TUNE_NV_WGMMA_PRODUCER] = 0;
     CASE("d96 in the loop without a producer", waiting, 0, 0);
     CASE("d100: not a multiple of 8", stand_in_problem(4, 16, 16, 4096, 4096, 100, CLFLASH_F16, 0), 0, 0);
-    CASE("d136: above 128", stand_in_problem(4, 16, 16, 4096, 4096, 136, CLFLASH_F16, 0), 0, 0);
+    CASE("d256", stand_in_problem(4, 8, 8, 4096, 4096, 256, CLFLASH_F16, 0), 1, 1);
+    CASE("d192 causal, padded to 256", stand_in_problem(4, 8, 8, 4096, 4096, 192, CLFLASH_F16, CLFLASH_CAUSAL), 1,
+         1);
+    CASE("d184, padded to 256", stand_in_problem(4, 8, 8, 4096, 4096, 184, CLFLASH_F16, 0), 1, 0);
+    CASE("d136 causal, padded to 256", stand_in_problem(4, 16, 16, 4096, 4096, 136, CLFLASH_F16, CLFLASH_CAUSAL), 1,
+         0);
+    CASE("d264: above 256", stand_in_problem(4, 16, 16, 4096, 4096, 264, CLFLASH_F16, 0), 0, 0);
+    clflash_problem wide_sc = stand_in_problem(4, 16, 16, 4096, 4096, 256, CLFLASH_F16, CLFLASH_CAUSAL);
+    wide_sc.softcap = 50.0f;
+    CASE("d256 softcap", wide_sc, 0, 0);
+    clflash_problem wide_bias = stand_in_problem(4, 16, 16, 4096, 4096, 256, CLFLASH_F16, 0);
+    wide_bias.bias = (cl_mem)(void *)&stand_in;
+    CASE("d256 bias", wide_bias, 0, 0);
+    clflash_problem wide_copies = stand_in_problem(4, 16, 16, 4096, 4096, 256, CLFLASH_F16, 0);
+    wide_copies.tune.set |= CLFLASH_TUNE_BIT(CLFLASH_TUNE_NV_WGMMA_TMA); /* nv_wgmma.tma=0 */
+    wide_copies.tune.value[CLFLASH_TUNE_NV_WGMMA_TMA] = 0;
+    CASE("d256 through cp.async", wide_copies, 0, 0);
+    clflash_problem wide_persist = stand_in_problem(4, 16, 16, 4096, 4096, 256, CLFLASH_F16, 0);
+    wide_persist.tune.set |= CLFLASH_TUNE_BIT(CLFLASH_TUNE_NV_WGMMA_PERSISTENT); /* nv_wgmma.persistent=1 */
+    wide_persist.tune.value[CLFLASH_TUNE_NV_WGMMA_PERSISTENT] = 1;
+    CASE("d256 in the persistent kernel", wide_persist, 0, 0);
     clflash_problem split = stand_in_problem(4, 16, 16, 4096, 4096, 128, CLFLASH_F16, 0);
     split.num_splits = 2;
     CASE("d128 forced split", split, 0, 0);
