@@ -446,6 +446,7 @@ START_TEST(wgmma_modes)
     CASE("d184, padded to 256", stand_in_problem(4, 8, 8, 4096, 4096, 184, CLFLASH_F16, 0), 1, 0);
     CASE("d136 causal, padded to 256", stand_in_problem(4, 16, 16, 4096, 4096, 136, CLFLASH_F16, CLFLASH_CAUSAL), 1,
          0);
+    CASE("d256, 200 rows of one head: no split", stand_in_problem(1, 1, 1, 200, 200, 256, CLFLASH_BF16, 0), 1, 1);
     CASE("d264: above 256", stand_in_problem(4, 16, 16, 4096, 4096, 264, CLFLASH_F16, 0), 0, 0);
     clflash_problem wide_sc = stand_in_problem(4, 16, 16, 4096, 4096, 256, CLFLASH_F16, CLFLASH_CAUSAL);
     wide_sc.softcap = 50.0f;
