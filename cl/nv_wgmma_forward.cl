@@ -63,8 +63,8 @@
  * producer keeps WG_PRODUCER_REGS registers (setmaxnreg.dec) and gives the rest to the consumers
  * (setmaxnreg.inc to WG_CONSUMER_REGS, which the host computes from the registers the work-group
  * gets at launch: asking for more than those never returns). With WG_TMA (nv_wgmma.tma, 1 by default
- * where (HEAD_DIM, BLOCK) is (128, 32) or (64, 64)) one work-item of the producer issues each tile
- * as whole boxes through the tensor memory accelerator instead (wg_tma_produce below), which the
+ * where (HEAD_DIM, BLOCK) is (128, 32), (64, 64) or (256, 16)) one work-item of the producer issues
+ * each tile as whole boxes through the tensor memory accelerator instead (wg_tma_produce below), which the
  * wgmma descriptors read in the 128-byte swizzle: on an H100 the copies, not the products or the
  * softmax, had bounded the cp.async loop (384 TFLOP/s; 528 with the copies left out), and TMA
  * lifted it to 480 at head_dim 128.
@@ -228,7 +228,7 @@
 #error "STAGES must be at least 2"
 #endif
 #if WG_TMA && (!WG_PRODUCER || WG_PIPE || HEAD_DIM * BLOCK != 4096)
-#error "the tensor-memory-accelerator copies (WG_TMA) feed the producer loop at (head_dim, BLOCK) (128, 32) or (64, 64)"
+#error "the TMA copies (WG_TMA) feed the producer loop at (head_dim, BLOCK) (128, 32), (64, 64) or (256, 16)"
 #endif
 
 #define BLOCK_Q (64 * WARPGROUPS)
@@ -1028,8 +1028,8 @@ static inline void wg_tma_publish_map(__global ulong *g, __local const uint *m)
                          : "memory");
 }
 
-/* One work-item: the tile of keys key0 .. key0 + BLOCK - 1 through map into dst (two boxes), counted
- * on bar, which expects the tile's bytes and takes this arrival. */
+/* One work-item: the tile of keys key0 .. key0 + BLOCK - 1 through map into dst (HEAD_DIM / 64
+ * boxes), counted on bar, which expects the tile's bytes and takes this arrival. */
 static inline void wg_tma_tile(__local ushort *dst, __global const ulong *map, int key0, __local ulong *bar)
 {
 #if HEAD_DIM == 256

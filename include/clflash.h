@@ -321,11 +321,13 @@ CLFLASH_API const char *clflash_context_build_log(const clflash_context *c);
  *      nv_wgmma.pipeline       0 or 1: the Hopper forward (nv_wgmma_forward) with its
  *                              pipelined loop, fed by a producer warpgroup (1), or the loop that
  *                              waits for every product (0, the default)
- *      nv_wgmma.block          32..64, a cap on its B (32 or 64; a value between gives 32)
+ *      nv_wgmma.block          32..64, a cap on its B (32 or 64; a value between gives 32;
+ *                              above head_dim 128 B is 16 whatever the cap)
  *      nv_wgmma.warpgroups     1..4: its warpgroups of 128 work-items (64 query rows each) per
  *                              work-group that compute; by default 3 beside the producer, 4 at
- *                              head_dim 64 without one, 2 with nv_wgmma.pipeline=1, fewer where
- *                              seq_q has fewer 64-row slices
+ *                              head_dim 64 without one, 2 with nv_wgmma.pipeline=1 and above
+ *                              head_dim 128 (2 or 3 there give 2), fewer where seq_q has fewer
+ *                              64-row slices
  *      nv_wgmma.stages         2..6: K/V tile pairs in flight in its waiting loop without a
  *                              producer (default 2; a count whose tiles do not fit the local
  *                              memory steps down)
@@ -337,8 +339,9 @@ CLFLASH_API const char *clflash_context_build_log(const clflash_context *c);
  *                              to keep two product groups in flight)
  *      nv_wgmma.tma            0 or 1: the producer's tiles copied by the tensor memory
  *                              accelerator, whole 128-byte-swizzled boxes through tensor maps the
- *                              kernel builds (1, the default, where B is 32 at head_dim 128 or 64
- *                              at 64), or by cp.async, 16 bytes a work-item (0)
+ *                              kernel builds (1, the default, where B is 32 at head_dim 128, 64
+ *                              at 64 and 16 at 256), or by cp.async, 16 bytes a work-item (0;
+ *                              head_dims above 128 then run on nv_mma_forward)
  *      nv_wgmma.persistent     0 or 1: with TMA, one work-group per compute unit that takes the
  *                              call's query blocks one after another, the next block's tiles
  *                              streaming in while the last one ends (1), or a work-group per
@@ -735,7 +738,10 @@ typedef struct {
  *   "0"             nowhere (nv_mma_forward; no probe runs);
  *   any other value wherever it may run (measurements and tests).
  * Any step that fails (the probe, the build through the sm_90a path, a kernel that does not fit)
- * plans nv_mma_forward instead; plan.kernel names the kernel that runs. Otherwise it has
+ * plans nv_mma_forward instead; plan.kernel names the kernel that runs. (A B the device refuses
+ * at enqueue, CL_OUT_OF_RESOURCES, is planned again below it for every kernel, as clflash_forward
+ * says: above head_dim 128, where neither tensor-core kernel takes a B below 16, that ends on the
+ * portable kernel.) Otherwise it has
  * nv_mma_forward's semantics (P rounded to the storage type, exp2 flushing below 2^-126, a NaN in
  * V reaching its block's rows); the two round differently, so results differ by rounding between
  * settings of CLFLASH_WGMMA, never between runs of one.

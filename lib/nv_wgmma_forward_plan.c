@@ -36,8 +36,8 @@
  * launch (rounded down to 8, at most 248: what ptxas allocates for .reqntid with .minnctapersm 1), the
  * producer keeps WG_PRODUCER_REGS, and the consumers share the rest (kernel_defines). Its tiles
  * come through the tensor memory accelerator (nv_wgmma.tma, 1 by default; WG_TMA) where (head_dim,
- * B) is (128, 32) or (64, 64): then each work-group builds its K and V tensor maps in 256 bytes of a
- * scratch buffer from the context's pool (plan.workspace_bytes; forward.c passes it). With TMA and
+ * B) is (128, 32), (64, 64) or (256, 16): then each work-group builds its K and V tensor maps in
+ * 256 bytes of a scratch buffer from the context's pool (plan.workspace_bytes; forward.c passes it). With TMA and
  * nv_wgmma.persistent=1 the kernel is the persistent one (nv_wgmma_forward_persistent): at most one
  * work-group per compute unit (nv_wgmma.work_groups caps them), each taking block after block and
  * building two pairs of maps, 512 bytes.
@@ -141,6 +141,21 @@ static int tma(const clflash_context *c, const clflash_problem *p, uint32_t bloc
 /* B at head_dim 256: the rings' five tiles of 16 keys are 40 KiB. */
 #define WIDE_DIM_BLOCK 16u
 
+/* Why the kernel cannot run p's head_dim above 128 (padded to 256) in the loop the tuning asks for, or
+ * NULL: it has them in the producer loop with turns and its copies through TMA, one block a
+ * work-group, only (cl/nv_wgmma_forward.cl's #error). */
+static const char *wide_loop_refusal(const clflash_context *c, const clflash_problem *p)
+{
+    if (padded_dim(p) != 256)
+        return NULL;
+    if (!producer(c, p) || pipelined(c, p) || !tma(c, p, WIDE_DIM_BLOCK) ||
+        clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_PERSISTENT, NULL))
+        return "a head_dim above 128 outside the producer loop with turns and its copies through TMA "
+               "(nv_wgmma.producer=0, pipeline=1, warpgroups=4, tma=0 or persistent=1, or K or V rows a "
+               "tensor map cannot describe)";
+    return NULL;
+}
+
 const char *clflash_nv_wgmma_refusal(const clflash_context *c, const clflash_problem *p)
 {
     if (c->wgmma_mode == CLFLASH_WGMMA_OFF)
@@ -158,11 +173,8 @@ const char *clflash_nv_wgmma_refusal(const clflash_context *c, const clflash_pro
     if (p->head_dim != padded_dim(p) && other_loop)
         return "a padded head_dim outside the producer loop with turns (nv_wgmma.producer=0 or "
                "nv_wgmma.pipeline=1: not yet run on a GPU with one)";
-    if (padded_dim(p) == 256 &&
-        (other_loop || !tma(c, p, WIDE_DIM_BLOCK) || clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_PERSISTENT, NULL)))
-        return "a head_dim above 128 outside the producer loop with turns and its copies through TMA "
-               "(nv_wgmma.producer=0, pipeline=1, tma=0 or persistent=1, or K or V rows a tensor map cannot "
-               "describe)";
+    if ((why = wide_loop_refusal(c, p)) != NULL)
+        return why;
     if (padded_dim(p) == 256 && (p->softcap != 0.0f || p->bias != NULL))
         return "softcap or a bias at a head_dim above 128 (their registers spill beside O's 128 a work-item)";
     if (p->bias != NULL && p->alibi_slopes != NULL)
@@ -204,8 +216,9 @@ static int producer(const clflash_context *c, const clflash_problem *p)
 
 /* Warpgroups per work-group: nv_wgmma.warpgroups where set, else as many as the register file
  * holds at one work-group per SM (three beside the producer, 160 registers a work-item; four at
- * head_dim 64 without a producer, 118-124; two for the pipelined loop, 232 beside its producer),
- * each K/V tile then serving 192 or 256 query rows, but no more than seq_q's rows need. */
+ * head_dim 64 without a producer, 118-124; two for the pipelined loop, 232 beside its producer;
+ * two above head_dim 128 unless set to 1, since Q's and O's registers leave no room for three),
+ * each K/V tile then serving 128 to 256 query rows, but no more than seq_q's rows need. */
 static uint32_t warpgroups_for(const clflash_context *c, const clflash_problem *p)
 {
     const int32_t set = clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_WARPGROUPS, NULL);
@@ -222,8 +235,8 @@ static uint32_t warpgroups_for(const clflash_context *c, const clflash_problem *
 }
 
 /* 1 where the producer's tiles come through the tensor memory accelerator (WG_TMA): nv_wgmma.tma,
- * for the producer loop at (head_dim, B) (128, 32) or (64, 64), the ones the kernel builds it for,
- * and K and V rows that a tensor map can describe (rows apart by at least one row and less than
+ * for the producer loop at (head_dim, B) (128, 32), (64, 64) or (256, 16), the ones the kernel
+ * builds it for, and K and V rows that a tensor map can describe (rows apart by at least one row and less than
  * 2^40 bytes: the map's stride field). */
 static int tma(const clflash_context *c, const clflash_problem *p, uint32_t block)
 {
@@ -270,7 +283,7 @@ static uint32_t wanted_stages(const clflash_context *c, const clflash_problem *p
 /* Bytes of the kernel's local array: the K and V tiles of B rows (unpadded: the descriptors'
  * layout), WGMMA_KV_TILES of them in rings (cl/nv_wgmma_forward.cl's K_SLOTS + V_SLOTS: the loops
  * with a producer), else `stages` pairs, or the Q rows staged at a time (the
- * work-group's, at most 128) padded by 16 bytes, whichever is larger; and the producer loop's
+ * work-group's, at most 128; 64 at head_dim 256) padded by 16 bytes, whichever is larger; and the producer loop's
  * mbarriers, two of 8 bytes a ring slot (and two more in the persistent kernel, which stages no
  * Q: persist). */
 static cl_ulong counted_local_bytes(const clflash_problem *p, uint32_t block, uint32_t warpgroups,
@@ -330,7 +343,7 @@ static void kernel_defines(const clflash_problem *p, int with_lse, int pipe, uin
 int clflash_nv_wgmma_first_defines(const clflash_context *c, const clflash_problem *p, int with_lse, char *buf,
                                    size_t size)
 {
-    if (shape_refusal(p) != NULL)
+    if (shape_refusal(p) != NULL || wide_loop_refusal(c, p) != NULL)
         return 0;
     const uint32_t wgs = warpgroups_for(c, p);
     const int pipe = pipelined(c, p), prod = producer(c, p);

@@ -237,7 +237,7 @@ endforeach()
 # are not valid sm_90a PTX fails here rather than on a user's H200.
 # The Hopper forward (nv_wgmma_forward.cl) is built with the defines its planner
 # (lib/nv_wgmma_forward_plan.c) gives the first kernel it would build on an H200 (tests/tuning_table
-# --kernel nv_wgmma_forward), f16 and bf16, head_dim 64 and 128, causal and not, with and without
+# --kernel nv_wgmma_forward), f16 and bf16, head_dim 64, 128 and 256, causal and not, with and without
 # lse, with the score features it takes (windows, ALiBi, key lengths, softcap), with a producer
 # warpgroup (WG_PRODUCER, the default), its tiles through TMA (WG_TMA, the default; a work-group a
 # block, or the persistent kernel, WG_PERSIST, with --tune nv_wgmma.persistent=1) or cp.async

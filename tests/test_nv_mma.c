@@ -26,7 +26,8 @@
  *                         summed over batch entries and heads, and over rows, included).
  *   test_nv_mma wgmma     the Hopper forward (cl/nv_wgmma_forward.cl), with
  *                         CLFLASH_WGMMA=1, on an NVIDIA device of compute capability 9.0 only (exit
- *                         code 77, "skipped", elsewhere): f16 and bf16, head_dim 64 and 128, seq 1,
+ *                         code 77, "skipped", elsewhere): f16 and bf16, head_dim 64, 128 and 256 (and
+ *                         others padded to them), seq 1,
  *                         17, 63, 65, 129, 1000, seq_q != seq_k both ways, causal (rows that see no
  *                         key included), GQA and MQA, interleaved layouts, rising maxima and a negative
  *                         scale, windows, softcap, ALiBi and key lengths, against the fp64
@@ -224,11 +225,11 @@ START_TEST(plan_fields)
 END_TEST
 
 /* The Hopper forward: with CLFLASH_WGMMA=1, an sm_90 device plans nv_wgmma_forward for the calls in
- * its scope (f16/bf16, head_dim 64 or 128 or a multiple of 8 padded to one of them, aligned rows,
+ * its scope (f16/bf16, head_dim 64, 128 or 256 or a multiple of 8 padded to one of them, aligned rows,
  * causal or not, GQA, windows, softcap, ALiBi, key lengths, a bias without ALiBi) and nv_mma_forward
  * for the others; without the variable (the default mode) for those of them that it runs faster (no
- * window narrower than 1024 keys, no head_dim below 40, enough query rows that nv_mma_forward
- * neither splits nor packs); with CLFLASH_WGMMA=0 (the part's ctx) for none. On any other device no
+ * window narrower than 1024 keys, no head_dim below 40 or from 136 to 184, neither softcap nor a
+ * bias above 128, enough query rows that nv_mma_forward neither splits nor packs); with CLFLASH_WGMMA=0 (the part's ctx) for none. On any other device no
  * setting changes a plan. (A fault of the sm_90a path: test_sm90a.) */
 START_TEST(wgmma_selection)
 {
@@ -710,11 +711,12 @@ static void run_shape_tuned(const mma_shape *s, clflash_dtype t, const char *wan
     clflash_plan plan = {.struct_size = sizeof plan};
     ck_assert_int_eq(clflash_plan_attention(ctx, &dk, &plan), CLFLASH_SUCCESS);
     /* nv_wgmma_forward takes a bias and the padded head_dims in its producer loop with turns only:
-     * with CLFLASH_TUNE asking for the pipelined loop or none with a producer, such a row runs
-     * nv_mma_forward */
+     * with CLFLASH_TUNE asking for the pipelined loop or none with a producer (four warpgroups take
+     * the loop without one), such a row runs nv_mma_forward */
     const char *tune_env = getenv("CLFLASH_TUNE");
-    const int other_loop =
-        tune_env && (strstr(tune_env, "nv_wgmma.pipeline=1") || strstr(tune_env, "nv_wgmma.producer=0"));
+    const int other_loop = tune_env && (strstr(tune_env, "nv_wgmma.pipeline=1") ||
+                                        strstr(tune_env, "nv_wgmma.producer=0") ||
+                                        strstr(tune_env, "nv_wgmma.warpgroups=4"));
     const int padded = s->d != 64 && s->d != 128;
     /* head_dims above 128 (padded to 256) only through TMA in one block a work-group, and neither
      * with softcap nor with a bias */
@@ -821,8 +823,8 @@ START_TEST(features_against_reference)
 }
 END_TEST
 
-/* nv_wgmma_forward's scope (f16 and bf16 each): head_dim 64 and 128 (and, at the end, those padded
- * to them), seq 1, 17, 63, 65, 129 and 1000 (one warpgroup up to 64 rows, two above; partial key
+/* nv_wgmma_forward's scope (f16 and bf16 each): head_dim 64 and 128 (then those padded to them, then
+ * head_dim 256 and those padded to it), seq 1, 17, 63, 65, 129 and 1000 (one warpgroup up to 64 rows, two above; partial key
  * tiles of 32 and 64), causal in all three alignments, GQA and MQA, interleaved aligned layouts,
  * rising maxima, a negative scale, and the score features it takes, and a bias. */
 #define W CLFLASH_WINDOW

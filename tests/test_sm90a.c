@@ -382,7 +382,8 @@ static clflash_problem stand_in_problem(uint32_t batch, uint32_t heads_q, uint32
 
 /* The rule of each mode (clflash_nv_wgmma_refusal; the probe is not asked): CLFLASH_WGMMA=0 takes
  * nothing, =1 everything in the kernel's scope, the default only prefill with no window narrower
- * than 1024 keys, no head_dim below 40 and enough rows that nv_mma_forward neither splits nor packs;
+ * than 1024 keys, no head_dim below 40 or from 136 to 184 and enough rows that nv_mma_forward
+ * neither splits nor packs;
  * compute capability 8.0 none. The variable's reading, too. */
 START_TEST(wgmma_modes)
 {
@@ -516,7 +517,7 @@ START_TEST(wgmma_tma_defines)
         const char *what;
         clflash_problem p;
         int tma, persist;
-    } cases[16];
+    } cases[20];
     int n = 0;
 #define CASE_PERSIST(w, prob, t, ps) \
     (cases[n].what = (w), cases[n].p = (prob), cases[n].tma = (t), cases[n].persist = (ps), n++)
@@ -560,8 +561,26 @@ START_TEST(wgmma_tma_defines)
     CASE("d64, nv_wgmma.persistent=1 without TMA", p, 0);
     CASE("d96 (HEAD_DIM 128)", stand_in_problem(2, 4, 4, 500, 700, 96, CLFLASH_F16, 0), 1);
     CASE("d40 causal (HEAD_DIM 64)", stand_in_problem(2, 4, 2, 300, 300, 40, CLFLASH_BF16, CLFLASH_CAUSAL), 1);
+    const clflash_problem d256 = stand_in_problem(4, 8, 8, 4096, 4096, 256, CLFLASH_F16, 0);
+    CASE("d256", d256, 1);
+    CASE("d192 causal (HEAD_DIM 256)", stand_in_problem(2, 4, 2, 300, 300, 192, CLFLASH_BF16, CLFLASH_CAUSAL), 1);
 #undef CASE
 #undef CASE_PERSIST
+    /* head_dims above 128 have no kernel outside the TMA loop with turns: nothing to build */
+    static const struct {
+        clflash_tune_key key;
+        int32_t value;
+    } wide_off[] = {{CLFLASH_TUNE_NV_WGMMA_TMA, 0},        {CLFLASH_TUNE_NV_WGMMA_PRODUCER, 0},
+                    {CLFLASH_TUNE_NV_WGMMA_PIPELINE, 1},   {CLFLASH_TUNE_NV_WGMMA_PERSISTENT, 1},
+                    {CLFLASH_TUNE_NV_WGMMA_WARPGROUPS, 4}};
+    for (size_t i = 0; i < sizeof wide_off / sizeof wide_off[0]; i++) {
+        char defines[640];
+        clflash_problem w = d256;
+        tune_set(&w, wide_off[i].key, wide_off[i].value);
+        ck_assert_msg(clflash_nv_wgmma_first_defines(&c, &w, 1, defines, sizeof defines) == 0,
+                      "d256 with tuning key %d = %d: defines %s", (int)wide_off[i].key, (int)wide_off[i].value,
+                      defines);
+    }
     for (int i = 0; i < n; i++) {
         char defines[640];
         ck_assert_msg(clflash_nv_wgmma_first_defines(&c, &cases[i].p, 1, defines, sizeof defines) == 1,
@@ -569,10 +588,10 @@ START_TEST(wgmma_tma_defines)
         ck_assert_msg((strstr(defines, "-D WG_TMA=1") != NULL) == cases[i].tma, "%s: %s", cases[i].what, defines);
         ck_assert_msg((strstr(defines, "-D WG_PERSIST=1") != NULL) == cases[i].persist, "%s: %s", cases[i].what,
                       defines);
-        /* the kernel's head_dim: the tensors' own, padded to 64 or 128 */
+        /* the kernel's head_dim: the tensors' own, padded to 64, 128 or 256 */
         char dims[64];
-        snprintf(dims, sizeof dims, "-D HEAD_DIM=%u -D D_REAL=%u", cases[i].p.head_dim <= 64 ? 64u : 128u,
-                 cases[i].p.head_dim);
+        const uint32_t hd = cases[i].p.head_dim;
+        snprintf(dims, sizeof dims, "-D HEAD_DIM=%u -D D_REAL=%u", hd <= 64 ? 64u : hd <= 128 ? 128u : 256u, hd);
         ck_assert_msg(strstr(defines, dims) != NULL, "%s: %s", cases[i].what, defines);
     }
 }
