@@ -216,7 +216,7 @@
 #error "nv_wgmma_forward takes BLOCK 32 or 64, and 16 at head_dim 256"
 #endif
 #if HEAD_DIM == 256 && (!WG_TMA || WG_PERSIST)
-#error "head_dim 256 runs in the producer loop with its tiles through TMA, one block a work-group (WG_TMA, not WG_PERSIST)"
+#error "head_dim 256 runs in the producer loop with TMA copies, a block a work-group (WG_TMA, not WG_PERSIST)"
 #endif
 #if VARLEN || SPLIT || PACK != 1 || PAGED
 #error "nv_wgmma_forward takes no variable-length batch, split-KV, head packing or paged cache (lib/nv_wgmma_forward_plan.c)"

@@ -229,8 +229,9 @@ END_TEST
  * causal or not, GQA, windows, softcap, ALiBi, key lengths, a bias without ALiBi) and nv_mma_forward
  * for the others; without the variable (the default mode) for those of them that it runs faster (no
  * window narrower than 1024 keys, no head_dim below 40 or from 136 to 184, neither softcap nor a
- * bias above 128, enough query rows that nv_mma_forward neither splits nor packs); with CLFLASH_WGMMA=0 (the part's ctx) for none. On any other device no
- * setting changes a plan. (A fault of the sm_90a path: test_sm90a.) */
+ * bias above 128, enough query rows that nv_mma_forward neither splits nor packs); with
+ * CLFLASH_WGMMA=0 (the part's ctx) for none. On any other device no setting changes a plan. (A
+ * fault of the sm_90a path: test_sm90a.) */
 START_TEST(wgmma_selection)
 {
     const int hopper = device_is_nvidia_sm90(ctx) && getenv("CLFLASH_PORTABLE") == NULL;
@@ -823,10 +824,11 @@ START_TEST(features_against_reference)
 }
 END_TEST
 
-/* nv_wgmma_forward's scope (f16 and bf16 each): head_dim 64 and 128 (then those padded to them, then
- * head_dim 256 and those padded to it), seq 1, 17, 63, 65, 129 and 1000 (one warpgroup up to 64 rows, two above; partial key
- * tiles of 32 and 64), causal in all three alignments, GQA and MQA, interleaved aligned layouts,
- * rising maxima, a negative scale, and the score features it takes, and a bias. */
+/* nv_wgmma_forward's scope (f16 and bf16 each): head_dim 64 and 128 (then those padded to them,
+ * then head_dim 256 and those padded to it), seq 1, 17, 63, 65, 129 and 1000 (one warpgroup up to
+ * 64 rows, two above; partial key tiles of 16, 32 and 64), causal in all three alignments, GQA and
+ * MQA, interleaved aligned layouts, rising maxima, a negative scale, and the score features it
+ * takes, and a bias. */
 #define W CLFLASH_WINDOW
 #define C CLFLASH_CAUSAL
 #define A CLFLASH_ALIGN_TO_KEY_LENGTH
