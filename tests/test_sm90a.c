@@ -380,6 +380,13 @@ static clflash_problem stand_in_problem(uint32_t batch, uint32_t heads_q, uint32
     return p;
 }
 
+/* Sets tuning key k of p to v, as a setting would. */
+static void tune_set(clflash_problem *p, clflash_tune_key k, int32_t v)
+{
+    p->tune.set |= CLFLASH_TUNE_BIT(k);
+    p->tune.value[k] = v;
+}
+
 /* The rule of each mode (clflash_nv_wgmma_refusal; the probe is not asked): CLFLASH_WGMMA=0 takes
  * nothing, =1 everything in the kernel's scope, the default only prefill with no window narrower
  * than 1024 keys, no head_dim below 40 or from 136 to 184 and enough rows that nv_mma_forward
@@ -437,8 +444,7 @@ START_TEST(wgmma_modes)
     CASE("d40 causal, padded to 64", stand_in_problem(4, 16, 16, 4096, 4096, 40, CLFLASH_F16, CLFLASH_CAUSAL), 1, 1);
     CASE("d32, padded to 64", stand_in_problem(4, 16, 16, 4096, 4096, 32, CLFLASH_F16, 0), 1, 0);
     clflash_problem waiting = stand_in_problem(4, 16, 16, 4096, 4096, 96, CLFLASH_F16, 0);
-    waiting.tune.set |= CLFLASH_TUNE_BIT(CLFLASH_TUNE_NV_WGMMA_PRODUCER); /* nv_wgmma.producer=0 */
-    waiting.tune.value[CLFLASH_TUNE_NV_WGMMA_PRODUCER] = 0;
+    tune_set(&waiting, CLFLASH_TUNE_NV_WGMMA_PRODUCER, 0);
     CASE("d96 in the loop without a producer", waiting, 0, 0);
     CASE("d100: not a multiple of 8", stand_in_problem(4, 16, 16, 4096, 4096, 100, CLFLASH_F16, 0), 0, 0);
     CASE("d256", stand_in_problem(4, 8, 8, 4096, 4096, 256, CLFLASH_F16, 0), 1, 1);
@@ -456,12 +462,10 @@ START_TEST(wgmma_modes)
     wide_bias.bias = (cl_mem)(void *)&stand_in;
     CASE("d256 bias", wide_bias, 0, 0);
     clflash_problem wide_copies = stand_in_problem(4, 16, 16, 4096, 4096, 256, CLFLASH_F16, 0);
-    wide_copies.tune.set |= CLFLASH_TUNE_BIT(CLFLASH_TUNE_NV_WGMMA_TMA); /* nv_wgmma.tma=0 */
-    wide_copies.tune.value[CLFLASH_TUNE_NV_WGMMA_TMA] = 0;
+    tune_set(&wide_copies, CLFLASH_TUNE_NV_WGMMA_TMA, 0);
     CASE("d256 through cp.async", wide_copies, 0, 0);
     clflash_problem wide_persist = stand_in_problem(4, 16, 16, 4096, 4096, 256, CLFLASH_F16, 0);
-    wide_persist.tune.set |= CLFLASH_TUNE_BIT(CLFLASH_TUNE_NV_WGMMA_PERSISTENT); /* nv_wgmma.persistent=1 */
-    wide_persist.tune.value[CLFLASH_TUNE_NV_WGMMA_PERSISTENT] = 1;
+    tune_set(&wide_persist, CLFLASH_TUNE_NV_WGMMA_PERSISTENT, 1);
     CASE("d256 in the persistent kernel", wide_persist, 0, 0);
     clflash_problem split = stand_in_problem(4, 16, 16, 4096, 4096, 128, CLFLASH_F16, 0);
     split.num_splits = 2;
@@ -497,13 +501,6 @@ START_TEST(wgmma_modes)
     unsetenv("CLFLASH_WGMMA");
 }
 END_TEST
-
-/* Sets tuning key k of p to v, as a setting would. */
-static void tune_set(clflash_problem *p, clflash_tune_key k, int32_t v)
-{
-    p->tune.set |= CLFLASH_TUNE_BIT(k);
-    p->tune.value[k] = v;
-}
 
 /* Where the planner gives the wgmma kernel its TMA copies (WG_TMA, the defines of the first kernel
  * it would build on the stand-in H200): by default at head_dim 128 (B 32) and 64 (B 64), in the
