@@ -458,6 +458,17 @@ static inline void query_group_bias_tile(float4 dst[CHUNK_STEPS][2], __global co
                                          __global const float *row_hi, uint key0, uint seq_k)
 {
     const uint t = get_local_id(0) % 4;
+    if (key0 + BLOCK <= seq_k) { /* the whole tile inside the rows */
+        __global const float *lo = row_lo + key0 + 2 * t, *hi = row_hi + key0 + 2 * t;
+#pragma unroll
+        for (uint c = 0; c < CHUNK_STEPS; c++) {
+            const float2 l0 = bias_pair_inside(lo, c * 16), h0 = bias_pair_inside(hi, c * 16);
+            const float2 l8 = bias_pair_inside(lo, c * 16 + 8), h8 = bias_pair_inside(hi, c * 16 + 8);
+            dst[c][0] = (float4)(l0.x, l0.y, h0.x, h0.y);
+            dst[c][1] = (float4)(l8.x, l8.y, h8.x, h8.y);
+        }
+        return;
+    }
 #pragma unroll
     for (uint c = 0; c < CHUNK_STEPS; c++) {
         const uint key = key0 + c * 16 + 2 * t;

@@ -274,6 +274,16 @@ static inline void stage_packed_rows(__local ushort *dst, __global const ushort 
 static inline void load_bias_tile(float2 dst[M_TILES][S_TILES][2], __global const float *const lo[M_TILES],
                                   __global const float *const hi[M_TILES], uint key0, uint seq_k, uint t)
 {
+    if (key0 + BLOCK <= seq_k) { /* the whole tile inside the rows */
+#pragma unroll
+        for (uint mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+            for (uint n = 0; n < S_TILES; n++) {
+                dst[mt][n][0] = bias_pair_inside(lo[mt] + key0 + 2 * t, 8 * n);
+                dst[mt][n][1] = bias_pair_inside(hi[mt] + key0 + 2 * t, 8 * n);
+            }
+        return;
+    }
 #pragma unroll
     for (uint mt = 0; mt < M_TILES; mt++)
 #pragma unroll

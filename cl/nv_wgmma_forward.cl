@@ -1239,6 +1239,15 @@ typedef struct {
     float alpha_lo, alpha_hi;
 } wg_rows;
 
+/* the scale wg_softmax_finish takes for transformed scores: they are in log2 units, or with a bias
+ * alone in natural ones, fma(s, scale, bias), so that log2(e) rides in the exponent's fma (one
+ * multiply a score fewer) */
+#if BIAS && !SOFTCAP && !ALIBI
+#define WG_TRANSFORMED_SCALE M_LOG2E_F
+#else
+#define WG_TRANSFORMED_SCALE 1.0f
+#endif
+
 /* The score rules of a lane, the same for every tile (wg_softmax): the keys [no_mask_lo,
  * no_mask_hi) every row of the block sees (a tile inside them needs no mask), the first and last
  * key each of the lane's two rows sees (common.cl's visible_keys; the last below the first where
@@ -1312,7 +1321,9 @@ static inline __attribute__((always_inline)) wg_rules wg_rules_for(uint row0, ui
     }
     /* with a transform the host passes the scale in natural-log units (as the portable kernel
      * takes it), else already times log2(e) */
-#if SOFTCAP || ALIBI || BIAS
+#if BIAS && !SOFTCAP && !ALIBI
+    ru.scale2 = score_scale; /* natural units: wg_transform adds the bias, the exponent's fma takes log2(e) */
+#elif SOFTCAP || ALIBI || BIAS
     ru.scale2 = score_scale * M_LOG2E_F;
 #else
     ru.scale2 = score_scale;
@@ -1358,6 +1369,18 @@ static inline void wg_bias_rows(wg_rules *ru, __global const float *rows, ulong 
 
 static inline void wg_load_bias(wg_bias *bt, const wg_rules *ru, uint key0, uint t)
 {
+    /* the whole tile inside the rows: unclamped loads (not with softcap, where the second copy of
+     * the loads made ptxas spill 16 bytes at head_dim 128) */
+    if (!SOFTCAP && key0 + BLOCK <= ru->bias_keys) {
+        __global const float *lo = ru->bias_lo + key0 + 2 * t, *hi = ru->bias_hi + key0 + 2 * t;
+#pragma unroll
+        for (uint n = 0; n < BLOCK / 8; n++) {
+            bt->lo[n] = bias_pair_inside(lo, 8 * n);
+            bt->hi[n] = bias_pair_inside(hi, 8 * n);
+        }
+        return;
+    }
+    /* the last tile of a row whose keys end inside it: each pair clamped */
 #pragma unroll
     for (uint n = 0; n < BLOCK / 8; n++) {
         bt->lo[n] = bias_pair(ru->bias_lo, key0 + 8 * n + 2 * t, ru->bias_keys);
@@ -1469,7 +1492,9 @@ static inline __attribute__((always_inline)) float wg_transform(float s, const w
 #else
     float x = s * ru->scale2;
 #endif
-#if BIAS
+#if BIAS && !SOFTCAP && !ALIBI
+    x = fma(s, ru->scale2, bias); /* natural units (WG_TRANSFORMED_SCALE); -inf stays -inf */
+#elif BIAS
     x = fma(bias, M_LOG2E_F, x); /* -inf stays -inf: the key is masked */
 #else
     (void)bias;
@@ -1524,7 +1549,7 @@ static inline __attribute__((always_inline)) void wg_softmax_masked(float s[S_AC
         max_lo = fmax(max_lo, fmax(s[4 * n], s[4 * n + 1]));
         max_hi = fmax(max_hi, fmax(s[4 * n + 2], s[4 * n + 3]));
     }
-    wg_softmax_finish(s, p, rw, max_lo, max_hi, 1.0f);
+    wg_softmax_finish(s, p, rw, max_lo, max_hi, WG_TRANSFORMED_SCALE);
 }
 
 /* A tile every row of the block sees whole (no mask). Without transforms the maxima are taken of
@@ -1548,7 +1573,7 @@ static inline __attribute__((always_inline)) void wg_softmax_open(float s[S_ACC]
         for (uint e = 0; e < 4; e++)
             s[4 * n + e] = wg_transform(s[4 * n + e], ru, e < 2 ? dist_lo : dist_hi, (int)(8 * n + e % 2),
                                         wg_bias_at(bt, n, e));
-    const float scale = 1.0f;
+    const float scale = WG_TRANSFORMED_SCALE;
 #else
     (void)key0, (void)t, (void)bt;
     const float scale = ru->scale2;
