@@ -16,13 +16,15 @@ if(NOT DEFINED BENCH)
 endif()
 
 # case name and its visible pairs over 2 batch entries x 2 heads:
-#   plain, softcap, alibi, bias, bias-full  4 * 37 * 37                     = 5476
+#   plain, softcap, alibi, bias, bias-full,
+#   bias-keys                               4 * 37 * 37                     = 5476
 #   causal, causal-softcap, causal-alibi    4 * 37 * 38 / 2                 = 2812
 #   keylens (37, 20)                        2 * 37 * (37 + 20)              = 4218
 #   window (5 left and right)               4 * (37 * 11 - 2 * (5+4+3+2+1)) = 1508
 #   causal-window (5 left)                  4 * (37 * 6 - (5+4+3+2+1))      = 828
-set(_cases plain causal keylens window causal-window softcap causal-softcap alibi causal-alibi bias bias-full)
-set(_pairs 5476 2812 4218 1508 828 5476 2812 5476 2812 5476 5476)
+set(_cases plain causal keylens window causal-window softcap causal-softcap alibi causal-alibi bias bias-full
+           bias-keys)
+set(_pairs 5476 2812 4218 1508 828 5476 2812 5476 2812 5476 5476 5476)
 string(REPLACE ";" "," _case_list "${_cases}")
 execute_process(COMMAND "${BENCH}" --features --json --seq 37 --batch 2 --heads 2 --head-dim 16 --dtype f32
                         --warmup 0 --min-time 0 --window 5 --key-lengths 37,20 --cases ${_case_list}

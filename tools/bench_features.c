@@ -36,7 +36,8 @@ enum {
     F_BIAS_SHARED = 16, /* one [seq][seq] fp32 bias for every batch entry and head */
     F_BIAS_FULL = 32,   /* a [batch][heads][seq][seq] fp32 bias */
     F_KEYLEN = 64,
-    F_BIAS_GRAD = 128   /* with --backward: also dBias (bias_grad), in the shared bias's layout */
+    F_BIAS_GRAD = 128,  /* with --backward: also dBias (bias_grad), in the shared bias's layout */
+    F_BIAS_KEYS = 256   /* one [seq] fp32 bias, a key's, for every batch entry, head and query row */
 };
 
 static const struct {
@@ -55,6 +56,7 @@ static const struct {
     {"bias", F_BIAS_SHARED},
     {"bias-full", F_BIAS_FULL},
     {"bias-grad", F_BIAS_SHARED | F_BIAS_GRAD},
+    {"bias-keys", F_BIAS_KEYS},
 };
 #define N_KNOWN (sizeof known_cases / sizeof known_cases[0])
 #define DEFAULT_CASES "plain,causal,causal-window,softcap,alibi,keylens,causal-softcap,bias"
@@ -96,7 +98,9 @@ static void help(FILE *f)
           "  plain, causal, window (window_left = window_right = --window), causal-window (window_left\n"
           "  = --window), softcap, causal-softcap, alibi, causal-alibi (slopes 2^-(1 + h % 8)), keylens\n"
           "  (--key-lengths), bias (one [seq][seq] fp32 bias broadcast over batch and heads), bias-full\n"
-          "  ([batch][heads][seq][seq]), bias-grad (bias, and with --backward its gradient too)\n"
+          "  ([batch][heads][seq][seq]), bias-keys (one [seq] fp32 bias of the keys, broadcast over batch,\n"
+          "  heads and query rows, as a key-padding bias), bias-grad (bias, and with --backward its\n"
+          "  gradient too)\n"
           "\n"
           "Options:\n"
           "  --batch B             (default 4)\n"
@@ -386,6 +390,10 @@ static void run_case(clflash_context *c, cl_command_queue qu, const features_opt
     if (f & F_BIAS_SHARED) {
         d.bias = b->bias_shared;
         d.bias_broadcast = CLFLASH_BROADCAST_BATCH | CLFLASH_BROADCAST_HEADS;
+    }
+    if (f & F_BIAS_KEYS) {
+        d.bias = b->bias_shared;
+        d.bias_broadcast = CLFLASH_BROADCAST_BATCH | CLFLASH_BROADCAST_HEADS | CLFLASH_BROADCAST_ROWS;
     }
     if (f & F_BIAS_FULL)
         d.bias = b->bias_full;
