@@ -698,7 +698,8 @@ typedef struct {
  *    OpenCL tanh the portable kernel uses.
  *  - Bias: with a bias the work-group's warps hold one 16-row slice each (block_q 64), which
  *    leaves the registers for the bias of the current and the next key tile; two adjacent keys'
- *    biases are read with one 8-byte load when the bias offset and every bias stride are even.
+ *    biases are read with one 8-byte load when the bias offset and every bias stride are even, and
+ *    a key tile that lies wholly inside the rows without clamping each pair.
  *  - A NaN in V row j reaches every row of the same query block whose key tile holds j, even rows
  *    that do not see key j (their P of 0 still multiplies V on the tensor core). The portable
  *    kernel confines it to the rows that see key j.
@@ -712,7 +713,7 @@ typedef struct {
  * Hopper's tensor memory accelerator. It computes right on an H200 and an H100, and on the H100
  * runs head_dim 128 at 1.36x FlashAttention-2's rate and 1.5x nv_mma_forward's, head_dim 64 at
  * 1.25x nv_mma_forward's, head_dim 96 at 1.2x FlashAttention-2's and 1.57x nv_mma_forward's, a
- * [n][n] bias 1.15x faster than nv_mma_forward (n = 4096; docs/performance/h200.md). It may run
+ * [n][n] bias 1.4x faster than nv_mma_forward (n = 4096; docs/performance/h200.md). It may run
  * where the device is an NVIDIA GPU of compute capability 9.0 whose driver passed the library's
  * sm_90a probe (a small wgmma
  * product checked exactly, once per context, the first time a call could use it) and the call is
