@@ -9,10 +9,11 @@ Usage (on the GPU machine):
 Each case as clflash-bench --features defines it: window = |i - j| <= W, causal-window =
 0 <= i - j <= W, softcap = cap * tanh(s / cap), alibi = s - 2^-(1 + h % 8) * |i - j|, keylens =
 j < length[b] (cycled over the batch), bias = s + B[i][j] (one fp32 [seq][seq] bias), bias-full =
-s + B[b][h][i][j], bias-grad = bias with B requiring its gradient (with --backward the backward
+s + B[b][h][i][j], bias-keys = s + B[j] (one fp32 [seq] bias of the keys), bias-grad = bias with B
+requiring its gradient (with --backward the backward
 computes dB too, summed over batch and heads, as clflash's bias_grad). Backends: flex_attention under torch.compile (Triton) with the case's block
 mask and score_mod, for every case; SDPA's FlashAttention-2 for plain and causal; SDPA's cuDNN and
-mem-efficient backends with the bias as a float attn_mask (broadcast for bias and bias-grad) and,
+mem-efficient backends with the bias as a float attn_mask (broadcast for bias, bias-keys and bias-grad) and,
 for keylens, a boolean mask. A backend that refuses a case gets null. Time per call: the mean of 20 calls
 between CUDA events after 3 warm-up calls. With --backward (as `clflash-bench --features
 --backward`) the time is that of the backward alone: torch.autograd.grad of one forward's output
@@ -80,15 +81,19 @@ def main():
     def causal_softcap(s, b_, h_, i, j): return cap * torch.tanh(s / cap)
     bias = None
     bias_full = None
+    bias_keys = None
     cases = a.cases.split(",")
     if "bias" in cases or "bias-grad" in cases:
         bias = torch.rand(n, n, device="cuda", dtype=torch.float32) * 2 - 1
     bias_g = bias.clone().requires_grad_(a.backward) if "bias-grad" in cases else None
     if "bias-full" in cases:
         bias_full = torch.zeros(b, h, n, n, device="cuda", dtype=torch.float32)
+    if "bias-keys" in cases:
+        bias_keys = torch.rand(n, device="cuda", dtype=torch.float32) * 2 - 1
     def add_bias(s, b_, h_, i, j): return s + bias[i, j]
     def add_bias_full(s, b_, h_, i, j): return s + bias_full[b_, h_, i, j]
     def add_bias_grad(s, b_, h_, i, j): return s + bias_g[i, j]
+    def add_bias_keys(s, b_, h_, i, j): return s + bias_keys[j]
 
     spec = {  # case: (mask_mod, score_mod, batch-dependent mask)
         "plain": (None, None, False), "causal": (causal, None, False), "window": (window, None, False),
@@ -96,7 +101,7 @@ def main():
         "causal-softcap": (causal, causal_softcap, False), "alibi": (None, alibi, False),
         "causal-alibi": (causal, alibi, False), "keylens": (keylen, None, True),
         "bias": (None, add_bias, False), "bias-full": (None, add_bias_full, False),
-        "bias-grad": (None, add_bias_grad, False),
+        "bias-grad": (None, add_bias_grad, False), "bias-keys": (None, add_bias_keys, False),
     }
     rows = []
     for case in cases:
@@ -126,6 +131,9 @@ def main():
             sdpa.append(("cudnn", SDPBackend.CUDNN_ATTENTION, None, case == "causal"))
         if case == "bias":
             m = bias.to(dtype)[None, None].expand(b, h, n, n)
+            sdpa += [("cudnn", SDPBackend.CUDNN_ATTENTION, m, False), ("efficient", SDPBackend.EFFICIENT_ATTENTION, m, False)]
+        if case == "bias-keys":
+            m = bias_keys.to(dtype)[None, None, None].expand(b, h, n, n)
             sdpa += [("cudnn", SDPBackend.CUDNN_ATTENTION, m, False), ("efficient", SDPBackend.EFFICIENT_ATTENTION, m, False)]
         if case == "bias-grad":
             m = bias_g.to(dtype)[None, None].expand(b, h, n, n)
