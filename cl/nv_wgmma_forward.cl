@@ -1239,10 +1239,11 @@ typedef struct {
     float alpha_lo, alpha_hi;
 } wg_rows;
 
-/* the scale wg_softmax_finish takes for transformed scores: they are in log2 units, or with a bias
- * alone in natural ones, fma(s, scale, bias), so that log2(e) rides in the exponent's fma (one
- * multiply a score fewer) */
-#if BIAS && !SOFTCAP && !ALIBI
+/* WG_BIAS_NATURAL: a bias alone (no softcap, no ALiBi) is added in natural units, fma(s, scale,
+ * bias), so that log2(e) rides in the exponent's fma (one multiply a score fewer); other transformed
+ * scores are in log2 units. WG_TRANSFORMED_SCALE is the scale wg_softmax_finish takes for them. */
+#define WG_BIAS_NATURAL (BIAS && !SOFTCAP && !ALIBI)
+#if WG_BIAS_NATURAL
 #define WG_TRANSFORMED_SCALE M_LOG2E_F
 #else
 #define WG_TRANSFORMED_SCALE 1.0f
@@ -1321,7 +1322,7 @@ static inline __attribute__((always_inline)) wg_rules wg_rules_for(uint row0, ui
     }
     /* with a transform the host passes the scale in natural-log units (as the portable kernel
      * takes it), else already times log2(e) */
-#if BIAS && !SOFTCAP && !ALIBI
+#if WG_BIAS_NATURAL
     ru.scale2 = score_scale; /* natural units: wg_transform adds the bias, the exponent's fma takes log2(e) */
 #elif SOFTCAP || ALIBI || BIAS
     ru.scale2 = score_scale * M_LOG2E_F;
@@ -1489,14 +1490,14 @@ static inline __attribute__((always_inline)) float wg_transform(float s, const w
 {
 #if SOFTCAP
     float x = softcap_log2(s * ru->cap_in, ru->cap2);
+#elif WG_BIAS_NATURAL
+    float x = fma(s, ru->scale2, bias); /* natural units (WG_TRANSFORMED_SCALE); -inf stays -inf */
 #else
     float x = s * ru->scale2;
 #endif
-#if BIAS && !SOFTCAP && !ALIBI
-    x = fma(s, ru->scale2, bias); /* natural units (WG_TRANSFORMED_SCALE); -inf stays -inf */
-#elif BIAS
+#if BIAS && !WG_BIAS_NATURAL
     x = fma(bias, M_LOG2E_F, x); /* -inf stays -inf: the key is masked */
-#else
+#elif !BIAS
     (void)bias;
 #endif
 #if ALIBI
