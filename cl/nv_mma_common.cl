@@ -39,6 +39,22 @@
 #error "the tensor-core kernels need CLFLASH_DTYPE_F16 or CLFLASH_DTYPE_BF16"
 #endif
 
+/* The order of a launch's query blocks, n_q of them for each of n_hb (head, batch) entries: block
+ * lin (the launch's linear work-group index) takes query block *qi of entry *hb. The blocks of one
+ * chunk of `chunk` query blocks (0, or more than n_q: all of them) run over every entry, the query
+ * block varying fastest, before the next chunk's; blocks close in lin run side by side and share
+ * what they read in the L2 cache (an entry's K and V, a bias broadcast over the entries). A kernel
+ * with the causal mask counts *qi from the last rows back, so that the blocks that see the most
+ * keys come first. */
+static inline void chunked_block_order(uint lin, uint n_q, uint n_hb, uint chunk, uint *qi, uint *hb)
+{
+    const uint c = chunk == 0 || chunk > n_q ? n_q : chunk;
+    const uint first = lin / (c * n_hb) * c, rem = lin % (c * n_hb); /* the chunk's first query block */
+    const uint size = min(c, n_q - first);
+    *qi = first + rem % size;
+    *hb = rem / size;
+}
+
 /* The shared-window address of a local pointer, as PTX's .shared instructions take it. */
 static inline uint shared_addr(__local const ushort *p)
 {

@@ -74,7 +74,7 @@
  * Defines: HEAD_DIM (multiple of 16), BLOCK (keys per tile, multiple of 16), WARPS, M_TILES, STAGES,
  * D_REAL, NV_ALIGNED,
  * CAUSAL, WINDOW, SOFTCAP, BIAS, BIAS_PAIRS, BIAS_STAGED, ALIBI, KEYLEN, VARLEN, SPLIT, PACK, WITH_LSE,
- * CLFLASH_DTYPE_F16 or CLFLASH_DTYPE_BF16, NV_RESCALE_THRESH and NV_Q_DIRECT (below; the host's
+ * CLFLASH_DTYPE_F16 or CLFLASH_DTYPE_BF16, NV_RESCALE_THRESH, NV_Q_DIRECT and NV_Q_CHUNK (below; the host's
  * defaults are in lib/nv_mma_forward_plan.c, the nv_forward.* tuning settings override them). The
  * PTX helpers (mma_16x8x16, load_matrix_x4, copy16_async, kv_stream, ...) and THREADS, ROW_STRIDE,
  * CHUNKS, K_STEPS, D_TILES come from nv_mma_common.cl, which the host puts before this file.
@@ -108,6 +108,12 @@
 #if D_REAL != HEAD_DIM || !NV_ALIGNED /* the direct loads read whole column pairs of 4-byte aligned rows */
 #undef NV_Q_DIRECT
 #define NV_Q_DIRECT 0
+#endif
+
+/* NV_Q_CHUNK: with the causal mask, the query blocks taken side by side over every head and batch
+ * entry, the last rows first (nv_mma_common.cl's chunked_block_order). */
+#ifndef NV_Q_CHUNK
+#error "NV_Q_CHUNK is set by the host (lib/nv_mma_forward_plan.c)"
 #endif
 
 /* STAGES: K/V tiles in local memory, STAGES - 1 of them in flight while one is computed. The host
@@ -581,14 +587,15 @@ void nv_mma_forward(__global const ushort *q, __global const ushort *k, __global
     const uint g = lane / 4, t = lane % 4;
     /* grid dimension 1 counts the heads of the rows: query heads, or K/V heads with PACK > 1 */
 #if CAUSAL
-    /* The launch order, remapped so that the last query block of every (batch, head) comes first:
-     * under the causal mask those see the most keys, and the light ones fill in at the end
-     * (1.1x at d = 128 on the H200). A block's parts (SPLIT) stay side by side. */
+    /* The launch order, remapped so that the last query blocks come first (chunked_block_order,
+     * chunks of NV_Q_CHUNK): under the causal mask those see the most keys, and the light ones fill
+     * in at the end (1.1x at d = 128 on the H200). A block's parts (SPLIT) stay side by side. */
     const uint n_q = get_num_groups(0) / n_splits, n_h = get_num_groups(1), n_hb = n_h * get_num_groups(2);
-    const uint lin =
-        query_block_index(get_group_id(0), n_splits) + n_q * (get_group_id(1) + n_h * get_group_id(2));
-    const uint hg = lin % n_hb % n_h, b = lin % n_hb / n_h;
-    const uint row0 = (n_q - 1 - lin / n_hb) * BLOCK_Q;
+    uint qi, hb;
+    chunked_block_order(query_block_index(get_group_id(0), n_splits) + n_q * (get_group_id(1) + n_h * get_group_id(2)),
+                        n_q, n_hb, NV_Q_CHUNK, &qi, &hb);
+    const uint hg = hb % n_h, b = hb / n_h;
+    const uint row0 = (n_q - 1 - qi) * BLOCK_Q;
 #else
     const uint hg = get_group_id(1), b = get_group_id(2);
     const uint row0 = query_block_index(get_group_id(0), n_splits) * BLOCK_Q;

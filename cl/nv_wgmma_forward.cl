@@ -184,7 +184,8 @@
  * WG_PRODUCER), STAGES (read by the waiting loop without a producer only), WG_PIPE (0 or 1; 1 with
  * WG_PRODUCER, and at HEAD_DIM 128 with BLOCK 32 only), WG_PRODUCER (0 or 1; then WG_PRODUCER_REGS
  * and WG_CONSUMER_REGS), WG_TMA (0 or 1, with WG_PRODUCER; then the kernel takes one more argument,
- * tma_maps), WG_PERSIST (0 or 1, with WG_TMA and WG_PIPE 0; then the kernel is
+ * tma_maps), WG_Q_CHUNK (chunked_block_order's chunk; 0: all query blocks),
+ * WG_PERSIST (0 or 1, with WG_TMA and WG_PIPE 0; then the kernel is
  * nv_wgmma_forward_persistent, which takes the batch size after tma_maps), CLFLASH_DTYPE_F16 or
  * _BF16, CAUSAL, WINDOW, SOFTCAP, ALIBI, KEYLEN, KEYLEN_DIAGONAL, WITH_LSE, BIAS (not with ALiBi), VARLEN 0,
  * SPLIT 0, PACK 1, PAGED 0. The helpers (copy16_async, load_matrix_x4, pack_pair, exp2_ftz,
@@ -199,6 +200,9 @@
 #endif
 #ifndef WG_PERSIST
 #define WG_PERSIST 0
+#endif
+#ifndef WG_Q_CHUNK
+#define WG_Q_CHUNK (CAUSAL ? 1 : 0)
 #endif
 #if !defined(WARPGROUPS) || !defined(STAGES) || !defined(WG_PIPE) || WARPS != 4 * (WARPGROUPS + WG_PRODUCER)
 #error "WARPGROUPS, STAGES, WG_PIPE, WG_PRODUCER and WARPS = 4 * (WARPGROUPS + WG_PRODUCER) are set by the host (lib/nv_wgmma_forward_plan.c)"
@@ -1775,6 +1779,21 @@ static inline void wg_turns_close(uint wg)
 }
 #endif
 
+/* Block lin of the call's n_q query blocks x heads_q x batch (n_hb = heads_q batch): batch entry
+ * *b, query head *h, first row *row0, in chunked_block_order with chunks of WG_Q_CHUNK. */
+static inline void wg_block_at(uint lin, uint n_q, uint heads_q, uint n_hb, uint *b, uint *h, uint *row0)
+{
+    uint qi, hb;
+    chunked_block_order(lin, n_q, n_hb, WG_Q_CHUNK, &qi, &hb);
+    *h = hb % heads_q;
+    *b = hb / heads_q;
+#if CAUSAL
+    *row0 = (n_q - 1 - qi) * BLOCK_Q;
+#else
+    *row0 = qi * BLOCK_Q;
+#endif
+}
+
 #if !WG_PERSIST /* nv_wgmma_forward_persistent below instead */
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1)))
 void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __global const ushort *v,
@@ -1815,13 +1834,11 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
 
     const uint lane = get_local_id(0) % 32, warp = get_local_id(0) / 32; /* warp of the work-group */
     const uint g = lane / 4, t = lane % 4;
-#if CAUSAL
-    /* the last query block of every (batch, head) first: under the causal mask they see the most keys */
+#if CAUSAL || WG_Q_CHUNK
     const uint n_q = get_num_groups(0), n_h = get_num_groups(1), n_hb = n_h * get_num_groups(2);
-    const uint lin = get_group_id(0) + n_q * (get_group_id(1) + n_h * get_group_id(2));
-    const uint h = lin % n_hb % n_h, b = lin % n_hb / n_h;
-    const uint row0 = (n_q - 1 - lin / n_hb) * BLOCK_Q;
-#else
+    uint b, h, row0;
+    wg_block_at(get_group_id(0) + n_q * (get_group_id(1) + n_h * get_group_id(2)), n_q, n_h, n_hb, &b, &h, &row0);
+#else /* the same order, read from the grid */
     const uint h = get_group_id(1), b = get_group_id(2);
     const uint row0 = get_group_id(0) * BLOCK_Q;
 #endif
@@ -2083,22 +2100,6 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
 static inline uint wg_round_block(uint k, uint w, uint groups)
 {
     return k * groups + (k % 2 ? groups - 1 - w : w);
-}
-
-/* Block lin of the call's n_q query blocks x heads_q x batch (n_hb = heads_q batch): batch entry
- * *b, query head *h, first row *row0. */
-static inline void wg_block_at(uint lin, uint n_q, uint heads_q, uint n_hb, uint *b, uint *h, uint *row0)
-{
-#if CAUSAL
-    *h = lin % n_hb % heads_q;
-    *b = lin % n_hb / heads_q;
-    *row0 = (n_q - 1 - lin / n_hb) * BLOCK_Q;
-#else
-    (void)n_hb;
-    *row0 = lin % n_q * BLOCK_Q;
-    *h = lin / n_q % heads_q;
-    *b = lin / n_q / heads_q;
-#endif
 }
 
 /* A word of the lane's quad partner lane ^ mask. */

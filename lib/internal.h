@@ -103,6 +103,7 @@ typedef enum {
     CLFLASH_TUNE_NV_FORWARD_MERGE_LSE_BATCH,
     CLFLASH_TUNE_NV_FORWARD_MERGE_PREFETCH,
     CLFLASH_TUNE_NV_FORWARD_BIAS_STAGED,    /* the kernel's BIAS_STAGED, where the bias allows it */
+    CLFLASH_TUNE_NV_FORWARD_Q_CHUNK,        /* the kernel's NV_Q_CHUNK: query blocks side by side (causal) */
     CLFLASH_TUNE_NV_BACKWARD_BLOCK,
     CLFLASH_TUNE_NV_BACKWARD_WARPS,
     CLFLASH_TUNE_NV_BACKWARD_MAXRREGCOUNT,  /* -cl-nv-maxrregcount */
@@ -115,6 +116,7 @@ typedef enum {
     CLFLASH_TUNE_NV_WGMMA_TMA,              /* its WG_TMA: the producer's tiles through TMA */
     CLFLASH_TUNE_NV_WGMMA_PERSISTENT,       /* its WG_PERSIST: one work-group per SM taking block after block */
     CLFLASH_TUNE_NV_WGMMA_WORK_GROUPS,      /* the persistent kernel's work-groups (0: the compute units) */
+    CLFLASH_TUNE_NV_WGMMA_Q_CHUNK,          /* its WG_Q_CHUNK: query blocks side by side (0: the planner's) */
     CLFLASH_TUNE_COUNT
 } clflash_tune_key;
 

@@ -271,6 +271,17 @@ static uint32_t persistent_work_groups(const clflash_context *c, const clflash_p
     return (uint32_t)(blocks < units ? blocks : units);
 }
 
+/* The kernel's WG_Q_CHUNK (cl/nv_wgmma_forward.cl's wg_block_at): nv_wgmma.q_chunk where set, else
+ * one with the causal mask (every head's last query block first) and all of a head's blocks
+ * without it (one head after another). */
+static uint32_t q_chunk(const clflash_context *c, const clflash_problem *p)
+{
+    const int32_t set = clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_Q_CHUNK, NULL);
+    if (set > 0)
+        return (uint32_t)set;
+    return (p->flags & CLFLASH_CAUSAL) ? 1u : 0u;
+}
+
 /* The waiting loop's K/V tile pairs (WG_PIPE 0 without a producer): nv_wgmma.stages, 2 to 6 (the
  * tuning table's range); 2 for the loops with rings of their own, which do not read it. */
 static uint32_t wanted_stages(const clflash_context *c, const clflash_problem *p)
@@ -316,16 +327,17 @@ static uint32_t next_block(uint32_t block)
     return block == 64 ? 32u : 0u;
 }
 
-static void kernel_defines(const clflash_problem *p, int with_lse, int pipe, uint32_t block, uint32_t warpgroups,
-                           uint32_t stages, int prod, int with_tma, int persist, char *buf, size_t size)
+static void kernel_defines(const clflash_context *c, const clflash_problem *p, int with_lse, int pipe, uint32_t block,
+                           uint32_t warpgroups, uint32_t stages, int prod, int with_tma, int persist, char *buf, size_t size)
 {
     char features[300];
     clflash_forward_defines(p, with_lse, 1, 1, features, sizeof features);
     snprintf(buf, size,
              "%s -D HEAD_DIM=%u -D D_REAL=%u -D NV_ALIGNED=1 -D BLOCK=%u -D WARPS=%u -D WARPGROUPS=%u -D STAGES=%u "
-             "-D WG_PIPE=%d -D WG_PRODUCER=%d -D BIAS_PAIRS=%d%s%s",
+             "-D WG_PIPE=%d -D WG_PRODUCER=%d -D BIAS_PAIRS=%d -D WG_Q_CHUNK=%u%s%s",
              features, padded_dim(p), p->head_dim, block, 4 * (warpgroups + (prod ? 1 : 0)), warpgroups, stages, pipe,
-             prod, clflash_bias_pairs(p), with_tma ? " -D WG_TMA=1" : "", persist ? " -D WG_PERSIST=1" : "");
+             prod, clflash_bias_pairs(p), q_chunk(c, p), with_tma ? " -D WG_TMA=1" : "",
+             persist ? " -D WG_PERSIST=1" : "");
     if (prod) { /* the registers a work-item gets at launch (a multiple of 8), and what the consumers
                  * take once the producer has given back all but WG_PRODUCER_REGS: setmaxnreg.inc
                  * waits until the work-group's own registers (base a work-item at launch, not the
@@ -351,7 +363,7 @@ int clflash_nv_wgmma_first_defines(const clflash_context *c, const clflash_probl
         const int with_tma = tma(c, p, block), persist = persistent(c, p, with_tma);
         for (uint32_t stages = wanted_stages(c, p); stages >= 2; stages--)
             if (counted_local_bytes(p, block, wgs, stages, prod, persist) <= c->local_mem_budget) {
-                kernel_defines(p, with_lse, pipe, block, wgs, stages, prod, with_tma, persist, buf, size);
+                kernel_defines(c, p, with_lse, pipe, block, wgs, stages, prod, with_tma, persist, buf, size);
                 return 1;
             }
     }
@@ -375,7 +387,7 @@ static clflash_status try_build(clflash_context *c, const clflash_problem *p, in
     char defines[640];
     cl_program prog;
     cl_int err;
-    kernel_defines(p, with_lse, pipe, block, wgs, stages, prod, with_tma, persist, defines, sizeof defines);
+    kernel_defines(c, p, with_lse, pipe, block, wgs, stages, prod, with_tma, persist, defines, sizeof defines);
     clflash_status st = clflash_get_program_sm90a(c, CLFLASH_SOURCE_NV_WGMMA_FORWARD, defines, &prog);
     if (st != CLFLASH_SUCCESS)
         return st;
@@ -409,8 +421,8 @@ static clflash_status try_build(clflash_context *c, const clflash_problem *p, in
     clflash_set_split(out, p, 1, 1);
     clflash_tune_report(&out->plan,
                         "nv_wgmma.pipeline=%d,nv_wgmma.block=%u,nv_wgmma.warpgroups=%u,nv_wgmma.stages=%u,"
-                        "nv_wgmma.producer=%d,nv_wgmma.tma=%d,nv_wgmma.persistent=%d",
-                        pipe, block, wgs, stages, prod, with_tma, persist);
+                        "nv_wgmma.producer=%d,nv_wgmma.tma=%d,nv_wgmma.persistent=%d,nv_wgmma.q_chunk=%u",
+                        pipe, block, wgs, stages, prod, with_tma, persist, q_chunk(c, p));
     if (persist)
         clflash_tune_report(&out->plan, ",nv_wgmma.work_groups=%u", out->persistent_groups);
     *fits = 1;

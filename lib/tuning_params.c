@@ -65,6 +65,9 @@ static const tune_param params[CLFLASH_TUNE_COUNT] = {
     [CLFLASH_TUNE_NV_FORWARD_MERGE_PREFETCH] = {"nv_forward.merge_prefetch", 0, 1, 1, NULL},
     /* the bias staged in local memory beside K and V (nv_mma_forward_plan.c's bias_staged) */
     [CLFLASH_TUNE_NV_FORWARD_BIAS_STAGED] = {"nv_forward.bias_staged", 0, 1, 1, NULL},
+    /* with the causal mask, the query blocks that run side by side over every head before the
+     * next ones (cl/nv_mma_common.cl's chunked_block_order) */
+    [CLFLASH_TUNE_NV_FORWARD_Q_CHUNK] = {"nv_forward.q_chunk", 1, 65536, 1, NULL},
     [CLFLASH_TUNE_NV_BACKWARD_BLOCK] = {"nv_backward.block", 16, 64, 64, NULL},
     [CLFLASH_TUNE_NV_BACKWARD_WARPS] = {"nv_backward.warps", 1, 16, 4, NULL},
     /* 0: no register cap (a setting gives 32..255) */
@@ -91,6 +94,9 @@ static const tune_param params[CLFLASH_TUNE_COUNT] = {
     [CLFLASH_TUNE_NV_WGMMA_PERSISTENT] = {"nv_wgmma.persistent", 0, 1, 0, NULL},
     /* ... and how many work-groups it launches at most (0: one per compute unit) */
     [CLFLASH_TUNE_NV_WGMMA_WORK_GROUPS] = {"nv_wgmma.work_groups", 0, 65536, 0, NULL},
+    /* the query blocks of a chunk that run side by side over every head before the next chunk's
+     * (0: the planner's, nv_wgmma_forward_plan.c's q_chunk) */
+    [CLFLASH_TUNE_NV_WGMMA_Q_CHUNK] = {"nv_wgmma.q_chunk", 0, 65536, 0, NULL},
 };
 
 /* One rule: the conditions it applies under and the values it sets or clears. */
