@@ -328,7 +328,8 @@ static uint32_t next_block(uint32_t block)
 }
 
 static void kernel_defines(const clflash_context *c, const clflash_problem *p, int with_lse, int pipe, uint32_t block,
-                           uint32_t warpgroups, uint32_t stages, int prod, int with_tma, int persist, char *buf, size_t size)
+                           uint32_t warpgroups, uint32_t stages, int prod, int with_tma, int persist, char *buf,
+                           size_t size)
 {
     char features[300];
     clflash_forward_defines(p, with_lse, 1, 1, features, sizeof features);
