@@ -271,15 +271,27 @@ static uint32_t persistent_work_groups(const clflash_context *c, const clflash_p
     return (uint32_t)(blocks < units ? blocks : units);
 }
 
-/* The kernel's WG_Q_CHUNK (cl/nv_wgmma_forward.cl's wg_block_at): nv_wgmma.q_chunk where set, else
- * one with the causal mask (every head's last query block first) and all of a head's blocks
- * without it (one head after another). */
+/* The kernel's WG_Q_CHUNK (cl/nv_wgmma_forward.cl's wg_block_at, nv_mma_common.cl's
+ * chunked_block_order): nv_wgmma.q_chunk where set, else WGMMA_CAUSAL_Q_CHUNK with the causal mask
+ * at head_dims up to 128 (the last four query blocks of every head and batch entry, then the four
+ * before them), one at 256 (every head's last block first), and all of a head's blocks without the
+ * mask (one head after another). Measured on an H100 (2026-12-07, batch 4, 16 heads, n = 4096, f16,
+ * `clflash-bench --features --cases causal --tune nv_wgmma.q_chunk=C`, alternated): causal at
+ * head_dim 128 0.570-0.581 ms with chunks of 4 or 8 against 0.588-0.609 with one (2: 0.587-0.601);
+ * 64 (32 heads) 0.729-0.733 against 0.760-0.772; 16 batch entries of n = 1024 0.243 against 0.275;
+ * bf16 0.559-0.567 against 0.568-0.569; batch 1 at n = 16384 1.89-1.95 either way; 256 (8 heads)
+ * 0.681 against 0.664-0.667. Causal window, softcap and ALiBi moved within the runs' noise, and
+ * without the mask chunks of 1 to 11 were as fast or slower (a [n][n] bias shared by the heads
+ * 1.50-1.60 ms with chunks of 8 against 1.54-1.58 with all 22). */
+#define WGMMA_CAUSAL_Q_CHUNK 4u
 static uint32_t q_chunk(const clflash_context *c, const clflash_problem *p)
 {
     const int32_t set = clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_Q_CHUNK, NULL);
     if (set > 0)
         return (uint32_t)set;
-    return (p->flags & CLFLASH_CAUSAL) ? 1u : 0u;
+    if (!(p->flags & CLFLASH_CAUSAL))
+        return 0u;
+    return padded_dim(p) <= 128 ? WGMMA_CAUSAL_Q_CHUNK : 1u;
 }
 
 /* The waiting loop's K/V tile pairs (WG_PIPE 0 without a producer): nv_wgmma.stages, 2 to 6 (the

@@ -8,12 +8,12 @@
  * work-group queries), and NVIDIA's OpenCL spends tens of microseconds on that per call, which
  * is what a decoding step at batch 1 costs on the GPU. The key is the planner's inputs: the
  * problem's shape class (everything a plan depends on: types, head_dim, GQA group, heads, batch,
- * seq_q, the features switched on, forced block and splits, layout alignment, lse, the tuning
- * settings that apply to the call, the page size of a paged KV cache, whether the batch is packed
- * with variable lengths, whether a sliding window is wide enough for the Hopper kernel's default
- * rule) with seq_k reduced to what
- * plans depend on (its length rounded up to 16 up to 4096, which caps B, and seq_k / 256 up to
- * 1024, which caps the split count: the split rules' minimum part lengths are multiples of 256).
+ * seq_q, the features switched on, the bias's broadcasts and alignment, forced block and splits,
+ * layout alignment, lse, the tuning settings that apply to the call, the page size of a paged KV
+ * cache, whether the batch is packed with variable lengths, whether a sliding window is wide
+ * enough for the Hopper kernel's default rule) with seq_k reduced to what plans depend on (its
+ * length rounded up to 16 up to 4096, which caps B, and seq_k / 256 up to 1024, which caps the
+ * split count: the split rules' minimum part lengths are multiples of 256).
  * The seq_k-dependent fields of the plan (tiles_k, the score matrix, keys per part, workspace)
  * are recomputed per call.
  *
@@ -47,6 +47,20 @@ struct clflash_plan_entry {
     int n_idle;
 };
 
+/* What the planners read of a bias's layout besides its presence: its offset and strides in
+ * multiples of 2 floats (paired loads) and of 4 (16-byte copies), and which of them are 0 (the
+ * dimensions it is broadcast over). Two calls that differ in any of these may get different
+ * kernels: a bias staged by 16-byte copies cannot take a layout of odd pairs. */
+static uint32_t bias_class(const clflash_problem *p)
+{
+    const clflash_strides *b = &p->bias_strides;
+    const uint64_t all = b->offset | b->batch_stride | b->head_stride | b->seq_stride;
+    if (p->bias == NULL)
+        return 0;
+    return (uint32_t)(all % 2 == 0) | (uint32_t)(all % 4 == 0) << 1 | (uint32_t)(b->batch_stride == 0) << 2 |
+           (uint32_t)(b->head_stride == 0) << 3 | (uint32_t)(b->seq_stride == 0) << 4;
+}
+
 static void make_key(const clflash_problem *p, int with_lse, plan_key *k)
 {
     const uint32_t longest = p->seq_q > p->seq_k ? p->seq_q : p->seq_k;
@@ -64,7 +78,7 @@ static void make_key(const clflash_problem *p, int with_lse, plan_key *k)
     k->w[9] = p->seq_k / 256 < 1024 ? p->seq_k / 256 : 1024;
     k->w[10] = p->flags;
     k->w[11] = (p->softcap != 0.0f) | (p->bias != NULL) << 1 | (p->alibi_slopes != NULL) << 2 |
-               (p->key_lengths != NULL) << 3 | clflash_bias_pairs(p) << 4;
+               (p->key_lengths != NULL) << 3 | bias_class(p) << 4;
     k->w[12] = p->block;
     k->w[13] = p->num_splits;
     k->w[14] = clflash_aligned8(&p->q) | clflash_aligned8(&p->k) << 1 | clflash_aligned8(&p->v) << 2 |

@@ -44,6 +44,7 @@
  *                         only the feature shapes FIRST .. LAST (rows of feature_shapes or
  *                         bwd_feature_shapes, from 0; LAST defaults to the table's last), in f16
  *                         and bf16: a short run on a device after a change to one feature.
+ *   test_nv_mma numerics layouts  only bias_layouts_in_one_context (the plan cache's bias key).
  *
  * Own small harness: the shared one stores only f32 and f16.
  */
@@ -634,7 +635,8 @@ static cl_mem upload(const void *host, size_t bytes)
 
 static clflash_attention_desc mma_desc(const mma_shape *s, clflash_dtype t);
 
-/* One shape against the fp64 reference; with want_tuning, the plan's tuning must contain it. */
+/* One shape against the fp64 reference; with want_tuning, the plan's tuning must contain it (or,
+ * written "!SETTING", must not). */
 static void run_shape_tuned(const mma_shape *s, clflash_dtype t, const char *want_tuning)
 {
     const clflash_attention_desc d = mma_desc(s, t);
@@ -730,9 +732,11 @@ static void run_shape_tuned(const mma_shape *s, clflash_dtype t, const char *wan
         refused && strcmp(numerics_kernel, "nv_wgmma_forward") == 0 ? "nv_mma_forward" : numerics_kernel;
     ck_assert_msg(strcmp(plan.kernel, expected) == 0, "%s: planned %s, not %s; build log: %s", what, plan.kernel,
                   expected, clflash_context_build_log(ctx));
-    if (want_tuning)
-        ck_assert_msg(strstr(plan.tuning, want_tuning) != NULL, "%s: planned %s, without %s", what, plan.tuning,
-                      want_tuning);
+    if (want_tuning) { /* "!SETTING": the plan must not contain it */
+        const int absent = want_tuning[0] == '!';
+        ck_assert_msg((strstr(plan.tuning, want_tuning + absent) != NULL) != absent, "%s: planned %s, %s %s", what,
+                      plan.tuning, absent ? "with" : "without", want_tuning + absent);
+    }
     if (s->splits)
         ck_assert_uint_eq(plan.splits, s->splits);
     const uint32_t group = s->hq / hkv;
@@ -821,6 +825,24 @@ START_TEST(features_against_reference)
     ck_assert_int_eq(clflash_context_set_tuning(ctx, "nv_forward.bias_staged=0"), CLFLASH_SUCCESS);
     run_shape(s, t);
     ck_assert_int_eq(clflash_context_set_tuning(ctx, "nv_forward.bias_staged=1"), CLFLASH_SUCCESS);
+}
+END_TEST
+
+/* Biases of one shape that differ only in layout, planned one after the other in one context (so
+ * through its plan cache): staged in local memory (offset and strides in multiples of 4 floats),
+ * then rows of 302 floats (pairs, but no 16-byte pieces: a staged plan would copy misaligned
+ * pieces), then one row of the keys for every query (row stride 0, which stays in registers), then
+ * staged again. Each gets the plan of its own layout and the reference's result. */
+START_TEST(bias_layouts_in_one_context)
+{
+    mma_shape s = {2, 3, 0, 150, 302, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, BIAS_PADDED, 0};
+    run_shape_tuned(&s, CLFLASH_F16, "nv_forward.bias_staged=1");
+    s.bias = BIAS_SHARED;
+    run_shape_tuned(&s, CLFLASH_F16, "!nv_forward.bias_staged=1");
+    s.bias = BIAS_ROWS;
+    run_shape_tuned(&s, CLFLASH_F16, "!nv_forward.bias_staged=1");
+    s.bias = BIAS_PADDED;
+    run_shape_tuned(&s, CLFLASH_F16, "nv_forward.bias_staged=1");
 }
 END_TEST
 
@@ -1363,8 +1385,10 @@ int main(int argc, char **argv)
         }
     }
     /* "features FIRST [LAST]": those feature rows only, each in both types */
-    int first = -1, last = -1;
-    if (wgmma && argc > 2) { /* "wgmma FIRST [LAST]": rows of wgmma_shapes */
+    int first = -1, last = -1, layouts = 0;
+    if (forward && argc == 3 && strcmp(argv[2], "layouts") == 0) { /* "numerics layouts" */
+        layouts = 1;
+    } else if (wgmma && argc > 2) { /* "wgmma FIRST [LAST]": rows of wgmma_shapes */
         first = (int)strtol(argv[2], NULL, 10);
         last = argc > 3 ? (int)strtol(argv[3], NULL, 10) : first;
         if (first < 0 || last < first || last >= (int)N_WGMMA_SHAPES) {
@@ -1386,7 +1410,9 @@ int main(int argc, char **argv)
     TCase *tc = tcase_create(part);
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, TEST_TIMEOUT_S);
-    if (wgmma && first >= 0) {
+    if (layouts) {
+        tcase_add_test(tc, bias_layouts_in_one_context);
+    } else if (wgmma && first >= 0) {
         tcase_add_loop_test(tc, wgmma_against_reference, first, last + 1);
         tcase_add_loop_test(tc, wgmma_against_reference, (int)N_WGMMA_SHAPES + first,
                             (int)N_WGMMA_SHAPES + last + 1);
@@ -1398,6 +1424,7 @@ int main(int argc, char **argv)
     } else if (forward) {
         tcase_add_loop_test(tc, against_reference, 0, 2 * (int)N_SHAPES);
         tcase_add_loop_test(tc, features_against_reference, 0, 2 * (int)N_FEATURE_SHAPES);
+        tcase_add_test(tc, bias_layouts_in_one_context);
         tcase_add_test(tc, repeatable);
         tcase_add_test(tc, split_batch_independent);
         tcase_add_loop_test(tc, fused_merge_same_bits, 0, (int)N_OF(fused_cases));
