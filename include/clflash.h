@@ -310,8 +310,11 @@ CLFLASH_API const char *clflash_context_build_log(const clflash_context *c);
  *                              (8), and 0 or 1: the first round's loads before the lse phase (1)
  *      nv_forward.bias_staged  0 or 1: a bias whose offset and strides are multiples of 4 floats
  *                              staged in local memory beside K and V, with two 16-row slices per
- *                              warp (1), or read into registers a tile ahead with one slice (0,
- *                              the default)
+ *                              warp (1, the default), or read into registers a tile ahead with one
+ *                              slice (0, and every other bias, a row stride of 0 included)
+ *      nv_forward.q_chunk      1..65536: with the causal mask, the query blocks (the last rows
+ *                              first) that run side by side over every head and batch entry
+ *                              before the next ones (default 1)
  *      nv_backward.block       16..64, a cap on B of the tensor-core backward (rounded down to a
  *                              multiple of 16)
  *      nv_backward.warps       1..16, its warps per work-group
@@ -350,6 +353,11 @@ CLFLASH_API const char *clflash_context_build_log(const clflash_context *c);
  *      nv_wgmma.work_groups    0..65536: the most work-groups the persistent kernel launches (0,
  *                              the default: the device's compute units); fewer leave compute units
  *                              to other work, and let tests run many blocks per work-group
+ *      nv_wgmma.q_chunk        0..65536: the query blocks that run side by side over every head
+ *                              and batch entry before the next ones, the last rows first with the
+ *                              causal mask, so that they share K and V in the L2 cache (0, the
+ *                              default: 4 with the causal mask up to head_dim 128, 1 at 256, all
+ *                              of a head's blocks without the mask)
  * For each call the rules whose conditions hold apply in order, a later value winning. The order:
  * clflash's built-in rules (register tiles for the AMD and Intel GPU families whose compilers
  * spill the planner's defaults: docs/tuning.md lists them), the file named by the environment
