@@ -680,6 +680,10 @@ CLFLASH_INTERNAL const char *clflash_nv_wgmma_refusal(const clflash_context *c, 
 /* 1 if p has a sliding window at least as wide as the default mode takes to nv_wgmma_forward, else
  * 0: the one fact about a window's width a plan depends on (plan_cache.c keys on it). */
 CLFLASH_INTERNAL int clflash_nv_wgmma_wide_window(const clflash_problem *p);
+/* 1 if K's and V's row strides are ones a TMA tensor map can describe (at least head_dim, and
+ * below 2^40 bytes), else 0: whether the kernel's tiles may come through TMA (plan_cache.c keys
+ * on it). */
+CLFLASH_INTERNAL int clflash_nv_wgmma_tma_strides(const clflash_problem *p);
 /* Plans and builds it through the sm_90a path (call only when the refusal is NULL and
  * clflash_sm90a_available says yes). Same contract as clflash_plan_nv_mma; any error means: plan
  * nv_mma_forward instead. */

@@ -234,16 +234,22 @@ static uint32_t warpgroups_for(const clflash_context *c, const clflash_problem *
     return needed < most ? (uint32_t)needed : most;
 }
 
-/* 1 where the producer's tiles come through the tensor memory accelerator (WG_TMA): nv_wgmma.tma,
- * for the producer loop at (head_dim, B) (128, 32), (64, 64) or (256, 16), the ones the kernel
- * builds it for, and K and V rows that a tensor map can describe (rows apart by at least one row and less than
- * 2^40 bytes: the map's stride field). */
-static int tma(const clflash_context *c, const clflash_problem *p, uint32_t block)
+/* 1 where K's and V's rows are ones a tensor map can describe: apart by at least one row and by
+ * less than 2^40 bytes (the map's stride field). */
+int clflash_nv_wgmma_tma_strides(const clflash_problem *p)
 {
     const uint64_t most = (1ull << 40) / 2;
-    return producer(c, p) && !pipelined(c, p) && padded_dim(p) * block == 4096 &&
-           p->k.seq_stride >= p->head_dim && p->v.seq_stride >= p->head_dim && p->k.seq_stride < most &&
-           p->v.seq_stride < most && clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_TMA, NULL) != 0;
+    return p->k.seq_stride >= p->head_dim && p->v.seq_stride >= p->head_dim && p->k.seq_stride < most &&
+           p->v.seq_stride < most;
+}
+
+/* 1 where the producer's tiles come through the tensor memory accelerator (WG_TMA): nv_wgmma.tma,
+ * for the producer loop at (head_dim, B) (128, 32), (64, 64) or (256, 16), the ones the kernel
+ * builds it for, and K and V rows that a tensor map can describe (clflash_nv_wgmma_tma_strides). */
+static int tma(const clflash_context *c, const clflash_problem *p, uint32_t block)
+{
+    return producer(c, p) && !pipelined(c, p) && padded_dim(p) * block == 4096 && clflash_nv_wgmma_tma_strides(p) &&
+           clflash_tune_value(c, p, CLFLASH_TUNE_NV_WGMMA_TMA, NULL) != 0;
 }
 
 /* The call's blocks of block_q query rows: one per work-group, or what the persistent kernel's

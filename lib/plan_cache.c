@@ -11,11 +11,11 @@
  * seq_q, the features switched on, the bias's broadcasts and alignment, forced block and splits,
  * layout alignment, lse, the tuning settings that apply to the call, the page size of a paged KV
  * cache, whether the batch is packed with variable lengths, whether a sliding window is wide
- * enough for the Hopper kernel's default rule) with seq_k reduced to what plans depend on (its
- * length rounded up to 16 up to 4096, which caps B, and seq_k / 256 up to 1024, which caps the
- * split count: the split rules' minimum part lengths are multiples of 256).
- * The seq_k-dependent fields of the plan (tiles_k, the score matrix, keys per part, workspace)
- * are recomputed per call.
+ * enough for the Hopper kernel's default rule and whether K's and V's row strides let its tiles
+ * come through TMA) with seq_k reduced to what plans depend on (its length rounded up to 16 up to
+ * 4096, which caps B, and seq_k / 256 up to 1024, which caps the split count: the split rules'
+ * minimum part lengths are multiples of 256). The seq_k-dependent fields of the plan (tiles_k,
+ * the score matrix, keys per part, workspace) are recomputed per call.
  *
  * Kernel objects are not safe to set arguments on from two threads at once: an entry keeps the
  * kernels not in use, a call takes one (or creates one more from the same program if all are
@@ -33,7 +33,7 @@
 #define MAX_ENTRIES 256
 
 typedef struct {
-    uint32_t w[19];
+    uint32_t w[20];
     clflash_tune_values tune; /* the tuning settings for the call (tuning_params.c), unset values 0 */
 } plan_key;
 
@@ -87,6 +87,7 @@ static void make_key(const clflash_problem *p, int with_lse, plan_key *k)
     k->w[16] = (uint32_t)p->varlen; /* a variable-length batch builds the kernels with VARLEN=1 */
     k->w[17] = (uint32_t)clflash_kv_token_major(p); /* the CPU decoding kernel takes whole key slots */
     k->w[18] = (uint32_t)clflash_nv_wgmma_wide_window(p); /* the Hopper kernel's default takes wide windows */
+    k->w[19] = (uint32_t)clflash_nv_wgmma_tma_strides(p); /* its tiles through TMA: K and V rows a map describes */
     memcpy(&k->tune, &p->tune, sizeof k->tune); /* clflash_tune_resolve zeroes what is unset, padding too */
 }
 
