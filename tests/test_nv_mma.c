@@ -45,6 +45,7 @@
  *                         bwd_feature_shapes, from 0; LAST defaults to the table's last), in f16
  *                         and bf16: a short run on a device after a change to one feature.
  *   test_nv_mma numerics layouts  only bias_layouts_in_one_context (the plan cache's bias key).
+ *   test_nv_mma wgmma layouts  only wgmma_kv_strides_in_one_context (its key of K's and V's strides).
  *
  * Own small harness: the shared one stores only f32 and f16.
  */
@@ -460,7 +461,8 @@ END_TEST
 
 typedef struct {
     uint32_t batch, hq, hkv, sq, sk, d, flags, block;
-    int interleaved; /* [batch][seq][heads][d] layouts with an offset of 8 and gaps (2: of 3 and 5) */
+    int interleaved; /* [batch][seq][heads][d] layouts with an offset of 8 and gaps (2: of 3 and 5);
+                      * 3: K's and V's rows half a row apart instead (overlapping_rows) */
     int rising;      /* K grows 8x from the first key to the last, so that row maxima keep growing */
     float scale;     /* the descriptor's scale (0 = 1/sqrt(d)) */
     uint32_t splits; /* num_splits (0: the planner's) */
@@ -621,6 +623,18 @@ static clflash_layout interleaved(uint32_t heads, uint32_t seq, uint32_t d, int 
     l.seq_stride = (uint64_t)heads * d + (odd ? 3 : 8);
     l.head_stride = d;
     l.batch_stride = l.seq_stride * seq + (odd ? 5 : 8);
+    return l;
+}
+
+/* K's or V's layout with rows half a row apart, each key sharing half its row with the next (a
+ * layout nothing forbids for inputs), and each head's rows after the one before's. */
+static clflash_layout overlapping_rows(uint32_t heads, uint32_t seq, uint32_t d)
+{
+    clflash_layout l;
+    l.offset = 0;
+    l.seq_stride = d / 2;
+    l.head_stride = (uint64_t)(seq + 1) * (d / 2);
+    l.batch_stride = heads * l.head_stride;
     return l;
 }
 
@@ -963,6 +977,23 @@ START_TEST(wgmma_against_reference)
 }
 END_TEST
 
+/* K and V layouts of one shape planned one after the other in one context (so through its plan
+ * cache): rows a row apart, whose tiles come through TMA (the default), then half a row apart,
+ * which a tensor map cannot describe (the tiles come by cp.async), then a row apart again. Each
+ * gets the plan of its own layout and the reference's result. */
+START_TEST(wgmma_kv_strides_in_one_context)
+{
+    /* CLFLASH_TUNE may ask for a loop without TMA; then only the second plan's is checked */
+    const char *const with_tma = getenv("CLFLASH_TUNE") ? NULL : "nv_wgmma.tma=1";
+    mma_shape s = {1, 2, 0, 129, 300, 128, CLFLASH_CAUSAL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    run_shape_tuned(&s, CLFLASH_F16, with_tma);
+    s.interleaved = 3;
+    run_shape_tuned(&s, CLFLASH_F16, "nv_wgmma.tma=0");
+    s.interleaved = 0;
+    run_shape_tuned(&s, CLFLASH_F16, with_tma);
+}
+END_TEST
+
 /* Same inputs, same bits: no atomics, a fixed order of every sum. */
 START_TEST(repeatable)
 {
@@ -1161,7 +1192,10 @@ static clflash_attention_desc mma_desc(const mma_shape *s, clflash_dtype t)
         d.bias_broadcast = CLFLASH_BROADCAST_BATCH | CLFLASH_BROADCAST_HEADS;
     else if (s->bias == BIAS_ROWS)
         d.bias_broadcast = CLFLASH_BROADCAST_ROWS;
-    if (s->interleaved) {
+    if (s->interleaved == 3) {
+        d.k = overlapping_rows(hkv, s->sk, s->d);
+        d.v = overlapping_rows(hkv, s->sk, s->d);
+    } else if (s->interleaved) {
         d.q = interleaved(s->hq, s->sq, s->d, s->interleaved == 2);
         d.k = interleaved(hkv, s->sk, s->d, s->interleaved == 2);
         d.v = interleaved(hkv, s->sk, s->d, s->interleaved == 2);
@@ -1388,6 +1422,8 @@ int main(int argc, char **argv)
     int first = -1, last = -1, layouts = 0;
     if (forward && argc == 3 && strcmp(argv[2], "layouts") == 0) { /* "numerics layouts" */
         layouts = 1;
+    } else if (wgmma && argc == 3 && strcmp(argv[2], "layouts") == 0) { /* "wgmma layouts" */
+        layouts = 1;
     } else if (wgmma && argc > 2) { /* "wgmma FIRST [LAST]": rows of wgmma_shapes */
         first = (int)strtol(argv[2], NULL, 10);
         last = argc > 3 ? (int)strtol(argv[3], NULL, 10) : first;
@@ -1411,7 +1447,7 @@ int main(int argc, char **argv)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, TEST_TIMEOUT_S);
     if (layouts) {
-        tcase_add_test(tc, bias_layouts_in_one_context);
+        tcase_add_test(tc, wgmma ? wgmma_kv_strides_in_one_context : bias_layouts_in_one_context);
     } else if (wgmma && first >= 0) {
         tcase_add_loop_test(tc, wgmma_against_reference, first, last + 1);
         tcase_add_loop_test(tc, wgmma_against_reference, (int)N_WGMMA_SHAPES + first,
@@ -1430,6 +1466,7 @@ int main(int argc, char **argv)
         tcase_add_loop_test(tc, fused_merge_same_bits, 0, (int)N_OF(fused_cases));
     } else if (wgmma) {
         tcase_add_loop_test(tc, wgmma_against_reference, 0, 2 * (int)N_WGMMA_SHAPES);
+        tcase_add_test(tc, wgmma_kv_strides_in_one_context);
     } else if (backward) {
         tcase_add_loop_test(tc, backward_against_reference, 0, 2 * (int)N_BWD_SHAPES);
         tcase_add_loop_test(tc, backward_features_against_reference, 0, 2 * (int)N_BWD_FEATURE_SHAPES);
