@@ -202,7 +202,7 @@
 #define WG_PERSIST 0
 #endif
 #ifndef WG_Q_CHUNK
-#define WG_Q_CHUNK (CAUSAL ? 1 : 0)
+#error "WG_Q_CHUNK is set by the host (lib/nv_wgmma_forward_plan.c)"
 #endif
 #if !defined(WARPGROUPS) || !defined(STAGES) || !defined(WG_PIPE) || WARPS != 4 * (WARPGROUPS + WG_PRODUCER)
 #error "WARPGROUPS, STAGES, WG_PIPE, WG_PRODUCER and WARPS = 4 * (WARPGROUPS + WG_PRODUCER) are set by the host (lib/nv_wgmma_forward_plan.c)"

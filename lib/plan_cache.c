@@ -57,7 +57,7 @@ static uint32_t bias_class(const clflash_problem *p)
     const uint64_t all = b->offset | b->batch_stride | b->head_stride | b->seq_stride;
     if (p->bias == NULL)
         return 0;
-    return (uint32_t)(all % 2 == 0) | (uint32_t)(all % 4 == 0) << 1 | (uint32_t)(b->batch_stride == 0) << 2 |
+    return (uint32_t)clflash_bias_pairs(p) | (uint32_t)(all % 4 == 0) << 1 | (uint32_t)(b->batch_stride == 0) << 2 |
            (uint32_t)(b->head_stride == 0) << 3 | (uint32_t)(b->seq_stride == 0) << 4;
 }
 
