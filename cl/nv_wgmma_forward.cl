@@ -1795,9 +1795,10 @@ wg_consume_in_turns(float acc[O_ACC], const uint qa[4 * QK_STEPS], wg_rows *rw, 
             wg_softmax(s, pa, rw, wg_tile_key(key_begin, j, first, n_tiles), ru, t, &bt);
             wg_rescale(acc, rw);
         }
-        /* O += P V of the last tile: in the next tile's turn, or at the end */
+        /* O += P V of the last tile: in the next tile's turn (WG_OWN_ROWS: a warpgroup whose
+         * rows see no more tiles), or at the end */
         const uint gv = before + j - 1, vslot = gv % V_SLOTS;
-        if (j < n_tiles) {
+        if (WG_OWN_ROWS && j < n_tiles) {
             const uint gk = before + j, kslot = gk % K_SLOTS;
             mbar_wait(k_bars + 2 * kslot, (gk / K_SLOTS) % 2);
             mbar_wait(v_bars + 2 * vslot, (gv / V_SLOTS) % 2);
@@ -1818,7 +1819,7 @@ wg_consume_in_turns(float acc[O_ACC], const uint qa[4 * QK_STEPS], wg_rows *rw, 
     }
     for (; j < n_tiles; j++)
         wg_pass_tile(k_bars, v_bars, before, j, turns, wg);
-    if (n_tiles > 0) { /* the last V tile, which no product here read */
+    if (WG_OWN_ROWS && n_tiles > 0) { /* the last V tile, which no product here read */
         const uint gv = before + n_tiles - 1, vslot = gv % V_SLOTS;
         mbar_wait(v_bars + 2 * vslot, (gv / V_SLOTS) % 2);
         mbar_arrive(v_bars + 2 * vslot + 1);
