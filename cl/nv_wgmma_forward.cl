@@ -25,7 +25,9 @@
  * of common.cl: sliding windows, softcap, ALiBi, key lengths and the diagonal's offset and
  * alignment; a bias in the producer loop with turns (read into registers, wg_load_bias).
  * The tiles a block does not see are skipped (block_key_range), the masks applied only on those
- * some row sees in part. No paged caches, variable-length batches, split-KV or head packing: the
+ * some row sees in part; with the causal mask or a window, in the producer loop with turns, each
+ * warpgroup skips the products of the tiles its own rows do not see and masks by its own rows
+ * (WG_OWN_ROWS). No paged caches, variable-length batches, split-KV or head packing: the
  * host never builds it with them (the #error below).
  *
  * Work: a work-group of WARPGROUPS warpgroups (128 work-items each) owns BLOCK_Q = 64 * WARPGROUPS
@@ -1705,20 +1707,6 @@ static inline void wg_fence_copies(void)
 #endif
 }
 
-/* The producer loop's consumer warpgroup wg (WG_PRODUCER, WG_PIPE 0): S(0) and its softmax, then for
- * each next tile j one wgmma group pair, O += P(j - 1) V(j - 1) and S(j), issued together and waited
- * for once, then softmax(j); O += P V of the last tile at the end. The consumers issue their pairs
- * in turns (FlashAttention-3's ping-pong, over WARPGROUPS consumers): warpgroup wg waits on named
- * barrier 2 + wg before it issues and arrives on the next one's, 2 + (wg + 1) % WARPGROUPS, after,
- * so that the tensor cores take the warpgroups' products one pair after another while the others
- * run their softmaxes. The last warpgroup arrives once before the loop (the first turn is
- * warpgroup 0's), and warpgroup 0 takes the last warpgroup's last arrival after it, so each
- * barrier ends as it began; every consumer has the same tile count, so the turns match. One
- * warpgroup alone takes no turns. On an H100 (n = 4096, f16) the turns ran 1.03-1.04x faster than
- * the loop that waited for S and O += P V apart, 1.07x with the causal mask and 1.13x at head_dim 64
- * (docs/performance/h200.md). K(j) is in K slot j % K_SLOTS, V(j) in V slot j % V_SLOTS; each slot is
- * freed on its empty mbarrier once the group that read it is complete. Tile j is the j-th the block
- * takes, from tile `first` round (wg_tile_key; in key order but with WG_ROTATE). */
 /* The turn of tile j's pair (WG_PRODUCER's consumers, j >= 1): taken on named barrier 2 + wg and
  * passed on to the next warpgroup's. */
 static inline void wg_turn_take(int turns, uint wg)
@@ -1749,6 +1737,23 @@ static inline void wg_pass_tile(__local ulong *k_bars, __local ulong *v_bars, ui
     mbar_arrive(k_bars + 2 * kslot + 1);
 }
 
+/* The producer loop's consumer warpgroup wg (WG_PRODUCER, WG_PIPE 0): S(0) and its softmax, then for
+ * each next tile j one wgmma group pair, O += P(j - 1) V(j - 1) and S(j), issued together and waited
+ * for once, then softmax(j); O += P V of the last tile at the end. The consumers issue their pairs
+ * in turns (FlashAttention-3's ping-pong, over WARPGROUPS consumers): warpgroup wg waits on named
+ * barrier 2 + wg before it issues and arrives on the next one's, 2 + (wg + 1) % WARPGROUPS, after,
+ * so that the tensor cores take the warpgroups' products one pair after another while the others
+ * run their softmaxes. The last warpgroup arrives once before the loop (the first turn is
+ * warpgroup 0's), and warpgroup 0 takes the last warpgroup's last arrival after it, so each
+ * barrier ends as it began; every consumer has the same tile count, so the turns match. One
+ * warpgroup alone takes no turns. On an H100 (n = 4096, f16) the turns ran 1.03-1.04x faster than
+ * the loop that waited for S and O += P V apart, 1.07x with the causal mask and 1.13x at head_dim 64
+ * (docs/performance/h200.md). K(j) is in K slot j % K_SLOTS, V(j) in V slot j % V_SLOTS; each slot is
+ * freed on its empty mbarrier once the group that read it is complete. Tile j is the j-th the block
+ * takes, from tile `first` round (wg_tile_key; in key order but with WG_ROTATE). The warpgroup
+ * computes tiles j_lo .. j_hi - 1 only (all of them unless WG_OWN_ROWS: wg_consume): before and
+ * after them it waits for each tile, takes its turn and frees the tile's slots (wg_pass_tile), and
+ * S of its first tile and O += P V of its last are each a turn of their own. */
 static inline __attribute__((always_inline)) void
 wg_consume_in_turns(float acc[O_ACC], const uint qa[4 * QK_STEPS], wg_rows *rw, const wg_rules *ru, uint t, uint wg,
                     __local const ushort *k_ring, __local const ushort *v_ring, __local ulong *k_bars,
@@ -1852,8 +1857,9 @@ static inline __attribute__((always_inline)) void wg_own_tiles(wg_rules *ru, uin
 /* The consumer loop for warpgroup wg (wg_consume_in_turns). With WG_OWN_ROWS each warpgroup runs a
  * copy of its own, its index a constant there, on the tiles its rows see (wg_own_tiles): every
  * branch inside is then the same for all work-items of the work-group, not only of the warpgroup.
- * On an H100 the same ranges reckoned from each work-item's row made the causal forward 1.2x slower
- * (NVIDIA's compiler then treats the branches of the loop as divergent). */
+ * On an H100 the same ranges reckoned from each work-item's row made the causal forward 1.05-1.2x
+ * slower, presumably because NVIDIA's compiler must then treat the loop's branches as divergent
+ * (docs/performance/h200.md). */
 static inline __attribute__((always_inline)) void
 wg_consume(float acc[O_ACC], const uint qa[4 * QK_STEPS], wg_rows *rw, const wg_rules *ru, uint t, uint wg,
            __local const ushort *k_ring, __local const ushort *v_ring, __local ulong *k_bars, __local ulong *v_bars,
