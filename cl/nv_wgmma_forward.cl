@@ -25,7 +25,9 @@
  * of common.cl: sliding windows, softcap, ALiBi, key lengths and the diagonal's offset and
  * alignment; a bias in the producer loop with turns (read into registers, wg_load_bias).
  * The tiles a block does not see are skipped (block_key_range), the masks applied only on those
- * some row sees in part. No paged caches, variable-length batches, split-KV or head packing: the
+ * some row sees in part; with the causal mask or a window, in the producer loop with turns, each
+ * warpgroup skips the products of the tiles its own rows do not see and masks by its own rows
+ * (WG_OWN_ROWS). No paged caches, variable-length batches, split-KV or head packing: the
  * host never builds it with them (the #error below).
  *
  * Work: a work-group of WARPGROUPS warpgroups (128 work-items each) owns BLOCK_Q = 64 * WARPGROUPS
@@ -1253,6 +1255,12 @@ typedef struct {
 #define WG_TRANSFORMED_SCALE 1.0f
 #endif
 
+/* WG_OWN_ROWS: the warpgroups of the producer loop with turns each take the tiles their own rows
+ * see and the masks of those rows (wg_consume), where the warpgroups' rows see different tiles
+ * (the causal mask, a window) and the order of the tiles is the keys' (not WG_ROTATE's). Not at
+ * head_dim 256 nor with a bias, where the registers are short. */
+#define WG_OWN_ROWS (WG_PRODUCER && !WG_PIPE && (CAUSAL || WINDOW) && HEAD_DIM <= 128 && !BIAS && !WG_ROTATE)
+
 /* The score rules of a lane, the same for every tile (wg_softmax): the keys [no_mask_lo,
  * no_mask_hi) every row of the block sees (a tile inside them needs no mask), the first and last
  * key each of the lane's two rows sees (common.cl's visible_keys; the last below the first where
@@ -1699,6 +1707,36 @@ static inline void wg_fence_copies(void)
 #endif
 }
 
+/* The turn of tile j's pair (WG_PRODUCER's consumers, j >= 1): taken on named barrier 2 + wg and
+ * passed on to the next warpgroup's. */
+static inline void wg_turn_take(int turns, uint wg)
+{
+    if (turns)
+        __asm__ __volatile__("bar.sync %0, %1;\n" ::"r"(2 + wg), "n"(256) : "memory");
+}
+
+static inline void wg_turn_pass(int turns, uint wg)
+{
+    if (turns)
+        __asm__ __volatile__("bar.arrive %0, %1;\n" ::"r"(2 + (wg + 1) % WARPGROUPS), "n"(256) : "memory");
+}
+
+/* Tile j (the ring's tile gk = before + j) where the warpgroup computes nothing: it waits for K(j)
+ * and V(j - 1), takes its turn and frees both, as the tiles it computes do. */
+static inline void wg_pass_tile(__local ulong *k_bars, __local ulong *v_bars, uint before, uint j, int turns, uint wg)
+{
+    const uint gk = before + j, kslot = gk % K_SLOTS;
+    mbar_wait(k_bars + 2 * kslot, (gk / K_SLOTS) % 2);
+    if (j > 0) {
+        const uint gv = gk - 1, vslot = gv % V_SLOTS;
+        mbar_wait(v_bars + 2 * vslot, (gv / V_SLOTS) % 2);
+        wg_turn_take(turns, wg);
+        wg_turn_pass(turns, wg);
+        mbar_arrive(v_bars + 2 * vslot + 1);
+    }
+    mbar_arrive(k_bars + 2 * kslot + 1);
+}
+
 /* The producer loop's consumer warpgroup wg (WG_PRODUCER, WG_PIPE 0): S(0) and its softmax, then for
  * each next tile j one wgmma group pair, O += P(j - 1) V(j - 1) and S(j), issued together and waited
  * for once, then softmax(j); O += P V of the last tile at the end. The consumers issue their pairs
@@ -1712,53 +1750,143 @@ static inline void wg_fence_copies(void)
  * the loop that waited for S and O += P V apart, 1.07x with the causal mask and 1.13x at head_dim 64
  * (docs/performance/h200.md). K(j) is in K slot j % K_SLOTS, V(j) in V slot j % V_SLOTS; each slot is
  * freed on its empty mbarrier once the group that read it is complete. Tile j is the j-th the block
- * takes, from tile `first` round (wg_tile_key; in key order but with WG_ROTATE). */
+ * takes, from tile `first` round (wg_tile_key; in key order but with WG_ROTATE). The warpgroup
+ * computes tiles j_lo .. j_hi - 1 only (all of them unless WG_OWN_ROWS: wg_consume): before and
+ * after them it waits for each tile, takes its turn and frees the tile's slots (wg_pass_tile), and
+ * S of its first tile and O += P V of its last are each a turn of their own. */
 static inline __attribute__((always_inline)) void
 wg_consume_in_turns(float acc[O_ACC], const uint qa[4 * QK_STEPS], wg_rows *rw, const wg_rules *ru, uint t, uint wg,
                     __local const ushort *k_ring, __local const ushort *v_ring, __local ulong *k_bars,
-                    __local ulong *v_bars, uint key_begin, uint n_tiles, uint first, uint before)
+                    __local ulong *v_bars, uint key_begin, uint n_tiles, uint first, uint before, uint j_lo,
+                    uint j_hi)
 {
     const int turns = WARPGROUPS > 1 && n_tiles > 1;
     float s[S_ACC];
     uint pa[4 * P_STEPS];
     wg_bias bt; /* the tile's biases (BIAS), loaded before its waits */
-    if (n_tiles > 0) {
-        const uint kslot = before % K_SLOTS;
-        wg_load_bias(&bt, ru, wg_tile_key(key_begin, 0, first, n_tiles), t);
-        mbar_wait(k_bars + 2 * kslot, (before / K_SLOTS) % 2);
-        wg_fence_copies();
-        wg_scores(s, qa, k_ring + kslot * TILE_HALVES);
-        mbar_arrive(k_bars + 2 * kslot + 1);
-        wg_softmax(s, pa, rw, wg_tile_key(key_begin, 0, first, n_tiles), ru, t, &bt);
-        wg_rescale(acc, rw);
-    }
-    for (uint j = 1; j < n_tiles; j++) {
-        const uint gk = before + j, gv = before + j - 1, kslot = gk % K_SLOTS, vslot = gv % V_SLOTS;
+    uint j = 0;
+    for (; j < j_lo; j++)
+        wg_pass_tile(k_bars, v_bars, before, j, turns, wg);
+    if (j < j_hi) { /* S of the first tile alone, in a turn unless it is the block's first */
+        const uint g0 = before + j, k0slot = g0 % K_SLOTS, v0slot = (g0 - 1) % V_SLOTS;
         wg_load_bias(&bt, ru, wg_tile_key(key_begin, j, first, n_tiles), t);
-        mbar_wait(k_bars + 2 * kslot, (gk / K_SLOTS) % 2);
-        mbar_wait(v_bars + 2 * vslot, (gv / V_SLOTS) % 2);
+        mbar_wait(k_bars + 2 * k0slot, (g0 / K_SLOTS) % 2);
+        if (j > 0)
+            mbar_wait(v_bars + 2 * v0slot, ((g0 - 1) / V_SLOTS) % 2);
         wg_fence_copies();
-        if (turns)
-            __asm__ __volatile__("bar.sync %0, %1;\n" ::"r"(2 + wg), "n"(256) : "memory");
-        wg_values_issue(acc, pa, v_ring + vslot * TILE_HALVES);
-        wg_scores_issue(s, qa, k_ring + kslot * TILE_HALVES);
-        if (turns)
-            __asm__ __volatile__("bar.arrive %0, %1;\n" ::"r"(2 + (wg + 1) % WARPGROUPS), "n"(256) : "memory");
-        wg_wait(0);
-        wg_keep_s(s);
-        wg_keep_o(acc, pa);
-        mbar_arrive(v_bars + 2 * vslot + 1);
-        mbar_arrive(k_bars + 2 * kslot + 1);
+        wg_turn_take(turns && j > 0, wg);
+        wg_scores(s, qa, k_ring + k0slot * TILE_HALVES);
+        wg_turn_pass(turns && j > 0, wg);
+        if (j > 0)
+            mbar_arrive(v_bars + 2 * v0slot + 1);
+        mbar_arrive(k_bars + 2 * k0slot + 1);
         wg_softmax(s, pa, rw, wg_tile_key(key_begin, j, first, n_tiles), ru, t, &bt);
         wg_rescale(acc, rw);
+        for (j++; j < j_hi; j++) {
+            const uint gk = before + j, gv = before + j - 1, kslot = gk % K_SLOTS, vslot = gv % V_SLOTS;
+            wg_load_bias(&bt, ru, wg_tile_key(key_begin, j, first, n_tiles), t);
+            mbar_wait(k_bars + 2 * kslot, (gk / K_SLOTS) % 2);
+            mbar_wait(v_bars + 2 * vslot, (gv / V_SLOTS) % 2);
+            wg_fence_copies();
+            wg_turn_take(turns, wg);
+            wg_values_issue(acc, pa, v_ring + vslot * TILE_HALVES);
+            wg_scores_issue(s, qa, k_ring + kslot * TILE_HALVES);
+            wg_turn_pass(turns, wg);
+            wg_wait(0);
+            wg_keep_s(s);
+            wg_keep_o(acc, pa);
+            mbar_arrive(v_bars + 2 * vslot + 1);
+            mbar_arrive(k_bars + 2 * kslot + 1);
+            wg_softmax(s, pa, rw, wg_tile_key(key_begin, j, first, n_tiles), ru, t, &bt);
+            wg_rescale(acc, rw);
+        }
+        /* O += P V of the last tile: in the next tile's turn (WG_OWN_ROWS: a warpgroup whose
+         * rows see no more tiles), or at the end */
+        const uint gv = before + j - 1, vslot = gv % V_SLOTS;
+        if (WG_OWN_ROWS && j < n_tiles) {
+            const uint gk = before + j, kslot = gk % K_SLOTS;
+            mbar_wait(k_bars + 2 * kslot, (gk / K_SLOTS) % 2);
+            mbar_wait(v_bars + 2 * vslot, (gv / V_SLOTS) % 2);
+            wg_fence_copies();
+            wg_turn_take(turns, wg);
+            wg_values(acc, pa, v_ring + vslot * TILE_HALVES);
+            wg_turn_pass(turns, wg);
+            mbar_arrive(v_bars + 2 * vslot + 1);
+            mbar_arrive(k_bars + 2 * kslot + 1);
+            j++;
+        } else {
+            mbar_wait(v_bars + 2 * vslot, (gv / V_SLOTS) % 2);
+            wg_fence_copies();
+            wg_values(acc, pa, v_ring + vslot * TILE_HALVES);
+            mbar_arrive(v_bars + 2 * vslot + 1);
+            return;
+        }
     }
-    if (n_tiles > 0) {
+    for (; j < n_tiles; j++)
+        wg_pass_tile(k_bars, v_bars, before, j, turns, wg);
+    if (WG_OWN_ROWS && n_tiles > 0) { /* the last V tile, which no product here read */
         const uint gv = before + n_tiles - 1, vslot = gv % V_SLOTS;
         mbar_wait(v_bars + 2 * vslot, (gv / V_SLOTS) % 2);
-        wg_fence_copies();
-        wg_values(acc, pa, v_ring + vslot * TILE_HALVES);
         mbar_arrive(v_bars + 2 * vslot + 1);
     }
+}
+
+#if WG_OWN_ROWS
+/* Warpgroup wg's tiles [*j_lo, *j_hi) of the block's n_tiles from key_begin (those some row of its
+ * 64 rows from row0 + 64 wg sees) and its no-mask keys in *ru (those every row of it sees; both
+ * ends of visible_keys grow with the row). None where its rows lie past seq_q. */
+static inline __attribute__((always_inline)) void wg_own_tiles(wg_rules *ru, uint *j_lo, uint *j_hi, uint wg, uint row0,
+                                                               uint seq_q, long diag_k, uint key_len, uint win_left,
+                                                               uint win_right, uint key_begin, uint n_tiles)
+{
+    const uint q_first = row0 + 64 * wg, q_last = min(q_first + 64, seq_q) - 1;
+    const long len = (long)key_len;
+    long first_lo, first_hi, last_lo, last_hi;
+    visible_keys(q_first, seq_q, diag_k, key_len, win_left, win_right, &first_lo, &first_hi);
+    visible_keys(q_last, seq_q, diag_k, key_len, win_left, win_right, &last_lo, &last_hi);
+    ru->no_mask_hi = (int)clamp(first_hi, -1L, len);
+    ru->no_mask_lo = (int)clamp(last_lo, -1L, len);
+    const long lo = first_lo - (long)key_begin, hi = last_hi - (long)key_begin;
+    *j_lo = lo <= 0 ? 0u : (uint)min(lo / BLOCK, (long)n_tiles);
+    *j_hi = q_first >= seq_q || hi <= 0 ? 0u : (uint)min((hi + BLOCK - 1) / BLOCK, (long)n_tiles);
+    if (*j_hi < *j_lo)
+        *j_hi = *j_lo;
+}
+#endif
+
+/* The consumer loop for warpgroup wg (wg_consume_in_turns). With WG_OWN_ROWS each warpgroup runs a
+ * copy of its own, its index a constant there, on the tiles its rows see (wg_own_tiles): every
+ * branch inside is then the same for all work-items of the work-group, not only of the warpgroup.
+ * On an H100 the same ranges reckoned from each work-item's row made the causal forward 1.05-1.2x
+ * slower, presumably because NVIDIA's compiler must then treat the loop's branches as divergent
+ * (docs/performance/h200.md). */
+static inline __attribute__((always_inline)) void
+wg_consume(float acc[O_ACC], const uint qa[4 * QK_STEPS], wg_rows *rw, const wg_rules *ru, uint t, uint wg,
+           __local const ushort *k_ring, __local const ushort *v_ring, __local ulong *k_bars, __local ulong *v_bars,
+           uint key_begin, uint n_tiles, uint first, uint before, uint row0, uint seq_q, long diag_k, uint key_len,
+           uint win_left, uint win_right)
+{
+#if WG_OWN_ROWS
+    wg_rules own = *ru;
+    uint j_lo, j_hi;
+    if (wg == 0) {
+        wg_own_tiles(&own, &j_lo, &j_hi, 0, row0, seq_q, diag_k, key_len, win_left, win_right, key_begin, n_tiles);
+        wg_consume_in_turns(acc, qa, rw, &own, t, 0, k_ring, v_ring, k_bars, v_bars, key_begin, n_tiles, first,
+                            before, j_lo, j_hi);
+    } else if (WARPGROUPS > 2 && wg == 2) {
+        wg_own_tiles(&own, &j_lo, &j_hi, 2, row0, seq_q, diag_k, key_len, win_left, win_right, key_begin, n_tiles);
+        wg_consume_in_turns(acc, qa, rw, &own, t, 2, k_ring, v_ring, k_bars, v_bars, key_begin, n_tiles, first,
+                            before, j_lo, j_hi);
+    } else {
+        wg_own_tiles(&own, &j_lo, &j_hi, 1, row0, seq_q, diag_k, key_len, win_left, win_right, key_begin, n_tiles);
+        wg_consume_in_turns(acc, qa, rw, &own, t, 1, k_ring, v_ring, k_bars, v_bars, key_begin, n_tiles, first,
+                            before, j_lo, j_hi);
+    }
+#else
+    (void)row0, (void)seq_q, (void)diag_k, (void)key_len, (void)win_left, (void)win_right;
+    wg_consume_in_turns(acc, qa, rw, ru, t, wg, k_ring, v_ring, k_bars, v_bars, key_begin, n_tiles, first, before, 0,
+                        n_tiles);
+#endif
 }
 
 /* The turns' start and end around the blocks of a consumer warpgroup wg (wg_consume_in_turns): the
@@ -2003,8 +2131,9 @@ void nv_wgmma_forward(__global const ushort *q, __global const ushort *k, __glob
 #elif WG_PRODUCER
     if (n_tiles > 1)
         wg_turns_open(warp / 4);
-    wg_consume_in_turns(acc, qa, &rw, &ru, t, warp / 4, k_ring, v_ring, k_bars, v_bars, key_begin, n_tiles,
-                        wg_first_tile(row0, seq_q, diag_k, key_begin, n_tiles), 0);
+    wg_consume(acc, qa, &rw, &ru, t, warp / 4, k_ring, v_ring, k_bars, v_bars, key_begin, n_tiles,
+               wg_first_tile(row0, seq_q, diag_k, key_begin, n_tiles), 0, row0, seq_q, diag_k, key_len, win_left,
+               win_right);
     if (n_tiles > 1)
         wg_turns_close(warp / 4);
 #else
@@ -2265,8 +2394,9 @@ void nv_wgmma_forward_persistent(__global const ushort *q, __global const ushort
         for (uint i = 0; i < O_ACC; i++)
             acc[i] = 0.0f;
         wg_rows rw = {-INFINITY, -INFINITY, 0.0f, 0.0f, 1.0f, 1.0f};
-        wg_consume_in_turns(acc, qa, &rw, &ru, t, wg, k_ring, v_ring, k_bars, v_bars, key_begin, n_tiles,
-                            wg_first_tile(row0, seq_q, diag_k, key_begin, n_tiles), before);
+        wg_consume(acc, qa, &rw, &ru, t, wg, k_ring, v_ring, k_bars, v_bars, key_begin, n_tiles,
+                   wg_first_tile(row0, seq_q, diag_k, key_begin, n_tiles), before, row0, seq_q, diag_k, key_len,
+                   win_left, win_right);
         before = (before + n_tiles) % WG_RING_CYCLE;
         if (n_tiles > 0) { /* this block's maps are free once every consumer is here */
             mbar_arrive(mbars + 2 * (K_SLOTS + V_SLOTS) + uses % 2);
