@@ -237,8 +237,13 @@ static inline void chunk_probabilities(float4 s0, float4 s1, float4 dp0, float4 
  * restarted at each query head), 0 through stage_rows (a division and a 64-bit multiply per 16-byte
  * copy). On the H200 (f16, n = 4096 and 16384) the stream gave 1.03x to 1.05x at head_dim 128 and
  * 0.92x to 1.02x at 64, so the host's default is head_dim >= 128. */
+/* NV_BWD_CHUNK (the host's nv_backward.chunk): 0 runs the launch in its order, every group of one
+ * head and batch entry (the dK/dV groups, then the dQ groups) after another, so that groups running
+ * side by side share their head's Q, dO, K and V in the L2 cache; C > 0 runs chunks of C group
+ * indices over every head and batch entry, so that they share what the heads share (a bias
+ * broadcast over them). */
 #ifndef NV_BWD_CHUNK
-#define NV_BWD_CHUNK 0
+#error "NV_BWD_CHUNK is set by the host (lib/nv_mma_backward_plan.c)"
 #endif
 #ifndef NV_BWD_STREAM
 #error "NV_BWD_STREAM is set by the host (lib/nv_mma_backward_plan.c)"
