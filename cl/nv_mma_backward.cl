@@ -237,6 +237,14 @@ static inline void chunk_probabilities(float4 s0, float4 s1, float4 dp0, float4 
  * restarted at each query head), 0 through stage_rows (a division and a 64-bit multiply per 16-byte
  * copy). On the H200 (f16, n = 4096 and 16384) the stream gave 1.03x to 1.05x at head_dim 128 and
  * 0.92x to 1.02x at 64, so the host's default is head_dim >= 128. */
+/* NV_BWD_CHUNK (the host's nv_backward.chunk): 0 runs the launch in its order, every group of one
+ * head and batch entry (the dK/dV groups, then the dQ groups) after another, so that groups running
+ * side by side share their head's Q, dO, K and V in the L2 cache; C > 0 runs chunks of C group
+ * indices over every head and batch entry, so that they share what the heads share (a bias
+ * broadcast over them). */
+#ifndef NV_BWD_CHUNK
+#error "NV_BWD_CHUNK is set by the host (lib/nv_mma_backward_plan.c)"
+#endif
 #ifndef NV_BWD_STREAM
 #error "NV_BWD_STREAM is set by the host (lib/nv_mma_backward_plan.c)"
 #endif
@@ -656,7 +664,19 @@ nv_mma_backward(__global const ushort *q, __global const ushort *k, __global con
     __local ushort *const tiles = (__local ushort *)words;
     __local float *const stats = (__local float *)(words + TILE_ROWS * ROW_STRIDE / 8);
     __local float4 swap[WARPS * SWAP_SLOTS]; /* add_partner_share's, with D_SPLIT 2 */
-    const uint grp = get_group_id(0), b = get_group_id(2);
+    uint grp = get_group_id(0), head = get_group_id(1), b = get_group_id(2);
+#if NV_BWD_CHUNK
+    {
+        /* chunks of NV_BWD_CHUNK groups over every head and batch entry (nv_mma_common.cl's
+         * chunked_block_order), so that groups reading the same bias columns or rows run together */
+        const uint n_g = get_num_groups(0), n_h = get_num_groups(1);
+        uint gi, hb;
+        chunked_block_order(grp + n_g * (head + n_h * b), n_g, n_h * get_num_groups(2), NV_BWD_CHUNK, &gi, &hb);
+        grp = gi;
+        head = hb % n_h;
+        b = hb / n_h;
+    }
+#endif
     /* The entry's queries and keys (VARLEN: its sequence's, from packed rows q_row and k_row; common.cl's
      * seq_span), which the groups treat as an ordinary entry's; seq_q and seq_k from row 0 without. */
     uint q_row, k_row;
@@ -698,12 +718,12 @@ nv_mma_backward(__global const ushort *q, __global const ushort *k, __global con
                             q_row};
     if (grp < tiles_k) {
         /* key groups exist per kv head; with VARLEN a group past its sequence's keys has none */
-        if (get_group_id(1) >= heads_kv || CLFLASH_BWD_SKIP_DKDV || (VARLEN && grp * ROWS >= len_k))
+        if (head >= heads_kv || CLFLASH_BWD_SKIP_DKDV || (VARLEN && grp * ROWS >= len_k))
             return;
-        key_group(&a, q, k, v, d_o, lse, dvec, dk, dv, bias, alibi, tiles, stats, swap, grp * ROWS, get_group_id(1),
+        key_group(&a, q, k, v, d_o, lse, dvec, dk, dv, bias, alibi, tiles, stats, swap, grp * ROWS, head,
                   b);
     } else if (!CLFLASH_BWD_SKIP_DQ && !(VARLEN && (grp - tiles_k) * ROWS >= len_q)) {
         query_group(&a, q, k, v, d_o, lse, dvec, dq, bias, alibi, tiles, swap, (grp - tiles_k) * ROWS,
-                    get_group_id(1), b);
+                    head, b);
     }
 }

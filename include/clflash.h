@@ -321,6 +321,9 @@ CLFLASH_API const char *clflash_context_build_log(const clflash_context *c);
  *      nv_backward.maxrregcount  32..255, a register cap passed to NVIDIA's compiler
  *      nv_backward.stream      0 or 1: how its dK/dV work-groups copy Q and dO (default 1 at
  *                              head_dim >= 128)
+ *      nv_backward.chunk       0..65536: its work-groups (dK/dV groups, then dQ groups) that run
+ *                              side by side over every head and batch entry before the next ones
+ *                              (0, the default: every group of one head after another)
  *      nv_wgmma.pipeline       0 or 1: the Hopper forward (nv_wgmma_forward) with its
  *                              pipelined loop, fed by a producer warpgroup (1), or the loop that
  *                              waits for every product (0, the default)

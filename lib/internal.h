@@ -108,6 +108,7 @@ typedef enum {
     CLFLASH_TUNE_NV_BACKWARD_WARPS,
     CLFLASH_TUNE_NV_BACKWARD_MAXRREGCOUNT,  /* -cl-nv-maxrregcount */
     CLFLASH_TUNE_NV_BACKWARD_STREAM,        /* the kernel's NV_BWD_STREAM */
+    CLFLASH_TUNE_NV_BACKWARD_CHUNK,         /* its NV_BWD_CHUNK: groups side by side over every head */
     CLFLASH_TUNE_NV_WGMMA_PIPELINE,         /* the Hopper forward's WG_PIPE */
     CLFLASH_TUNE_NV_WGMMA_BLOCK,            /* a cap on its B */
     CLFLASH_TUNE_NV_WGMMA_WARPGROUPS,       /* its WARPGROUPS (0: the planner's rule) */

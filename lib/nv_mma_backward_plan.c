@@ -67,6 +67,12 @@ static int bwd_stream(const clflash_context *c, const clflash_problem *p)
     return clflash_tune_value(c, p, CLFLASH_TUNE_NV_BACKWARD_STREAM, NULL) != 0;
 }
 
+/* The kernel's NV_BWD_CHUNK: nv_backward.chunk. */
+static uint32_t bwd_chunk(const clflash_context *c, const clflash_problem *p)
+{
+    return (uint32_t)clflash_tune_value(c, p, CLFLASH_TUNE_NV_BACKWARD_CHUNK, NULL);
+}
+
 /* The kernel's defines for (block, warps): the feature switches, then its shape and parameters. */
 static void kernel_defines(const clflash_context *c, const clflash_problem *p, uint32_t block, uint32_t warps,
                            char *buf, size_t size)
@@ -75,15 +81,15 @@ static void kernel_defines(const clflash_context *c, const clflash_problem *p, u
     clflash_feature_defines(p, 0, features, sizeof features);
     snprintf(buf, size,
              "%s -D HEAD_DIM=%u -D D_REAL=%u -D D_SPLIT=%u -D NV_ALIGNED=%d -D BLOCK=%u -D WARPS=%u "
-             "-D BIAS_PAIRS=%d -D NV_BWD_STREAM=%d " CLFLASH_BWD_SKIP_DEFINES,
+             "-D BIAS_PAIRS=%d -D NV_BWD_STREAM=%d -D NV_BWD_CHUNK=%u " CLFLASH_BWD_SKIP_DEFINES,
              features, padded_dim(p), p->head_dim, column_split(p), clflash_nv_rows_aligned(p), block, warps,
-             clflash_bias_pairs(p), bwd_stream(c, p));
+             clflash_bias_pairs(p), bwd_stream(c, p), bwd_chunk(c, p));
 }
 
 static clflash_status build(clflash_context *c, const clflash_problem *p, uint32_t block, uint32_t warps,
                             cl_kernel *kernel, cl_ulong *local_bytes, size_t *max_wg)
 {
-    char defines[512], shape[440];
+    char defines[640], shape[560];
     cl_program prog;
     cl_int err;
     clflash_status st;
@@ -159,8 +165,9 @@ clflash_status clflash_plan_nv_mma_backward(clflash_context *c, const clflash_pr
             /* threads_per_row 2: a warp's 32 lanes share its 16 rows (times the warps per 16 rows) */
             clflash_fill_plan(&out->plan, p, clflash_backward_tile_bytes, budget, block, rows, local_bytes,
                               variant_name, 2 * split, 32u * warps);
-            clflash_tune_report(&out->plan, "nv_backward.block=%u,nv_backward.warps=%u,nv_backward.stream=%d", block,
-                                warps, bwd_stream(c, p));
+            clflash_tune_report(&out->plan,
+                                "nv_backward.block=%u,nv_backward.warps=%u,nv_backward.stream=%d,nv_backward.chunk=%u",
+                                block, warps, bwd_stream(c, p), bwd_chunk(c, p));
             const int32_t regs = clflash_tune_value(c, p, CLFLASH_TUNE_NV_BACKWARD_MAXRREGCOUNT, NULL);
             if (regs != 0)
                 clflash_tune_report(&out->plan, ",nv_backward.maxrregcount=%d", (int)regs);

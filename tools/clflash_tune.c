@@ -424,7 +424,7 @@ typedef struct {
 static const char *param_keys(const char *kernel)
 {
     if (strcmp(kernel, "nv_mma_backward") == 0)
-        return "nv_backward.block=,nv_backward.warps=,nv_backward.maxrregcount=,nv_backward.stream=";
+        return "nv_backward.block=,nv_backward.warps=,nv_backward.maxrregcount=,nv_backward.stream=,nv_backward.chunk=";
     if (strcmp(kernel, "flash_backward_portable") == 0)
         return "portable.cpu_path=,portable_backward.max_block=,portable_backward.threads_per_row=,"
                "portable_backward.max_work_group=";
