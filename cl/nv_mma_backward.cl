@@ -241,7 +241,8 @@ static inline void chunk_probabilities(float4 s0, float4 s1, float4 dp0, float4 
  * head and batch entry (the dK/dV groups, then the dQ groups) after another, so that groups running
  * side by side share their head's Q, dO, K and V in the L2 cache; C > 0 runs chunks of C group
  * indices over every head and batch entry, so that they share what the heads share (a bias
- * broadcast over them). */
+ * broadcast over them). The host's default and the measurements behind it:
+ * lib/nv_mma_backward_plan.c's clflash_nv_default_bwd_chunk. */
 #ifndef NV_BWD_CHUNK
 #error "NV_BWD_CHUNK is set by the host (lib/nv_mma_backward_plan.c)"
 #endif

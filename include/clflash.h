@@ -323,7 +323,9 @@ CLFLASH_API const char *clflash_context_build_log(const clflash_context *c);
  *                              head_dim >= 128)
  *      nv_backward.chunk       0..65536: its work-groups (dK/dV groups, then dQ groups) that run
  *                              side by side over every head and batch entry before the next ones
- *                              (0, the default: every group of one head after another)
+ *                              (0: every group of one head after another; the default is 16 with
+ *                              a bias, or with the causal mask or a window and neither key
+ *                              lengths nor a packed variable-length batch, else 0)
  *      nv_wgmma.pipeline       0 or 1: the Hopper forward (nv_wgmma_forward) with its
  *                              pipelined loop, fed by a producer warpgroup (1), or the loop that
  *                              waits for every product (0, the default)

@@ -472,9 +472,11 @@ CLFLASH_INTERNAL int32_t clflash_nv_default_q_direct(const clflash_context *c, c
 /* nv_wgmma_forward_plan.c: nv_wgmma.producer. */
 CLFLASH_INTERNAL int32_t clflash_nv_wgmma_default_producer(const clflash_context *c, const clflash_problem *p,
                                                            const clflash_tune_facts *f);
-/* nv_mma_backward_plan.c: nv_backward.stream. */
+/* nv_mma_backward_plan.c: nv_backward.stream and .chunk. */
 CLFLASH_INTERNAL int32_t clflash_nv_default_bwd_stream(const clflash_context *c, const clflash_problem *p,
                                                        const clflash_tune_facts *f);
+CLFLASH_INTERNAL int32_t clflash_nv_default_bwd_chunk(const clflash_context *c, const clflash_problem *p,
+                                                      const clflash_tune_facts *f);
 CLFLASH_INTERNAL const char *clflash_tune_name(clflash_tune_key k);
 /* Appends the parameters a plan used to plan->tuning (printf-style; clflash_fill_plan empties it). */
 CLFLASH_INTERNAL void clflash_tune_report(clflash_plan *plan, const char *fmt, ...);

@@ -67,7 +67,25 @@ static int bwd_stream(const clflash_context *c, const clflash_problem *p)
     return clflash_tune_value(c, p, CLFLASH_TUNE_NV_BACKWARD_STREAM, NULL) != 0;
 }
 
-/* The kernel's NV_BWD_CHUNK: nv_backward.chunk. */
+/* The kernel's NV_BWD_CHUNK: the tuning table's default of nv_backward.chunk, or the setting.
+ * Chunks of 16 group indices over every head and batch entry where a bias is given, or where the
+ * causal mask or a window limits the keys and no key lengths do (nor a packed batch's lengths); 0, the
+ * launch's order, otherwise.
+ * Measured on an H100 (f16, head_dim 128, n = 4096, batch 4, 16 heads, chunk 16 against 0 in two
+ * alternated rounds; docs/performance/h200.md, "The backward's work-groups in chunks"): a [n][n]
+ * bias broadcast over batch and heads 7.81-8.03 ms against 9.39-9.40, a full [b][h][n][n] bias
+ * 8.02-8.26 against 9.51-9.65, with its gradient 12.39-12.68 against 14.04-14.11, a key bias
+ * 7.50-7.54 against 7.66-7.77; causal 3.54-3.63 against 3.61-3.74 (with 4 kv heads 3.49 against
+ * 3.83), a window of 1024 on both sides 3.20-3.27 against 3.30-3.40; plain 6.45-6.46 against
+ * 6.26-6.37, and key lengths 5.61-5.70 against 5.38-5.42, which keep 0. */
+int32_t clflash_nv_default_bwd_chunk(const clflash_context *c, const clflash_problem *p, const clflash_tune_facts *f)
+{
+    (void)c;
+    (void)f;
+    const int masked = (p->flags & (CLFLASH_CAUSAL | CLFLASH_WINDOW)) != 0 && p->key_lengths == NULL && !p->varlen;
+    return p->bias != NULL || masked ? 16 : 0;
+}
+
 static uint32_t bwd_chunk(const clflash_context *c, const clflash_problem *p)
 {
     return (uint32_t)clflash_tune_value(c, p, CLFLASH_TUNE_NV_BACKWARD_CHUNK, NULL);

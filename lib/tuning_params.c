@@ -75,7 +75,7 @@ static const tune_param params[CLFLASH_TUNE_COUNT] = {
     [CLFLASH_TUNE_NV_BACKWARD_STREAM] = {"nv_backward.stream", 0, 1, 0, clflash_nv_default_bwd_stream},
     /* the work-groups that run side by side over every head and batch entry before the next ones
      * (0: the launch's order; cl/nv_mma_backward.cl's NV_BWD_CHUNK) */
-    [CLFLASH_TUNE_NV_BACKWARD_CHUNK] = {"nv_backward.chunk", 0, 65536, 0, NULL},
+    [CLFLASH_TUNE_NV_BACKWARD_CHUNK] = {"nv_backward.chunk", 0, 65536, 0, clflash_nv_default_bwd_chunk},
     /* the Hopper forward (nv_wgmma_forward_plan.c): its pipelined loop (with a producer
      * warpgroup) or the one that waits for every product; B 32 or 64 (a value between steps down to
      * 32) */
