@@ -73,7 +73,7 @@ static int bwd_stream(const clflash_context *c, const clflash_problem *p)
  * launch's order, otherwise.
  * Measured on an H100 (f16, head_dim 128, n = 4096, batch 4, 16 heads, chunk 16 against 0 in two
  * alternated rounds; docs/performance/h200.md, "The backward's work-groups in chunks"): a [n][n]
- * bias broadcast over batch and heads 7.81-8.03 ms against 9.39-9.40, a full [b][h][n][n] bias
+ * bias broadcast over batch and heads 7.80-8.03 ms against 9.39-9.40, a full [b][h][n][n] bias
  * 8.02-8.26 against 9.51-9.65, with its gradient 12.39-12.68 against 14.04-14.11, a key bias
  * 7.50-7.54 against 7.66-7.77; causal 3.54-3.63 against 3.61-3.74 (with 4 kv heads 3.49 against
  * 3.83), a window of 1024 on both sides 3.20-3.27 against 3.30-3.40; plain 6.45-6.46 against
