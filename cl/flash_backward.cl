@@ -88,7 +88,7 @@
  *   C2  they are complete; each work-item does all of its row's work for the block alone: S and
  *       dP against the block's rows (float8 fused multiply-adds down the transposed tiles), P and
  *       dS on 8 pairs at a time (with softcap, bias or ALiBi: which pairs the row sees and their
- *       biases first, pair by pair, then pair_prob8's transforms), then dV += P dO and
+ *       biases first, pair by pair, then common.cl's transformed_prob8), then dV += P dO and
  *       dK += dS Q (dQ += dS K) on 8 columns at a time, skipping the partner rows whose P (dS) is
  *       0, which add nothing.
  * The rules (which pairs are seen, the transforms and f', the -INFINITY lse rows, the skipped
@@ -184,37 +184,6 @@ static inline float pair_prob(float x, float l2, const bwd_args *a, __global con
     return exp2_normal(fma(x, a->scale_log2, -l2));
 #endif
 }
-
-#if CLFLASH_USE_CPU_PATH && (SOFTCAP || BIAS || ALIBI)
-/* pair_prob on 8 pairs, for the CPU path: x the raw dot products, l2 their rows' lse (log2
- * domain), extra their biases (0 without a bias) or -INFINITY for a pair the row does not see,
- * dist ALiBi's d - j; *slope receives f'. float8 arithmetic that a CPU runs in vector registers,
- * where the pair-by-pair loop called a scalar tanh per pair (PoCL, n = 2048, d = 64, f32:
- * softcap cost 3.4x to 5x the plain backward). tanh is common.cl's tanh8, as in the forward's CPU
- * path. */
-static inline float8 pair_prob8(float8 x, float8 l2, float8 extra, float8 dist, const bwd_args *a, float slope_h,
-                                float8 *slope)
-{
-#if SOFTCAP
-    /* scale / softcap in one product: one step less in the chain that bounds this loop */
-    const float8 t = tanh8(x * (a->scale / a->softcap));
-    float8 f = a->softcap * t;
-    *slope = fma(-t, t, (float8)(1.0f));
-#else
-    float8 f = x * a->scale;
-    *slope = (float8)(1.0f);
-#endif
-    const int8 unseen = extra == (float8)(-INFINITY);
-    f += select(extra, (float8)(0.0f), unseen);
-#if ALIBI
-    f -= slope_h * fabs(dist);
-#else
-    (void)dist;
-    (void)slope_h;
-#endif
-    return select(exp2_normal8(fma(f, (float8)(M_LOG2E_F), -l2)), (float8)(0.0f), unseen);
-}
-#endif
 
 /* The queries that can see a key of [k0, k_end) (k0 < k_end <= seq_k): common.cl's
  * key_block_queries. A superset of the pairs is harmless (every pair is still tested with
@@ -593,7 +562,7 @@ static inline void dkdv_block_cpu(__global const bits_t *q, __global const bits_
             cpu_scores(krow, qT, p);  /* S, into p */
             cpu_scores(vrow, doT, ds); /* dP, into ds */
 #if SOFTCAP || BIAS || ALIBI
-            float extra[BLOCK]; /* pair_prob8's: the pair's bias (0 without), -INFINITY if not seen */
+            float extra[BLOCK]; /* transformed_prob8's: the pair's bias (0 without), -INFINITY if not seen */
 #endif
             for (uint i = 0; i < BLOCK; i++) {
                 const uint qi = q0 + i;
@@ -614,9 +583,10 @@ static inline void dkdv_block_cpu(__global const bits_t *q, __global const bits_
                 /* ALiBi's d - j of rows q0 + 8 * i8 .. + 7, exact in float below 2^24 */
                 const float dist0 = (float)((long)(q0 + 8 * i8) + a->diag_k - (long)seq_q - (long)kj);
                 float8 slope;
-                const float8 p8 = pair_prob8(vload8(i8, p), vload8(i8, row_lse), vload8(i8, extra),
-                                             (float8)(dist0) + (float8)(0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f),
-                                             a, slope_h, &slope);
+                const float8 p8 = transformed_prob8(
+                    vload8(i8, p), vload8(i8, row_lse), vload8(i8, extra),
+                    (float8)(dist0) + (float8)(0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f), a->scale, a->softcap,
+                    slope_h, &slope);
                 vstore8(p8, i8, p);
                 vstore8(p8 * (vload8(i8, ds) - vload8(i8, row_d)) * slope, i8, ds);
             }
@@ -698,7 +668,7 @@ static inline void dq_block_cpu(__global const bits_t *q, __global const bits_t 
         cpu_scores(qrow, kT, s);
         cpu_scores(orow, vT, ds); /* dP, into ds */
 #if SOFTCAP || BIAS || ALIBI
-        float extra[BLOCK]; /* pair_prob8's: the pair's bias (0 without), -INFINITY if not seen */
+        float extra[BLOCK]; /* transformed_prob8's: the pair's bias (0 without), -INFINITY if not seen */
 #endif
         for (uint j = 0; j < BLOCK; j++) {
             const uint key = k0 + j;
@@ -716,9 +686,10 @@ static inline void dq_block_cpu(__global const bits_t *q, __global const bits_t 
             /* ALiBi's d - j of keys k0 + 8 * j8 .. + 7, exact in float below 2^24 */
             const float dist0 = (float)((long)qi + a->diag_k - (long)seq_q - (long)(k0 + 8 * j8));
             float8 slope;
-            const float8 p8 = pair_prob8(vload8(j8, s), (float8)(l2), vload8(j8, extra),
-                                         (float8)(dist0) - (float8)(0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f),
-                                         a, slope_h, &slope);
+            const float8 p8 = transformed_prob8(
+                vload8(j8, s), (float8)(l2), vload8(j8, extra),
+                (float8)(dist0) - (float8)(0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f), a->scale, a->softcap,
+                slope_h, &slope);
             vstore8(p8 * (vload8(j8, ds) - (float8)(d_row)) * slope, j8, ds);
         }
 #else

@@ -4,10 +4,11 @@
  *
  * Why a file of its own: dBias is one more output with its own rules (the bias's layout, summed
  * over the broadcast dimensions, a buffer of its own) and its own kernel, independent of the
- * gradient kernel the backward plans. clflash_backward_naive refuses it. Two kernels compute the
+ * gradient kernel the backward plans. clflash_backward_naive refuses it. Three kernels compute the
  * same sums with the same arguments and grid: cl/nv_mma_bias_grad.cl on NVIDIA's tensor cores,
  * wherever the tensor-core backward could run (clflash_nv_mma_backward_refusal) and head_dim is
- * at most 128, and cl/bias_grad.cl everywhere else.
+ * at most 128; cl/bias_grad_cpu.cl where the backward takes its CPU path (clflash_wants_cpu_path)
+ * and its tiles fit the local memory budget; cl/bias_grad.cl everywhere else.
  */
 #include "internal.h"
 
@@ -15,6 +16,7 @@
 
 #define TILE 64u            /* both kernels' TQ and TK */
 #define GROUP 256u          /* bias_grad.cl's work-group size, 16 x 16 */
+#define CPU_GROUP TILE      /* bias_grad_cpu.cl's: one work-item per query row of a tile */
 #define NV_WARPS 4u         /* nv_mma_bias_grad.cl's warps: 16 query rows each, TQ = 64 */
 #define KEY_TAG 0x62677264u /* the kernel cache's key: no other cached kernel starts with it */
 
@@ -22,6 +24,7 @@
 typedef struct {
     uint32_t tag, dtype, head_dim, flags, softcap, alibi, keylen, bcast, tensor_cores, bias_pairs, nv_aligned;
     uint32_t kernel_dim; /* the kernel's HEAD_DIM: head_dim, padded to a multiple of 16 on tensor cores */
+    uint32_t cpu_path;   /* bias_grad_cpu.cl (tensor_cores is then 0) */
 } bias_grad_build;
 
 static uint32_t broadcast_bits(const clflash_problem *p)
@@ -34,7 +37,10 @@ static uint32_t broadcast_bits(const clflash_problem *p)
 static clflash_status make_kernel(clflash_context *c, const void *arg, cl_kernel *kernel)
 {
     const bias_grad_build *bb = arg;
-    const char *name = bb->tensor_cores ? "nv_mma_bias_grad" : "bias_grad";
+    const char *name = bb->tensor_cores ? "nv_mma_bias_grad" : bb->cpu_path ? "bias_grad_cpu" : "bias_grad";
+    const clflash_source_id source = bb->tensor_cores ? CLFLASH_SOURCE_NV_MMA_BIAS_GRAD
+                                     : bb->cpu_path   ? CLFLASH_SOURCE_BIAS_GRAD_CPU
+                                                      : CLFLASH_SOURCE_BIAS_GRAD;
     char defines[400], shape[120] = "";
     cl_program prog;
     cl_int err;
@@ -52,8 +58,7 @@ static clflash_status make_kernel(clflash_context *c, const void *arg, cl_kernel
              (bb->flags & CLFLASH_WINDOW) != 0, bb->softcap, bb->alibi, bb->keylen,
              (bb->flags & CLFLASH_ALIGN_TO_KEY_LENGTH) != 0, bb->bcast & 1u,
              (bb->bcast >> 1) & 1u, (bb->bcast >> 2) & 1u, shape);
-    if ((st = clflash_get_program(c, bb->tensor_cores ? CLFLASH_SOURCE_NV_MMA_BIAS_GRAD : CLFLASH_SOURCE_BIAS_GRAD,
-                                  defines, &prog)) != CLFLASH_SUCCESS)
+    if ((st = clflash_get_program(c, source, defines, &prog)) != CLFLASH_SUCCESS)
         return st;
     *kernel = clCreateKernel(prog, name, &err);
     if (err != CL_SUCCESS)
@@ -94,6 +99,13 @@ clflash_status clflash_check_bias_grad(const clflash_problem *p, const cl_mem *o
     return CLFLASH_SUCCESS;
 }
 
+/* bias_grad_cpu.cl's local memory: K and V of a key tile as fp32, and with the rows broadcast the
+ * work-items' sums of each key. */
+static uint64_t cpu_local_bytes(uint32_t head_dim, uint32_t bcast)
+{
+    return (2ull * head_dim * TILE + (bcast & 4u ? (uint64_t)TILE * CPU_GROUP : 0u)) * sizeof(float);
+}
+
 clflash_status clflash_enqueue_bias_grad(clflash_context *c, const clflash_problem *p, cl_command_queue queue,
                                          const cl_mem *inputs, cl_mem dvec, cl_uint num_wait, const cl_event *wait,
                                          cl_event *done)
@@ -102,6 +114,8 @@ clflash_status clflash_enqueue_bias_grad(clflash_context *c, const clflash_probl
     /* nv_mma_bias_grad.cl keeps a warp's 16 query rows over the whole head_dim in registers: up to
      * 128 (the tensor-core backward splits the columns between two warps above that; this does not) */
     const int tensor_cores = clflash_nv_mma_backward_refusal(c, p) == NULL && p->head_dim <= 128;
+    const int cpu = !tensor_cores && clflash_wants_cpu_path(c, p) &&
+                    cpu_local_bytes(p->head_dim, bc) <= c->local_mem_budget;
     const bias_grad_build bb = {KEY_TAG,
                                 (uint32_t)p->dtype,
                                 p->head_dim,
@@ -114,7 +128,8 @@ clflash_status clflash_enqueue_bias_grad(clflash_context *c, const clflash_probl
                                 (uint32_t)tensor_cores,
                                 (uint32_t)clflash_bias_pairs(p),
                                 (uint32_t)clflash_nv_rows_aligned(p),
-                                tensor_cores ? clflash_nv_padded_dim(p) : p->head_dim};
+                                tensor_cores ? clflash_nv_padded_dim(p) : p->head_dim,
+                                (uint32_t)cpu};
     cl_kernel kernel;
     clflash_plan_entry *entry;
     clflash_status st = clflash_cached_kernel(c, (const uint32_t *)&bb, sizeof bb / sizeof(uint32_t), make_kernel, &bb,
@@ -157,7 +172,7 @@ clflash_status clflash_enqueue_bias_grad(clflash_context *c, const clflash_probl
     cl_int err = clflash_set_args(kernel, 0, args, n_args);
     for (cl_uint i = 0; err == CL_SUCCESS && i < 20; i++)
         err = clSetKernelArg(kernel, n_args + i, sizeof(cl_ulong), &lay[i]);
-    const size_t group_size = bb.tensor_cores ? 32u * NV_WARPS : GROUP;
+    const size_t group_size = bb.tensor_cores ? 32u * NV_WARPS : cpu ? CPU_GROUP : GROUP;
     const size_t global[3] = {(size_t)row_tiles * key_tiles * group_size, bc & 2u ? 1u : heads_q,
                               bc & 1u ? 1u : batch};
     const size_t local[3] = {group_size, 1, 1};

@@ -239,7 +239,7 @@ typedef enum { CLFLASH_SOURCE_FLASH_FORWARD_LANES, CLFLASH_SOURCE_FLASH_FORWARD_
                CLFLASH_SOURCE_FLASH_DECODE_CPU, CLFLASH_SOURCE_BIAS_GRAD,
                CLFLASH_SOURCE_NV_MMA_BIAS_GRAD, CLFLASH_SOURCE_KV_APPEND,
                CLFLASH_SOURCE_NV_SM90A_PROBE, CLFLASH_SOURCE_GRAD_ACCUMULATE,
-               CLFLASH_SOURCE_NV_WGMMA_FORWARD } clflash_source_id;
+               CLFLASH_SOURCE_NV_WGMMA_FORWARD, CLFLASH_SOURCE_BIAS_GRAD_CPU } clflash_source_id;
 
 /* Returns a built program for (source, options) on the context's device, building it the first
  * time; the program stays owned by the cache (do not release it). On a build failure the log is

@@ -62,6 +62,8 @@ extern const char clflash_cl_grad_accumulate[];
 extern const size_t clflash_cl_grad_accumulate_size;
 extern const char clflash_cl_nv_wgmma_forward[];
 extern const size_t clflash_cl_nv_wgmma_forward_size;
+extern const char clflash_cl_bias_grad_cpu[];
+extern const size_t clflash_cl_bias_grad_cpu_size;
 
 /* Each clflash_source_id's file name, text and length, in the enum's order, and the texts that go
  * between common.cl and it (the tensor-core kernels' PTX helpers, score recomputation and the
@@ -106,6 +108,7 @@ static const struct {
      &clflash_cl_nv_wgmma_forward_size,
      {clflash_cl_nv_mma_common},
      {&clflash_cl_nv_mma_common_size}},
+    {"bias_grad_cpu.cl", clflash_cl_bias_grad_cpu, &clflash_cl_bias_grad_cpu_size, {NULL}, {NULL}},
 };
 
 struct clflash_program_entry {

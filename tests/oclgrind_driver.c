@@ -139,6 +139,10 @@ static const backward_case bcases[] = {
     {TB_FLASH, 2, 2, 1, 13, 19, 8, CLFLASH_F32, WC, 8, 0, 1, 5, 2, 0.0f, 0.0f, TB_NO_BIAS, 0, TB_LENS_RAGGED, 1},
     {TB_FLASH, 2, 2, 1, 17, 19, 12, CLFLASH_BF16, WC, 8, 0, 0, 6, 1, 1.0f, 2.5f, TB_BIAS_BCAST, 1, TB_LENS_RAGGED, 1},
     {TB_FLASH, 1, 2, 1, 21, 27, 16, CLFLASH_F32, 0, 8, 0, 0, 0, 0, 0.0f, 3.0f, TB_BIAS_BCAST, 1, TB_NO_LENS, 1},
+    /* the CPU path's dBias (bias_grad_cpu.cl): per element, and summed over the rows and heads */
+    {TB_FLASH, 1, 2, 0, 13, 71, 8, CLFLASH_F16, 0, 8, 0, 0, 0, 0, 0.0f, 2.0f, TB_BIAS_FULL, 0, TB_NO_LENS, 1},
+    {TB_FLASH, 2, 2, 1, 67, 11, 8, CLFLASH_F32, CLFLASH_CAUSAL, 8, 0, 0, 0, 0, 0.0f, 0.0f, TB_BIAS_KEYS, 0, TB_NO_LENS,
+     1},
 };
 
 #define N_BACKWARD_CASES (sizeof bcases / sizeof bcases[0])

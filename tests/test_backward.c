@@ -567,6 +567,8 @@ static const feat_t feats[] = {
     {2, 4, 2, 21, 30, 16, BF16, CAUSAL, 0, 0, 0.0f, 0.0f, BIAS_KEYS, 0, NO_LENS, 0},
     {1, 2, 0, 9, 17, 16, F32, 0, 0, 0, 0.0f, 0.0f, BIAS_DEAD_ROWS, 0, NO_LENS, 0},
     {1, 1, 0, 67, 1, 16, F32, 0, 0, 0, 0.0f, 0.0f, BIAS_FULL, 0, NO_LENS, 0},
+    /* bias per key over several query and key tiles (the CPU path's dBias sums its rows across tiles) */
+    {1, 2, 1, 131, 70, 16, F32, CAUSAL, 0, 0, 0.0f, 0.0f, BIAS_KEYS, 0, NO_LENS, 0},
     /* ALiBi: GQA, MQA */
     {1, 4, 2, 50, 50, 16, F32, 0, 0, 0, 0.0f, 0.0f, NO_BIAS, 1, NO_LENS, 0},
     {1, 4, 1, 37, 59, 16, F16, CAUSAL, 0, 0, 0.0f, 0.0f, NO_BIAS, 1, NO_LENS, 0},
