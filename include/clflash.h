@@ -1021,15 +1021,17 @@ CLFLASH_API clflash_status clflash_append_kv(clflash_context *c, const clflash_a
  *  - bias_grad (optional, with a bias): dBias, written in the bias's layout. The score is
  *    f = softcap(s) + bias + ALiBi, so the gradient of a bias element is dS = P * (dP - D) of its
  *    pair (no softcap factor); an element broadcast over batch entries, heads or rows
- *    (bias_broadcast) gets the sum over every pair it is added to, taken in a fixed order (batch
- *    entry, then head, then query row, ascending), so it is deterministic too. Pairs a query does
- *    not see and -INFINITY biases add 0; every element the layout addresses is written (gaps of
- *    the layout are not). A kernel of its own computes it after D and before the gradient
- *    kernel, recomputing the tile's scores (S = Q K^T and dP = dO V^T: about half the backward's
- *    score work again): on NVIDIA tensor cores (cl/nv_mma_bias_grad.cl) wherever the tensor-core
- *    gradient kernel is eligible, with the same P; elsewhere cl/bias_grad.cl, on CUDA cores or
- *    the CPU. On the H200 (f16, batch 4, 16 heads, n = 4096, d = 128, a [n][n] bias broadcast over
- *    batch and heads) it adds about 4.5 ms to a 9.5 ms backward. With
+ *    (bias_broadcast) gets the sum over every pair it is added to, taken in an order that depends
+ *    only on the shape (batch entries, then heads, ascending; the rows of a broadcast row in tiles),
+ *    so it is deterministic too. Pairs a query does not see and -INFINITY biases add 0; every
+ *    element the layout addresses is written (gaps of the layout are not). A kernel of its own
+ *    computes it after D and before the gradient kernel, recomputing the tile's scores (S = Q K^T
+ *    and dP = dO V^T: about half the backward's score work again): on NVIDIA tensor cores
+ *    (cl/nv_mma_bias_grad.cl) wherever the tensor-core gradient kernel is eligible, with the same
+ *    P; cl/bias_grad_cpu.cl where the backward takes its CPU path (devices of type CPU); elsewhere
+ *    cl/bias_grad.cl. On the H200 (f16, batch 4, 16 heads, n = 4096, d = 128, a [n][n] bias
+ *    broadcast over batch and heads) it adds about 4.5 ms to a 9.5 ms backward; on PoCL (2 cores,
+ *    n = 2048, d = 64, f32, batch 1, 2 heads) about 30 ms to a 95 ms one. With
  *    bias_grad, if the gradient kernel's enqueue fails after the bias-gradient kernel's, dBias has
  *    been written (and nothing else); clflash_backward_naive returns CLFLASH_ERROR_UNSUPPORTED for
  *    it.
