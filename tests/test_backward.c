@@ -569,6 +569,8 @@ static const feat_t feats[] = {
     {1, 1, 0, 67, 1, 16, F32, 0, 0, 0, 0.0f, 0.0f, BIAS_FULL, 0, NO_LENS, 0},
     /* bias per key over several query and key tiles (the CPU path's dBias sums its rows across tiles) */
     {1, 2, 1, 131, 70, 16, F32, CAUSAL, 0, 0, 0.0f, 0.0f, BIAS_KEYS, 0, NO_LENS, 0},
+    /* a bias at head_dim 256 (the CPU path's dBias stages 2 x 64 KiB of K and V a key tile) */
+    {1, 2, 1, 70, 67, 256, F32, WIN, 30, 9, 0.0f, 0.0f, BIAS_BCAST, 0, NO_LENS, 0},
     /* ALiBi: GQA, MQA */
     {1, 4, 2, 50, 50, 16, F32, 0, 0, 0, 0.0f, 0.0f, NO_BIAS, 1, NO_LENS, 0},
     {1, 4, 1, 37, 59, 16, F16, CAUSAL, 0, 0, 0.0f, 0.0f, NO_BIAS, 1, NO_LENS, 0},
