@@ -14,7 +14,7 @@
 
 #include <stdio.h>
 
-#define TILE 64u            /* both kernels' TQ and TK */
+#define TILE 64u            /* every kernel's TQ and TK */
 #define GROUP 256u          /* bias_grad.cl's work-group size, 16 x 16 */
 #define CPU_GROUP TILE      /* bias_grad_cpu.cl's: one work-item per query row of a tile */
 #define NV_WARPS 4u         /* nv_mma_bias_grad.cl's warps: 16 query rows each, TQ = 64 */
